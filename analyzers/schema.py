@@ -1,0 +1,184 @@
+"""The one normalized schema every parser produces and every analysis consumes.
+
+Parsers (one per input format) turn raw profiler output into a `Profile`: a handful of pandas
+DataFrames with the columns below. Analyses never look at raw files; parsers never compute metrics.
+Times are microseconds (`*_us`) on the rank's own clock unless the column says otherwise; byte
+counts are bytes; bandwidths are GB/s (1e9 bytes per second).
+
+Optional columns may be absent or NaN; extra columns a parser finds (e.g. AI Core metrics) are kept.
+Use `empty(TABLE)` for an empty table with the right columns and `conform(df, TABLE)` to add missing
+optional columns and order them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+# ---- raw-event tables (what parsers produce) ---------------------------------------------
+
+#: one row per rank found in the input
+RANKS = {
+    "rank": "int64",  # global rank id
+    "host": "object",  # host name if known
+    "device": "object",  # device id / "cpu"
+    "path": "object",  # the rank's directory
+    "stage": "Int64",  # pipeline stage, if known
+    "dp_group": "object",  # data-parallel group label, if known
+    "world_size": "Int64",
+}
+
+#: step windows per rank; analyses clip events to them
+STEPS = {
+    "rank": "int64",
+    "step": "int64",
+    "start_us": "float64",
+    "end_us": "float64",
+}
+
+#: device (or CPU) operators / kernels, one row per execution
+OPS = {
+    "rank": "int64",
+    "step": "Int64",  # step the op falls in (filled by parser or by analyzers.steps.assign_steps)
+    "name": "object",  # op / kernel name (full scope name if known)
+    "type": "object",  # op type, e.g. MatMul, Conv2D, AllReduce
+    "category": "object",  # "compute" | "communication" | "other"
+    "start_us": "float64",
+    "dur_us": "float64",
+    "stream": "object",  # stream / thread / core the op ran on
+    "core_type": "object",  # AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, CPU ...
+}
+
+#: one row per collective (or p2p) operation per rank: time decomposition and size
+COMM_OPS = {
+    "rank": "int64",
+    "step": "Int64",
+    "op_name": "object",  # e.g. hcom_allReduce__123_1_1, Default/.../AllReduce-op2
+    "op_type": "object",  # allreduce | allgather | reducescatter | broadcast | alltoall | send | recv | ...
+    "group": "object",  # communication group name / hash, "" if unknown
+    "group_size": "Int64",  # ranks in the group, if known
+    "start_us": "float64",
+    "elapse_ms": "float64",  # total time of the op on this rank
+    "transit_ms": "float64",  # time moving data
+    "wait_ms": "float64",  # time waiting for peers before data moved
+    "synchronization_ms": "float64",
+    "idle_ms": "float64",
+    "size_bytes": "float64",  # payload of the collective (input buffer), if known
+}
+
+#: bandwidth per transport for each comm op (long format: one row per op x transport)
+COMM_BANDWIDTH = {
+    "rank": "int64",
+    "step": "Int64",
+    "op_name": "object",
+    "transport": "object",  # HCCS | RDMA | SDMA | PCIE | SIO | LOCAL | MCCL ...
+    "size_mb": "float64",
+    "time_ms": "float64",
+    "bandwidth_gbps": "float64",
+}
+
+#: point-to-point links (communication matrix): one row per op x src-dst pair
+LINKS = {
+    "step": "Int64",
+    "op_name": "object",
+    "group": "object",
+    "src": "int64",
+    "dst": "int64",
+    "transport": "object",
+    "size_mb": "float64",
+    "time_ms": "float64",
+    "bandwidth_gbps": "float64",
+}
+
+# ---- analysis tables (what analyses produce; also what the store keeps) ----------------------
+
+#: per rank and step, the msprof-analyze "step trace" breakdown
+STEP_BREAKDOWN = {
+    "rank": "int64",
+    "step": "int64",
+    "step_us": "float64",  # wall time of the step window
+    "computing_us": "float64",  # union of compute ops
+    "communication_us": "float64",  # union of communication ops
+    "communication_not_overlapped_us": "float64",  # communication minus computing
+    "overlapped_us": "float64",  # communication that overlaps computing
+    "free_us": "float64",  # step - (computing ∪ communication)
+    "preparing_us": "float64",  # step start to first device op (Ascend), else 0
+    "bubble_us": "float64",  # pipeline bubble (receive waits), if known
+    "stage_us": "float64",  # stage time (pipeline), if known
+}
+
+#: the workload's own per-step record (from workloads' metrics files)
+WORKLOAD_STEPS = {
+    "rank": "int64",
+    "step": "int64",
+    "start_ts": "float64",  # wall clock, seconds since epoch
+    "end_ts": "float64",
+    "step_time_s": "float64",
+    "samples": "int64",  # samples (or tokens for LMs) processed by this rank in this step
+    "loss": "float64",
+    "profiled": "bool",
+}
+
+TABLES = {
+    "ranks": RANKS,
+    "steps": STEPS,
+    "ops": OPS,
+    "comm_ops": COMM_OPS,
+    "comm_bandwidth": COMM_BANDWIDTH,
+    "links": LINKS,
+    "step_breakdown": STEP_BREAKDOWN,
+    "workload_steps": WORKLOAD_STEPS,
+}
+
+COMM_OP_TYPES = (
+    "allreduce",
+    "allgather",
+    "reducescatter",
+    "broadcast",
+    "alltoall",
+    "alltoallv",
+    "reduce",
+    "send",
+    "recv",
+    "barrier",
+    "gather",
+    "scatter",
+)
+
+
+def empty(table: dict) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=t) for c, t in table.items()})
+
+
+def conform(df: pd.DataFrame, table: dict) -> pd.DataFrame:
+    """Add missing schema columns (as NA), cast known ones, keep extras after the schema columns."""
+    df = df.copy()
+    for col, dtype in table.items():
+        if col not in df.columns:
+            df[col] = pd.Series([pd.NA] * len(df), dtype=dtype if dtype != "int64" else "Int64")
+        else:
+            try:
+                df[col] = df[col].astype(dtype)
+            except (TypeError, ValueError):
+                pass
+    extras = [c for c in df.columns if c not in table]
+    return df[list(table) + extras]
+
+
+@dataclass
+class Profile:
+    """Everything a parser read from one profiler output (one rank or a whole cluster)."""
+
+    source: str  # format name, e.g. "mindspore-cpu", "ascend-text", "ascend-db", "msprof", "mindspore-legacy"
+    path: str
+    ranks: pd.DataFrame = field(default_factory=lambda: empty(RANKS))
+    steps: pd.DataFrame = field(default_factory=lambda: empty(STEPS))
+    ops: pd.DataFrame = field(default_factory=lambda: empty(OPS))
+    comm_ops: pd.DataFrame = field(default_factory=lambda: empty(COMM_OPS))
+    comm_bandwidth: pd.DataFrame = field(default_factory=lambda: empty(COMM_BANDWIDTH))
+    links: pd.DataFrame = field(default_factory=lambda: empty(LINKS))
+    #: breakdown the profiler itself wrote (step_trace_time.csv, analysis.db StepTraceTime, ...)
+    reference_breakdown: pd.DataFrame | None = None
+    #: free-form facts: versions, device type, parallel groups, profiler config
+    meta: dict = field(default_factory=dict)

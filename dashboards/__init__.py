@@ -1,0 +1,1 @@
+"""Dash + Plotly web UI over the perfbench store."""

@@ -1,0 +1,5 @@
+import sys
+
+from perfbench.cli import main
+
+sys.exit(main())

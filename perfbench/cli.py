@@ -1,0 +1,68 @@
+"""The `perfbench` command. Each sub-command lives in its own module under perfbench/commands/
+and exposes `register(subparsers)`; modules are discovered, so adding a command touches no other file."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+
+from perfbench import __version__
+from perfbench.errors import UserError
+
+DEFAULT_RESULTS = "perfbench-results"
+
+
+def add_results_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--results",
+        default=DEFAULT_RESULTS,
+        metavar="DIR",
+        help=f"results directory holding the store (default: ./{DEFAULT_RESULTS})",
+    )
+
+
+def add_json_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfbench",
+        description=(
+            "Profile and tune distributed MindSpore training: sweep parallel settings through msrun, "
+            "analyze CPU and Ascend profiler output, compare runs, gate regressions in CI, browse a dashboard."
+        ),
+        epilog="Run `perfbench COMMAND --help` for the options of one command.",
+    )
+    parser.add_argument("--version", action="version", version=f"perfbench {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    import perfbench.commands as commands
+
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"perfbench.commands.{info.name}")
+        if hasattr(module, "register"):
+            module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        code = args.func(args)
+    except UserError as exc:
+        print(f"perfbench: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("perfbench: interrupted", file=sys.stderr)
+        return 130
+    return int(code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,206 @@
+"""The embedded store: runs, their per-step metrics and analysis tables, under one results folder.
+
+Layout (nothing to start; plain files that pandas, DuckDB or a shell can read):
+
+    <results>/
+      runs/<run_id>/run.json           the run record: settings, status, env, timings, summary metrics
+      runs/<run_id>/tables/<name>.parquet   per-step metrics and analysis tables (analyzers.schema)
+      runs/<run_id>/artifacts/         raw artifacts: msrun logs, metrics files, profiler output
+      sweeps/<sweep_id>.json           a sweep's config and its run ids
+      baselines/<name>.json            saved baselines for `perfbench check`
+
+Atomicity: every file is written to a temporary name in the same folder and renamed into place.
+`run.json` is the commit point of a run: tables are written first, the record with its final status
+last, so a killed sweep leaves at worst a run whose record says "running" (or no record), which
+`sweep --resume` re-runs from scratch. Readers never see a half-written file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+
+from perfbench.errors import UserError
+
+FINISHED = ("ok", "failed")  # statuses that `--resume` does not re-run (failed: use --retry-failed)
+STATUSES = ("planned", "running", "ok", "failed")
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=_json_default) + "\n").encode())
+
+
+def _json_default(o: Any):
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    if isinstance(o, (set, tuple)):
+        return list(o)
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike, *, create: bool = True):
+        self.root = Path(root)
+        if not self.root.exists():
+            if not create:
+                raise UserError(f"no results at {self.root} (run `perfbench sweep CONFIG` or `perfbench analyze PATH` first)")
+            self.root.mkdir(parents=True, exist_ok=True)
+        elif not self.root.is_dir():
+            raise UserError(f"results path {self.root} is not a directory")
+        self.runs_dir = self.root / "runs"
+        self.sweeps_dir = self.root / "sweeps"
+        self.baselines_dir = self.root / "baselines"
+
+    # ---- runs ------------------------------------------------------------------------------
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+    def artifacts_dir(self, run_id: str) -> Path:
+        d = self.run_dir(run_id) / "artifacts"
+        d.mkdir(parents=True, exist_ok=True)
+        return d
+
+    def write_run(self, record: dict) -> None:
+        """Write (or replace) a run record atomically. `record` must have run_id and status."""
+        if record.get("status") not in STATUSES:
+            raise ValueError(f"bad run status {record.get('status')!r}")
+        atomic_write_json(self.run_dir(record["run_id"]) / "run.json", record)
+
+    def reset_run(self, run_id: str) -> None:
+        """Forget an unfinished run entirely (its record, tables and artifacts) before re-running it."""
+        d = self.run_dir(run_id)
+        if d.exists():
+            trash = d.with_name(f".{run_id}.trash")
+            if trash.exists():
+                shutil.rmtree(trash, ignore_errors=True)
+            os.replace(d, trash)
+            shutil.rmtree(trash, ignore_errors=True)
+
+    def write_table(self, run_id: str, name: str, df: pd.DataFrame) -> None:
+        path = self.run_dir(run_id) / "tables" / f"{name}.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            _to_parquet(df, tmp)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+    def read_table(self, run_id: str, name: str) -> pd.DataFrame | None:
+        path = self.run_dir(run_id) / "tables" / f"{name}.parquet"
+        if not path.exists():
+            return None
+        return pd.read_parquet(path)
+
+    def table_names(self, run_id: str) -> list[str]:
+        d = self.run_dir(run_id) / "tables"
+        return sorted(p.stem for p in d.glob("*.parquet")) if d.exists() else []
+
+    def read_run(self, run_id: str) -> dict | None:
+        path = self.run_dir(run_id) / "run.json"
+        if not path.exists():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, OSError) as exc:  # should not happen with atomic writes
+            raise UserError(f"{path}: unreadable run record ({exc})") from None
+
+    def get_run(self, run_id: str) -> dict:
+        """A run by id, or by a unique prefix of its id. Unknown ids are a UserError."""
+        rec = self.read_run(run_id) if run_id and "/" not in run_id else None
+        if rec is not None:
+            return rec
+        matches = [r for r in self.list_runs() if r["run_id"].startswith(run_id)]
+        if len(matches) == 1:
+            return matches[0]
+        if not matches:
+            raise UserError(f"no run {run_id!r} in {self.root} (see `perfbench ls --results {self.root}`)")
+        ids = ", ".join(r["run_id"] for r in matches[:5])
+        raise UserError(f"run id {run_id!r} is ambiguous in {self.root}: {ids}{', ...' if len(matches) > 5 else ''}")
+
+    def list_runs(self, sweep: str | None = None) -> list[dict]:
+        if not self.runs_dir.exists():
+            return []
+        out = []
+        for d in sorted(self.runs_dir.iterdir()):
+            if d.name.startswith(".") or not d.is_dir():
+                continue
+            rec = self.read_run(d.name)
+            if rec is None:
+                continue
+            if sweep is None or rec.get("sweep_id") == sweep:
+                out.append(rec)
+        return out
+
+    # ---- sweeps ----------------------------------------------------------------------------
+    def write_sweep(self, sweep: dict) -> None:
+        atomic_write_json(self.sweeps_dir / f"{sweep['sweep_id']}.json", sweep)
+
+    def read_sweep(self, sweep_id: str) -> dict | None:
+        path = self.sweeps_dir / f"{sweep_id}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def list_sweeps(self) -> list[dict]:
+        if not self.sweeps_dir.exists():
+            return []
+        return [json.loads(p.read_text()) for p in sorted(self.sweeps_dir.glob("*.json"))]
+
+    # ---- baselines -------------------------------------------------------------------------
+    def write_baseline(self, name: str, baseline: dict) -> None:
+        atomic_write_json(self.baselines_dir / f"{name}.json", baseline)
+
+    def read_baseline(self, name: str) -> dict | None:
+        path = self.baselines_dir / f"{name}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def list_baselines(self) -> list[str]:
+        return sorted(p.stem for p in self.baselines_dir.glob("*.json")) if self.baselines_dir.exists() else []
+
+
+def _to_parquet(df: pd.DataFrame, path: str) -> None:
+    df = df.copy()
+    for col in df.columns:  # mixed-type object columns (lists, dicts) are stored as JSON text
+        if df[col].dtype == object:
+            sample = df[col].dropna()
+            if len(sample) and not all(isinstance(v, str) for v in sample.head(50)):
+                df[col] = df[col].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=_json_default))
+    df.to_parquet(path, index=False)
+
+
+def flatten_runs(records: Iterable[dict]) -> pd.DataFrame:
+    """One row per run: run_id, sweep_id, status, settings.* and metrics.* as columns."""
+    rows = []
+    for r in records:
+        row = {k: r.get(k) for k in ("run_id", "sweep_id", "status", "error", "source")}
+        for k, v in (r.get("settings") or {}).items():
+            row[f"settings.{k}"] = v
+        for k, v in (r.get("metrics") or {}).items():
+            row[f"metrics.{k}"] = v
+        rows.append(row)
+    return pd.DataFrame(rows)

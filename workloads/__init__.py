@@ -1,0 +1,1 @@
+"""Reference MindSpore training workloads launched by msrun (see docs/architecture.md for the contract)."""
