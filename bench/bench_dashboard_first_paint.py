@@ -1,0 +1,166 @@
+"""Benchmark: dashboard first paint for a store with hundreds of runs (target: < 2 s for 500 runs).
+
+    .venv/bin/python bench/bench_dashboard_first_paint.py --runs 500 --repeats 5 --port 8091
+
+Builds a store of N run records shaped per the run-record contract (docs/architecture.md) with the
+Store API — settings grid over world size x fusion x compression x repeats, per-step workload metrics
+for every rank, a step breakdown, kernels and collectives — starts `perfbench dashboard` on it in a
+subprocess, and loads each page in headless Chromium (Playwright driving /usr/bin/chromium), timing
+from navigation start until the page's main content is in the DOM (the grid's rows on Sweeps, the
+breakdown chart on Run, the scaling chart on Scaling). The store is synthetic on purpose: this measures
+the dashboard's cost, not MindSpore's. Reports medians over repeats (the machine is shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from perfbench.store import Store  # noqa: E402
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def make_store(root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: int = 0) -> list[str]:
+    """A store of `n_runs` contract-shaped run records with tables. Returns the run ids."""
+    rng = np.random.default_rng(seed)
+    store = Store(root)
+    grid = list(itertools.product([1, 2, 4, 8], [0, 8, 32], ["none", "fp16", "topk"]))
+    ids = []
+    sweep_id = "bench-20261122-000000"
+    for i in range(n_runs):
+        ws, fusion, comp = grid[i % len(grid)]
+        rep = i // len(grid)
+        run_id = f"bench-ws{ws}-f{fusion}-{comp}-r{rep}"
+        base = 0.05 * (1 + 0.1 * np.log2(ws)) * (0.9 if fusion else 1.0) * (0.95 if comp != "none" else 1.0)
+        rows = []
+        t0 = 1.7e9 + i * 100
+        for s in range(steps):
+            for r in range(ws):
+                st = base * (1 + 0.05 * abs(rng.standard_normal()))
+                if s < warmup:
+                    st *= 20
+                rows.append({"rank": r, "step": s, "start_ts": t0 + s * base, "end_ts": t0 + s * base + st,
+                             "step_time_s": st, "samples": 8, "loss": 2.3 - 0.01 * s, "profiled": warmup <= s < warmup + 4})
+        wsteps = pd.DataFrame(rows)
+        bd = []
+        for s in range(warmup, warmup + 4):
+            for r in range(ws):
+                step_us = base * 1e6
+                comp_us = step_us * 0.6
+                comm = step_us * 0.3
+                bd.append({"rank": r, "step": s, "step_us": step_us, "computing_us": comp_us, "communication_us": comm,
+                           "communication_not_overlapped_us": comm * 0.8, "overlapped_us": comm * 0.2,
+                           "free_us": step_us - comp_us - comm * 0.8, "preparing_us": 0.0, "bubble_us": np.nan,
+                           "stage_us": np.nan})
+        kernels = pd.DataFrame({"name": [f"Conv2D-op{k}" for k in range(20)], "type": ["Conv2D"] * 20,
+                                "count": [4 * ws] * 20, "total_us": rng.uniform(100, 5000, 20)})
+        comm_ops = pd.DataFrame([{"rank": r, "step": s, "op_name": f"AllReduce-op{k}", "op_type": "allreduce", "group": "",
+                                  "group_size": ws, "start_us": 0.0, "elapse_ms": 1.5, "transit_ms": 1.0, "wait_ms": 0.5,
+                                  "size_bytes": 4e6, "algbw_gbps": 2.6, "busbw_gbps": 2.6 * 2 * (ws - 1) / ws}
+                                 for s in range(warmup, warmup + 4) for r in range(ws) for k in range(3)])
+        store.write_table(run_id, "workload_steps", wsteps)
+        store.write_table(run_id, "step_breakdown", pd.DataFrame(bd))
+        store.write_table(run_id, "kernels", kernels)
+        store.write_table(run_id, "comm_ops", comm_ops)
+        steady = wsteps[wsteps.step >= warmup].groupby("step")
+        st = float(steady.step_time_s.max().median())
+        store.write_run({
+            "run_id": run_id, "sweep_id": sweep_id, "source": "sweep", "status": "ok", "error": None,
+            "settings": {"workload": "resnet50", "world_size": ws, "repeat": rep, "parallel.comm_fusion": fusion,
+                         "parallel.grad_compression": comp},
+            "config": {"run_id": run_id, "workload": "resnet50", "world_size": ws, "repeat": rep,
+                       "train": {"batch_size": 8, "steps": steps, "warmup_steps": warmup},
+                       "parallel": {"comm_fusion": fusion, "grad_compression": comp}},
+            "env": {"perfbench": "0.1.0", "mindspore": "2.10.0", "cpus": 2},
+            "timings": {"started": t0, "finished": t0 + 60, "wall_s": 60.0},
+            "metrics": {"throughput": 8 * ws / st, "step_time_s": st, "computing_s": base * 0.6, "communication_s": base * 0.3,
+                        "communication_not_overlapped_s": base * 0.24, "overlapped_s": base * 0.06, "free_s": base * 0.16,
+                        "comm_share": 0.3, "kernel_utilization": 0.6, "collectives_per_step": 3,
+                        "comm_bytes_per_step": 1.2e7, "bubble_fraction": None, "expert_load_cv": None},
+        })
+        ids.append(run_id)
+    store.write_sweep({"sweep_id": sweep_id, "config": {}, "run_ids": ids})
+    return ids
+
+
+def wait_http(url: str, timeout: float = 60.0) -> None:
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"dashboard did not answer at {url} within {timeout}s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--port", type=int, default=8091)
+    ap.add_argument("--results", help="use this results dir instead of a fresh synthetic one")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    tmp = tempfile.TemporaryDirectory(prefix="perfbench-bench-")
+    results = Path(args.results) if args.results else Path(tmp.name) / "results"
+    t = time.perf_counter()
+    ids = make_store(results, args.runs) if not args.results else [r["run_id"] for r in Store(results).list_runs()]
+    print(f"store: {len(ids)} runs at {results} (built in {time.perf_counter() - t:.1f}s)")
+    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
+                             str(args.port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{args.port}"
+    times: dict[str, list[float]] = {"sweeps": [], "run": [], "scaling": []}
+    try:
+        t = time.perf_counter()
+        wait_http(base + "/", 90)
+        print(f"server up in {time.perf_counter() - t:.1f}s")
+        pages = {"sweeps": ("/", "#runs-grid .dash-spreadsheet td"), "run": (f"/run/{ids[-1]}", "#run-breakdown .main-svg"),
+                 "scaling": ("/scaling", "#scaling-throughput .main-svg")}
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
+            for rep in range(args.repeats + 1):  # first round warms caches; not counted
+                for name, (path, sel) in pages.items():
+                    page = browser.new_page()
+                    t = time.perf_counter()
+                    page.goto(base + path)
+                    page.wait_for_selector(sel, timeout=60000)
+                    dt = time.perf_counter() - t
+                    page.close()
+                    if rep:
+                        times[name].append(dt)
+                    else:
+                        print(f"cold {name}: {dt:.2f}s")
+            browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    out = {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "n": len(v)} for k, v in times.items()}
+    print(json.dumps({"runs": len(ids), "first_paint": out}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

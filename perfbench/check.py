@@ -1,0 +1,337 @@
+"""`perfbench check`: did the current run/sweep regress against a saved baseline?
+
+The rule (also in docs/check.md), per matched settings group and metric:
+
+1. Samples: per-step values of the steady-state steps (perfbench.compare.step_samples) of every run in the
+   group, all repeats pooled; each repeat also gives its own median.
+2. Effect: relative change of the pooled median, current vs baseline, signed so that positive = worse
+   (throughput: lower is worse; step time, communication: higher is worse). Shares (comm_share) use the
+   change in absolute points instead (5% threshold = 5 points).
+3. Noise floor: when a side has ≥ 2 repeats, the spread of its repeat medians ((max − min) / median);
+   the threshold used is max(--threshold, noise floor of either side). So repeat-to-repeat noise
+   that was already visible never counts as a change.
+4. Test: two-sided Mann–Whitney U on the pooled per-step samples, significant when p < alpha (0.05).
+5. Verdict: regression = significant and effect > threshold used; improvement = significant and
+   effect < −threshold used; otherwise unchanged. Fewer than 3 samples on a side (and fewer than 3
+   repeats to fall back on), a metric that only one side measured when it is required (throughput,
+   step_time_s), or a group whose current runs all failed: undecided.
+
+Exit code: 1 if any metric regressed, else 2 if anything was undecided or nothing matched, else 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from xml.sax.saxutils import escape, quoteattr
+
+import numpy as np
+
+from perfbench.baseline import load_baseline, resolve_target, run_entry
+from perfbench.compare import METRICS, mann_whitney_p, welch_ci
+from perfbench.errors import UserError
+from perfbench.store import Store
+
+DEFAULT_METRICS = ("throughput", "step_time_s", "comm_share", "communication_not_overlapped_s")
+REQUIRED = ("throughput", "step_time_s")
+IGNORED_SETTINGS = ("repeat",)
+MIN_SAMPLES = 3
+
+VERDICTS = ("regression", "improvement", "unchanged", "undecided", "skipped")
+
+
+def parse_threshold(text: str | float) -> float:
+    """'5%', '5', '0.05' → 0.05. Values ≥ 1 without % are read as percent."""
+    s = str(text).strip()
+    try:
+        if s.endswith("%"):
+            v = float(s[:-1]) / 100
+        else:
+            v = float(s)
+            if v >= 1:
+                v /= 100
+    except ValueError:
+        raise UserError(f"bad --threshold {text!r}: give a percentage such as 5% or 0.05") from None
+    if not (0 < v < 10) or math.isnan(v):
+        raise UserError(f"bad --threshold {text!r}: must be a positive percentage")
+    return v
+
+
+def group_key(settings: dict, ignore=IGNORED_SETTINGS) -> tuple:
+    return tuple(sorted((k, json.dumps(v, sort_keys=True)) for k, v in settings.items() if k not in ignore))
+
+
+@dataclass
+class Group:
+    settings: dict
+    entries: list = field(default_factory=list)
+
+
+def groups_of(entries: list[dict], ignore=IGNORED_SETTINGS) -> list[Group]:
+    out: dict[tuple, Group] = {}
+    for e in entries:
+        k = group_key(e["settings"], ignore)
+        out.setdefault(k, Group({kk: vv for kk, vv in e["settings"].items() if kk not in ignore})).entries.append(e)
+    return list(out.values())
+
+
+def _agree(a: dict, b: dict) -> bool:
+    common = set(a) & set(b)
+    return all(a[k] == b[k] for k in common)
+
+
+def match_groups(base: list[Group], cur: list[Group], direct: bool) -> list[tuple[Group | None, Group]]:
+    """Pair each current group with the baseline group whose settings agree on every common key."""
+    if direct and len(base) == 1 and len(cur) == 1:
+        return [(base[0], cur[0])]
+    pairs = []
+    for c in cur:
+        cands = [b for b in base if _agree(b.settings, c.settings)]
+        exact = [b for b in cands if b.settings == c.settings]
+        if len(exact) == 1:
+            pairs.append((exact[0], c))
+        elif len(cands) == 1:
+            pairs.append((cands[0], c))
+        else:
+            pairs.append((None, c) if not cands else ("ambiguous", c))
+    return pairs
+
+
+def _median(v):
+    return float(np.median(v)) if len(v) else None
+
+
+def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: float, alpha: float) -> dict:
+    higher, unit, kind = METRICS.get(metric, (False, "", "ratio"))
+    res = {"metric": metric, "unit": unit, "higher_is_better": higher, "threshold": threshold}
+
+    def side(entries):
+        pooled, rep_meds, summary = [], [], []
+        for e in entries:
+            s = (e.get("samples") or {}).get(metric) or []
+            s = [float(x) for x in s if x is not None and not (isinstance(x, float) and math.isnan(x))]
+            if s:
+                pooled += s
+                rep_meds.append(float(np.median(s)))
+            v = (e.get("metrics") or {}).get(metric)
+            if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+                summary.append(float(v))
+        return pooled, rep_meds, summary
+
+    bp, bm, bs = side(base)
+    cp, cm, cs = side(cur)
+    if len(bp) < MIN_SAMPLES or len(cp) < MIN_SAMPLES:  # fall back to one value per repeat
+        if len(bs) >= MIN_SAMPLES and len(cs) >= MIN_SAMPLES:
+            bp, cp, bm, cm = bs, cs, bs, cs
+            res["basis"] = "repeats"
+        else:
+            if not (bp or bs) and not (cp or cs):
+                res.update(verdict="skipped", reason="measured by neither side")
+            elif not (bp or bs) or not (cp or cs):
+                which = "baseline" if not (bp or bs) else "current"
+                res.update(verdict="undecided" if metric in REQUIRED else "skipped", reason=f"not measured in the {which}")
+            else:
+                res.update(verdict="undecided",
+                           reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; need {MIN_SAMPLES})")
+            res.update(baseline=_median(bp or bs), current=_median(cp or cs), change=None, p_value=None)
+            return res
+    else:
+        res["basis"] = "steps"
+    mb, mc = float(np.median(bp)), float(np.median(cp))
+    if kind == "share":
+        change = mc - mb
+        noise = max([(max(m) - min(m)) for m in (bm, cm) if len(m) >= 2] or [0.0])
+    else:
+        if mb == 0:
+            res.update(verdict="undecided", reason="baseline median is 0", baseline=mb, current=mc, change=None, p_value=None)
+            return res
+        change = (mc - mb) / abs(mb)
+        noise = max([(max(m) - min(m)) / abs(float(np.median(m))) for m in (bm, cm) if len(m) >= 2 and np.median(m)]
+                    or [0.0])
+    worse = -change if higher else change
+    used = max(threshold, noise)
+    p = mann_whitney_p(bp, cp)
+    ci = welch_ci(bp, cp)
+    significant = p is not None and p < alpha
+    if significant and worse > used:
+        verdict = "regression"
+    elif significant and worse < -used:
+        verdict = "improvement"
+    else:
+        verdict = "unchanged"
+    res.update(verdict=verdict, baseline=mb, current=mc, change=change, change_kind="points" if kind == "share" else "relative",
+               worse_by=worse, noise_floor=noise, threshold_used=used, p_value=p, alpha=alpha,
+               n_baseline=len(bp), n_current=len(cp), repeats_baseline=len(bm), repeats_current=len(cm),
+               ci_mean_diff=list(ci) if ci else None)
+    reason = []
+    if not significant:
+        reason.append(f"p={p:.3g} ≥ {alpha}" if p is not None else "no test")
+    if abs(worse) <= used:
+        reason.append(f"|change| ≤ {used * 100:.1f}{'pt' if kind == 'share' else '%'}")
+    res["reason"] = "; ".join(reason) if verdict == "unchanged" else (
+        f"p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}"
+        f"{'pt' if kind == 'share' else '%'} > {used * 100:.1f}{'pt' if kind == 'share' else '%'}")
+    return res
+
+
+def run_check(store: Store, baseline_name: str, current: str, *, threshold: float = 0.05, alpha: float = 0.05,
+              metrics=DEFAULT_METRICS, ignore=IGNORED_SETTINGS) -> dict:
+    baseline = load_baseline(store, baseline_name)
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise UserError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+    kind, recs = resolve_target(store, current)
+    cur_entries = [run_entry(store, r) for r in recs if r.get("status") in ("ok", "failed")]
+    unfinished = [r["run_id"] for r in recs if r.get("status") not in ("ok", "failed")]
+    base_groups = groups_of(baseline["runs"], ignore)
+    cur_groups = groups_of(cur_entries, ignore)
+    direct = baseline.get("source", {}).get("kind") == "run" and kind == "run"
+    results = []
+    for b, c in match_groups(base_groups, cur_groups, direct):
+        grp = {"settings": c.settings, "current_runs": [e["run_id"] for e in c.entries], "metrics": []}
+        ok = [e for e in c.entries if e["status"] == "ok"]
+        failed = [e for e in c.entries if e["status"] != "ok"]
+        if b is None:
+            grp.update(status="no-baseline", baseline_runs=[])
+        elif b == "ambiguous":
+            grp.update(status="undecided", reason="settings match several baseline groups (use --ignore-setting)",
+                       baseline_runs=[])
+        elif not ok:
+            grp.update(status="undecided", baseline_runs=[e["run_id"] for e in b.entries],
+                       reason="every current run failed: " + "; ".join(f"{e['run_id']}: {str(e.get('error'))[:160]}" for e in failed))
+        else:
+            grp.update(baseline_runs=[e["run_id"] for e in b.entries], baseline_settings=b.settings)
+            if direct and b.settings != c.settings:
+                grp["settings_differ"] = {k: [b.settings.get(k), c.settings.get(k)]
+                                          for k in sorted(set(b.settings) | set(c.settings))
+                                          if b.settings.get(k) != c.settings.get(k)}
+            if failed:
+                grp["failed_runs"] = [e["run_id"] for e in failed]
+            grp["metrics"] = [decide_metric(m, b.entries, ok, threshold, alpha) for m in metrics]
+            vs = [m["verdict"] for m in grp["metrics"]]
+            grp["status"] = ("regression" if "regression" in vs else "undecided" if "undecided" in vs
+                             else "improvement" if "improvement" in vs else "unchanged")
+        results.append(grp)
+    statuses = [g["status"] for g in results]
+    compared = [s for s in statuses if s != "no-baseline"]
+    if "regression" in statuses:
+        verdict, code = "regression", 1
+    elif not compared:
+        verdict, code = "undecided", 2
+    elif "undecided" in statuses:
+        verdict, code = "undecided", 2
+    else:
+        verdict, code = ("improvement" if "improvement" in statuses else "unchanged"), 0
+    return {
+        "verdict": verdict,
+        "exit_code": code,
+        "baseline": {"name": baseline["name"], "source": baseline.get("source"), "created": baseline.get("created")},
+        "current": {"kind": kind, "id": current, "unfinished_runs": unfinished},
+        "threshold": threshold,
+        "alpha": alpha,
+        "groups": results,
+        "unmatched_baseline_groups": [g.settings for g in base_groups
+                                      if not any(g is b for b, _ in match_groups(base_groups, cur_groups, direct))],
+        "checked_at": time.time(),
+    }
+
+
+# ---- output --------------------------------------------------------------------------------
+
+ICON = {"regression": "❌ regression", "improvement": "✅ improvement", "unchanged": "✔ unchanged",
+        "undecided": "⚠ undecided", "skipped": "– skipped", "no-baseline": "– no baseline"}
+
+
+def _settings_label(s: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(s.items())) or "(no settings)"
+
+
+def _v(x):
+    if x is None:
+        return "–"
+    return f"{x:.4g}"
+
+
+def _chg(m):
+    if m.get("change") is None:
+        return "–"
+    if m.get("change_kind") == "points":
+        return f"{m['change'] * 100:+.1f}pt"
+    return f"{m['change'] * 100:+.1f}%"
+
+
+def to_markdown(res: dict) -> str:
+    b = res["baseline"]
+    lines = [f"## perfbench check: {ICON.get(res['verdict'], res['verdict'])}", "",
+             f"Baseline `{b['name']}` ({(b.get('source') or {}).get('kind')} `{(b.get('source') or {}).get('id')}`) vs "
+             f"current {res['current']['kind']} `{res['current']['id']}`; threshold {res['threshold'] * 100:g}% "
+             f"(raised to the repeat-to-repeat noise when larger), Mann–Whitney p < {res['alpha']}.", ""]
+    lines += ["| settings | metric | baseline (median) | current (median) | change | threshold used | p | verdict |",
+              "|---|---|---|---|---|---|---|---|"]
+    for g in res["groups"]:
+        label = _settings_label(g["settings"])
+        if not g["metrics"]:
+            lines.append(f"| {label} | – | – | – | – | – | – | {ICON.get(g['status'], g['status'])}"
+                         f"{': ' + g['reason'] if g.get('reason') else ''} |")
+            continue
+        for m in g["metrics"]:
+            if m["verdict"] == "skipped":
+                continue
+            thr = m.get("threshold_used")
+            thr_s = "–" if thr is None else f"{thr * 100:.1f}{'pt' if m.get('change_kind') == 'points' else '%'}"
+            p = m.get("p_value")
+            lines.append(f"| {label} | {m['metric']} | {_v(m.get('baseline'))} | {_v(m.get('current'))} | {_chg(m)} | "
+                         f"{thr_s} | {'–' if p is None else f'{p:.2g}'} | {ICON[m['verdict']]}"
+                         f"{' (' + m['reason'] + ')' if m['verdict'] in ('undecided',) and m.get('reason') else ''} |")
+    lines.append("")
+    for g in res["groups"]:
+        if g.get("settings_differ"):
+            lines.append(f"Note: compared runs differ in settings: "
+                         + ", ".join(f"{k}: {a} → {c}" for k, (a, c) in g["settings_differ"].items()))
+        if g.get("failed_runs"):
+            lines.append(f"Note: failed current runs left out: {', '.join(g['failed_runs'])}")
+    if res["current"]["unfinished_runs"]:
+        lines.append(f"Note: unfinished current runs left out: {', '.join(res['current']['unfinished_runs'])}")
+    if res["unmatched_baseline_groups"]:
+        um = res["unmatched_baseline_groups"]
+        lines.append(f"{len(um)} baseline settings group(s) not in the current results"
+                     + (": " + "; ".join(_settings_label(s) for s in um[:3]) + ("; ..." if len(um) > 3 else "")))
+    lines.append(f"\nExit code {res['exit_code']} (0 no regression, 1 regression, 2 could not decide).")
+    return "\n".join(lines) + "\n"
+
+
+def to_junit(res: dict) -> str:
+    cases = []
+    n_fail = n_err = n_skip = 0
+    for g in res["groups"]:
+        cls = "perfbench.check." + (_settings_label(g["settings"]).replace(" ", ""))
+        if not g["metrics"]:
+            body = ""
+            if g["status"] == "undecided":
+                n_err += 1
+                body = f"<error message={quoteattr(g.get('reason', 'undecided'))}/>"
+            else:
+                n_skip += 1
+                body = f"<skipped message={quoteattr(g['status'])}/>"
+            cases.append(f"<testcase classname={quoteattr(cls)} name=\"all\">{body}</testcase>")
+            continue
+        for m in g["metrics"]:
+            msg = (f"{m['metric']}: baseline {_v(m.get('baseline'))} current {_v(m.get('current'))} change {_chg(m)}"
+                   f" ({m.get('reason', '')})")
+            if m["verdict"] == "regression":
+                n_fail += 1
+                body = f"<failure message={quoteattr(msg)} type=\"regression\">{escape(json.dumps(m, default=str))}</failure>"
+            elif m["verdict"] == "undecided":
+                n_err += 1
+                body = f"<error message={quoteattr(msg)} type=\"undecided\"/>"
+            elif m["verdict"] == "skipped":
+                n_skip += 1
+                body = f"<skipped message={quoteattr(m.get('reason', 'skipped'))}/>"
+            else:
+                body = f"<system-out>{escape(msg)}</system-out>"
+            cases.append(f"<testcase classname={quoteattr(cls)} name={quoteattr(m['metric'])}>{body}</testcase>")
+    head = (f"<testsuite name=\"perfbench-check\" tests=\"{len(cases)}\" failures=\"{n_fail}\" errors=\"{n_err}\" "
+            f"skipped=\"{n_skip}\">")
+    return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>" + head + "".join(cases) + "</testsuite></testsuites>\n"

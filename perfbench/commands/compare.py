@@ -1,0 +1,44 @@
+"""`perfbench compare RUN_A RUN_B`: throughput/step-time change with confidence intervals, breakdown,
+kernel and collective deltas, settings that differ. Markdown to stdout; --html FILE; --json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from perfbench.cli import add_json_arg, add_results_arg
+from perfbench.errors import UserError
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("compare", help="compare two runs side by side (Markdown, --html, --json)",
+                              description=__doc__)
+    p.add_argument("run_a", metavar="RUN_A", help="run id (or unique prefix) of the reference run")
+    p.add_argument("run_b", metavar="RUN_B", help="run id (or unique prefix) of the run to compare")
+    p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with the Plotly figures")
+    p.add_argument("--top", type=int, default=10, help="kernel movers to list (default 10)")
+    add_results_arg(p)
+    add_json_arg(p)
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from perfbench.compare import compare_runs, to_html, to_markdown
+    from perfbench.store import Store
+
+    store = Store(args.results, create=False)
+    cmp = compare_runs(store, args.run_a, args.run_b, top=args.top)
+    if args.html:
+        path = Path(args.html)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(to_html(cmp), encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(cmp.to_dict(), indent=2, default=str))
+    else:
+        print(to_markdown(cmp))
+        if args.html:
+            print(f"\nHTML report: {args.html}")
+    return 0
