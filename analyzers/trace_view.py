@@ -109,22 +109,29 @@ class TraceEvents:
         return self.x[self.x["pid"].isin(pids)]
 
 
-def x_events(path: str | os.PathLike, *, with_args: bool = False, engine: str = "auto") -> TraceEvents:
-    """All X events as a DataFrame plus pid/tid name maps. `engine`: "auto" | "duckdb" | "ijson"."""
+def x_events(path: str | os.PathLike, *, with_args: bool = False, args_prefix: str | None = None,
+             engine: str = "auto") -> TraceEvents:
+    """All X events as a DataFrame plus pid/tid name maps. `engine`: "auto" | "duckdb" | "ijson".
+
+    `with_args` adds an `args` column (dicts) for every event; `args_prefix` adds it only for events whose
+    name starts with that prefix (others get None), which keeps big traces cheap.
+    """
+    if args_prefix is not None:
+        with_args = True
     path = Path(path)
     _container_prefix(path)  # clear errors for missing/empty/non-JSON files
     if engine in ("auto", "duckdb"):
         try:
-            return _x_events_duckdb(path, with_args)
+            return _x_events_duckdb(path, with_args, args_prefix)
         except ProfileFormatError:
             raise
         except Exception:  # noqa: BLE001 - unusual shapes DuckDB can't type: fall back to the generic reader
             if engine == "duckdb":
                 raise
-    return _x_events_ijson(path, with_args)
+    return _x_events_ijson(path, with_args, args_prefix)
 
 
-def _x_events_ijson(path: Path, with_args: bool) -> TraceEvents:
+def _x_events_ijson(path: Path, with_args: bool, args_prefix: str | None = None) -> TraceEvents:
     cols: dict[str, list] = {c: [] for c in X_COLUMNS + (["args"] if with_args else [])}
     pnames: dict[str, str] = {}
     tnames: dict[tuple[str, str], str] = {}
@@ -139,7 +146,8 @@ def _x_events_ijson(path: Path, with_args: bool) -> TraceEvents:
         cols["dur"].append(ev.get("dur", 0.0))
         cols["cat"].append(ev.get("cat"))
         if with_args:
-            cols["args"].append(ev.get("args"))
+            keep = args_prefix is None or str(ev.get("name", "")).startswith(args_prefix)
+            cols["args"].append(ev.get("args") if keep else None)
     df = pd.DataFrame(cols)
     df["ts"] = df["ts"].astype("float64")
     df["dur"] = df["dur"].astype("float64")
@@ -157,7 +165,7 @@ def _meta(ev: dict, pnames: dict, tnames: dict) -> None:
         tnames[(str(ev.get("pid")), str(ev.get("tid")))] = str(name)
 
 
-def _x_events_duckdb(path: Path, with_args: bool) -> TraceEvents:
+def _x_events_duckdb(path: Path, with_args: bool, args_prefix: str | None = None) -> TraceEvents:
     import duckdb
 
     prefix = _container_prefix(path)
@@ -171,7 +179,11 @@ def _x_events_duckdb(path: Path, with_args: bool) -> TraceEvents:
         if prefix != "item":
             # {"traceEvents": [...]} files are small legacy traces; the generic reader handles them
             raise ValueError("object-wrapped trace")
-        args_sel = ", args::VARCHAR AS args" if with_args else ""
+        if args_prefix is not None:
+            lit = args_prefix.replace("'", "''")
+            args_sel = f", CASE WHEN starts_with(name, '{lit}') THEN args::VARCHAR END AS args"
+        else:
+            args_sel = ", args::VARCHAR AS args" if with_args else ""
         try:
             allx = con.execute(
                 f"SELECT ph, name, pid, tid, TRY_CAST(trim(ts, ' \t') AS DOUBLE) AS ts, "

@@ -1,0 +1,198 @@
+"""Helpers shared by the Ascend text and .db parsers: header-by-name CSV reading, rank identity,
+op classification. Never imports MindSpore."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfbench.errors import ProfileFormatError
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+
+
+def norm(col: str) -> str:
+    """Header key used for matching: case, spaces, underscores and BOM ignored ("Step ID" == "Step Id")."""
+    return re.sub(r"[\s_\ufeff]+", "", str(col)).lower()
+
+
+def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | None = None,
+             numeric: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Read a profiler CSV by header name.
+
+    `required` / `optional` map a header as the profiler writes it (matched with `norm`) to our column
+    name. Unknown extra columns are kept under their original header. `numeric` lists *our* names to
+    convert to float (trailing tabs/spaces stripped, "N/A" -> NaN). A missing required column or a
+    non-numeric value in a required numeric column raises ProfileFormatError naming file and column.
+    """
+    optional = optional or {}
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[], skipinitialspace=False,
+                         encoding="utf-8-sig", on_bad_lines="error")
+    except pd.errors.EmptyDataError:
+        raise ProfileFormatError(path, "file is empty (no header line)") from None
+    except pd.errors.ParserError as exc:
+        raise ProfileFormatError(path, f"corrupt CSV ({str(exc).splitlines()[0][:200]})") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileFormatError(path, f"not a text CSV file ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    by_norm = {norm(c): c for c in df.columns}
+    rename = {}
+    for src, dst in {**required, **optional}.items():
+        orig = by_norm.get(norm(src))
+        if orig is not None:
+            rename[orig] = dst
+        elif src in required:
+            found = ", ".join(str(c) for c in list(df.columns)[:12])
+            raise ProfileFormatError(path, f"missing required column '{src}' (header has: {found})")
+    df = df.rename(columns=rename)
+    for col in numeric:
+        if col not in df.columns:
+            continue
+        s = df[col].astype(str).str.strip().str.strip('"').str.strip()
+        s = s.where(~s.isin(["", "N/A", "NA", "nan", "None", "-"]), None)
+        conv = pd.to_numeric(s, errors="coerce")
+        if col in required.values():
+            bad = conv.isna()
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raw = df[col].iloc[i]
+                src = next(k for k, v in required.items() if v == col)
+                what = "is empty (file truncated?)" if str(raw).strip() in ("", "nan") else f"is not a number: {str(raw)[:40]!r}"
+                raise ProfileFormatError(path, f"line {i + 2}: column '{src}' {what}")
+        df[col] = conv.astype("float64")
+    return df
+
+
+def read_json(path: Path):
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    if not data.strip():
+        raise ProfileFormatError(path, "file is empty")
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        what = "truncated JSON" if exc.pos >= len(data.rstrip()) - 1 else "corrupt JSON"
+        raise ProfileFormatError(path, f"{what}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileFormatError(path, f"not a UTF-8 JSON file ({exc.reason})") from None
+
+
+# ---- rank identity -----------------------------------------------------------------------------
+
+def rank_info(rank_dir: Path) -> dict:
+    """Rank id, world size, device and config from profiler_info*.json / profiler_metadata.json."""
+    info: dict = {"rank": None, "config": {}, "metadata": {}}
+    cands = sorted(rank_dir.glob("profiler_info*.json"))
+    if cands:
+        pi = read_json(cands[0])
+        if not isinstance(pi, dict):
+            raise ProfileFormatError(cands[0], "expected a JSON object")
+        info["profiler_info"] = pi
+        r = pi.get("rank_id")
+        try:
+            r = int(r) if r is not None and str(r).strip() != "" else None
+        except ValueError:
+            r = None
+        if r is not None and r >= 0:
+            info["rank"] = r
+        if info["rank"] is None:
+            m = re.search(r"profiler_info_(\d+)\.json$", cands[0].name)
+            if m:
+                info["rank"] = int(m.group(1))
+        if "rank_size" in pi:
+            info["world_size"] = pi.get("rank_size")
+        info["config"] = pi.get("config") or {}
+        for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
+            if k in pi:
+                info[k] = pi[k]
+    md_path = rank_dir / "profiler_metadata.json"
+    if md_path.exists():
+        md = read_json(md_path)
+        if isinstance(md, dict):
+            info["metadata"] = md
+            dist = md.get("distributed_args") or {}
+            if info["rank"] is None and isinstance(dist.get("rank"), int):
+                info["rank"] = dist["rank"]
+            if dist.get("world_size"):
+                info["world_size"] = dist.get("world_size")
+    return info
+
+
+def parallel_groups(metadata: dict) -> dict[str, list[int]]:
+    """group name -> global ranks, from profiler_metadata.json parallel_group_info."""
+    out = {}
+    pgi = (metadata or {}).get("parallel_group_info") or {}
+    if isinstance(pgi, dict):
+        for gid, g in pgi.items():
+            if isinstance(g, dict):
+                ranks = g.get("global_ranks") or []
+                name = str(g.get("group_name") or gid)
+                out[str(gid)] = list(ranks)
+                out[name] = list(ranks)
+    return out
+
+
+# ---- op classification -------------------------------------------------------------------------
+
+_COMM_TYPES = [  # order matters: longer names first
+    ("reducescatter", "reducescatter"),
+    ("allgather", "allgather"),
+    ("allreduce", "allreduce"),
+    ("alltoallv", "alltoallv"),
+    ("alltoall", "alltoall"),
+    ("broadcast", "broadcast"),
+    ("batchsendrecv", "send"),
+    ("receive", "recv"),
+    ("recv", "recv"),
+    ("send", "send"),
+    ("reduce", "reduce"),
+    ("barrier", "barrier"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+]
+
+
+def comm_op_type(name: str) -> str:
+    """allreduce | allgather | ... from an HCCL op name like hcom_allReduce__586_0_1 or AllReduce-op2."""
+    key = re.sub(r"[^a-z]", "", str(name).lower())
+    for needle, typ in _COMM_TYPES:
+        if needle in key:
+            return typ
+    return "other"
+
+
+_COMM_NAME = re.compile(r"^(hcom_|hccl|lccl|allreduce|allgather|reducescatter|alltoall|broadcast|send|receive|recv)",
+                        re.IGNORECASE)
+
+
+def is_comm_name(name: str) -> bool:
+    return bool(_COMM_NAME.match(str(name)))
+
+
+def categorize(names: pd.Series, core: pd.Series | None, types: pd.Series | None) -> pd.Series:
+    """'communication' for HCCL ops (core type HCCL/COMMUNICATION or an hcom_* name), else 'compute'."""
+    comm = names.astype(str).str.match(_COMM_NAME)
+    if core is not None:
+        c = core.astype(str).str.upper()
+        comm |= c.isin(["HCCL", "COMMUNICATION", "LCCL"])
+    if types is not None:
+        comm |= types.astype(str).str.lower().str.startswith("hcom_")
+    return pd.Series(np.where(comm, "communication", "compute"), index=names.index, dtype="object")
+
+
+def step_of(key: str):
+    """'step50' -> 50; 'step' / '' -> None."""
+    m = re.search(r"(\d+)$", str(key))
+    return int(m.group(1)) if m else None
+
+
+TRANSPORTS = ("HCCS", "RDMA", "SDMA", "PCIE", "SIO")

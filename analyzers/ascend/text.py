@@ -1,0 +1,344 @@
+"""Parser for one rank of the Ascend profiler *text* export (MindSpore `*_ascend_ms`, torch_npu `*_ascend_pt`).
+
+Reads, from `<rank_dir>/ASCEND_PROFILER_OUTPUT/`:
+
+* kernel_details.csv   -> ops (every device kernel; HCCL rows are category "communication")
+* step_trace_time.csv  -> reference_breakdown (what the profiler itself computed; used for reconciliation)
+* communication.json   -> comm_ops (+ comm_bandwidth per transport)
+* communication_matrix.json -> links
+* op_statistic.csv     -> meta["op_statistic"] (cross-check for the kernels analysis)
+* trace_view.json      -> host step starts (ProfilerStep#N, for Preparing) and collective sizes
+                          (HCCL op `count` x `data_type`); streamed, skipped above `TRACE_MAX_BYTES`
+                          when read_trace="auto"
+and `<rank_dir>/profiler_info*.json`, `profiler_metadata.json` for rank id and parallel groups.
+
+Every file is optional except kernel_details.csv (or, failing it, trace_view.json). Headers are matched
+by name; unknown columns are kept; bad files raise ProfileFormatError naming the file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analyzers.ascend.common import (OUTPUT_DIR, TRANSPORTS, categorize, comm_op_type, parallel_groups, rank_info,
+                                     read_csv, read_json, step_of)
+from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty)
+from perfbench.errors import ProfileFormatError
+
+#: with read_trace="auto", trace_view.json files larger than this are not read (Preparing and
+#: collective sizes are then unknown); pass read_trace=True to force.
+TRACE_MAX_BYTES = 512 * 1024 * 1024
+
+DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
+               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
+
+KERNEL_REQUIRED = {"Name": "name", "Start Time(us)": "start_us", "Duration(us)": "dur_us"}
+KERNEL_OPTIONAL = {"Step Id": "step", "Type": "type", "Accelerator Core": "core_type", "Stream ID": "stream",
+                   "Device_id": "device", "Task Type": "task_type"}
+
+STEP_TRACE_REQUIRED = {"Step": "step", "Computing": "computing_us",
+                       "Communication(Not Overlapped)": "communication_not_overlapped_us",
+                       "Overlapped": "overlapped_us", "Communication": "communication_us", "Free": "free_us"}
+STEP_TRACE_OPTIONAL = {"Stage": "stage_us", "Bubble": "bubble_us", "Preparing": "preparing_us",
+                       "Communication(Not Overlapped and Exclude Receive)": "communication_not_overlapped_exclude_receive_us",
+                       "Device_id": "device"}
+
+
+def is_text_rank(d: Path) -> bool:
+    out = d / OUTPUT_DIR
+    return out.is_dir() and any((out / f).exists() for f in ("kernel_details.csv", "trace_view.json", "step_trace_time.csv"))
+
+
+def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto") -> Profile:
+    rank_dir = Path(rank_dir)
+    if rank_dir.name == OUTPUT_DIR:
+        rank_dir = rank_dir.parent
+    out = rank_dir / OUTPUT_DIR
+    info = rank_info(rank_dir)
+    r = info["rank"] if info["rank"] is not None else (rank if rank is not None else 0)
+    meta: dict = {"format": "ascend-text", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
+                  "parallel_groups": parallel_groups(info.get("metadata", {}))}
+    for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
+        if k in info:
+            meta[k] = info[k]
+    meta["producer"] = "mindspore" if rank_dir.name.endswith("_ascend_ms") else (
+        "torch_npu" if rank_dir.name.endswith("_ascend_pt") else "unknown")
+
+    kd = out / "kernel_details.csv"
+    tv = out / "trace_view.json"
+    ops = _kernel_details(kd, r) if kd.exists() else None
+
+    trace = None
+    if tv.exists() and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
+                        or (ops is None and read_trace != False)):  # noqa: E712
+        trace = _trace_facts(tv, r)
+    elif tv.exists():
+        meta["trace_view_skipped"] = f"{tv.stat().st_size / 1e9:.2f} GB > read limit; Preparing and sizes unknown"
+    if ops is None:
+        if trace is None or trace["device_ops"] is None:
+            raise ProfileFormatError(out, "neither kernel_details.csv nor a readable trace_view.json found")
+        ops = trace["device_ops"]
+    # communication rows missing from kernel_details (some exports): take HCCL ops from the trace
+    if trace is not None and not (ops["category"] == "communication").any() and len(trace["hccl_ops"]):
+        ops = pd.concat([ops, trace["hccl_ops"]], ignore_index=True)
+
+    # steps: device span of the ops of each step
+    if ops["step"].notna().any():
+        ops["step"] = ops["step"].astype("Int64")
+    else:
+        ref_steps = _single_step_id(out / "step_trace_time.csv")
+        ops["step"] = pd.array([ref_steps] * len(ops), dtype="Int64")
+    ends = ops["start_us"] + ops["dur_us"]
+    g = pd.DataFrame({"step": ops["step"], "s": ops["start_us"], "e": ends}).dropna(subset=["step"])
+    steps = g.groupby("step", as_index=False).agg(start_us=("s", "min"), end_us=("e", "max"))
+    steps.insert(0, "rank", r)
+    if trace is not None and trace["host_steps"]:
+        steps["host_start_us"] = steps["step"].map(lambda s: trace["host_steps"].get(int(s), (np.nan, np.nan))[0])
+        steps["host_end_us"] = steps["step"].map(lambda s: trace["host_steps"].get(int(s), (np.nan, np.nan))[1])
+    steps = conform(steps, STEPS)
+
+    comm_ops, comm_bw = _communication(out / "communication.json", r) if (out / "communication.json").exists() \
+        else (None, None)
+    if comm_ops is None:
+        comm_ops, comm_bw = _comm_from_ops(ops, r), empty(COMM_BANDWIDTH)
+        meta["comm_source"] = "kernel_details (elapse only)" if len(comm_ops) else "none"
+    else:
+        meta["comm_source"] = "communication.json"
+    if trace is not None and len(comm_ops):
+        size = comm_ops["op_name"].map(trace["hccl_sizes"])
+        comm_ops["size_bytes"] = comm_ops["size_bytes"].fillna(size) if "size_bytes" in comm_ops else size
+        algs = comm_ops["op_name"].map(trace["hccl_alg"])
+        comm_ops["alg_type"] = algs
+    links = _matrix(out / "communication_matrix.json", r) if (out / "communication_matrix.json").exists() \
+        else empty(LINKS)
+
+    ref = _step_trace(out / "step_trace_time.csv", r) if (out / "step_trace_time.csv").exists() else None
+    if (out / "op_statistic.csv").exists():
+        st = read_csv(out / "op_statistic.csv", {"OP Type": "op_type", "Total Time(us)": "total_us"},
+                      {"Core Type": "core_type", "Count": "count"}, numeric=("total_us", "count"))
+        meta["op_statistic"] = st[[c for c in ("op_type", "core_type", "count", "total_us") if c in st]].to_dict("records")
+
+    ranks = pd.DataFrame([{"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir),
+                           "stage": pd.NA, "dp_group": None, "world_size": info.get("world_size")}])
+    return Profile(source="ascend-text", path=str(rank_dir), ranks=conform(ranks, RANKS), steps=steps,
+                   ops=conform(ops, OPS), comm_ops=conform(comm_ops, COMM_OPS),
+                   comm_bandwidth=conform(comm_bw, COMM_BANDWIDTH), links=conform(links, LINKS),
+                   reference_breakdown=ref, meta=meta)
+
+
+def _device(ops: pd.DataFrame, info: dict):
+    if "device" in ops.columns and ops["device"].notna().any():
+        return str(ops["device"].dropna().iloc[0])
+    return None
+
+
+def _single_step_id(path: Path):
+    if path.exists():
+        try:
+            st = pd.read_csv(path, dtype=str)
+            if "Step" in st.columns and len(st) == 1:
+                s = step_of(st["Step"].iloc[0])
+                return s if s is not None else 0
+        except Exception:  # noqa: BLE001 - the file gets its own clear error when read as reference
+            pass
+    return 0
+
+
+def _kernel_details(path: Path, r: int) -> pd.DataFrame:
+    df = read_csv(path, KERNEL_REQUIRED, KERNEL_OPTIONAL, numeric=("start_us", "dur_us", "step"))
+    for c in ("type", "core_type"):
+        if c in df.columns:
+            df[c] = df[c].where(~df[c].isin(["N/A", ""]), None)
+    df["category"] = categorize(df["name"], df.get("core_type"), df.get("type"))
+    if "type" not in df.columns:
+        df["type"] = None
+    # comm ops: normalized collective type when the profiler left Type empty / N/A
+    comm = df["category"] == "communication"
+    if comm.any():
+        df.loc[comm, "type"] = df.loc[comm, "type"].fillna(df.loc[comm, "name"].map(comm_op_type))
+    if "step" not in df.columns:
+        df["step"] = np.nan
+    df.insert(0, "rank", r)
+    # AI Core metrics: keep numeric where they are numeric
+    for c in df.columns:
+        if c.startswith(("aic_", "aiv_", "cube_utilization")) or c in ("Wait Time(us)", "Block Dim", "Block Num",
+                                                                       "Mix Block Dim", "Mix Block Num"):
+            df[c] = pd.to_numeric(df[c].astype(str).str.strip().replace({"N/A": None}), errors="coerce")
+    return df
+
+
+_STEP_RE = re.compile(r"ProfilerStep#(\d+)")
+
+
+def _trace_facts(path: Path, r: int) -> dict:
+    """Host step windows, HCCL op sizes/algorithms, and (fallback) device ops from trace_view.json."""
+    from analyzers.trace_view import x_events
+
+    te = x_events(path, args_prefix="hcom_")
+    x = te.x
+    facts: dict = {"host_steps": {}, "hccl_sizes": {}, "hccl_alg": {}, "device_ops": None, "hccl_ops": empty(OPS)}
+    steps = x[x["name"].astype(str).str.startswith("ProfilerStep#")]
+    for name, ts, dur in zip(steps["name"], steps["ts"], steps["dur"]):
+        m = _STEP_RE.match(name)
+        if m:
+            s = int(m.group(1))
+            lo, hi = facts["host_steps"].get(s, (np.inf, -np.inf))
+            facts["host_steps"][s] = (min(lo, ts), max(hi, ts + dur))
+    hccl_pids = [p for p, n in te.process_names.items() if n == "HCCL"]
+    comm_tids = {k for k, n in te.thread_names.items() if k[0] in hccl_pids and "Communication" in n}
+    if hccl_pids:
+        hx = x[x["pid"].isin(hccl_pids)]
+        top = hx[[(p, t) in comm_tids for p, t in zip(hx["pid"], hx["tid"])]] if comm_tids else hx.iloc[0:0]
+        if len(top):
+            for name, a in zip(top["name"], top["args"]):
+                if not isinstance(a, dict):
+                    continue
+                cnt, dt = a.get("count"), str(a.get("data_type", "")).upper()
+                if cnt is not None and dt in DTYPE_BYTES:
+                    try:
+                        facts["hccl_sizes"][name] = float(cnt) * DTYPE_BYTES[dt]
+                    except (TypeError, ValueError):
+                        pass
+                if a.get("alg_type"):
+                    facts["hccl_alg"][name] = a.get("alg_type")
+            facts["hccl_ops"] = pd.DataFrame({
+                "rank": r, "step": np.nan, "name": top["name"].to_numpy(), "type": top["name"].map(comm_op_type).to_numpy(),
+                "category": "communication", "start_us": top["ts"].to_numpy(), "dur_us": top["dur"].to_numpy(),
+                "stream": top["tid"].to_numpy(), "core_type": "HCCL"})
+    hw = [p for p, n in te.process_names.items() if n == "Ascend Hardware"]
+    if hw:
+        d = x[x["pid"].isin(hw)]
+        d = d[~d["name"].isin(["PROFILING_ENABLE", "PROFILING_DISABLE"])]
+        facts["device_ops"] = pd.DataFrame({
+            "rank": r, "step": np.nan, "name": d["name"].to_numpy(), "type": None,
+            "category": categorize(d["name"], None, None).to_numpy(), "start_us": d["ts"].to_numpy(),
+            "dur_us": d["dur"].to_numpy(), "stream": d["tid"].to_numpy(), "core_type": None})
+        if facts["host_steps"] and len(facts["device_ops"]):
+            # device ops have no step id in the trace: assign by host step window order
+            facts["device_ops"]["step"] = _assign_by_windows(facts["device_ops"]["start_us"], facts["host_steps"])
+    return facts
+
+
+def _assign_by_windows(ts: pd.Series, windows: dict[int, tuple[float, float]]) -> np.ndarray:
+    order = sorted(windows.items(), key=lambda kv: kv[1][0])
+    starts = np.array([w[0] for _, w in order])
+    ids = np.array([s for s, _ in order], dtype=float)
+    idx = np.searchsorted(starts, ts.to_numpy(), side="right") - 1
+    out = np.where(idx >= 0, ids[np.clip(idx, 0, None)], np.nan)
+    return out
+
+
+def _step_trace(path: Path, r: int) -> pd.DataFrame:
+    df = read_csv(path, STEP_TRACE_REQUIRED, STEP_TRACE_OPTIONAL,
+                  numeric=tuple(v for v in {**STEP_TRACE_REQUIRED, **STEP_TRACE_OPTIONAL}.values()
+                                if v not in ("step", "device")))
+    df["step"] = df["step"].map(lambda s: step_of(s) if step_of(s) is not None else 0).astype("int64")
+    df.insert(0, "rank", r)
+    return df
+
+
+def _communication(path: Path, r: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ProfileFormatError(path, f"expected a JSON object keyed by step, found {type(data).__name__}")
+    rows, bw = [], []
+    for step_key, kinds in data.items():
+        if not isinstance(kinds, dict):
+            raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}, found {type(kinds).__name__}")
+        step = step_of(step_key)
+        for kind, ops in kinds.items():
+            if not isinstance(ops, dict):
+                raise ProfileFormatError(path, f"'{step_key}/{kind}' should be an object of ops")
+            for key, op in ops.items():
+                if key == "Total Op Info":
+                    continue
+                if not isinstance(op, dict) or "Communication Time Info" not in op:
+                    raise ProfileFormatError(path, f"op '{key}' in '{step_key}/{kind}' has no 'Communication Time Info'")
+                name, _, group = key.partition("@")
+                t = op.get("Communication Time Info") or {}
+                try:
+                    rows.append({
+                        "rank": r, "step": step, "op_name": name, "op_type": comm_op_type(name), "group": group,
+                        "group_size": pd.NA, "start_us": _f(t.get("Start Timestamp(us)")),
+                        "elapse_ms": _f(t["Elapse Time(ms)"]), "transit_ms": _f(t.get("Transit Time(ms)")),
+                        "wait_ms": _f(t.get("Wait Time(ms)")), "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
+                        "idle_ms": _f(t.get("Idle Time(ms)")), "size_bytes": np.nan, "kind": kind,
+                        "wait_ratio": _f(t.get("Wait Time Ratio")),
+                        "synchronization_ratio": _f(t.get("Synchronization Time Ratio"))})
+                except KeyError as exc:
+                    raise ProfileFormatError(path, f"op '{key}': missing {exc.args[0]!r}") from None
+                for transport, b in (op.get("Communication Bandwidth Info") or {}).items():
+                    if not isinstance(b, dict):
+                        continue
+                    size, tm = _f(b.get("Transit Size(MB)")), _f(b.get("Transit Time(ms)"))
+                    if not (size or tm):
+                        continue
+                    bw.append({"rank": r, "step": step, "op_name": name, "transport": transport, "size_mb": size,
+                               "time_ms": tm, "bandwidth_gbps": _f(b.get("Bandwidth(GB/s)")),
+                               "large_packet_ratio": _f(b.get("Large Packet Ratio")), "group": group})
+    co = pd.DataFrame(rows) if rows else empty(COMM_OPS)
+    cb = pd.DataFrame(bw) if bw else empty(COMM_BANDWIDTH)
+    if len(co):
+        co["step"] = co["step"].astype("Int64")
+        # payload moved by this rank (sum over device-to-device transports; SDMA aggregates HCCS/PCIE/SIO)
+        if len(cb):
+            moved = cb[cb["transport"].isin(["HCCS", "PCIE", "SIO", "RDMA"])].groupby("op_name")["size_mb"].sum()
+            co["transit_bytes"] = co["op_name"].map(moved).fillna(0.0) * 1e6
+    if len(cb):
+        cb["step"] = cb["step"].astype("Int64")
+    return co, cb
+
+
+def _f(v) -> float:
+    if v is None or v == "":
+        return float("nan")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _comm_from_ops(ops: pd.DataFrame, r: int) -> pd.DataFrame:
+    c = ops[ops["category"] == "communication"]
+    if not len(c):
+        return empty(COMM_OPS)
+    return pd.DataFrame({
+        "rank": r, "step": c["step"].astype("Int64").to_numpy(), "op_name": c["name"].to_numpy(),
+        "op_type": c["name"].map(comm_op_type).to_numpy(), "group": "", "group_size": pd.NA,
+        "start_us": c["start_us"].to_numpy(), "elapse_ms": (c["dur_us"] / 1000.0).to_numpy(),
+        "transit_ms": np.nan, "wait_ms": np.nan, "synchronization_ms": np.nan, "idle_ms": np.nan,
+        "size_bytes": np.nan})
+
+
+def _matrix(path: Path, r: int) -> pd.DataFrame:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ProfileFormatError(path, f"expected a JSON object keyed by step, found {type(data).__name__}")
+    rows = []
+    for step_key, kinds in data.items():
+        if not isinstance(kinds, dict):
+            raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}")
+        step = step_of(step_key)
+        for kind, ops in kinds.items():
+            if not isinstance(ops, dict):
+                raise ProfileFormatError(path, f"'{step_key}/{kind}' should be an object of ops")
+            for key, links in ops.items():
+                if key == "Total Op Info" or not isinstance(links, dict):
+                    continue
+                name, _, group = key.partition("@")
+                for pair, v in links.items():
+                    src, _, dst = str(pair).partition("-")
+                    if not isinstance(v, dict) or not src.strip().isdigit() or not dst.strip().isdigit():
+                        raise ProfileFormatError(path, f"link '{pair}' of '{key}' is not 'src-dst' with an object")
+                    rows.append({"step": step, "op_name": name, "group": group, "src": int(src), "dst": int(dst),
+                                 "transport": v.get("Transport Type"), "size_mb": _f(v.get("Transit Size(MB)")),
+                                 "time_ms": _f(v.get("Transit Time(ms)")), "bandwidth_gbps": _f(v.get("Bandwidth(GB/s)")),
+                                 "hccl_op_name": v.get("Op Name"), "rank": r, "kind": kind})
+    df = pd.DataFrame(rows) if rows else empty(LINKS)
+    if len(df):
+        df["step"] = df["step"].astype("Int64")
+    return df
