@@ -153,10 +153,13 @@ def empty(table: dict) -> pd.DataFrame:
 
 def conform(df: pd.DataFrame, table: dict) -> pd.DataFrame:
     """Add missing schema columns (as NA), cast known ones, keep extras after the schema columns."""
-    df = df.copy()
+    df = df.reset_index(drop=True)
     for col, dtype in table.items():
         if col not in df.columns:
-            df[col] = pd.Series([pd.NA] * len(df), dtype=dtype if dtype != "int64" else "Int64")
+            if dtype == "float64":
+                df[col] = float("nan")
+            else:
+                df[col] = pd.array([pd.NA] * len(df), dtype="Int64" if dtype == "int64" else dtype)
         else:
             try:
                 df[col] = df[col].astype(dtype)

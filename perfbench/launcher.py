@@ -1,0 +1,302 @@
+"""Launch one run's ranks with msrun, watch them, and end them cleanly.
+
+msrun starts a scheduler plus one worker per rank; the workers run in sessions of their own, so a
+process-group kill does not reach them. Every process of a run therefore carries the environment
+variable PERFBENCH_RUN_TAG, and ending a run kills every process that carries its tag (and every
+descendant of msrun seen while it ran) — nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+ENTRY = Path(__file__).resolve().parents[1] / "workloads" / "entry.py"
+TAG_VAR = "PERFBENCH_RUN_TAG"
+
+
+@dataclass
+class LaunchResult:
+    status: str  # "ok" | "failed"
+    reason: str | None = None  # one line: why it failed
+    failed_rank: int | None = None
+    log_tail: str = ""  # last lines of the failing rank's log (or msrun's)
+    returncode: int | None = None
+    wall_s: float = 0.0
+    command: list[str] = field(default_factory=list)
+    master_port: int | None = None
+    bind_core: bool = False
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def threads_per_rank(local_ranks: int, cpus: int | None = None) -> int:
+    cpus = cpus or len(os.sched_getaffinity(0))
+    return max(1, cpus // max(1, local_ranks))
+
+
+def should_bind(bind_core, local_ranks: int, cpus: int | None = None) -> bool:
+    """msrun --bind_core pins rank i to core i: worth it when every rank gets a core of its own."""
+    cpus = cpus or len(os.sched_getaffinity(0))
+    if bind_core == "auto":
+        return 1 < local_ranks <= cpus
+    return bool(bind_core)
+
+
+def msrun_executable() -> str:
+    """The msrun that belongs to this interpreter's MindSpore (falls back to PATH)."""
+    beside = Path(sys.executable).parent / "msrun"
+    if beside.exists():
+        return str(beside)
+    import shutil
+
+    found = shutil.which("msrun")
+    if not found:
+        from perfbench.errors import UserError
+
+        raise UserError("msrun not found: install the training extra (`pip install -e '.[train]'`), which brings MindSpore and msrun")
+    return found
+
+
+def msrun_command(
+    run_config: Path, world_size: int, log_dir: Path, master_port: int, *, nodes: int = 1, node_rank: int = 0,
+    master_addr: str = "127.0.0.1", bind_core: bool = False, cluster_time_out: int = 120,
+) -> list[str]:
+    local = world_size // nodes
+    cmd = [
+        msrun_executable(),
+        f"--worker_num={world_size}",
+        f"--local_worker_num={local}",
+        f"--master_addr={master_addr}",
+        f"--master_port={master_port}",
+        f"--log_dir={log_dir}",
+        "--join=True",
+        f"--cluster_time_out={cluster_time_out}",
+    ]
+    if nodes > 1:
+        cmd.append(f"--node_rank={node_rank}")
+    if bind_core:
+        cmd.append("--bind_core=True")
+    cmd += [str(ENTRY), "--config", str(run_config)]
+    return cmd
+
+
+def _tagged(tag: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid == os.getpid():
+                continue
+            if p.environ().get(TAG_VAR) == tag:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return out
+
+
+def kill_run(tag: str, known: dict[int, float] | None = None, grace_s: float = 3.0) -> int:
+    """SIGTERM, then SIGKILL, every process of the run (by tag, plus known pid/create-time pairs)."""
+    procs: dict[int, psutil.Process] = {p.pid: p for p in _tagged(tag)}
+    for pid, created in (known or {}).items():
+        if pid in procs:
+            continue
+        try:
+            p = psutil.Process(pid)
+            if abs(p.create_time() - created) < 0.01:
+                procs[pid] = p
+        except psutil.NoSuchProcess:
+            pass
+    for p in procs.values():
+        try:
+            p.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(procs)
+
+
+def count_steps(metrics_dir: Path) -> dict[int, int]:
+    """Finished steps per rank, from the workload's steps.jsonl files (cheap: counts lines)."""
+    out = {}
+    for f in metrics_dir.glob("rank*.steps.jsonl"):
+        try:
+            rank = int(f.name.split(".")[0][4:])
+            with open(f, "rb") as fh:
+                out[rank] = sum(1 for line in fh if line.endswith(b"\n"))
+        except (ValueError, OSError):
+            continue
+    return out
+
+
+def launch(
+    run_config_path: Path,
+    run_config: dict,
+    launch_cfg: dict,
+    *,
+    on_progress: Callable[[dict[int, int]], None] | None = None,
+    poll_s: float = 0.5,
+) -> LaunchResult:
+    """Run one configuration through msrun and wait for it, within launch_cfg's timeouts."""
+    out_dir = Path(run_config["output_dir"])
+    log_dir = out_dir / "logs"
+    metrics_dir = out_dir / "metrics"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    ws = run_config["world_size"]
+    nodes = launch_cfg.get("nodes", 1)
+    local = ws // nodes
+    port = free_port() if launch_cfg.get("master_port", "auto") == "auto" else int(launch_cfg["master_port"])
+    bind = should_bind(launch_cfg.get("bind_core", "auto"), local)
+    cmd = msrun_command(
+        run_config_path, ws, log_dir, port, nodes=nodes, node_rank=launch_cfg.get("node_rank", 0),
+        master_addr=launch_cfg.get("master_addr", "127.0.0.1"), bind_core=bind,
+    )
+    tag = f"{run_config['run_id']}-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ)
+    env[TAG_VAR] = tag
+    # msrun starts workers as `python script.py`: make that the interpreter running perfbench
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env.setdefault("GLOG_v", "2")  # MindSpore: warnings and errors only
+    env["PYTHONUNBUFFERED"] = "1"
+    root = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+    timeout_s = float(launch_cfg.get("timeout_s", 900))
+    stall_s = float(launch_cfg.get("stall_timeout_s", 180))
+    t0 = time.time()
+    known: dict[int, float] = {}
+    result = LaunchResult(status="failed", command=cmd, master_port=port, bind_core=bind)
+    with open(log_dir / "msrun.out", "wb") as msrun_out:
+        proc = subprocess.Popen(cmd, cwd=out_dir, env=env, stdout=msrun_out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+        last_counts: dict[int, int] = {}
+        last_change = time.time()
+        try:
+            while True:
+                rc = proc.poll()
+                _remember_children(proc.pid, known)
+                counts = count_steps(metrics_dir)
+                if counts != last_counts:
+                    last_counts, last_change = counts, time.time()
+                    if on_progress:
+                        on_progress(counts)
+                if rc is not None:
+                    result.returncode = rc
+                    break
+                now = time.time()
+                if now - t0 > timeout_s:
+                    result.reason = f"timed out after {timeout_s:.0f} s (launch.timeout_s)"
+                    break
+                if counts and now - last_change > stall_s:
+                    result.reason = (f"hung: no rank finished a step for {stall_s:.0f} s (launch.stall_timeout_s); "
+                                     f"steps done per rank: {dict(sorted(counts.items()))}")
+                    break
+                time.sleep(poll_s)
+        except BaseException:
+            kill_run(tag, known)
+            raise
+        finally:
+            if proc.poll() is None or result.reason:
+                kill_run(tag, known)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            # workers that outlive msrun (it should not happen, but never leave orphans)
+            kill_run(tag, known)
+    result.wall_s = time.time() - t0
+    final = count_steps(metrics_dir)
+    if result.reason is None and result.returncode == 0:
+        missing = [r for r in range(ws) if final.get(r, 0) < run_config["train"]["steps"]]
+        if missing and nodes == 1:
+            result.reason = f"msrun exited 0 but ranks {missing} did not record all {run_config['train']['steps']} steps"
+        else:
+            result.status = "ok"
+            return result
+    rank, tail = failing_rank(log_dir, final, ws)
+    result.failed_rank = rank
+    result.log_tail = tail
+    if result.reason is None:
+        who = f"rank {rank}" if rank is not None else "msrun"
+        result.reason = f"{who} failed (msrun exit code {result.returncode})" + _first_error(tail)
+    elif rank is not None:
+        result.reason += f"; rank {rank} was behind"
+    return result
+
+
+def _remember_children(pid: int, known: dict[int, float]) -> None:
+    try:
+        for c in psutil.Process(pid).children(recursive=True):
+            try:
+                known.setdefault(c.pid, c.create_time())
+            except psutil.NoSuchProcess:
+                pass
+    except psutil.NoSuchProcess:
+        pass
+
+
+_ERROR_MARKERS = ("Traceback (most recent call last)", "Error:", "[ERROR]", "Exception", "exit with exception")
+
+
+def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int) -> tuple[int | None, str]:
+    """Which rank failed first: the first worker log with an error, else the rank with fewest steps."""
+    errs = []
+    for r in range(world_size):
+        f = log_dir / f"worker_{r}.log"
+        if not f.exists():
+            continue
+        text = f.read_text(errors="replace")
+        if "Traceback (most recent call last)" in text or "perfbench-inject" in text:
+            errs.append((f.stat().st_mtime, r, text))
+    if errs:
+        # the rank whose log has a Python traceback of its own; a desynchronised peer fails later
+        errs.sort(key=lambda e: (0 if "perfbench-inject" in e[2] else 1, e[0]))
+        _, r, text = errs[0]
+        return r, _tail(text)
+    if steps:
+        r = min(range(world_size), key=lambda i: steps.get(i, 0))
+        f = log_dir / f"worker_{r}.log"
+        if f.exists():
+            return r, _tail(f.read_text(errors="replace"))
+        return r, ""
+    f = log_dir / "msrun.out"
+    return None, _tail(f.read_text(errors="replace")) if f.exists() else ""
+
+
+def _tail(text: str, n: int = 25) -> str:
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return "\n".join(lines[-n:])
+
+
+def _first_error(tail: str) -> str:
+    for line in reversed(tail.splitlines()):
+        s = line.strip()
+        if s and (s.split(":")[0].endswith(("Error", "Exception", "Exit")) or "perfbench-inject" in s):
+            return f": {s[:300]}"
+    return ""
+
+
+def write_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, sort_keys=True))

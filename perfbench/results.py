@@ -1,0 +1,113 @@
+"""The results table: one row per run, with scaling efficiency against the matching 1-rank run.
+
+Scaling efficiency E(N) = throughput(N) / (N x throughput(1)), where throughput(1) is the median
+throughput over the ok world_size=1 runs whose configuration is identical apart from world size and
+repeat (same `config_key`). E is null when no such baseline run exists.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+#: swept keys shown in tables, in this order when present
+SETTING_ORDER = ("workload", "world_size", "grad_compression", "compression_ratio", "comm_fusion", "fusion_impl",
+                 "pipeline_stages", "micro_batches", "pipeline_schedule", "batch_size", "repeat")
+
+
+def baselines(records: list[dict]) -> dict[str, float]:
+    one: dict[str, list[float]] = {}
+    for r in records:
+        tp = (r.get("metrics") or {}).get("throughput")
+        if r.get("status") == "ok" and r.get("settings", {}).get("world_size") == 1 and tp and r.get("config_key"):
+            one.setdefault(r["config_key"], []).append(tp)
+    return {k: statistics.median(v) for k, v in one.items()}
+
+
+def summarize(records: list[dict], context: list[dict] | None = None) -> list[dict]:
+    """Rows for `perfbench ls --json` (documented in docs/cli.md). `context` are the runs searched
+    for scaling baselines (default: `records`)."""
+    base = baselines(context if context is not None else records)
+    rows = []
+    for r in records:
+        m = r.get("metrics") or {}
+        ws = (r.get("settings") or {}).get("world_size")
+        tp = m.get("throughput")
+        b = base.get(r.get("config_key"))
+        eff = tp / (ws * b) if (tp and b and ws and r.get("status") == "ok") else None
+        rows.append({
+            "run_id": r["run_id"],
+            "sweep_id": r.get("sweep_id"),
+            "source": r.get("source"),
+            "status": r.get("status"),
+            "error": r.get("error"),
+            "settings": r.get("settings") or {},
+            "throughput": tp,
+            "step_time_s": m.get("step_time_s"),
+            "computing_s": m.get("computing_s"),
+            "communication_not_overlapped_s": m.get("communication_not_overlapped_s"),
+            "overlapped_s": m.get("overlapped_s"),
+            "free_s": m.get("free_s"),
+            "comm_share": m.get("comm_share"),
+            "kernel_utilization": m.get("kernel_utilization"),
+            "scaling_efficiency": eff,
+            "collectives_per_step": m.get("collectives_per_step"),
+            "comm_bytes_per_step": m.get("comm_bytes_per_step"),
+            "bubble_fraction": m.get("bubble_fraction"),
+            "expert_load_cv": m.get("expert_load_cv"),
+        })
+    return rows
+
+
+def swept_keys(rows: list[dict]) -> list[str]:
+    """Settings that vary across rows (plus workload and world_size), in a stable order."""
+    keys: list[str] = []
+    for r in rows:
+        for k in r["settings"]:
+            if k not in keys:
+                keys.append(k)
+    varying = [k for k in keys if len({repr(r["settings"].get(k)) for r in rows}) > 1]
+    order = {k: i for i, k in enumerate(SETTING_ORDER)}
+    shown = [k for k in keys if k in ("workload", "world_size") or k in varying]
+    return sorted(shown, key=lambda k: order.get(k, 50))
+
+
+def fmt(v, kind: str = "") -> str:
+    if v is None:
+        return "-"
+    if kind == "pct":
+        return f"{100 * v:.1f}%"
+    if kind == "ms":
+        return f"{1000 * v:.1f}"
+    if kind == "bytes":
+        for unit in ("B", "KB", "MB", "GB"):
+            if abs(v) < 1024 or unit == "GB":
+                return f"{v:.0f}{unit}" if unit == "B" else f"{v:.1f}{unit}"
+            v /= 1024
+    if isinstance(v, float):
+        return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def render_table(rows: list[dict], title: str | None = None):
+    """A rich Table of runs (settings, throughput, step time, split, shares, efficiency)."""
+    from rich.table import Table
+
+    keys = swept_keys(rows)
+    t = Table(title=title, show_lines=False)
+    t.add_column("run", overflow="fold")
+    t.add_column("status")
+    for k in keys:
+        t.add_column(k.replace("_", " "))
+    for col in ("samples/s", "step ms", "compute ms", "comm ms (not ovl)", "overlap ms", "free ms", "comm share",
+                "kernel util", "scaling eff", "collectives/step", "comm bytes/step"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        status = r["status"] if r["status"] != "failed" else "[red]failed[/red]"
+        t.add_row(
+            r["run_id"], status, *[fmt(r["settings"].get(k)) for k in keys],
+            fmt(r["throughput"]), fmt(r["step_time_s"], "ms"), fmt(r["computing_s"], "ms"),
+            fmt(r["communication_not_overlapped_s"], "ms"), fmt(r["overlapped_s"], "ms"), fmt(r["free_s"], "ms"),
+            fmt(r["comm_share"], "pct"), fmt(r["kernel_utilization"], "pct"), fmt(r["scaling_efficiency"], "pct"),
+            fmt(r["collectives_per_step"]), fmt(r["comm_bytes_per_step"], "bytes"),
+        )
+    return t

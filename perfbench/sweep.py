@@ -1,0 +1,170 @@
+"""A sweep end to end: plan the runs, launch each through msrun, ingest its artifacts, store it.
+
+A run that fails (crash, hang, timeout) is recorded as failed with its reason and the sweep goes on.
+Each run is committed to the store on its own, so an interrupted sweep keeps every finished run and
+`--resume` re-runs only the runs that did not finish.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from perfbench import __version__
+from perfbench.config import RunPlan, SweepConfig
+from perfbench.errors import UserError
+from perfbench.ingest import ingest_run
+from perfbench.launcher import launch, should_bind, threads_per_rank, write_json
+from perfbench.store import FINISHED, Store
+
+
+@dataclass
+class SweepEvents:
+    """Callbacks for progress display; all optional."""
+
+    run_started: Callable[[int, int, RunPlan], None] | None = None
+    run_progress: Callable[[RunPlan, int, int], None] | None = None  # (plan, steps done over ranks, total)
+    run_finished: Callable[[int, int, RunPlan, dict], None] | None = None
+    run_skipped: Callable[[int, int, RunPlan, dict], None] | None = None
+
+
+def environment(threads: int, bind: bool) -> dict:
+    try:
+        from importlib.metadata import version
+
+        ms_version = version("mindspore")
+    except Exception:  # noqa: BLE001 - not installed is a fact worth recording, not an error
+        ms_version = None
+    return {
+        "perfbench": __version__,
+        "mindspore": ms_version,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "host": platform.node(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "threads_per_rank": threads,
+        "bind_core": bind,
+    }
+
+
+def new_sweep_id(name: str) -> str:
+    return f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def latest_sweep(store: Store, name: str) -> dict | None:
+    sweeps = [s for s in store.list_sweeps() if s.get("name") == name]
+    return max(sweeps, key=lambda s: s.get("created", 0)) if sweeps else None
+
+
+def run_sweep(
+    cfg: SweepConfig,
+    store: Store,
+    *,
+    resume: bool = False,
+    retry_failed: bool = False,
+    events: SweepEvents | None = None,
+) -> dict:
+    events = events or SweepEvents()
+    sweep = latest_sweep(store, cfg.name) if resume else None
+    if resume and sweep is None:
+        raise UserError(f"--resume: no earlier sweep named {cfg.name!r} in {store.root} to resume (run it without --resume)")
+    if sweep is None:
+        sweep = {"sweep_id": new_sweep_id(cfg.name), "name": cfg.name, "created": time.time(),
+                 "config": cfg.raw, "config_path": cfg.source, "runs": [], "invocations": []}
+        while store.read_sweep(sweep["sweep_id"]) is not None:  # two sweeps started within a second
+            time.sleep(1.0)
+            sweep["sweep_id"] = new_sweep_id(cfg.name)
+    elif sweep.get("config") != cfg.raw:
+        raise UserError(
+            f"--resume: the config changed since sweep {sweep['sweep_id']} started; "
+            "resume with the same config, or start a new sweep without --resume"
+        )
+    plans = cfg.plan(sweep["sweep_id"])
+    sweep["runs"] = [p.run_id for p in plans]
+    sweep["invocations"].append({"started": time.time(), "resume": resume, "argv": sys.argv[1:]})
+    store.write_sweep(sweep)
+
+    total = len(plans)
+    for i, plan in enumerate(plans, 1):
+        existing = store.read_run(plan.run_id)
+        if existing and existing["status"] in FINISHED and not (retry_failed and existing["status"] == "failed"):
+            if events.run_skipped:
+                events.run_skipped(i, total, plan, existing)
+            continue
+        store.reset_run(plan.run_id)
+        if events.run_started:
+            events.run_started(i, total, plan)
+        record = execute_run(cfg, store, sweep["sweep_id"], plan, events)
+        if events.run_finished:
+            events.run_finished(i, total, plan, record)
+    sweep["invocations"][-1]["finished"] = time.time()
+    store.write_sweep(sweep)
+    return sweep
+
+
+def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, events: SweepEvents) -> dict:
+    art = store.artifacts_dir(plan.run_id)
+    rc = dict(plan.run_config)
+    local = rc["world_size"] // cfg.launch["nodes"]
+    rc["output_dir"] = str(art)
+    rc["threads_per_rank"] = threads_per_rank(local)
+    bind = should_bind(cfg.launch["bind_core"], local)
+    record = {
+        "run_id": plan.run_id,
+        "sweep_id": sweep_id,
+        "source": "sweep",
+        "status": "running",
+        "error": None,
+        "settings": plan.settings,
+        "config_key": plan.config_key,
+        "config": rc,
+        "env": environment(rc["threads_per_rank"], bind),
+        "timings": {"started": time.time()},
+        "metrics": {},
+    }
+    store.write_run(record)
+    config_path = art / "run_config.json"
+    write_json(config_path, rc)
+    total_steps = rc["train"]["steps"] * local
+
+    def progress(counts: dict[int, int]) -> None:
+        if events.run_progress:
+            events.run_progress(plan, sum(counts.values()), total_steps)
+
+    try:
+        result = launch(config_path, rc, cfg.launch, on_progress=progress)
+    except KeyboardInterrupt:
+        record["status"] = "running"  # not finished: --resume runs it again
+        record["error"] = "interrupted"
+        store.write_run(record)
+        raise
+    record["launch"] = {"command": result.command, "master_port": result.master_port, "returncode": result.returncode,
+                        "bind_core": result.bind_core, "wall_s": round(result.wall_s, 3)}
+    metrics, warnings = ingest_run(store, plan.run_id, rc)
+    record["metrics"] = metrics
+    if warnings:
+        record["warnings"] = warnings
+    if result.status == "ok":
+        record["status"] = "ok"
+    else:
+        record["status"] = "failed"
+        record["error"] = result.reason
+        record["failed_rank"] = result.failed_rank
+        record["log_tail"] = result.log_tail
+    record["timings"]["finished"] = time.time()
+    record["timings"]["wall_s"] = round(record["timings"]["finished"] - record["timings"]["started"], 3)
+    store.write_run(record)
+    return record
+
+
+def resolve_results_dir(cli_value: str, cfg: SweepConfig | None, cli_given: bool) -> Path:
+    """--results on the command line wins; else `results:` in the config (relative to the config file)."""
+    if not cli_given and cfg is not None and cfg.results:
+        base = Path(cfg.source).parent if cfg.source else Path.cwd()
+        return (base / cfg.results).resolve()
+    return Path(cli_value).resolve()
