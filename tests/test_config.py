@@ -1,0 +1,144 @@
+"""Sweep config validation: every bad value is named with its key; the plan is the cartesian product."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from perfbench.config import load_config, parse_config
+from perfbench.errors import ConfigError
+from tests.conftest import ROOT
+
+BASE = {"workload": "resnet50", "train": {"steps": 10, "warmup_steps": 2}, "profile": {"steps": 4}}
+
+
+def cfg(**over):
+    raw = yaml.safe_load(yaml.safe_dump(BASE))
+    for key, value in over.items():
+        if "__" in key:
+            section, sub = key.split("__")
+            raw.setdefault(section, {})[sub] = value
+        else:
+            raw[key] = value
+    return raw
+
+
+def error_of(raw) -> str:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    return str(exc.value)
+
+
+def test_examples_are_valid_and_plan_the_product():
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        c = load_config(path)
+        n = c.repeats
+        for values in c.axes().values():
+            n *= len(values)
+        assert len(c.plan("x")) == n, path
+
+
+def test_plan_is_cartesian_product_with_repeats_and_stable_ids():
+    c = parse_config(cfg(sweep={"world_size": [1, 2], "comm_fusion": [0, 4, "all"]}, repeats=2))
+    plans = c.plan("s1")
+    assert len(plans) == 2 * 3 * 2
+    assert len({p.run_id for p in plans}) == len(plans)
+    assert [p.run_id for p in plans] == [p.run_id for p in c.plan("s1")]
+    p = next(p for p in plans if p.settings["world_size"] == 2 and p.settings["comm_fusion"] == 4 and p.settings["repeat"] == 1)
+    assert p.run_config["parallel"]["comm_fusion"] == 4 and p.run_config["world_size"] == 2
+    assert p.settings == {"workload": "resnet50", "world_size": 2, "comm_fusion": 4, "repeat": 1}
+    # runs differing only by world size / repeat share the config key used for scaling efficiency
+    keys = {(q.settings["comm_fusion"]): q.config_key for q in plans}
+    assert len(set(keys.values())) == 3
+    assert all(q.config_key == keys[q.settings["comm_fusion"]] for q in plans)
+
+
+def test_model_and_train_keys_can_be_swept():
+    c = parse_config(cfg(sweep={"batch_size": [4, 8], "width": [8, 16]}))
+    plans = c.plan("s")
+    assert {(p.run_config["train"]["batch_size"], p.run_config["model"]["width"]) for p in plans} == {(4, 8), (4, 16), (8, 8), (8, 16)}
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (cfg(worklaod="x"), ["worklaod", "did you mean `workload`"]),
+        (cfg(workload="bert"), ["workload", "'bert'"]),
+        (cfg(train__batch_size="eight"), ["train.batch_size", "'eight'", "integer"]),
+        (cfg(train__batch_size=0), ["train.batch_size", "0", "at least 1"]),
+        (cfg(train__lr=-1), ["train.lr", "-1"]),
+        (cfg(model__layers=[3, 4]), ["model.layers", "[3, 4]"]),
+        (cfg(model__depth=50), ["model.depth", "unknown key"]),
+        (cfg(sweep={"world_size": [1, 16]}), ["world_size", "16", "larger than allowed", "max_world_size"]),
+        (cfg(sweep={"world_size": [1, "two"]}), ["sweep.world_size", "'two'"]),
+        (cfg(sweep={"world_size": []}), ["sweep.world_size", "empty"]),
+        (cfg(sweep={"world_size": [2, 2]}), ["sweep.world_size", "duplicates"]),
+        (cfg(sweep={"wrld_size": [1]}), ["sweep.wrld_size", "did you mean `world_size`"]),
+        (cfg(sweep={"grad_compression": ["none", "zip"]}), ["sweep.grad_compression", "'zip'"]),
+        (cfg(sweep={"comm_fusion": ["big"]}), ["sweep.comm_fusion", "'big'", "MB"]),
+        (cfg(parallel__compression_ratio=2), ["parallel.compression_ratio", "2"]),
+        (cfg(sweep={"world_size": [3], "pipeline_stages": [2]}), ["pipeline_stages=2", "world_size=3"]),
+        (cfg(sweep={"world_size": [2], "pipeline_stages": [2], "micro_batches": [1]}), ["micro_batches=1", "pipeline_stages=2", "1F1B"]),
+        (cfg(sweep={"world_size": [2], "pipeline_stages": [2]}, train={"batch_size": 6, "steps": 10, "warmup_steps": 2},
+             parallel={"micro_batches": 4}), ["micro_batches=4", "batch_size=6"]),
+        (cfg(train__warmup_steps=10), ["train.warmup_steps", "train.steps"]),
+        (cfg(profile__steps=9), ["profile.steps", "9"]),
+        (cfg(repeats=0), ["repeats", "0"]),
+        (cfg(launch__timeout_s="soon"), ["launch.timeout_s", "'soon'"]),
+        (cfg(launch__bind_core="maybe"), ["launch.bind_core", "'maybe'"]),
+        (cfg(name="has space"), ["name", "'has space'"]),
+        (cfg(parallel__fusion_impl="mindspore", parallel__grad_compression="fp16"), ["fusion_impl=mindspore", "grad_compression=fp16"]),
+    ],
+)
+def test_bad_values_name_key_and_value(raw, words):
+    msg = error_of(raw)
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+
+
+def test_moe_rules():
+    base = {"workload": "moe", "train": {"steps": 10, "warmup_steps": 2}, "profile": {"steps": 4}}
+    assert "top_k=5" in error_of(dict(base, model={"top_k": 5, "num_experts": 4}))
+    assert "num_layers=2" in error_of(dict(base, sweep={"world_size": [4], "pipeline_stages": [4]}, parallel={"micro_batches": 4}))
+    assert "hidden_size=30" in error_of(dict(base, model={"hidden_size": 30, "num_heads": 4}))
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        ("workload: [unclosed", ["not valid YAML", "line 1"]),
+        ("", ["empty"]),
+        ("- a\n- b\n", ["mapping"]),
+    ],
+)
+def test_unreadable_files(tmp_path, text, words):
+    p = tmp_path / "c.yaml"
+    p.write_text(text)
+    with pytest.raises(ConfigError) as exc:
+        load_config(p)
+    for w in words:
+        assert w in str(exc.value)
+
+
+def test_cli_reports_config_errors_without_traceback(tmp_path):
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(cfg(sweep={"world_size": [1, 64]})))
+    r = subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(p), "--dry-run"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    assert "world_size" in r.stderr and "64" in r.stderr
+    missing = subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(tmp_path / "nope.yaml")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_dry_run_json_lists_runs(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(ROOT / "examples" / "quickstart.yaml"), "--dry-run", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    import json
+
+    runs = json.loads(r.stdout)
+    assert [x["settings"]["world_size"] for x in runs] == [1, 2]
