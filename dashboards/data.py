@@ -1,0 +1,189 @@
+"""The dashboard's only door to the results: a small cached, read-only layer over perfbench.store.Store.
+
+Pages ask for aggregates (run records, the runs grid, one run's analysis tables), never raw events.
+Run records are cached by their file's mtime, so a refresh re-reads only runs that changed (a sweep
+running next to the dashboard shows up without a restart); tables are cached per (run, name, mtime)
+in a bounded LRU.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfbench.errors import UserError
+from perfbench.store import Store, flatten_runs
+
+KEY_METRICS = ["throughput", "step_time_s", "comm_share", "computing_s", "communication_not_overlapped_s",
+               "overlapped_s", "free_s", "collectives_per_step", "bubble_fraction", "expert_load_cv"]
+
+
+class DashData:
+    def __init__(self, results: str | os.PathLike, table_cache: int = 256):
+        self.store = Store(results, create=False)
+        self._lock = threading.Lock()
+        self._records: dict[str, tuple[int, dict]] = {}
+        self._sig: tuple | None = None
+        self._frame: pd.DataFrame | None = None
+        self._tables: OrderedDict = OrderedDict()
+        self._table_cache = table_cache
+
+    # ---- runs ------------------------------------------------------------------------------
+    def _scan(self) -> tuple:
+        d = self.store.runs_dir
+        if not d.exists():
+            return ()
+        sig = []
+        with os.scandir(d) as it:
+            for e in it:
+                if e.name.startswith(".") or not e.is_dir():
+                    continue
+                try:
+                    sig.append((e.name, os.stat(os.path.join(e.path, "run.json")).st_mtime_ns))
+                except FileNotFoundError:
+                    continue
+        return tuple(sorted(sig))
+
+    def runs(self) -> list[dict]:
+        """Every run record, sorted by run id; re-reads only records whose file changed."""
+        with self._lock:
+            sig = self._scan()
+            if sig != self._sig:
+                new = {}
+                for name, mtime in sig:
+                    cached = self._records.get(name)
+                    if cached and cached[0] == mtime:
+                        new[name] = cached
+                        continue
+                    try:
+                        rec = self.store.read_run(name)
+                    except UserError:
+                        rec = None
+                    if rec is not None:
+                        new[name] = (mtime, rec)
+                self._records = new
+                self._sig = sig
+                self._frame = None
+            return [rec for _, rec in self._records.values()]
+
+    def run(self, run_id: str) -> dict | None:
+        if not run_id:
+            return None
+        for rec in self.runs():
+            if rec["run_id"] == run_id:
+                return rec
+        try:
+            return self.store.get_run(run_id)
+        except UserError:
+            return None
+
+    def runs_frame(self) -> pd.DataFrame:
+        """One row per run: run_id, sweep_id, status, source, settings.*, metrics.* (cached)."""
+        recs = self.runs()
+        with self._lock:
+            if self._frame is None:
+                df = flatten_runs(recs)
+                if df.empty:
+                    df = pd.DataFrame(columns=["run_id", "sweep_id", "status", "error", "source"])
+                self._frame = df
+            return self._frame
+
+    def sweeps(self) -> list[str]:
+        return sorted({r.get("sweep_id") for r in self.runs() if r.get("sweep_id")})
+
+    def setting_columns(self, df: pd.DataFrame | None = None) -> list[str]:
+        df = self.runs_frame() if df is None else df
+        return [c for c in df.columns if c.startswith("settings.")]
+
+    # ---- tables ------------------------------------------------------------------------------
+    def table(self, run_id: str, name: str) -> pd.DataFrame | None:
+        path = Path(self.store.run_dir(run_id)) / "tables" / f"{name}.parquet"
+        try:
+            mtime = path.stat().st_mtime_ns
+        except (FileNotFoundError, OSError):
+            return None
+        key = (run_id, name, mtime)
+        with self._lock:
+            if key in self._tables:
+                self._tables.move_to_end(key)
+                return self._tables[key]
+        try:
+            df = pd.read_parquet(path)
+        except Exception:  # a broken table must not take the page down; the page says it is missing
+            return None
+        with self._lock:
+            self._tables[key] = df
+            while len(self._tables) > self._table_cache:
+                self._tables.popitem(last=False)
+        return df
+
+    # ---- aggregates the pages show -------------------------------------------------------
+    def breakdown_per_rank(self, run_id: str, step: int | None = None) -> pd.DataFrame | None:
+        """Mean ms per step per rank of computing / communication not overlapped / overlapped / free."""
+        bd = self.table(run_id, "step_breakdown")
+        if bd is None or bd.empty or "rank" not in bd.columns:
+            return None
+        rec = self.run(run_id) or {}
+        warm = int((((rec.get("config") or {}).get("train") or {}).get("warmup_steps")) or 0)
+        if step is not None:
+            bd = bd[bd["step"] == step]
+        else:
+            steady = bd[bd["step"] >= warm]
+            bd = steady if not steady.empty else bd
+        cols = [c for c in ("computing_us", "communication_not_overlapped_us", "overlapped_us", "free_us", "step_us")
+                if c in bd.columns]
+        out = bd.groupby("rank")[cols].mean() / 1000.0
+        out.columns = [c.replace("_us", "_ms") for c in out.columns]
+        return out.reset_index()
+
+    def step_times_per_rank(self, run_id: str) -> pd.DataFrame | None:
+        ws = self.table(run_id, "workload_steps")
+        if ws is None or ws.empty:
+            return None
+        return ws
+
+    def scaling(self, df: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Mean throughput per (other settings, world_size), ideal = linear from the smallest world size."""
+        df = self.runs_frame() if df is None else df
+        if df.empty or "settings.world_size" not in df.columns or "metrics.throughput" not in df.columns:
+            return pd.DataFrame()
+        df = df[df["status"] == "ok"].copy()
+        df["metrics.throughput"] = pd.to_numeric(df["metrics.throughput"], errors="coerce")
+        df = df.dropna(subset=["metrics.throughput", "settings.world_size"])
+        if df.empty:
+            return pd.DataFrame()
+        others = [c for c in self.setting_columns(df) if c not in ("settings.world_size", "settings.repeat")]
+        others = [c for c in others if df[c].astype(str).nunique() > 1]
+        df["group"] = df[others].astype(str).agg(", ".join, axis=1) if others else "all runs"
+        if others:
+            df["group"] = df[others].apply(lambda r: ", ".join(f"{c[9:]}={v}" for c, v in r.items()), axis=1)
+        g = df.groupby(["group", "settings.world_size"])["metrics.throughput"]
+        out = pd.DataFrame({"throughput": g.mean(), "std": g.std(), "repeats": g.size()}).reset_index()
+        out = out.rename(columns={"settings.world_size": "world_size"})
+        out["world_size"] = pd.to_numeric(out["world_size"], errors="coerce")
+        out = out.sort_values(["group", "world_size"])
+        base = out.groupby("group").first()
+        out["ideal"] = out.apply(lambda r: base.at[r["group"], "throughput"] * r["world_size"] / base.at[r["group"], "world_size"],
+                                 axis=1)
+        out["efficiency"] = out["throughput"] / out["ideal"]
+        return out.replace({np.nan: None})
+
+
+_DATA: DashData | None = None
+
+
+def configure(results: str | os.PathLike) -> DashData:
+    global _DATA
+    _DATA = DashData(results)
+    return _DATA
+
+
+def get() -> DashData:
+    if _DATA is None:
+        return configure(os.environ.get("PERFBENCH_RESULTS", "perfbench-results"))
+    return _DATA

@@ -1,0 +1,68 @@
+"""Compare page (`/compare?a=RUN&b=RUN`): two runs side by side with deltas (the same comparison as
+`perfbench compare`: per-step throughput/step time with a 95% CI, breakdown, kernels, collectives, settings)."""
+
+from __future__ import annotations
+
+import pandas as pd
+from dash import Input, Output, callback, dcc, html
+
+from dashboards import data
+from dashboards.components import empty, section, table
+from perfbench.compare import compare_runs, figures, pct
+from perfbench.errors import UserError
+
+
+def layout(a: str | None = None, b: str | None = None, **_):
+    d = data.get()
+    ok = [r["run_id"] for r in d.runs() if r.get("status") == "ok"]
+    opts = [{"label": r, "value": r} for r in ok]
+    return html.Div([
+        dcc.Location(id="compare-url", refresh=False),
+        html.H2("Compare"),
+        html.Div([
+            html.Div([html.Label("A (reference)"), dcc.Dropdown(id="compare-a", options=opts, value=a)],
+                     style={"width": "45%", "display": "inline-block", "marginRight": "4%"}),
+            html.Div([html.Label("B"), dcc.Dropdown(id="compare-b", options=opts, value=b)],
+                     style={"width": "45%", "display": "inline-block"}),
+        ]),
+        html.Div(id="compare-body", children=body(a, b)),
+    ], id="compare-page")
+
+
+def body(a, b):
+    if not a or not b:
+        return empty("pick two runs")
+    try:
+        cmp = compare_runs(data.get().store, a, b)
+    except UserError as exc:
+        return html.P(str(exc), id="compare-error", style={"color": "#b00"})
+    m = pd.DataFrame([{"metric": r["metric"], f"A {cmp.a['run_id']}": r["a"], f"B {cmp.b['run_id']}": r["b"],
+                       "change": pct(r["rel"]),
+                       "95% CI": f"[{pct(r.get('ci_low'))}, {pct(r.get('ci_high'))}]" if r.get("ci_low") is not None else "–",
+                       "steps A/B": f"{r['n_a']}/{r['n_b']}"} for r in cmp.metrics])
+    parts = [
+        html.Div([html.Div(["A: ", dcc.Link(cmp.a["run_id"], href=f"/run/{cmp.a['run_id']}", id="compare-link-a")],
+                           style={"display": "inline-block", "width": "49%"}),
+                  html.Div(["B: ", dcc.Link(cmp.b["run_id"], href=f"/run/{cmp.b['run_id']}", id="compare-link-b")],
+                           style={"display": "inline-block", "width": "49%"})], style={"margin": "10px 0"}),
+        section("Per-step metrics (steady state)", table(m, id="compare-metrics")),
+        section("Settings that differ", table(pd.DataFrame(cmp.settings_diff).astype(str), id="compare-settings")
+                if cmp.settings_diff else empty("none")),
+        section("Step breakdown (ms per rank-step)", table(pd.DataFrame(cmp.breakdown), id="compare-breakdown")
+                if cmp.breakdown else empty("no breakdown")),
+        section("Kernels: top movers (ms per rank-step)", table(pd.DataFrame(cmp.kernels), id="compare-kernels")
+                if cmp.kernels else empty("no kernels")),
+        section("Collectives (per rank-step)", table(pd.DataFrame(cmp.collectives), id="compare-collectives")
+                if cmp.collectives else empty("no collectives")),
+        section("Run metrics", table(pd.DataFrame(cmp.summary_metrics).assign(rel=lambda x: x["rel"].map(pct))
+                                     if cmp.summary_metrics else None, id="compare-summary", page_size=30)),
+    ]
+    parts += [dcc.Graph(figure=f, id=f"compare-fig-{i}") for i, f in enumerate(figures(cmp))]
+    return parts
+
+
+@callback(Output("compare-body", "children"), Output("compare-url", "search"), Input("compare-a", "value"),
+          Input("compare-b", "value"), prevent_initial_call=True)
+def _update(a, b):
+    search = "?" + "&".join(f"{k}={v}" for k, v in (("a", a), ("b", b)) if v)
+    return body(a, b), search

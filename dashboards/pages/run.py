@@ -1,0 +1,210 @@
+"""Run page (`/run/<run_id>`): per-rank breakdown of a step (computing / communication not overlapped /
+overlapped / free), top kernels, collectives with bytes, time, algbw and busbw, a timeline of one step
+across ranks, slow ranks/links and advice, and for MoE the expert load, for pipelines the bubble per stage.
+Reads only aggregate tables from the store."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+from dash import Input, Output, State, callback, dcc, html
+
+from dashboards import data
+from dashboards.components import empty, num, section, table
+
+PARTS = [("computing_ms", "computing", "#4c78a8"), ("communication_not_overlapped_ms", "communication (not overlapped)",
+                                                      "#e45756"),
+         ("overlapped_ms", "overlapped", "#f58518"), ("free_ms", "free", "#bab0ac")]
+SPAN_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "allreduce": "#e45756", "send": "#f58518",
+               "recv": "#eeca3b", "optimizer": "#54a24b", "dispatch": "#b279a2", "combine": "#ff9da6", "step": "#bab0ac"}
+
+
+def layout(run_id: str | None = None, **_):
+    d = data.get()
+    rec = d.run(run_id) if run_id else None
+    if rec is None:
+        return html.Div([html.H2("Run"), empty(f"no run {run_id!r} in {d.store.root}"),
+                         dcc.Link("back to sweeps", href="/")], id="run-page")
+    rid = rec["run_id"]
+    steps = _steps(rid)
+    m = rec.get("metrics") or {}
+    cards = [html.Div([html.Div(k, style={"fontSize": "11px", "color": "#666"}), html.Div(str(num(v)))],
+                      style={"display": "inline-block", "marginRight": "22px"})
+             for k, v in m.items() if v is not None]
+    return html.Div([
+        dcc.Store(id="run-id", data=rid),
+        html.H2(["Run ", html.Code(rid)]),
+        html.P([f"status: {rec.get('status')}", f" · sweep: {rec.get('sweep_id')}" if rec.get("sweep_id") else "",
+                f" · source: {rec.get('source')}", " · ",
+                dcc.Link("compare with…", href=f"/compare?a={rid}")]),
+        html.Pre(rec["error"], style={"background": "#fee", "whiteSpace": "pre-wrap", "maxHeight": "200px",
+                                      "overflow": "auto"}) if rec.get("error") else None,
+        html.Div(json.dumps(rec.get("settings") or {}), style={"fontFamily": "monospace", "fontSize": "12px"}),
+        html.Div(cards, style={"margin": "12px 0"}),
+        section("Step breakdown per rank",
+                html.Div([html.Label("step "),
+                          dcc.Dropdown(id="run-step", options=[{"label": "mean of steady-state steps", "value": -1}] +
+                                       [{"label": str(s), "value": s} for s in steps], value=-1, clearable=False,
+                                       style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"})]),
+                dcc.Graph(id="run-breakdown", figure=breakdown_figure(rid, None))),
+        section("Timeline of one step across ranks", dcc.Graph(id="run-timeline", figure=timeline_figure(rid, None))),
+        section("Top kernels", kernels_table(rid)),
+        section("Collectives", collectives_table(rid)),
+        section("Slow ranks and links", _tbl(rid, "slow_ranks"), _tbl(rid, "slow_links")),
+        section("Advice", advice_list(rid)),
+        *_optional_sections(rid),
+    ], id="run-page")
+
+
+def _tbl(rid, name):
+    df = data.get().table(rid, name)
+    if df is None or df.empty:
+        return empty(f"no {name.replace('_', ' ')} table")
+    return table(df, id=f"run-{name}")
+
+
+def _steps(rid) -> list[int]:
+    d = data.get()
+    for name in ("step_breakdown", "workload_steps"):
+        t = d.table(rid, name)
+        if t is not None and not t.empty and "step" in t.columns:
+            return sorted(int(s) for s in t["step"].dropna().unique())
+    return []
+
+
+def breakdown_figure(rid: str, step: int | None) -> go.Figure:
+    d = data.get()
+    bd = d.breakdown_per_rank(rid, step)
+    fig = go.Figure()
+    if bd is not None and not bd.empty:
+        x = [f"rank {int(r)}" for r in bd["rank"]]
+        for col, label, color in PARTS:
+            if col in bd.columns:
+                fig.add_trace(go.Bar(name=label, x=x, y=bd[col].fillna(0).tolist(), marker_color=color))
+        title = "ms per step" + (f" (step {step})" if step is not None else " (mean over steady-state steps)")
+    else:  # no profile: step time per rank from the workload's own metrics
+        ws = d.table(rid, "workload_steps")
+        if ws is None or ws.empty:
+            fig.update_layout(title="no step breakdown and no per-step metrics in this run", height=380)
+            return fig
+        if step is not None:
+            ws = ws[ws["step"] == step]
+        per = ws.groupby("rank")["step_time_s"].mean() * 1000
+        fig.add_trace(go.Bar(name="step (no profile)", x=[f"rank {int(r)}" for r in per.index], y=per.tolist(),
+                             marker_color="#bab0ac"))
+        title = "ms per step (no profiler breakdown in this run)"
+    fig.update_layout(barmode="stack", title=title, yaxis_title="ms", height=380, legend={"orientation": "h"})
+    return fig
+
+
+def timeline_figure(rid: str, step: int | None) -> go.Figure:
+    d = data.get()
+    spans = d.table(rid, "spans")
+    ws = d.table(rid, "workload_steps")
+    fig = go.Figure()
+    src = spans if spans is not None and not spans.empty else None
+    if src is None and (ws is None or ws.empty):
+        fig.update_layout(title="no step timestamps in this run", height=300)
+        return fig
+    ref = src if src is not None else ws
+    steps = sorted(ref["step"].dropna().unique())
+    if step is None or step not in steps:
+        rec = d.run(rid) or {}
+        warm = int((((rec.get("config") or {}).get("train") or {}).get("warmup_steps")) or 0)
+        later = [s for s in steps if s >= warm]
+        step = (later or steps)[0]
+    if src is not None:
+        ev = src[src["step"] == step].copy()
+        ev["kind"] = ev["kind"].astype(str)
+    else:
+        ev = ws[ws["step"] == step].copy()
+        ev["kind"] = "step"
+    t0 = ev["start_ts"].min()
+    ev["start_ms"] = (ev["start_ts"] - t0) * 1000
+    ev["dur_ms"] = (ev["end_ts"] - ev["start_ts"]) * 1000
+    for kind, g in ev.groupby("kind"):
+        fig.add_trace(go.Bar(name=kind, base=g["start_ms"].tolist(), x=g["dur_ms"].tolist(),
+                             y=[f"rank {int(r)}" for r in g["rank"]], orientation="h",
+                             marker_color=SPAN_COLORS.get(kind), hovertemplate="%{y} " + kind +
+                             " start %{base:.1f} ms, %{x:.1f} ms<extra></extra>"))
+    nr = ev["rank"].nunique()
+    fig.update_layout(barmode="overlay", title=f"step {int(step)} (ms from its first rank's start)",
+                      xaxis_title="ms", height=max(260, 60 * nr + 140), yaxis={"autorange": "reversed"})
+    return fig
+
+
+def kernels_table(rid: str):
+    k = data.get().table(rid, "kernels")
+    if k is None or k.empty:
+        return empty("no kernels table (run without a profile?)")
+    tcol = next((c for c in ("total_us", "total_time_us", "time_us", "dur_us") if c in k.columns), None)
+    df = k.sort_values(tcol, ascending=False) if tcol else k
+    return table(df.head(50), id="run-kernels", page_size=15)
+
+
+def collectives_table(rid: str):
+    c = data.get().table(rid, "comm_ops")
+    if c is None or c.empty:
+        return empty("no collectives recorded")
+    key = [k for k in ("op_type", "op_name") if k in c.columns][:2]
+    g = c.groupby(key)
+    df = pd.DataFrame({"count": g.size()})
+    if "size_bytes" in c.columns:
+        df["bytes"] = g["size_bytes"].mean()
+    if "elapse_ms" in c.columns:
+        df["time_ms"] = g["elapse_ms"].mean()
+    for bw in ("algbw_gbps", "busbw_gbps"):
+        if bw in c.columns:
+            df[bw] = g[bw].mean()
+    df = df.reset_index().sort_values("time_ms" if "time_ms" in df.columns else "count", ascending=False)
+    return html.Div([html.P("per collective: mean over ranks and steps; algbw = bytes / time, busbw = algbw × the "
+                            "collective's bus factor (allreduce 2(n−1)/n)", style={"fontSize": "12px", "color": "#555"}),
+                     table(df, id="run-collectives")])
+
+
+def advice_list(rid: str):
+    a = data.get().table(rid, "advice")
+    if a is None or a.empty:
+        return empty("no advice")
+    text_col = next((c for c in ("message", "advice", "text", "detail") if c in a.columns), None)
+    if text_col is None:
+        return table(a, id="run-advice")
+    return html.Ul([html.Li(str(r[text_col]) + (f" [{r['severity']}]" if "severity" in a.columns else ""))
+                    for _, r in a.iterrows()], id="run-advice")
+
+
+def _optional_sections(rid: str) -> list:
+    d = data.get()
+    out = []
+    ex = d.table(rid, "experts")
+    if ex is not None and not ex.empty:
+        fig = go.Figure()
+        ecol = next((c for c in ("expert", "expert_id") if c in ex.columns), None)
+        vcol = next((c for c in ("tokens", "load", "tokens_mean", "share") if c in ex.columns), None)
+        if ecol and vcol:
+            agg = ex.groupby(ecol)[vcol].mean()
+            fig.add_trace(go.Bar(x=[str(e) for e in agg.index], y=agg.tolist(), name=vcol))
+            fig.update_layout(title=f"expert load ({vcol}, mean)", xaxis_title="expert", height=340)
+        out.append(section("Expert load", dcc.Graph(id="run-experts", figure=fig) if fig.data else None,
+                           table(ex, id="run-experts-table")))
+    pp = d.table(rid, "pipeline")
+    if pp is not None and not pp.empty:
+        fig = go.Figure()
+        scol = next((c for c in ("stage",) if c in pp.columns), None)
+        bcol = next((c for c in ("bubble_fraction", "bubble_us", "bubble_ms", "bubble_s") if c in pp.columns), None)
+        if scol and bcol:
+            agg = pp.groupby(scol)[bcol].mean()
+            fig.add_trace(go.Bar(x=[f"stage {s}" for s in agg.index], y=agg.tolist(), name=bcol))
+            fig.update_layout(title=f"pipeline bubble per stage ({bcol})", height=320)
+        out.append(section("Pipeline bubble per stage", dcc.Graph(id="run-pipeline", figure=fig) if fig.data else None,
+                           table(pp, id="run-pipeline-table")))
+    return out
+
+
+@callback(Output("run-breakdown", "figure"), Output("run-timeline", "figure"), Input("run-step", "value"),
+          State("run-id", "data"), prevent_initial_call=True)
+def _pick_step(step, rid):
+    s = None if step in (None, -1) else int(step)
+    return breakdown_figure(rid, s), timeline_figure(rid, s)
