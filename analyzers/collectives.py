@@ -1,0 +1,82 @@
+"""Per collective op and rank: time decomposition, wait ratio, algorithm and bus bandwidth.
+
+Bandwidths follow nccl-tests (doc/PERFORMANCE.md), with S = `size_bytes` (the op's payload as the
+profiler records it: HCCL `count` x data-type size) and t = `elapse_ms`:
+
+    algbw = S / t                       (GB/s, 1 GB = 1e9 bytes)
+    busbw = algbw * factor(op_type, n)  n = group_size
+        allreduce                  2 (n-1) / n
+        allgather, reducescatter   (n-1) / n
+        alltoall(v)                (n-1) / n
+        broadcast, reduce          1
+        send, recv                 1
+
+`wait_ratio = wait / (wait + transit)` (msprof-analyze's "Wait Time Ratio"); `sync_ratio` likewise
+with synchronization time. Ops without a size or a group size get NaN bandwidths.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+
+def busbw_factor(op_type: str, n) -> float:
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        return float("nan")
+    if n < 1:
+        return float("nan")
+    t = str(op_type).lower()
+    if t == "allreduce":
+        return 2.0 * (n - 1) / n
+    if t in ("allgather", "reducescatter", "alltoall", "alltoallv"):
+        return (n - 1) / n
+    if t in ("broadcast", "reduce", "send", "recv"):
+        return 1.0
+    return float("nan")
+
+
+def comm_op_stats(comm_ops: pd.DataFrame) -> pd.DataFrame:
+    """comm_ops with `algbw_gbps`, `busbw_gbps`, `wait_ratio`, `sync_ratio` added."""
+    co = comm_ops.copy()
+    if not len(co):
+        for c in ("algbw_gbps", "busbw_gbps", "wait_ratio", "sync_ratio"):
+            co[c] = pd.Series(dtype="float64")
+        return co
+    t_s = co["elapse_ms"].astype(float) / 1e3
+    size = co["size_bytes"].astype(float)
+    co["algbw_gbps"] = (size / 1e9 / t_s).where(t_s > 0)
+    factors = np.array([busbw_factor(t, n) for t, n in zip(co["op_type"], co["group_size"].astype("object"))], dtype=float)
+    co["busbw_gbps"] = co["algbw_gbps"] * factors
+    wait = co["wait_ms"].astype(float)
+    transit = co["transit_ms"].astype(float)
+    sync = co["synchronization_ms"].astype(float)
+    den = wait + transit
+    computed = (wait / den).where(den > 0, 0.0).where(den.notna())
+    co["wait_ratio"] = co["wait_ratio"].astype(float).fillna(computed) if "wait_ratio" in co else computed
+    den2 = sync + transit
+    co["sync_ratio"] = (sync / den2).where(den2 > 0, 0.0).where(den2.notna())
+    return co
+
+
+def bandwidth_wide(comm_bandwidth: pd.DataFrame) -> pd.DataFrame:
+    """One row per (rank, step, op_name) with a `<TRANSPORT>_gbps` column per transport."""
+    if comm_bandwidth is None or not len(comm_bandwidth):
+        return pd.DataFrame(columns=["rank", "step", "op_name"])
+    w = comm_bandwidth.pivot_table(index=["rank", "step", "op_name"], columns="transport", values="bandwidth_gbps",
+                                   aggfunc="first")
+    w.columns = [f"{c}_gbps" for c in w.columns]
+    return w.reset_index()
+
+
+def per_type_summary(comm_ops: pd.DataFrame) -> pd.DataFrame:
+    """Per op type: count, total and mean elapse, mean wait ratio, mean busbw."""
+    if not len(comm_ops):
+        return pd.DataFrame(columns=["op_type", "count", "elapse_ms_total", "elapse_ms_mean", "wait_ratio_mean",
+                                     "busbw_gbps_mean"])
+    return (comm_ops.groupby("op_type").agg(count=("op_name", "size"), elapse_ms_total=("elapse_ms", "sum"),
+                                            elapse_ms_mean=("elapse_ms", "mean"), wait_ratio_mean=("wait_ratio", "mean"),
+                                            busbw_gbps_mean=("busbw_gbps", "mean"))
+            .reset_index().sort_values("elapse_ms_total", ascending=False))

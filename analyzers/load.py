@@ -1,0 +1,232 @@
+"""Format detection, rank discovery and parallel per-rank parsing: `load_profile(path) -> Profile`.
+
+`path` may be one rank's folder, its ASCEND_PROFILER_OUTPUT folder, or any folder holding many ranks
+(found by walking it). Formats are tried in the order of `FORMATS`; each entry is
+
+    Format(name, detect(dir) -> bool, parse(dir) -> Profile, per_rank)
+
+`detect` must look only at `dir` itself (its own files / direct children), never deep. The walk is
+top-down: the first format whose `detect` accepts a folder claims it and the walk does not descend
+into it. `per_rank=True` formats parse one rank per claimed folder; the folders are parsed in
+parallel (processes) and merged. `per_rank=False` formats parse a whole claimed folder into a
+(possibly multi-rank) Profile. Other parsers add themselves with `register_format(...)`; modules
+named in `PLUGIN_MODULES` that expose `SOURCE, detect, parse` are registered automatically.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from analyzers.schema import TABLES, Profile, conform
+from perfbench.errors import ProfileFormatError, UserError
+
+
+@dataclass
+class Format:
+    name: str
+    detect: Callable[[Path], bool]
+    parse: Callable[..., Profile]
+    per_rank: bool = True
+
+
+def _ascend_text_parse(d: Path, **kw) -> Profile:
+    from analyzers.ascend.text import parse_text_rank
+
+    return parse_text_rank(d, read_trace=kw.get("read_trace", "auto"))
+
+
+def _ascend_text_detect(d: Path) -> bool:
+    from analyzers.ascend.text import is_text_rank
+
+    return is_text_rank(d)
+
+
+def _ascend_db_parse(d: Path, **kw) -> Profile:
+    from analyzers.ascend.db import parse_db_rank
+
+    return parse_db_rank(d)
+
+
+def _ascend_db_detect(d: Path) -> bool:
+    from analyzers.ascend.db import is_db_rank
+
+    return is_db_rank(d)
+
+
+FORMATS: list[Format] = [
+    Format("ascend-db", _ascend_db_detect, _ascend_db_parse, per_rank=True),
+    Format("ascend-text", _ascend_text_detect, _ascend_text_parse, per_rank=True),
+]
+
+PLUGIN_MODULES = ("analyzers.msprof", "analyzers.legacy")
+_plugins_loaded = False
+
+
+def register_format(name: str, detect: Callable[[Path], bool], parse: Callable[..., Profile], *,
+                    per_rank: bool = True, before: str | None = None) -> None:
+    """Add (or replace) a format. `before` puts it ahead of an existing entry."""
+    global FORMATS
+    FORMATS = [f for f in FORMATS if f.name != name]
+    entry = Format(name, detect, parse, per_rank)
+    if before is not None:
+        for i, f in enumerate(FORMATS):
+            if f.name == before:
+                FORMATS.insert(i, entry)
+                return
+    FORMATS.append(entry)
+
+
+def _load_plugins() -> None:
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for modname in PLUGIN_MODULES:
+        try:
+            mod = importlib.import_module(modname)
+        except ImportError:
+            continue
+        if any(f.name == getattr(mod, "SOURCE", None) for f in FORMATS):
+            continue
+        if all(hasattr(mod, a) for a in ("SOURCE", "detect", "parse")):
+            per_rank = bool(getattr(mod, "PER_RANK", False))
+            parse = mod.parse
+            register_format(mod.SOURCE, mod.detect, (lambda d, _p=parse, **kw: _p(d)), per_rank=per_rank)
+
+
+def find_units(path: str | os.PathLike) -> list[tuple[str, Path]]:
+    """(format name, folder) for every profiler output under `path`, in walk order."""
+    _load_plugins()
+    root = Path(path)
+    if not root.exists():
+        raise UserError(f"{root}: no such file or directory")
+    if root.is_file():
+        root = root.parent
+    if root.name == "ASCEND_PROFILER_OUTPUT":
+        root = root.parent
+    units: list[tuple[str, Path]] = []
+    for dirpath, dirnames, _ in os.walk(root):
+        d = Path(dirpath)
+        hit = next((f for f in FORMATS if _safe_detect(f, d)), None)
+        if hit is not None:
+            units.append((hit.name, d))
+            dirnames[:] = []
+            continue
+        dirnames[:] = sorted(x for x in dirnames if not x.startswith("."))
+    return units
+
+
+def _safe_detect(f: Format, d: Path) -> bool:
+    try:
+        return bool(f.detect(d))
+    except (OSError, ProfileFormatError):
+        return False
+
+
+def _parse_unit(fmt_name: str, d: str, opts: dict):
+    """Worker: returns ("ok", Profile) or ("error", path, problem) (exceptions with custom __init__ don't pickle)."""
+    _load_plugins()
+    fmt = next(f for f in FORMATS if f.name == fmt_name)
+    try:
+        return ("ok", fmt.parse(Path(d), **opts))
+    except ProfileFormatError as exc:
+        return ("error", exc.path, exc.problem)
+    except UserError as exc:
+        return ("error", d, str(exc))
+
+
+def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto") -> Profile:
+    """Find every rank under `path`, parse them (in parallel when there are several) and merge."""
+    units = find_units(path)
+    if not units:
+        raise UserError(f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
+                        "trace_view.json or ascend_*_profiler_*.db, and the other registered formats)")
+    opts = {"read_trace": read_trace}
+    n = len(units)
+    workers = workers if workers is not None else min(n, os.cpu_count() or 1, 16)
+    results = []
+    if workers > 1 and n > 1:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            results = list(pool.map(_parse_unit, [u[0] for u in units], [str(u[1]) for u in units], [opts] * n,
+                                    chunksize=max(1, n // (workers * 4))))
+    else:
+        results = [_parse_unit(f, str(d), opts) for f, d in units]
+    parts = []
+    for res in results:
+        if res[0] == "error":
+            raise ProfileFormatError(res[1], res[2])
+        parts.append(res[1])
+    return merge_profiles(parts, path)
+
+
+def merge_profiles(parts: list[Profile], path) -> Profile:
+    if len(parts) == 1:
+        p = parts[0]
+        _fill_group_sizes(p)
+        _fill_world_size(p)
+        return p
+    seen: dict[int, str] = {}
+    for p in parts:
+        for r in p.ranks["rank"].tolist():
+            if r in seen:
+                raise UserError(f"rank {r} found twice under {path}: {seen[r]} and {p.path} "
+                                "(point at one run's folder, or fix rank_id in profiler_info_*.json)")
+            seen[r] = p.path
+    sources = sorted({p.source for p in parts})
+    merged = Profile(source=sources[0] if len(sources) == 1 else "+".join(sources), path=str(path))
+    for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
+        frames = [getattr(p, name) for p in parts if getattr(p, name) is not None and len(getattr(p, name))]
+        if frames:
+            setattr(merged, name, conform(pd.concat(frames, ignore_index=True), TABLES[name]))
+    refs = [p.reference_breakdown for p in parts if p.reference_breakdown is not None and len(p.reference_breakdown)]
+    merged.reference_breakdown = pd.concat(refs, ignore_index=True) if refs else None
+    merged.meta = {"formats": sources, "rank_meta": {}}
+    for p in parts:
+        for r in p.ranks["rank"].tolist():
+            merged.meta["rank_meta"][int(r)] = p.meta
+    first = parts[0].meta
+    for k in ("producer", "npu", "cann_version", "torch_npu_version", "mindspore_version"):
+        if k in first:
+            merged.meta[k] = first[k]
+    groups: dict = {}
+    for p in parts:
+        groups.update(p.meta.get("parallel_groups") or {})
+    merged.meta["parallel_groups"] = groups
+    _fill_group_sizes(merged)
+    _fill_world_size(merged)
+    return merged
+
+
+def _fill_world_size(p: Profile) -> None:
+    if len(p.ranks):
+        ws = p.ranks["world_size"]
+        p.ranks["world_size"] = ws.fillna(len(p.ranks)).astype("Int64")
+
+
+def _fill_group_sizes(p: Profile) -> None:
+    """group_size per comm group: profiler metadata, else the ranks seen in the communication matrix,
+    else the number of profiled ranks that ran the group's collectives."""
+    co = p.comm_ops
+    if co is None or not len(co):
+        return
+    sizes: dict[str, int] = {}
+    for g, ranks in (p.meta.get("parallel_groups") or {}).items():
+        if ranks:
+            sizes[str(g)] = len(ranks)
+    if p.links is not None and len(p.links):
+        lk = p.links[p.links["group"].astype(str) != ""]
+        for g, sub in lk.groupby(lk["group"].astype(str)):
+            if g not in sizes:
+                sizes[g] = int(pd.concat([sub["src"], sub["dst"]]).nunique())
+    seen = co.groupby(co["group"].astype(str))["rank"].nunique().to_dict()
+    gs = co["group"].astype(str).map(lambda g: sizes.get(g, seen.get(g)) if g else seen.get(g))
+    co["group_size"] = co["group_size"].fillna(pd.Series(gs, index=co.index)).astype("Int64")

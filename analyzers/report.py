@@ -1,0 +1,112 @@
+"""The `perfbench analyze --json` document (schema in docs/analyzers.md, "The --json document").
+
+    {
+      "schema": "perfbench.analyze/1",
+      "source": {"path", "format", "ranks", "producer"},
+      "summary": {...run metrics...},
+      "ranks": [{"rank", "steps": [{"step", "step_us", "computing_us", "communication_us",
+                 "communication_not_overlapped_us", "overlapped_us", "free_us", "preparing_us",
+                 "bubble_us", "stage_us"}]}],
+      "communication": [{"rank", "step", "op_name", "op_type", "group", "group_size", "elapse_ms",
+                         "transit_ms", "wait_ms", "synchronization_ms", "idle_ms", "wait_ratio",
+                         "size_bytes", "algbw_gbps", "busbw_gbps", "bandwidth": {"HCCS": GB/s, ...},
+                         "transit_mb": {"HCCS": MB, ...}}],
+      "links": [{"step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms", "bandwidth_gbps"}],
+      "kernels": [... top 20 rows of the kernels table ...],
+      "reconciliation": [{"rank", "step", "metric", "computed_us", "reference_us", "diff_us", "rel_diff"}],
+      "slow_ranks": [...], "slow_links": [...], "advice": [{"rule", "severity", "message", "evidence"}]
+    }
+
+NaN becomes null.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from analyzers.analyze import Analysis
+from analyzers.schema import Profile
+
+SCHEMA = "perfbench.analyze/1"
+STEP_FIELDS = ["step_us", "computing_us", "communication_us", "communication_not_overlapped_us", "overlapped_us",
+               "free_us", "preparing_us", "bubble_us", "stage_us"]
+COMM_FIELDS = ["rank", "step", "op_name", "op_type", "group", "group_size", "start_us", "elapse_ms", "transit_ms",
+               "wait_ms", "synchronization_ms", "idle_ms", "wait_ratio", "size_bytes", "algbw_gbps", "busbw_gbps"]
+
+
+def clean(v):
+    if v is None or v is pd.NA or v is pd.NaT:
+        return None
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating, float)):
+        f = float(v)
+        return None if math.isnan(f) or math.isinf(f) else f
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, dict):
+        return {str(k): clean(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [clean(x) for x in v]
+    return v
+
+
+def records(df: pd.DataFrame | None, cols: list[str] | None = None, limit: int | None = None) -> list[dict]:
+    if df is None or not len(df):
+        return []
+    if cols is not None:
+        df = df[[c for c in cols if c in df.columns]]
+    if limit is not None:
+        df = df.head(limit)
+    return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
+
+
+def build_document(profile: Profile, analysis: Analysis) -> dict:
+    t = analysis.tables
+    sb = t.get("step_breakdown")
+    ranks = []
+    if sb is not None and len(sb):
+        for r, g in sb.sort_values(["rank", "step"]).groupby("rank", sort=True):
+            ranks.append({"rank": int(r), "steps": [{"step": int(row["step"]), **{f: clean(row[f]) for f in STEP_FIELDS}}
+                                                    for row in g.to_dict("records")]})
+    comm = []
+    co = t.get("comm_ops")
+    if co is not None and len(co):
+        bw = profile.comm_bandwidth
+        bw_map: dict = {}
+        if bw is not None and len(bw):
+            for row in bw.itertuples(index=False):
+                k = (int(row.rank), None if pd.isna(row.step) else int(row.step), row.op_name)
+                d = bw_map.setdefault(k, ({}, {}))
+                d[0][row.transport] = clean(row.bandwidth_gbps)
+                d[1][row.transport] = clean(row.size_mb)
+        for rec in records(co, COMM_FIELDS):
+            k = (rec["rank"], rec["step"], rec["op_name"])
+            b, s = bw_map.get(k, ({}, {}))
+            rec["bandwidth"] = b
+            rec["transit_mb"] = s
+            comm.append(rec)
+    doc = {
+        "schema": SCHEMA,
+        "source": {"path": profile.path, "format": profile.source, "ranks": len(ranks),
+                   "producer": profile.meta.get("producer")},
+        "summary": clean(analysis.summary),
+        "ranks": ranks,
+        "communication": comm,
+        "links": records(t.get("links"), ["step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms",
+                                          "bandwidth_gbps", "rank"]),
+        "kernels": records(t.get("kernels"), limit=20),
+        "reconciliation": records(t.get("reconciliation")),
+        "slow_ranks": records(t.get("slow_ranks")),
+        "slow_links": records(t.get("slow_links")),
+        "advice": records(t.get("advice")),
+    }
+    return doc
+
+
+def dumps(doc: dict) -> str:
+    return json.dumps(doc, indent=2, default=lambda o: clean(o) if not isinstance(o, (set,)) else sorted(o))
