@@ -17,8 +17,12 @@ import pandas as pd
 
 #: wait / (wait + transit) of a rank's collectives above this: ranks wait for each other
 WAIT_RATIO = 0.2
-#: ... above this it is high severity
+#: ... above this it is high severity (if the wait is also >= WAIT_STEP_SHARE_HIGH of the step time)
 WAIT_RATIO_HIGH = 0.5
+#: waits shorter than this per step (ms) are not worth a finding, whatever the ratio
+WAIT_MIN_MS_PER_STEP = 1.0
+#: share of the step time the wait must reach for high severity (when the step time is known)
+WAIT_STEP_SHARE_HIGH = 0.05
 #: a collective moving less than this many bytes is a "small packet" (msprof-analyze: RDMA 1 MB)
 SMALL_PACKET_BYTES = 1 << 20
 #: SDMA/HCCS small-packet limit (msprof-analyze packet rule: 16 MB)
@@ -78,24 +82,36 @@ def rule_wait_ratio(tables, summary):
     if co is None or "rank" not in co.columns:
         return []
     df = pd.DataFrame({"rank": co["rank"], "wait": _num(co, "wait_ms"), "transit": _num(co, "transit_ms")})
+    if "op_type" in co.columns:
+        # pipeline send/recv waits are the pipeline bubble (rule pipeline_bubble), not peers being late
+        df = df[~co["op_type"].astype(str).str.lower().isin(["send", "recv"])]
     df = df.dropna()
     if df.empty:
         return []
+    if "step" in co.columns:
+        df["step"] = co.loc[df.index, "step"]
+        nsteps = df.groupby("rank")["step"].nunique().clip(lower=1)
+    else:
+        nsteps = df.groupby("rank")["wait"].size().clip(upper=1)
     per = df.groupby("rank")[["wait", "transit"]].sum()
     per["ratio"] = per["wait"] / (per["wait"] + per["transit"])
+    per["wait_per_step"] = per["wait"] / nsteps
+    step_ms = summary.get("step_time_s") * 1000.0 if isinstance(summary.get("step_time_s"), (int, float)) else None
     out = []
-    for rank, r in per[per["ratio"] > WAIT_RATIO].sort_values("ratio", ascending=False).iterrows():
+    hit = per[(per["ratio"] > WAIT_RATIO) & (per["wait_per_step"] >= WAIT_MIN_MS_PER_STEP)]
+    for rank, r in hit.sort_values("ratio", ascending=False).iterrows():
+        big = step_ms is None or r["wait_per_step"] >= WAIT_STEP_SHARE_HIGH * step_ms
         out.append(
             {
                 "rule": "wait_ratio",
-                "severity": "high" if r["ratio"] > WAIT_RATIO_HIGH else "medium",
+                "severity": "high" if r["ratio"] > WAIT_RATIO_HIGH and big else "medium",
                 "message": (
                     f"Rank {rank} spends {r['ratio']:.0%} of its collective time waiting for peers "
                     f"(> {WAIT_RATIO:.0%}): look for a slow rank, load imbalance or unsynchronized start."
                 ),
                 "evidence": (
-                    f"comm_ops[rank={rank}]: wait {_fmt(r['wait'])} ms / (wait+transit) "
-                    f"{_fmt(r['wait'] + r['transit'])} ms = {_fmt(r['ratio'])}"
+                    f"comm_ops[rank={rank}, op_type not send/recv]: wait {_fmt(r['wait'])} ms / (wait+transit) "
+                    f"{_fmt(r['wait'] + r['transit'])} ms = {_fmt(r['ratio'])}; {_fmt(r['wait_per_step'])} ms wait per step"
                 ),
             }
         )
@@ -286,8 +302,9 @@ def rule_pipeline_bubble(tables, summary):
     if pl is None or "bubble_fraction" not in pl.columns:
         return []
     out = []
+    # median over steps: the first profiled step often carries compile/warm-up waits
     per = pl.groupby("stage").agg(
-        frac=("bubble_fraction", "mean"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size")
+        frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size")
     )
     for stage, r in per.iterrows():
         excess = r["frac"] - r["ideal"] if pd.notna(r["ideal"]) else math.nan
@@ -303,7 +320,7 @@ def rule_pipeline_bubble(tables, summary):
                     f"Pipeline stage {stage} is idle {r['frac']:.0%} of the pipeline window ({ideal_txt}): "
                     f"more micro-batches, balance layers across stages, or an interleaved/1F1B schedule."
                 ),
-                "evidence": f"pipeline[stage={stage}]: mean bubble_fraction {_fmt(r['frac'], 3)} over {int(r['n'])} steps",
+                "evidence": f"pipeline[stage={stage}]: median bubble_fraction {_fmt(r['frac'], 3)} over {int(r['n'])} steps",
             }
         )
     return out

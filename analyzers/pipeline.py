@@ -188,6 +188,9 @@ def _from_profile(profile, config: dict | None) -> pd.DataFrame | None:
     )
     out = out.reset_index()
     out["stage"] = out["stage"].astype(int)
+    # the profiler's receive time can exceed the stage time (first step: the other stage compiles);
+    # a bubble cannot be longer than the window
+    out["bubble_us"] = out["bubble_us"].clip(lower=0, upper=out["window_us"])
     out["busy_us"] = out["window_us"] - out["bubble_us"]
     out["bubble_fraction"] = out["bubble_us"] / out["window_us"]
     out["stages"] = stages

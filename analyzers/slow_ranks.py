@@ -20,9 +20,10 @@ group's collectives is then tested for a single high outlier among the group's r
 In every case the lateness must also matter in practice: mean lateness >= `MIN_LATENESS_SHARE`
 of the mean collective duration (elapse_ms), or >= `MIN_LATENESS_MS` when durations are unknown.
 
-Slow link = a src->dst link (or a rank's transport, from comm_bandwidth) whose bandwidth is below
+Slow link = a src->dst link (or a rank's transport, from comm_bandwidth) whose bandwidth
+(total size / total time over its transfers of at least `MIN_TRANSFER_MB`) is below
 `SLOW_LINK_RATIO` x the average bandwidth of the same transport in the same group. Links that moved
-less than `MIN_LINK_MB` or use the LOCAL transport are ignored (their bandwidth is noise).
+less than `MIN_LINK_MB` in total or use the LOCAL transport are ignored (their bandwidth is noise).
 """
 
 from __future__ import annotations
@@ -48,6 +49,9 @@ MIN_LATENESS_MS = 0.01
 SLOW_LINK_RATIO = 0.6
 #: links moving less than this (MB, over the whole profile) are ignored
 MIN_LINK_MB = 1.0
+#: only transfers of at least this size (MB, one op on one link) count towards a link's bandwidth:
+#: smaller ones are latency bound and would make a link that carries small messages look slow
+MIN_TRANSFER_MB = 1.0
 #: transports that are not links between devices
 IGNORED_TRANSPORTS = ("LOCAL", "INVALID_TYPE", "")
 
@@ -234,6 +238,7 @@ def _link_rows(links: pd.DataFrame) -> pd.DataFrame:
 
 def _judge_bandwidth(df: pd.DataFrame, keys: list[str], kind: str) -> pd.DataFrame:
     df = df[~df["transport"].isin(IGNORED_TRANSPORTS)].dropna(subset=["size_mb", "time_ms"])
+    df = df[df["size_mb"] >= MIN_TRANSFER_MB]
     if df.empty:
         return _empty(SLOW_LINK_COLUMNS)
     agg = df.groupby(["group", "transport"] + keys, dropna=False)[["size_mb", "time_ms"]].sum().reset_index()

@@ -1,0 +1,88 @@
+"""Small helpers shared by the msprof and legacy parsers (no format knowledge here)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+#: op-type spellings -> schema op_type (schema.COMM_OP_TYPES)
+_COMM_TYPES = [
+    ("reducescatter", "reducescatter"),
+    ("reduce_scatter", "reducescatter"),
+    ("allreduce", "allreduce"),
+    ("all_reduce", "allreduce"),
+    ("allgather", "allgather"),
+    ("all_gather", "allgather"),
+    ("alltoallv", "alltoallv"),
+    ("alltoall", "alltoall"),
+    ("all_to_all", "alltoall"),
+    ("broadcast", "broadcast"),
+    ("receive", "recv"),
+    ("recv", "recv"),
+    ("send", "send"),
+    ("barrier", "barrier"),
+    ("reduce", "reduce"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+]
+
+
+def comm_op_type(name: str) -> str | None:
+    """Collective type from an op/type name ('stream_41_0_AllReduce-op4582', 'hcom_allReduce__1',
+    'Default/AllReduce-op534_0', 'HcomAllReduce'), or None if it is not a communication op."""
+    if not isinstance(name, str):
+        return None
+    base = name.split("/")[-1]
+    low = re.sub(r"-op\d+.*$", "", base).lower()
+    if low.startswith("stream_"):
+        # legacy step-trace column: stream_<id>_<idx>_<Name>
+        low = low.split("_", 3)[-1] if low.count("_") >= 3 else low
+    if "parallel" in low and low.startswith("stream"):
+        return None
+    strong = ("reducescatter", "reduce_scatter", "allreduce", "all_reduce", "allgather", "all_gather",
+              "alltoallv", "alltoall", "all_to_all", "broadcast", "receive")
+    hcom = low.startswith(("hcom", "hccl", "lccl", "mccl"))
+    for key, typ in _COMM_TYPES:
+        if key in strong:
+            if key in low:
+                return typ
+        elif low == key or (hcom and key in low):
+            # weak keys (send, recv, reduce, gather, scatter, barrier) also name compute ops
+            # (ReduceSum, GatherV2): only an exact name or an hcom/hccl-prefixed one counts
+            return typ
+    return None
+
+
+def op_type_from_name(name: str) -> str:
+    """'Default/network/Conv2D-op12' -> 'Conv2D'."""
+    base = str(name).split("/")[-1]
+    return re.sub(r"-op\d+.*$", "", base)
+
+
+def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame, col: str = "start_us") -> pd.Series:
+    """Step of each row (per rank) whose `col` falls in [start_us, end_us) of a step window; NA otherwise."""
+    out = pd.Series(pd.NA, index=ops.index, dtype="Int64")
+    if ops.empty or steps is None or steps.empty:
+        return out
+    for rank, st in steps.groupby("rank"):
+        st = st.sort_values("start_us")
+        sel = ops["rank"] == rank
+        if not sel.any():
+            continue
+        t = ops.loc[sel, col].to_numpy(dtype=float)
+        starts = st["start_us"].to_numpy(dtype=float)
+        ends = st["end_us"].to_numpy(dtype=float)
+        idx = np.searchsorted(starts, t, side="right") - 1
+        ok = (idx >= 0) & (t < ends[np.clip(idx, 0, len(ends) - 1)])
+        vals = np.where(ok, st["step"].to_numpy()[np.clip(idx, 0, len(ends) - 1)], -1)
+        s = pd.Series(vals, index=ops.index[sel]).astype("Int64")
+        s[~ok] = pd.NA
+        out.loc[sel] = s
+    return out
+
+
+def rank_from_name(name: str, pattern: str) -> int | None:
+    m = re.search(pattern, name)
+    return int(m.group(1)) if m else None
