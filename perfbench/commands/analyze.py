@@ -1,0 +1,170 @@
+"""`perfbench analyze PATH`: import a profiler output (one rank or a whole cluster) as a run in the store
+and print its summary: step breakdown per rank, collectives, slow ranks, advice."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from perfbench.cli import add_json_arg, add_results_arg
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "analyze", help="import and analyze a profiler output (Ascend text/db, msprof, legacy MindSpore)",
+        description="Read a profiler output folder (one rank's folder, or a folder holding many ranks: it is walked), "
+                    "compute the step breakdown, kernel and collective statistics, slow ranks and advice, store it "
+                    "as a run (source: analyze) so compare/check/dashboard work on it, and print the summary.")
+    p.add_argument("path", help="profiler output folder (e.g. a *_ascend_ms / *_ascend_pt folder, or their parent)")
+    add_results_arg(p)
+    add_json_arg(p)
+    p.add_argument("--out", metavar="DIR", help="also write analysis.json and one CSV per table into DIR")
+    p.add_argument("--run-id", help="run id to store the import under (default: analyze-<folder>-<hash>)")
+    p.add_argument("--no-store", action="store_true", help="do not write the run into the results store")
+    p.add_argument("--workers", type=int, default=None, help="parallel rank parsers (default: min(ranks, cpus))")
+    p.add_argument("--trace", choices=("auto", "always", "never"), default="auto",
+                   help="read trace_view.json for host step starts (Preparing) and collective sizes: "
+                        "auto = only files up to 512 MB (default)")
+    p.set_defaults(func=run)
+
+
+def _run_id(path: Path) -> str:
+    h = hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:6]
+    name = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in path.resolve().name)[:40] or "profile"
+    return f"analyze-{name}-{h}"
+
+
+def run(args) -> int:
+    import analyzers
+    from analyzers.report import build_document, dumps
+    from perfbench.errors import UserError
+    from perfbench.store import Store, atomic_write_bytes
+
+    path = Path(args.path)
+    if not path.exists():
+        raise UserError(f"{path}: no such file or directory")
+    t0 = time.time()
+    read_trace = {"auto": "auto", "always": True, "never": False}[args.trace]
+    profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace)
+    analysis = analyzers.analyze(profile)
+    doc = build_document(profile, analysis)
+    wall = time.time() - t0
+    run_id = args.run_id or _run_id(path)
+    doc["run_id"] = None if args.no_store else run_id
+
+    if not args.no_store:
+        store = Store(args.results)
+        store.reset_run(run_id)
+        for name, df in analysis.tables.items():
+            if df is not None and len(df):
+                store.write_table(run_id, name, df)
+        for name in ("ranks", "steps", "ops"):
+            df = getattr(profile, name)
+            if df is not None and len(df):
+                store.write_table(run_id, f"profile_{name}", df)
+        if profile.reference_breakdown is not None and len(profile.reference_breakdown):
+            store.write_table(run_id, "reference_breakdown", profile.reference_breakdown)
+        n_ranks = int(profile.ranks["rank"].nunique()) if len(profile.ranks) else doc["source"]["ranks"]
+        metrics = {k: v for k, v in doc["summary"].items()}
+        record = {
+            "run_id": run_id, "sweep_id": None, "source": "analyze", "status": "ok", "error": None,
+            "settings": {"workload": _workload(profile), "world_size": n_ranks, "repeat": 0},
+            "config": {"path": str(path.resolve()), "format": profile.source, "producer": profile.meta.get("producer")},
+            "env": {"perfbench": _version(), "python": platform.python_version(), "cpus": os.cpu_count(),
+                    "host": platform.node()},
+            "timings": {"started": t0, "finished": time.time(), "wall_s": wall},
+            "metrics": metrics,
+        }
+        store.write_run(record)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(out / "analysis.json", (dumps(doc) + "\n").encode())
+        for name, df in analysis.tables.items():
+            if df is not None and len(df):
+                df.to_csv(out / f"{name}.csv", index=False)
+    if args.json:
+        sys.stdout.write(dumps(doc) + "\n")
+        return 0
+    _print(doc, analysis, wall, None if args.no_store else (run_id, args.results))
+    return 0
+
+
+def _workload(profile) -> str:
+    src = profile.source or "profile"
+    if src.startswith("ascend"):
+        return "ascend-import"
+    return f"{src}-import"
+
+
+def _version() -> str:
+    from perfbench import __version__
+
+    return __version__
+
+
+def _ms(v):
+    return "-" if v is None else f"{v / 1000:.3f}"
+
+
+def _print(doc: dict, analysis, wall: float, stored) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    s = doc["summary"]
+    src = doc["source"]
+    c.print(f"[bold]{src['path']}[/bold]  format: {src['format']}  ranks: {src['ranks']}  steps: {s.get('steps')}  "
+            f"({wall:.2f} s)")
+    t = Table(title="step breakdown per rank (ms; mean over steps)")
+    for col in ("rank", "steps", "step", "computing", "comm (not overlapped)", "overlapped", "free", "preparing"):
+        t.add_column(col, justify="right")
+    for r in doc["ranks"]:
+        st = r["steps"]
+
+        def m(k):
+            vals = [x[k] for x in st if x.get(k) is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        t.add_row(str(r["rank"]), str(len(st)), _ms(m("step_us")), _ms(m("computing_us")),
+                  _ms(m("communication_not_overlapped_us")), _ms(m("overlapped_us")), _ms(m("free_us")),
+                  _ms(m("preparing_us")))
+    c.print(t)
+    rec = analysis.tables.get("reconciliation")
+    if rec is not None and len(rec):
+        c.print(f"reconciliation with the profiler's step_trace_time: max |diff| {rec['diff_us'].abs().max():.2f} us "
+                f"({rec['rel_diff'].abs().max() * 100:.4f}% of step)")
+    ct = analysis.tables.get("comm_types")
+    if ct is not None and len(ct):
+        t = Table(title="collectives by type")
+        for col in ("type", "count", "total ms", "mean ms", "wait ratio", "busbw GB/s"):
+            t.add_column(col, justify="right")
+        for row in ct.itertuples(index=False):
+            t.add_row(str(row.op_type), str(row.count), f"{row.elapse_ms_total:.3f}", f"{row.elapse_ms_mean:.3f}",
+                      "-" if row.wait_ratio_mean != row.wait_ratio_mean else f"{row.wait_ratio_mean:.2f}",
+                      "-" if row.busbw_gbps_mean != row.busbw_gbps_mean else f"{row.busbw_gbps_mean:.2f}")
+        c.print(t)
+    k = analysis.tables.get("kernels")
+    if k is not None and len(k):
+        t = Table(title="top kernel types by time")
+        for col in ("type", "core", "count", "total ms", "share"):
+            t.add_column(col, justify="right")
+        for row in k.head(8).itertuples(index=False):
+            t.add_row(str(row.type)[:40], str(row.core_type), str(row.count), f"{row.total_us / 1000:.3f}",
+                      f"{row.share * 100:.1f}%")
+        c.print(t)
+    slow = [r for r in doc["slow_ranks"] if r.get("slow")]
+    c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))
+    for a in doc["advice"]:
+        c.print(f"[{'red' if a['severity'] == 'high' else 'yellow'}]{a['severity']}[/] {a['message']}")
+    c.print(f"kernel utilization {_pct(s.get('kernel_utilization'))}, comm share {_pct(s.get('comm_share'))}")
+    if stored:
+        c.print(f"stored as run [bold]{stored[0]}[/bold] in {stored[1]} (see `perfbench show {stored[0]}`)")
+
+
+def _pct(v):
+    return "-" if v is None else f"{v * 100:.1f}%"
