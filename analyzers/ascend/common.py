@@ -196,3 +196,15 @@ def step_of(key: str):
 
 
 TRANSPORTS = ("HCCS", "RDMA", "SDMA", "PCIE", "SIO")
+
+
+def device_step_windows(step: pd.Series, start: pd.Series, end: pd.Series) -> pd.DataFrame:
+    """Step windows on the device clock, as the Ascend profiler's step_trace_time defines them: a step
+    starts at its first device op and lasts until the next step's first op (the gap before the next
+    step is this step's Free time); the last step ends at its last op's end. Columns: step, start_us, end_us."""
+    g = (pd.DataFrame({"step": step, "s": start, "e": end}).dropna(subset=["step"])
+         .groupby("step", as_index=False).agg(start_us=("s", "min"), last_end=("e", "max"))
+         .sort_values("start_us").reset_index(drop=True))
+    nxt = g["start_us"].shift(-1)
+    g["end_us"] = np.where(nxt.notna() & (nxt >= g["last_end"]), nxt, g["last_end"])
+    return g[["step", "start_us", "end_us"]]

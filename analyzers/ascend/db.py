@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.ascend.common import OUTPUT_DIR, comm_op_type, parallel_groups, rank_info, step_of
+from analyzers.ascend.common import OUTPUT_DIR, comm_op_type, device_step_windows, parallel_groups, rank_info, step_of
 from analyzers.ascend.text import DTYPE_BYTES
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
@@ -156,9 +156,7 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
         ops["step"] = 0
         host = {}
     ops["step"] = ops["step"].astype("Int64")
-    e = ops["start_us"] + ops["dur_us"]
-    steps = (pd.DataFrame({"step": ops["step"], "s": ops["start_us"], "e": e}).groupby("step", as_index=False)
-             .agg(start_us=("s", "min"), end_us=("e", "max")))
+    steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
     steps.insert(0, "rank", r)
     if host:
         steps["host_start_us"] = steps["step"].map(lambda s: host.get(int(s), (np.nan, np.nan))[0])

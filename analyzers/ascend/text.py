@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.ascend.common import (OUTPUT_DIR, TRANSPORTS, categorize, comm_op_type, parallel_groups, rank_info,
-                                     read_csv, read_json, step_of)
+from analyzers.ascend.common import (OUTPUT_DIR, TRANSPORTS, categorize, comm_op_type, device_step_windows,
+                                     parallel_groups, rank_info, read_csv, read_json, step_of)
 from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty)
 from perfbench.errors import ProfileFormatError
 
@@ -92,9 +92,7 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     else:
         ref_steps = _single_step_id(out / "step_trace_time.csv")
         ops["step"] = pd.array([ref_steps] * len(ops), dtype="Int64")
-    ends = ops["start_us"] + ops["dur_us"]
-    g = pd.DataFrame({"step": ops["step"], "s": ops["start_us"], "e": ends}).dropna(subset=["step"])
-    steps = g.groupby("step", as_index=False).agg(start_us=("s", "min"), end_us=("e", "max"))
+    steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
     steps.insert(0, "rank", r)
     if trace is not None and trace["host_steps"]:
         steps["host_start_us"] = steps["step"].map(lambda s: trace["host_steps"].get(int(s), (np.nan, np.nan))[0])
