@@ -46,18 +46,16 @@ PRIMARY = ("step_trace", "hccl", "pipeline", "timeline")
 MAX_DEPTH = 4
 
 
-def _scan(path: Path) -> dict[str, dict[int, Path]]:
+def _scan(path: Path, deep: bool = True) -> dict[str, dict[int, Path]]:
+    """Legacy files in `path` itself; with `deep` and none there, in its sub-folders (up to MAX_DEPTH)."""
     found: dict[str, dict[int, Path]] = {k: {} for k in PATTERNS}
     if path.is_file():
         files = [path]
     else:
-        files = []
-        base = len(path.parts)
-        for p in sorted(path.rglob("*")):
-            if len(p.parts) - base > MAX_DEPTH:
-                continue
-            if p.is_file():
-                files.append(p)
+        files = sorted(p for p in path.iterdir() if p.is_file())
+        if deep and not any(any(PATTERNS[k].match(p.name) for k in PRIMARY) for p in files):
+            base = len(path.parts)
+            files = [p for p in sorted(path.rglob("*")) if len(p.parts) - base <= MAX_DEPTH and p.is_file()]
     for p in files:
         for kind, rx in PATTERNS.items():
             m = rx.match(p.name)
@@ -68,11 +66,11 @@ def _scan(path: Path) -> dict[str, dict[int, Path]]:
 
 
 def detect(path) -> bool:
-    """True if `path` (a file or folder) holds legacy MindSpore profiler files."""
+    """True if the folder `path` itself holds legacy MindSpore profiler files."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_dir():
         return False
-    found = _scan(path)
+    found = _scan(path, deep=False)  # load_profile walks folders itself: look at this one only
     return any(found[k] for k in PRIMARY)
 
 

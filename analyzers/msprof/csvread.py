@@ -26,7 +26,11 @@ csv.field_size_limit(1 << 30)
 
 
 def _clean(s: str) -> str:
-    return s.strip(" \t\r\n\ufeff")
+    s = s.strip(" \t\r\n\ufeff")
+    if len(s) >= 2 and s[0] == '"' and s[-1] == '"':
+        # msprof triple-quotes shape cells ("""512,16""" -> "512,16" after CSV unquoting)
+        s = s[1:-1].strip(" \t")
+    return s
 
 
 def read_table(
