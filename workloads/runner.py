@@ -1,0 +1,294 @@
+"""The shared training loop every workload runs under msrun (contract: docs/architecture.md).
+
+    entry.py --config run_config.json  ->  runner.main()  ->  workloads.<name>.build(ctx).train_step(step)
+
+The runner owns everything around a step: MindSpore set-up, ``init()``, seeding, step timing,
+``metrics/rank{R}.steps.jsonl`` / ``.spans.jsonl`` / ``.meta.json``, the profiler window, the
+``inject`` failure hooks and the rank-0 SummaryRecord.  A workload only builds its model in
+``build(ctx)`` and returns an object with ``train_step(step) -> dict(loss=float, samples=int, ...)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import json
+import os
+import pathlib
+import socket
+import sys
+import time
+
+from perfbench.errors import ConfigError, UserError
+
+STEP_KEYS = ("rank", "step", "start_ts", "end_ts", "step_time_s", "samples", "loss", "profiled")
+
+
+def _cpu_threads() -> int:
+    """CPUs this process may run on (what taskset / msrun --bind_core leave us)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _os_threads() -> int | None:
+    try:
+        for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def load_config(path: str | os.PathLike) -> dict:
+    p = pathlib.Path(path)
+    try:
+        cfg = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise UserError(f"{p}: run config not found") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{p}: run config must be a JSON object")
+    for key in ("run_id", "workload", "world_size", "output_dir", "model", "train", "profile", "parallel", "inject"):
+        if key not in cfg:
+            raise ConfigError(f"{p}: run config is missing key '{key}'")
+    for key in ("steps", "warmup_steps", "seed", "mode"):
+        if key not in cfg["train"]:
+            raise ConfigError(f"{p}: run config is missing key 'train.{key}'")
+    if cfg["train"]["mode"] not in ("graph", "pynative"):
+        raise ConfigError(f"{p}: train.mode must be 'graph' or 'pynative', got {cfg['train']['mode']!r}")
+    return cfg
+
+
+class RunContext:
+    """Built by the runner and handed to the workload's ``build(ctx)``."""
+
+    def __init__(self, config: dict, rank: int, world_size: int, output_dir: pathlib.Path):
+        self.config = config
+        self.rank = rank
+        self.world_size = world_size
+        self.output_dir = pathlib.Path(output_dir)
+        self.metrics_dir = self.output_dir / "metrics"
+        self.metrics_dir.mkdir(parents=True, exist_ok=True)
+        self.step = -1
+        self._meta: dict = {}
+        self._comm_bytes = 0
+        self._collectives = 0
+        self._counted = False
+        self._spans = open(self.metrics_dir / f"rank{rank}.spans.jsonl", "a", buffering=1)
+        self._steps = open(self.metrics_dir / f"rank{rank}.steps.jsonl", "a", buffering=1)
+
+    # -- used by workloads -------------------------------------------------------------
+    @contextlib.contextmanager
+    def span(self, kind: str, mb: int | None = None, stage: int | None = None):
+        """Time a host-side region of the current step; appended to spans.jsonl when it ends."""
+        start = time.time()
+        try:
+            yield
+        finally:
+            end = time.time()
+            rec = {"rank": self.rank, "step": self.step, "kind": kind, "mb": mb, "stage": stage,
+                   "start_ts": start, "end_ts": end}
+            self._spans.write(json.dumps(rec) + "\n")
+            self._spans.flush()
+
+    def set_meta(self, **kv) -> None:
+        """Merged into metrics/rank{R}.meta.json (written after step 0 and at the end)."""
+        self._meta.update(kv)
+
+    def count_collective(self, nbytes: int, n: int | None = 1) -> None:
+        """Add bytes this rank sent into collectives (and how many ops) to the current step.
+
+        ``n=None`` means the op count is not known on the host (e.g. MindSpore fused the ops itself);
+        the step's ``collectives`` is then written as null.
+        """
+        self._comm_bytes += int(nbytes)
+        if n is None or self._collectives is None:
+            self._collectives = None
+        else:
+            self._collectives += int(n)
+        self._counted = True
+
+    # -- used by the runner --------------------------------------------------------------
+    def _begin_step(self, step: int) -> None:
+        self.step = step
+        self._comm_bytes = 0
+        self._collectives = 0
+        self._counted = False
+
+    def _write_step(self, rec: dict) -> None:
+        if self._counted:
+            rec.setdefault("comm_bytes", self._comm_bytes)
+            rec.setdefault("collectives", self._collectives)
+        self._steps.write(json.dumps(rec) + "\n")
+        self._steps.flush()
+        os.fsync(self._steps.fileno())
+
+    def write_meta(self) -> None:
+        path = self.metrics_dir / f"rank{self.rank}.meta.json"
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self._meta, indent=1, default=str))
+        os.replace(tmp, path)
+
+    def close(self) -> None:
+        for f in (self._spans, self._steps):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+
+class _Summary:
+    """Rank-0 MindSpore SummaryRecord (loss, step time, throughput) under output_dir/summary/."""
+
+    def __init__(self, ms, directory: pathlib.Path):
+        from mindspore.train.summary import SummaryRecord
+
+        directory.mkdir(parents=True, exist_ok=True)
+        self._ms = ms
+        self._rec = SummaryRecord(str(directory), network=None)
+
+    def record(self, step: int, loss: float, step_time_s: float, throughput: float) -> None:
+        T = self._ms.Tensor
+        dt = self._ms.float32
+        self._rec.add_value("scalar", "loss", T(float(loss), dt))
+        self._rec.add_value("scalar", "step_time_s", T(float(step_time_s), dt))
+        self._rec.add_value("scalar", "throughput", T(float(throughput), dt))
+        self._rec.record(step)
+        self._rec.flush()
+
+    def close(self) -> None:
+        self._rec.close()
+
+
+def _make_profiler(ms, profile_dir: pathlib.Path, warmup_steps: int, active: int):
+    """Profiler whose active window is steps [warmup_steps, warmup_steps + active)."""
+    from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    profile_dir.mkdir(parents=True, exist_ok=True)
+    # p.step() is called after every step; the schedule counts from step 0.
+    if warmup_steps >= 1:
+        sched = schedule(skip_first=0, wait=warmup_steps - 1, warmup=1, active=active, repeat=1)
+    else:
+        sched = schedule(wait=0, warmup=0, active=active, repeat=1)
+    return profile(activities=[ProfilerActivity.CPU], schedule=sched,
+                   on_trace_ready=tensorboard_trace_handler(str(profile_dir)))
+
+
+def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
+    inj = cfg.get("inject") or {}
+    if inj.get("crash_rank") is not None and int(inj["crash_rank"]) == rank \
+            and inj.get("crash_step") is not None and int(inj["crash_step"]) == step:
+        print(f"[perfbench] inject: rank {rank} crashing at step {step} (exit 3)", file=sys.stderr, flush=True)
+        ctx.close()
+        os._exit(3)
+    if inj.get("hang_rank") is not None and int(inj["hang_rank"]) == rank \
+            and inj.get("hang_step") is not None and int(inj["hang_step"]) == step:
+        print(f"[perfbench] inject: rank {rank} hanging at step {step}", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+
+
+def run(cfg: dict) -> int:
+    import mindspore as ms
+
+    world_size = int(cfg["world_size"])
+    train = cfg["train"]
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.GRAPH_MODE if train["mode"] == "graph" else ms.PYNATIVE_MODE)
+    rank = 0
+    # Under msrun the scheduler process runs this script too (MS_ROLE=MS_SCHED): it must call init(),
+    # which serves the cluster and never returns to training, even for world_size 1.
+    if world_size > 1 or os.environ.get("MS_ROLE"):
+        from mindspore.communication import get_group_size, get_rank, init
+
+        init()
+        rank = get_rank()
+        if get_group_size() != world_size:
+            raise ConfigError(f"world_size is {world_size} but msrun started {get_group_size()} ranks")
+    seed = int(train["seed"])
+    # Same seed on every rank: identical initial weights. Workloads derive per-rank data seeds.
+    ms.set_seed(seed)
+
+    out = pathlib.Path(cfg["output_dir"])
+    ctx = RunContext(cfg, rank, world_size, out)
+    ctx.set_meta(rank=rank, world_size=world_size, threads=_cpu_threads(), os_threads=None, pid=os.getpid(),
+                 host=socket.gethostname(), mindspore_version=ms.__version__, mode=train["mode"],
+                 run_id=cfg.get("run_id"), workload=cfg["workload"],
+                 threads_per_rank=cfg.get("threads_per_rank"),
+                 comm_backend="mccl" if world_size > 1 else "none",
+                 clock={"steps": "time.time() seconds (Unix epoch)",
+                        "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
+                        "profiler_ts_offset_us": 0.0})
+
+    name = cfg["workload"]
+    try:
+        module = importlib.import_module(f"workloads.{name}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith(f"workloads.{name}"):
+            raise ConfigError(f"unknown workload {name!r} (no module workloads.{name})") from None
+        raise
+    wl = module.build(ctx)
+
+    steps = int(train["steps"])
+    warmup = int(train["warmup_steps"])
+    prof_cfg = cfg.get("profile") or {}
+    prof_steps = min(int(prof_cfg.get("steps", 0) or 0), max(0, steps - warmup))
+    profiling = bool(prof_cfg.get("enabled")) and prof_steps > 0
+    ctx.set_meta(profiled_steps=[warmup, warmup + prof_steps - 1] if profiling else None,
+                 warmup_steps=warmup, steps=steps)
+    prof = _make_profiler(ms, out / "profile", warmup, prof_steps) if profiling else None
+    summary = _Summary(ms, out / "summary") if rank == 0 else None
+    delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
+
+    if prof is not None:
+        prof.start()
+    try:
+        for step in range(steps):
+            _inject(cfg, rank, step, ctx)
+            ctx._begin_step(step)
+            start = time.time()
+            if delay_s:
+                time.sleep(delay_s)
+            res = wl.train_step(step)
+            end = time.time()
+            in_window = profiling and warmup <= step < warmup + prof_steps
+            if prof is not None:
+                prof.step()
+            res = dict(res)
+            loss = float(res.pop("loss"))
+            samples = int(res.pop("samples"))
+            rec = {"rank": rank, "step": step, "start_ts": start, "end_ts": end, "step_time_s": end - start,
+                   "samples": samples, "loss": loss, "profiled": in_window}
+            rec.update(res)
+            ctx._write_step(rec)
+            if summary is not None:
+                summary.record(step, loss, end - start, samples / max(end - start, 1e-9))
+            if step == 0:
+                ctx.set_meta(os_threads=_os_threads())
+                ctx.write_meta()
+    finally:
+        if prof is not None:
+            prof.stop()
+        if summary is not None:
+            summary.close()
+    ctx.set_meta(os_threads=_os_threads(), finished=True)
+    ctx.write_meta()
+    ctx.close()
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="perfbench workload rank (started by msrun)")
+    ap.add_argument("--config", required=True, help="run_config.json written by perfbench sweep")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+        return run(cfg)
+    except UserError as e:
+        print(f"perfbench: error: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
