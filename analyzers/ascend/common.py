@@ -41,6 +41,7 @@ def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | No
         raise ProfileFormatError(path, f"not a text CSV file ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    _check_complete(path, df)
     by_norm = {norm(c): c for c in df.columns}
     rename = {}
     for src, dst in {**required, **optional}.items():
@@ -67,6 +68,22 @@ def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | No
                 raise ProfileFormatError(path, f"line {i + 2}: column '{src}' {what}")
         df[col] = conv.astype("float64")
     return df
+
+
+def _check_complete(path: Path, df: pd.DataFrame) -> None:
+    """A CSV the profiler finished ends with a newline and its last row has every field."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 1))
+            last = fh.read(1)
+    except OSError:
+        return
+    if size and last not in (b"\n", b"\r") and len(df):
+        row = df.iloc[-1]
+        if row.isna().any():
+            raise ProfileFormatError(path, f"file ends in the middle of line {len(df) + 1} (truncated?)")
 
 
 def read_json(path: Path):
@@ -170,8 +187,8 @@ def comm_op_type(name: str) -> str:
     return "other"
 
 
-_COMM_NAME = re.compile(r"^(hcom_|hccl|lccl|allreduce|allgather|reducescatter|alltoall|broadcast|send|receive|recv)",
-                        re.IGNORECASE)
+_COMM_NAME = re.compile(r"^(hcom_|hccl|lccl)|^(allreduce|allgather|reducescatter|alltoallv?|broadcast|send|receive|recv)"
+                        r"(-op\d+|_\d|$)", re.IGNORECASE)
 
 
 def is_comm_name(name: str) -> bool:
@@ -179,11 +196,15 @@ def is_comm_name(name: str) -> bool:
 
 
 def categorize(names: pd.Series, core: pd.Series | None, types: pd.Series | None) -> pd.Series:
-    """'communication' for HCCL ops (core type HCCL/COMMUNICATION or an hcom_* name), else 'compute'."""
-    comm = names.astype(str).str.match(_COMM_NAME)
+    """'communication' for HCCL ops (core type HCCL/COMMUNICATION, or an hcom_*/AllReduce-opN name), else
+    'compute'. A known non-HCCL core type wins over the name (BroadcastTo on AI_VECTOR_CORE is compute)."""
+    by_name = names.astype(str).str.match(_COMM_NAME)
     if core is not None:
         c = core.astype(str).str.upper()
-        comm |= c.isin(["HCCL", "COMMUNICATION", "LCCL"])
+        known = core.notna() & ~c.isin(["", "N/A", "NA", "NONE", "NAN"])
+        comm = c.isin(["HCCL", "COMMUNICATION", "LCCL"]) | (~known & by_name) | names.astype(str).str.startswith("hcom_")
+    else:
+        comm = by_name
     if types is not None:
         comm |= types.astype(str).str.lower().str.startswith("hcom_")
     return pd.Series(np.where(comm, "communication", "compute"), index=names.index, dtype="object")

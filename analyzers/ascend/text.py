@@ -146,6 +146,11 @@ def _single_step_id(path: Path):
     return 0
 
 
+def read_kernel_details(path: str | Path, rank: int = 0) -> pd.DataFrame:
+    """kernel_details.csv (any header variant) as OPS rows plus the file's extra columns."""
+    return _kernel_details(Path(path), rank)
+
+
 def _kernel_details(path: Path, r: int) -> pd.DataFrame:
     df = read_csv(path, KERNEL_REQUIRED, KERNEL_OPTIONAL, numeric=("start_us", "dur_us", "step"))
     for c in ("type", "core_type"):
