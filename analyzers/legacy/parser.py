@@ -184,6 +184,8 @@ def _read_hccl(path: Path, rank: int):
             step = int(r.step_num)
         except ValueError:
             raise ProfileFormatError(path, f"line {i}: step_num {r.step_num!r} is not an integer") from None
+        # per-step link totals: only validated (the per-op links below carry the same data, per op)
+        _link_entries(path, _json_cell(path, r.link_info, "link_info", i), i, "link_info")
         ops = _json_cell(path, r.communication_operator_cost, "communication_operator_cost", i)
         if not isinstance(ops, dict):
             raise ProfileFormatError(path, f"line {i}: communication_operator_cost is not a JSON object")
@@ -369,7 +371,7 @@ def parse(path) -> Profile:
         comm["group"] = comm["rank"].map(lambda r: _group_label(r, stage_of)) if stage_of else ""
         p2p = comm["op_type"].isin(["send", "recv"])
         comm.loc[p2p, "group"] = "p2p"
-        comm = conform(comm.sort_values(["rank", "step", "start_us"], kind="stable").reset_index(drop=True), COMM_OPS)
+        comm = conform(comm, COMM_OPS).sort_values(["rank", "step", "start_us"], kind="stable").reset_index(drop=True)
     else:
         comm = empty(COMM_OPS)
 
