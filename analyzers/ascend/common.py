@@ -71,19 +71,24 @@ def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | No
 
 
 def _check_complete(path: Path, df: pd.DataFrame) -> None:
-    """A CSV the profiler finished ends with a newline and its last row has every field."""
+    """A CSV the profiler finished has every field in its last row (a cut file usually does not)."""
+    import csv
+
     try:
         with open(path, "rb") as fh:
             fh.seek(0, 2)
             size = fh.tell()
-            fh.seek(max(0, size - 1))
-            last = fh.read(1)
+            fh.seek(max(0, size - 65536))
+            tail = fh.read()
     except OSError:
         return
-    if size and last not in (b"\n", b"\r") and len(df):
-        row = df.iloc[-1]
-        if row.isna().any():
-            raise ProfileFormatError(path, f"file ends in the middle of line {len(df) + 1} (truncated?)")
+    if not size or tail.endswith((b"\n", b"\r")) or not len(df):
+        return
+    last = tail.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
+    fields = next(csv.reader([last]), [])
+    if len(fields) < len(df.columns):
+        raise ProfileFormatError(path, f"line {len(df) + 1} has {len(fields)} of {len(df.columns)} fields "
+                                       "(file truncated?)")
 
 
 def read_json(path: Path):
