@@ -355,7 +355,9 @@ def to_markdown(cmp: Comparison) -> str:
     if cmp.metrics:
         out += ["## Throughput and step time (per-step samples, steady state)", "",
                 _md_table(["metric", "A mean", "B mean", "change", "95% CI of change", "p (Mann-Whitney)", "steps A/B"],
-                          [[m["metric"], fmt(m["a"]), fmt(m["b"]), pct(m["rel"]),
+                          [[m["metric"], fmt(m["a"]), fmt(m["b"]),
+                            pct(m["rel"]) if METRICS.get(m["metric"], ("", "", "ratio"))[2] != "share" or m["delta"] is None
+                            else f"{m['delta'] * 100:+.1f}pt",
                             f"[{pct(m['ci_low'])}, {pct(m['ci_high'])}]" if m.get("ci_low") is not None else "–",
                             fmt(m.get("p_value"), 2), f"{m['n_a']}/{m['n_b']}"] for m in cmp.metrics]), ""]
     else:

@@ -264,10 +264,10 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
             try:
                 section_of(key, workload)
             except KeyError:
-                allowed = ["world_size", *PARALLEL_DEFAULTS, *TRAIN_DEFAULTS, *MODEL_DEFAULTS[workload]]
+                allowed = ["world_size", *PARALLEL_DEFAULTS, *TRAIN_DEFAULTS, *MODEL_DEFAULTS[workload], *INJECT_DEFAULTS]
                 raise ConfigError(
                     f"sweep.{key}: unknown sweep axis{_suggest(key, allowed)} "
-                    f"(axes may be world_size or any key of parallel, train or model for {workload})"
+                    f"(axes may be world_size or any key of parallel, train, model or inject for {workload})"
                 ) from None
         if not isinstance(values, list):
             values = [values]
@@ -313,9 +313,11 @@ def _validate(cfg: SweepConfig) -> None:
     _check_int("profile.steps", cfg.profile["steps"], lo=1, hi=1000)
 
     for k in ("crash_rank", "crash_step", "hang_rank", "hang_step"):
-        if cfg.inject[k] is not None:
-            _check_int(f"inject.{k}", cfg.inject[k], lo=0)
-    _check_number("inject.delay_ms", cfg.inject["delay_ms"], lo=0)
+        for v in cfg.sweep.get(k, [cfg.inject[k]]):
+            if v is not None:
+                _check_int(f"sweep.{k}" if k in cfg.sweep else f"inject.{k}", v, lo=0)
+    for v in cfg.sweep.get("delay_ms", [cfg.inject["delay_ms"]]):
+        _check_number("sweep.delay_ms" if "delay_ms" in cfg.sweep else "inject.delay_ms", v, lo=0)
 
     # every value of every axis, checked in the context of the defaults
     for key, value in _all_values(cfg):

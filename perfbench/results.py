@@ -88,26 +88,54 @@ def fmt(v, kind: str = "") -> str:
     return str(v)
 
 
-def render_table(rows: list[dict], title: str | None = None):
+def short_id(row: dict) -> str:
+    """The run id without its sweep id prefix (the table title names the sweep)."""
+    rid, sid = row["run_id"], row.get("sweep_id") or ""
+    return rid[len(sid) + 1:] if sid and rid.startswith(sid + "-") else rid
+
+
+def render_table(rows: list[dict], title: str | None = None, wide: bool = False):
     """A rich Table of runs (settings, throughput, step time, split, shares, efficiency)."""
     from rich.table import Table
 
     keys = swept_keys(rows)
+    sweeps = {r.get("sweep_id") for r in rows}
     t = Table(title=title, show_lines=False)
-    t.add_column("run", overflow="fold")
-    t.add_column("status")
+    t.add_column("run" if len(sweeps) == 1 else "run id", no_wrap=True)
+    t.add_column("status", no_wrap=True)
     for k in keys:
-        t.add_column(k.replace("_", " "))
-    for col in ("samples/s", "step ms", "compute ms", "comm ms (not ovl)", "overlap ms", "free ms", "comm share",
-                "kernel util", "scaling eff", "collectives/step", "comm bytes/step"):
-        t.add_column(col, justify="right")
+        t.add_column(_ABBREV.get(k, k.replace("_", " ")), no_wrap=True)
+    cols = ["samples/s", "step ms", "compute", "comm", "overlap", "free", "comm%", "util%", "scaling"]
+    if wide:
+        cols += ["coll/step", "bytes/step"]
+    for col in cols:
+        t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         status = r["status"] if r["status"] != "failed" else "[red]failed[/red]"
-        t.add_row(
-            r["run_id"], status, *[fmt(r["settings"].get(k)) for k in keys],
+        cells = [
             fmt(r["throughput"]), fmt(r["step_time_s"], "ms"), fmt(r["computing_s"], "ms"),
             fmt(r["communication_not_overlapped_s"], "ms"), fmt(r["overlapped_s"], "ms"), fmt(r["free_s"], "ms"),
             fmt(r["comm_share"], "pct"), fmt(r["kernel_utilization"], "pct"), fmt(r["scaling_efficiency"], "pct"),
-            fmt(r["collectives_per_step"]), fmt(r["comm_bytes_per_step"], "bytes"),
-        )
+        ]
+        if wide:
+            cells += [fmt(r["collectives_per_step"]), fmt(r["comm_bytes_per_step"], "bytes")]
+        t.add_row(short_id(r) if len(sweeps) == 1 else r["run_id"], status,
+                  *[fmt(r["settings"].get(k)) for k in keys], *cells)
+    t.caption = ("compute/comm/overlap/free: ms per step on the median rank (comm = not overlapped); "
+                 "comm% = communication / step; util% = busy / step; scaling = throughput(N) / (N x throughput(1))")
     return t
+
+
+def console(stderr: bool = False):
+    """A rich Console that does not squeeze tables to 80 columns when output is not a terminal."""
+    from rich.console import Console
+
+    c = Console(stderr=stderr)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, width=220)
+    return c
+
+
+_ABBREV = {"world_size": "ranks", "grad_compression": "compression", "compression_ratio": "ratio",
+           "comm_fusion": "fusion MB", "fusion_impl": "fusion impl", "pipeline_stages": "stages",
+           "micro_batches": "micro-b", "pipeline_schedule": "schedule", "batch_size": "batch"}

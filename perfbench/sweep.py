@@ -19,7 +19,7 @@ from perfbench import __version__
 from perfbench.config import RunPlan, SweepConfig
 from perfbench.errors import UserError
 from perfbench.ingest import ingest_run
-from perfbench.launcher import launch, should_bind, threads_per_rank, write_json
+from perfbench.launcher import kill_stale, launch, should_bind, threads_per_rank, write_json
 from perfbench.store import FINISHED, Store
 
 
@@ -96,6 +96,7 @@ def run_sweep(
             if events.run_skipped:
                 events.run_skipped(i, total, plan, existing)
             continue
+        kill_stale(plan.run_id)
         store.reset_run(plan.run_id)
         if events.run_started:
             events.run_started(i, total, plan)

@@ -33,3 +33,47 @@ def fixture_copy(tmp_path):
         return dst
 
     return _copy
+
+
+# ---- one real tiny sweep per test session, shared by the end-to-end, compare/check and UI tests ----
+
+TINY_SWEEP = {
+    "name": "tiny",
+    "workload": "resnet50",
+    # the real ResNet-50 layout (bottleneck blocks 3-4-6-3), narrow and on small images so CPU steps are short
+    "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [3, 4, 6, 3]},
+    "train": {"batch_size": 4, "steps": 9, "warmup_steps": 2, "seed": 0},
+    "profile": {"enabled": True, "steps": 3},
+    "launch": {"timeout_s": 600, "stall_timeout_s": 240},
+    "sweep": {"world_size": [1, 2]},
+    "repeats": 2,
+}
+
+
+def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None):
+    """Run the real `perfbench` CLI in a subprocess (as a user would) and return the CompletedProcess."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "perfbench", *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, cwd=cwd or ROOT)
+    if check and r.returncode != 0:
+        raise AssertionError(f"perfbench {' '.join(map(str, args))} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
+    return r
+
+
+def write_yaml(path: Path, obj: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+    return path
+
+
+@pytest.fixture(scope="session")
+def sweep_store(tmp_path_factory):
+    """Results dir of one real sweep: ResNet-50 (narrow) on world sizes 1 and 2, 2 repeats each, via msrun."""
+    base = tmp_path_factory.mktemp("sweep_store")
+    cfg = write_yaml(base / "tiny.yaml", TINY_SWEEP)
+    results = base / "results"
+    run_perfbench("sweep", cfg, "--results", results, timeout=1500)
+    return results

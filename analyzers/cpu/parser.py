@@ -195,6 +195,25 @@ def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     return result
 
 
+def fill_wait_from_alignment(comm_ops: pd.DataFrame) -> pd.DataFrame:
+    """The CPU profiler times a collective from call to return, waiting for peers included. A
+    collective can only move data once every rank has entered it, so for the n-th execution of an
+    op on each rank: wait = (latest entry over ranks - own entry), transit = elapse - wait. Needs
+    the ranks' clocks to agree (true on one host: they share the wall clock)."""
+    if comm_ops.empty or comm_ops["rank"].nunique() < 2:
+        return comm_ops
+    df = comm_ops.copy()
+    df["_nth"] = df.sort_values("start_us").groupby(["rank", "op_name"]).cumcount()
+    last_entry = df.groupby(["op_name", "_nth"])["start_us"].transform("max")
+    n_ranks = df.groupby(["op_name", "_nth"])["rank"].transform("nunique")
+    complete = n_ranks == df["rank"].nunique()
+    wait = ((last_entry - df["start_us"]) / 1000.0).clip(lower=0)
+    wait = np.minimum(wait, df["elapse_ms"])
+    df["wait_ms"] = np.where(complete, wait, np.nan)
+    df["transit_ms"] = np.where(complete, df["elapse_ms"] - wait, np.nan)
+    return df.drop(columns="_nth")
+
+
 def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: dict | None = None) -> Profile:
     """Read every rank's CPU profile under `path` into one Profile."""
     root = Path(path)
@@ -257,6 +276,7 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
         "elapse_ms": comm["dur_us"] / 1000.0,
         "size_bytes": sizes,
     })
+    comm_ops = fill_wait_from_alignment(comm_ops)
     ranks = pd.DataFrame(rank_rows).drop_duplicates("rank")
     ranks["world_size"] = world_size
     meta.setdefault("device_type", "CPU")

@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perfbench.results import render_table, summarize
+    from perfbench.results import console, render_table, summarize
     from perfbench.store import Store
 
     store = Store(args.results, create=False)
@@ -30,10 +30,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
         return 0
-    from rich.console import Console
-
     if not rows:
-        Console().print(f"no runs in {store.root}" + (f" for sweep {args.sweep}" if args.sweep else ""))
+        console().print(f"no runs in {store.root}" + (f" for sweep {args.sweep}" if args.sweep else ""))
         return 0
-    Console().print(render_table(rows, title=f"{len(rows)} runs in {store.root}"))
+    console().print(render_table(rows, title=f"{len(rows)} runs in {store.root}"))
     return 0

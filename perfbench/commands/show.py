@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perfbench.results import fmt, summarize
+    from perfbench.results import console, fmt, summarize
     from perfbench.store import Store
 
     store = Store(args.results, create=False)
@@ -32,10 +32,9 @@ def run(args) -> int:
                                               if k not in ("workload_steps", "spans", "ops")})
         print(json.dumps(doc, indent=2, default=str))
         return 0
-    from rich.console import Console
     from rich.table import Table
 
-    c = Console()
+    c = console()
     c.print(f"[bold]{rid}[/bold]  status: {rec['status']}  sweep: {rec.get('sweep_id')}  source: {rec.get('source')}")
     if rec.get("error"):
         c.print(f"[red]error:[/red] {rec['error']}")

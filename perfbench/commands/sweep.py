@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 from perfbench.cli import DEFAULT_RESULTS, add_json_arg, add_results_arg
@@ -36,15 +37,24 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from perfbench.results import render_table, summarize
+    from perfbench.results import console, render_table, summarize
     from perfbench.store import Store
     from perfbench.sweep import resolve_results_dir, run_sweep
 
+    # SIGTERM (CI cancel, kill) unwinds like Ctrl-C: the running run's processes are killed and it
+    # stays "running" in the store, so `--resume` re-runs it; finished runs are already committed.
+    signal.signal(signal.SIGTERM, _raise_interrupt)
     results = resolve_results_dir(args.results, cfg, cli_given=args.results != DEFAULT_RESULTS)
     store = Store(results)
     err = Console(stderr=True)
     events = _progress_events(err, quiet=False)
-    sweep = run_sweep(cfg, store, resume=args.resume, retry_failed=args.retry_failed, events=events)
+    try:
+        sweep = run_sweep(cfg, store, resume=args.resume, retry_failed=args.retry_failed, events=events)
+    except KeyboardInterrupt:
+        print(f"perfbench: sweep interrupted; finished runs are kept in {results}. "
+              f"Continue with `perfbench sweep {args.config} --resume"
+              + (f" --results {args.results}`" if args.results != DEFAULT_RESULTS else "`"), file=sys.stderr)
+        return 130
     records = [store.read_run(rid) for rid in sweep["runs"]]
     records = [r for r in records if r]
     rows = summarize(records, context=store.list_runs())
@@ -52,13 +62,17 @@ def run(args) -> int:
     if args.json:
         print(json.dumps({"sweep_id": sweep["sweep_id"], "results": str(results), "runs": rows}, indent=2, default=str))
     else:
-        out = Console()
+        out = console()
         out.print(render_table(rows, title=f"sweep {sweep['sweep_id']}"))
         for r in failed:
             out.print(f"[red]{r['run_id']} failed:[/red] {r['error']}")
         out.print(f"results stored in {results} (sweep {sweep['sweep_id']}); "
                   f"see `perfbench ls --results {results}` and `perfbench show RUN --results {results}`")
     return 1 if failed and len(failed) == len(rows) else 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _dry_run(cfg, args) -> int:
@@ -77,7 +91,7 @@ def _dry_run(cfg, args) -> int:
         t.add_column(k)
     for i, p in enumerate(plans, 1):
         t.add_row(str(i), *[str(p.settings[k]) for k in keys])
-    Console().print(t)
+    console().print(t)
     return 0
 
 
