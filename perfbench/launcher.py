@@ -274,30 +274,41 @@ def _remember_children(pid: int, known: dict[int, float]) -> None:
         pass
 
 
-_ERROR_MARKERS = ("Traceback (most recent call last)", "Error:", "[ERROR]", "Exception", "exit with exception")
+_OWN_FAILURE = ("[perfbench] inject", "Traceback (most recent call last)", "Segmentation fault", "core dumped",
+                "perfbench: error:", "MemoryError", "Killed")
 
 
 def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int) -> tuple[int | None, str]:
-    """Which rank failed first: the first worker log with an error, else the rank with fewest steps."""
-    errs = []
+    """Which rank failed first. A rank whose own log shows why it died (injected failure, Python
+    traceback, crash) wins, earliest such log first; otherwise the rank that stopped making progress
+    first (fewest steps, then oldest last step). Peers of a dead rank fail later, in collectives."""
+    def own_failure(text: str) -> int | None:
+        hits = [text.find(m) for m in _OWN_FAILURE if m in text]
+        return min(hits) if hits else None
+
+    candidates = []
     for r in range(world_size):
         f = log_dir / f"worker_{r}.log"
-        if not f.exists():
-            continue
-        text = f.read_text(errors="replace")
-        if "Traceback (most recent call last)" in text or "perfbench-inject" in text:
-            errs.append((f.stat().st_mtime, r, text))
-    if errs:
-        # the rank whose log has a Python traceback of its own; a desynchronised peer fails later
-        errs.sort(key=lambda e: (0 if "perfbench-inject" in e[2] else 1, e[0]))
-        _, r, text = errs[0]
-        return r, _tail(text)
-    if steps:
-        r = min(range(world_size), key=lambda i: steps.get(i, 0))
-        f = log_dir / f"worker_{r}.log"
         if f.exists():
-            return r, _tail(f.read_text(errors="replace"))
-        return r, ""
+            text = f.read_text(errors="replace")
+            pos = own_failure(text)
+            if pos is not None:
+                injected = "[perfbench] inject" in text
+                candidates.append((0 if injected else 1, steps.get(r, 0), f.stat().st_mtime, r, text))
+    if candidates:
+        candidates.sort(key=lambda c: c[:3])
+        r, text = candidates[0][3], candidates[0][4]
+        return r, _tail(text)
+    if steps or world_size:
+        metrics = log_dir.parent / "metrics"
+
+        def last_progress(r: int) -> float:
+            f = metrics / f"rank{r}.steps.jsonl"
+            return f.stat().st_mtime if f.exists() else 0.0
+
+        r = min(range(world_size), key=lambda i: (steps.get(i, 0), last_progress(i)))
+        f = log_dir / f"worker_{r}.log"
+        return r, (_tail(f.read_text(errors="replace")) if f.exists() else "")
     f = log_dir / "msrun.out"
     return None, _tail(f.read_text(errors="replace")) if f.exists() else ""
 
@@ -310,7 +321,7 @@ def _tail(text: str, n: int = 25) -> str:
 def _first_error(tail: str) -> str:
     for line in reversed(tail.splitlines()):
         s = line.strip()
-        if s and (s.split(":")[0].endswith(("Error", "Exception", "Exit")) or "perfbench-inject" in s):
+        if s and (s.split(":")[0].endswith(("Error", "Exception", "Exit")) or "[perfbench] inject" in s):
             return f": {s[:300]}"
     return ""
 
