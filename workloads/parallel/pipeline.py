@@ -65,6 +65,39 @@ def world_group_name() -> str:
     return GlobalComm.WORLD_COMM_GROUP
 
 
+def create_groups(rank: int, world: int, stages: int):
+    """``(prev_link, next_link, dp_group)`` of this rank; links/groups it is not part of are None.
+
+    Pairs ``(s, d) <-> (s+1, d)`` get a p2p link; the D replicas of a stage share ``dp_group`` (the world
+    group when S = 1).  Every rank walks the same global order, so group creation cannot wait in a cycle.
+    """
+    from workloads.parallel.p2p import make_link
+
+    prev_link = next_link = dp_group = None
+    if world <= 1:
+        return prev_link, next_link, dp_group
+    from mindspore.communication import create_group
+
+    _, _, D = stage_layout(rank, world, stages)
+    for d in range(D):
+        for s in range(stages - 1):
+            a, b = s * D + d, (s + 1) * D + d
+            if rank == a:
+                next_link = make_link(a, b)
+            elif rank == b:
+                prev_link = make_link(b, a)
+    if D > 1:
+        if stages == 1:
+            dp_group = world_group_name()
+        else:
+            for s in range(stages):
+                ranks = list(range(s * D, (s + 1) * D))
+                if rank in ranks:
+                    dp_group = f"pb_dp_stage{s}"
+                    create_group(dp_group, ranks)
+    return prev_link, next_link, dp_group
+
+
 def _build_stage_cell(ms, nn, ops, layers, stats_size: int):
     class Stage(nn.Cell):
         """This rank's contiguous slice of the model; returns (out, aux_loss, stats)."""
@@ -95,11 +128,9 @@ class PipelineTrainer:
 
     def __init__(self, ctx, layers, loss_fn, batch_fn, *, samples_per_microbatch: int, layer_costs=None,
                  local_param_filter=None, aux_weight: float = 0.0, stats_size: int = 0, optimizer=None,
-                 dp_reducer_factory=None):
+                 dp_reducer_factory=None, groups=None):
         import mindspore as ms
         from mindspore import nn, ops
-
-        from workloads.parallel.p2p import make_link
 
         self.ms, self.ops, self.ctx = ms, ops, ctx
         cfg = ctx.config
@@ -132,28 +163,10 @@ class PipelineTrainer:
             momentum=float(cfg["train"].get("momentum", 0.9)))
         self.loss_fn = loss_fn
 
-        # --- communication groups, created in one global order on every rank -----------------------------
-        self.prev_link = self.next_link = None
-        self.dp_group = None
-        if self.world > 1:
-            from mindspore.communication import create_group
-
-            for d in range(self.D):
-                for s in range(self.S - 1):
-                    a, b = s * self.D + d, (s + 1) * self.D + d
-                    if self.rank == a:
-                        self.next_link = make_link(a, b)
-                    elif self.rank == b:
-                        self.prev_link = make_link(b, a)
-            if self.D > 1:
-                if self.S == 1:
-                    self.dp_group = world_group_name()
-                else:
-                    for s in range(self.S):
-                        ranks = list(range(s * self.D, (s + 1) * self.D))
-                        if self.rank in ranks:
-                            self.dp_group = f"pb_dp_stage{s}"
-                            create_group(self.dp_group, ranks)
+        # --- communication groups (the workload may have created them already, to build its layers) ----------
+        if groups is None:
+            groups = create_groups(self.rank, self.world, self.S)
+        self.prev_link, self.next_link, self.dp_group = groups
         self.world_group = world_group_name() if self.world > 1 else None
 
         # --- gradient all-reduce over the stage's data-parallel replicas ------------------------------------

@@ -1,0 +1,104 @@
+"""Mixture-of-Experts transformer language-model training (``workload: moe``), see ``model.py``.
+
+Axes: data parallel (world_size / pipeline_stages replicas, which are also the expert-parallel group: each
+replica owns ``num_experts / D`` experts), ``pipeline_stages`` / ``micro_batches`` / ``pipeline_schedule``
+(``workloads.parallel.pipeline``), ``grad_compression`` / ``comm_fusion`` for the replicated weights when
+``pipeline_stages == 1`` (``workloads.parallel.compression``; expert weights are never all-reduced).
+
+Per step every rank reports (after one small world all-reduce) ``tokens_per_expert``: global routed slots
+per expert, summed over every MoE layer, micro-batch, rank and top-k slot, counted *before* the capacity
+cut (so ``sum == global tokens * top_k * num_layers``); ``dropped_tokens``: slots over capacity (same
+scope); ``aux_loss``: the load-balancing loss, mean over layers and replicas; plus
+``local_tokens_per_expert`` (this rank's tokens, its stage's layers) and ``tokens_routed``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfbench.errors import ConfigError
+from workloads.parallel.rules import stage_layout, validate_parallel
+
+
+class MoEWorkload:
+    def __init__(self, ctx):
+        import mindspore as ms
+
+        from workloads.moe.model import SyntheticTokens, build_layers, build_loss
+        from workloads.parallel.experts import build_expert_comm, comm_bytes_per_call, default_impl
+        from workloads.parallel.pipeline import PipelineTrainer, create_groups, partition
+
+        cfg = ctx.config
+        m, t, par = cfg["model"], cfg["train"], dict(cfg["parallel"])
+        problems = validate_parallel("moe", m, par, ctx.world_size, train_cfg=t)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        self.ctx = ctx
+        S = int(par.get("pipeline_stages", 1) or 1)
+        M = int(par.get("micro_batches", 1) or 1)
+        stage, dp_index, D = stage_layout(ctx.rank, ctx.world_size, S)
+        E, k, L, T = int(m["num_experts"]), int(m["top_k"]), int(m["num_layers"]), int(m["seq_len"])
+        H = int(m["hidden_size"])
+        mb_size = int(t["batch_size"]) // M
+        tokens = mb_size * T
+        seed = int(t["seed"])
+        self.E, self.L, self.D, self.M = E, L, D, M
+
+        ms.set_context(mode=ms.PYNATIVE_MODE)  # the host loop and CPU Broadcast need PyNative (see pipeline.py)
+        groups = create_groups(ctx.rank, ctx.world_size, S)
+        ep_group = groups[2]
+        costs = [0.25] + [1.0] * L + [0.5]
+        lo, hi = partition(costs, S)[stage]
+        impl = default_impl(D)
+        self.expert_impl = impl
+
+        def ep_for_layer(i):
+            if not (lo <= i + 1 < hi) or D == 1:
+                return None
+            dispatch, combine = build_expert_comm(ep_group, D, dp_index, E, impl)
+            return dispatch, combine, D, dp_index
+
+        layers, costs, C = build_layers(m, tokens=tokens, seq_len=T, seed=seed, ep_for_layer=ep_for_layer)
+        data = SyntheticTokens(int(m["vocab_size"]), T, mb_size, seed, dp_index)
+
+        reducer_factory = None
+        if S == 1 and D > 1:
+            from workloads.parallel.compression import make_reducer
+
+            def reducer_factory(shapes, world):
+                cell, info, comm = make_reducer(par, shapes, world)
+                return cell, dict(info, fusion_impl_used="perfbench"), comm
+
+        self.trainer = PipelineTrainer(
+            ctx, layers, build_loss(), data.batch, samples_per_microbatch=tokens, layer_costs=costs,
+            local_param_filter=(lambda p: D > 1 and "experts" in p.name),
+            aux_weight=float(m["aux_loss_coef"]), stats_size=E + 1, dp_reducer_factory=reducer_factory,
+            groups=groups)
+        my_moe_layers = sum(1 for i in range(L) if lo <= i + 1 < hi)
+        nbytes, n = comm_bytes_per_call(impl, D, E, C, H)
+        # per micro-batch and MoE layer: forward, re-materialized forward, backward (each 2 collectives)
+        self.expert_comm_step = (3 * nbytes * my_moe_layers * M, 3 * n * my_moe_layers * M)
+        ctx.set_meta(expert_comm=impl if D > 1 else None, num_experts=E, experts_per_rank=E // D, top_k=k,
+                     capacity_per_expert=C, tokens_per_microbatch=tokens, moe_layers_on_rank=my_moe_layers,
+                     expert_comm_bytes_per_step=self.expert_comm_step[0], grad_compression=par.get("grad_compression"),
+                     comm_fusion=par.get("comm_fusion"), fusion_impl=par.get("fusion_impl"),
+                     params=int(sum(int(np.prod(p.shape)) for p in self.trainer.params)),
+                     bytes_per_step_uncompressed=(int(sum(int(np.prod(p.shape)) * 4 for p, loc in
+                                                          zip(self.trainer.params, self.trainer.local_mask)
+                                                          if not loc)) if D > 1 else 0))
+
+    def train_step(self, step: int) -> dict:
+        res = self.trainer.train_step(step)
+        if self.expert_comm_step[1]:
+            self.ctx.count_collective(*self.expert_comm_step)
+        stats = np.rint(res.pop("_stats")).astype(np.int64)
+        local = np.rint(res.pop("_local_stats")).astype(np.int64)
+        aux = res.pop("_aux_loss_sum") / max(1, self.L * self.D)
+        res.update(tokens_per_expert=[int(v) for v in stats[:self.E]], dropped_tokens=int(stats[self.E]),
+                   aux_loss=float(aux), tokens_routed=int(stats[:self.E].sum()),
+                   local_tokens_per_expert=[int(v) for v in local[:self.E]])
+        return res
+
+
+def build(ctx):
+    return MoEWorkload(ctx)

@@ -1,0 +1,135 @@
+"""Expert-parallel dispatch and combine: send each token slot to the rank that owns its expert, and back.
+
+Experts are sharded over an expert-parallel group of W ranks (the data-parallel replicas of one pipeline
+stage): rank r owns experts ``[r*E/W, (r+1)*E/W)``.  Every rank packs its tokens into a capacity buffer
+``[E, C, H]`` (C slots per expert, from the router).
+
+* ``alltoall`` (Ascend/GPU): ``ops.AlltoAll`` moves exactly the slices each owner needs and back.
+* ``allgather+allreduce`` (CPU, where AlltoAll does not exist): dispatch = AllGather of the whole buffer
+  (every rank receives all ranks' buffers, ``[W*E, C, H]``, and keeps its own experts' slices); combine =
+  AllReduce (sum) of a zero-padded ``[W, E, C, H]`` buffer in which each rank fills its experts' outputs,
+  after which rank r reads row r.  Both move W times the bytes AlltoAll would; results are identical.
+  The gradient of AllGather would need ReduceScatter (also missing on CPU), so the dispatch has a custom
+  backward: AllReduce the incoming gradient and keep this rank's rows; the combine's backward is an AllReduce.
+
+``build_expert_comm(group, size, rank, num_experts, impl) -> (dispatch, combine)``, two Cells:
+``dispatch(buf[E,C,H]) -> [E_local, W*C, H]`` and ``combine(out[E_local, W*C, H]) -> [E, C, H]``; with
+size 1 both are the identity.
+"""
+
+from __future__ import annotations
+
+IMPLS = ("allgather+allreduce", "alltoall", "local")
+
+
+def default_impl(size: int) -> str:
+    import mindspore as ms
+
+    if size == 1:
+        return "local"
+    return "alltoall" if ms.get_context("device_target") in ("Ascend", "GPU") else "allgather+allreduce"
+
+
+def comm_bytes_per_call(impl: str, size: int, num_experts: int, capacity: int, hidden: int,
+                        itemsize: int = 4) -> tuple[int, int]:
+    """Bytes this rank puts into collectives for one dispatch + one combine (forward), and their count."""
+    buf = num_experts * capacity * hidden * itemsize
+    if impl == "local" or size == 1:
+        return 0, 0
+    if impl == "alltoall":
+        return 2 * buf * (size - 1) // size, 2
+    # allgather: own buffer; allreduce of the padded [W, E, C, H] buffer
+    return buf + size * buf, 2
+
+
+def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int, impl: str | None = None):
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    impl = impl or default_impl(size)
+    if impl not in IMPLS:
+        raise ValueError(f"unknown expert communication {impl!r} (expected one of {', '.join(IMPLS)})")
+    if size > 1 and num_experts % size:
+        raise ValueError(f"num_experts={num_experts} is not divisible by the expert-parallel size {size}")
+    E, W, r = num_experts, size, rank
+    El = E // W
+
+    class _GatherWithReduceGrad(nn.Cell):
+        """AllGather forward; backward = AllReduce(dout) and keep this rank's rows (no ReduceScatter on CPU)."""
+
+        def __init__(self):
+            super().__init__()
+            self.gather = ops.AllGather(group=group)
+            self.reduce = ops.AllReduce(op=ops.ReduceOp.SUM, group=group)
+
+        def construct(self, x):
+            return self.gather(x)
+
+        def bprop(self, x, out, dout):
+            g = self.reduce(dout)
+            return (g[r * E:(r + 1) * E],)
+
+    class _SumAllReduce(nn.Cell):
+        """AllReduce (sum) forward and backward."""
+
+        def __init__(self):
+            super().__init__()
+            self.reduce = ops.AllReduce(op=ops.ReduceOp.SUM, group=group)
+            self.reduce_b = ops.AllReduce(op=ops.ReduceOp.SUM, group=group)
+
+        def construct(self, x):
+            return self.reduce(x)
+
+        def bprop(self, x, out, dout):
+            return (self.reduce_b(dout),)
+
+    class Dispatch(nn.Cell):
+        """[E, C, H] on every rank -> [E_local, W*C, H]: this rank's experts, slots of all source ranks."""
+
+        def __init__(self):
+            super().__init__()
+            if impl == "allgather+allreduce":
+                self.gather = _GatherWithReduceGrad()
+            elif impl == "alltoall":
+                # split the expert axis over ranks, concatenate what arrives along the capacity axis
+                self.a2a = ops.AlltoAll(split_count=W, split_dim=0, concat_dim=1, group=group)
+
+        def construct(self, buf):
+            if impl == "local":
+                return buf
+            if impl == "alltoall":
+                return self.a2a(buf)
+            _, C, H = buf.shape
+            g = self.gather(buf).reshape(W, E, C, H)[:, r * El:(r + 1) * El]  # [W, El, C, H]
+            return g.transpose(1, 0, 2, 3).reshape(El, W * C, H)
+
+    class Combine(nn.Cell):
+        """[E_local, W*C, H] expert outputs -> [E, C, H] for this rank's own tokens."""
+
+        def __init__(self):
+            super().__init__()
+            if impl == "allgather+allreduce":
+                self.sum = _SumAllReduce()
+            elif impl == "alltoall":
+                self.a2a = ops.AlltoAll(split_count=W, split_dim=1, concat_dim=0, group=group)
+
+        def construct(self, out):
+            if impl == "local":
+                return out
+            if impl == "alltoall":
+                return self.a2a(out)
+            _, WC, H = out.shape
+            C = WC // W
+            y = out.reshape(El, W, C, H).transpose(1, 0, 2, 3)  # [W, El, C, H]
+            if W == 1:
+                padded = y
+            elif r == 0:
+                padded = ops.concat((y, ops.zeros((W, (W - 1) * El, C, H), y.dtype)), axis=1)
+            elif r == W - 1:
+                padded = ops.concat((ops.zeros((W, r * El, C, H), y.dtype), y), axis=1)
+            else:
+                padded = ops.concat((ops.zeros((W, r * El, C, H), y.dtype), y,
+                                     ops.zeros((W, (W - 1 - r) * El, C, H), y.dtype)), axis=1)
+            return self.sum(padded)[r]
+
+    return Dispatch(), Combine()
