@@ -1,6 +1,6 @@
 """Facade: every analysis over one Profile -> `Analysis(tables, summary)`.
 
-Tables: step_breakdown, kernels, top_kernels, comm_ops (with algbw_gbps/busbw_gbps/wait_ratio),
+Tables: step_breakdown, kernels, top_kernels, comm_ops (with algbw_gbps/busbw_gbps/wait_ratio), comm_rank_totals,
 comm_bandwidth, links, slow_ranks, slow_links, advice; and where data allows reconciliation (computed
 breakdown vs the profiler's own), comm_types, pipeline, experts.
 
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.breakdown import reconcile, step_breakdown
-from analyzers.collectives import comm_op_stats, per_type_summary
+from analyzers.collectives import comm_op_stats, per_type_summary, rank_totals
 from analyzers.kernels import kernel_table, kernel_utilization, top_kernels
 from analyzers.schema import Profile
 
@@ -55,6 +55,7 @@ def analyze(profile: Profile, workload_steps: pd.DataFrame | None = None, spans:
     co = comm_op_stats(profile.comm_ops)
     t["comm_ops"] = co
     t["comm_types"] = per_type_summary(co) if len(co) else None
+    t["comm_rank_totals"] = rank_totals(co, profile.comm_bandwidth) if len(co) else None
     t["comm_bandwidth"] = profile.comm_bandwidth
     t["links"] = profile.links
 

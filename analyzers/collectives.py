@@ -80,3 +80,35 @@ def per_type_summary(comm_ops: pd.DataFrame) -> pd.DataFrame:
                                             elapse_ms_mean=("elapse_ms", "mean"), wait_ratio_mean=("wait_ratio", "mean"),
                                             busbw_gbps_mean=("busbw_gbps", "mean"))
             .reset_index().sort_values("elapse_ms_total", ascending=False))
+
+
+def rank_totals(comm_ops: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.DataFrame:
+    """Per (group, rank, step): summed times of all its collectives, wait/sync ratios of the sums, and per
+    transport the summed transit size/time and bandwidth = size / time (MB/ms = GB/s). This is
+    msprof-analyze's "Total Op Info" entry of cluster_communication.json."""
+    cols = ["group", "rank", "step", "ops", "elapse_ms", "transit_ms", "wait_ms", "synchronization_ms", "idle_ms",
+            "wait_ratio", "sync_ratio"]
+    if comm_ops is None or not len(comm_ops):
+        return pd.DataFrame(columns=cols)
+    co = comm_ops.copy()
+    co["group"] = co["group"].fillna("").astype(str)
+    keys = ["group", "rank", "step"]
+    t = co.groupby(keys, dropna=False).agg(ops=("op_name", "size"), elapse_ms=("elapse_ms", "sum"),
+                                           transit_ms=("transit_ms", "sum"), wait_ms=("wait_ms", "sum"),
+                                           synchronization_ms=("synchronization_ms", "sum"),
+                                           idle_ms=("idle_ms", "sum")).reset_index()
+    den = t["wait_ms"] + t["transit_ms"]
+    t["wait_ratio"] = (t["wait_ms"] / den).where(den > 0, 0.0)
+    den = t["synchronization_ms"] + t["transit_ms"]
+    t["sync_ratio"] = (t["synchronization_ms"] / den).where(den > 0, 0.0)
+    if comm_bandwidth is not None and len(comm_bandwidth):
+        bw = comm_bandwidth.copy()
+        if "group" not in bw.columns:
+            bw = bw.merge(co[["rank", "step", "op_name", "group"]], on=["rank", "step", "op_name"], how="left")
+        bw["group"] = bw["group"].fillna("").astype(str)
+        agg = bw.groupby(keys + ["transport"], dropna=False).agg(size_mb=("size_mb", "sum"), time_ms=("time_ms", "sum"))
+        agg["bandwidth_gbps"] = (agg["size_mb"] / agg["time_ms"]).where(agg["time_ms"] > 0, 0.0)
+        wide = agg.unstack("transport")
+        wide.columns = [f"{tr}_{m}" for m, tr in wide.columns]
+        t = t.merge(wide.reset_index(), on=keys, how="left")
+    return t
