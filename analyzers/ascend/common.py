@@ -102,7 +102,8 @@ def read_json(path: Path):
     try:
         return json.loads(data)
     except json.JSONDecodeError as exc:
-        what = "truncated JSON" if exc.pos >= len(data.rstrip()) - 1 else "corrupt JSON"
+        at_end = exc.pos >= len(data.rstrip()) - 1 or exc.msg.startswith("Unterminated string")
+        what = "truncated JSON (file ends before the document does)" if at_end else "corrupt JSON"
         raise ProfileFormatError(path, f"{what}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except UnicodeDecodeError as exc:
         raise ProfileFormatError(path, f"not a UTF-8 JSON file ({exc.reason})") from None
