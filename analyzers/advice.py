@@ -245,6 +245,8 @@ def _breakdown_share(tables, col):
     sb = _t(tables, "step_breakdown")
     if sb is None or "step_us" not in sb.columns or col not in sb.columns:
         return None
+    if not _num(sb, "computing_us").sum() > 0:
+        return None  # no compute ops were profiled: the breakdown says nothing about idle or exposed time
     step = _num(sb, "step_us").sum()
     if not step > 0:
         return None

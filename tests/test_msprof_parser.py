@@ -75,8 +75,14 @@ def test_f_ops_from_task_time_per_iteration(f_profile):
         ev = json.load(open(tl / f"task_time_0_2_{it}.json"))
         n_it = sum(1 for e in ev if e.get("ph") == "X")
         got = f_profile.ops[(f_profile.ops["rank"] == 0) & (f_profile.ops["step"] == it)]
-        assert len(got) == n_it
-        n += n_it
+        # plus the iteration's collective from hccl_*.json, as a communication kernel
+        hccl = json.load(open(tl / f"hccl_0_2_{it}.json"))
+        kern = [e for e in hccl if e.get("ph") == "X" and e.get("tid") == 70000]
+        assert len(got[got["category"] != "communication"]) == n_it
+        comm = got[got["category"] == "communication"]
+        assert list(comm["name"]) == [e["name"] for e in kern]
+        assert comm["dur_us"].tolist() == pytest.approx([e["dur"] for e in kern])
+        n += n_it + len(kern)
     assert (f_profile.ops["rank"] == 0).sum() == n
     assert set(f_profile.ops["core_type"].dropna()) >= {"AI_CORE", "AI_CPU"}
 

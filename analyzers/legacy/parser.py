@@ -387,9 +387,33 @@ def parse(path) -> Profile:
     elif pipe_l:
         ref = conform(pd.concat(pipe_l, ignore_index=True).rename(columns={"row": "step"}), STEP_BREAKDOWN)
 
+    if trace is not None:
+        # ranks without an op timeline: their collectives (timed by step_trace_raw) are the only ops known
+        have = {int(o["rank"].iloc[0]) for o in ops_l if len(o)}
+        t = trace[~trace["rank"].isin(have)]
+        if len(t):
+            ops_l.append(
+                pd.DataFrame(
+                    {
+                        "rank": t["rank"].to_numpy(),
+                        "step": t["step"].to_numpy(),
+                        "name": t["op_name"].map(_short_op).to_numpy(),
+                        "type": t["op_name"].map(lambda n: op_type_from_name(_short_op(n))).to_numpy(),
+                        "category": "communication",
+                        "start_us": t["start_us"].to_numpy(),
+                        "dur_us": t["elapse_ms"].to_numpy() * 1000.0,
+                        "stream": t["op_name"].map(lambda n: n.split("_")[1] if n.startswith("stream_") else pd.NA).to_numpy(),
+                        "core_type": "HCCL",
+                    }
+                )
+            )
     ops = pd.concat(ops_l, ignore_index=True) if ops_l else empty(OPS)
     if len(ops):
-        ops["step"] = assign_steps(ops, steps)
+        if "step" not in ops.columns:
+            ops["step"] = pd.NA
+        missing = ops["step"].isna()
+        if missing.any():
+            ops.loc[missing, "step"] = assign_steps(ops[missing], steps)
         ops = conform(ops, OPS)
     for rows in (links_l, bw_l):
         for r in rows:

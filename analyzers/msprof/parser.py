@@ -505,6 +505,23 @@ def _parse_timeline_dev(dev_dir: Path) -> dict:
             res["comm"] += c
             res["links"] += li
             res["bw"] += b
+    if res["comm"] and src_kind == "task_time":
+        # task_time holds only compute tasks: the collectives (hccl_*) join the ops as communication
+        # kernels so that step breakdowns see them
+        kern = pd.DataFrame(
+            {
+                "rank": rank,
+                "step": [c["step"] for c in res["comm"]],
+                "name": [c["op_name"] for c in res["comm"]],
+                "type": [op_type_from_name(c["op_name"]) for c in res["comm"]],
+                "category": "communication",
+                "start_us": [c["start_us"] for c in res["comm"]],
+                "dur_us": [c["elapse_ms"] * 1000.0 for c in res["comm"]],
+                "stream": "HCCL",
+                "core_type": "HCCL",
+            }
+        )
+        res["ops"] = pd.concat([res["ops"], kern], ignore_index=True) if res["ops"] is not None else kern
     return res
 
 
