@@ -120,37 +120,41 @@ class SweepConfig:
         return axes
 
     def plan(self, sweep_id: str | None = None) -> list[RunPlan]:
-        """The runs, in order. Run ids are `<sweep_id>-<swept values>-r<repeat>`, stable for a sweep id."""
+        """The runs, in order. Run ids are `<sweep_id>-<swept values>-r<repeat>`, stable for a sweep id.
+        Repeats are the outer loop, so the repeats of one setting are spread over the sweep's time
+        and slow drifts of a shared machine do not land on one setting only."""
         sweep_id = sweep_id or self.name
         axes = self.axes()
         names = list(axes)
-        plans: list[RunPlan] = []
+        points = []
+        used: set[str] = set()
         for combo in itertools.product(*(axes[n] for n in names)):
             point = dict(zip(names, combo))
             sections = {s: copy.deepcopy(getattr(self, s)) for s in ("model", "train", "profile", "parallel", "inject")}
             for key, value in point.items():
-                if key == "world_size":
-                    continue
-                sections[section_of(key, self.workload)][key] = value
-            base_settings = {"workload": self.workload, "world_size": point["world_size"]}
-            base_settings.update({k: v for k, v in point.items() if k != "world_size"})
-            digest = _digest({"settings": base_settings, **sections})
+                if key != "world_size":
+                    sections[section_of(key, self.workload)][key] = value
+            settings = {"workload": self.workload, "world_size": point["world_size"]}
+            settings.update({k: v for k, v in point.items() if k != "world_size"})
             short = _short(point)
-            if any(p.run_id.startswith(f"{sweep_id}-{short}-r") for p in plans):
-                short = f"{short}-{digest}"  # two points that abbreviate alike
-            for repeat in range(self.repeats):
-                settings = dict(base_settings, repeat=repeat)
+            if short in used:  # two points that abbreviate alike
+                short = f"{short}-{_digest({'settings': settings, **sections})}"
+            used.add(short)
+            points.append((short, settings, sections))
+        plans: list[RunPlan] = []
+        for repeat in range(self.repeats):
+            for short, settings, sections in points:
                 run_id = f"{sweep_id}-{short}-r{repeat}"
                 run_config = {
                     "run_id": run_id,
                     "workload": self.workload,
-                    "world_size": point["world_size"],
+                    "world_size": settings["world_size"],
                     "repeat": repeat,
                     "output_dir": None,  # filled by the sweep (store path)
                     "threads_per_rank": None,  # filled by the launcher
                     **copy.deepcopy(sections),
                 }
-                plans.append(RunPlan(run_id, settings, run_config, config_key(run_config)))
+                plans.append(RunPlan(run_id, dict(settings, repeat=repeat), run_config, config_key(run_config)))
         return plans
 
 

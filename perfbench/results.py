@@ -122,7 +122,7 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
         t.add_row(short_id(r) if len(sweeps) == 1 else r["run_id"], status,
                   *[fmt(r["settings"].get(k)) for k in keys], *cells)
     t.caption = ("compute/comm/overlap/free: ms per step on the median rank (comm = not overlapped); "
-                 "comm% = communication / step; util% = busy / step; scaling = throughput(N) / (N x throughput(1))")
+                 "comm% = communication / step; util% = computing / step; scaling = throughput(N) / (N x throughput(1))")
     return t
 
 

@@ -1,0 +1,34 @@
+# perfbench developer entry points. The README's two commands are `make quickstart` and `make test`.
+PYTHON ?= python3.11
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install quickstart test browser clean
+
+# Python environment with perfbench, MindSpore (CPU) and the test tools; redone when pyproject.toml changes.
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (perfbench targets Python 3.11)"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[train,test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# A real sweep: ResNet-50 on 1 and 2 ranks through msrun, profiled, analyzed, stored in ./perfbench-results.
+quickstart: install
+	$(BIN)/perfbench sweep examples/quickstart.yaml
+
+# Headless Chromium for the dashboard's browser tests (Debian's package; Playwright drives it).
+browser:
+	@command -v chromium >/dev/null || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+# The whole test suite (what CI runs: .ci/run).
+test: install browser
+	$(BIN)/python -m pytest -q -ra
+
+clean:
+	rm -rf $(VENV) perfbench-results .pytest_cache
