@@ -18,7 +18,7 @@ class SyntheticImages:
     """``batch(step) -> (images float32 [B,3,H,W], labels int32 [B])``, deterministic per (seed, rank, step)."""
 
     def __init__(self, batch_size: int, image_size: int, num_classes: int, seed: int, rank: int,
-                 noise: float = 1.0):
+                 noise: float = 0.5):
         self.batch_size = int(batch_size)
         self.image_size = int(image_size)
         self.num_classes = int(num_classes)

@@ -101,14 +101,17 @@ class ResNetWorkload:
             self.train = _CustomTrainStep(self.net_loss, self.opt, reducer)
             reducer_info = dict(info, fusion_impl_used="perfbench")
         self.train.set_train()
-        ctx.set_meta(params=param_count(self.net), param_tensors=len(params), grad_compression=par["grad_compression"],
-                     compression_ratio_configured=par["compression_ratio"] if par["grad_compression"] == "powersgd"
-                     else None, comm_fusion=par["comm_fusion"], fusion_impl=par["fusion_impl"],
-                     bytes_per_step_uncompressed=self.uncompressed if ws > 1 else 0,
-                     bytes_per_step=sum(b for b, _ in self.step_comm),
-                     collectives_per_step=(None if any(n is None for _, n in self.step_comm)
-                                           else sum(n for _, n in self.step_comm)),
-                     expert_comm=None, **reducer_info)
+        meta = dict(params=param_count(self.net), param_tensors=len(params), grad_compression=par["grad_compression"],
+                    compression_ratio_configured=(par["compression_ratio"] if par["grad_compression"] == "powersgd"
+                                                  else None),
+                    comm_fusion=par["comm_fusion"], fusion_impl=par["fusion_impl"],
+                    bytes_per_step_uncompressed=self.uncompressed if ws > 1 else 0,
+                    bytes_per_step=sum(b for b, _ in self.step_comm),
+                    collectives_per_step=(None if any(n is None for _, n in self.step_comm)
+                                          else sum(n for _, n in self.step_comm)),
+                    expert_comm=None)
+        meta.update(reducer_info)
+        ctx.set_meta(**meta)
 
     def train_step(self, step: int) -> dict:
         ms = self.ms
