@@ -5,11 +5,12 @@ replica owns ``num_experts / D`` experts), ``pipeline_stages`` / ``micro_batches
 (``workloads.parallel.pipeline``), ``grad_compression`` / ``comm_fusion`` for the replicated weights when
 ``pipeline_stages == 1`` (``workloads.parallel.compression``; expert weights are never all-reduced).
 
-Per step every rank reports (after one small world all-reduce) ``tokens_per_expert``: global routed slots
-per expert, summed over every MoE layer, micro-batch, rank and top-k slot, counted *before* the capacity
-cut (so ``sum == global tokens * top_k * num_layers``); ``dropped_tokens``: slots over capacity (same
-scope); ``aux_loss``: the load-balancing loss, mean over layers and replicas; plus
-``local_tokens_per_expert`` (this rank's tokens, its stage's layers) and ``tokens_routed``.
+Per step every rank reports ``tokens_per_expert``: for each expert (global expert index) the slots this
+rank's tokens routed to it, summed over the MoE layers on this rank's stage, its micro-batches and the top-k
+slots, counted *before* the capacity cut (so ``sum == tokens * top_k * layers``; summing the lists over
+ranks gives the global load); ``dropped_tokens``: this rank's slots over capacity (same scope);
+``tokens_routed``: the list's sum; ``aux_loss``: the load-balancing loss, mean over all MoE layers and
+replicas (from one small world all-reduce, which also gives every rank the last stage's loss).
 """
 
 from __future__ import annotations
@@ -91,12 +92,11 @@ class MoEWorkload:
         res = self.trainer.train_step(step)
         if self.expert_comm_step[1]:
             self.ctx.count_collective(*self.expert_comm_step)
-        stats = np.rint(res.pop("_stats")).astype(np.int64)
+        res.pop("_stats")  # global sums (all ranks); the analyzers sum per-rank counts themselves
         local = np.rint(res.pop("_local_stats")).astype(np.int64)
         aux = res.pop("_aux_loss_sum") / max(1, self.L * self.D)
-        res.update(tokens_per_expert=[int(v) for v in stats[:self.E]], dropped_tokens=int(stats[self.E]),
-                   aux_loss=float(aux), tokens_routed=int(stats[:self.E].sum()),
-                   local_tokens_per_expert=[int(v) for v in local[:self.E]])
+        res.update(tokens_per_expert=[int(v) for v in local[:self.E]], dropped_tokens=int(local[self.E]),
+                   aux_loss=float(aux), tokens_routed=int(local[:self.E].sum()))
         return res
 
 

@@ -82,6 +82,7 @@ class BroadcastLink(_Link):
         from mindspore.mint import distributed as dist
 
         dist.broadcast(tensor, src=self.rank, group=self.group)
+        tensor.asnumpy()  # PyNative launches collectives asynchronously: wait, so spans time the transfer
         self._count(tensor)
 
     def recv(self, shape, dtype):
@@ -90,6 +91,7 @@ class BroadcastLink(_Link):
 
         buf = ms.ops.zeros(tuple(shape), dtype)
         dist.broadcast(buf, src=self.peer, group=self.group)
+        buf.asnumpy()  # wait for the data (see send)
         return buf
 
 
@@ -102,6 +104,7 @@ class NativeLink(_Link):
         from mindspore.mint import distributed as dist
 
         dist.send(tensor, dst=self.peer)
+        tensor.asnumpy()
         self._count(tensor)
 
     def recv(self, shape, dtype):
@@ -110,6 +113,7 @@ class NativeLink(_Link):
 
         buf = ms.ops.zeros(tuple(shape), dtype)
         dist.recv(buf, src=self.peer)
+        buf.asnumpy()
         return buf
 
 

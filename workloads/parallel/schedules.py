@@ -124,14 +124,17 @@ def link_events(actions: list[Action], side: str) -> list[tuple[str, int]]:
     return ev
 
 
-def simulate(name: str, stages: int, micro_batches: int, t_fwd: float = 1.0, t_bwd: float = 2.0) -> dict:
+def simulate(name: str, stages: int, micro_batches: int, t_fwd: float = 1.0, t_bwd: float = 2.0,
+             plans: list[list[Action]] | None = None) -> dict:
     """Run the schedule of every stage against each other with rendezvous transfers (zero transfer time).
 
     Raises RuntimeError on a deadlock or a mismatched link.  Returns ``{"makespan", "busy", "bubble_fraction"}``
-    (per stage), the bubble measured on the simulated timeline: ``1 - busy / makespan``.
+    (per stage), the bubble measured on the simulated timeline: ``1 - busy / makespan``.  ``plans`` replaces
+    the named schedule's per-stage action lists (to check a hand-written schedule).
     """
     S, M = stages, micro_batches
-    plans = [schedule(name, S, M, s) for s in range(S)]
+    if plans is None:
+        plans = [schedule(name, S, M, s) for s in range(S)]
     # expand combined exchanges into their two transfers, keep compute actions
     steps: list[list[tuple]] = []
     for s, plan in enumerate(plans):
