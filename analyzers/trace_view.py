@@ -110,28 +110,30 @@ class TraceEvents:
 
 
 def x_events(path: str | os.PathLike, *, with_args: bool = False, args_prefix: str | None = None,
-             engine: str = "auto") -> TraceEvents:
+             args_fields: tuple[str, ...] | None = None, engine: str = "auto") -> TraceEvents:
     """All X events as a DataFrame plus pid/tid name maps. `engine`: "auto" | "duckdb" | "ijson".
 
     `with_args` adds an `args` column (dicts) for every event; `args_prefix` adds it only for events whose
-    name starts with that prefix (others get None), which keeps big traces cheap.
+    name starts with that prefix (others get None); `args_fields` limits the args dicts to those keys
+    (values as strings), which lets DuckDB skip everything else in big traces.
     """
-    if args_prefix is not None:
+    if args_prefix is not None or args_fields:
         with_args = True
     path = Path(path)
     _container_prefix(path)  # clear errors for missing/empty/non-JSON files
     if engine in ("auto", "duckdb"):
         try:
-            return _x_events_duckdb(path, with_args, args_prefix)
+            return _x_events_duckdb(path, with_args, args_prefix, args_fields)
         except ProfileFormatError:
             raise
         except Exception:  # noqa: BLE001 - unusual shapes DuckDB can't type: fall back to the generic reader
             if engine == "duckdb":
                 raise
-    return _x_events_ijson(path, with_args, args_prefix)
+    return _x_events_ijson(path, with_args, args_prefix, args_fields)
 
 
-def _x_events_ijson(path: Path, with_args: bool, args_prefix: str | None = None) -> TraceEvents:
+def _x_events_ijson(path: Path, with_args: bool, args_prefix: str | None = None,
+                    args_fields: tuple[str, ...] | None = None) -> TraceEvents:
     cols: dict[str, list] = {c: [] for c in X_COLUMNS + (["args"] if with_args else [])}
     pnames: dict[str, str] = {}
     tnames: dict[tuple[str, str], str] = {}
@@ -147,7 +149,10 @@ def _x_events_ijson(path: Path, with_args: bool, args_prefix: str | None = None)
         cols["cat"].append(ev.get("cat"))
         if with_args:
             keep = args_prefix is None or str(ev.get("name", "")).startswith(args_prefix)
-            cols["args"].append(ev.get("args") if keep else None)
+            a = ev.get("args") if keep else None
+            if a is not None and args_fields and isinstance(a, dict):
+                a = {k: (None if a.get(k) is None else str(a.get(k))) for k in args_fields}
+            cols["args"].append(a)
     df = pd.DataFrame(cols)
     df["ts"] = df["ts"].astype("float64")
     df["dur"] = df["dur"].astype("float64")
@@ -165,33 +170,49 @@ def _meta(ev: dict, pnames: dict, tnames: dict) -> None:
         tnames[(str(ev.get("pid")), str(ev.get("tid")))] = str(name)
 
 
-def _x_events_duckdb(path: Path, with_args: bool, args_prefix: str | None = None) -> TraceEvents:
+def _x_events_duckdb(path: Path, with_args: bool, args_prefix: str | None = None,
+                     args_fields: tuple[str, ...] | None = None) -> TraceEvents:
     import duckdb
 
     prefix = _container_prefix(path)
+    if prefix != "item":
+        # {"traceEvents": [...]} files are small legacy traces; the generic reader handles them
+        raise ValueError("object-wrapped trace")
     con = duckdb.connect()
     try:
         con.execute(f"SET threads={max(1, min(4, os.cpu_count() or 1))}")
         con.execute("SET memory_limit='1GB'")
         con.execute("SET preserve_insertion_order=false")
-        columns = "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', dur: 'VARCHAR', cat: 'VARCHAR', args: 'JSON'}"
-        src = f"read_json(?, format='array', columns={columns}, maximum_object_size=268435456)"
-        if prefix != "item":
-            # {"traceEvents": [...]} files are small legacy traces; the generic reader handles them
-            raise ValueError("object-wrapped trace")
-        if args_prefix is not None:
-            lit = args_prefix.replace("'", "''")
-            args_sel = f", CASE WHEN starts_with(name, '{lit}') THEN args::VARCHAR END AS args"
+        if args_fields:
+            # typed struct: DuckDB skips every other key without building JSON values (fast)
+            fields = ", ".join(f'"{f}" VARCHAR' for f in ("name", *args_fields) if f.replace("_", "").isalnum())
+            args_type = f"STRUCT({fields})"
+            meta_expr = "args.name"
+        elif with_args:
+            args_type = "JSON"
+            meta_expr = "json_extract_string(args, '$.name')"
         else:
-            args_sel = ", args::VARCHAR AS args" if with_args else ""
+            args_type = "STRUCT(name VARCHAR)"
+            meta_expr = "args.name"
+        columns = ("{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', dur: 'VARCHAR', "
+                   f"cat: 'VARCHAR', args: '{args_type}'}}")
+        quoted = str(path).replace("'", "''")
+        src = f"read_json('{quoted}', format='array', columns={columns}, maximum_object_size=268435456)"
+        lit = (args_prefix or "").replace("'", "''")
+        if args_fields:
+            args_sel = (f", CASE WHEN ph = 'X' AND starts_with(name, '{lit}') THEN to_json(args)::VARCHAR END AS args"
+                        if args_prefix is not None else ", CASE WHEN ph = 'X' THEN to_json(args)::VARCHAR END AS args")
+        elif with_args:
+            args_sel = (f", CASE WHEN ph = 'X' AND starts_with(name, '{lit}') THEN args::VARCHAR END AS args"
+                        if args_prefix is not None else ", CASE WHEN ph = 'X' THEN args::VARCHAR END AS args")
+        else:
+            args_sel = ""
+        query = (f"SELECT ph, name, pid, tid, TRY_CAST(trim(ts, ' \t') AS DOUBLE) AS ts, "
+                 f"COALESCE(TRY_CAST(trim(dur, ' \t') AS DOUBLE), 0.0) AS dur, cat, "
+                 f"CASE WHEN ph = 'M' THEN {meta_expr} END AS meta_name{args_sel} "
+                 f"FROM {src} WHERE ph = 'X' OR (ph = 'M' AND name IN ('process_name', 'thread_name'))")
         try:
-            allx = con.execute(
-                f"SELECT ph, name, pid, tid, TRY_CAST(trim(ts, ' \t') AS DOUBLE) AS ts, "
-                f"COALESCE(TRY_CAST(trim(dur, ' \t') AS DOUBLE), 0.0) AS dur, cat, "
-                f"CASE WHEN ph = 'M' THEN json_extract_string(args, '$.name') END AS meta_name{args_sel} "
-                f"FROM {src} WHERE ph = 'X' OR (ph = 'M' AND name IN ('process_name', 'thread_name'))",
-                [str(path)],
-            ).df()
+            allx = con.sql(query).to_arrow_table().to_pandas()
         except duckdb.InvalidInputException as exc:
             msg = str(exc)
             if "Malformed JSON" in msg or "unexpected end" in msg.lower() or "Expected" in msg or "truncated" in msg.lower():
@@ -211,10 +232,11 @@ def _x_events_duckdb(path: Path, with_args: bool, args_prefix: str | None = None
             pnames[str(pid)] = v
         else:
             tnames[(str(pid), str(tid))] = v
-    if with_args:
+    if "args" in x.columns:
         import json
 
-        x["args"] = x["args"].map(lambda s: json.loads(s) if isinstance(s, str) else None)
+        x["args"] = pd.Series([json.loads(v) if isinstance(v, str) else None for v in x["args"]], index=x.index,
+                              dtype="object")
     x["ts"] = x["ts"].astype("float64")
     x["dur"] = x["dur"].astype("float64")
     return TraceEvents(x, pnames, tnames)

@@ -181,7 +181,7 @@ def _trace_facts(path: Path, r: int) -> dict:
     """Host step windows, HCCL op sizes/algorithms, and (fallback) device ops from trace_view.json."""
     from analyzers.trace_view import x_events
 
-    te = x_events(path, args_prefix="hcom_")
+    te = x_events(path, args_prefix="hcom_", args_fields=("count", "data_type", "alg_type"))
     x = te.x
     facts: dict = {"host_steps": {}, "hccl_sizes": {}, "hccl_alg": {}, "device_ops": None, "hccl_ops": empty(OPS)}
     steps = x[x["name"].astype(str).str.startswith("ProfilerStep#")]

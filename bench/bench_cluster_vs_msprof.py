@@ -1,0 +1,98 @@
+"""Side-by-side: `msprof-analyze cluster` vs `perfbench analyze` on the same Ascend profiler data.
+
+Both run as fresh processes (interpreter start and imports included, as a user would run them), in
+alternating order, `--repeats` times each; the report gives medians and the ratio msprof / perfbench.
+
+Data sets (copied into a temp dir, never into the repo):
+  b-level1   fixture set B level1: 2 ranks, torch_npu text export with communication data
+  b-level2   fixture set B level2
+  synth-N    N ranks made from set B level1's two ranks (rank_id rewritten in profiler_info_*.json), to
+             show how both tools scale with rank count
+
+Usage:
+  .venv/bin/python bench/bench_cluster_vs_msprof.py [--sets b-level1,b-level2,synth-16] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT.parent / "shared" / "fixtures" / "ascend" / "Ascend__msinsight" / "test" / "data" / "pytorch" / "text"
+PY = Path(sys.executable)
+MSPROF = PY.with_name("msprof-analyze")
+PERFBENCH = PY.with_name("perfbench")
+
+
+def make_set(name: str, tmp: Path) -> Path:
+    dst = tmp / name
+    if name.startswith("b-level"):
+        shutil.copytree(FIX / name.split("-", 1)[1], dst)
+        return dst
+    if name.startswith("synth-"):
+        n = int(name.split("-")[1])
+        dst.mkdir()
+        for r in range(n):
+            src = FIX / "level1" / f"rank{r % 2}_ascend_pt"
+            d = dst / f"rank{r}_ascend_pt"
+            shutil.copytree(src, d, ignore=shutil.ignore_patterns("profiler_info_*.json"))
+            info = json.loads((src / f"profiler_info_{r % 2}.json").read_text())
+            info["rank_id"] = r
+            (d / f"profiler_info_{r}.json").write_text(json.dumps(info))
+        return dst
+    raise SystemExit(f"unknown set {name}")
+
+
+def timed(cmd: list[str], timeout: float = 900) -> float:
+    t = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    dt = time.perf_counter() - t
+    if p.returncode != 0:
+        raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default="b-level1,b-level2,synth-16")
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="perfbench-bench-") as tmpd:
+        tmp = Path(tmpd)
+        for name in args.sets.split(","):
+            data = make_set(name, tmp)
+            ms, pb = [], []
+            for i in range(args.repeats):
+                out = tmp / f"msprof-out-{name}-{i}"
+                res = tmp / f"pb-res-{name}-{i}"
+                order = [("m", [str(MSPROF), "cluster", "-d", str(data), "-o", str(out)]),
+                         ("p", [str(PERFBENCH), "analyze", str(data), "--results", str(res), "--json"])]
+                if i % 2:
+                    order.reverse()
+                for who, cmd in order:
+                    (ms if who == "m" else pb).append(timed(cmd))
+                shutil.rmtree(out, ignore_errors=True)
+                shutil.rmtree(res, ignore_errors=True)
+            m, p = statistics.median(ms), statistics.median(pb)
+            rows.append((name, m, p, m / p, ms, pb))
+            print(f"{name}: msprof-analyze cluster median {m:.2f} s {['%.2f' % x for x in ms]}, "
+                  f"perfbench analyze median {p:.2f} s {['%.2f' % x for x in pb]}, ratio {m / p:.1f}x", flush=True)
+            shutil.rmtree(data, ignore_errors=True)
+    print("\n| data | ranks | msprof-analyze cluster (median s) | perfbench analyze (median s) | ratio |")
+    print("|---|---|---|---|---|")
+    for name, m, p, r, _, _ in rows:
+        ranks = name.split("-")[1] if name.startswith("synth") else "2"
+        print(f"| {name} | {ranks} | {m:.2f} | {p:.2f} | {r:.1f}x |")
+
+
+if __name__ == "__main__":
+    main()
