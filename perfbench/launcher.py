@@ -196,6 +196,10 @@ def launch(
     # msrun starts workers as `python script.py`: make that the interpreter running perfbench
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env.setdefault("GLOG_v", "2")  # MindSpore: warnings and errors only
+    # MCCL gives up on a CPU collective after ~60 s by default: on a loaded machine one rank's graph
+    # compilation can take longer than that while its peer already waits in the first all-reduce.
+    # perfbench's own stall timeout decides when a run is hung, so let MindSpore wait longer than it.
+    env.setdefault("MS_CPU_COMM_OP_TIMEOUT", str(int(launch_cfg.get("stall_timeout_s", 180)) + 60))
     env["PYTHONUNBUFFERED"] = "1"
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
