@@ -449,7 +449,7 @@ def _check_run(cfg: SweepConfig, plan: RunPlan) -> None:
         from workloads.parallel.rules import validate_parallel
     except ImportError:
         return
-    problems = validate_parallel(rc["workload"], rc["model"], par, ws)
+    problems = validate_parallel(rc["workload"], rc["model"], par, ws, rc["train"])
     if problems:
         raise ConfigError(f"{problems[0]} (run {where})")
 

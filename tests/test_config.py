@@ -142,3 +142,11 @@ def test_dry_run_json_lists_runs(tmp_path):
 
     runs = json.loads(r.stdout)
     assert [x["settings"]["world_size"] for x in runs] == [1, 2]
+
+
+def test_dry_run_table_lists_every_example_run():
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        r = subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(path), "--dry-run"], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, (path, r.stderr)
+        n = len(load_config(path).plan("x"))
+        assert f"{n} planned runs" in r.stdout, (path, r.stdout)

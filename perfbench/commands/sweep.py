@@ -81,8 +81,9 @@ def _dry_run(cfg, args) -> int:
         print(json.dumps([{"run_id": p.run_id, "settings": p.settings, "run_config": p.run_config} for p in plans],
                          indent=2, default=str))
         return 0
-    from rich.console import Console
     from rich.table import Table
+
+    from perfbench.results import console
 
     t = Table(title=f"{len(plans)} planned runs of sweep {cfg.name} ({cfg.workload})")
     keys = list(plans[0].settings) if plans else []
