@@ -54,6 +54,9 @@ def summarize(records: list[dict], context: list[dict] | None = None) -> list[di
             "comm_bytes_per_step": m.get("comm_bytes_per_step"),
             "bubble_fraction": m.get("bubble_fraction"),
             "expert_load_cv": m.get("expert_load_cv"),
+            "dropped_tokens_per_step": m.get("dropped_tokens_per_step"),
+            "loss_first": m.get("loss_first"),
+            "loss_last": m.get("loss_last"),
         })
     return rows
 
@@ -88,6 +91,15 @@ def fmt(v, kind: str = "") -> str:
     return str(v)
 
 
+OPTIONAL_COLUMNS = [
+    ("collectives_per_step", "coll/step", ""),
+    ("comm_bytes_per_step", "bytes/step", "bytes"),
+    ("bubble_fraction", "bubble", "pct"),
+    ("expert_load_cv", "expert cv", ""),
+    ("dropped_tokens_per_step", "dropped/step", ""),
+]
+
+
 def short_id(row: dict) -> str:
     """The run id without its sweep id prefix (the table title names the sweep)."""
     rid, sid = row["run_id"], row.get("sweep_id") or ""
@@ -106,8 +118,10 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
     for k in keys:
         t.add_column(_ABBREV.get(k, k.replace("_", " ")), no_wrap=True)
     cols = ["samples/s", "step ms", "compute", "comm", "overlap", "free", "comm%", "util%", "scaling"]
-    if wide:
-        cols += ["coll/step", "bytes/step"]
+    # the measured effect of the parallel settings, shown when any run has it
+    optional = [(key, label, kind) for key, label, kind in OPTIONAL_COLUMNS
+                if wide or any(r.get(key) not in (None, 0, 0.0) for r in rows)]
+    cols += [label for _, label, _ in optional]
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
@@ -117,8 +131,7 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
             fmt(r["communication_not_overlapped_s"], "ms"), fmt(r["overlapped_s"], "ms"), fmt(r["free_s"], "ms"),
             fmt(r["comm_share"], "pct"), fmt(r["kernel_utilization"], "pct"), fmt(r["scaling_efficiency"], "pct"),
         ]
-        if wide:
-            cells += [fmt(r["collectives_per_step"]), fmt(r["comm_bytes_per_step"], "bytes")]
+        cells += [fmt(r.get(key), kind) for key, _, kind in optional]
         t.add_row(short_id(r) if len(sweeps) == 1 else r["run_id"], status,
                   *[fmt(r["settings"].get(k)) for k in keys], *cells)
     t.caption = ("compute/comm/overlap/free: ms per step on the median rank (comm = not overlapped); "
