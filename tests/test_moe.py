@@ -84,13 +84,16 @@ def test_moe_layer_matches_numpy_reference(capacity_factor):
 def test_synthetic_tokens_are_deterministic_and_shifted():
     from workloads.moe.model import SyntheticTokens
 
-    d = SyntheticTokens(64, 8, 4, seed=0, dp_index=1)
+    d = SyntheticTokens(64, 8, 8, seed=0, dp_index=1, micro_batches=2)
     x1, y1 = d.batch(3, 1)
-    x2, y2 = d.batch(3, 1)
+    x2, y2 = SyntheticTokens(64, 8, 8, seed=0, dp_index=1, micro_batches=2).batch(3, 1)
     assert (x1 == x2).all() and (y1 == y2).all()
     assert (x1[:, 1:] == y1[:, :-1]).all()  # labels are the next tokens
     assert x1.shape == (4, 8) and x1.dtype == np.int32 and 0 <= x1.min() and x1.max() < 64
-    assert not (SyntheticTokens(64, 8, 4, seed=0, dp_index=0).batch(3, 1)[0] == x1).all()
+    # micro-batches are slices of the replica's batch: cutting it differently keeps the data
+    whole, _ = SyntheticTokens(64, 8, 8, seed=0, dp_index=1).batch(3, 0)
+    assert (np.concatenate([d.batch(3, 0)[0], x1]) == whole).all()
+    assert not (SyntheticTokens(64, 8, 8, seed=0, dp_index=0).batch(3, 0)[0] == whole).all()
 
 
 # ---------------------------------------------------------------------------------------------- real run

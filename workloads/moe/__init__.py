@@ -60,7 +60,7 @@ class MoEWorkload:
             return dispatch, combine, D, dp_index
 
         layers, costs, C = build_layers(m, tokens=tokens, seq_len=T, seed=seed, ep_for_layer=ep_for_layer)
-        data = SyntheticTokens(int(m["vocab_size"]), T, mb_size, seed, dp_index)
+        data = SyntheticTokens(int(m["vocab_size"]), T, int(t["batch_size"]), seed, dp_index, M)
 
         reducer_factory = None
         if S == 1 and D > 1:

@@ -168,19 +168,32 @@ def build_loss():
 
 class SyntheticTokens:
     """Learnable synthetic sequences: x[t+1] = (a * x[t] + c) mod V with a per-sequence random (a, c) from a
-    small set, and 10% random tokens.  Deterministic per (seed, step, micro-batch, data-parallel index)."""
+    small set, and 10% random tokens.  One replica's batch is drawn per (seed, step, data-parallel index) and
+    cut into ``micro_batches`` slices, so micro-batching never changes the data a step trains on."""
 
-    def __init__(self, vocab: int, seq_len: int, batch: int, seed: int, dp_index: int):
+    def __init__(self, vocab: int, seq_len: int, batch: int, seed: int, dp_index: int, micro_batches: int = 1):
+        if batch % micro_batches:
+            raise ValueError(f"batch {batch} is not divisible by micro_batches {micro_batches}")
         self.V, self.T, self.B, self.seed, self.dp = vocab, seq_len, batch, seed, dp_index
+        self.M = micro_batches
+        self._cache: tuple[int, np.ndarray, np.ndarray] | None = None
 
-    def batch(self, step: int, mb: int):
-        rng = np.random.default_rng([self.seed, step, mb, self.dp])
-        a = rng.choice([1, 3, 5, 7], size=(self.B, 1))
-        c = rng.integers(1, 4, size=(self.B, 1))
-        x = np.empty((self.B, self.T + 1), np.int64)
-        x[:, 0] = rng.integers(0, self.V, self.B)
-        for t in range(self.T):
-            x[:, t + 1] = (a[:, 0] * x[:, t] + c[:, 0]) % self.V
-        noise = rng.random((self.B, self.T + 1)) < 0.1
-        x = np.where(noise, rng.integers(0, self.V, x.shape), x)
-        return x[:, :-1].astype(np.int32), x[:, 1:].astype(np.int32)
+    def _full(self, step: int):
+        if self._cache is None or self._cache[0] != step:
+            rng = np.random.default_rng([self.seed, step, self.dp])
+            a = rng.choice([1, 3, 5, 7], size=(self.B, 1))
+            c = rng.integers(1, 4, size=(self.B, 1))
+            x = np.empty((self.B, self.T + 1), np.int64)
+            x[:, 0] = rng.integers(0, self.V, self.B)
+            for t in range(self.T):
+                x[:, t + 1] = (a[:, 0] * x[:, t] + c[:, 0]) % self.V
+            noise = rng.random((self.B, self.T + 1)) < 0.1
+            x = np.where(noise, rng.integers(0, self.V, x.shape), x)
+            self._cache = (step, x[:, :-1].astype(np.int32), x[:, 1:].astype(np.int32))
+        return self._cache[1], self._cache[2]
+
+    def batch(self, step: int, mb: int = 0):
+        """(tokens, next tokens) of micro-batch ``mb``: ``[batch / micro_batches, seq_len]`` int32 each."""
+        x, y = self._full(step)
+        n = self.B // self.M
+        return x[mb * n:(mb + 1) * n], y[mb * n:(mb + 1) * n]
