@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analyzers.breakdown import reconcile, step_breakdown
+from analyzers.breakdown import breakdown_from_reference, reconcile, step_breakdown
 from analyzers.collectives import comm_op_stats, per_type_summary, rank_totals
 from analyzers.kernels import kernel_table, kernel_utilization, top_kernels
 from analyzers.schema import Profile
@@ -47,9 +47,14 @@ def _empty(cols):
 def analyze(profile: Profile, workload_steps: pd.DataFrame | None = None, spans: pd.DataFrame | None = None,
             config: dict | None = None) -> Analysis:
     t: dict[str, pd.DataFrame | None] = {}
-    sb = step_breakdown(profile.ops, profile.steps)
+    has_ref = profile.reference_breakdown is not None and len(profile.reference_breakdown)
+    if (profile.ops is None or not len(profile.ops)) and has_ref:
+        sb = breakdown_from_reference(profile.reference_breakdown)  # nothing to recompute it from
+        t["reconciliation"] = None
+    else:
+        sb = step_breakdown(profile.ops, profile.steps)
+        t["reconciliation"] = reconcile(sb, profile.reference_breakdown)
     t["step_breakdown"] = sb
-    t["reconciliation"] = reconcile(sb, profile.reference_breakdown)
     t["kernels"] = kernel_table(profile.ops)
     t["top_kernels"] = top_kernels(profile.ops)
     co = comm_op_stats(profile.comm_ops)

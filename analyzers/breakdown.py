@@ -132,3 +132,17 @@ def reconcile(ours: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
                                   "computed_us": a, "reference_us": b, "diff_us": a - b,
                                   "rel_diff": (a - b) / denom}))
     return pd.concat(rows, ignore_index=True) if rows else None
+
+
+def breakdown_from_reference(reference: pd.DataFrame) -> pd.DataFrame:
+    """When a profile has no ops (e.g. an imported msprof-analyze cluster table), its breakdown is the one
+    the file carries; step_us = stage + bubble if Stage is known, else computing + not-overlapped comm + free."""
+    ref = reference.copy()
+    for m in METRICS:
+        if m not in ref.columns:
+            ref[m] = 0.0 if m in ("bubble_us", "preparing_us") else np.nan
+    total = ref["computing_us"] + ref["communication_not_overlapped_us"] + ref["free_us"]
+    ref["step_us"] = (ref["stage_us"] + ref["bubble_us"].fillna(0)).fillna(total) if "stage_us" in ref else total
+    ref["rank"] = ref["rank"].astype("int64")
+    ref["step"] = ref["step"].astype("int64")
+    return conform(ref[[c for c in STEP_BREAKDOWN]], STEP_BREAKDOWN)

@@ -61,9 +61,22 @@ def _ascend_db_detect(d: Path) -> bool:
     return is_db_rank(d)
 
 
+def _cluster_output_detect(d: Path) -> bool:
+    from analyzers.ascend.cluster_output import detect
+
+    return detect(d)
+
+
+def _cluster_output_parse(d: Path, **kw) -> Profile:
+    from analyzers.ascend.cluster_output import parse
+
+    return parse(d)
+
+
 FORMATS: list[Format] = [
     Format("ascend-db", _ascend_db_detect, _ascend_db_parse, per_rank=True),
     Format("ascend-text", _ascend_text_detect, _ascend_text_parse, per_rank=True),
+    Format("msprof-analyze-cluster", _cluster_output_detect, _cluster_output_parse, per_rank=False),
 ]
 
 PLUGIN_MODULES = ("analyzers.msprof", "analyzers.legacy")
