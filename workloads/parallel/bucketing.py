@@ -96,8 +96,8 @@ def emit_bucket_allreduce(lines: list[str], ins: list[str], outs: list[str], sha
         chain = []
     for k, b in enumerate(buckets):
         f = f"{tag}_f{k}"
-        if len(b) == 1:
-            lines.append(f"    {f} = ops.reshape({ins[b[0]]}, (-1,))")
+        if len(b) == 1:  # a single tensor is all-reduced as it is: no flatten / split
+            lines.append(f"    {f} = {ins[b[0]]}")
         else:
             lines.append(f"    {f} = ops.concat((")
             for i in b:
@@ -113,7 +113,7 @@ def emit_bucket_allreduce(lines: list[str], ins: list[str], outs: list[str], sha
         if scale:
             lines.append(f"    {f} = {f} * {scale}")
         if len(b) == 1:
-            lines.append(f"    {outs[b[0]]} = ops.reshape({f}, {tuple(shapes[b[0]])})")
+            lines.append(f"    {outs[b[0]]} = {f}")
         else:
             off = 0
             for i in b:
@@ -125,7 +125,9 @@ def emit_bucket_allreduce(lines: list[str], ins: list[str], outs: list[str], sha
 def _build_cell():
     from mindspore import nn, ops
 
-    class BucketAllReduce(nn.Cell):
+    # The class name becomes the op scope (Default/reducer-GradBuckets/...): it must not contain a collective's
+    # name, or scope-matching analyzers would count its slices and casts as communication.
+    class GradBuckets(nn.Cell):
         """All-reduce (mean) a tuple of tensors in the given buckets; optionally fp16 on the wire."""
 
         def __init__(self, shapes, buckets, world_size: int, comm_dtype=None):
@@ -150,7 +152,7 @@ def _build_cell():
         def construct(self, grads):
             return self._construct(self, grads)
 
-    return BucketAllReduce
+    return GradBuckets
 
 _CELL = None
 

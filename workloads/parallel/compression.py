@@ -2,6 +2,8 @@
 
 * ``none``     - all-reduce fp32 gradients in buckets (``parallel.comm_fusion``).
 * ``fp16``     - cast each bucket to fp16 before its AllReduce and back after: half the bytes.
+* ``topk``     - top-k sparsification with error feedback: per bucket keep the k = ratio*numel/2 largest
+  |g + error| entries, AllGather values (fp32) and indices (int32), sum them densely; bytes = ratio x fp32.
 * ``powersgd`` - PowerSGD (Vogels et al. 2019), rank-r approximation of every weight matrix ``M`` (conv kernels
   reshaped to ``[out, in*kh*kw]``) with error feedback: ``M += error; P = M Q; allreduce(P); orthogonalize(P);
   Q = M^T P; allreduce(Q); approx = P Q^T / world; error = M - approx``; Q is kept (warm start).  The ranks are
@@ -93,7 +95,76 @@ def make_reducer(parallel: dict, shapes, world_size: int):
         sent = sum(b for b, _ in comm)
         info.update(compression_ratio_configured=ratio, compression_ratio_measured=sent / uncompressed)
         return cell, info, comm
+    if kind == "topk":
+        ratio = float(parallel.get("compression_ratio", 0.01))
+        cell, info, comm = _topk(shapes, fusion, world_size, ratio)
+        sent = sum(b for b, _ in comm)
+        info.update(compression_ratio_configured=ratio, compression_ratio_measured=sent / uncompressed)
+        return cell, info, comm
     raise ValueError(kind)
+
+
+def _topk(shapes, fusion, world_size: int, ratio: float):
+    """Top-k sparsification with error feedback, per bucket: AllGather of (values fp32, indices int32).
+
+    k = ratio * numel / 2 per bucket, so values + indices come to ``ratio`` x the fp32 bytes.
+    """
+    import numpy as np
+    from mindspore import Parameter, Tensor, nn, ops
+
+    from workloads.parallel.bucketing import compile_construct
+
+    fp32 = [int(math.prod(s)) * 4 for s in shapes]
+    buckets = plan_buckets(fp32, fusion)
+    L = ["def construct(self, grads):"]
+    numels, ks = [], []
+    last = None
+    for k, b in enumerate(buckets):
+        n = sum(int(math.prod(shapes[i])) for i in b)
+        kk = max(1, min(n, int(ratio * n / 2)))
+        numels.append(n)
+        ks.append(kk)
+        if len(b) == 1:
+            L.append(f"    t{k} = ops.reshape(grads[{b[0]}], (-1,))")
+        else:
+            L.append(f"    t{k} = ops.concat((")
+            for i in b:
+                L.append(f"        ops.reshape(grads[{i}], (-1,)),")
+            L.append("    ))")
+        L.append(f"    t{k} = t{k} + self.err{k}")
+        L.append(f"    _, ti{k} = ops.topk(ops.abs(t{k}), {kk})")
+        L.append(f"    tv{k} = ops.gather(t{k}, ti{k}, 0)")
+        L.append(f"    ops.assign(self.err{k}, t{k} - ops.unsorted_segment_sum(tv{k}, ti{k}, {n}))")
+        if last is not None:
+            L.append(f"    tv{k} = ops.depend(tv{k}, {last})")
+        L.append(f"    gv{k} = self.allgather(tv{k})")
+        L.append(f"    gi{k} = self.allgather(ops.depend(ti{k}, gv{k}))")
+        last = f"gi{k}"
+        L.append(f"    d{k} = ops.unsorted_segment_sum(gv{k}, gi{k}, {n}) * self.scale")
+        off = 0
+        for i in b:
+            m = int(math.prod(shapes[i]))
+            L.append(f"    o{i} = ops.reshape(d{k}[{off}:{off + m}], {tuple(shapes[i])})")
+            off += m
+    L.append("    return (" + ", ".join(f"o{i}" for i in range(len(shapes))) + ",)")
+    fn = compile_construct(L)
+
+    class TopK(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.scale = 1.0 / float(world_size)
+            self.allgather = ops.AllGather()
+            for k, n in enumerate(numels):
+                setattr(self, f"err{k}", Parameter(Tensor(np.zeros((n,), np.float32)), name=f"topk_err{k}",
+                                                   requires_grad=False))
+            self._construct = fn
+
+        def construct(self, grads):
+            return self._construct(self, grads)
+
+    comm = [(sum(kk * 8 for kk in ks), 2 * len(buckets))]
+    info = {"buckets": len(buckets), "topk_k": ks, "collective": "allgather"}
+    return TopK(), info, comm
 
 
 MAX_RANK = 16  # Gram-Schmidt is unrolled into the graph; more columns cost compile time, not accuracy here

@@ -16,7 +16,7 @@ import numpy as np
 from perfbench.errors import ConfigError
 from workloads.data import make_image_data
 
-COMPRESSIONS = ("none", "fp16", "powersgd")
+COMPRESSIONS = ("none", "fp16", "powersgd", "topk")
 FUSION_IMPLS = ("perfbench", "mindspore")
 
 
@@ -36,7 +36,7 @@ def _check(cfg: dict) -> dict:
                           f"reducer cannot compress); got grad_compression={par['grad_compression']!r} "
                           "with fusion_impl='mindspore'")
     r = par["compression_ratio"]
-    if par["grad_compression"] == "powersgd" and (not isinstance(r, (int, float)) or not 0 < r < 1):
+    if par["grad_compression"] in ("powersgd", "topk") and (not isinstance(r, (int, float)) or not 0 < r < 1):
         raise ConfigError(f"parallel.compression_ratio must be a number in (0, 1), got {r!r}")
     if int(par.get("pipeline_stages", 1) or 1) != 1:
         raise ConfigError("workload resnet50 is data-parallel only: parallel.pipeline_stages must be 1")
@@ -101,9 +101,9 @@ class ResNetWorkload:
             self.train = _CustomTrainStep(self.net_loss, self.opt, reducer)
             reducer_info = dict(info, fusion_impl_used="perfbench")
         self.train.set_train()
+        ratio_used = par["grad_compression"] in ("powersgd", "topk")
         meta = dict(params=param_count(self.net), param_tensors=len(params), grad_compression=par["grad_compression"],
-                    compression_ratio_configured=(par["compression_ratio"] if par["grad_compression"] == "powersgd"
-                                                  else None),
+                    compression_ratio_configured=par["compression_ratio"] if ratio_used else None,
                     comm_fusion=par["comm_fusion"], fusion_impl=par["fusion_impl"],
                     bytes_per_step_uncompressed=self.uncompressed if ws > 1 else 0,
                     bytes_per_step=sum(b for b, _ in self.step_comm),
