@@ -189,6 +189,8 @@ def launch(
     cmd = msrun_command(
         run_config_path, ws, log_dir, port, nodes=nodes, node_rank=launch_cfg.get("node_rank", 0),
         master_addr=launch_cfg.get("master_addr", "127.0.0.1"), bind_core=bind,
+        # how long msrun's cluster waits for every rank to join: start-up under load can take minutes
+        cluster_time_out=int(min(float(launch_cfg.get("timeout_s", 900)), 600)),
     )
     tag = f"{run_config['run_id']}-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
