@@ -79,7 +79,7 @@ FORMATS: list[Format] = [
     Format("msprof-analyze-cluster", _cluster_output_detect, _cluster_output_parse, per_rank=False),
 ]
 
-PLUGIN_MODULES = ("analyzers.msprof", "analyzers.legacy")
+PLUGIN_MODULES = ("analyzers.msprof", "analyzers.legacy", "analyzers.cpu")
 _plugins_loaded = False
 
 
