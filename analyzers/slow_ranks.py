@@ -17,8 +17,11 @@ group's collectives is then tested for a single high outlier among the group's r
 * n == 2: no statistical test exists; the rank is reported slow when it arrived last in at least
   `PAIR_LAST_SHARE` of the collectives.
 
-In every case the lateness must also matter in practice: mean lateness >= `MIN_LATENESS_SHARE`
-of the mean collective duration (elapse_ms), or >= `MIN_LATENESS_MS` when durations are unknown.
+In every case the lateness must also matter in practice: the top rank's mean lateness minus the
+median of the other ranks' must be >= `MIN_LATENESS_SHARE` of the mean collective duration
+(elapse_ms), or >= `MIN_LATENESS_MS` when durations are unknown. (Comparing with the median, not
+zero, keeps the random last arrival of a healthy group from counting: a 95 % test over many groups
+would otherwise flag one group in twenty.)
 
 Slow link = a src->dst link (or a rank's transport, from comm_bandwidth) whose bandwidth
 (total size / total time over its transfers of at least `MIN_TRANSFER_MB`) is below
@@ -114,10 +117,15 @@ def _lateness(comm_ops: pd.DataFrame) -> pd.DataFrame:
     if df.empty:
         return df
     df["rank"] = df["rank"].astype("int64")
+    # names -> sorted integer codes once (grouping on strings dominates the run time at scale)
+    gcode, gnames = pd.factorize(df["group"], sort=True)
+    ocode, onames = pd.factorize(df["op_name"], sort=True)
+    df["group"], df["op_name"] = gcode, ocode
     df = df.sort_values(["group", "rank", "step", "op_name", "start_us"], kind="stable")
     # k-th occurrence of the same op name in the same step on the same rank
     df["occ"] = df.groupby(["group", "rank", "step", "op_name"]).cumcount()
-    key = ["group", "step", "op_name", "occ"]
+    df["inst"] = df.groupby(["group", "step", "op_name", "occ"]).ngroup()
+    key = "inst"
     if df["wait_ms"].notna().any():
         wmax = df.groupby(key)["wait_ms"].transform("max")
         df["lateness_ms"] = wmax - df["wait_ms"]
@@ -133,12 +141,12 @@ def _lateness(comm_ops: pd.DataFrame) -> pd.DataFrame:
     # ties (all equal) give nobody a "last" arrival
     lmin = df.groupby(key)["lateness_ms"].transform("min")
     df["last"] = (df["lateness_ms"] == lmax) & (lmax > lmin)
-    return df
+    return df, np.asarray(gnames, dtype=object), np.asarray(onames, dtype=object)
 
 
 def _outlier_test(values: pd.Series) -> tuple[str, float, float, bool]:
     """Test the largest value for being a high outlier. Returns (test, statistic, critical, is_outlier)."""
-    x = np.sort(values.to_numpy(dtype=float))
+    x = np.sort(np.asarray(values, dtype=float))
     n = len(x)
     if n < 3:
         return "pair" if n == 2 else "none", math.nan, math.nan, False
@@ -157,50 +165,60 @@ def _outlier_test(values: pd.Series) -> tuple[str, float, float, bool]:
     return "3sigma", float(z), SIGMA_THRESHOLD, bool(z > SIGMA_THRESHOLD)
 
 
-def _judge(rows: pd.DataFrame, scope: str, group: str, op_name: str) -> list[dict]:
-    """rows: one row per (rank, instance) of one group/scope."""
-    per = rows.groupby("rank").agg(
-        n_ops=("lateness_ms", "size"),
-        last_arrivals=("last", "sum"),
-        mean_lateness_ms=("lateness_ms", "mean"),
-        total_lateness_ms=("lateness_ms", "sum"),
-        mean_elapse_ms=("elapse_ms", "mean"),
-    )
-    n = len(per)
-    test, stat, crit, outlier = _outlier_test(per["mean_lateness_ms"])
-    top = per["mean_lateness_ms"].idxmax() if n else None
-    group_elapse = rows["elapse_ms"].mean()
-    out = []
-    for rank, r in per.iterrows():
-        is_top = rank == top
-        slow = False
-        if is_top:
-            if test == "pair":
-                share = r["last_arrivals"] / max(r["n_ops"], 1)
-                stat, crit, outlier = float(share), PAIR_LAST_SHARE, bool(share >= PAIR_LAST_SHARE)
-            floor = (
-                MIN_LATENESS_SHARE * group_elapse if pd.notna(group_elapse) and group_elapse > 0 else MIN_LATENESS_MS
-            )
-            slow = bool(outlier and r["mean_lateness_ms"] >= floor)
-        out.append(
-            {
-                "group": group,
-                "scope": scope,
-                "op_name": op_name,
-                "rank": int(rank),
-                "group_size": n,
-                "n_ops": int(r["n_ops"]),
-                "last_arrivals": int(r["last_arrivals"]),
-                "mean_lateness_ms": float(r["mean_lateness_ms"]),
-                "total_lateness_ms": float(r["total_lateness_ms"]),
-                "mean_elapse_ms": float(r["mean_elapse_ms"]) if pd.notna(r["mean_elapse_ms"]) else math.nan,
-                "test": test,
-                "statistic": stat if is_top else math.nan,
-                "critical": crit if is_top else math.nan,
-                "slow": slow,
-            }
+def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray) -> pd.DataFrame:
+    """df: one row per (rank, instance). One output row per (group[, op_name], rank)."""
+    keys = ["group"] if scope == "group" else ["group", "op_name"]
+    per = (
+        df.groupby(keys + ["rank"], sort=True)
+        .agg(
+            n_ops=("lateness_ms", "size"),
+            last_arrivals=("last", "sum"),
+            mean_lateness_ms=("lateness_ms", "mean"),
+            total_lateness_ms=("lateness_ms", "sum"),
+            mean_elapse_ms=("elapse_ms", "mean"),
         )
-    return out
+        .reset_index()
+    )
+    per["scope"] = scope
+    per["group_size"] = per.groupby(keys)["rank"].transform("size")
+    # mean collective time of the block (over instances, not over ranks)
+    w = per["mean_elapse_ms"] * per["n_ops"]
+    block_elapse = (w.groupby([per[k] for k in keys]).transform("sum")
+                    / per["n_ops"].where(per["mean_elapse_ms"].notna()).groupby([per[k] for k in keys]).transform("sum"))
+    lat = per["mean_lateness_ms"].to_numpy(dtype=float)
+    last = per["last_arrivals"].to_numpy(dtype=float)
+    nops = per["n_ops"].to_numpy(dtype=float)
+    bel = block_elapse.to_numpy(dtype=float)
+    # one outlier test per (group[, op]) block; `per` is sorted by keys, so blocks are contiguous
+    kv = per.groupby(keys, sort=True).ngroup().to_numpy()
+    starts = np.flatnonzero(np.r_[True, kv[1:] != kv[:-1]])
+    ends = np.r_[starts[1:], len(per)]
+    test_col = np.empty(len(per), dtype=object)
+    stat_col = np.full(len(per), math.nan)
+    crit_col = np.full(len(per), math.nan)
+    slow_col = np.zeros(len(per), dtype=bool)
+    for s0, s1 in zip(starts, ends):
+        vals = lat[s0:s1]
+        top = s0 + int(np.argmax(vals))
+        test, stat, crit, outlier = _outlier_test(vals)
+        if test == "pair":
+            share = last[top] / max(nops[top], 1.0)
+            stat, crit, outlier = float(share), PAIR_LAST_SHARE, bool(share >= PAIR_LAST_SHARE)
+        el = bel[top]
+        floor = MIN_LATENESS_SHARE * el if el == el and el > 0 else MIN_LATENESS_MS
+        # the top rank must be late by more than the floor compared with a typical rank of the group
+        others = np.delete(vals, top - s0)
+        excess = vals[top - s0] - (float(np.median(others)) if len(others) else 0.0)
+        test_col[s0:s1] = test
+        stat_col[top], crit_col[top] = stat, crit
+        slow_col[top] = bool(outlier and excess >= floor)
+    per["test"] = test_col
+    per["statistic"] = stat_col
+    per["critical"] = crit_col
+    per["slow"] = slow_col
+    per["group"] = gnames[per["group"].to_numpy()]
+    per["op_name"] = "" if scope == "group" else onames[per["op_name"].to_numpy()]
+    return per[SLOW_RANK_COLUMNS]
 
 
 def find_slow_ranks(comm_ops: pd.DataFrame) -> pd.DataFrame:
@@ -209,16 +227,19 @@ def find_slow_ranks(comm_ops: pd.DataFrame) -> pd.DataFrame:
     if comm_ops is None or len(comm_ops) == 0:
         return _empty(SLOW_RANK_COLUMNS)
     df = _lateness(comm_ops)
+    if isinstance(df, pd.DataFrame):  # nothing usable
+        return _empty(SLOW_RANK_COLUMNS)
+    df, gnames, onames = df
     if df.empty:
         return _empty(SLOW_RANK_COLUMNS)
-    out: list[dict] = []
-    for group, g in df.groupby("group", sort=True):
-        out += _judge(g, "group", group, "")
-        if g["op_name"].nunique() > 1:
-            for op, o in g.groupby("op_name", sort=True):
-                out += _judge(o, "collective", group, op)
-    res = pd.DataFrame(out, columns=SLOW_RANK_COLUMNS)
+    parts = [_judge(df, "group", gnames, onames)]
+    multi = df.groupby("group")["op_name"].transform("nunique") > 1
+    if multi.any():
+        parts.append(_judge(df[multi], "collective", gnames, onames))
+    res = pd.concat(parts, ignore_index=True)
+    res = res.sort_values(["group", "scope", "op_name", "rank"], key=lambda c: c.map({"group": 0, "collective": 1}) if c.name == "scope" else c, kind="stable")
     res["slow"] = res["slow"].astype(bool)
+    res["rank"] = res["rank"].astype("int64")
     return res.reset_index(drop=True)
 
 
