@@ -14,8 +14,9 @@ group's collectives is then tested for a single high outlier among the group's r
   (Rorabacher 1991, 95 % confidence);
 * n > 10 ranks: 3-sigma, (x_max - mean(others)) / std(others) > 3 (leave-one-out, so the
   outlier does not inflate the spread it is measured against);
-* n == 2: no statistical test exists; the rank is reported slow when it arrived last in at least
-  `PAIR_LAST_SHARE` of the collectives.
+* n == 2: no outlier test exists; the rank is reported slow when it arrived last in at least
+  `PAIR_LAST_SHARE` of the collectives and a one-sided sign test rejects a fair coin
+  (P[X >= last | n, 1/2] < `PAIR_ALPHA`; e.g. 5 of 5, 7 of 8, 9 of 10).
 
 In every case the lateness must also matter in practice: the top rank's mean lateness minus the
 median of the other ranks' must be >= `MIN_LATENESS_SHARE` of the mean collective duration
@@ -35,6 +36,7 @@ import math
 
 import numpy as np
 import pandas as pd
+from scipy.stats import binom
 
 #: Dixon Q critical values at 95 % confidence, n = 3..10 (Rorabacher, Anal. Chem. 1991)
 DIXON_Q95 = {3: 0.970, 4: 0.829, 5: 0.710, 6: 0.625, 7: 0.568, 8: 0.526, 9: 0.493, 10: 0.466}
@@ -42,8 +44,10 @@ DIXON_Q95 = {3: 0.970, 4: 0.829, 5: 0.710, 6: 0.625, 7: 0.568, 8: 0.526, 9: 0.49
 DIXON_MAX_N = 10
 #: sigma threshold for large groups
 SIGMA_THRESHOLD = 3.0
-#: two-rank groups: share of collectives the slow rank must arrive last in
+#: two-rank groups: share of collectives the slow rank must arrive last in ...
 PAIR_LAST_SHARE = 0.75
+#: ... and a one-sided sign test (binomial, p = 1/2) must reject "random last arrival" at this level
+PAIR_ALPHA = 0.05
 #: the slow rank's mean lateness must be at least this share of the mean collective time ...
 MIN_LATENESS_SHARE = 0.10
 #: ... or at least this many ms when collective durations are unknown
@@ -203,7 +207,9 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
         test, stat, crit, outlier = _outlier_test(vals)
         if test == "pair":
             share = last[top] / max(nops[top], 1.0)
-            stat, crit, outlier = float(share), PAIR_LAST_SHARE, bool(share >= PAIR_LAST_SHARE)
+            p_value = float(binom.sf(last[top] - 1, nops[top], 0.5))
+            stat, crit = float(share), PAIR_LAST_SHARE
+            outlier = bool(share >= PAIR_LAST_SHARE and p_value < PAIR_ALPHA)
         el = bel[top]
         floor = MIN_LATENESS_SHARE * el if el == el and el > 0 else MIN_LATENESS_MS
         # the top rank must be late by more than the floor compared with a typical rank of the group

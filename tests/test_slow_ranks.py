@@ -79,11 +79,16 @@ def test_three_sigma_for_large_groups():
     assert top["statistic"] == pytest.approx((lat[7] - others.mean()) / others.std(ddof=1))
 
 
-def test_pairs_use_last_arrival_share():
-    res = find_slow_ranks(_ops({0: [4.0, 4.0, 4.0, 0.0], 1: [0.0, 0.0, 0.0, 4.0]}))
-    top = _top(res)
+def test_pairs_use_last_arrival_share_and_sign_test():
+    # rank 1 last in 9 of 10: share 0.9 >= 0.75 and P[X >= 9 | 10, 1/2] = 11/1024 < 0.05
+    w0 = [4.0] * 9 + [0.0]
+    w1 = [0.0] * 9 + [4.0]
+    top = _top(find_slow_ranks(_ops({0: w0, 1: w1})))
     assert top["test"] == "pair" and top["rank"] == 1
-    assert top["statistic"] == pytest.approx(0.75) and bool(top["slow"])
+    assert top["statistic"] == pytest.approx(0.9) and bool(top["slow"])
+    # 3 of 4 reaches the share but not the sign test (P = 5/16)
+    top = _top(find_slow_ranks(_ops({0: [4.0, 4.0, 4.0, 0.0], 1: [0.0, 0.0, 0.0, 4.0]})))
+    assert top["statistic"] == pytest.approx(0.75) and not bool(top["slow"])
     res = find_slow_ranks(_ops({0: [4.0, 4.0, 0.0, 0.0], 1: [0.0, 0.0, 4.0, 4.0]}))
     assert not res["slow"].any()
 
