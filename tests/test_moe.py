@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analyzers.experts import expert_load
-from tests.test_pipeline import MOE, launch_moe
+from tests.test_pipeline import MOE, moe_runs
 
 # ---------------------------------------------------------------------------------------------- in-process
 
@@ -99,17 +99,15 @@ def test_synthetic_tokens_are_deterministic_and_shifted():
 # ---------------------------------------------------------------------------------------------- real run
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def ep_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("moe")
-    run = launch_moe(out, "ep2", 2, {"pipeline_stages": 1, "micro_batches": 2}, 29220,
-                     model={"capacity_factor": 1.0, "aux_loss_coef": 0.01}, train={"steps": 3})
+    run = moe_runs(tmp_path_factory)["ep2"]
     assert run.res.status == "ok", f"{run.res.reason}\n{run.res.log_tail}"
     return run
 
 
 @pytest.mark.msrun
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(420)
 def test_expert_parallel_run_reports_expert_counts(ep_run):
     cfg = ep_run.cfg
     m, t = cfg["model"], cfg["train"]

@@ -161,12 +161,35 @@ BASE = {
     "parallel": _par(),
     "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
 }
-# name -> (world_size, parallel overrides, master port in engineer D's range 29200-29299)
+# name -> (world_size, parallel overrides, model overrides, master port in engineer D's range 29200-29299).
+# All four are launched together, once per session (test_moe.py uses "ep2"): msrun start-up is latency.
 PP_SPECS = {
-    "ref": (1, {"pipeline_stages": 1, "micro_batches": 1}, 29210),
-    "gpipe": (2, {"pipeline_stages": 2, "micro_batches": 4, "pipeline_schedule": "gpipe"}, 29211),
-    "1f1b": (2, {"pipeline_stages": 2, "micro_batches": 2, "pipeline_schedule": "1f1b"}, 29212),
+    "ref": (1, {"pipeline_stages": 1, "micro_batches": 1}, {}, 29210),
+    "gpipe": (2, {"pipeline_stages": 2, "micro_batches": 4, "pipeline_schedule": "gpipe"}, {}, 29211),
+    "1f1b": (2, {"pipeline_stages": 2, "micro_batches": 2, "pipeline_schedule": "1f1b"}, {}, 29212),
+    # expert parallelism over 2 replicas, 2 micro-batches of accumulation, tight capacity, aux loss on
+    "ep2": (2, {"pipeline_stages": 1, "micro_batches": 2}, {"capacity_factor": 1.0, "aux_loss_coef": 0.01}, 29213),
 }
+_RUNS: dict = {}
+_RUNS_LOCK = threading.Lock()
+
+
+def moe_runs(tmp_path_factory) -> dict:
+    """Launch every PP_SPECS run concurrently on first use; later calls return the same runs."""
+    with _RUNS_LOCK:
+        if not _RUNS:
+            out = tmp_path_factory.mktemp("moe_runs")
+
+            def go(name):
+                ws, par, model, port = PP_SPECS[name]
+                _RUNS[name] = launch_moe(out, name, ws, par, port, model=model)
+
+            threads = [threading.Thread(target=go, args=(n,)) for n in PP_SPECS]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+        return _RUNS
 
 
 class PPRun:
@@ -201,27 +224,16 @@ def launch_moe(out: Path, name: str, ws: int, parallel: dict, port: int, model=N
     art.mkdir(parents=True, exist_ok=True)
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": 240,
+    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": 300,
                                       "stall_timeout_s": 150})
     return PPRun(cfg, art, res)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pp_runs(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pp")
-    runs: dict[str, PPRun] = {}
-
-    def go(name):
-        ws, par, port = PP_SPECS[name]
-        runs[name] = launch_moe(out, name, ws, par, port)
-
-    threads = [threading.Thread(target=go, args=(n,)) for n in PP_SPECS]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    for name, run in runs.items():
-        assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
+    runs = moe_runs(tmp_path_factory)
+    for name in ("ref", "gpipe", "1f1b"):
+        assert name in runs and runs[name].res.status == "ok", f"{name}: {runs[name].res.reason}\n{runs[name].res.log_tail}"
     return runs
 
 
