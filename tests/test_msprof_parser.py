@@ -262,6 +262,19 @@ def test_truncated_timeline_json(tmp_path, kind):
     assert kind in str(ei.value)
 
 
+def test_event_without_duration(tmp_path):
+    dev = tmp_path / "device_0"
+    shutil.copytree(fixture_path(*F0, "device_0"), dev)
+    f = dev / "timeline" / "hccl_0_2_6.json"
+    ev = json.load(open(f))
+    k = next(i for i, e in enumerate(ev) if e.get("tid") == 70000 and e.get("ph") == "X")
+    del ev[k]["dur"]
+    f.write_text(json.dumps(ev))
+    with pytest.raises(ProfileFormatError) as ei:
+        msprof.parse(dev)
+    assert "hccl_0_2_6.json" in str(ei.value) and "ts/dur" in str(ei.value)
+
+
 def test_corrupt_info_json(tmp_path):
     dev = tmp_path / "device_1"
     shutil.copytree(fixture_path(*F1, "device_1"), dev)

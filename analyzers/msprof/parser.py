@@ -231,6 +231,9 @@ def _trace(path: Path):
             elif e.get("name") == "thread_name":
                 tn[(e.get("pid"), e.get("tid"))] = args.get("name")
         elif ph == "X":
+            ts, dur = e.get("ts"), e.get("dur")
+            if not isinstance(ts, float) or not isinstance(dur, float) or ts != ts or dur != dur:
+                raise ProfileFormatError(path, f"complete event {str(e.get('name'))[:60]!r} has no numeric ts/dur")
             ev.append(e)
     return ev, pn, tn
 
@@ -340,11 +343,13 @@ def _hccl_iteration(path: Path, rank: int, step: int):
     planes = {k[1]: v for k, v in tn.items() if v and str(v).startswith("Plane")}
     main_plane = min(planes) if planes else None
     ops = [e for e in ev if e.get("tid") in kernel_tids or (not e.get("args") and e.get("tid") not in planes)]
-    tasks = [e for e in ev if e.get("args") and "task type" in e["args"]]
+    tasks = sorted((e for e in ev if e.get("args") and "task type" in e["args"]), key=lambda e: e["ts"])
+    task_ts = np.array([t["ts"] for t in tasks], dtype=float)
     comm, links, bw = [], [], []
     for op in sorted(ops, key=lambda e: e.get("ts", 0)):
         t0, t1 = op["ts"], op["ts"] + op["dur"]
-        inside = [t for t in tasks if t0 <= t["ts"] <= t1]
+        lo, hi = np.searchsorted(task_ts, t0, side="left"), np.searchsorted(task_ts, t1, side="right")
+        inside = tasks[lo:hi]
         wait = sum(t["dur"] for t in inside if t.get("tid") == main_plane and "Wait" in str(t["args"].get("task type")))
         data = [t for t in inside if str(t["args"].get("task type")) in DATA_TASKS and _num(t["args"].get("size(Byte)")) > 0]
         transit = sum(t["dur"] for t in data if t.get("tid") == main_plane)
