@@ -182,6 +182,10 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
 
 
 def merge_profiles(parts: list[Profile], path) -> Profile:
+    for p in parts:  # plug-in parsers may leave optional schema columns out
+        for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
+            df = getattr(p, name)
+            setattr(p, name, conform(df if df is not None else pd.DataFrame(), TABLES[name]))
     if len(parts) == 1:
         p = parts[0]
         _fill_group_sizes(p)

@@ -202,3 +202,33 @@ def test_duplicate_ranks_are_a_clear_error():
 
     with pytest.raises(UserError, match="rank 0 found twice"):
         analyzers.load_profile(fixture_path(*B))
+
+
+def test_parallel_and_serial_loading_agree():
+    a = analyzers.load_profile(fixture_path(*B, "level2"), workers=1)
+    b = analyzers.load_profile(fixture_path(*B, "level2"), workers=2)
+    for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
+        x = getattr(a, name).sort_values(list(getattr(a, name).columns[:3])).reset_index(drop=True)
+        y = getattr(b, name).sort_values(list(getattr(b, name).columns[:3])).reset_index(drop=True)
+        pd.testing.assert_frame_equal(x, y, check_dtype=False)
+
+
+def test_register_format_claims_folders_first(tmp_path):
+    from analyzers import load as L
+    from analyzers.schema import Profile
+
+    (tmp_path / "a" / "marker").mkdir(parents=True)
+    calls = []
+
+    def parse(d, **kw):
+        calls.append(d)
+        return Profile(source="marker", path=str(d), ranks=pd.DataFrame({"rank": [7]}))
+
+    saved = list(L.FORMATS)
+    try:
+        L.register_format("marker", lambda d: (d / "marker").is_dir(), parse, before="ascend-db")
+        assert L.find_units(tmp_path) == [("marker", tmp_path / "a")]
+        p = L.load_profile(tmp_path, workers=1)
+        assert list(p.ranks["rank"]) == [7] and calls == [tmp_path / "a"]
+    finally:
+        L.FORMATS[:] = saved
