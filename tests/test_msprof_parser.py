@@ -318,3 +318,30 @@ def test_detect():
 def test_nothing_there(tmp_path):
     with pytest.raises(ProfileFormatError, match="no msprof output"):
         msprof.parse(tmp_path)
+
+
+@pytest.mark.parametrize("unit", ["(us)", ""])
+def test_step_trace_csv_built_from_real_iterations(tmp_path, unit):
+    # No fixture set ships msprof's step_trace_*.csv; write one in the documented layout (CANN
+    # "step_trace (iteration trace)": Iteration ID, FP Start, BP End, Iteration End, Iteration Time(us),
+    # FP to BP Time(us), Iteration Refresh(us), Data Aug Bound(us), Model ID) from set F's real
+    # iteration events, with and without the unit on the timestamp columns and a TAB after timestamps.
+    ev = json.load(open(fixture_path(*F0, "device_0", "timeline", "step_trace_0_2_1.json")))
+    its = sorted((e for e in ev if e.get("cat") == "Iteration Time"), key=lambda e: e["args"]["Iteration ID"])
+    out = tmp_path / "mindstudio_profiler_output"
+    out.mkdir()
+    with open(out / "step_trace_20230818142800.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["Device_id", "Iteration ID", f"FP Start{unit}", f"BP End{unit}", f"Iteration End{unit}",
+                    "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)", "Model ID"])
+        for i, e in enumerate(its):
+            a = e["args"]
+            w.writerow([0, a["Iteration ID"], f"{a['FP Start']}\t", f"{a['BP End']}\t", f"{a['Iteration End']}\t",
+                        e["dur"], a["BP End"] - a["FP Start"], a["Iteration End"] - a["BP End"], "N/A" if i == 0 else 0, 2])
+    p = msprof.parse(out)
+    assert list(p.steps["step"]) == [e["args"]["Iteration ID"] for e in its]
+    assert p.steps["end_us"].tolist() == pytest.approx([e["args"]["Iteration End"] for e in its])
+    assert p.steps["start_us"].tolist() == pytest.approx([e["args"]["Iteration End"] - e["dur"] for e in its])
+    ref = p.reference_breakdown
+    assert ref["fp_bp_us"].tolist() == pytest.approx([e["args"]["BP End"] - e["args"]["FP Start"] for e in its])
+    assert ref["data_aug_bound_us"].isna().tolist() == [True] + [False] * (len(its) - 1)

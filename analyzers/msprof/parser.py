@@ -194,7 +194,10 @@ STEP_TRACE_REQUIRED = ["Iteration ID", "Iteration End(us)", "Iteration Time(us)"
 
 
 def _steps_from_step_trace_csv(files: list[Path], rank: int):
-    df = _read_parts(files, STEP_TRACE_REQUIRED, what="step_trace CSV")
+    # CANN docs spell the time columns with and without the unit: "Iteration End" / "Iteration End(us)"
+    aliases = {f"{c}(us)": [c] for c in ("Iteration End", "FP Start", "BP End", "Iteration Time", "FP to BP Time",
+                                          "Iteration Refresh", "Data Aug Bound")}
+    df = _read_parts(files, STEP_TRACE_REQUIRED, aliases=aliases, what="step_trace CSV")
     cols = [c for c in df.columns if c.endswith("(us)")] + ["Iteration ID"]
     num = to_numbers(df, cols, path=files[0], strict=STEP_TRACE_REQUIRED)
     step = num["Iteration ID"].astype("int64")
