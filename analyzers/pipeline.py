@@ -15,7 +15,9 @@ Two sources:
 * **profiler breakdown** (Ascend `step_trace_time` Stage/Bubble columns, legacy MindSpore
   `ascend_cluster_analyse_pipeline-parallel_*` stage_time/receive_alone_time), read from
   `profile.reference_breakdown` (`stage_us`, `bubble_us`, or the raw `Stage`/`Bubble`):
-  `window = stage time`, `bubble = bubble time`. The stage of each rank comes from `profile.ranks`.
+  `window = stage time`, `bubble = bubble time`. The stage of each rank comes from `profile.ranks`,
+  else from a pipeline group in `meta["parallel_groups"]` (i-th lowest rank = stage i), else from S
+  and MindSpore's contiguous layout (stage = rank // (world / S)).
 
 S and M come from `config` (a run_config dict: `parallel.pipeline_stages`, `parallel.micro_batches`,
 or the same keys at top level), else from the data (distinct stages / micro-batches), else
@@ -173,6 +175,8 @@ def _from_profile(profile, config: dict | None) -> pd.DataFrame | None:
     if not stage_of and meta.get("stage_of_rank"):
         stage_of = {int(k): int(v) for k, v in meta["stage_of_rank"].items()}
     if not stage_of:
+        stage_of = _stages_from_groups(meta, df["rank"].astype(int).unique(), _cfg(config, "pipeline_stages"))
+    if not stage_of:
         return None
     df["stage"] = df["rank"].astype(int).map(stage_of)
     df = df.dropna(subset=["stage"])
@@ -199,6 +203,26 @@ def _from_profile(profile, config: dict | None) -> pd.DataFrame | None:
     out["excess_fraction"] = out["bubble_fraction"] - ideal
     out["source"] = "profiler"
     return out[PIPELINE_COLUMNS]
+
+
+def _stages_from_groups(meta: dict, ranks, stages: int | None) -> dict[int, int]:
+    """Stage of each rank from the parallel groups in the profiler metadata: in a pipeline group
+    (name containing "pp" or "pipeline") the i-th lowest global rank runs stage i. Without such a
+    group but with S known, MindSpore's layout: stage = rank // (world / S)."""
+    out: dict[int, int] = {}
+    for name, members in (meta.get("parallel_groups") or {}).items():
+        low = str(name).lower()
+        if ("pp" in low.replace("_", " ").split() or "pipeline" in low or low.startswith("pp") or low.endswith("pp")) and members:
+            for i, r in enumerate(sorted(int(m) for m in members)):
+                out.setdefault(r, i)
+    if out:
+        return out
+    stages = stages or meta.get("stage_num")
+    world = meta.get("world_size") or (max(ranks) + 1 if len(ranks) else None)
+    if stages and world and int(stages) > 1 and world % int(stages) == 0:
+        per = world // int(stages)
+        return {int(r): int(r) // per for r in ranks}
+    return {}
 
 
 def pipeline_bubbles(profile_or_none, spans: pd.DataFrame | None, config: dict | None) -> pd.DataFrame | None:

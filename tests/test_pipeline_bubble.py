@@ -116,3 +116,19 @@ def test_profiler_breakdown_raw_ascend_columns():
     res = pipeline_bubbles(p, None, None)
     assert res["bubble_fraction"].tolist() == pytest.approx([0.25, 0.1, 0.35, 0.15])
     assert res["ideal_fraction"].isna().all()
+
+
+def test_stage_from_parallel_groups_or_layout():
+    ref = pd.DataFrame({"rank": [0, 1, 2, 3], "step": [1] * 4, "stage_us": [100.0] * 4,
+                        "bubble_us": [10.0, 30.0, 20.0, 40.0]})
+    # pipeline groups {0, 2} and {1, 3}: ranks 0, 1 run stage 0; ranks 2, 3 stage 1
+    p = Profile(source="ascend-text", path="x", reference_breakdown=ref,
+                meta={"parallel_groups": {"pp_group_0": [0, 2], "pp_group_1": [1, 3], "dp_group_0": [0, 1]}})
+    res = pipeline_bubbles(p, None, None)
+    assert res["bubble_fraction"].tolist() == pytest.approx([0.2, 0.3])
+    # no groups: S = 2 from the config and the contiguous layout (ranks 0, 1 | 2, 3)
+    p = Profile(source="ascend-text", path="x", reference_breakdown=ref)
+    res = pipeline_bubbles(p, None, {"parallel": {"pipeline_stages": 2, "micro_batches": 3}})
+    assert res["bubble_fraction"].tolist() == pytest.approx([0.2, 0.3])
+    assert res["ideal_fraction"].tolist() == pytest.approx([0.25, 0.25])
+    assert pipeline_bubbles(p, None, None) is None  # stages unknown
