@@ -67,7 +67,7 @@ SLOW_RANK_COLUMNS = [
     "scope",  # "group" (all collectives of the group) or "collective" (one op name over steps)
     "op_name",  # "" for scope == "group"
     "rank",
-    "group_size",
+    "ranks_compared",  # profiled ranks of the group that took part (the group may be larger)
     "n_ops",
     "last_arrivals",  # collectives in which this rank arrived last
     "mean_lateness_ms",
@@ -184,7 +184,7 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
         .reset_index()
     )
     per["scope"] = scope
-    per["group_size"] = per.groupby(keys)["rank"].transform("size")
+    per["ranks_compared"] = per.groupby(keys)["rank"].transform("size")
     # mean collective time of the block (over instances, not over ranks)
     w = per["mean_elapse_ms"] * per["n_ops"]
     block_elapse = (w.groupby([per[k] for k in keys]).transform("sum")

@@ -48,10 +48,10 @@ def test_wait_ratio_severity_uses_step_time():
 
 
 def test_slow_rank_and_slow_link_rows_are_reported():
-    sr = pd.DataFrame([{"group": "g", "scope": "group", "op_name": "", "rank": 3, "group_size": 4, "n_ops": 8,
+    sr = pd.DataFrame([{"group": "g", "scope": "group", "op_name": "", "rank": 3, "ranks_compared": 4, "n_ops": 8,
                         "last_arrivals": 8, "mean_lateness_ms": 6.0, "total_lateness_ms": 48.0, "mean_elapse_ms": 7.0,
                         "test": "dixon_q", "statistic": 0.95, "critical": 0.829, "slow": True},
-                       {"group": "g", "scope": "group", "op_name": "", "rank": 2, "group_size": 4, "n_ops": 8,
+                       {"group": "g", "scope": "group", "op_name": "", "rank": 2, "ranks_compared": 4, "n_ops": 8,
                         "last_arrivals": 0, "mean_lateness_ms": 0.1, "total_lateness_ms": 0.8, "mean_elapse_ms": 7.0,
                         "test": "dixon_q", "statistic": float("nan"), "critical": float("nan"), "slow": False}])
     sl = pd.DataFrame([{"kind": "link", "group": "g", "transport": "HCCS", "src": 1, "dst": 2, "size_mb": 100.0,
