@@ -234,3 +234,12 @@ def test_empty_and_binary_files(tmp_path):
 def test_no_legacy_files(tmp_path):
     with pytest.raises(ProfileFormatError, match="no legacy MindSpore profiler files"):
         parse(tmp_path)
+
+
+def test_parent_folder_of_one_run_and_of_several():
+    # run_1/ holds one profiler folder two levels down: found
+    p = parse(fixture_path(*H, "run_1"))
+    assert list(p.ranks["rank"]) == [1]
+    # resource/ holds several runs: a clear error instead of mixing them
+    with pytest.raises(ProfileFormatError, match="legacy profiler folders below"):
+        parse(fixture_path(*H))

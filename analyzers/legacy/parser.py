@@ -55,7 +55,14 @@ def _scan(path: Path, deep: bool = True) -> dict[str, dict[int, Path]]:
         files = sorted(p for p in path.iterdir() if p.is_file())
         if deep and not any(any(PATTERNS[k].match(p.name) for k in PRIMARY) for p in files):
             base = len(path.parts)
-            files = [p for p in sorted(path.rglob("*")) if len(p.parts) - base <= MAX_DEPTH and p.is_file()]
+            deeper = [p for p in sorted(path.rglob("*")) if len(p.parts) - base <= MAX_DEPTH and p.is_file()]
+            dirs = sorted({p.parent for p in deeper if any(PATTERNS[k].match(p.name) for k in PRIMARY)})
+            if len(dirs) > 1:
+                raise ProfileFormatError(
+                    path, f"{len(dirs)} legacy profiler folders below ({', '.join(str(d) for d in dirs[:4])}"
+                    f"{' ...' if len(dirs) > 4 else ''}): point at one, or use load_profile"
+                )
+            files = sorted(p for p in dirs[0].iterdir() if p.is_file()) if dirs else []
     for p in files:
         for kind, rx in PATTERNS.items():
             m = rx.match(p.name)
