@@ -143,6 +143,9 @@ def test_rules_moe_model_keys():
 def test_rules_resnet_pipeline_refused():
     errs = validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(pipeline_stages=2, micro_batches=2), 2)
     assert any("workload resnet50 does not expose its layers" in e for e in errs)
+    errs = validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(micro_batches=2), 2)
+    assert any("micro_batches=2: workload resnet50 does not accumulate" in e for e in errs)
+    assert validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(), 2) == []
 
 
 # ---------------------------------------------------------------------------------------------- real runs

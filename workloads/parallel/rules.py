@@ -83,6 +83,9 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
     if S > 1 and workload not in ("moe",):
         errs.append(f"parallel.pipeline_stages={S}: workload {workload} does not expose its layers to the "
                     f"pipeline (only 'moe' does); use pipeline_stages=1")
+    if S == 1 and M > 1 and workload == "resnet50":
+        errs.append(f"parallel.micro_batches={M}: workload resnet50 does not accumulate micro-batches (its "
+                    f"train step is one compiled forward/backward); use micro_batches=1, or workload 'moe'")
     if S > 1 and (dp or 1) > 1 and par.get("grad_compression", "none") != "none":
         errs.append(f"parallel.grad_compression={par.get('grad_compression')!r} with pipeline_stages={S} and "
                     f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "
