@@ -113,6 +113,29 @@ class RunContext:
             self._collectives += int(n)
         self._counted = True
 
+    def barrier(self, name: str, timeout_s: float = 900.0) -> float:
+        """Wait until every rank reached this point (files under ``output_dir/.sync``); returns seconds waited.
+
+        Used after graph compilation: MindSpore's CPU collectives give up after ~30 s ("Ring ReduceScatter
+        wait receiving failed"), and on a loaded machine one rank can finish compiling much later than another.
+        Host-side files need no collective; all ranks of a run share ``output_dir`` (one node).
+        """
+        if self.world_size <= 1:
+            return 0.0
+        tag = os.environ.get("PERFBENCH_RUN_TAG") or os.environ.get("MS_SCHED_PORT") or "run"
+        sync = self.output_dir / ".sync"
+        sync.mkdir(parents=True, exist_ok=True)
+        (sync / f"{tag}.{name}.rank{self.rank}").write_text(str(time.time()))
+        t0 = time.time()
+        while True:
+            have = sum(1 for r in range(self.world_size) if (sync / f"{tag}.{name}.rank{r}").exists())
+            if have == self.world_size:
+                return time.time() - t0
+            if time.time() - t0 > timeout_s:
+                raise UserError(f"rank {self.rank}: only {have} of {self.world_size} ranks reached '{name}' "
+                                f"within {timeout_s:.0f} s")
+            time.sleep(0.1)
+
     # -- used by the runner --------------------------------------------------------------
     def _begin_step(self, step: int) -> None:
         self.step = step
