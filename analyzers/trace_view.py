@@ -7,7 +7,8 @@ Files can be gigabytes, so nothing here loads a whole file with `json.load`:
   "1736408883731508.790"). Memory stays flat whatever the file size.
 * `x_events(path)` returns the complete ("X") events as a DataFrame plus the pid/tid name maps from
   the metadata ("M") events. It uses DuckDB's streaming, multi-threaded JSON reader (about 10x faster
-  than a Python loop) and falls back to `iter_events` if DuckDB cannot read the file shape.
+  than a Python loop) and falls back to `iter_events` if DuckDB cannot read the file shape; files under
+  16 MB go straight to the ijson reader.
 
 Both accept a top-level array (`[{...}, ...]`) or an object with a `traceEvents` array. A truncated
 or corrupt file raises `ProfileFormatError(path, problem)`.
@@ -28,6 +29,8 @@ import pandas as pd
 from perfbench.errors import ProfileFormatError
 
 X_COLUMNS = ["name", "pid", "tid", "ts", "dur", "cat"]
+#: below this size x_events(engine="auto") uses the ijson reader (DuckDB start-up costs more than it saves)
+SMALL_FILE_BYTES = 16 * 1024 * 1024
 
 
 def _container_prefix(path: Path) -> str:
@@ -121,6 +124,8 @@ def x_events(path: str | os.PathLike, *, with_args: bool = False, args_prefix: s
         with_args = True
     path = Path(path)
     _container_prefix(path)  # clear errors for missing/empty/non-JSON files
+    if engine == "auto" and path.stat().st_size < SMALL_FILE_BYTES:
+        engine = "ijson"  # small file: not worth starting DuckDB
     if engine in ("auto", "duckdb"):
         try:
             return _x_events_duckdb(path, with_args, args_prefix, args_fields)

@@ -1,7 +1,9 @@
 """Side-by-side: `msprof-analyze cluster` vs `perfbench analyze` on the same Ascend profiler data.
 
 Both run as fresh processes (interpreter start and imports included, as a user would run them), in
-alternating order, `--repeats` times each; the report gives medians and the ratio msprof / perfbench.
+alternating order, `--repeats` times each; the report gives medians of wall time and of CPU time
+(user + sys of the process and its worker processes, which does not depend on how loaded the shared
+machine is) and the ratios msprof / perfbench.
 
 Data sets (copied into a temp dir, never into the repo):
   b-level1   fixture set B level1: 2 ranks, torch_npu text export with communication data
@@ -17,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -51,13 +55,16 @@ def make_set(name: str, tmp: Path) -> Path:
     raise SystemExit(f"unknown set {name}")
 
 
-def timed(cmd: list[str], timeout: float = 900) -> float:
+def timed(cmd: list[str], timeout: float = 900) -> tuple[float, float]:
+    """(wall s, CPU s of the process and all its waited-for children: user + sys)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     dt = time.perf_counter() - t
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if p.returncode != 0:
         raise SystemExit(f"failed ({p.returncode}): {' '.join(cmd)}\n{p.stdout[-1500:]}\n{p.stderr[-1500:]}")
-    return dt
+    return dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
 
 
 def main() -> None:
@@ -82,16 +89,20 @@ def main() -> None:
                     (ms if who == "m" else pb).append(timed(cmd))
                 shutil.rmtree(out, ignore_errors=True)
                 shutil.rmtree(res, ignore_errors=True)
-            m, p = statistics.median(ms), statistics.median(pb)
-            rows.append((name, m, p, m / p, ms, pb))
-            print(f"{name}: msprof-analyze cluster median {m:.2f} s {['%.2f' % x for x in ms]}, "
-                  f"perfbench analyze median {p:.2f} s {['%.2f' % x for x in pb]}, ratio {m / p:.1f}x", flush=True)
+            m, p = statistics.median(x[0] for x in ms), statistics.median(x[0] for x in pb)
+            mc, pc = statistics.median(x[1] for x in ms), statistics.median(x[1] for x in pb)
+            rows.append((name, m, p, mc, pc))
+            print(f"{name}: msprof-analyze cluster wall {['%.2f' % x[0] for x in ms]} cpu {['%.2f' % x[1] for x in ms]}; "
+                  f"perfbench analyze wall {['%.2f' % x[0] for x in pb]} cpu {['%.2f' % x[1] for x in pb]}; "
+                  f"median ratio wall {m / p:.1f}x cpu {mc / pc:.1f}x (load average {os.getloadavg()[0]:.1f})",
+                  flush=True)
             shutil.rmtree(data, ignore_errors=True)
-    print("\n| data | ranks | msprof-analyze cluster (median s) | perfbench analyze (median s) | ratio |")
-    print("|---|---|---|---|---|")
-    for name, m, p, r, _, _ in rows:
+    print("\n| data | ranks | msprof-analyze cluster: median wall / CPU (s) | perfbench analyze: median wall / CPU (s) "
+          "| ratio wall | ratio CPU |")
+    print("|---|---|---|---|---|---|")
+    for name, m, p, mc, pc in rows:
         ranks = name.split("-")[1] if name.startswith("synth") else "2"
-        print(f"| {name} | {ranks} | {m:.2f} | {p:.2f} | {r:.1f}x |")
+        print(f"| {name} | {ranks} | {m:.2f} / {mc:.2f} | {p:.2f} / {pc:.2f} | {m / p:.1f}x | {mc / pc:.1f}x |")
 
 
 if __name__ == "__main__":
