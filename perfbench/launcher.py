@@ -232,7 +232,7 @@ def launch(
                 if now - t0 > timeout_s:
                     result.reason = f"timed out after {timeout_s:.0f} s (launch.timeout_s)"
                     break
-                if counts and now - last_change > stall_s:
+                if sum(counts.values()) > 0 and now - last_change > stall_s:
                     result.reason = (f"hung: no rank finished a step for {stall_s:.0f} s (launch.stall_timeout_s); "
                                      f"steps done per rank: {dict(sorted(counts.items()))}")
                     break
@@ -265,7 +265,7 @@ def launch(
         who = f"rank {rank}" if rank is not None else "msrun"
         result.reason = f"{who} failed (msrun exit code {result.returncode})" + _first_error(tail)
     elif rank is not None:
-        result.reason += f"; rank {rank} was behind"
+        result.reason += f"; rank {rank} stopped first"
     return result
 
 
@@ -286,8 +286,9 @@ _OWN_FAILURE = ("[perfbench] inject", "Traceback (most recent call last)", "Segm
 
 def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int) -> tuple[int | None, str]:
     """Which rank failed first. A rank whose own log shows why it died (injected failure, Python
-    traceback, crash) wins, earliest such log first; otherwise the rank that stopped making progress
-    first (fewest steps, then oldest last step). Peers of a dead rank fail later, in collectives."""
+    traceback, crash) wins, earliest such log first; otherwise the one rank with fewer finished steps
+    than all others. With no such evidence it returns None rather than guess. Peers of a dead rank
+    fail later, in collectives."""
     def own_failure(text: str) -> int | None:
         hits = [text.find(m) for m in _OWN_FAILURE if m in text]
         return min(hits) if hits else None
@@ -305,17 +306,13 @@ def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int) -> tuple
         candidates.sort(key=lambda c: c[:3])
         r, text = candidates[0][3], candidates[0][4]
         return r, _tail(text)
-    if steps or world_size:
-        metrics = log_dir.parent / "metrics"
-
-        def last_progress(r: int) -> float:
-            f = metrics / f"rank{r}.steps.jsonl"
-            return f.stat().st_mtime if f.exists() else 0.0
-
-        r = min(range(world_size), key=lambda i: (steps.get(i, 0), last_progress(i)))
+    fewest = min((steps.get(i, 0) for i in range(world_size)), default=0)
+    behind = [i for i in range(world_size) if steps.get(i, 0) == fewest]
+    if len(behind) == 1:  # one rank alone stopped making progress
+        r = behind[0]
         f = log_dir / f"worker_{r}.log"
         return r, (_tail(f.read_text(errors="replace")) if f.exists() else "")
-    f = log_dir / "msrun.out"
+    f = log_dir / "msrun.out"  # no evidence which rank it was: say so rather than guess
     return None, _tail(f.read_text(errors="replace")) if f.exists() else ""
 
 
