@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyzers.timeline import step_timeline
 from perfbench.errors import UserError
 from perfbench.store import Store
 
@@ -135,6 +136,9 @@ def ingest_run(store: Store, run_id: str, run_config: dict) -> tuple[dict, list[
     for name, df in analysis.tables.items():
         if df is not None and len(df):
             store.write_table(run_id, name, df)
+    timeline = step_timeline(profile.ops, profile.steps)
+    if len(timeline):
+        store.write_table(run_id, "timeline", timeline)
     for k, v in analysis.summary.items():
         metrics.setdefault(k, _plain(v))  # the workload's own throughput/step time win
     return metrics, warnings
