@@ -55,11 +55,14 @@ def _as_list(v):
     return arr if arr.size else None
 
 
-def expert_load(workload_steps: pd.DataFrame) -> pd.DataFrame | None:
-    """One row per step with the expert load balance; None when there is no expert data."""
+def expert_load(workload_steps: pd.DataFrame, warmup_steps: int = 0) -> pd.DataFrame | None:
+    """One row per step with the expert load balance; None when there is no expert data.
+    Steps before `warmup_steps` (compilation, excluded from metrics by the contract) are left out."""
     if workload_steps is None or len(workload_steps) == 0 or "tokens_per_expert" not in workload_steps.columns:
         return None
     df = workload_steps
+    if warmup_steps:
+        df = df[pd.to_numeric(df["step"], errors="coerce") >= warmup_steps]
     has_drop = "dropped_tokens" in df.columns
     rows = []
     for step, g in df.groupby("step", sort=True):

@@ -19,6 +19,7 @@ Two sources:
   else from a pipeline group in `meta["parallel_groups"]` (i-th lowest rank = stage i), else from S
   and MindSpore's contiguous layout (stage = rank // (world / S)).
 
+With a run_config, span steps before `train.warmup_steps` (compilation) are left out.
 S and M come from `config` (a run_config dict: `parallel.pipeline_stages`, `parallel.micro_batches`,
 or the same keys at top level), else from the data (distinct stages / micro-batches), else
 `profile.meta["stage_num"|"micro_batches"]`. Returns None when there is no pipeline (S < 2 or no data).
@@ -74,6 +75,14 @@ def _cfg(config: dict | None, key: str):
         return None
 
 
+def _warmup(config: dict | None) -> int:
+    train = (config or {}).get("train") if isinstance((config or {}).get("train"), dict) else {}
+    try:
+        return int(train.get("warmup_steps") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _union_us(intervals: np.ndarray) -> float:
     """Total length of the union of [start, end) intervals (n x 2 array)."""
     if len(intervals) == 0:
@@ -98,6 +107,9 @@ def _from_spans(spans: pd.DataFrame, config: dict | None) -> pd.DataFrame | None
     df["start_us"] = pd.to_numeric(df["start_ts"], errors="coerce") * 1e6
     df["end_us"] = pd.to_numeric(df["end_ts"], errors="coerce") * 1e6
     df = df.dropna(subset=["start_us", "end_us", "step"])
+    warm = _warmup(config)
+    if warm:
+        df = df[pd.to_numeric(df["step"], errors="coerce") >= warm]  # compile steps are not measured
     if "stage" not in df.columns or df["stage"].isna().all():
         return None
     df["stage"] = pd.to_numeric(df["stage"], errors="coerce")

@@ -71,3 +71,10 @@ def test_mismatched_expert_counts_skip_the_step():
     ])
     res = expert_load(ws)
     assert res["step"].tolist() == [1]
+
+
+def test_warmup_steps_are_left_out():
+    ws = _ws([{"rank": 0, "step": 0, "tokens_per_expert": [9, 1]}, {"rank": 0, "step": 1, "tokens_per_expert": [5, 5]}])
+    res = expert_load(ws, warmup_steps=1)
+    assert res["step"].tolist() == [1] and res["cv"].iloc[0] == 0.0
+    assert expert_load(ws)["step"].tolist() == [0, 1]

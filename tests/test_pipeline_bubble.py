@@ -132,3 +132,10 @@ def test_stage_from_parallel_groups_or_layout():
     assert res["bubble_fraction"].tolist() == pytest.approx([0.2, 0.3])
     assert res["ideal_fraction"].tolist() == pytest.approx([0.25, 0.25])
     assert pipeline_bubbles(p, None, None) is None  # stages unknown
+
+
+def test_warmup_steps_are_left_out():
+    sp = pd.concat([_gpipe(2, 2, step=0, f=10.0), _gpipe(2, 2, step=1, t0=1000.0)])
+    res = pipeline_bubbles(None, sp, {"train": {"warmup_steps": 1}, "parallel": {"pipeline_stages": 2}})
+    assert set(res["step"]) == {1}
+    assert set(pipeline_bubbles(None, sp, None)["step"]) == {0, 1}
