@@ -65,10 +65,17 @@ def per_step_throughput(steps: pd.DataFrame) -> pd.DataFrame:
     return g.reset_index()
 
 
-def workload_metrics(steps: pd.DataFrame, warmup_steps: int, profiled_only: bool = False) -> dict:
+def workload_metrics(steps: pd.DataFrame, warmup_steps: int) -> dict:
     m = measured(steps, warmup_steps)
-    if profiled_only is False and "profiled" in m.columns:
+    overhead = {}
+    if "profiled" in m.columns and len(m):
+        prof = m[m["profiled"].astype(bool)]
         unprofiled = m[~m["profiled"].astype(bool)]
+        if len(prof) and len(unprofiled):
+            # the same run, steps with and without the profiler: its overhead on step time
+            t_on = float(per_step_throughput(prof)["step_time_s"].median())
+            t_off = float(per_step_throughput(unprofiled)["step_time_s"].median())
+            overhead = {"profiled_step_time_s": t_on, "profiler_overhead": t_on / t_off - 1}
         m = unprofiled if len(unprofiled) else m  # profiled steps carry the profiler's overhead
     if m.empty:
         return {}
@@ -87,6 +94,7 @@ def workload_metrics(steps: pd.DataFrame, warmup_steps: int, profiled_only: bool
     for col, name in (("comm_bytes", "comm_bytes_per_step"), ("collectives", "collectives_per_step")):
         if col in m.columns and m[col].notna().any():
             out[name] = float(m.groupby("step")[col].sum().median() / max(1, m["rank"].nunique()))
+    out.update(overhead)
     if "dropped_tokens" in m.columns and m["dropped_tokens"].notna().any():
         out["dropped_tokens_per_step"] = float(m.groupby("step")["dropped_tokens"].sum().median())
     return out
