@@ -167,7 +167,7 @@ def _topk(shapes, fusion, world_size: int, ratio: float):
     return TopK(), info, comm
 
 
-MAX_RANK = 16  # Gram-Schmidt is unrolled into the graph; more columns cost compile time, not accuracy here
+MAX_RANK = 32  # upper bound on the PowerSGD rank per matrix
 
 
 def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
@@ -208,15 +208,16 @@ def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
                               p_shapes, p_b, tag="p", chain=chain)
     for k, i in enumerate(comp):
         r = ranks[i]
-        cols = []
-        for j in range(r):
-            c = f"c{k}_{j}"
-            L.append(f"    {c} = pr{k}[:, {j}:{j + 1}]")
-            for prev in cols:
-                L.append(f"    {c} = {c} - ops.reduce_sum({c} * {prev}) * {prev}")
-            L.append(f"    {c} = {c} / (ops.sqrt(ops.reduce_sum({c} * {c})) + 1e-8)")
-            cols.append(c)
-        L.append(f"    po{k} = " + (cols[0] if r == 1 else "ops.concat((" + ", ".join(cols) + ",), 1)"))
+        if r == 1:
+            L.append(f"    po{k} = pr{k} / (ops.sqrt(ops.reduce_sum(pr{k} * pr{k})) + 1e-8)")
+        else:
+            # CholeskyQR2: P <- P L^-T with L = chol(P^T P), twice; 8 ops whatever r is (Gram-Schmidt
+            # unrolled into the graph costs O(r^2) ops and compile time)
+            L.append(f"    po{k} = pr{k}")
+            for _ in range(2):
+                L.append(f"    gm{k} = ops.matmul(ops.transpose(po{k}, (1, 0)), po{k})")
+                L.append(f"    gm{k} = gm{k} + (ops.trace(gm{k}) * {1e-6 / r} + 1e-30) * self.eye{r}")
+                L.append(f"    po{k} = ops.matmul(po{k}, ops.transpose(ops.inverse(ops.cholesky(gm{k})), (1, 0)))")
         L.append(f"    qn{k} = ops.matmul(ops.transpose(m{k}, (1, 0)), po{k})")
     if comp:
         emit_bucket_allreduce(L, [f"qn{k}" for k in range(len(comp))], [f"qr{k}" for k in range(len(comp))],
@@ -240,6 +241,8 @@ def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
                                                    requires_grad=False))
                 q = rng.standard_normal((mats[i][1], ranks[i])).astype(np.float32)
                 setattr(self, f"q{k}", Parameter(Tensor(q), name=f"psgd_q{k}", requires_grad=False))
+            for r in sorted({ranks[i] for i in comp if ranks[i] > 1}):
+                setattr(self, f"eye{r}", Tensor(np.eye(r, dtype=np.float32)))
             self._construct = fn
 
         def construct(self, grads):
