@@ -1,0 +1,234 @@
+"""The dashboard in a real headless Chromium (Debian's /usr/bin/chromium driven by Playwright) over the
+session's real tiny sweep: every page loads without browser console errors, a run's breakdown chart has
+one bar per rank, filtering the grid works, the compare page shows both runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from perfbench.store import Store
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.timeout(1800)]
+
+CHROMIUM = os.environ.get("PERFBENCH_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+def _free_port(lo=8070, hi=8099) -> int:
+    for port in range(lo, hi):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 8070-8098")
+
+
+@pytest.fixture(scope="module")
+def dashboard(sweep_store):
+    if not os.path.exists(CHROMIUM):
+        pytest.fail(f"{CHROMIUM} is missing: the test set-up must `apt-get install -y chromium`")
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(sweep_store), "--port",
+                             str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        end = time.time() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/", timeout=3) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                if proc.poll() is not None or time.time() > end:
+                    out = proc.stdout.read().decode(errors="replace") if proc.poll() is not None else ""
+                    pytest.fail(f"dashboard did not start on {base}: {out[-2000:]}")
+                time.sleep(0.5)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield b
+        b.close()
+
+
+class Page:
+    """A fresh page that records console errors, uncaught exceptions and failed requests."""
+
+    def __init__(self, browser):
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("response", lambda r: self.errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
+
+    def open(self, url: str, selector: str):
+        self.page.goto(url)
+        self.page.wait_for_selector(selector, timeout=60_000)
+        self.page.wait_for_load_state("networkidle")
+        return self.page
+
+
+def _ok_runs(results):
+    return [r for r in Store(results, create=False).list_runs() if r["status"] == "ok"]
+
+
+def _grid_rows(page) -> int:
+    return page.locator("#runs-grid tbody tr:has(td)").count()
+
+
+def test_every_page_loads_without_console_errors(dashboard, browser, sweep_store):
+    runs = _ok_runs(sweep_store)
+    assert runs, "the session sweep has no finished run"
+    pages = {
+        "/": "#runs-grid td",
+        f"/run/{runs[-1]['run_id']}": "#run-breakdown .main-svg",
+        "/scaling": "#scaling-throughput .main-svg",
+        f"/compare?a={runs[0]['run_id']}&b={runs[-1]['run_id']}": "#compare-metrics td",
+        "/run/no-such-run": "#run-page",
+    }
+    for path, sel in pages.items():
+        p = Page(browser)
+        page = p.open(dashboard + path, sel)
+        page.wait_for_timeout(500)  # late callbacks
+        assert p.errors == [], f"{path}: {p.errors}"
+        assert "Error" not in (page.title() or "")
+        page.close()
+
+
+def test_run_breakdown_has_one_bar_per_rank(dashboard, browser, sweep_store):
+    for rec in _ok_runs(sweep_store):
+        ws = rec["settings"]["world_size"]
+        p = Page(browser)
+        page = p.open(f"{dashboard}/run/{rec['run_id']}", "#run-breakdown .main-svg")
+        xs = page.evaluate("""() => {
+            const g = document.querySelector('#run-breakdown .js-plotly-plot');
+            return g.data.map(t => Array.from(t.x));
+        }""")
+        assert xs, f"{rec['run_id']}: empty breakdown chart"
+        for x in xs:
+            assert x == [f"rank {r}" for r in range(ws)], (rec["run_id"], x)
+        # the bars are drawn, not only in the data: one bar per rank per part
+        drawn = page.locator("#run-breakdown g.point").count()
+        assert drawn >= ws and drawn % ws == 0
+        timeline_ranks = page.evaluate("""() => {
+            const g = document.querySelector('#run-timeline .js-plotly-plot');
+            return [...new Set(g.data.flatMap(t => Array.from(t.y)))].length;
+        }""")
+        assert timeline_ranks == ws
+        assert p.errors == []
+        page.close()
+
+
+def test_filtering_the_grid(dashboard, browser, sweep_store):
+    runs = Store(sweep_store, create=False).list_runs()
+    p = Page(browser)
+    page = p.open(dashboard + "/", "#runs-grid td")
+    assert _grid_rows(page) == len(runs)
+    assert page.locator("#sweeps-count").inner_text().startswith(f"{len(runs)} of {len(runs)}")
+    target = max(r["settings"]["world_size"] for r in runs)
+    want = sum(1 for r in runs if r["settings"]["world_size"] == target)
+    assert 0 < want < len(runs), "the sweep should have runs of more than one world size"
+    flt = page.locator('#runs-grid th.dash-filter[data-dash-column="settings.world_size"] input[type=text]')
+    flt.fill(str(target))
+    flt.press("Enter")
+    page.wait_for_function(f"() => document.querySelectorAll('#runs-grid tbody tr:has(td)').length === {want}",
+                           timeout=30_000)
+    cells = page.locator('#runs-grid td[data-dash-column="settings.world_size"]').all_inner_texts()
+    assert cells and set(c.strip() for c in cells) == {str(target)}
+    page.wait_for_function(f"() => document.querySelector('#sweeps-count').innerText.startsWith('{want} of')",
+                           timeout=30_000)
+    # the views across settings follow the filter: the heatmap shows only that world size
+    page.wait_for_function("""(t) => {
+        const g = document.querySelector('#sweeps-heatmap .js-plotly-plot');
+        return g && g.data && g.data.length && JSON.stringify(Array.from(g.data[0].x)) === JSON.stringify([String(t)]);
+    }""", arg=target, timeout=30_000)
+    # run links lead to the run page of that run
+    first = page.locator('#runs-grid td[data-dash-column="run_id"]').first.inner_text().strip()
+    page.locator('#runs-grid td[data-dash-column="open"] a').first.click()
+    page.wait_for_selector("#run-breakdown .main-svg", timeout=60_000)
+    assert page.url.endswith(f"/run/{first}")
+    assert p.errors == []
+    page.close()
+
+
+def test_compare_page_shows_both_runs(dashboard, browser, sweep_store):
+    runs = _ok_runs(sweep_store)
+    a = next(r for r in runs if r["settings"]["world_size"] == 1)
+    b = next((r for r in runs if r["settings"]["world_size"] == 2), runs[-1])
+    p = Page(browser)
+    page = p.open(f"{dashboard}/compare?a={a['run_id']}&b={b['run_id']}", "#compare-metrics td")
+    assert page.locator("#compare-link-a").inner_text() == a["run_id"]
+    assert page.locator("#compare-link-b").inner_text() == b["run_id"]
+    header = " ".join(page.locator("#compare-metrics th").all_inner_texts())
+    assert f"A {a['run_id']}" in header and f"B {b['run_id']}" in header
+    metrics = page.locator('#compare-metrics td[data-dash-column="metric"]').all_inner_texts()
+    assert "throughput" in metrics and "step_time_s" in metrics
+    assert page.locator("#compare-fig-0 .main-svg").count() >= 1
+    if a["settings"]["world_size"] != b["settings"]["world_size"]:
+        assert "settings.world_size" in page.locator("#compare-settings").inner_text()
+    # picking another B updates the page and the shareable URL
+    other = next((r for r in runs if r["run_id"] not in (a["run_id"], b["run_id"])), None)
+    if other is not None:
+        page.locator("#compare-b").click()
+        page.get_by_role("option", name=other["run_id"], exact=True).click()
+        page.wait_for_function(f"() => document.querySelector('#compare-link-b')?.innerText === '{other['run_id']}'",
+                               timeout=30_000)
+        assert f"b={other['run_id']}" in page.url
+    assert p.errors == []
+    page.close()
+
+
+def test_dashboard_refuses_bad_input(tmp_path):
+    from tests.conftest import run_perfbench
+
+    r = run_perfbench("dashboard", "--results", tmp_path / "missing", check=False, timeout=60)
+    assert r.returncode == 2 and "no results at" in r.stderr and "Traceback" not in r.stderr
+    with socket.socket() as s:  # a port that is taken
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        r = run_perfbench("dashboard", "--results", tmp_path, "--port", s.getsockname()[1], check=False, timeout=60)
+    assert r.returncode == 2 and "cannot listen" in r.stderr
+
+
+def test_dashboard_module_imports_without_mindspore():
+    code = ("import sys; import dashboards.app, dashboards.data, perfbench.compare, perfbench.check; "
+            "assert 'mindspore' not in sys.modules, 'mindspore imported'")
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
+def test_host_other_than_loopback_warns(tmp_path):
+    """--host 0.0.0.0 prints a warning before serving (checked by starting and stopping it)."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(tmp_path), "--port",
+                             str(port), "--host", "0.0.0.0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stderr.readline().decode()
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert "warning" in line and "0.0.0.0" in line
