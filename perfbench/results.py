@@ -100,6 +100,16 @@ OPTIONAL_COLUMNS = [
 ]
 
 
+def breakdown_fractions(row: dict) -> dict:
+    """The step breakdown as shares of the profiled step: computing + exposed communication + free = 1."""
+    parts = [row.get(k) for k in ("computing_s", "communication_not_overlapped_s", "free_s")]
+    if any(p is None for p in parts) or sum(parts) <= 0:
+        return {}
+    total = sum(parts)
+    keys = ("computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s")
+    return {k: (row.get(k) or 0.0) / total for k in keys}
+
+
 def short_id(row: dict) -> str:
     """The run id without its sweep id prefix (the table title names the sweep)."""
     rid, sid = row["run_id"], row.get("sweep_id") or ""
@@ -117,7 +127,7 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
     t.add_column("status", no_wrap=True)
     for k in keys:
         t.add_column(_ABBREV.get(k, k.replace("_", " ")), no_wrap=True)
-    cols = ["samples/s", "step ms", "compute", "comm", "overlap", "free", "comm%", "util%", "scaling"]
+    cols = ["samples/s", "step ms", "compute%", "exposed comm%", "overlap%", "free%", "comm share", "scaling"]
     # the measured effect of the parallel settings, shown when any run has it
     optional = [(key, label, kind) for key, label, kind in OPTIONAL_COLUMNS
                 if wide or any(r.get(key) not in (None, 0, 0.0) for r in rows)]
@@ -126,16 +136,18 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
         t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
         status = r["status"] if r["status"] != "failed" else "[red]failed[/red]"
+        split = breakdown_fractions(r)
         cells = [
-            fmt(r["throughput"]), fmt(r["step_time_s"], "ms"), fmt(r["computing_s"], "ms"),
-            fmt(r["communication_not_overlapped_s"], "ms"), fmt(r["overlapped_s"], "ms"), fmt(r["free_s"], "ms"),
-            fmt(r["comm_share"], "pct"), fmt(r["kernel_utilization"], "pct"), fmt(r["scaling_efficiency"], "pct"),
+            fmt(r["throughput"]), fmt(r["step_time_s"], "ms"),
+            *[fmt(split.get(k), "pct") for k in ("computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s")],
+            fmt(r["comm_share"], "pct"), fmt(r["scaling_efficiency"], "pct"),
         ]
         cells += [fmt(r.get(key), kind) for key, _, kind in optional]
         t.add_row(short_id(r) if len(sweeps) == 1 else r["run_id"], status,
                   *[fmt(r["settings"].get(k)) for k in keys], *cells)
-    t.caption = ("compute/comm/overlap/free: ms per step on the median rank (comm = not overlapped); "
-                 "comm% = communication / step; util% = computing / step; scaling = throughput(N) / (N x throughput(1))")
+    t.caption = ("samples/s, step ms: medians over measured steps. compute/exposed comm/free: shares of the profiled "
+                 "step (they add up to 100%; compute% is the kernel utilization); overlap%: communication hidden "
+                 "behind compute; comm share: all communication / step; scaling: throughput(N) / (N x throughput(1))")
     return t
 
 

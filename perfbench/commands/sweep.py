@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
 
 from perfbench.cli import DEFAULT_RESULTS, add_json_arg, add_results_arg
 
@@ -104,6 +105,7 @@ def _progress_events(console, quiet: bool):
 
     def started(i, n, plan):
         label = f"[{i}/{n}] {plan.run_id}"
+        state["label"], state["t0"] = label, time.time()
         if interactive:
             state["status"] = console.status(f"{label}: starting msrun ...")
             state["status"].start()
@@ -112,7 +114,8 @@ def _progress_events(console, quiet: bool):
 
     def progress(plan, done, total):
         if state["status"] is not None:
-            state["status"].update(f"{plan.run_id}: {done}/{total} rank-steps")
+            what = f"{done}/{total} rank-steps" if done < total else "steps done; writing profiler output and analyzing"
+            state["status"].update(f"{state['label']}: {what} ({time.time() - state['t0']:.0f} s)")
 
     def finished(i, n, plan, rec):
         if state["status"] is not None:
