@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -53,11 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    debug = bool(os.environ.get("PERFBENCH_DEBUG"))
     try:
         code = args.func(args)
     except UserError as exc:
+        if debug:
+            raise
         print(f"perfbench: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # permissions, full disk, missing files outside our checks
+        if debug:
+            raise
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"perfbench: error: {exc.strerror or exc}{where}  [set PERFBENCH_DEBUG=1 for a traceback]", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("perfbench: interrupted", file=sys.stderr)
         return 130
