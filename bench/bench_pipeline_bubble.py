@@ -1,6 +1,7 @@
 """Measured pipeline bubble vs the ideal (S-1)/(M+S-1): the MoE LM on 2 stages (2 ranks), GPipe and 1F1B.
 
-    .venv/bin/python bench/bench_pipeline_bubble.py [--micro-batches 2 4 8] [--steps 6] [--out bench_pp.json]
+    .venv/bin/python bench/bench_pipeline_bubble.py [--micro-batches 2 4 8] [--steps 6] [--bind-core auto|false]
+        [--out bench_pp.json]
 
 Runs each configuration through the real launcher (msrun, one at a time), reads the spans and computes the
 bubble per stage with ``analyzers.pipeline.pipeline_bubbles`` over the post-warm-up steps; prints medians
@@ -28,7 +29,7 @@ MODEL = {"vocab_size": 64, "seq_len": 16, "hidden_size": 32, "num_layers": 2, "n
          "top_k": 2, "capacity_factor": 1.25, "aux_loss_coef": 0.01}
 
 
-def run_one(out: Path, schedule: str, M: int, steps: int, port: int, batch: int) -> dict:
+def run_one(out: Path, schedule: str, M: int, steps: int, port: int, batch: int, bind="auto") -> dict:
     name = f"pp-{schedule}-m{M}"
     art = out / name / "artifacts"
     art.mkdir(parents=True, exist_ok=True)
@@ -43,7 +44,7 @@ def run_one(out: Path, schedule: str, M: int, steps: int, port: int, batch: int)
            "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0}}
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": 600,
+    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": bind, "timeout_s": 600,
                                       "stall_timeout_s": 300})
     if res.status != "ok":
         raise SystemExit(f"{name}: {res.reason}\n{res.log_tail}")
@@ -74,13 +75,16 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--bind-core", default="auto", choices=["auto", "false"],
+                    help="msrun --bind_core via the launcher ('auto' pins rank r to core r on this 2-core box)")
     a = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench_pp_") as tmp:
         port = 29250
         for sch in a.schedules:
             for M in a.micro_batches:
-                rows.append(run_one(Path(tmp), sch, M, a.steps, port, a.batch))
+                rows.append(run_one(Path(tmp), sch, M, a.steps, port, a.batch,
+                                    False if a.bind_core == "false" else "auto"))
                 port += 1
                 r = rows[-1]
                 print(f"{sch:6s} M={M}: bubble stage0 {r['stage0']:.3f} stage1 {r['stage1']:.3f} "

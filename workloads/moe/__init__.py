@@ -50,7 +50,7 @@ class MoEWorkload:
         ep_group = groups[2]
         costs = [0.25] + [1.0] * L + [0.5]
         lo, hi = partition(costs, S)[stage]
-        impl = default_impl(D)
+        impl = default_impl(D, world_group=(S == 1))
         self.expert_impl = impl
 
         def ep_for_layer(i):

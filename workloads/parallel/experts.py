@@ -9,6 +9,9 @@ stage): rank r owns experts ``[r*E/W, (r+1)*E/W)``.  Every rank packs its tokens
   (every rank receives all ranks' buffers, ``[W*E, C, H]``, and keeps its own experts' slices); combine =
   AllReduce (sum) of a zero-padded ``[W, E, C, H]`` buffer in which each rank fills its experts' outputs,
   after which rank r reads row r.  Both move W times the bytes AlltoAll would; results are identical.
+* ``allreduce+allreduce`` (CPU, expert group smaller than the world, e.g. with pipeline stages): CPU
+  AllGather only accepts the world group, so the dispatch is an AllReduce of a zero-padded ``[W, E, C, H]``
+  buffer holding this rank's buffer in row r.
   The gradient of AllGather would need ReduceScatter (also missing on CPU), so the dispatch has a custom
   backward: AllReduce the incoming gradient and keep this rank's rows; the combine's backward is an AllReduce.
 
@@ -19,15 +22,20 @@ size 1 both are the identity.
 
 from __future__ import annotations
 
-IMPLS = ("allgather+allreduce", "alltoall", "local")
+IMPLS = ("allgather+allreduce", "allreduce+allreduce", "alltoall", "local")
 
 
-def default_impl(size: int) -> str:
+def default_impl(size: int, world_group: bool = True) -> str:
+    """``alltoall`` on Ascend/GPU; on CPU ``allgather+allreduce`` in the world group, else
+    ``allreduce+allreduce`` (MindSpore 2.10's CPU AllGather accepts only the world group; AllReduce takes
+    sub-groups, e.g. the replicas of one pipeline stage)."""
     import mindspore as ms
 
     if size == 1:
         return "local"
-    return "alltoall" if ms.get_context("device_target") in ("Ascend", "GPU") else "allgather+allreduce"
+    if ms.get_context("device_target") in ("Ascend", "GPU"):
+        return "alltoall"
+    return "allgather+allreduce" if world_group else "allreduce+allreduce"
 
 
 def comm_bytes_per_call(impl: str, size: int, num_experts: int, capacity: int, hidden: int,
@@ -38,6 +46,8 @@ def comm_bytes_per_call(impl: str, size: int, num_experts: int, capacity: int, h
         return 0, 0
     if impl == "alltoall":
         return 2 * buf * (size - 1) // size, 2
+    if impl == "allreduce+allreduce":  # two AllReduces of padded [W, E, C, H] buffers
+        return 2 * size * buf, 2
     # allgather: own buffer; allreduce of the padded [W, E, C, H] buffer
     return buf + size * buf, 2
 
@@ -83,6 +93,23 @@ def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int,
         def bprop(self, x, out, dout):
             return (self.reduce_b(dout),)
 
+    def _pad_rows(y, axis):
+        """Place ``y`` (this rank's block) at block index r of a zero tensor W times larger along ``axis``."""
+        shape = list(y.shape)
+        if W == 1:
+            return y
+        parts = []
+        if r > 0:
+            shape_lo = list(shape)
+            shape_lo[axis] = shape[axis] * r
+            parts.append(ops.zeros(tuple(shape_lo), y.dtype))
+        parts.append(y)
+        if r < W - 1:
+            shape_hi = list(shape)
+            shape_hi[axis] = shape[axis] * (W - 1 - r)
+            parts.append(ops.zeros(tuple(shape_hi), y.dtype))
+        return ops.concat(tuple(parts), axis=axis)
+
     class Dispatch(nn.Cell):
         """[E, C, H] on every rank -> [E_local, W*C, H]: this rank's experts, slots of all source ranks."""
 
@@ -90,6 +117,8 @@ def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int,
             super().__init__()
             if impl == "allgather+allreduce":
                 self.gather = _GatherWithReduceGrad()
+            elif impl == "allreduce+allreduce":
+                self.sum = _SumAllReduce()
             elif impl == "alltoall":
                 # split the expert axis over ranks, concatenate what arrives along the capacity axis
                 self.a2a = ops.AlltoAll(split_count=W, split_dim=0, concat_dim=1, group=group)
@@ -100,7 +129,11 @@ def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int,
             if impl == "alltoall":
                 return self.a2a(buf)
             _, C, H = buf.shape
-            g = self.gather(buf).reshape(W, E, C, H)[:, r * El:(r + 1) * El]  # [W, El, C, H]
+            if impl == "allreduce+allreduce":
+                g = self.sum(_pad_rows(buf.reshape(1, E, C, H), 0)).reshape(W * E, C, H)
+            else:
+                g = self.gather(buf)
+            g = g.reshape(W, E, C, H)[:, r * El:(r + 1) * El]  # [W, El, C, H]
             return g.transpose(1, 0, 2, 3).reshape(El, W * C, H)
 
     class Combine(nn.Cell):
@@ -108,7 +141,7 @@ def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int,
 
         def __init__(self):
             super().__init__()
-            if impl == "allgather+allreduce":
+            if impl in ("allgather+allreduce", "allreduce+allreduce"):
                 self.sum = _SumAllReduce()
             elif impl == "alltoall":
                 self.a2a = ops.AlltoAll(split_count=W, split_dim=1, concat_dim=0, group=group)
@@ -121,15 +154,6 @@ def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int,
             _, WC, H = out.shape
             C = WC // W
             y = out.reshape(El, W, C, H).transpose(1, 0, 2, 3)  # [W, El, C, H]
-            if W == 1:
-                padded = y
-            elif r == 0:
-                padded = ops.concat((y, ops.zeros((W, (W - 1) * El, C, H), y.dtype)), axis=1)
-            elif r == W - 1:
-                padded = ops.concat((ops.zeros((W, r * El, C, H), y.dtype), y), axis=1)
-            else:
-                padded = ops.concat((ops.zeros((W, r * El, C, H), y.dtype), y,
-                                     ops.zeros((W, (W - 1 - r) * El, C, H), y.dtype)), axis=1)
-            return self.sum(padded)[r]
+            return self.sum(_pad_rows(y, 1))[r]
 
     return Dispatch(), Combine()

@@ -149,6 +149,10 @@ class PipelineTrainer:
         # Transfers and host-side collectives are PyNative-only on CPU; stage functions are jit-compiled instead.
         ms.set_context(mode=ms.PYNATIVE_MODE)
 
+        stale = ctx.output_dir / "metrics" / ".pipeline_ready" / f"rank{self.rank}"
+        if stale.exists():  # left by an earlier attempt in the same output_dir
+            stale.unlink()
+
         costs = list(layer_costs) if layer_costs is not None else [1.0] * len(layers)
         self.bounds = partition(costs, self.S)
         lo, hi = self.bounds[self.stage]
@@ -182,6 +186,8 @@ class PipelineTrainer:
 
         self._build_functions()
         self.in_shape = self._negotiate_shapes()
+        if self.S > 1:
+            self._warm_up()
         self.actions = make_schedule(self.schedule_name, self.S, self.M, self.stage)
         ctx.set_meta(pipeline_stages=self.S, micro_batches=self.M, pipeline_schedule=self.schedule_name,
                      stage=self.stage, dp_index=self.dp_index, dp_size=self.D,
@@ -243,6 +249,34 @@ class PipelineTrainer:
             self.next_link.send(ms.Tensor(hdr))
             self.out_shape = shape
         return in_shape
+
+    def _warm_up(self):
+        """Compile this stage's functions now, then wait for every rank (file barrier in output_dir).
+
+        MindSpore's CPU AllReduce gives up after ~30 s of waiting ("Ring ReduceScatter wait receiving
+        failed"); compiling a stage's gradient can take longer than that on a loaded machine, and the
+        other stages would wait for it inside step 0.  The dry run changes no weights (its gradients
+        are dropped).  Same-host ranks only: on several hosts without a shared output_dir the barrier
+        times out after ``PERFBENCH_PP_BARRIER_S`` (default 600 s) and training starts anyway.
+        """
+        import os
+        import time as _time
+
+        ms = self.ms
+        x = self._input(0, 0) if self.first else ms.ops.zeros(self.in_shape, ms.float32)
+        if self.last:
+            labels = ms.Tensor(self.batch_fn(0, 0)[1])
+            self._sync(self.fwd(x, labels)[0], self.bwd(x, labels)[0])
+        else:
+            self._sync(self.bwd(x, ms.ops.zeros(self.out_shape, ms.float32))[0])
+        d = self.ctx.output_dir / "metrics" / ".pipeline_ready"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"rank{self.rank}").write_text(str(_time.time()))
+        deadline = _time.time() + float(os.environ.get("PERFBENCH_PP_BARRIER_S", "600"))
+        while _time.time() < deadline:
+            if all((d / f"rank{r}").exists() for r in range(self.world)):
+                break
+            _time.sleep(0.2)
 
     def _input(self, step, mb):
         x, _ = self.batch_fn(step, mb)
