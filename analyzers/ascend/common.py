@@ -31,8 +31,8 @@ def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | No
     """
     optional = optional or {}
     try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[], skipinitialspace=False,
-                         encoding="utf-8-sig", on_bad_lines="error")
+        df = pd.read_csv(path, keep_default_na=False, na_values=["", "N/A", "NA", "nan", "None"], encoding="utf-8-sig",
+                         on_bad_lines="error", low_memory=False)
     except pd.errors.EmptyDataError:
         raise ProfileFormatError(path, "file is empty (no header line)") from None
     except pd.errors.ParserError as exc:
@@ -55,18 +55,22 @@ def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | No
     for col in numeric:
         if col not in df.columns:
             continue
-        s = df[col].astype(str).str.strip().str.strip('"').str.strip()
-        s = s.where(~s.isin(["", "N/A", "NA", "nan", "None", "-"]), None)
-        conv = pd.to_numeric(s, errors="coerce")
+        if pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
+            conv = df[col].astype("float64")
+        else:
+            s = df[col].astype(str).str.strip().str.strip('"').str.strip()
+            s = s.where(~s.isin(["", "N/A", "NA", "nan", "None", "-", "<NA>"]), None)
+            conv = pd.to_numeric(s, errors="coerce").astype("float64")
         if col in required.values():
             bad = conv.isna()
             if bad.any():
                 i = int(np.flatnonzero(bad.to_numpy())[0])
                 raw = df[col].iloc[i]
                 src = next(k for k, v in required.items() if v == col)
-                what = "is empty (file truncated?)" if str(raw).strip() in ("", "nan") else f"is not a number: {str(raw)[:40]!r}"
+                what = ("is empty (file truncated?)" if raw is None or (isinstance(raw, float) and np.isnan(raw))
+                        or str(raw).strip() in ("", "nan", "<NA>") else f"is not a number: {str(raw)[:40]!r}")
                 raise ProfileFormatError(path, f"line {i + 2}: column '{src}' {what}")
-        df[col] = conv.astype("float64")
+        df[col] = conv
     return df
 
 
