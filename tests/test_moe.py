@@ -107,7 +107,7 @@ def ep_run(tmp_path_factory):
 
 
 @pytest.mark.msrun
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)
 def test_expert_parallel_run_reports_expert_counts(ep_run):
     cfg = ep_run.cfg
     m, t = cfg["model"], cfg["train"]

@@ -166,12 +166,14 @@ BASE = {
 }
 # name -> (world_size, parallel overrides, model overrides, master port in engineer D's range 29200-29299).
 # All four are launched together, once per session (test_moe.py uses "ep2"): msrun start-up is latency.
+# Pairs that must train identically: ref (1 process) == gpipe (2 stages); ep2 (2 expert-parallel replicas,
+# AllGather dispatch) == 1f1b (2 stages x 2 replicas = 4 ranks, experts sharded per stage, AllReduce dispatch).
+EP_MODEL = {"capacity_factor": 1.0, "aux_loss_coef": 0.01}  # tight capacity (drops) and the aux loss on
 PP_SPECS = {
     "ref": (1, {"pipeline_stages": 1, "micro_batches": 1}, {}, 29210),
     "gpipe": (2, {"pipeline_stages": 2, "micro_batches": 4, "pipeline_schedule": "gpipe"}, {}, 29211),
-    "1f1b": (2, {"pipeline_stages": 2, "micro_batches": 2, "pipeline_schedule": "1f1b"}, {}, 29212),
-    # expert parallelism over 2 replicas, 2 micro-batches of accumulation, tight capacity, aux loss on
-    "ep2": (2, {"pipeline_stages": 1, "micro_batches": 2}, {"capacity_factor": 1.0, "aux_loss_coef": 0.01}, 29213),
+    "1f1b": (4, {"pipeline_stages": 2, "micro_batches": 2, "pipeline_schedule": "1f1b"}, EP_MODEL, 29212),
+    "ep2": (2, {"pipeline_stages": 1, "micro_batches": 2}, EP_MODEL, 29213),
 }
 _RUNS: dict = {}
 _RUNS_LOCK = threading.Lock()
@@ -235,50 +237,74 @@ def launch_moe(out: Path, name: str, ws: int, parallel: dict, port: int, model=N
 @pytest.fixture
 def pp_runs(tmp_path_factory):
     runs = moe_runs(tmp_path_factory)
-    for name in ("ref", "gpipe", "1f1b"):
+    for name in PP_SPECS:
         assert name in runs and runs[name].res.status == "ok", f"{name}: {runs[name].res.reason}\n{runs[name].res.log_tail}"
     return runs
 
 
+def _losses(run, rank):
+    return [s["loss"] for s in run.steps(rank)]
+
+
 @pytest.mark.msrun
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)
 def test_two_stage_pipeline_trains_like_one_process(pp_runs):
-    ref = [s["loss"] for s in pp_runs["ref"].steps(0)]
+    ref = _losses(pp_runs["ref"], 0)
     assert all(math.isfinite(v) for v in ref)
-    for name in ("gpipe", "1f1b"):
-        run = pp_runs[name]
-        for rank in (0, 1):
-            got = [s["loss"] for s in run.steps(rank)]
-            # same math, other summation order: the whole curve (4 optimizer steps) agrees
-            assert got == pytest.approx(ref, rel=2e-4, abs=2e-5), (name, rank, got, ref)
-        # only the last stage counts samples (tokens); the global number equals the one-process run
-        s0, s1 = run.steps(0), run.steps(1)
-        assert all(s["samples"] == 0 for s in s0)
-        assert [s["samples"] for s in s1] == [s["samples"] for s in pp_runs["ref"].steps(0)]
-        m0, m1 = run.meta(0), run.meta(1)
-        assert (m0["stage"], m1["stage"]) == (0, 1)
-        assert m0["p2p_impl"] == "broadcast-pair"
-        assert m0["stage_layers"][1] == m1["stage_layers"][0]
+    gp = pp_runs["gpipe"]
+    for rank in (0, 1):
+        # same math, other summation order: the whole curve (4 optimizer steps) agrees
+        assert _losses(gp, rank) == pytest.approx(ref, rel=2e-4, abs=2e-5), (rank, _losses(gp, rank), ref)
+    # only the last stage counts samples (tokens); the global number equals the one-process run
+    assert all(s["samples"] == 0 for s in gp.steps(0))
+    assert [s["samples"] for s in gp.steps(1)] == [s["samples"] for s in pp_runs["ref"].steps(0)]
+    m0, m1 = gp.meta(0), gp.meta(1)
+    assert (m0["stage"], m1["stage"]) == (0, 1)
+    assert m0["p2p_impl"] == "broadcast-pair"
+    assert m0["stage_layers"][1] == m1["stage_layers"][0]
 
 
 @pytest.mark.msrun
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)
+def test_pipeline_with_expert_parallel_replicas_matches_expert_parallel_run(pp_runs):
+    """4 ranks = 2 stages x 2 replicas (1F1B) against 2 ranks holding the whole model: same losses, and each
+    replica's expert counts split exactly over its two stages (one MoE layer each)."""
+    pp, ep = pp_runs["1f1b"], pp_runs["ep2"]
+    ref = _losses(ep, 0)
+    for rank in range(4):
+        assert _losses(pp, rank) == pytest.approx(ref, rel=2e-4, abs=2e-5), (rank, _losses(pp, rank), ref)
+    assert [pp.meta(r)["stage"] for r in range(4)] == [0, 0, 1, 1]
+    assert pp.meta(0)["expert_comm"] == "allreduce+allreduce" and ep.meta(0)["expert_comm"] == "allgather+allreduce"
+    for d in (0, 1):
+        for a, b, whole in zip(pp.steps(d), pp.steps(2 + d), ep.steps(d)):
+            assert [x + y for x, y in zip(a["tokens_per_expert"], b["tokens_per_expert"])] == whole["tokens_per_expert"]
+            assert a["dropped_tokens"] + b["dropped_tokens"] == whole["dropped_tokens"]
+            assert a["samples"] == 0 and b["samples"] == whole["samples"]
+
+
+@pytest.mark.msrun
+@pytest.mark.timeout(480)
 def test_two_stage_pipeline_spans_and_measured_bubble(pp_runs):
     for name in ("gpipe", "1f1b"):
         run = pp_runs[name]
         S, M = 2, run.cfg["parallel"]["micro_batches"]
         spans = run.spans()
-        for step in range(run.cfg["train"]["steps"]):
-            for stage in range(S):
-                sp = spans[(spans.step == step) & (spans.stage == stage)]
+        for rank in range(run.cfg["world_size"]):
+            stage = rank * S // run.cfg["world_size"]
+            for step in range(run.cfg["train"]["steps"]):
+                sp = spans[(spans.step == step) & (spans["rank"] == rank)]
+                assert set(sp.stage.dropna().astype(int)) == {stage}
                 for kind in ("forward", "backward"):
-                    assert sorted(sp[sp.kind == kind].mb.astype(int)) == list(range(M)), (name, step, stage, kind)
+                    assert sorted(sp[sp.kind == kind].mb.astype(int)) == list(range(M)), (name, step, rank, kind)
                 # every activation and every gradient crosses the link once
                 assert len(sp[sp.kind == "send"]) == M and len(sp[sp.kind == "recv"]) == M
-        # the schedule shows in the spans: 1F1B's last stage runs backward(0) before forward(1)
-        last = spans[(spans.step == 2) & (spans.stage == 1) & spans.kind.isin(["forward", "backward"])]
-        order = list(last.sort_values("start_ts").kind)
-        assert order[:2] == (["forward", "forward"] if name == "gpipe" else ["forward", "backward"]), order
+                if S * 1 < run.cfg["world_size"]:  # replicas: one gradient all-reduce per step
+                    assert len(sp[sp.kind == "allreduce"]) == 1
+            if stage == S - 1:
+                # the schedule shows in the spans: 1F1B's last stage runs backward(0) before forward(1)
+                last = spans[(spans.step == 2) & (spans["rank"] == rank) & spans.kind.isin(["forward", "backward"])]
+                order = list(last.sort_values("start_ts").kind)
+                assert order[:2] == (["forward", "forward"] if name == "gpipe" else ["forward", "backward"]), order
 
         table = pipeline_bubbles(None, spans[spans.step >= run.cfg["train"]["warmup_steps"]], run.cfg)
         assert table is not None and set(table.stage) == {0, 1}
