@@ -182,18 +182,17 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
 
 
 def merge_profiles(parts: list[Profile], path) -> Profile:
-    for p in parts:  # plug-in parsers may leave optional schema columns out
+    if len(parts) == 1:  # plug-in parsers may leave optional schema columns out
         for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
-            df = getattr(p, name)
-            setattr(p, name, conform(df if df is not None else pd.DataFrame(), TABLES[name]))
-    if len(parts) == 1:
+            df = getattr(parts[0], name)
+            setattr(parts[0], name, conform(df if df is not None else pd.DataFrame(), TABLES[name]))
         p = parts[0]
         _fill_group_sizes(p)
         _fill_world_size(p)
         return p
     seen: dict[int, str] = {}
     for p in parts:
-        for r in p.ranks["rank"].tolist():
+        for r in (p.ranks["rank"].tolist() if p.ranks is not None and "rank" in p.ranks else []):
             if r in seen:
                 raise UserError(f"rank {r} found twice under {path}: {seen[r]} and {p.path} "
                                 "(point at one run's folder, or fix rank_id in profiler_info_*.json)")
@@ -208,7 +207,7 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
     merged.reference_breakdown = pd.concat(refs, ignore_index=True) if refs else None
     merged.meta = {"formats": sources, "rank_meta": {}}
     for p in parts:
-        for r in p.ranks["rank"].tolist():
+        for r in (p.ranks["rank"].tolist() if p.ranks is not None and "rank" in p.ranks else []):
             merged.meta["rank_meta"][int(r)] = p.meta
     first = parts[0].meta
     for k in ("producer", "npu", "cann_version", "torch_npu_version", "mindspore_version"):
