@@ -243,3 +243,18 @@ def test_parent_folder_of_one_run_and_of_several():
     # resource/ holds several runs: a clear error instead of mixing them
     with pytest.raises(ProfileFormatError, match="legacy profiler folders below"):
         parse(fixture_path(*H))
+
+
+def test_parallel_metadata_files_give_stage_and_world(tmp_path):
+    # H's parallel_strategy/ (MindSpore profiler_info_0.json: rank_size 2, auto_parallel; stageId per rank)
+    # next to step traces of ranks 0 and 1 (copied from set G) in one temp folder
+    for r in (0, 1):
+        _copy(tmp_path, *G, f"step_trace_raw_{r}_detail_time.csv")
+        _copy(tmp_path, *H, "parallel_strategy", f"parallel_strategy_{r}.json")
+    _copy(tmp_path, *H, "parallel_strategy", "profiler_info_0.json")
+    info = json.load(open(tmp_path / "profiler_info_0.json"))
+    strat = {r: json.load(open(tmp_path / f"parallel_strategy_{r}.json"))["config"] for r in (0, 1)}
+    p = parse(tmp_path)
+    assert set(p.ranks["world_size"]) == {info["rank_size"]}
+    assert dict(zip(p.ranks["rank"], p.ranks["stage"])) == {s["rankId"]: s["stageId"] for s in strat.values()}
+    assert p.meta["parallel_mode"] == info["parallel_mode"]
