@@ -5,7 +5,6 @@ filter. Select two rows to open them on the Compare page. `?sweep=ID` preselects
 from __future__ import annotations
 
 import pandas as pd
-import plotly.graph_objects as go
 from dash import Input, Output, callback, dash_table, dcc, html
 
 from dashboards import data
@@ -116,38 +115,40 @@ def _num_or_codes(s: pd.Series) -> tuple[pd.Series, list | None]:
           Input("runs-grid", "derived_virtual_data"), Input("sweeps-metric", "value"), Input("sweeps-x", "value"),
           Input("sweeps-y", "value"))
 def _views(rows, metric, x, y):
+    """Figures as plain dicts (plotly's graph_objects validation is the slow part with hundreds of runs)."""
     df = pd.DataFrame(rows or [])
     col = f"metrics.{metric}"
-    heat, par = go.Figure(), go.Figure()
     if df.empty or col not in df.columns or x not in df.columns or y not in df.columns:
-        for f in (heat, par):
-            f.update_layout(title=f"no {metric} in the shown runs", height=420)
-        return heat, par
-    df = df[df.get("status", "ok") == "ok"] if "status" in df.columns else df
-    df[col] = pd.to_numeric(df[col], errors="coerce")
+        blank = {"data": [], "layout": {"title": {"text": f"no {metric} in the shown runs"}, "height": 420}}
+        return blank, blank
+    if "status" in df.columns:
+        df = df[df["status"] == "ok"]
+    df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce")})
     pv = df.groupby([df[y].astype(str), df[x].astype(str)])[col].mean().unstack()
     for axis in (0, 1):
         try:
             pv = pv.reindex(sorted(pv.axes[axis], key=lambda v: float(v)), axis=axis)
         except ValueError:  # categorical labels keep their text order
             pass
-    heat = go.Figure(go.Heatmap(z=pv.values, x=[str(c) for c in pv.columns], y=[str(i) for i in pv.index],
-                                colorscale="Viridis", colorbar={"title": metric},
-                                hovertemplate=f"{x[9:]}=%{{x}}<br>{y[9:]}=%{{y}}<br>{metric}=%{{z:.4g}}<extra></extra>"))
-    heat.update_layout(title=f"mean {metric} over {x[9:]} × {y[9:]}", xaxis_title=x[9:], yaxis_title=y[9:],
-                       xaxis_type="category", yaxis_type="category", height=420)
+    z = [[None if pd.isna(v) else float(v) for v in row] for row in pv.to_numpy()]
+    heat = {"data": [{"type": "heatmap", "z": z, "x": [str(c) for c in pv.columns], "y": [str(i) for i in pv.index],
+                      "colorscale": "Viridis", "colorbar": {"title": {"text": metric}},
+                      "hovertemplate": f"{x[9:]}=%{{x}}<br>{y[9:]}=%{{y}}<br>{metric}=%{{z:.4g}}<extra></extra>"}],
+            "layout": {"title": {"text": f"mean {metric} over {x[9:]} × {y[9:]}"}, "height": 420,
+                       "xaxis": {"title": {"text": x[9:]}, "type": "category"},
+                       "yaxis": {"title": {"text": y[9:]}, "type": "category"}}}
     dims = []
     for c in [c for c in df.columns if c.startswith("settings.")]:
-        if df[c].astype(str).nunique() <= 1 or c == "settings.repeat":
+        if c == "settings.repeat" or df[c].astype(str).nunique() <= 1:
             continue
         vals, cats = _num_or_codes(df[c])
         dim = {"label": c[9:], "values": vals.tolist()}
         if cats is not None:
             dim.update(tickvals=list(range(len(cats))), ticktext=cats)
         dims.append(dim)
+    par = {"data": [], "layout": {"title": {"text": "settings → " + metric}, "height": 420}}
     if df[col].notna().any():
         dims.append({"label": metric, "values": df[col].tolist()})
-        par = go.Figure(go.Parcoords(dimensions=dims, line={"color": df[col].fillna(0).tolist(), "colorscale": "Viridis",
-                                                            "showscale": False}))
-    par.update_layout(title="settings → " + metric, height=420)
+        par["data"] = [{"type": "parcoords", "dimensions": dims,
+                        "line": {"color": df[col].fillna(0).tolist(), "colorscale": "Viridis", "showscale": False}}]
     return heat, par
