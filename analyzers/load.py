@@ -40,7 +40,7 @@ class Format:
 def _ascend_text_parse(d: Path, **kw) -> Profile:
     from analyzers.ascend.text import parse_text_rank
 
-    return parse_text_rank(d, read_trace=kw.get("read_trace", "auto"))
+    return parse_text_rank(d, read_trace=kw.get("read_trace", "auto"), fit=False)
 
 
 def _ascend_text_detect(d: Path) -> bool:

@@ -233,9 +233,21 @@ def device_step_windows(step: pd.Series, start: pd.Series, end: pd.Series) -> pd
     """Step windows on the device clock, as the Ascend profiler's step_trace_time defines them: a step
     starts at its first device op and lasts until the next step's first op (the gap before the next
     step is this step's Free time); the last step ends at its last op's end. Columns: step, start_us, end_us."""
-    g = (pd.DataFrame({"step": step, "s": start, "e": end}).dropna(subset=["step"])
-         .groupby("step", as_index=False).agg(start_us=("s", "min"), last_end=("e", "max"))
-         .sort_values("start_us").reset_index(drop=True))
-    nxt = g["start_us"].shift(-1)
-    g["end_us"] = np.where(nxt.notna() & (nxt >= g["last_end"]), nxt, g["last_end"])
-    return g[["step", "start_us", "end_us"]]
+    st = pd.to_numeric(pd.Series(step), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    s = np.asarray(start, dtype=float)
+    e = np.asarray(end, dtype=float)
+    ok = ~np.isnan(st)
+    st, s, e = st[ok], s[ok], e[ok]
+    if not len(st):
+        return pd.DataFrame({"step": pd.Series(dtype="int64"), "start_us": pd.Series(dtype=float),
+                             "end_us": pd.Series(dtype=float)})
+    ids, inv = np.unique(st, return_inverse=True)
+    first = np.full(len(ids), np.inf)
+    last = np.full(len(ids), -np.inf)
+    np.minimum.at(first, inv, s)
+    np.maximum.at(last, inv, e)
+    order = np.argsort(first, kind="stable")
+    ids, first, last = ids[order], first[order], last[order]
+    nxt = np.append(first[1:], np.nan)
+    end_w = np.where(~np.isnan(nxt) & (nxt >= last), nxt, last)
+    return pd.DataFrame({"step": ids.astype("int64"), "start_us": first, "end_us": end_w})

@@ -53,7 +53,9 @@ def is_text_rank(d: Path) -> bool:
     return out.is_dir() and any((out / f).exists() for f in ("kernel_details.csv", "trace_view.json", "step_trace_time.csv"))
 
 
-def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto") -> Profile:
+def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto", fit: bool = True) -> Profile:
+    """One rank's text export as a Profile. `fit=False` leaves tables unconformed (load_profile conforms once
+    after merging many ranks)."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
         rank_dir = rank_dir.parent
@@ -75,7 +77,7 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     trace = None
     if tv.exists() and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
                         or (ops is None and read_trace != False)):  # noqa: E712
-        trace = _trace_facts(tv, r)
+        trace = _trace_facts(tv, r, full=ops is None)
     elif tv.exists():
         meta["trace_view_skipped"] = f"{tv.stat().st_size / 1e9:.2f} GB > read limit; Preparing and sizes unknown"
     if ops is None:
@@ -97,7 +99,8 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     if trace is not None and trace["host_steps"]:
         steps["host_start_us"] = steps["step"].map(lambda s: trace["host_steps"].get(int(s), (np.nan, np.nan))[0])
         steps["host_end_us"] = steps["step"].map(lambda s: trace["host_steps"].get(int(s), (np.nan, np.nan))[1])
-    steps = conform(steps, STEPS)
+    if fit:
+        steps = conform(steps, STEPS)
 
     comm_ops, comm_bw = _communication(out / "communication.json", r) if (out / "communication.json").exists() \
         else (None, None)
@@ -122,9 +125,10 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
 
     ranks = pd.DataFrame([{"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir),
                            "stage": pd.NA, "dp_group": None, "world_size": info.get("world_size")}])
-    return Profile(source="ascend-text", path=str(rank_dir), ranks=conform(ranks, RANKS), steps=steps,
-                   ops=conform(ops, OPS), comm_ops=conform(comm_ops, COMM_OPS),
-                   comm_bandwidth=conform(comm_bw, COMM_BANDWIDTH), links=conform(links, LINKS),
+    c = conform if fit else (lambda df, _t: df)
+    return Profile(source="ascend-text", path=str(rank_dir), ranks=c(ranks, RANKS), steps=steps,
+                   ops=c(ops, OPS), comm_ops=c(comm_ops, COMM_OPS),
+                   comm_bandwidth=c(comm_bw, COMM_BANDWIDTH), links=c(links, LINKS),
                    reference_breakdown=ref, meta=meta)
 
 
@@ -181,17 +185,18 @@ def _kernel_details(path: Path, r: int) -> pd.DataFrame:
 _STEP_RE = re.compile(r"ProfilerStep#(\d+)")
 
 
-def _trace_facts(path: Path, r: int) -> dict:
-    """Host step windows, HCCL op sizes/algorithms, and (fallback) device ops from trace_view.json."""
-    from analyzers.trace_view import SMALL_FILE_BYTES, TraceEvents, x_events
+def _trace_facts(path: Path, r: int, full: bool = False) -> dict:
+    """Host step windows, HCCL op sizes/algorithms, and (fallback, `full`) device ops from trace_view.json."""
+    from analyzers.trace_view import SMALL_FILE_BYTES, x_events
 
     if path.stat().st_size < SMALL_FILE_BYTES:
-        return _facts_from(_small_trace(path), r)
+        return _facts_from(_small_trace(path, full), r)
     return _facts_from(x_events(path, args_prefix="hcom_", args_fields=("count", "data_type", "alg_type")), r)
 
 
-def _small_trace(path: Path):
-    """A small trace in one read with orjson (several times faster than streaming for a few MB)."""
+def _small_trace(path: Path, full: bool = True):
+    """A small trace in one read with orjson (several times faster than streaming for a few MB). Without
+    `full`, only the X events the facts need (ProfilerStep#N, hcom_*) are kept."""
     from analyzers.trace_view import TraceEvents
 
     try:
@@ -230,6 +235,8 @@ def _small_trace(path: Path):
                     tn[(str(ev.get("pid")), str(ev.get("tid")))] = str(a["name"])
         elif ph == "X":
             name = ev.get("name")
+            if not full and not (isinstance(name, str) and name.startswith(("ProfilerStep#", "hcom_"))):
+                continue
             cols["name"].append(name)
             cols["pid"].append(str(ev.get("pid")))
             cols["tid"].append(str(ev.get("tid")))
