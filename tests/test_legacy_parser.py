@@ -258,3 +258,21 @@ def test_parallel_metadata_files_give_stage_and_world(tmp_path):
     assert set(p.ranks["world_size"]) == {info["rank_size"]}
     assert dict(zip(p.ranks["rank"], p.ranks["stage"])) == {s["rankId"]: s["stageId"] for s in strat.values()}
     assert p.meta["parallel_mode"] == info["parallel_mode"]
+
+
+def test_file_cut_inside_the_header(tmp_path):
+    # step_trace_raw headers of set G are ~10 KB (one triple per op): a cut there leaves no data row
+    f = _copy(tmp_path, *G, "step_trace_raw_1_detail_time.csv")
+    header_len = len(open(f).readline())
+    f.write_bytes(f.read_bytes()[: header_len // 2])
+    with pytest.raises(ProfileFormatError, match="step_trace_raw_1_detail_time.csv: file ends inside the header"):
+        parse(tmp_path)
+
+
+def test_file_cut_inside_the_last_value(tmp_path):
+    # "...,107.7976\n" cut to "...,107.79": every field is still a number, only the line break is missing
+    f = _copy(tmp_path, *G, "ascend_cluster_analyse_pipeline-parallel_2_4_0.csv")
+    data = f.read_bytes().rstrip(b"\r\n")
+    f.write_bytes(data[:-2])
+    with pytest.raises(ProfileFormatError, match="pipeline-parallel_2_4_0.csv: line 7 has no line break"):
+        parse(tmp_path)

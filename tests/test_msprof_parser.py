@@ -345,3 +345,12 @@ def test_step_trace_csv_built_from_real_iterations(tmp_path, unit):
     ref = p.reference_breakdown
     assert ref["fp_bp_us"].tolist() == pytest.approx([e["args"]["BP End"] - e["args"]["FP Start"] for e in its])
     assert ref["data_aug_bound_us"].isna().tolist() == [True] + [False] * (len(its) - 1)
+
+
+def test_op_summary_cut_inside_the_header(tmp_path):
+    d = _copy_dir(tmp_path, K)
+    f = _one(d, "op_summary_")
+    f.write_bytes(f.read_bytes()[:600])
+    assert b"\n" not in f.read_bytes()
+    with pytest.raises(ProfileFormatError, match=f"{f.name}: file ends inside the header"):
+        msprof.parse(d)

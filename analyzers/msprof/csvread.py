@@ -5,13 +5,15 @@
   `aliases` maps a canonical name to the spellings different versions use (`Block Dim` / `Block Num`).
 * Cells are read as text and stripped of spaces and TABs (msprof writes `1787504054381431.513\\t`,
   sometimes inside the quotes). `N/A`, `NA`, `-` and empty cells become NaN in numeric columns.
-* A row with fewer fields than the header (a file cut short) or more (corrupt) is an error naming the
-  file and the line; so is a value in a required numeric column that is not a number.
+* A row with fewer fields than the header (a file cut short) or more (corrupt), a file whose last line
+  has no line break (cut, maybe inside a value that still parses), or one that ends inside the header is
+  an error naming the file and the line; so is a value in a required numeric column that is not a number.
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import re
 from pathlib import Path
 
@@ -50,7 +52,8 @@ def read_table(
     path = Path(path)
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.reader(fh, strict=True))
+            text = fh.read()
+        rows = list(csv.reader(io.StringIO(text, newline=""), strict=True))
     except UnicodeDecodeError:
         raise ProfileFormatError(path, f"not a text {what} (undecodable bytes)") from None
     except csv.Error as exc:
@@ -59,6 +62,12 @@ def read_table(
         raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
     if not rows or not any(_clean(c) for c in rows[0]):
         raise ProfileFormatError(path, f"file is empty, expected a {what} with a header line")
+    if text and not text.endswith(("\n", "\r")):
+        # msprof and MindSpore write every line with its line break: a missing last one means the
+        # file was cut, possibly inside a value that still parses
+        if len(rows) == 1:
+            raise ProfileFormatError(path, f"file ends inside the header line (truncated {what}?)")
+        raise ProfileFormatError(path, f"line {len(rows)} has no line break at the end of the file (truncated {what}?)")
     header = [_clean(c) for c in rows[0]]
     # trailing empty header cells (a trailing comma) are not columns
     while header and header[-1] == "":

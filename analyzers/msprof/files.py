@@ -59,11 +59,9 @@ def summary_files(out_dir: Path) -> dict[str, list[Path]]:
         groups.setdefault(kind, {}).setdefault(key, []).append((sl, p))
     out = {}
     for kind, by_key in groups.items():
-        if kind == "msprof":
-            # msprof_<ts>.json may itself be split (msprof_<ts>_slice_N.json): keep every part of the newest
-            key = max(by_key, key=_key_order)
-        else:
-            key = max(by_key, key=_key_order)
+        # several exports of one kind differ in their timestamp suffix: the newest wins; its
+        # _slice_N parts (msprof_<ts>_slice_N.json, op_summary_<ts>_slice_N.csv) are all kept
+        key = max(by_key, key=_key_order)
         out[kind] = [p for _, p in sorted(by_key[key])]
     return out
 
