@@ -144,8 +144,15 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
         change = mc - mb
         noise = max([(max(m) - min(m)) for m in (bm, cm) if len(m) >= 2] or [0.0])
     else:
-        if mb == 0:
-            res.update(verdict="undecided", reason="baseline median is 0", baseline=mb, current=mc, change=None, p_value=None)
+        if mb == 0:  # e.g. no communication on one rank: a relative change is undefined
+            if mc == 0:
+                res.update(verdict="unchanged", reason="0 on both sides", baseline=mb, current=mc, change=0.0,
+                           change_kind="relative", p_value=None, threshold_used=threshold, n_baseline=len(bp),
+                           n_current=len(cp))
+            else:
+                res.update(verdict="undecided" if metric in REQUIRED else "skipped",
+                           reason="baseline median is 0: relative change undefined", baseline=mb, current=mc,
+                           change=None, p_value=None)
             return res
         change = (mc - mb) / abs(mb)
         noise = max([(max(m) - min(m)) / abs(float(np.median(m))) for m in (bm, cm) if len(m) >= 2 and np.median(m)]

@@ -72,6 +72,14 @@ def test_rule_too_few_samples_is_undecided():
     assert r["verdict"] == "undecided" and "current" in r["reason"]
 
 
+def test_rule_zero_on_both_sides_is_unchanged():
+    """1-rank runs have no communication: 0 vs 0 is unchanged, not undecided."""
+    z = _entries([[0.0] * 7, [0.0] * 7], "communication_not_overlapped_s")
+    assert decide_metric("communication_not_overlapped_s", z, z, 0.05, 0.05)["verdict"] == "unchanged"
+    some = _entries([[0.01] * 7], "communication_not_overlapped_s")
+    assert decide_metric("communication_not_overlapped_s", z, some, 0.05, 0.05)["verdict"] == "skipped"
+
+
 def test_threshold_parsing():
     assert parse_threshold("5%") == pytest.approx(0.05)
     assert parse_threshold("0.1") == pytest.approx(0.1)
