@@ -179,16 +179,18 @@ def _optional_sections(rid: str) -> list:
     d = data.get()
     out = []
     ex = d.table(rid, "experts")
-    if ex is not None and not ex.empty:
-        fig = go.Figure()
-        ecol = next((c for c in ("expert", "expert_id") if c in ex.columns), None)
-        vcol = next((c for c in ("tokens", "load", "tokens_mean", "share") if c in ex.columns), None)
-        if ecol and vcol:
-            agg = ex.groupby(ecol)[vcol].mean()
-            fig.add_trace(go.Bar(x=[str(e) for e in agg.index], y=agg.tolist(), name=vcol))
-            fig.update_layout(title=f"expert load ({vcol}, mean)", xaxis_title="expert", height=340)
-        out.append(section("Expert load", dcc.Graph(id="run-experts", figure=fig) if fig.data else None,
-                           table(ex, id="run-experts-table")))
+    load = expert_load(rid)
+    if load is not None or (ex is not None and not ex.empty):
+        fig = None
+        if load is not None:
+            mean = sum(load) / len(load)
+            fig = {"data": [{"type": "bar", "x": [str(i) for i in range(len(load))], "y": load, "name": "tokens"},
+                            {"type": "scatter", "mode": "lines", "x": [str(i) for i in range(len(load))],
+                             "y": [mean] * len(load), "name": "mean (balanced)", "line": {"dash": "dot"}}],
+                   "layout": {"title": {"text": "tokens routed to each expert (steady-state steps, all ranks)"},
+                              "xaxis": {"title": {"text": "expert"}}, "height": 340}}
+        out.append(section("Expert load", dcc.Graph(id="run-experts", figure=fig) if fig else None,
+                           table(ex, id="run-experts-table") if ex is not None and not ex.empty else None))
     pp = d.table(rid, "pipeline")
     if pp is not None and not pp.empty:
         fig = go.Figure()
@@ -201,6 +203,30 @@ def _optional_sections(rid: str) -> list:
         out.append(section("Pipeline bubble per stage", dcc.Graph(id="run-pipeline", figure=fig) if fig.data else None,
                            table(pp, id="run-pipeline-table")))
     return out
+
+
+def expert_load(rid: str) -> list[float] | None:
+    """Tokens per expert summed over ranks and steady-state steps (workload_steps.tokens_per_expert)."""
+    ws = data.get().table(rid, "workload_steps")
+    if ws is None or ws.empty or "tokens_per_expert" not in ws.columns:
+        return None
+    rec = data.get().run(rid) or {}
+    warm = int((((rec.get("config") or {}).get("train") or {}).get("warmup_steps")) or 0)
+    total = None
+    for v in ws.loc[ws["step"] >= warm, "tokens_per_expert"]:
+        if isinstance(v, str):
+            try:
+                v = json.loads(v)
+            except ValueError:
+                continue
+        if v is None or isinstance(v, float):
+            continue
+        v = [float(x) for x in v]
+        if total is None:
+            total = v
+        elif len(v) == len(total):
+            total = [a + b for a, b in zip(total, v)]
+    return total
 
 
 @callback(Output("run-breakdown", "figure"), Output("run-timeline", "figure"), Input("run-step", "value"),
