@@ -125,6 +125,7 @@ def ingest_run(store: Store, run_id: str, run_config: dict) -> tuple[dict, list[
     if root is None:
         if run_config.get("profile", {}).get("enabled") and not steps.empty:
             warnings.append("profiling was enabled but no profiler output was found")
+        metrics.update(_workload_analyses(store, run_id, run_config, steps, spans))
         return metrics, warnings
     try:
         import analyzers
@@ -137,7 +138,7 @@ def ingest_run(store: Store, run_id: str, run_config: dict) -> tuple[dict, list[
                 pmeta[k] = m0[k]
         profile = parse(root, workload_steps=steps if not steps.empty else None, meta=pmeta)
         analysis = analyzers.analyze(profile, workload_steps=steps if not steps.empty else None,
-                                     spans=spans if not spans.empty else None)
+                                     spans=spans if not spans.empty else None, config=run_config)
     except UserError as exc:
         warnings.append(f"profile not analyzed: {exc}")
         return metrics, warnings
@@ -150,6 +151,24 @@ def ingest_run(store: Store, run_id: str, run_config: dict) -> tuple[dict, list[
     for k, v in analysis.summary.items():
         metrics.setdefault(k, _plain(v))  # the workload's own throughput/step time win
     return metrics, warnings
+
+
+def _workload_analyses(store: Store, run_id: str, run_config: dict, steps: pd.DataFrame, spans: pd.DataFrame) -> dict:
+    """Analyses that need only the workload's own records (no profile): pipeline bubble from the
+    spans, expert load from the per-step token counts."""
+    from analyzers.experts import expert_load, mean_expert_cv
+    from analyzers.pipeline import mean_bubble_fraction, pipeline_bubbles
+
+    out = {}
+    pipe = pipeline_bubbles(None, spans, run_config) if not spans.empty else None
+    if pipe is not None and len(pipe):
+        store.write_table(run_id, "pipeline", pipe)
+        out["bubble_fraction"] = _plain(mean_bubble_fraction(pipe))
+    experts = expert_load(steps, warmup_steps=run_config["train"]["warmup_steps"]) if not steps.empty else None
+    if experts is not None and len(experts):
+        store.write_table(run_id, "experts", experts)
+        out["expert_load_cv"] = _plain(mean_expert_cv(experts))
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def _plain(v):
