@@ -75,10 +75,9 @@ def layout(sweep: str | None = None, **_):
             dcc.Dropdown(id="sweeps-y", options=settings, value=y0, clearable=False,
                          style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"}),
         ]),
-        html.Div([
-            dcc.Graph(id="sweeps-heatmap", style={"width": "48%", "display": "inline-block"}),
-            dcc.Graph(id="sweeps-parcoords", style={"width": "52%", "display": "inline-block"}),
-        ]),
+        # the graphs are created by the callback below, i.e. after the grid has rendered, so the grid's first
+        # paint does not wait for plotly.js (the biggest script of the page) to load and parse
+        html.Div(id="sweeps-views"),
     ], id="sweeps-page")
 
 
@@ -111,9 +110,14 @@ def _num_or_codes(s: pd.Series) -> tuple[pd.Series, list | None]:
     return s.astype(str).map({c: i for i, c in enumerate(cats)}), cats
 
 
-@callback(Output("sweeps-heatmap", "figure"), Output("sweeps-parcoords", "figure"),
-          Input("runs-grid", "derived_virtual_data"), Input("sweeps-metric", "value"), Input("sweeps-x", "value"),
-          Input("sweeps-y", "value"))
+@callback(Output("sweeps-views", "children"), Input("runs-grid", "derived_virtual_data"),
+          Input("sweeps-metric", "value"), Input("sweeps-x", "value"), Input("sweeps-y", "value"))
+def _views_graphs(rows, metric, x, y):
+    heat, par = _views(rows, metric, x, y)
+    return [dcc.Graph(id="sweeps-heatmap", figure=heat, style={"width": "48%", "display": "inline-block"}),
+            dcc.Graph(id="sweeps-parcoords", figure=par, style={"width": "52%", "display": "inline-block"})]
+
+
 def _views(rows, metric, x, y):
     """Figures as plain dicts (plotly's graph_objects validation is the slow part with hundreds of runs)."""
     df = pd.DataFrame(rows or [])
