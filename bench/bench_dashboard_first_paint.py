@@ -112,53 +112,76 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
     raise RuntimeError(f"dashboard did not answer at {url} within {timeout}s")
 
 
+def start_server(results: Path, port: int) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
+                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--small", type=int, default=20, help="runs in the side-by-side small store (0: skip)")
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--port", type=int, default=8091)
-    ap.add_argument("--results", help="use this results dir instead of a fresh synthetic one")
+    ap.add_argument("--port", type=int, default=8091, help="port of the big store's server (small: port+1)")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
     tmp = tempfile.TemporaryDirectory(prefix="perfbench-bench-")
-    results = Path(args.results) if args.results else Path(tmp.name) / "results"
-    t = time.perf_counter()
-    ids = make_store(results, args.runs) if not args.results else [r["run_id"] for r in Store(results).list_runs()]
-    print(f"store: {len(ids)} runs at {results} (built in {time.perf_counter() - t:.1f}s)")
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
-                             str(args.port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    base = f"http://127.0.0.1:{args.port}"
-    times: dict[str, list[float]] = {"sweeps": [], "run": [], "scaling": []}
-    try:
+    sizes = [args.runs] + ([args.small] if args.small else [])
+    stores, ids, procs = {}, {}, {}
+    for i, n in enumerate(sizes):
         t = time.perf_counter()
-        wait_http(base + "/", 90)
-        print(f"server up in {time.perf_counter() - t:.1f}s")
-        pages = {"sweeps": ("/", "#runs-grid .dash-spreadsheet td"), "run": (f"/run/{ids[-1]}", "#run-breakdown .main-svg"),
-                 "scaling": ("/scaling", "#scaling-throughput .main-svg")}
+        stores[n] = Path(tmp.name) / f"results-{n}"
+        ids[n] = make_store(stores[n], n)
+        print(f"store: {n} runs (built in {time.perf_counter() - t:.1f}s)")
+        procs[n] = (start_server(stores[n], args.port + i), f"http://127.0.0.1:{args.port + i}")
+    # "reference": a page with no data at all (Dash's own bootstrap: its JS bundles, the page container)
+    pages = {"reference": ("/run/__no_such_run__", "#run-page"), "sweeps": ("/", "#runs-grid .dash-spreadsheet td"),
+             "run": (None, "#run-breakdown .main-svg"), "scaling": ("/scaling", "#scaling-throughput .main-svg")}
+    times: dict[tuple, list[float]] = {}
+    try:
+        for n, (_, base) in procs.items():
+            t = time.perf_counter()
+            wait_http(base + "/", 120)
+            print(f"server for {n} runs up in {time.perf_counter() - t:.1f}s")
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS, headless=True)
-            for rep in range(args.repeats + 1):  # first round warms caches; not counted
+            for rep in range(args.repeats + 1):  # round 0 warms the server's caches and the browser; not counted
                 for name, (path, sel) in pages.items():
-                    page = browser.new_page()
-                    t = time.perf_counter()
-                    page.goto(base + path)
-                    page.wait_for_selector(sel, timeout=60000)
-                    dt = time.perf_counter() - t
-                    page.close()
-                    if rep:
-                        times[name].append(dt)
-                    else:
-                        print(f"cold {name}: {dt:.2f}s")
+                    for n, (_, base) in procs.items():  # side by side: same page, both stores, back to back
+                        page = browser.new_page()
+                        t = time.perf_counter()
+                        page.goto(base + (path or f"/run/{ids[n][-1]}"))
+                        page.wait_for_selector(sel, timeout=120000)
+                        dt = time.perf_counter() - t
+                        page.close()
+                        if rep:
+                            times.setdefault((name, n), []).append(dt)
             browser.close()
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    out = {k: {"median_s": statistics.median(v), "min_s": min(v), "max_s": max(v), "n": len(v)} for k, v in times.items()}
-    print(json.dumps({"runs": len(ids), "first_paint": out}, indent=2))
+        for proc, _ in procs.values():
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    load = os.getloadavg()
+    print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (2 cores)")
+    print("| page | " + " | ".join(f"{n} runs: median s (min–max)" for n in sizes)
+          + (f" | ratio {sizes[0]}/{sizes[1]}" if len(sizes) > 1 else "") + f" | ratio to reference ({sizes[0]} runs) |")
+    print("|---" * (len(sizes) + 2 + (len(sizes) > 1)) + "|")
+    ref = statistics.median(times[("reference", sizes[0])])
+    out = {}
+    for name in pages:
+        cells, meds = [], []
+        for n in sizes:
+            v = times[(name, n)]
+            meds.append(statistics.median(v))
+            cells.append(f"{meds[-1]:.2f} ({min(v):.2f}–{max(v):.2f})")
+            out[f"{name}@{n}"] = {"median_s": meds[-1], "min_s": min(v), "max_s": max(v), "n": len(v)}
+        ratio = f" | {meds[0] / meds[1]:.2f}" if len(sizes) > 1 else ""
+        print(f"| {name} | " + " | ".join(cells) + ratio + f" | {meds[0] / ref:.2f} |")
+    print(json.dumps({"first_paint": out, "load": load}, indent=1))
     return 0
 
 
