@@ -73,7 +73,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     rows = []
-    with tempfile.TemporaryDirectory(prefix="perfbench-bench-") as tmpd:
+    with tempfile.TemporaryDirectory(prefix="perfbench-cluster-vs-msprof-") as tmpd:
         tmp = Path(tmpd)
         for name in args.sets.split(","):
             data = make_set(name, tmp)
