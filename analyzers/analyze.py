@@ -83,7 +83,9 @@ def analyze(profile: Profile, workload_steps: pd.DataFrame | None = None, spans:
     try:
         from analyzers.experts import expert_load, mean_expert_cv
 
-        t["experts"] = expert_load(workload_steps) if workload_steps is not None and len(workload_steps) else None
+        warm = int(((config or {}).get("train") or {}).get("warmup_steps") or 0)
+        t["experts"] = (expert_load(workload_steps, warmup_steps=warm)
+                        if workload_steps is not None and len(workload_steps) else None)
         cv = mean_expert_cv(t["experts"])
     except ImportError:
         t["experts"], cv = None, None
@@ -94,7 +96,7 @@ def analyze(profile: Profile, workload_steps: pd.DataFrame | None = None, spans:
     try:
         from analyzers.advice import advise
 
-        t["advice"] = advise(t, summary)
+        t["advice"] = advise(dict(t, workload_steps=workload_steps), summary)
     except ImportError:
         t["advice"] = _empty(["rule", "severity", "message", "evidence"])
     return Analysis(tables=t, summary=summary)

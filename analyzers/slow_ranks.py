@@ -36,7 +36,6 @@ import math
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binom
 
 #: Dixon Q critical values at 95 % confidence, n = 3..10 (Rorabacher, Anal. Chem. 1991)
 DIXON_Q95 = {3: 0.970, 4: 0.829, 5: 0.710, 6: 0.625, 7: 0.568, 8: 0.526, 9: 0.493, 10: 0.466}
@@ -207,6 +206,8 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
         test, stat, crit, outlier = _outlier_test(vals)
         if test == "pair":
             share = last[top] / max(nops[top], 1.0)
+            from scipy.stats import binom  # lazy: importing scipy.stats costs ~1 s per process
+
             p_value = float(binom.sf(last[top] - 1, nops[top], 0.5))
             stat, crit = float(share), PAIR_LAST_SHARE
             outlier = bool(share >= PAIR_LAST_SHARE and p_value < PAIR_ALPHA)

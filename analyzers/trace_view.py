@@ -64,18 +64,34 @@ def _to_float(v) -> float:
 def iter_events(path: str | os.PathLike, phases: Iterable[str] | None = None) -> Iterator[dict]:
     """Stream the events of a Chrome-trace file; `phases` (e.g. {"X", "M"}) filters on `ph`.
 
-    Each event is a dict as in the file, except `ts` and `dur` (when present) are floats.
+    Each event is a dict as in the file, except `ts` and `dur` (when present) are floats. The C
+    backend of ijson rejects integers beyond int64 (msprof writes uint64 ids such as
+    `connection_id` 18446744073709551615); then the pure-Python backend takes over where it stopped.
     """
     import ijson
 
-    path = Path(path)
+    try:
+        yield from _iter_events(Path(path), phases, ijson, skip=0)
+    except _IntegerOverflow as stop:
+        yield from _iter_events(Path(path), phases, ijson.get_backend("python"), skip=stop.events_done)
+
+
+class _IntegerOverflow(Exception):
+    def __init__(self, events_done: int):
+        super().__init__(events_done)
+        self.events_done = events_done
+
+
+def _iter_events(path: Path, phases, backend, skip: int) -> Iterator[dict]:
     prefix = _container_prefix(path)
     wanted = set(phases) if phases is not None else None
     n = 0
     try:
         with open(path, "rb") as fh:
-            for ev in ijson.items(fh, prefix, use_float=True):
+            for ev in backend.items(fh, prefix, use_float=True):
                 n += 1
+                if n <= skip:
+                    continue
                 if not isinstance(ev, dict):
                     raise ProfileFormatError(path, f"event #{n} is a {type(ev).__name__}, expected an object")
                 if wanted is not None and ev.get("ph") not in wanted:
@@ -85,9 +101,11 @@ def iter_events(path: str | os.PathLike, phases: Iterable[str] | None = None) ->
                 if "dur" in ev:
                     ev["dur"] = _to_float(ev["dur"])
                 yield ev
-    except ijson.common.IncompleteJSONError as exc:
+    except backend.common.IncompleteJSONError as exc:
+        if "overflow" in str(exc).lower() and backend.backend_name != "python":
+            raise _IntegerOverflow(n) from None
         raise ProfileFormatError(path, f"truncated or corrupt JSON after {n} events ({_short(exc)})") from None
-    except ijson.common.JSONError as exc:
+    except backend.common.JSONError as exc:
         raise ProfileFormatError(path, f"corrupt JSON after {n} events ({_short(exc)})") from None
     except OSError as exc:
         raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None

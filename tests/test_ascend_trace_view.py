@@ -66,3 +66,19 @@ def test_object_wrapped_trace(tmp_path):
                                              {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "P"}}]}))
     te = x_events(f)
     assert list(te.x["ts"]) == [10.5] and te.process_names == {"1": "P"}
+
+
+def test_uint64_ids_beyond_int64_fall_back_to_the_python_backend():
+    """msprof writes connection ids like 18446744073709551615, which ijson's C backend rejects."""
+    import json
+
+    from analyzers.trace_view import iter_events
+    from tests.conftest import fixture_path
+
+    f = next(fixture_path("hicann__oam-tools", "experiment", "task-book", "msprof_experience_weixin_63089733", "perf-data",
+                          "20260624_matmul_basic_api_board", "mindstudio_profiler_output").glob("msprof_*.json"))
+    expected = json.loads(f.read_text())
+    assert any(isinstance(v, int) and v > 2**63 for e in expected for v in (e.get("args") or {}).values())
+    got = list(iter_events(f))
+    assert len(got) == len(expected)
+    assert [e["name"] for e in got] == [e["name"] for e in expected]

@@ -157,7 +157,7 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
             t.add_row(str(row.type)[:40], str(row.core_type), str(row.count), f"{row.total_us / 1000:.3f}",
                       f"{row.share * 100:.1f}%")
         c.print(t)
-    slow = [r for r in doc["slow_ranks"] if r.get("slow")]
+    slow = [r for r in doc["slow_ranks"] if r.get("slow") and r.get("scope", "group") == "group"]
     c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))
     for a in doc["advice"]:
         c.print(f"[{'red' if a['severity'] == 'high' else 'yellow'}]{a['severity']}[/] {a['message']}")
