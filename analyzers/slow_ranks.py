@@ -168,6 +168,20 @@ def _outlier_test(values: pd.Series) -> tuple[str, float, float, bool]:
     return "3sigma", float(z), SIGMA_THRESHOLD, bool(z > SIGMA_THRESHOLD)
 
 
+def sign_test_p(k: int, n: int) -> float:
+    """P[X >= k] for X ~ Binomial(n, 1/2): the one-sided sign test. Exact up to n = 2000 (integer
+    arithmetic), normal approximation with continuity correction beyond. (scipy.stats would do, but
+    importing it costs about a second per process.)"""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    if n <= 2000:
+        return sum(math.comb(n, i) for i in range(k, n + 1)) / (1 << n)
+    z = (k - 0.5 - n / 2.0) / math.sqrt(n / 4.0)
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
 def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray) -> pd.DataFrame:
     """df: one row per (rank, instance). One output row per (group[, op_name], rank)."""
     keys = ["group"] if scope == "group" else ["group", "op_name"]
@@ -206,9 +220,7 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
         test, stat, crit, outlier = _outlier_test(vals)
         if test == "pair":
             share = last[top] / max(nops[top], 1.0)
-            from scipy.stats import binom  # lazy: importing scipy.stats costs ~1 s per process
-
-            p_value = float(binom.sf(last[top] - 1, nops[top], 0.5))
+            p_value = sign_test_p(int(last[top]), int(nops[top]))
             stat, crit = float(share), PAIR_LAST_SHARE
             outlier = bool(share >= PAIR_LAST_SHARE and p_value < PAIR_ALPHA)
         el = bel[top]

@@ -188,3 +188,14 @@ def test_on_set_g_pipeline_groups():
     g = res[res["scope"] == "group"]
     # DP groups are the two pipeline stages; send/recv (group "p2p") never match across stages
     assert set(zip(g["group"], g["rank"])) == {("stage0", 0), ("stage0", 1), ("stage1", 2), ("stage1", 3)}
+
+
+def test_sign_test_matches_the_binomial_tail():
+    from scipy.stats import binom
+
+    from analyzers.slow_ranks import sign_test_p
+
+    for k, n in [(5, 5), (8, 10), (60, 100), (1010, 2000), (1500, 2000), (2550, 5000), (1, 1)]:
+        expected = binom.sf(k - 1, n, 0.5)
+        assert abs(sign_test_p(k, n) - expected) <= max(1e-9, 0.02 * expected), (k, n)
+    assert sign_test_p(0, 3) == 1.0 and sign_test_p(4, 3) == 0.0

@@ -264,7 +264,8 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
     for r in comm.itertuples():
         key = r.name.rsplit("/", 1)[-1]
         shp = shapes_by_rank.get(r.rank, {}).get(key)
-        sizes.append(float(math.prod(shp[0])) * dtype_bytes if shp else math.nan)
+        # a fused collective (MindSpore comm_fusion) takes one input per gradient: its payload is all of them
+        sizes.append(float(sum(math.prod(x) for x in shp)) * dtype_bytes if shp else math.nan)
     comm_ops = pd.DataFrame({
         "rank": comm["rank"].astype("int64"),
         "step": comm["step"],
