@@ -79,3 +79,20 @@ def test_mindspore_native_fusion(resnet_runs):  # noqa: F811
     # loss goes down with MindSpore's own reducer too
     l0 = [s["loss"] for s in msall.steps(0)]
     assert sum(l0[-4:]) / 4 < 0.8 * sum(l0[:4]) / 4
+
+
+@pytest.mark.msrun
+@pytest.mark.timeout(600)
+def test_the_cpu_analyzer_sizes_fused_collectives_from_all_their_inputs(resnet_runs):  # noqa: F811
+    """A MindSpore-fused AllReduce takes one input per gradient; perfbench's parser must count them all."""
+    import pandas as pd
+
+    from analyzers.cpu import parse
+
+    for name in ("msall", "pball", "pb0"):
+        run = resnet_runs.get(name)
+        meta = run.meta(0)
+        steps = pd.DataFrame([dict(s) for r in (0, 1) for s in run.steps(r)])
+        profile = parse(run.profile_dirs()[0].parent, workload_steps=steps, meta={"world_size": 2})
+        per_step = profile.comm_ops.groupby(["rank", "step"])["size_bytes"].sum()
+        assert len(per_step) and (per_step == meta["params"] * 4).all(), (name, per_step.to_dict())
