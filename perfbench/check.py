@@ -4,15 +4,15 @@ The rule (also in docs/check.md), per matched settings group and metric:
 
 1. Samples: per-step values of the steady-state steps (perfbench.compare.step_samples) of every run in the
    group, all repeats pooled; each repeat also gives its own median.
-2. Effect: relative change of the pooled median, current vs baseline, signed so that positive = worse
-   (throughput: lower is worse; step time, communication: higher is worse). Shares (comm_share) use the
-   change in absolute points instead (5% threshold = 5 points).
-3. Noise floor: when a side has ≥ 2 repeats, the spread of its repeat medians ((max − min) / median);
-   the threshold used is max(--threshold, noise floor of either side). So repeat-to-repeat noise
-   that was already visible never counts as a change.
+2. Effect: ratio of the pooled medians, turned so that > 1 = worse (throughput: baseline / current;
+   step time, communication: current / baseline), so 2x slower steps and half the throughput weigh the
+   same. Shares (comm_share) use the change in absolute points instead (5% threshold = 5 points).
+3. Noise floor: when a side has ≥ 2 repeats, the ratio of its largest to smallest repeat median; the factor
+   used is max(1 + --threshold, noise floor of either side). So repeat-to-repeat noise that was already
+   visible never counts as a change.
 4. Test: two-sided Mann–Whitney U on the pooled per-step samples, significant when p < alpha (0.05).
-5. Verdict: regression = significant and effect > threshold used; improvement = significant and
-   effect < −threshold used; otherwise unchanged. Fewer than 3 samples on a side (and fewer than 3
+5. Verdict: regression = significant and effect > factor used; improvement = significant and
+   1 / effect > factor used; otherwise unchanged. Fewer than 3 samples on a side (and fewer than 3
    repeats to fall back on), a metric that only one side measured when it is required (throughput,
    step_time_s), or a group whose current runs all failed: undecided.
 
@@ -155,10 +155,19 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
                            change=None, p_value=None)
             return res
         change = (mc - mb) / abs(mb)
-        noise = max([(max(m) - min(m)) / abs(float(np.median(m))) for m in (bm, cm) if len(m) >= 2 and np.median(m)]
-                    or [0.0])
-    worse = -change if higher else change
-    used = max(threshold, noise)
+    if kind == "share":
+        worse = -change if higher else change
+        used = max(threshold, noise)
+    else:
+        # ratios, so that "2x slower step" and "half the throughput" weigh the same (a relative change of a
+        # higher-is-better metric cannot go below -100%, its inverse can grow without bound)
+        ratio = mc / mb if mb > 0 and mc >= 0 else 1.0 + change
+        worse_factor = (1.0 / ratio if ratio > 0 else math.inf) if higher else ratio
+        noise_factor = max([max(m) / min(m) for m in (bm, cm) if len(m) >= 2 and min(m) > 0] or [1.0])
+        used_factor = max(1.0 + threshold, noise_factor)
+        worse = (worse_factor - 1.0) if worse_factor >= 1 else -(1.0 / worse_factor - 1.0)
+        used = used_factor - 1.0
+        noise = noise_factor - 1.0
     p = mann_whitney_p(bp, cp)
     ci = welch_ci(bp, cp)
     significant = p is not None and p < alpha

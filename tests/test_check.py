@@ -65,6 +65,20 @@ def test_rule_repeat_noise_raises_the_threshold():
     assert decide_metric("step_time_s", base, far, 0.05, 0.05)["verdict"] == "regression"
 
 
+def test_rule_is_symmetric_for_higher_and_lower_is_better():
+    """Doubling the step time and halving the throughput are the same slowdown, even when the repeat noise
+    (here 1.6x between repeats) exceeds what a relative drop of throughput could ever reach (-100%)."""
+    rng = np.random.default_rng(4)
+    t_base = [rng.normal(1.0, 0.01, 15), rng.normal(1.6, 0.01, 15)]
+    t_slow = [rng.normal(4.0, 0.01, 15)]
+    assert decide_metric("step_time_s", _entries(t_base), _entries(t_slow), 0.05, 0.05)["verdict"] == "regression"
+    x_base = _entries([8 / t for t in t_base], "throughput")
+    x_slow = _entries([8 / t for t in t_slow], "throughput")
+    r = decide_metric("throughput", x_base, x_slow, 0.05, 0.05)
+    assert r["verdict"] == "regression" and r["change"] < -0.6
+    assert decide_metric("throughput", x_slow, x_base, 0.05, 0.05)["verdict"] == "improvement"
+
+
 def test_rule_too_few_samples_is_undecided():
     r = decide_metric("step_time_s", _entries([[1.0, 1.1]]), _entries([[2.0, 2.1]]), 0.05, 0.05)
     assert r["verdict"] == "undecided" and "too few" in r["reason"]
