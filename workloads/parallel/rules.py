@@ -80,12 +80,15 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
             errs.append(f"train.batch_size must be a positive integer, got {train_cfg.get('batch_size')!r}")
         elif b % M != 0:
             errs.append(f"train.batch_size={b} is not divisible by parallel.micro_batches={M}")
-    if S > 1 and workload not in ("moe",):
+    if S > 1 and workload not in ("moe", "resnet50"):
         errs.append(f"parallel.pipeline_stages={S}: workload {workload} does not expose its layers to the "
-                    f"pipeline (only 'moe' does); use pipeline_stages=1")
-    if S == 1 and M > 1 and workload == "resnet50":
-        errs.append(f"parallel.micro_batches={M}: workload resnet50 does not accumulate micro-batches (its "
-                    f"train step is one compiled forward/backward); use micro_batches=1, or workload 'moe'")
+                    f"pipeline (only 'moe' and 'resnet50' do); use pipeline_stages=1")
+    if workload == "resnet50" and (S > 1 or M > 1) and (dp or 1) > 1 \
+            and par.get("fusion_impl", "perfbench") == "mindspore":
+        errs.append(f"parallel.fusion_impl='mindspore' with pipeline_stages={S} and micro_batches={M} is not "
+                    f"supported for workload resnet50 (the pipeline / accumulation loop reduces gradients "
+                    f"itself, MindSpore's reducer lives in its one-shot train step); use fusion_impl='perfbench' "
+                    f"or pipeline_stages=1 and micro_batches=1")
     if S > 1 and (dp or 1) > 1 and par.get("grad_compression", "none") != "none":
         errs.append(f"parallel.grad_compression={par.get('grad_compression')!r} with pipeline_stages={S} and "
                     f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "

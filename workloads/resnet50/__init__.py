@@ -5,6 +5,15 @@ Gradient path, chosen by ``parallel``:
     ``comm_fusion`` passed as MindSpore's own ``comm_fusion={"allreduce": {"mode": "size", "config": MB}}``.
   * ``fusion_impl: perfbench`` - ``workloads.parallel.bucketing`` (our buckets) and ``workloads.parallel.compression``
     (``grad_compression``: none | fp16 | powersgd).
+
+Pipeline / micro-batches (``parallel.pipeline_stages`` S > 1 or ``micro_batches`` M > 1): the model is handed to
+``workloads.parallel.pipeline.PipelineTrainer`` as ``[stem, every bottleneck block, head]`` (costs: estimated
+MACs, ``model.layer_costs``), GPipe or 1F1B over M micro-batches of ``train.batch_size / M`` images; with S = 1
+this is gradient accumulation.  ``world_size = S x D``: replica d of every stage reads the data of "rank" d
+(so the first and the last stage of a replica see the same images and labels), only last-stage ranks count
+``samples``.  D > 1 replicas all-reduce their gradients after the flush: with S = 1 through ``make_reducer``
+(all ``grad_compression`` / ``comm_fusion`` options), with S > 1 one flat all-reduce per stage group.
+Note: BatchNorm normalizes over each micro-batch, so M > 1 is not bit-equal to M = 1 (see docs/workloads.md).
 """
 
 from __future__ import annotations
@@ -39,8 +48,6 @@ def _check(cfg: dict) -> dict:
     r = par["compression_ratio"]
     if par["grad_compression"] in ("powersgd", "topk") and (not isinstance(r, (int, float)) or not 0 < r < 1):
         raise ConfigError(f"parallel.compression_ratio must be a number in (0, 1), got {r!r}")
-    if int(par.get("pipeline_stages", 1) or 1) != 1:
-        raise ConfigError("workload resnet50 is data-parallel only: parallel.pipeline_stages must be 1")
     m = cfg["model"]
     for k in ("image_size", "num_classes", "width", "layers"):
         if k not in m:
@@ -48,6 +55,11 @@ def _check(cfg: dict) -> dict:
     if not isinstance(m["layers"], (list, tuple)) or not m["layers"] or any(int(n) < 1 for n in m["layers"]):
         raise ConfigError(f"model.layers must be a list of positive block counts, got {m['layers']!r}")
     return par
+
+
+def _pipelined(cfg: dict) -> bool:
+    par = cfg.get("parallel") or {}
+    return int(par.get("pipeline_stages", 1) or 1) > 1 or int(par.get("micro_batches", 1) or 1) > 1
 
 
 class ResNetWorkload:
@@ -156,5 +168,80 @@ def _CustomTrainStep(net_loss, opt, reducer):
     return CustomTrainStep()
 
 
+class ResNetPipelineWorkload:
+    """ResNet through ``PipelineTrainer`` (S stages x D replicas, M micro-batches); spans come from the trainer."""
+
+    def __init__(self, ctx):
+        import mindspore as ms
+        from mindspore import nn
+
+        from workloads.parallel.pipeline import PipelineTrainer, create_groups
+        from workloads.parallel.rules import stage_layout, validate_parallel
+        from workloads.resnet50.model import ResNet, layer_costs, param_count, pipeline_layers
+
+        cfg = ctx.config
+        par = _check(cfg)
+        m, t = cfg["model"], cfg["train"]
+        problems = validate_parallel("resnet50", m, par, ctx.world_size, train_cfg=t)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        self.ctx = ctx
+        S = int(par.get("pipeline_stages", 1) or 1)
+        M = int(par.get("micro_batches", 1) or 1)
+        stage, dp_index, D = stage_layout(ctx.rank, ctx.world_size, S)
+        self.batch = int(t["batch_size"])
+        mb = self.batch // M
+        # replica d of every stage reads the same data: the first stage needs the images, the last the labels
+        self.data = make_image_data(t, m, dp_index, D)
+        self._cached = (None, None)
+
+        def batch_fn(step, k):
+            if self._cached[0] != step:
+                self._cached = (step, self.data.batch(step))
+            x, y = self._cached[1]
+            return x[k * mb:(k + 1) * mb], y[k * mb:(k + 1) * mb]
+
+        ms.set_context(mode=ms.PYNATIVE_MODE)  # host loop + CPU Broadcast need PyNative (see pipeline.py)
+        groups = create_groups(ctx.rank, ctx.world_size, S)
+        layers_cfg = tuple(int(n) for n in m["layers"])
+        # every rank builds the whole net (same seed: same initial weights), then keeps its stage's layers
+        net = ResNet(layers_cfg, int(m["width"]), int(m["num_classes"]))
+        layers = pipeline_layers(net)
+        costs = layer_costs(layers_cfg, int(m["width"]), int(m["image_size"]), int(m["num_classes"]))
+
+        reducer_factory = None
+        if S == 1 and D > 1:
+            from workloads.parallel.compression import make_reducer
+
+            def reducer_factory(shapes, world):
+                cell, info, comm = make_reducer(par, shapes, world)
+                return cell, dict(info, fusion_impl_used="perfbench"), comm
+
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        self.trainer = PipelineTrainer(ctx, layers, loss, batch_fn, samples_per_microbatch=mb, layer_costs=costs,
+                                       dp_reducer_factory=reducer_factory, groups=groups)
+        shared_bytes = int(sum(int(np.prod(p.shape)) * 4 for p in self.trainer.params))
+        ratio_used = par["grad_compression"] in ("powersgd", "topk")
+        comm = self.trainer.reducer_comm
+        ctx.set_meta(params=int(sum(int(np.prod(p.shape)) for p in self.trainer.params)),
+                     model_params=param_count(net), param_tensors=len(self.trainer.params),
+                     layer_costs_mmac=costs, samples_per_microbatch=mb,
+                     grad_compression=par["grad_compression"],
+                     compression_ratio_configured=par["compression_ratio"] if ratio_used else None,
+                     comm_fusion=par["comm_fusion"], fusion_impl=par["fusion_impl"],
+                     bytes_per_step_uncompressed=shared_bytes if D > 1 else 0,
+                     bytes_per_step=sum(b for b, _ in comm),
+                     collectives_per_step=(None if any(n is None for _, n in comm) else sum(n for _, n in comm)),
+                     expert_comm=None, comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4)
+
+    def train_step(self, step: int) -> dict:
+        res = self.trainer.train_step(step)
+        for k in ("_stats", "_local_stats", "_aux_loss_sum"):
+            res.pop(k, None)
+        return res
+
+
 def build(ctx):
+    if _pipelined(ctx.config):
+        return ResNetPipelineWorkload(ctx)
     return ResNetWorkload(ctx)

@@ -66,3 +66,53 @@ class ResNet(nn.Cell):
 
 def param_count(net) -> int:
     return int(sum(int(p.size) for p in net.trainable_params()))
+
+
+def pipeline_layers(net: ResNet) -> list:
+    """The model as the ordered layer list the pipeline trainer cuts into stages:
+    ``[stem (conv1, bn1, relu, pool), every bottleneck block, head (global mean + fc)]``.
+
+    The cells share ``net``'s parameters (same initial weights as the data-parallel path for the same seed);
+    ``auto_prefix=False`` keeps the parameter names ``net`` gave them (unique within any stage).
+    """
+
+    class Stem(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.conv1, self.bn1, self.relu, self.pool = net.conv1, net.bn1, net.relu, net.pool
+
+        def construct(self, x):
+            return self.pool(self.relu(self.bn1(self.conv1(x))))
+
+    class Head(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.mean, self.fc = net.mean, net.fc
+
+        def construct(self, x):
+            return self.fc(self.mean(x, (2, 3)))
+
+    return [Stem()] + list(net.blocks) + [Head()]
+
+
+def layer_costs(layers, width: int, image_size: int, num_classes: int) -> list[float]:
+    """Estimated cost (multiply-accumulates per image, in millions) of each entry of ``pipeline_layers``.
+
+    Counts the convolutions and the fc layer only (BN/ReLU/pool are memory-bound and small next to them).
+    """
+    size = (int(image_size) + 1) // 2  # conv1, stride 2
+    costs = [size * size * 49 * 3 * width]
+    size = (size + 1) // 2  # max pool, stride 2, pad same
+    cin = width
+    for i, n in enumerate(layers):
+        w = width * (2 ** i)
+        for j in range(int(n)):
+            stride = 2 if (j == 0 and i > 0) else 1
+            out = (size + stride - 1) // stride
+            c = size * size * cin * w + out * out * (9 * w * w + w * 4 * w)
+            if stride != 1 or cin != 4 * w:
+                c += out * out * cin * 4 * w
+            costs.append(c)
+            size, cin = out, 4 * w
+    costs.append(cin * num_classes + size * size * cin)
+    return [c / 1e6 for c in costs]
