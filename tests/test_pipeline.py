@@ -140,12 +140,13 @@ def test_rules_moe_model_keys():
     assert errs == ["model.top_k is missing for workload moe"]
 
 
-def test_rules_resnet_pipeline_refused():
-    errs = validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(pipeline_stages=2, micro_batches=2), 2)
-    assert any("workload resnet50 does not expose its layers" in e for e in errs)
-    errs = validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(micro_batches=2), 2)
-    assert any("micro_batches=2: workload resnet50 does not accumulate" in e for e in errs)
+def test_rules_resnet_pipeline_accepted():
+    # resnet50 runs pipelines and accumulation since engineer F's change (tests/test_resnet_pipeline.py)
+    assert validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(pipeline_stages=2, micro_batches=2), 2) == []
+    assert validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(micro_batches=2), 2) == []
     assert validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(), 2) == []
+    errs = validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(pipeline_stages=7, micro_batches=8), 7)
+    assert any("pipeline_stages=7 is more than the 6 layers" in e for e in errs), errs
 
 
 # ---------------------------------------------------------------------------------------------- real runs
