@@ -166,26 +166,34 @@ class RunContext:
 
 
 class _Summary:
-    """Rank-0 MindSpore SummaryRecord (loss, step time, throughput) under output_dir/summary/."""
+    """Rank-0 MindSpore SummaryRecord (loss, step time, throughput) under output_dir/summary/.
+
+    Values are kept in memory during training and written when the run ends: SummaryRecord starts a
+    writer process that competes for rank 0's core and skews the very step times being measured.
+    """
 
     def __init__(self, ms, directory: pathlib.Path):
-        from mindspore.train.summary import SummaryRecord
-
-        directory.mkdir(parents=True, exist_ok=True)
         self._ms = ms
-        self._rec = SummaryRecord(str(directory), network=None)
+        self._dir = directory
+        self._rows: list[tuple[int, float, float, float]] = []
 
     def record(self, step: int, loss: float, step_time_s: float, throughput: float) -> None:
-        T = self._ms.Tensor
-        dt = self._ms.float32
-        self._rec.add_value("scalar", "loss", T(float(loss), dt))
-        self._rec.add_value("scalar", "step_time_s", T(float(step_time_s), dt))
-        self._rec.add_value("scalar", "throughput", T(float(throughput), dt))
-        self._rec.record(step)
-        self._rec.flush()
+        self._rows.append((step, float(loss), float(step_time_s), float(throughput)))
 
     def close(self) -> None:
-        self._rec.close()
+        if not self._rows:
+            return
+        from mindspore.train.summary import SummaryRecord
+
+        self._dir.mkdir(parents=True, exist_ok=True)
+        T, dt = self._ms.Tensor, self._ms.float32
+        with SummaryRecord(str(self._dir), network=None) as rec:
+            for step, loss, step_time_s, throughput in self._rows:
+                rec.add_value("scalar", "loss", T(loss, dt))
+                rec.add_value("scalar", "step_time_s", T(step_time_s, dt))
+                rec.add_value("scalar", "throughput", T(throughput, dt))
+                rec.record(step)
+        self._rows = []
 
 
 def _make_profiler(ms, profile_dir: pathlib.Path, warmup_steps: int, active: int):
