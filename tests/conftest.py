@@ -50,6 +50,20 @@ TINY_SWEEP = {
 }
 
 
+def free_port(lo: int, hi: int) -> int:
+    """A free TCP port on 127.0.0.1 in [lo, hi) (tests keep to their own ranges)."""
+    import socket
+
+    for port in range(lo, hi):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError(f"no free port in {lo}-{hi - 1}")
+
+
 def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None):
     """Run the real `perfbench` CLI in a subprocess (as a user would) and return the CompletedProcess."""
     import subprocess

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from perfbench.store import Store
-from tests.conftest import ROOT
+from tests.conftest import free_port, ROOT
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(1800)]
 
@@ -25,14 +25,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 
 
 def _free_port(lo=8070, hi=8099) -> int:
-    for port in range(lo, hi):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 8070-8098")
+    return free_port(lo, hi)
 
 
 @pytest.fixture(scope="module")

@@ -11,20 +11,13 @@ import sys
 import pytest
 
 from perfbench.store import Store
-from tests.conftest import ROOT, run_perfbench
+from tests.conftest import free_port, ROOT, run_perfbench
 
 pytestmark = pytest.mark.timeout(2400)  # the first use creates MindInsight's environment (pip, ~470 MB)
 
 
 def _free_port(lo=8060, hi=8070) -> int:
-    for port in range(lo, hi):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 8060-8069")
+    return free_port(lo, hi)
 
 
 def _listening(port: int) -> bool:

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analyzers.pipeline import pipeline_bubbles
+from tests.test_pipeline import PPRun as Run  # reads a run's steps, spans and meta
 from workloads.parallel.rules import pipeline_units, validate_parallel
 
 TINY = {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]}
@@ -91,24 +92,6 @@ SPECS = {
 }
 _RUNS: dict = {}
 _LOCK = threading.Lock()
-
-
-class Run:
-    def __init__(self, cfg, art: Path, res):
-        self.cfg, self.art, self.res = cfg, art, res
-
-    def _jsonl(self, name):
-        p = self.art / "metrics" / name
-        return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-
-    def steps(self, rank):
-        return self._jsonl(f"rank{rank}.steps.jsonl")
-
-    def spans(self):
-        return pd.DataFrame([r for k in range(self.cfg["world_size"]) for r in self._jsonl(f"rank{k}.spans.jsonl")])
-
-    def meta(self, rank):
-        return json.loads((self.art / "metrics" / f"rank{rank}.meta.json").read_text())
 
 
 def _launch(out: Path, name: str) -> Run:
