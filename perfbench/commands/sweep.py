@@ -67,8 +67,9 @@ def run(args) -> int:
         out.print(render_table(rows, title=f"sweep {sweep['sweep_id']}"))
         for r in failed:
             out.print(f"[red]{r['run_id']} failed:[/red] {r['error']}")
+        flag = "" if args.results == DEFAULT_RESULTS and not cfg.results else f" --results {results}"
         out.print(f"results stored in {results} (sweep {sweep['sweep_id']}); "
-                  f"see `perfbench ls --results {results}` and `perfbench show RUN --results {results}`")
+                  f"see `perfbench ls{flag}` and `perfbench show RUN{flag}`")
     return 1 if failed and len(failed) == len(rows) else 0
 
 
