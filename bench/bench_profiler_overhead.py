@@ -15,7 +15,6 @@ report medians and ratios, not absolute times.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import statistics
 import sys

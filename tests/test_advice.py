@@ -4,7 +4,6 @@ at the evidence (table and rows). One end-to-end check on the real legacy cluste
 from __future__ import annotations
 
 import pandas as pd
-import pytest
 
 from analyzers import advice as A
 from analyzers.advice import advise

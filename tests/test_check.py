@@ -10,7 +10,6 @@ import shutil
 import xml.etree.ElementTree as ET
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from perfbench.check import decide_metric, parse_threshold

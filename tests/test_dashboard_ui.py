@@ -5,7 +5,6 @@ one bar per rank, filtering the grid works, the compare page shows both runs."""
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys

@@ -3,9 +3,7 @@ run with expert parallelism over 2 ranks (AllGather + AllReduce dispatch/combine
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -12,7 +12,6 @@ import math
 import threading
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from analyzers.pipeline import pipeline_bubbles

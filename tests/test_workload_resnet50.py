@@ -6,7 +6,6 @@ test_compression.py, so each configuration is launched once per session.
 
 from __future__ import annotations
 
-import collections
 import copy
 import json
 import os

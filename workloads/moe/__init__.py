@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfbench.errors import ConfigError
-from workloads.parallel.rules import stage_layout, validate_parallel
+from workloads.parallel.rules import parallel_layout
 
 
 class MoEWorkload:
@@ -31,13 +30,8 @@ class MoEWorkload:
 
         cfg = ctx.config
         m, t, par = cfg["model"], cfg["train"], dict(cfg["parallel"])
-        problems = validate_parallel("moe", m, par, ctx.world_size, train_cfg=t)
-        if problems:
-            raise ConfigError("; ".join(problems))
+        S, M, stage, dp_index, D = parallel_layout("moe", m, par, t, ctx.rank, ctx.world_size)
         self.ctx = ctx
-        S = int(par.get("pipeline_stages", 1) or 1)
-        M = int(par.get("micro_batches", 1) or 1)
-        stage, dp_index, D = stage_layout(ctx.rank, ctx.world_size, S)
         E, k, L, T = int(m["num_experts"]), int(m["top_k"]), int(m["num_layers"]), int(m["seq_len"])
         H = int(m["hidden_size"])
         mb_size = int(t["batch_size"]) // M

@@ -40,6 +40,21 @@ def stage_layout(rank: int, world_size: int, stages: int) -> tuple[int, int, int
     return rank // dp, rank % dp, dp
 
 
+def parallel_layout(workload: str, model_cfg: dict, parallel_cfg: dict, train_cfg: dict, rank: int,
+                    world_size: int) -> tuple[int, int, int, int, int]:
+    """Validate a workload's parallel settings for this rank and return (S, M, stage, dp_index, D).
+    Raises ConfigError naming every problem."""
+    from perfbench.errors import ConfigError
+
+    problems = validate_parallel(workload, model_cfg, parallel_cfg, world_size, train_cfg=train_cfg)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    S = int(parallel_cfg.get("pipeline_stages", 1) or 1)
+    M = int(parallel_cfg.get("micro_batches", 1) or 1)
+    stage, dp_index, D = stage_layout(rank, world_size, S)
+    return S, M, stage, dp_index, D
+
+
 def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_size: int,
                       train_cfg: dict | None = None) -> list[str]:
     errs: list[str] = []

@@ -176,19 +176,14 @@ class ResNetPipelineWorkload:
         from mindspore import nn
 
         from workloads.parallel.pipeline import PipelineTrainer, create_groups
-        from workloads.parallel.rules import stage_layout, validate_parallel
+        from workloads.parallel.rules import parallel_layout
         from workloads.resnet50.model import ResNet, layer_costs, param_count, pipeline_layers
 
         cfg = ctx.config
         par = _check(cfg)
         m, t = cfg["model"], cfg["train"]
-        problems = validate_parallel("resnet50", m, par, ctx.world_size, train_cfg=t)
-        if problems:
-            raise ConfigError("; ".join(problems))
+        S, M, stage, dp_index, D = parallel_layout("resnet50", m, par, t, ctx.rank, ctx.world_size)
         self.ctx = ctx
-        S = int(par.get("pipeline_stages", 1) or 1)
-        M = int(par.get("micro_batches", 1) or 1)
-        stage, dp_index, D = stage_layout(ctx.rank, ctx.world_size, S)
         self.batch = int(t["batch_size"])
         mb = self.batch // M
         # replica d of every stage reads the same data: the first stage needs the images, the last the labels
