@@ -18,7 +18,8 @@ PARTS = [("computing_ms", "computing", "#4c78a8"), ("communication_not_overlappe
                                                       "#e45756"),
          ("overlapped_ms", "overlapped", "#f58518"), ("free_ms", "free", "#bab0ac")]
 SPAN_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "allreduce": "#e45756", "send": "#f58518",
-               "recv": "#eeca3b", "optimizer": "#54a24b", "dispatch": "#b279a2", "combine": "#ff9da6", "step": "#bab0ac"}
+               "recv": "#eeca3b", "optimizer": "#54a24b", "dispatch": "#b279a2", "combine": "#ff9da6", "step": "#bab0ac",
+               "compute": "#4c78a8", "communication": "#e45756"}
 
 
 def layout(run_id: str | None = None, **_):
@@ -102,6 +103,8 @@ def breakdown_figure(rid: str, step: int | None) -> go.Figure:
 def timeline_figure(rid: str, step: int | None) -> go.Figure:
     d = data.get()
     spans = d.table(rid, "spans")
+    if spans is None or spans.empty:  # no workload spans: the profiler's merged compute/communication segments
+        spans = d.table(rid, "timeline")
     ws = d.table(rid, "workload_steps")
     fig = go.Figure()
     src = spans if spans is not None and not spans.empty else None
