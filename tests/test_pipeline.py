@@ -216,8 +216,6 @@ class PPRun:
 
 
 def launch_moe(out: Path, name: str, ws: int, parallel: dict, port: int, model=None, train=None) -> PPRun:
-    from perfbench import launcher
-
     cfg = copy.deepcopy(BASE)
     cfg.update(run_id=name, world_size=ws, output_dir=str(out / name / "artifacts"))
     cfg["parallel"].update(parallel)
@@ -225,11 +223,18 @@ def launch_moe(out: Path, name: str, ws: int, parallel: dict, port: int, model=N
         cfg["model"] = dict(cfg["model"], **model)
     if train:
         cfg["train"].update(train)
+    return launch_run(cfg, port, timeout_s=300)
+
+
+def launch_run(cfg: dict, port: int, timeout_s: float) -> PPRun:
+    """Write cfg as the run's run_config.json and run it through perfbench's msrun launcher."""
+    from perfbench import launcher
+
     art = Path(cfg["output_dir"])
     art.mkdir(parents=True, exist_ok=True)
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": 300,
+    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": timeout_s,
                                       "stall_timeout_s": 150})
     return PPRun(cfg, art, res)
 

@@ -7,7 +7,6 @@ Master ports: engineer F's range 29600-29649.  The three runs are launched concu
 from __future__ import annotations
 
 import copy
-import json
 import math
 import threading
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from analyzers.pipeline import pipeline_bubbles
 from tests.test_pipeline import PPRun as Run  # reads a run's steps, spans and meta
+from tests.test_pipeline import launch_run
 from workloads.parallel.rules import pipeline_units, validate_parallel
 
 TINY = {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]}
@@ -94,19 +94,11 @@ _LOCK = threading.Lock()
 
 
 def _launch(out: Path, name: str) -> Run:
-    from perfbench import launcher
-
     ws, par, port = SPECS[name]
     cfg = copy.deepcopy(BASE)
     cfg.update(run_id=name, world_size=ws, output_dir=str(out / name / "artifacts"))
     cfg["parallel"].update(par)
-    art = Path(cfg["output_dir"])
-    art.mkdir(parents=True, exist_ok=True)
-    path = art / "run_config.json"
-    path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": 240,
-                                      "stall_timeout_s": 150})
-    return Run(cfg, art, res)
+    return launch_run(cfg, port, timeout_s=240)
 
 
 @pytest.fixture
