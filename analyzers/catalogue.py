@@ -1,0 +1,171 @@
+"""The metric catalogue: every run-level metric perfbench reports, defined once.
+
+`ls`, `show`, `compare`, `check`, the dashboard and docs/concepts.md read their names, units, directions,
+definitions and formats from here; nothing else defines a metric. `perfbench metrics [--json]` prints it.
+
+Per-step metrics are first computed per step (combining ranks as `aggregation` says, see
+analyzers.step_metrics), and the run's value is the median over the run's measured steps: the same
+per-step samples feed `compare`'s intervals and `check`'s tests, so every surface shows one number.
+
+Fields:
+    name         the key in run.json["metrics"] and every JSON output
+    label        short column heading
+    unit         "samples/s", "s", "share" (0..1), "bytes", "count", "ratio", "GB/s"
+    better       "higher" | "lower" | None (no direction: a fact, not a goal)
+    definition   the exact formula, with its source data
+    fmt          how views print it: "ms" (seconds shown in ms), "pct", "bytes", "gbps", "num", "int"
+    aggregation  how ranks and steps are combined into the run's value
+    kind         "ratio" (a change is a ratio of values) | "share" (a change is a difference in points)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    label: str
+    unit: str
+    better: str | None
+    definition: str
+    fmt: str = "num"
+    aggregation: str = "median over measured steps"
+    kind: str = "ratio"
+
+    def worse(self, before: float, after: float) -> bool:
+        """True when `after` is worse than `before` by this metric's direction."""
+        if self.better == "higher":
+            return after < before
+        if self.better == "lower":
+            return after > before
+        return False
+
+
+_STEP = "median over measured steps of the per-step value"
+_RANKS_MEAN = "per step: mean over ranks; run: median over steps"
+
+_ALL = [
+    Metric("throughput", "samples/s", "samples/s", "higher",
+           "per step: sum over ranks of the samples (tokens for LMs) the rank processed / the slowest rank's "
+           "step time (workload step records); only last-stage ranks count samples in pipelines",
+           "num", _STEP),
+    Metric("step_time_s", "step ms", "s", "lower",
+           "per step: max over ranks of the rank's step time (workload step records, wall clock); imported "
+           "profiles without workload records: max over ranks of the profiled step window (step_us)",
+           "ms", _STEP),
+    Metric("computing_s", "compute ms", "s", "lower",
+           "per rank and step: union of compute-op intervals in the step window (profiler step trace "
+           "'Computing' when present)", "ms", _RANKS_MEAN),
+    Metric("communication_s", "comm ms", "s", "lower",
+           "per rank and step: union of communication-op intervals (step trace 'Communication')", "ms", _RANKS_MEAN),
+    Metric("communication_not_overlapped_s", "exposed comm ms", "s", "lower",
+           "per rank and step: communication not hidden behind computing = |M| - |C ∩ M| (step trace "
+           "'Communication(Not Overlapped)')", "ms", _RANKS_MEAN),
+    Metric("overlapped_s", "overlap ms", "s", None,
+           "per rank and step: communication overlapping computing = |C ∩ M| (step trace 'Overlapped')",
+           "ms", _RANKS_MEAN),
+    Metric("free_s", "free ms", "s", "lower",
+           "per rank and step: step window minus (computing ∪ communication) (step trace 'Free')", "ms", _RANKS_MEAN),
+    Metric("preparing_s", "preparing ms", "s", "lower",
+           "per rank and step: host step start to the first device op (step trace 'Preparing'); null "
+           "without host step data", "ms", _RANKS_MEAN),
+    Metric("bubble_s", "bubble ms", "s", "lower",
+           "per rank and step: pipeline bubble, time in pipeline receive ops (step trace 'Bubble')", "ms", _RANKS_MEAN),
+    Metric("comm_share", "comm share", "share", "lower",
+           "per step: mean over ranks of communication_us / step_us (all communication, overlapped or not)",
+           "pct", _RANKS_MEAN, kind="share"),
+    Metric("kernel_utilization", "compute %", "share", "higher",
+           "per step: sum over ranks of computing_us / sum over ranks of step_us (the share of step time "
+           "the device computes)", "pct", "per step: ratio of sums over ranks; run: median over steps",
+           kind="share"),
+    Metric("collectives_per_step", "coll/step", "count", None,
+           "per step: mean over ranks of the number of collective / point-to-point ops", "num", _RANKS_MEAN),
+    Metric("comm_bytes_per_step", "bytes/step", "bytes", None,
+           "per step: mean over ranks of the summed payload (size_bytes) of the rank's collectives", "bytes",
+           _RANKS_MEAN),
+    Metric("comm_wait_ratio", "wait ratio", "share", "lower",
+           "mean over collectives of wait / (wait + transit) (msprof-analyze 'Wait Time Ratio')", "pct",
+           "mean over collectives and ranks", kind="share"),
+    Metric("scaling_efficiency", "scaling", "share", "higher",
+           "throughput(N) / (N x throughput(1)), throughput(1) = median throughput of the ok 1-rank runs with "
+           "the same configuration (config_key) apart from world size and repeat; null without such a run",
+           "pct", "one value per run (against other runs)", kind="share"),
+    Metric("bubble_fraction", "bubble", "share", "lower",
+           "pipeline bubble / step time, mean over stages (analyzers.pipeline; from the workload's spans "
+           "on CPU, the step trace's Bubble on Ascend)", "pct", "mean over stages and steps", kind="share"),
+    Metric("expert_load_cv", "expert cv", "ratio", "lower",
+           "coefficient of variation (std / mean) of tokens routed per expert, mean over MoE layers and "
+           "measured steps", "num", "mean over layers and steps"),
+    Metric("dropped_tokens_per_step", "dropped/step", "count", "lower",
+           "tokens dropped by expert capacity per step, summed over ranks", "num", _STEP),
+    Metric("profiler_overhead", "profiler overhead", "ratio", "lower",
+           "median step time of profiled steps / median step time of unprofiled steps of the same run - 1",
+           "pct", "one value per run", kind="share"),
+    Metric("profiled_step_time_s", "profiled step ms", "s", "lower",
+           "median over profiled steps of the per-step step_time_s", "ms", "median over profiled steps"),
+    Metric("reconciliation_max_rel_diff", "cross-check diff", "share", "lower",
+           "max over ranks, steps and breakdown parts of |recomputed - profiler's own| / step time "
+           "(the cross-check of the profiler's step trace against the kernels)", "pct", "max over ranks and steps",
+           kind="share"),
+    Metric("loss_first", "first loss", "ratio", None, "mean over ranks of the loss of the first step", "num",
+           "first step"),
+    Metric("loss_last", "last loss", "ratio", "lower", "mean over ranks of the loss of the last step", "num",
+           "last step"),
+    Metric("measured_steps", "steps", "count", None,
+           "number of steps the run-level workload metrics are computed over (after warm-up, every rank "
+           "finished, unprofiled when the run has unprofiled steps)", "int", "count"),
+    Metric("samples_per_step", "samples/step", "count", None, "per step: sum over ranks of samples", "num", _STEP),
+    Metric("ranks", "ranks", "count", None, "ranks analyzed", "int", "count"),
+    Metric("steps", "profiled steps", "count", None, "distinct steps in the step breakdown", "int", "count"),
+]
+
+METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
+
+#: the metrics the results table and `show` lead with, in this order
+KEY_METRICS = ("throughput", "step_time_s", "computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s",
+               "comm_share", "kernel_utilization", "scaling_efficiency")
+
+
+def metric(name: str) -> Metric:
+    try:
+        return METRICS[name]
+    except KeyError:
+        raise KeyError(f"{name!r} is not in the metric catalogue (analyzers/catalogue.py)") from None
+
+
+def format_value(name_or_fmt: str, v) -> str:
+    """A metric's value as views print it ('-' for unknown). Takes a metric name or a fmt string."""
+    fmt = METRICS[name_or_fmt].fmt if name_or_fmt in METRICS else name_or_fmt
+    if v is None or (isinstance(v, float) and (math.isnan(v) or math.isinf(v))):
+        return "-"
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if fmt == "pct":
+        return f"{100 * v:.1f}%"
+    if fmt == "ms":
+        return f"{1000 * v:.1f}" if abs(v) < 100 else f"{1000 * v:.0f}"
+    if fmt == "bytes":
+        for unit in ("B", "KB", "MB", "GB", "TB"):
+            if abs(v) < 1024 or unit == "TB":
+                return f"{v:.0f}{unit}" if unit == "B" else f"{v:.1f}{unit}"
+            v /= 1024
+    if fmt == "gbps":
+        return f"{v:.2f}"
+    if fmt == "int":
+        return f"{int(round(v))}"
+    return f"{v:.3g}" if abs(v) < 1000 else f"{v:.0f}"
+
+
+def unit_label(name: str) -> str:
+    """The unit as views show it next to a formatted value."""
+    m = METRICS[name]
+    return {"ms": "ms", "pct": "%", "bytes": "", "gbps": "GB/s"}.get(m.fmt, "" if m.unit in ("count", "ratio") else m.unit)
+
+
+def catalogue_json() -> list[dict]:
+    return [asdict(m) for m in _ALL]
