@@ -408,3 +408,10 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
         return df
     df["_o"] = df["severity"].map(_ORDER)
     return df.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
+
+
+def analysis(ctx):
+    """Registry entry `advice` (runs last: reads every table and metric before it)."""
+    from analyzers.registry import Output
+
+    return Output(tables={"advice": advise(dict(ctx.tables, workload_steps=ctx.table("workload_steps")), ctx.metrics)})

@@ -10,12 +10,21 @@ Definitions (same rules as torch_npu's step_trace_time and msprof-analyze's
     overlapped_us                     = |C ∩ M|
     communication_not_overlapped_us   = |M| - |C ∩ M|
     free_us                           = |W| - |C ∪ M|
-    bubble_us                         = sum of durations of receive ops (hcom_receive*) in W
+    bubble_us                         = sum of durations of pipeline receive ops in W (`is_receive`)
     stage_us                          = |W| - bubble_us
-    preparing_us                      = first op start in W - host step start (when the host step is known, else 0)
+    preparing_us                      = first op start in W - host step start (when the host step is known, else null)
 
 The Ascend parsers set W to the device span of the step (first op start to last op end), as the profiler
-does; ops are clipped to W. Ops without a step are assigned to the window they start in.
+does; ops are clipped to W. Ops without a step are assigned to the window they start in. A (rank, step)
+without any op is unknown, not idle: its parts are null (the rank had no op data for that step).
+
+Which numbers are reported (`breakdown_with_truth`, the registry's `step_breakdown` analysis): where
+the profiler wrote its own breakdown (step_trace_time.csv, analysis.db StepTraceTime, the legacy step
+trace), that is the truth (`source` = "profiler"); the recomputation from the ops is a cross-check
+(`reconciliation`), and a rank whose recomputed parts differ from the profiler's by more than
+`CONSISTENCY_TOLERANCE` of the step time is marked `consistent = False` (`rank_check` says by how much
+and why): advice must not rest on it. Ranks without the profiler's breakdown report the recomputation
+(`source` = "recomputed", `consistent` null: nothing to check against).
 """
 
 from __future__ import annotations
@@ -24,6 +33,9 @@ import numpy as np
 import pandas as pd
 
 from analyzers.schema import STEP_BREAKDOWN, conform, empty
+
+#: a rank whose recomputed breakdown differs from the profiler's by more than this share of the step is inconsistent
+CONSISTENCY_TOLERANCE = 0.01
 
 METRICS = ["computing_us", "communication_us", "communication_not_overlapped_us", "overlapped_us", "free_us",
            "stage_us", "bubble_us", "preparing_us"]
@@ -45,6 +57,21 @@ def union_length(start: np.ndarray, end: np.ndarray) -> float:
     bend = np.maximum.reduceat(e, np.flatnonzero(new))
     del block
     return float(np.sum(bend - bstart))
+
+
+#: op names / types of pipeline receives (HCCL hcom_receive*/hcom_recv*, MindSpore graph Receive-opN, ...)
+RECEIVE_PREFIXES = ("hcom_receive", "hcom_recv", "receive-op", "receive_op", "recv-op")
+RECEIVE_TYPES = ("recv", "receive", "hcom_receive", "hcom_recv")
+
+
+def is_receive(names: pd.Series, types: pd.Series | None = None) -> np.ndarray:
+    """True for pipeline receive ops, by name (any producer's convention) or by normalized op type."""
+    n = names.astype(str).str.lower()
+    n = n.str.rsplit("/", n=1).str[-1]  # MindSpore scope names: Default/.../Receive-op12
+    hit = n.str.startswith(RECEIVE_PREFIXES).to_numpy(dtype=bool, copy=True)
+    if types is not None:
+        hit |= types.astype(str).str.lower().isin(RECEIVE_TYPES).to_numpy()
+    return hit
 
 
 def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
@@ -85,10 +112,8 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         if g is None:
             g = grouped.get((r, s))
         row = {"rank": r, "step": s, "step_us": max(w1 - w0, 0.0)}
-        if g is None or not len(g):
-            row.update({m: 0.0 for m in METRICS})
-            row["free_us"] = row["step_us"]
-            row["stage_us"] = row["step_us"]
+        if g is None or not len(g):  # no op data for this step: unknown, not idle
+            row.update({m: np.nan for m in METRICS})
             rows.append(row)
             continue
         st = np.clip(g["start_us"].to_numpy(float), w0, w1)
@@ -100,12 +125,11 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         both = comm | comp
         cm = union_length(st[both], en[both])
         ov = c + m - cm
-        names = g["name"].astype(str).str.lower()
-        recv = (comm & names.str.startswith(("hcom_receive", "hcom_recv")).to_numpy())
+        recv = comm & is_receive(g["name"], g["type"] if "type" in g.columns else None)
         bubble = float(np.sum(en[recv] - st[recv]))
         host0 = getattr(rec, "host_start_us", np.nan)
         first = float(st[both].min()) if both.any() else np.nan
-        prep = first - float(host0) if host0 is not None and not pd.isna(host0) and not np.isnan(first) else 0.0
+        prep = first - float(host0) if host0 is not None and not pd.isna(host0) and not np.isnan(first) else np.nan
         row.update({"computing_us": c, "communication_us": m, "overlapped_us": ov,
                     "communication_not_overlapped_us": m - ov, "free_us": row["step_us"] - cm,
                     "bubble_us": bubble, "stage_us": row["step_us"] - bubble, "preparing_us": prep})
@@ -140,9 +164,97 @@ def breakdown_from_reference(reference: pd.DataFrame) -> pd.DataFrame:
     ref = reference.copy()
     for m in METRICS:
         if m not in ref.columns:
-            ref[m] = 0.0 if m in ("bubble_us", "preparing_us") else np.nan
+            ref[m] = np.nan  # the profiler did not write it: unknown
     total = ref["computing_us"] + ref["communication_not_overlapped_us"] + ref["free_us"]
-    ref["step_us"] = (ref["stage_us"] + ref["bubble_us"].fillna(0)).fillna(total) if "stage_us" in ref else total
+    given = ref["step_us"] if "step_us" in ref.columns else pd.Series(np.nan, index=ref.index)
+    ref["step_us"] = given.fillna(ref["stage_us"] + ref["bubble_us"].fillna(0)).fillna(total)
     ref["rank"] = ref["rank"].astype("int64")
     ref["step"] = ref["step"].astype("int64")
     return conform(ref[[c for c in STEP_BREAKDOWN]], STEP_BREAKDOWN)
+
+
+def breakdown_with_truth(ops: pd.DataFrame | None, steps: pd.DataFrame | None, reference: pd.DataFrame | None,
+                         tolerance: float = CONSISTENCY_TOLERANCE):
+    """(step_breakdown, reconciliation, rank_check): the profiler's own breakdown where it exists, the
+    recomputation from the ops elsewhere, and the cross-check between the two (see the module docstring)."""
+    has_ops = ops is not None and len(ops) > 0
+    has_steps = steps is not None and len(steps) > 0
+    has_ref = reference is not None and len(reference) > 0
+    computed = step_breakdown(ops if has_ops else pd.DataFrame(columns=["rank", "step", "start_us", "dur_us",
+                                                                        "category", "name"]),
+                              steps) if has_steps else empty(STEP_BREAKDOWN)
+    op_ranks = set(ops["rank"].astype(int)) if has_ops else set()
+    computed["source"] = np.where(computed["rank"].isin(op_ranks), "recomputed", None)
+    if not has_ref:
+        sb, rec = computed, None
+    else:
+        ref = breakdown_from_reference(reference)
+        ref["source"] = "profiler"
+        keys = pd.MultiIndex.from_frame(ref[["rank", "step"]].astype("int64"))
+        own = pd.MultiIndex.from_frame(computed[["rank", "step"]].astype("int64"))
+        sb = pd.concat([ref, computed[~own.isin(keys)]], ignore_index=True)
+        rec = reconcile(computed[computed["rank"].isin(op_ranks)], reference)
+    sb = sb.sort_values(["rank", "step"]).reset_index(drop=True)
+    check = rank_check(sb, rec, op_ranks, tolerance)
+    sb["consistent"] = sb["rank"].map(check.set_index("rank")["consistent"]) if len(check) else pd.NA
+    sb["consistent"] = sb["consistent"].astype("boolean")
+    return sb, rec, check
+
+
+def rank_check(sb: pd.DataFrame, rec: pd.DataFrame | None, op_ranks: set, tolerance: float) -> pd.DataFrame:
+    """Per rank: where its breakdown comes from, the largest cross-check difference, consistent or not, and why."""
+    rows = []
+    for r, g in sb.groupby("rank"):
+        src = g["source"].dropna()
+        row = {"rank": int(r), "breakdown_source": src.iloc[0] if len(src) else None, "ops": int(r) in op_ranks,
+               "max_rel_diff": np.nan, "worst_metric": None, "consistent": pd.NA, "reason": None}
+        sub = rec[rec["rank"] == r] if rec is not None and len(rec) else None
+        if sub is not None and len(sub) and sub["rel_diff"].notna().any():
+            i = sub["rel_diff"].abs().idxmax()
+            row["max_rel_diff"] = float(abs(sub.at[i, "rel_diff"]))
+            row["worst_metric"] = sub.at[i, "metric"]
+            row["consistent"] = bool(row["max_rel_diff"] <= tolerance)
+            if not row["consistent"]:
+                row["reason"] = (f"the kernels give {sub.at[i, 'metric']} {sub.at[i, 'computed_us']:.1f} us where the "
+                                 f"profiler's step trace says {sub.at[i, 'reference_us']:.1f} us "
+                                 f"({row['max_rel_diff']:.1%} of the step; kernel table sampled or incomplete?)")
+        elif row["breakdown_source"] == "profiler":
+            row["reason"] = "no op data to cross-check the profiler's breakdown"
+        elif row["breakdown_source"] is None:
+            row["reason"] = "neither op data nor the profiler's breakdown: breakdown unknown"
+        else:
+            row["reason"] = "no profiler breakdown to cross-check against"
+        rows.append(row)
+    out = pd.DataFrame(rows, columns=["rank", "breakdown_source", "ops", "max_rel_diff", "worst_metric", "consistent",
+                                      "reason"])
+    out["consistent"] = out["consistent"].astype("boolean")
+    return out
+
+
+def rank_breakdown(sb: pd.DataFrame, warmup: int = 0) -> pd.DataFrame:
+    """Per rank: median over its steady-state steps of each breakdown part (us), and the step count.
+    The one per-rank view `show` and the dashboard print."""
+    steady = sb[sb["step"] >= warmup]
+    sb = steady if not steady.empty else sb
+    cols = ["step_us", *[m for m in METRICS if m in sb.columns]]
+    out = sb.groupby("rank")[cols].median()
+    out["steps"] = sb.groupby("rank")["step"].nunique()
+    if "consistent" in sb.columns:
+        out["consistent"] = sb.groupby("rank")["consistent"].first()
+    if "source" in sb.columns:
+        out["source"] = sb.groupby("rank")["source"].first()
+    return out.reset_index()
+
+
+def analysis(ctx):
+    """Registry entry `step_breakdown`."""
+    from analyzers.registry import Output
+
+    p = ctx.profile
+    sb, rec, check = breakdown_with_truth(p.ops if p is not None else None, p.steps if p is not None else None,
+                                         p.reference_breakdown if p is not None else None)
+    metrics = {}
+    if rec is not None and len(rec) and rec["rel_diff"].notna().any():
+        metrics["reconciliation_max_rel_diff"] = float(rec["rel_diff"].abs().max())
+    return Output(tables={"step_breakdown": sb, "reconciliation": rec, "rank_check": check,
+                          "rank_breakdown": rank_breakdown(sb, ctx.warmup_steps())}, metrics=metrics)

@@ -112,3 +112,22 @@ def rank_totals(comm_ops: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.Data
         wide.columns = [f"{tr}_{m}" for m, tr in wide.columns]
         t = t.merge(wide.reset_index(), on=keys, how="left")
     return t
+
+
+def analysis(ctx):
+    """Registry entry `collectives`: per-op statistics with bandwidths, per type, per rank."""
+    from analyzers.registry import Output
+
+    co = comm_op_stats(ctx.table("comm_ops"))
+    bw = ctx.table("comm_bandwidth")
+    wait = pd.to_numeric(co["wait_ratio"], errors="coerce").dropna() if "wait_ratio" in co.columns else []
+    return Output(tables={"comm_ops": co, "comm_types": per_type_summary(co) if len(co) else None,
+                          "comm_rank_totals": rank_totals(co, bw) if len(co) else None},
+                  metrics={"comm_wait_ratio": float(wait.mean()) if len(wait) else None})
+
+
+def links_analysis(ctx):
+    """Registry entry `links`: the per-transport bandwidth and point-to-point link tables as parsed."""
+    from analyzers.registry import Output
+
+    return Output(tables={"comm_bandwidth": ctx.table("comm_bandwidth"), "links": ctx.table("links")})

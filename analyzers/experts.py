@@ -109,3 +109,11 @@ def mean_expert_cv(experts: pd.DataFrame | None) -> float | None:
         return None
     v = pd.to_numeric(experts["cv"], errors="coerce").mean()
     return None if pd.isna(v) else float(v)
+
+
+def analysis(ctx):
+    """Registry entry `experts`: tokens per expert and their balance (MoE workloads' step records)."""
+    from analyzers.registry import Output
+
+    experts = expert_load(ctx.table("workload_steps"), warmup_steps=ctx.warmup_steps())
+    return Output(tables={"experts": experts}, metrics={"expert_load_cv": mean_expert_cv(experts)})

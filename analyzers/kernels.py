@@ -54,3 +54,11 @@ def kernel_utilization(step_breakdown: pd.DataFrame) -> float | None:
         return None
     total = float(step_breakdown["step_us"].sum())
     return float(step_breakdown["computing_us"].sum()) / total if total > 0 else None
+
+
+def analysis(ctx):
+    """Registry entry `kernels`."""
+    from analyzers.registry import Output
+
+    ops = ctx.table("ops")
+    return Output(tables={"kernels": kernel_table(ops), "top_kernels": top_kernels(ops)})

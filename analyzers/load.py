@@ -111,8 +111,20 @@ def _load_plugins() -> None:
             continue
         if all(hasattr(mod, a) for a in ("SOURCE", "detect", "parse")):
             per_rank = bool(getattr(mod, "PER_RANK", False))
-            parse = mod.parse
-            register_format(mod.SOURCE, mod.detect, (lambda d, _p=parse, **kw: _p(d)), per_rank=per_rank)
+            register_format(mod.SOURCE, mod.detect, _with_hints(mod.parse), per_rank=per_rank)
+
+
+def _with_hints(parse: Callable[..., Profile]) -> Callable[..., Profile]:
+    """Call a plug-in parser with the hints (`workload_steps`, `meta`) its signature accepts."""
+    import inspect
+
+    accepted = set(inspect.signature(parse).parameters)
+
+    def call(d, **kw):
+        hints = kw.get("hints") or {}
+        return parse(d, **{k: v for k, v in hints.items() if k in accepted})
+
+    return call
 
 
 def find_units(path: str | os.PathLike) -> list[tuple[str, Path]]:
@@ -156,13 +168,16 @@ def _parse_unit(fmt_name: str, d: str, opts: dict):
         return ("error", d, str(exc))
 
 
-def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto") -> Profile:
-    """Find every rank under `path`, parse them (in parallel when there are several) and merge."""
+def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto",
+                 hints: dict | None = None) -> Profile:
+    """Find every rank under `path`, parse them (in parallel when there are several) and merge.
+    `hints` are facts a parser may use when it accepts them: `workload_steps` (the workload's own step
+    records, for step windows on CPU profiles) and `meta` (e.g. world size, collective dtype)."""
     units = find_units(path)
     if not units:
         raise UserError(f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
                         "trace_view.json or ascend_*_profiler_*.db, and the other registered formats)")
-    opts = {"read_trace": read_trace}
+    opts = {"read_trace": read_trace, "hints": hints or {}}
     n = len(units)
     workers = workers if workers is not None else min(n, os.cpu_count() or 1, 16)
     results = []

@@ -254,3 +254,11 @@ def mean_bubble_fraction(pipeline: pd.DataFrame | None) -> float | None:
         return None
     v = pd.to_numeric(pipeline["bubble_fraction"], errors="coerce").mean()
     return None if pd.isna(v) else float(v)
+
+
+def analysis(ctx):
+    """Registry entry `pipeline`: bubble per stage and step (from the workload's spans or the profile)."""
+    from analyzers.registry import Output
+
+    pipe = pipeline_bubbles(ctx.profile, ctx.table("spans"), ctx.config)
+    return Output(tables={"pipeline": pipe}, metrics={"bubble_fraction": mean_bubble_fraction(pipe)})

@@ -69,10 +69,15 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
     t = analysis.tables
     sb = t.get("step_breakdown")
     ranks = []
+    check = {int(r["rank"]): r for r in records(t.get("rank_check"))}
     if sb is not None and len(sb):
         for r, g in sb.sort_values(["rank", "step"]).groupby("rank", sort=True):
-            ranks.append({"rank": int(r), "steps": [{"step": int(row["step"]), **{f: clean(row[f]) for f in STEP_FIELDS}}
-                                                    for row in g.to_dict("records")]})
+            c = check.get(int(r), {})
+            ranks.append({"rank": int(r), "breakdown_source": c.get("breakdown_source"),
+                          "consistent": c.get("consistent"), "cross_check_max_rel_diff": c.get("max_rel_diff"),
+                          "cross_check_note": c.get("reason"),
+                          "steps": [{"step": int(row["step"]), **{f: clean(row[f]) for f in STEP_FIELDS}}
+                                    for row in g.to_dict("records")]})
     comm = []
     co = t.get("comm_ops")
     if co is not None and len(co):
@@ -104,6 +109,8 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
         "slow_ranks": records(t.get("slow_ranks")),
         "slow_links": records(t.get("slow_links")),
         "advice": records(t.get("advice")),
+        "warnings": list(getattr(analysis, "warnings", []) or []),
+        "skipped_analyses": dict(getattr(analysis, "skipped", {}) or {}),
     }
     return doc
 

@@ -328,3 +328,12 @@ def find_slow_links(links: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.Dat
     res = pd.concat(parts, ignore_index=True)
     res["slow"] = res["slow"].astype(bool)
     return res
+
+
+def analysis(ctx):
+    """Registry entry `slow_ranks`: slow ranks per group (from the collectives) and slow links."""
+    from analyzers.registry import Output
+
+    co = ctx.table("comm_ops")
+    return Output(tables={"slow_ranks": find_slow_ranks(co) if co is not None else _empty(SLOW_RANK_COLUMNS),
+                          "slow_links": find_slow_links(ctx.table("links"), ctx.table("comm_bandwidth"))})

@@ -44,3 +44,10 @@ def step_timeline(ops: pd.DataFrame, steps: pd.DataFrame, max_steps: int = 2, me
     df["start_ts"] = df["start"] / 1e6
     df["end_ts"] = df["end"] / 1e6
     return df[TIMELINE_COLUMNS]
+
+
+def analysis(ctx):
+    """Registry entry `timeline`: compact compute/communication segments of the first steps, per rank."""
+    from analyzers.registry import Output
+
+    return Output(tables={"timeline": step_timeline(ctx.profile.ops, ctx.profile.steps)})

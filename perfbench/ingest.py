@@ -1,17 +1,25 @@
-"""Turn a run's raw artifacts (workload metrics files, CPU profiler output) into store tables and
-the run-level metrics kept in run.json."""
+"""The one road from raw artifacts to the store, for sweeps, `perfbench analyze` and tune:
+
+    detect the profile format (analyzers.load_profile: MindSpore CPU or any Ascend format) → parse →
+    every registered analysis (analyzers.analyze) → tables + run-level metrics → store
+
+`ingest_run` reads what a launched run left behind (the workload's own step records, spans, meta and
+the profiler output under artifacts/profile); `store_analysis` writes an analysis into the store. A
+sweep on Ascend therefore stores the Ascend analysis through the same code the fixtures test.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from analyzers.timeline import step_timeline
 from perfbench.errors import UserError
 from perfbench.store import Store
+
+#: parsed profile tables kept beside the analysis tables (for the merged trace and re-analysis)
+PROFILE_TABLES = ("ranks", "steps", "ops")
 
 
 def read_jsonl(files: list[Path]) -> pd.DataFrame:
@@ -48,132 +56,69 @@ def read_meta(metrics_dir: Path) -> dict[int, dict]:
     return out
 
 
-def measured(steps: pd.DataFrame, warmup_steps: int) -> pd.DataFrame:
-    """Steps after warm-up that every rank finished."""
-    if steps.empty:
-        return steps
-    s = steps[steps["step"] >= warmup_steps]
-    nranks = steps["rank"].nunique()
-    complete = s.groupby("step")["rank"].nunique()
-    return s[s["step"].isin(complete[complete == nranks].index)]
-
-
-def per_step_throughput(steps: pd.DataFrame) -> pd.DataFrame:
-    """Global samples/s of each step: samples summed over ranks / the slowest rank's step time."""
-    g = steps.groupby("step").agg(samples=("samples", "sum"), step_time_s=("step_time_s", "max"))
-    g["throughput"] = g["samples"] / g["step_time_s"]
-    return g.reset_index()
-
-
-def workload_metrics(steps: pd.DataFrame, warmup_steps: int) -> dict:
-    m = measured(steps, warmup_steps)
-    overhead = {}
-    if "profiled" in m.columns and len(m):
-        prof = m[m["profiled"].astype(bool)]
-        unprofiled = m[~m["profiled"].astype(bool)]
-        if len(prof) and len(unprofiled):
-            # the same run, steps with and without the profiler: its overhead on step time
-            t_on = float(per_step_throughput(prof)["step_time_s"].median())
-            t_off = float(per_step_throughput(unprofiled)["step_time_s"].median())
-            overhead = {"profiled_step_time_s": t_on, "profiler_overhead": t_on / t_off - 1}
-        m = unprofiled if len(unprofiled) else m  # profiled steps carry the profiler's overhead
-    if m.empty:
-        return {}
-    per = per_step_throughput(m)
-    out = {
-        "throughput": float(per["throughput"].median()),
-        "step_time_s": float(per["step_time_s"].median()),
-        "measured_steps": int(len(per)),
-        "samples_per_step": float(per["samples"].median()),
-    }
-    last = steps.sort_values("step")
-    if "loss" in last.columns and last["loss"].notna().any():
-        by_step = last.groupby("step")["loss"].mean()
-        out["loss_first"] = float(by_step.iloc[0])
-        out["loss_last"] = float(by_step.iloc[-1])
-    for col, name in (("comm_bytes", "comm_bytes_per_step"), ("collectives", "collectives_per_step")):
-        if col in m.columns and m[col].notna().any():
-            out[name] = float(m.groupby("step")[col].sum().median() / max(1, m["rank"].nunique()))
-    out.update(overhead)
-    if "dropped_tokens" in m.columns and m["dropped_tokens"].notna().any():
-        out["dropped_tokens_per_step"] = float(m.groupby("step")["dropped_tokens"].sum().median())
-    return out
-
-
 def _profile_root(artifacts: Path) -> Path | None:
     root = artifacts / "profile"
-    if root.is_dir() and any(root.rglob("FRAMEWORK")):
-        return root
-    return None
+    return root if root.is_dir() and any(p.is_file() for p in root.rglob("*")) else None
+
+
+def load_run_profile(root: Path, run_config: dict, steps: pd.DataFrame, meta: dict[int, dict]):
+    """The run's profiler output, whatever format it is in (CPU on this machine, msprof/Ascend on NPUs)."""
+    import analyzers
+
+    m0 = meta.get(0, {})
+    pmeta = {"world_size": run_config["world_size"], "run_id": run_config.get("run_id")}
+    for k in ("comm_dtype_bytes", "comm_group"):
+        if k in m0:
+            pmeta[k] = m0[k]
+    return analyzers.load_profile(root, hints={"workload_steps": steps if not steps.empty else None, "meta": pmeta})
 
 
 def ingest_run(store: Store, run_id: str, run_config: dict) -> tuple[dict, list[str]]:
-    """Write the run's tables; return (metrics, warnings). Reads whatever the ranks left behind,
-    so a failed run keeps the steps it finished."""
+    """Analyze and store what a launched run left behind; return (metrics, warnings). Reads whatever
+    the ranks wrote, so a failed run keeps the steps it finished."""
     art = store.artifacts_dir(run_id)
     metrics_dir = art / "metrics"
     warnings: list[str] = []
     steps = read_workload_steps(metrics_dir)
     spans = read_spans(metrics_dir)
-    meta = read_meta(metrics_dir)
-    if not steps.empty:
-        store.write_table(run_id, "workload_steps", steps)
-    if not spans.empty:
-        store.write_table(run_id, "spans", spans)
-    metrics = workload_metrics(steps, run_config["train"]["warmup_steps"]) if not steps.empty else {}
+    profile = None
     root = _profile_root(art)
-    if root is None:
-        if run_config.get("profile", {}).get("enabled") and not steps.empty:
-            warnings.append("profiling was enabled but no profiler output was found")
-        metrics.update(_workload_analyses(store, run_id, run_config, steps, spans))
-        return metrics, warnings
-    try:
-        import analyzers
-        from analyzers.cpu import parse
+    if root is not None:
+        try:
+            profile = load_run_profile(root, run_config, steps, read_meta(metrics_dir))
+        except UserError as exc:
+            warnings.append(f"profile not analyzed: {exc}")
+    elif run_config.get("profile", {}).get("enabled") and not steps.empty:
+        warnings.append("profiling was enabled but no profiler output was found")
+    analysis = store_analysis(store, run_id, profile, steps, spans, run_config)
+    warnings += analysis.warnings
+    return analysis.summary, warnings
 
-        m0 = meta.get(0, {})
-        pmeta = {"world_size": run_config["world_size"], "run_id": run_id}
-        for k in ("comm_dtype_bytes", "comm_group"):
-            if k in m0:
-                pmeta[k] = m0[k]
-        profile = parse(root, workload_steps=steps if not steps.empty else None, meta=pmeta)
-        analysis = analyzers.analyze(profile, workload_steps=steps if not steps.empty else None,
-                                     spans=spans if not spans.empty else None, config=run_config)
-    except UserError as exc:
-        warnings.append(f"profile not analyzed: {exc}")
-        return metrics, warnings
+
+def store_analysis(store: Store | None, run_id: str, profile, workload_steps: pd.DataFrame | None,
+                   spans: pd.DataFrame | None, config: dict | None):
+    """Run every registered analysis and write its tables (and the parsed profile's) into the store.
+    Returns the Analysis with `warnings` (the parsers' and the skipped analyses' reasons) attached."""
+    import analyzers
+
+    ws = workload_steps if workload_steps is not None and not workload_steps.empty else None
+    sp = spans if spans is not None and not spans.empty else None
+    analysis = analyzers.analyze(profile, workload_steps=ws, spans=sp, config=config)
+    if store is None:
+        return analysis
+    if ws is not None:
+        store.write_table(run_id, "workload_steps", ws)
+    if sp is not None:
+        store.write_table(run_id, "spans", sp)
     for name, df in analysis.tables.items():
         if df is not None and len(df):
             store.write_table(run_id, name, df)
-    timeline = step_timeline(profile.ops, profile.steps)
-    if len(timeline):
-        store.write_table(run_id, "timeline", timeline)
-    for k, v in analysis.summary.items():
-        metrics.setdefault(k, _plain(v))  # the workload's own throughput/step time win
-    return metrics, warnings
-
-
-def _workload_analyses(store: Store, run_id: str, run_config: dict, steps: pd.DataFrame, spans: pd.DataFrame) -> dict:
-    """Analyses that need only the workload's own records (no profile): pipeline bubble from the
-    spans, expert load from the per-step token counts."""
-    from analyzers.experts import expert_load, mean_expert_cv
-    from analyzers.pipeline import mean_bubble_fraction, pipeline_bubbles
-
-    out = {}
-    pipe = pipeline_bubbles(None, spans, run_config) if not spans.empty else None
-    if pipe is not None and len(pipe):
-        store.write_table(run_id, "pipeline", pipe)
-        out["bubble_fraction"] = _plain(mean_bubble_fraction(pipe))
-    experts = expert_load(steps, warmup_steps=run_config["train"]["warmup_steps"]) if not steps.empty else None
-    if experts is not None and len(experts):
-        store.write_table(run_id, "experts", experts)
-        out["expert_load_cv"] = _plain(mean_expert_cv(experts))
-    return {k: v for k, v in out.items() if v is not None}
-
-
-def _plain(v):
-    if isinstance(v, (np.generic,)):
-        return v.item()
-    if isinstance(v, float) and np.isnan(v):
-        return None
-    return v
+    if profile is not None:
+        for name in PROFILE_TABLES:
+            df = getattr(profile, name)
+            if df is not None and len(df):
+                store.write_table(run_id, f"profile_{name}", df)
+        ref = profile.reference_breakdown
+        if ref is not None and len(ref):
+            store.write_table(run_id, "reference_breakdown", ref)
+    return analysis

@@ -28,8 +28,7 @@ import pandas as pd
 
 from perfbench.errors import UserError
 
-FINISHED = ("ok", "failed")  # statuses that `--resume` does not re-run (failed: use --retry-failed)
-STATUSES = ("planned", "running", "ok", "failed")
+FINISHED = ("ok", "failed", "pruned")  # statuses that `--resume` does not re-run (failed: use --retry-failed)
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -84,9 +83,11 @@ class Store:
         return d
 
     def write_run(self, record: dict) -> None:
-        """Write (or replace) a run record atomically. `record` must have run_id and status."""
-        if record.get("status") not in STATUSES:
-            raise ValueError(f"bad run status {record.get('status')!r}")
+        """Write (or replace) a run record atomically, after checking it against the typed record
+        (perfbench.record.RunRecord: known status and source, catalogued metrics only)."""
+        from perfbench.record import RunRecord
+
+        RunRecord.model_validate(record)
         atomic_write_json(self.run_dir(record["run_id"]) / "run.json", record)
 
     def reset_run(self, run_id: str) -> None:

@@ -42,6 +42,7 @@ def run(args) -> int:
     import analyzers
     from analyzers.report import build_document, dumps
     from perfbench.errors import UserError
+    from perfbench.ingest import store_analysis
     from perfbench.store import Store, atomic_write_bytes
 
     path = Path(args.path)
@@ -50,26 +51,18 @@ def run(args) -> int:
     t0 = time.time()
     read_trace = {"auto": "auto", "always": True, "never": False}[args.trace]
     profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace)
-    analysis = analyzers.analyze(profile)
-    doc = build_document(profile, analysis)
-    wall = time.time() - t0
     run_id = args.run_id or _run_id(path)
-    doc["run_id"] = None if args.no_store else run_id
-
+    store = None
     if not args.no_store:
         store = Store(args.results)
         store.reset_run(run_id)
-        for name, df in analysis.tables.items():
-            if df is not None and len(df):
-                store.write_table(run_id, name, df)
-        for name in ("ranks", "steps", "ops"):
-            df = getattr(profile, name)
-            if df is not None and len(df):
-                store.write_table(run_id, f"profile_{name}", df)
-        if profile.reference_breakdown is not None and len(profile.reference_breakdown):
-            store.write_table(run_id, "reference_breakdown", profile.reference_breakdown)
+    analysis = store_analysis(store, run_id, profile, None, None, None)
+    doc = build_document(profile, analysis)
+    wall = time.time() - t0
+    doc["run_id"] = None if args.no_store else run_id
+
+    if store is not None:
         n_ranks = int(profile.ranks["rank"].nunique()) if len(profile.ranks) else doc["source"]["ranks"]
-        metrics = {k: v for k, v in doc["summary"].items()}
         record = {
             "run_id": run_id, "sweep_id": None, "source": "analyze", "status": "ok", "error": None,
             "settings": {"workload": _workload(profile), "world_size": n_ranks, "repeat": 0},
@@ -77,7 +70,9 @@ def run(args) -> int:
             "env": {"perfbench": _version(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "host": platform.node()},
             "timings": {"started": t0, "finished": time.time(), "wall_s": wall},
-            "metrics": metrics,
+            "metrics": dict(analysis.summary),
+            "warnings": list(analysis.warnings),
+            "skipped_analyses": dict(analysis.skipped),
         }
         store.write_run(record)
     if args.out:
