@@ -20,7 +20,8 @@ def kernel_table(ops: pd.DataFrame) -> pd.DataFrame:
     cols = ["type", "core_type", "category", "count", "total_us", "mean_us", "min_us", "max_us", "share", "ranks"]
     if ops is None or not len(ops):
         return pd.DataFrame(columns=cols)
-    df = ops.copy()
+    # HCCL sub-tasks (notify/copy/reduce tasks of a collective) are part of the collective's own row
+    df = ops[ops["category"] != "communication_task"].copy()
     df["type"] = df["type"].where(df["type"].notna() & (df["type"].astype(str) != ""), df["name"])
     df["core_type"] = df["core_type"].fillna("")
     g = df.groupby(["type", "core_type", "category"], dropna=False)

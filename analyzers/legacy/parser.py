@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.msprof.common import assign_steps, comm_op_type, op_type_from_name
+from analyzers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
 from analyzers.msprof.csvread import read_table, to_number, to_numbers
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
@@ -34,7 +34,7 @@ TICK_US = 0.01  # step_trace_raw timestamps are 10 ns ticks
 PATTERNS = {
     "step_trace": re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$"),
     "hccl": re.compile(r"^hccl_raw_(\d+)\.csv$"),
-    "pipeline": re.compile(r"^ascend_cluster_analyse_pipeline-parallel_(\d+)_(\d+)_(\d+)\.csv$"),
+    "pipeline": re.compile(r"^ascend_cluster_analyse_([a-z_-]+?)_(\d+)_(\d+)_(\d+)\.csv$"),
     "timeline": re.compile(r"^output_timeline_data_(\d+)\.txt$"),
     "framework": re.compile(r"^framework_raw_(\d+)\.csv$"),
     "profiler_info": re.compile(r"^profiler_info_(\d+)\.json$"),
@@ -204,7 +204,7 @@ def _read_hccl(path: Path, rank: int):
             except (TypeError, ValueError):
                 raise ProfileFormatError(path, f"line {i}: operator {op_name!r} has non-numeric cost/wait") from None
             entries = _link_entries(path, v[3] if len(v) > 3 else {}, i, f"{op_name} links")
-            size_mb = sum(e[4] for e in entries if e[0] != e[1])
+            op_links, per_tr, payload_mb, group_size = link_rows((src, dst, tr, mb, t_ms) for src, dst, tr, t_ms, mb in entries)
             comm.append(
                 {
                     "rank": rank,
@@ -214,19 +214,12 @@ def _read_hccl(path: Path, rank: int):
                     "transit_ms": cost,
                     "wait_ms": wait,
                     "elapse_ms": cost + wait,
-                    "size_bytes": size_mb * 1e6 if entries else np.nan,
+                    "size_bytes": payload_mb * 1e6 if entries else np.nan,
+                    "group_size": group_size,
                 }
             )
-            per_tr: dict[str, list[float]] = {}
-            for src, dst, tr, t_ms, mb in entries:
-                links.append(
-                    {"step": step, "op_name": op_name, "src": src, "dst": dst, "transport": tr, "size_mb": mb, "time_ms": t_ms, "rank": rank}
-                )
-                if src == dst:
-                    tr = "LOCAL"
-                acc = per_tr.setdefault(tr, [0.0, 0.0])
-                acc[0] += mb
-                acc[1] += t_ms
+            for lk in op_links:
+                links.append({"step": step, "op_name": op_name, **lk, "rank": rank})
             for tr, (mb, t_ms) in per_tr.items():
                 bw.append({"rank": rank, "step": step, "op_name": op_name, "transport": tr, "size_mb": mb, "time_ms": t_ms})
     return comm, links, bw
@@ -236,20 +229,26 @@ def _read_hccl(path: Path, rank: int):
 
 
 def _read_pipeline(path: Path, rank: int) -> pd.DataFrame:
-    cols = ["computation_time", "communication_alone_time", "stage_time", "receive_alone_time"]
-    df = read_table(path, cols, numeric=cols + ["collective_communication_alone_time"], what="pipeline-parallel CSV")
+    """One row per step, in step order; MindSpore appends the mean over steps as the last row when
+    there is more than one step: that row is dropped. computation_time is MindSpore's
+    step - communication alone (so it holds the step's idle time too)."""
+    cols = ["computation_time", "communication_alone_time"]
+    opt = ["stage_time", "receive_alone_time", "collective_communication_alone_time"]
+    df = read_table(path, cols, numeric=cols + opt, what="cluster analyse CSV")
+    if len(df) > 1:
+        df = df.iloc[:-1]
     out = pd.DataFrame(
         {
             "rank": rank,
             "row": np.arange(1, len(df) + 1),
-            "computing_us": df["computation_time"] * 1000.0,
-            "communication_not_overlapped_us": df["communication_alone_time"] * 1000.0,
-            "stage_us": df["stage_time"] * 1000.0,
-            "bubble_us": df["receive_alone_time"] * 1000.0,
+            "computing_us": df["computation_time"].to_numpy() * 1000.0,
+            "communication_not_overlapped_us": df["communication_alone_time"].to_numpy() * 1000.0,
         }
     )
-    if "collective_communication_alone_time" in df.columns:
-        out["collective_not_overlapped_us"] = df["collective_communication_alone_time"].to_numpy() * 1000.0
+    for src, dst in (("stage_time", "stage_us"), ("receive_alone_time", "bubble_us"),
+                     ("collective_communication_alone_time", "collective_not_overlapped_us")):
+        if src in df.columns:
+            out[dst] = df[src].to_numpy() * 1000.0
     return out
 
 
@@ -316,10 +315,13 @@ def parse(path) -> Profile:
     # pipeline layout: ascend_cluster_analyse_pipeline-parallel_{stages}_{ranks}_{rank}.csv
     for rank, p in found["pipeline"].items():
         m = PATTERNS["pipeline"].match(p.name)
-        stages, world = int(m.group(1)), int(m.group(2))
-        per_stage = max(world // max(stages, 1), 1)
-        stage_of[rank] = rank // per_stage
-        meta["stage_num"] = stages
+        mode, stages, world = m.group(1), int(m.group(2)), int(m.group(3))
+        meta["parallel_mode"] = mode
+        if mode == "pipeline-parallel" and stages >= 1:
+            # MindSpore numbers pipeline stages by consecutive blocks of world / stages ranks
+            per_stage = max(world // stages, 1)
+            stage_of[rank] = rank // per_stage
+            meta["stage_num"] = stages
         pipe_l.append(_read_pipeline(p, rank))
     for rank, p in found["profiler_info"].items():
         info = _read_json(p)
@@ -382,38 +384,8 @@ def parse(path) -> Profile:
     else:
         comm = empty(COMM_OPS)
 
-    ref = None
-    if ref_l:
-        ref = pd.concat(ref_l, ignore_index=True)
-        if pipe_l:
-            pipe = pd.concat(pipe_l, ignore_index=True)
-            # pipeline rows are in step order: row k <-> the k-th step of that rank's step trace
-            ref["row"] = ref.groupby("rank").cumcount() + 1
-            ref = ref.merge(pipe, on=["rank", "row"], how="left").drop(columns="row")
-        ref = conform(ref, STEP_BREAKDOWN)
-    elif pipe_l:
-        ref = conform(pd.concat(pipe_l, ignore_index=True).rename(columns={"row": "step"}), STEP_BREAKDOWN)
+    ref = _reference(ref_l, pipe_l)
 
-    if trace is not None:
-        # ranks without an op timeline: their collectives (timed by step_trace_raw) are the only ops known
-        have = {int(o["rank"].iloc[0]) for o in ops_l if len(o)}
-        t = trace[~trace["rank"].isin(have)]
-        if len(t):
-            ops_l.append(
-                pd.DataFrame(
-                    {
-                        "rank": t["rank"].to_numpy(),
-                        "step": t["step"].to_numpy(),
-                        "name": t["op_name"].map(_short_op).to_numpy(),
-                        "type": t["op_name"].map(lambda n: op_type_from_name(_short_op(n))).to_numpy(),
-                        "category": "communication",
-                        "start_us": t["start_us"].to_numpy(),
-                        "dur_us": t["elapse_ms"].to_numpy() * 1000.0,
-                        "stream": t["op_name"].map(lambda n: n.split("_")[1] if n.startswith("stream_") else pd.NA).to_numpy(),
-                        "core_type": "HCCL",
-                    }
-                )
-            )
     ops = pd.concat(ops_l, ignore_index=True) if ops_l else empty(OPS)
     if len(ops):
         if "step" not in ops.columns:
@@ -446,11 +418,13 @@ def parse(path) -> Profile:
                 "stage": stage_of.get(r, pd.NA),
                 "dp_group": _group_label(r, stage_of) if stage_of else pd.NA,
                 "world_size": world if world else pd.NA,
+                "inputs": ", ".join(found[k][r].name for k in USED_KINDS
+                                    if r in found[k] and (k != "framework" or r in found["timeline"])),
             }
         )
     if stage_of:
         meta["stage_of_rank"] = {str(k): v for k, v in stage_of.items()}
-    return Profile(
+    prof = Profile(
         source=SOURCE,
         path=str(path),
         ranks=conform(pd.DataFrame(rank_rows), RANKS),
@@ -462,6 +436,59 @@ def parse(path) -> Profile:
         reference_breakdown=ref,
         meta=meta,
     )
+    prof.warnings = _missing_files(found, ranks, trace)  # Profile.warnings
+    if path.is_dir() and any(_is_primary(f.name) for f in path.iterdir() if f.is_file()):
+        # MindSpore writes its parsed files next to the raw msprof job (PROF_*) they came from; a
+        # folder may also collect several runs: read both, never lose one silently
+        prof = _with_msprof_below(prof, path)
+    return prof
+
+
+#: file kinds whose content ends up in the Profile (RANKS.inputs lists them per rank)
+USED_KINDS = ("step_trace", "hccl", "pipeline", "timeline", "framework", "profiler_info", "strategy")
+#: what a rank loses without each kind, and the file name MindSpore gives it
+_LOST = {
+    "step_trace": ("step_trace_raw_{r}_detail_time.csv", "its step times and the profiler's step trace are unknown"),
+    "hccl": ("hccl_raw_{r}.csv", "its collectives' wait/transit split, sizes and links are unknown"),
+    "pipeline": ("ascend_cluster_analyse_*_{r}.csv", "the profiler's computation / communication split is unknown"),
+    "timeline": ("output_timeline_data_{r}.txt", "it has no op data (computing recomputation impossible)"),
+}
+
+
+def _missing_files(found: dict, ranks: list[int], trace: pd.DataFrame | None) -> list[str]:
+    """A warning per rank that lacks a file kind other ranks of the same folder have (or, for
+    hccl_raw, whose step trace shows collectives), naming the missing file."""
+    out = []
+    for kind, (pattern, lost) in _LOST.items():
+        have = set(found[kind])
+        for r in ranks:
+            if r in have:
+                continue
+            evidence = sorted(have)
+            if kind == "hccl" and trace is not None and (trace["rank"] == r).any():
+                evidence = evidence or ["its step trace lists collectives"]
+            if not evidence:
+                continue
+            others = ", ".join(map(str, evidence[:6])) + (" ..." if len(evidence) > 6 else "")
+            why = f"ranks {others} have theirs" if evidence and isinstance(evidence[0], int) else evidence[0]
+            out.append(f"rank {r}: {pattern.format(r=r)} is missing ({why}): {lost}")
+    return out
+
+
+def _reference(ref_l: list[pd.DataFrame], pipe_l: list[pd.DataFrame]) -> pd.DataFrame | None:
+    """The profiler's own per-step numbers: step_trace_raw (step time, iteration interval, fp+bp, tail)
+    joined with the cluster analyse file (row k = the rank's k-th step; a rank without a step trace
+    keeps the rows numbered 1..n as MindSpore numbers steps)."""
+    if not ref_l and not pipe_l:
+        return None
+    trace = pd.concat(ref_l, ignore_index=True) if ref_l else pd.DataFrame(columns=["rank", "step"])
+    pipe = pd.concat(pipe_l, ignore_index=True) if pipe_l else pd.DataFrame(columns=["rank", "row"])
+    trace = trace.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    trace["row"] = trace.groupby("rank").cumcount() + 1
+    merged = trace.merge(pipe, on=["rank", "row"], how="left")
+    alone = pipe[~pipe["rank"].isin(set(trace["rank"]))].rename(columns={"row": "step"})
+    ref = pd.concat([merged.drop(columns="row"), alone], ignore_index=True)
+    return conform(ref, STEP_BREAKDOWN)
 
 
 def _short_op(name: str) -> str:
@@ -471,3 +498,76 @@ def _short_op(name: str) -> str:
 def _group_label(rank, stage_of: dict) -> str:
     s = stage_of.get(int(rank))
     return f"stage{s}" if s is not None else ""
+
+
+def _is_primary(name: str) -> bool:
+    return any(PATTERNS[k].match(name) for k in PRIMARY)
+
+
+def _richness(p: Profile, rank: int) -> tuple:
+    """What a Profile holds for one rank: (op data, collectives, step windows, profiler breakdown)."""
+    def has(df):
+        return df is not None and len(df) and bool((df["rank"] == rank).any())
+    return (has(p.ops), has(p.comm_ops), has(p.steps), has(p.reference_breakdown))
+
+
+_WHAT = ("op data", "collectives", "step windows", "the profiler's breakdown")
+
+
+def _with_msprof_below(legacy: Profile, path: Path) -> Profile:
+    """`legacy` plus the msprof jobs (PROF_*) below `path`. A rank found in both keeps the richer
+    source (op data first, then collectives, steps, breakdown; msprof on a tie) and a warning names the
+    files not used; every other rank of either source is kept."""
+    from analyzers.msprof.parser import _units as msprof_units
+    from analyzers.msprof.parser import parse as msprof_parse
+
+    if not msprof_units(path):
+        return legacy
+    mp = msprof_parse(path)
+    warnings = list(getattr(legacy, "warnings", [])) + list(getattr(mp, "warnings", []))
+    lr, mr = set(legacy.ranks["rank"].astype(int)), set(mp.ranks["rank"].astype(int))
+    keep_legacy = set(lr)
+    for r in sorted(lr & mr):
+        a, b = _richness(legacy, r), _richness(mp, r)
+        if a > b:
+            lost, used = mp, legacy
+        else:
+            lost, used, = legacy, mp
+            keep_legacy.discard(r)
+        lost_files = lost.ranks.loc[lost.ranks["rank"] == r, "inputs"].iloc[0] if "inputs" in lost.ranks else ""
+        used_what = ", ".join(w for w, h in zip(_WHAT, _richness(used, r)) if h) or "nothing more"
+        warnings.append(
+            f"rank {r}: two profiler outputs under {path} hold rank {r}: "
+            f"{'the msprof job' if used is mp else 'the MindSpore legacy files'} ({used_what}) is used, "
+            f"{lost_files or 'the other'} ({'legacy' if lost is legacy else 'msprof'}) is not "
+            "(point at the folder of the one you want to read it alone)"
+        )
+    keep_msprof = mr - (lr & keep_legacy)
+    out = Profile(source=f"{SOURCE}+{mp.source}", path=str(path))
+    for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
+        parts = []
+        for p, keep in ((legacy, keep_legacy), (mp, keep_msprof)):
+            df = getattr(p, name)
+            if df is None or not len(df):
+                continue
+            sel = df["rank"].isin(keep) if "rank" in df.columns else pd.Series(True, index=df.index)
+            if name == "links" and "rank" not in df.columns:
+                sel = pd.Series(bool(keep), index=df.index)
+            parts.append(df[sel])
+        frames = [f for f in parts if len(f)]
+        if frames:
+            setattr(out, name, pd.concat(frames, ignore_index=True))
+    refs = []
+    for p, keep in ((legacy, keep_legacy), (mp, keep_msprof)):
+        ref = p.reference_breakdown
+        if ref is not None and len(ref):
+            refs.append(ref[ref["rank"].isin(keep)])
+    refs = [r for r in refs if len(r)]
+    out.reference_breakdown = pd.concat(refs, ignore_index=True) if refs else None
+    out.meta = {**legacy.meta, "formats": [SOURCE, mp.source], "msprof": mp.meta,
+                "rank_source": {**{str(r): SOURCE for r in keep_legacy}, **{str(r): mp.source for r in keep_msprof}}}
+    for k in ("producer", "npu"):
+        if k in mp.meta:
+            out.meta[k] = mp.meta[k]
+    out.warnings = warnings
+    return out

@@ -86,3 +86,36 @@ def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame, col: str = "start_us") 
 def rank_from_name(name: str, pattern: str) -> int | None:
     m = re.search(pattern, name)
     return int(m.group(1)) if m else None
+
+
+#: transports that stay on one device: copies there are not part of a collective's payload
+ON_DEVICE = {"LOCAL", "ON_CHIP"}
+
+
+def link_rows(entries) -> tuple[list[dict], dict[str, list[float]], float, int | None]:
+    """Per-link facts of one collective on one rank, the way HCCL reports them.
+
+    `entries`: (src, dst, transport, size_mb, time_ms) per data task or link (a copy with src == dst or
+    an ON_CHIP / LOCAL transport stays on the device). Returns
+    (links: one dict per (src, dst, transport) with summed size_mb/time_ms,
+     per_transport: {transport: [size_mb, time_ms]} with on-device copies under "LOCAL",
+     payload_mb: bytes that crossed a link to another rank (on-device copies excluded, as msprof does),
+     group_size: ranks seen at either end of the links (None without links; a lower bound when the
+     group's other members never exchange data with this rank))."""
+    per_link: dict[tuple, list[float]] = {}
+    for src, dst, tr, mb, ms in entries:
+        acc = per_link.setdefault((int(src), int(dst), str(tr).upper()), [0.0, 0.0])
+        acc[0] += float(mb)
+        acc[1] += float(ms)
+    links, per_tr, payload, ranks = [], {}, 0.0, set()
+    for (src, dst, tr), (mb, ms) in per_link.items():
+        links.append({"src": src, "dst": dst, "transport": tr, "size_mb": mb, "time_ms": ms})
+        local = src == dst or tr in ON_DEVICE
+        key = "LOCAL" if local else tr
+        a = per_tr.setdefault(key, [0.0, 0.0])
+        a[0] += mb
+        a[1] += ms
+        ranks.update((src, dst))
+        if not local:
+            payload += mb
+    return links, per_tr, payload, (len(ranks) if ranks else None)

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.msprof.common import assign_steps, comm_op_type, op_type_from_name
+from analyzers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
 from analyzers.msprof.csvread import read_table, to_numbers
 from analyzers.msprof.files import device_id, device_info, summary_files
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, conform, empty
@@ -46,6 +46,12 @@ COMM_TASKS = ("COMMUNICATION", "HCCL")
 #: HCCL task types that move data (the rest are notifications)
 DATA_TASKS = {"Memcpy", "Reduce_Inline", "Reduce Inline", "RDMASend", "RDMA_Send", "Inline_Reduce"}
 INVALID_RANK = 4294967295
+#: task types only HCCL runs (notifications between ranks, inline reductions): parts of a collective
+HCCL_SUBTASKS = {"NOTIFY_WAIT", "NOTIFY_RECORD", "NOTIFY_WAIT_V2", "NOTIFY_RECORD_V2", "REDUCE_ASYNC",
+                 "REDUCE_ASYNC_V2", "REDUCE_INLINE", "INLINE_REDUCE", "RDMA_SEND", "RDMASEND"}
+#: task types HCCL also runs, but not only HCCL (a MEMCPY_ASYNC may be a host copy): sub-tasks when
+#: their stream carries HCCL-only tasks
+HCCL_STREAM_TASKS = {"MEMCPY_ASYNC", "MEMCPY_ASYNC_V2", "EVENT_RECORD", "EVENT_WAIT", "EVENT_RESET"}
 
 
 # ---- detection -------------------------------------------------------------------------------------
@@ -125,11 +131,19 @@ def _read_parts(files: list[Path], required, **kw) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
 
 
-def _category(task_type: pd.Series, op_type: pd.Series, name: pd.Series) -> np.ndarray:
+def _category(task_type: pd.Series, op_type: pd.Series, name: pd.Series, stream: pd.Series | None = None) -> np.ndarray:
+    """compute | communication | communication_task (an HCCL sub-task of a collective: its time is
+    already the collective's, never a kernel of its own) | other."""
     tt = task_type.fillna("").astype(str).str.upper()
+    kind = tt.where(tt != "", name.fillna("").astype(str).str.upper())
+    sub = kind.isin(HCCL_SUBTASKS)
+    if stream is not None and sub.any():
+        hccl_streams = set(stream[sub].astype(str))
+        sub |= kind.isin(HCCL_STREAM_TASKS) & stream.astype(str).isin(hccl_streams)
     comm = tt.str.contains("|".join(COMM_TASKS)) | op_type.map(comm_op_type).notna() | name.map(comm_op_type).notna()
     compute = tt.isin(COMPUTE_TASKS) | (tt == "")
-    return np.where(comm, "communication", np.where(compute, "compute", "other"))
+    return np.where(sub, "communication_task",
+                    np.where(comm, "communication", np.where(compute, "compute", "other")))
 
 
 def _ops_from_op_summary(files: list[Path], rank: int) -> pd.DataFrame:
@@ -302,14 +316,36 @@ def _steps_from_events(ev: list[dict], rank: int, path: Path):
         r = ref.setdefault(it, {"rank": rank, "step": it})
         if cat == "Iteration Time":
             steps.append({"rank": rank, "step": it, "start_us": ts, "end_us": ts + dur})
-            r["step_us"] = dur
+            r["iteration_time_us"] = dur
         elif cat == "FP_BP Time":
             r["fp_bp_us"] = dur
         elif cat == "Iteration Refresh":
             r["iteration_refresh_us"] = dur
         elif cat == "Reduce":
             r["reduce_us"] = r.get("reduce_us", 0.0) + dur
-    return steps, list(ref.values())
+    steps = _iteration_windows(steps)
+    for st in steps:
+        r = ref[st["step"]]
+        r["step_us"] = st["end_us"] - st["start_us"]
+        gap = r["step_us"] - r["iteration_time_us"]
+        r["data_aug_bound_us"] = gap if abs(gap) > 1e-3 else 0.0
+    return steps, [r for r in ref.values() if "step_us" in r]
+
+
+def _iteration_windows(steps: list[dict]) -> list[dict]:
+    """Step N spans from the end of iteration N-1 to the end of iteration N (the profiler's Iteration
+    events): the gap between iterations (data loading, host work: msprof's Data Aug Bound) belongs to
+    the step it delays. The first iteration, or one whose predecessor was not traced, keeps its own
+    Iteration event as window."""
+    steps = sorted({s["step"]: s for s in steps}.values(), key=lambda s: s["step"])
+    out = []
+    for i, s in enumerate(steps):
+        s = dict(s)
+        prev = steps[i - 1] if i else None
+        if prev is not None and prev["step"] == s["step"] - 1 and prev["end_us"] <= s["start_us"]:
+            s["start_us"] = prev["end_us"]
+        out.append(s)
+    return out
 
 
 def _ops_from_hardware(ev, pn, rank: int, step: int | None = None) -> pd.DataFrame:
@@ -335,7 +371,7 @@ def _ops_from_hardware(ev, pn, rank: int, step: int | None = None) -> pd.DataFra
         )
     df = pd.DataFrame(rows)
     if len(df):
-        df["category"] = _category(df["core_type"], df["type"], df["name"])
+        df["category"] = _category(df["core_type"], df["type"], df["name"], df["stream"])
     return df
 
 
@@ -356,7 +392,16 @@ def _hccl_iteration(path: Path, rank: int, step: int):
         wait = sum(t["dur"] for t in inside if t.get("tid") == main_plane and "Wait" in str(t["args"].get("task type")))
         data = [t for t in inside if str(t["args"].get("task type")) in DATA_TASKS and _num(t["args"].get("size(Byte)")) > 0]
         transit = sum(t["dur"] for t in data if t.get("tid") == main_plane)
-        size = sum(_num(t["args"].get("size(Byte)")) for t in data)
+        entries = []
+        for t in data:
+            a = t["args"]
+            src, dst = int(_num(a.get("src rank"))), int(_num(a.get("dst rank")))
+            if dst == INVALID_RANK:
+                dst = src
+            lt = str(a.get("link type") or "")
+            tr = lt if lt and lt != "INVALID_TYPE" else str(a.get("transport type") or "")
+            entries.append((src, dst, tr, _num(a.get("size(Byte)")) / 1e6, t["dur"] / 1000.0))
+        op_links, per_tr, payload_mb, group_size = link_rows(entries)
         name = op.get("name")
         comm.append(
             {
@@ -365,33 +410,17 @@ def _hccl_iteration(path: Path, rank: int, step: int):
                 "op_name": name,
                 "op_type": comm_op_type(name) or "",
                 "group": "",
+                "group_size": group_size,
                 "start_us": t0,
                 "elapse_ms": op["dur"] / 1000.0,
                 "wait_ms": wait / 1000.0,
                 "transit_ms": transit / 1000.0,
                 "idle_ms": max(op["dur"] - wait - transit, 0.0) / 1000.0,
-                "size_bytes": float(size),
+                "size_bytes": payload_mb * 1e6,
             }
         )
-        per_link: dict[tuple, list[float]] = {}
-        for t in data:
-            a = t["args"]
-            src, dst = int(_num(a.get("src rank"))), int(_num(a.get("dst rank")))
-            if dst == INVALID_RANK:
-                dst = src
-            lt = str(a.get("link type") or "")
-            tr = lt if lt and lt != "INVALID_TYPE" else str(a.get("transport type") or "")
-            acc = per_link.setdefault((src, dst, tr.upper()), [0.0, 0.0])
-            acc[0] += _num(a.get("size(Byte)")) / 1e6
-            acc[1] += t["dur"] / 1000.0
-        per_tr: dict[str, list[float]] = {}
-        for (src, dst, tr), (mb, ms) in per_link.items():
-            links.append({"step": step, "op_name": name, "group": "", "src": src, "dst": dst, "transport": tr,
-                          "size_mb": mb, "time_ms": ms, "rank": rank})
-            key = "LOCAL" if src == dst else tr
-            a = per_tr.setdefault(key, [0.0, 0.0])
-            a[0] += mb
-            a[1] += ms
+        for lk in op_links:
+            links.append({"step": step, "op_name": name, "group": "", **lk, "rank": rank})
         for tr, (mb, ms) in per_tr.items():
             bw.append({"rank": rank, "step": step, "op_name": name, "transport": tr, "size_mb": mb, "time_ms": ms})
     return comm, links, bw
@@ -483,30 +512,42 @@ def _parse_timeline_dev(dev_dir: Path) -> dict:
         m = _TL_RX.match(p.name)
         if m:
             by_kind.setdefault(m.group(1), {}).setdefault(int(m.group(4)), []).append(p)
+    iterations = sorted(set().union(*[set(v) for v in by_kind.values()]))
     res = {"rank": rank, "device": device, "ops": None, "steps": [], "ref": [], "comm": [], "links": [], "bw": [],
-           "meta": {"device_info": _device_meta(info) if info else {}, "timeline_iterations": sorted(
-               set().union(*[set(v) for v in by_kind.values()]))}}
-    seen_steps: dict[int, dict] = {}
-    seen_ref: dict[int, dict] = {}
+           "inputs": [], "warnings": [],
+           "meta": {"device_info": _device_meta(info) if info else {}, "timeline_iterations": iterations}}
+    where = f"rank {rank} ({dev_dir}/timeline)"
+    # every step_trace_* file may repeat earlier iterations: one event each
+    seen, st_ev = set(), []
     for it, paths in sorted(by_kind.get("step_trace", {}).items()):
         for p in paths:
             ev, _, _ = _trace(p)
-            st, ref = _steps_from_events(ev, rank, p)
-            for s in st:
-                seen_steps.setdefault(s["step"], s)
-            for r in ref:
-                seen_ref.setdefault(r["step"], r)
-    res["steps"] = [seen_steps[k] for k in sorted(seen_steps)]
-    res["ref"] = [seen_ref[k] for k in sorted(seen_ref) if k in seen_steps]
-    ops = []
+            for e in ev:
+                key = (e.get("cat"), e.get("name"), e.get("ts"))
+                if key not in seen:
+                    seen.add(key)
+                    st_ev.append(e)
+    if st_ev:
+        res["steps"], res["ref"] = _steps_from_events(st_ev, rank, by_kind["step_trace"][min(by_kind["step_trace"])][0])
+    ops, overlap = [], []
     src_kind = "task_time" if "task_time" in by_kind else ("msprof" if "msprof" in by_kind else None)
-    for it, paths in sorted(by_kind.get(src_kind, {}).items()) if src_kind else []:
+    for it, paths in sorted(by_kind.get("msprof", {}).items()):
+        for p in paths:
+            ev, pn, tn = _trace(p)
+            overlap += _overlap_events(ev, pn, tn)
+            if src_kind == "msprof":
+                df = _ops_from_hardware(ev, pn, rank, step=it)
+                if len(df):
+                    ops.append(df)
+    for it, paths in sorted(by_kind.get("task_time", {}).items()):
         for p in paths:
             ev, pn, _ = _trace(p)
             df = _ops_from_hardware(ev, pn, rank, step=it)
             if len(df):
                 ops.append(df)
     res["ops"] = pd.concat(ops, ignore_index=True) if ops else None
+    if overlap and res["ref"]:
+        _overlap_reference(res["ref"], res["steps"], overlap)
     for it, paths in sorted(by_kind.get("hccl", {}).items()):
         for p in paths:
             c, li, b = _hccl_iteration(p, rank, it)
@@ -514,7 +555,7 @@ def _parse_timeline_dev(dev_dir: Path) -> dict:
             res["links"] += li
             res["bw"] += b
     if res["comm"] and src_kind == "task_time":
-        # task_time holds only compute tasks: the collectives (hccl_*) join the ops as communication
+        # task_time holds only tasks: the collectives (hccl_*) join the ops as communication
         # kernels so that step breakdowns see them
         kern = pd.DataFrame(
             {
@@ -530,7 +571,100 @@ def _parse_timeline_dev(dev_dir: Path) -> dict:
             }
         )
         res["ops"] = pd.concat([res["ops"], kern], ignore_index=True) if res["ops"] is not None else kern
+    # what this rank was read from, and what it lacks
+    for kind in ("step_trace", "task_time", "msprof", "hccl"):
+        if kind in by_kind:
+            res["inputs"].append(f"timeline/{kind}_*.json ({len(by_kind[kind])} iterations)")
+            missing = [i for i in iterations if i not in by_kind[kind]]
+            if missing:
+                res["warnings"].append(f"{where}: no {kind}_*_{{iteration}}.json for iteration(s) "
+                                       f"{_ranges(missing)}: {_LOST[kind]} there")
+    if "step_trace" not in by_kind:
+        res["warnings"].append(f"{where}: no step_trace_*.json: {_LOST['step_trace']}")
+    if src_kind is None:
+        res["warnings"].append(f"{where}: neither task_time_*.json nor msprof_*.json: {_LOST['task_time']}")
+    has_hccl_tasks = res["ops"] is not None and (res["ops"]["category"] == "communication_task").any()
+    if "hccl" not in by_kind and (has_hccl_tasks or "hccl" in _kinds_of_siblings(dev_dir)):
+        res["warnings"].append(f"{where}: no hccl_*.json: {_LOST['hccl']}")
     return res
+
+
+#: what a rank loses without each timeline kind
+_LOST = {
+    "step_trace": "step windows and the profiler's breakdown unknown",
+    "task_time": "no op data (computing unknown)",
+    "msprof": "no op data and no Overlap Analysis (computing unknown)",
+    "hccl": "collectives (time split, sizes, links) unknown",
+}
+
+
+def _kinds_of_siblings(dev_dir: Path) -> set[str]:
+    """Timeline kinds the other device_N folders of the same job (or of sibling PROF_* jobs) hold."""
+    kinds: set[str] = set()
+    job = dev_dir.parent
+    for d in [*job.iterdir(), *[x for j in job.parent.iterdir() if j.is_dir() and j != job for x in j.iterdir()]]:
+        if d.is_dir() and d != dev_dir and d.name.startswith("device_") and (d / "timeline").is_dir():
+            for p in (d / "timeline").iterdir():
+                m = _TL_RX.match(p.name)
+                if m:
+                    kinds.add(m.group(1))
+    return kinds
+
+
+def _ranges(nums: list[int]) -> str:
+    out, start, prev = [], None, None
+    for n in sorted(nums):
+        if start is None:
+            start = prev = n
+        elif n == prev + 1:
+            prev = n
+        else:
+            out.append(f"{start}-{prev}" if prev != start else str(start))
+            start = prev = n
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev != start else str(start))
+    return ", ".join(out)
+
+
+#: threads of the profiler's "Overlap Analysis" process -> reference breakdown columns
+OVERLAP_THREADS = {"Computing": "computing_us", "Communication": "communication_us",
+                   "Communication(Not Overlapped)": "communication_not_overlapped_us", "Free": "overlap_free_us"}
+
+
+def _overlap_events(ev, pn, tn) -> list[tuple[str, float, float]]:
+    """(reference column, ts, dur) of the profiler's own Overlap Analysis events."""
+    pids = {p for p, n in pn.items() if n == "Overlap Analysis"}
+    out = []
+    for e in ev:
+        if e.get("pid") in pids:
+            col = OVERLAP_THREADS.get(str(tn.get((e.get("pid"), e.get("tid")), "")))
+            if col:
+                out.append((col, float(e["ts"]), float(e["dur"])))
+    return out
+
+
+def _overlap_reference(ref: list[dict], steps: list[dict], overlap) -> None:
+    """Add the profiler's Overlap Analysis sums per step window to `ref` (in place):
+    computing, communication, communication not overlapped (sums of the profiler's own merged
+    intervals), overlapped = communication - not overlapped, free = step - computing - not overlapped
+    (the step window includes the gap between iterations)."""
+    win = sorted((s["start_us"], s["end_us"], s["step"]) for s in steps)
+    starts = np.array([w[0] for w in win])
+    sums: dict[int, dict[str, float]] = {}
+    for col, ts, dur in overlap:
+        i = int(np.searchsorted(starts, ts, side="right")) - 1
+        if i < 0 or ts >= win[i][1]:
+            continue
+        d = sums.setdefault(win[i][2], {})
+        d[col] = d.get(col, 0.0) + dur
+    for r in ref:
+        d = sums.get(r["step"])
+        if not d:
+            continue
+        for col in OVERLAP_THREADS.values():
+            r[col] = d.get(col, 0.0)
+        r["overlapped_us"] = r["communication_us"] - r["communication_not_overlapped_us"]
+        r["free_us"] = r["step_us"] - r["computing_us"] - r["communication_not_overlapped_us"]
 
 
 def parse(path) -> Profile:
@@ -604,9 +738,13 @@ def _assemble(path: Path, parts: list[dict], units: list[Path]) -> Profile:
         ),
         RANKS,
     )
+    ranks["inputs"] = [", ".join(p.get("inputs") or [Path(f).name for fs in p["meta"].get("files", {}).values() for f in fs])
+                       for p in parts]
     meta = {"producer": "msprof", "rank_meta": {str(p["rank"]): p["meta"] for p in parts}}
     dinfo = next((p["meta"].get("device_info") for p in parts if p["meta"].get("device_info")), None)
     if dinfo and dinfo.get("npu"):
         meta["npu"] = dinfo["npu"]
-    return Profile(source=SOURCE, path=str(path), ranks=ranks, steps=steps, ops=ops, comm_ops=comm,
+    prof = Profile(source=SOURCE, path=str(path), ranks=ranks, steps=steps, ops=ops, comm_ops=comm,
                    comm_bandwidth=bw, links=links, reference_breakdown=ref, meta=meta)
+    prof.warnings = [w for p in parts for w in p.get("warnings", [])]  # Profile.warnings
+    return prof
