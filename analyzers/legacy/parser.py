@@ -318,11 +318,15 @@ def parse(path) -> Profile:
         mode, stages, world = m.group(1), int(m.group(2)), int(m.group(3))
         meta["parallel_mode"] = mode
         if mode == "pipeline-parallel" and stages >= 1:
-            # MindSpore numbers pipeline stages by consecutive blocks of world / stages ranks
-            per_stage = max(world // stages, 1)
-            stage_of[rank] = rank // per_stage
             meta["stage_num"] = stages
         pipe_l.append(_read_pipeline(p, rank))
+    if meta.get("stage_num") and world:
+        # the layout is the cluster's: MindSpore numbers pipeline stages by consecutive blocks of
+        # world / stages ranks, also for a rank whose own cluster file is missing
+        per_stage = max(world // meta["stage_num"], 1)
+        for rank in ranks:
+            if rank < world:
+                stage_of[rank] = rank // per_stage
     for rank, p in found["profiler_info"].items():
         info = _read_json(p)
         meta.setdefault("profiler_info", {})[str(rank)] = info
@@ -380,6 +384,8 @@ def parse(path) -> Profile:
         comm["group"] = comm["rank"].map(lambda r: _group_label(r, stage_of)) if stage_of else ""
         p2p = comm["op_type"].isin(["send", "recv"])
         comm.loc[p2p, "group"] = "p2p"
+        gs = comm["group_size"] if "group_size" in comm.columns else pd.Series(np.nan, index=comm.index)
+        comm["group_size"] = gs.astype("Float64").mask(p2p, 2)  # point to point: two ranks
         comm = conform(comm, COMM_OPS).sort_values(["rank", "step", "start_us"], kind="stable").reset_index(drop=True)
     else:
         comm = empty(COMM_OPS)
