@@ -473,6 +473,8 @@ def _missing_files(found: dict, ranks: list[int], trace: pd.DataFrame | None) ->
             evidence = sorted(have)
             if kind == "hccl" and trace is not None and (trace["rank"] == r).any():
                 evidence = evidence or ["its step trace lists collectives"]
+            if kind == "timeline" and r in found["framework"]:
+                evidence = evidence or [f"{found['framework'][r].name} is there"]
             if not evidence:
                 continue
             others = ", ".join(map(str, evidence[:6])) + (" ..." if len(evidence) > 6 else "")
