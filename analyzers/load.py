@@ -25,6 +25,7 @@ from typing import Callable
 
 import pandas as pd
 
+from analyzers.parallel_groups import group_ranks
 from analyzers.schema import TABLES, Profile, conform
 from perfbench.errors import ProfileFormatError, UserError
 
@@ -250,9 +251,9 @@ def _fill_group_sizes(p: Profile) -> None:
     if co is None or not len(co):
         return
     sizes: dict[str, int] = {}
-    for g, ranks in (p.meta.get("parallel_groups") or {}).items():
-        if ranks:
-            sizes[str(g)] = len(ranks)
+    for g, entry in (p.meta.get("parallel_groups") or {}).items():
+        if group_ranks(entry):
+            sizes[str(g)] = len(group_ranks(entry))
     if p.links is not None and len(p.links):
         lk = p.links[p.links["group"].astype(str) != ""]
         for g, sub in lk.groupby(lk["group"].astype(str)):

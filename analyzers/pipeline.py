@@ -15,9 +15,9 @@ Two sources:
 * **profiler breakdown** (Ascend `step_trace_time` Stage/Bubble columns, legacy MindSpore
   `ascend_cluster_analyse_pipeline-parallel_*` stage_time/receive_alone_time), read from
   `profile.reference_breakdown` (`stage_us`, `bubble_us`, or the raw `Stage`/`Bubble`):
-  `window = stage time`, `bubble = bubble time`. The stage of each rank comes from `profile.ranks`,
-  else from a pipeline group in `meta["parallel_groups"]` (i-th lowest rank = stage i), else from S
-  and MindSpore's contiguous layout (stage = rank // (world / S)).
+  `window = stage time`, `bubble = bubble time`. The stage of each rank comes from
+  `analyzers.parallel_groups.stage_of_rank` (profiler files, strategy, pp groups, distributed_args,
+  stage count), else from S in the run config and MindSpore's contiguous layout (stage = rank // (world / S)).
 
 With a run_config, span steps before `train.warmup_steps` (compilation) are left out.
 S and M come from `config` (a run_config dict: `parallel.pipeline_stages`, `parallel.micro_batches`,
@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 import pandas as pd
+
+from analyzers.parallel_groups import stage_of_rank
 
 #: span kinds that count as a stage doing useful work
 COMPUTE_KINDS = ("forward", "backward")
@@ -177,17 +179,10 @@ def _from_profile(profile, config: dict | None) -> pd.DataFrame | None:
     df = df[df["window_us"] > 0]
     if df.empty:
         return None
-    ranks = getattr(profile, "ranks", None)
-    stage_of: dict = {}
-    if ranks is not None and len(ranks) and "stage" in ranks.columns:
-        for r, s in zip(ranks["rank"], ranks["stage"]):
-            if pd.notna(s):
-                stage_of[int(r)] = int(s)
     meta = getattr(profile, "meta", {}) or {}
-    if not stage_of and meta.get("stage_of_rank"):
-        stage_of = {int(k): int(v) for k, v in meta["stage_of_rank"].items()}
-    if not stage_of:
-        stage_of = _stages_from_groups(meta, df["rank"].astype(int).unique(), _cfg(config, "pipeline_stages"))
+    stage_of, _ = stage_of_rank(profile)
+    if not stage_of and _cfg(config, "pipeline_stages"):
+        stage_of, _ = stage_of_rank(_WithStages(profile, _cfg(config, "pipeline_stages")))
     if not stage_of:
         return None
     df["stage"] = df["rank"].astype(int).map(stage_of)
@@ -217,24 +212,12 @@ def _from_profile(profile, config: dict | None) -> pd.DataFrame | None:
     return out[PIPELINE_COLUMNS]
 
 
-def _stages_from_groups(meta: dict, ranks, stages: int | None) -> dict[int, int]:
-    """Stage of each rank from the parallel groups in the profiler metadata: in a pipeline group
-    (name containing "pp" or "pipeline") the i-th lowest global rank runs stage i. Without such a
-    group but with S known, MindSpore's layout: stage = rank // (world / S)."""
-    out: dict[int, int] = {}
-    for name, members in (meta.get("parallel_groups") or {}).items():
-        low = str(name).lower()
-        if ("pp" in low.replace("_", " ").split() or "pipeline" in low or low.startswith("pp") or low.endswith("pp")) and members:
-            for i, r in enumerate(sorted(int(m) for m in members)):
-                out.setdefault(r, i)
-    if out:
-        return out
-    stages = stages or meta.get("stage_num")
-    world = meta.get("world_size") or (max(ranks) + 1 if len(ranks) else None)
-    if stages and world and int(stages) > 1 and world % int(stages) == 0:
-        per = world // int(stages)
-        return {int(r): int(r) // per for r in ranks}
-    return {}
+class _WithStages:
+    """The profile with the run config's stage count as the profiler's (MindSpore's contiguous layout)."""
+
+    def __init__(self, profile, stages: int):
+        self.ranks = profile.ranks
+        self.meta = {**(getattr(profile, "meta", {}) or {}), "stage_num": stages}
 
 
 def pipeline_bubbles(profile_or_none, spans: pd.DataFrame | None, config: dict | None) -> pd.DataFrame | None:

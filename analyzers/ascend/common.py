@@ -154,18 +154,11 @@ def rank_info(rank_dir: Path) -> dict:
     return info
 
 
-def parallel_groups(metadata: dict) -> dict[str, list[int]]:
-    """group name -> global ranks, from profiler_metadata.json parallel_group_info."""
-    out = {}
-    pgi = (metadata or {}).get("parallel_group_info") or {}
-    if isinstance(pgi, dict):
-        for gid, g in pgi.items():
-            if isinstance(g, dict):
-                ranks = g.get("global_ranks") or []
-                name = str(g.get("group_name") or gid)
-                out[str(gid)] = list(ranks)
-                out[name] = list(ranks)
-    return out
+def parallel_groups(metadata: dict) -> dict:
+    """Parallel groups from profiler_metadata.json (analyzers.parallel_groups.groups_from_metadata)."""
+    from analyzers.parallel_groups import groups_from_metadata
+
+    return groups_from_metadata(metadata)
 
 
 # ---- op classification -------------------------------------------------------------------------

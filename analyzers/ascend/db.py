@@ -25,6 +25,7 @@ import pandas as pd
 
 from analyzers.ascend.common import OUTPUT_DIR, comm_op_type, device_step_windows, parallel_groups, rank_info, step_of
 from analyzers.ascend.text import DTYPE_BYTES
+from analyzers.parallel_groups import add_db_meta
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -90,9 +91,11 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
     info = rank_info(rank_dir)
     meta: dict = {"format": "ascend-db", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
                   "parallel_groups": parallel_groups(info.get("metadata", {})),
+                  "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
                   "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu"}
     with open_db(dbp) as con:
         t = _tables(con)
+        add_db_meta(meta, con)  # parallel_group_info / distributed_args rows of META_DATA
         for need in ("TASK", "STRING_IDS"):
             if need not in t:
                 raise ProfileFormatError(dbp, f"missing required table {need}")

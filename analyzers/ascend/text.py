@@ -63,7 +63,8 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     info = rank_info(rank_dir)
     r = info["rank"] if info["rank"] is not None else (rank if rank is not None else 0)
     meta: dict = {"format": "ascend-text", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
-                  "parallel_groups": parallel_groups(info.get("metadata", {}))}
+                  "parallel_groups": parallel_groups(info.get("metadata", {})),
+                  "distributed_args": (info.get("metadata") or {}).get("distributed_args")}
     for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
         if k in info:
             meta[k] = info[k]

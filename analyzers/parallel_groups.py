@@ -1,0 +1,331 @@
+"""Parallel groups (dp / pp / tp / ep / cp ... with their global ranks), pipeline stages, and global
+ranks on communication-matrix links.
+
+One structure, in `Profile.meta["parallel_groups"]`:
+
+    {group name: {"ranks": [global ranks, sorted], "kind": "dp"|"pp"|"tp"|"ep"|"cp"|"stage"|None,
+                  "source": where it was read, "label": the framework's name (pg_name), "stage": i (kind "stage")}}
+
+The group name is the one the communication files use (`communication.json` keys `op@GROUP`,
+`analysis.db` `group_name`): torch_npu hashes the process-group id with msprof-analyze's `double_hash`,
+so an entry is stored under the hashed id, the raw id and the framework's label alike. Readers:
+
+* `groups_from_metadata(profiler_metadata.json)` - `parallel_group_info` {group id: {"group_name",
+  "global_ranks"}} (torch_npu); `distributed_args` (Megatron sizes) is kept apart, see `stage_of_rank`.
+* `groups_from_db_meta(con)` - the same two keys in the profiler db's `META_DATA` table.
+* `groups_from_communication_group(communication_group.json)` - msprof-analyze's cluster output
+  (`comm_group_parallel_info`: group_name, pg_name, rank_set in global ranks).
+* `groups_from_strategy(parallel_strategy_*.json)` - MindSpore's `config.stageDevices` (devices of
+  each pipeline stage) -> one "stage" group per stage.
+
+`group_ranks(entry)` accepts both this structure and a bare list of ranks.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+#: words in a group's label that name its kind (first word wins: "dp_cp" is the data-parallel gradient group)
+KIND_WORDS = {"dp": "dp", "data": "dp", "pp": "pp", "pipeline": "pp", "tp": "tp", "tensor": "tp",
+              "ep": "ep", "expert": "ep", "exp": "ep", "cp": "cp", "context": "cp", "stage": "stage"}
+#: Megatron's `distributed_args` keys (msprof-analyze base_recipe_analysis.map_rank_pp_stage)
+PP_SIZE = "pipeline_model_parallel_size"
+
+
+def double_hash(data: str) -> int:
+    """msprof-analyze's `cluster_analyse.common_func.utils.double_hash`: the group name torch_npu writes
+    into the communication files is this hash of the process-group id (two 32-bit polynomial hashes)."""
+    h0 = h1 = 0
+    for ch in str(data):
+        h0 = (h0 * 29 + ord(ch)) & 0xFFFFFFFF
+        h1 = (h1 * 131 + ord(ch)) & 0xFFFFFFFF
+    return (h0 << 32) | h1
+
+
+def kind_of(label) -> str | None:
+    """'dp' | 'pp' | 'tp' | 'ep' | 'cp' | 'stage' from a group label such as 'dp', 'pp_group', 'stage1'; None if unknown."""
+    words = [w for w in re.split(r"[^a-z]+", str(label or "").lower()) if w]
+    return KIND_WORDS.get(words[0]) if words else None
+
+
+def group_ranks(entry) -> list[int]:
+    """The global ranks of a group entry (this module's dict, or a bare list)."""
+    if isinstance(entry, dict):
+        entry = entry.get("ranks") or []
+    try:
+        return sorted(int(r) for r in entry or [])
+    except (TypeError, ValueError):
+        return []
+
+
+def _entry(ranks, kind, source, label=None, **extra) -> dict:
+    return {"ranks": group_ranks(list(ranks)), "kind": kind, "source": source, "label": label, **extra}
+
+
+def _from_group_info(pgi, source: str) -> dict:
+    out: dict = {}
+    if isinstance(pgi, str):
+        try:
+            pgi = json.loads(pgi)
+        except ValueError:
+            try:
+                pgi = ast.literal_eval(pgi)
+            except (ValueError, SyntaxError):
+                return out
+    if not isinstance(pgi, dict):
+        return out
+    for gid, g in pgi.items():
+        if not isinstance(g, dict) or not isinstance(g.get("global_ranks"), list):
+            continue
+        label = g.get("group_name") or None
+        e = _entry(g["global_ranks"], kind_of(label), source, label)
+        for key in {str(double_hash(str(gid))), str(gid), *([str(label)] if label else [])}:
+            out[key] = e
+    return out
+
+
+def groups_from_metadata(metadata: dict | None) -> dict:
+    """Groups from a profiler_metadata.json document (its `parallel_group_info`)."""
+    return _from_group_info((metadata or {}).get("parallel_group_info"), "profiler_metadata")
+
+
+def db_meta(con) -> dict:
+    """`parallel_group_info` and `distributed_args` from a profiler db's META_DATA table (as parsed JSON)."""
+    try:
+        rows = con.execute("SELECT name, value FROM META_DATA WHERE name IN "
+                           "('parallel_group_info', 'distributed_args')").fetchall()
+    except Exception:  # noqa: BLE001 - no META_DATA table (older exports): nothing to read
+        return {}
+    out = {}
+    for name, value in rows:
+        try:
+            out[name] = json.loads(value)
+        except (TypeError, ValueError):
+            try:
+                out[name] = ast.literal_eval(value)
+            except (ValueError, SyntaxError):
+                continue
+    return out
+
+
+def groups_from_db_meta(con) -> dict:
+    """Groups from the profiler db's META_DATA `parallel_group_info` row."""
+    return _from_group_info(db_meta(con).get("parallel_group_info"), "db META_DATA")
+
+
+def add_db_meta(meta: dict, con) -> None:
+    """Merge a profiler db's META_DATA groups and distributed_args into a rank's Profile.meta."""
+    dbm = db_meta(con)
+    meta["parallel_groups"] = dict(meta.get("parallel_groups") or {})
+    meta["parallel_groups"].update(_from_group_info(dbm.get("parallel_group_info"), "db META_DATA"))
+    if isinstance(dbm.get("distributed_args"), dict):
+        meta["distributed_args"] = meta.get("distributed_args") or dbm["distributed_args"]
+
+
+def groups_from_communication_group(path) -> dict:
+    """Groups from msprof-analyze's communication_group.json (`comm_group_parallel_info`, else the
+    bare `collective` / `p2p` rank lists, named by position)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    out: dict = {}
+    for g in doc.get("comm_group_parallel_info") or []:
+        if not isinstance(g, dict) or not g.get("group_name"):
+            continue
+        label = g.get("pg_name") or None
+        out[str(g["group_name"])] = _entry(g.get("rank_set") or [], kind_of(label), "communication_group", label,
+                                           type=g.get("type"))
+    return out
+
+
+def groups_from_strategy(paths) -> dict:
+    """One "stage" group per pipeline stage from MindSpore parallel_strategy_*.json (`config.stageDevices`:
+    for each stage, `dim` lists its device ranks)."""
+    out: dict = {}
+    for p in paths:
+        try:
+            cfg = json.loads(Path(p).read_text()).get("config") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        for i, st in enumerate(cfg.get("stageDevices") or []):
+            dims = st.get("dim") if isinstance(st, dict) else None
+            try:
+                ranks = [int(d.get("size")) for d in dims or []]
+            except (TypeError, ValueError, AttributeError):
+                continue
+            if ranks:
+                out[f"stage{i}"] = _entry(ranks, "stage", "parallel_strategy", f"stage{i}", stage=i)
+    return out
+
+
+# ---- pipeline stage of each rank ---------------------------------------------------------------
+
+def stage_of_rank(profile) -> tuple[dict[int, int], str | None]:
+    """({global rank: pipeline stage}, source) from, in order: the parser's `ranks.stage` (legacy
+    pipeline files, strategy stageId), "stage" groups (strategy stageDevices), pp groups (the i-th
+    lowest global rank of a pp group runs stage i), Megatron `distributed_args` (stage = rank //
+    (world / pp), as msprof-analyze's map_rank_pp_stage), the profiler's stage count (MindSpore's
+    contiguous layout). ({}, None) when unknown."""
+    ranks_df = getattr(profile, "ranks", None)
+    meta = getattr(profile, "meta", None) or {}
+    ranks = [int(r) for r in ranks_df["rank"]] if ranks_df is not None and len(ranks_df) else []
+    if ranks_df is not None and len(ranks_df) and "stage" in ranks_df.columns and ranks_df["stage"].notna().any():
+        return {int(r): int(s) for r, s in zip(ranks_df["rank"], ranks_df["stage"]) if pd.notna(s)}, "profiler files"
+    if meta.get("stage_of_rank"):
+        return {int(k): int(v) for k, v in meta["stage_of_rank"].items()}, "profiler files"
+    groups = meta.get("parallel_groups") or {}
+    out: dict[int, int] = {}
+    for e in groups.values():
+        if isinstance(e, dict) and e.get("kind") == "stage" and e.get("stage") is not None:
+            for r in group_ranks(e):
+                out.setdefault(r, int(e["stage"]))
+    if out:
+        return out, "parallel strategy"
+    for e in groups.values():
+        if isinstance(e, dict) and e.get("kind") == "pp":
+            for i, r in enumerate(group_ranks(e)):
+                out.setdefault(r, i)
+    if out:
+        return out, "pp groups"
+    dist = _distributed_args(meta)
+    world = dist.get("world_size") or meta.get("world_size") or _world(ranks_df)
+    pp = dist.get(PP_SIZE)
+    src = "distributed_args"
+    if not pp:
+        pp, src = meta.get("stage_num"), "stage count"
+    try:
+        pp, world = int(pp), int(world)
+    except (TypeError, ValueError):
+        return {}, None
+    if pp > 1 and world % pp == 0:
+        per = world // pp
+        return {r: r // per for r in ranks}, src
+    return {}, None
+
+
+def _distributed_args(meta: dict) -> dict:
+    d = meta.get("distributed_args")
+    if isinstance(d, dict) and d:
+        return d
+    for m in (meta.get("rank_meta") or {}).values():
+        d = (m or {}).get("distributed_args")
+        if isinstance(d, dict) and d:
+            return d
+    return {}
+
+
+def _world(ranks_df) -> int | None:
+    if ranks_df is None or not len(ranks_df) or "world_size" not in ranks_df.columns:
+        return None
+    ws = pd.to_numeric(ranks_df["world_size"], errors="coerce").dropna()
+    return int(ws.max()) if len(ws) else None
+
+
+def rank_stages(profile) -> pd.DataFrame:
+    """Table `rank_stages`: rank, stage (null when unknown), stage_source."""
+    stage_of, src = stage_of_rank(profile)
+    ranks = sorted(int(r) for r in profile.ranks["rank"]) if len(profile.ranks) else sorted(stage_of)
+    return pd.DataFrame({"rank": pd.Series(ranks, dtype="int64"),
+                         "stage": pd.array([stage_of.get(r) for r in ranks], dtype="Int64"),
+                         "stage_source": [src if r in stage_of else None for r in ranks]})
+
+
+# ---- global ranks on links ---------------------------------------------------------------------
+
+def local_to_global(links: pd.DataFrame, groups: dict) -> dict[str, dict[int, int]]:
+    """{group: {local rank: global rank}} as msprof-analyze's comm_matrix_analysis builds it: the
+    group's sorted global ranks (parallel group info) where known, else each reporting rank's own
+    link `i-i` (local i is that rank)."""
+    out: dict[str, dict[int, int]] = {}
+    for name, e in (groups or {}).items():
+        rs = group_ranks(e)
+        if rs:
+            out[str(name)] = dict(enumerate(rs))
+    if links is None or not len(links) or "rank" not in links.columns:
+        return out
+    known = set(out)
+    self_links = links[(links["src"] == links["dst"]) & links["rank"].notna()]
+    for (g, local), sub in self_links.groupby([self_links["group"].astype(str), "src"]):
+        if g in known:
+            continue
+        owners = sub["rank"].dropna().astype(int).unique()
+        if len(owners) == 1:
+            out.setdefault(g, {})[int(local)] = int(owners[0])
+    return {g: m for g, m in out.items() if m}
+
+
+def global_links(links: pd.DataFrame | None, groups: dict) -> pd.DataFrame | None:
+    """`links` with src/dst as global ranks (`src_local`/`dst_local` keep the group-local numbers the
+    profiler wrote); an end that cannot be mapped is null. Groups with no mapping at all (e.g. the
+    legacy MindSpore files, whose links name ranks within an unnamed group) keep their numbers and
+    `global_ranks` False."""
+    if links is None or not len(links):
+        return links
+    df = links.copy()
+    maps = local_to_global(df, groups)
+    g = df["group"].astype(str)
+    src_l = pd.to_numeric(df["src"], errors="coerce")
+    dst_l = pd.to_numeric(df["dst"], errors="coerce")
+    mapped = g.isin(list(maps))
+    src_g = [maps[gg].get(int(s)) if m and pd.notna(s) else (int(s) if pd.notna(s) else None)
+             for gg, s, m in zip(g, src_l, mapped)]
+    dst_g = [maps[gg].get(int(d)) if m and pd.notna(d) else (int(d) if pd.notna(d) else None)
+             for gg, d, m in zip(g, dst_l, mapped)]
+    df["src_local"] = src_l.astype("Int64")
+    df["dst_local"] = dst_l.astype("Int64")
+    df["src"] = pd.array(src_g, dtype="Int64")
+    df["dst"] = pd.array(dst_g, dtype="Int64")
+    df["global_ranks"] = mapped.to_numpy()
+    return df
+
+
+#: msprof-analyze adds only these ops into "Total Op Info" (BaseAnalysis.check_add_op: top/middle/bottom
+#: statistic rows are left out, the per-op-type "total" rows and plain ops are summed)
+_STAT_WORDS = ("middle", "top", "bottom")
+
+
+def link_totals(links: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Per step, group and global src->dst link: msprof-analyze's "Total Op Info" (cluster_communication_matrix.json):
+    sum of transit size and time over the group's ops (statistic rows top/middle/bottom left out),
+    bandwidth = size / time (GB/s = MB/ms). Links whose ends are not known as global ranks are left out."""
+    if links is None or not len(links) or "src" not in links.columns:
+        return None
+    df = links.dropna(subset=["src", "dst"])
+    names = df["op_name"].astype(str).str.lower()
+    keep = ~names.apply(lambda n: any(w in n for w in _STAT_WORDS))
+    df = df[keep & (names != "total op info")]
+    if df.empty:
+        return None
+    step = df["step"] if "step" in df.columns else pd.Series(pd.NA, index=df.index)
+    df = df.assign(step=pd.to_numeric(step, errors="coerce").fillna(-1).astype(int),
+                   group=df["group"].astype(str), src=df["src"].astype(int), dst=df["dst"].astype(int),
+                   size_mb=pd.to_numeric(df["size_mb"], errors="coerce").fillna(0.0),
+                   time_ms=pd.to_numeric(df["time_ms"], errors="coerce").fillna(0.0))
+    out = df.groupby(["step", "group", "src", "dst"], as_index=False).agg(
+        transport=("transport", "last"), size_mb=("size_mb", "sum"), time_ms=("time_ms", "sum"), ops=("op_name", "size"))
+    out["bandwidth_gbps"] = np.where(out["time_ms"].abs() > 1e-9, out["size_mb"] / out["time_ms"], 0.0)
+    out["step"] = out["step"].where(out["step"] >= 0).astype("Int64")
+    out.insert(1, "op_name", "Total Op Info")
+    return out
+
+
+# ---- registry entry ----------------------------------------------------------------------------
+
+def analysis(ctx):
+    """Registry entry `parallel_groups`: rank_stages, links with global ranks, link_totals."""
+    from analyzers.registry import Output
+
+    p = ctx.profile
+    groups = (p.meta or {}).get("parallel_groups") or {} if p is not None else {}
+    links = global_links(ctx.table("links"), groups)
+    tables = {"rank_stages": rank_stages(p) if p is not None else None, "link_totals": link_totals(links)}
+    if links is not None:
+        tables["links"] = links
+    return Output(tables=tables)
