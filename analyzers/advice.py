@@ -1,10 +1,13 @@
 """Rule-based tuning advice over the analysis tables.
 
 `advise(tables, summary)` runs every rule in `RULES` and returns one row per finding with columns
-`rule, severity, message, evidence`. `evidence` names the table and the rows/values the finding
+`rule, severity, message, evidence, ranks, stage` (`ranks`: the global ranks the finding concerns, a
+list, empty when it concerns the whole run; `stage`: the pipeline stage, or None). `evidence` names the table and the rows/values the finding
 rests on (e.g. ``comm_ops[rank=3]: wait 12.1 ms / (wait+transit) 30.2 ms = 0.40``), so a reader can
 check it. Severity is ``high`` | ``medium`` | ``low``. A rule whose input table is missing or empty
 says nothing. The thresholds are the module constants below (documented in docs/analyzers.md).
+Rules over the step breakdown leave out ranks marked `consistent = False` (their recomputation from
+the kernels disagrees with the profiler's own numbers, analyzers.breakdown): no advice rests on them.
 """
 
 from __future__ import annotations
@@ -54,7 +57,19 @@ DROPPED_FRACTION = 0.01
 #: step time of one rank more than this much above the median rank (workload steps)
 STEP_TIME_SPREAD = 0.1
 
-ADVICE_COLUMNS = ["rule", "severity", "message", "evidence"]
+#: pipeline stages: max/min of the stages' computing time above this names the slowest stage the bottleneck
+#: (perfbench's choice: 20 % more compute on one stage idles every other stage that long per micro-batch)
+STAGE_IMBALANCE_RATIO = 1.2
+#: ... above this it is high severity
+STAGE_IMBALANCE_HIGH = 1.5
+#: exposed communication counts as "pipeline waiting" when at least this share of it is p2p (send/receive)
+P2P_MAJORITY = 0.5
+#: cross-rank imbalance above this ratio (spread / mean step total; msprof-analyze flags > 0.05) is high severity
+IMBALANCE_HIGH = 0.2
+#: msprof-analyze AicpuChecker._MIN_TASK_DURATION: an AI_CPU task longer than this (us) is worth replacing
+AICPU_MIN_TASK_US = 20.0
+
+ADVICE_COLUMNS = ["rule", "severity", "message", "evidence", "ranks", "stage"]
 
 
 def _t(tables: dict, name: str) -> pd.DataFrame | None:
@@ -104,6 +119,7 @@ def rule_wait_ratio(tables, summary):
         out.append(
             {
                 "rule": "wait_ratio",
+                "ranks": [int(rank)],
                 "severity": "high" if r["ratio"] > WAIT_RATIO_HIGH and big else "medium",
                 "message": (
                     f"Rank {rank} spends {r['ratio']:.0%} of its collective time waiting for peers "
@@ -128,6 +144,7 @@ def rule_slow_rank(tables, summary):
         out.append(
             {
                 "rule": "slow_rank",
+                "ranks": [int(r["rank"])],
                 "severity": "high",
                 "message": (
                     f"Rank {r['rank']} is the rank the others wait for in group '{r['group']}' "
@@ -153,6 +170,7 @@ def rule_slow_link(tables, summary):
         out.append(
             {
                 "rule": "slow_link",
+                "ranks": sorted({int(r["src"]), int(r["dst"])}),
                 "severity": "high" if r["ratio"] < 0.3 else "medium",
                 "message": (
                     f"{r['transport']} {where} reaches {_fmt(r['bandwidth_gbps'])} GB/s, "
@@ -226,6 +244,7 @@ def rule_bandwidth_reference(tables, summary):
             out.append(
                 {
                     "rule": "bandwidth_reference",
+                    "ranks": [int(rank)] if pd.notna(rank) else [],
                     "severity": "medium",
                     "message": (
                         f"Rank {rank} {tr} bandwidth {_fmt(r['bw'])} GB/s is under "
@@ -241,8 +260,16 @@ def rule_bandwidth_reference(tables, summary):
     return out
 
 
+def _trusted(sb: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The step breakdown without the ranks marked inconsistent (None when nothing is left)."""
+    if sb is None or "consistent" not in sb.columns:
+        return sb
+    keep = sb["consistent"].astype("boolean").fillna(True).astype(bool)
+    return sb[keep] if keep.any() else None
+
+
 def _breakdown_share(tables, col):
-    sb = _t(tables, "step_breakdown")
+    sb = _trusted(_t(tables, "step_breakdown"))
     if sb is None or "step_us" not in sb.columns or col not in sb.columns:
         return None
     if not _num(sb, "computing_us").sum() > 0:
@@ -253,6 +280,25 @@ def _breakdown_share(tables, col):
     return float(_num(sb, col).sum() / step), sb
 
 
+def _exposure_split(tables, sb: pd.DataFrame):
+    """(p2p share of the exposed communication, per-rank table with stage) over the trusted ranks, from
+    comm_exposure; (None, None) when the split is unknown."""
+    ex = _t(tables, "comm_exposure")
+    if ex is None:
+        return None, None
+    ex = ex[ex["rank"].isin(sb["rank"].unique())].dropna(subset=["exposed_p2p_us", "exposed_us"])
+    if ex.empty or not ex["exposed_us"].sum() > 0:
+        return None, None
+    # median over steps: the first profiled step often carries compile waits (seconds of receive)
+    per = ex.groupby("rank")[["exposed_us", "exposed_p2p_us"]].median()
+    per["exposed_collective_us"] = per["exposed_us"] - per["exposed_p2p_us"]
+    rs = _t(tables, "rank_stages")
+    stage_of = {int(r): s for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s)} if rs is not None else {}
+    per["stage"] = [stage_of.get(int(r)) for r in per.index]
+    tot = per["exposed_us"].sum()
+    return (float(per["exposed_p2p_us"].sum() / tot) if tot > 0 else None), per
+
+
 def rule_exposed_comm(tables, summary):
     r = _breakdown_share(tables, "communication_not_overlapped_us")
     if r is None:
@@ -260,21 +306,196 @@ def rule_exposed_comm(tables, summary):
     share, sb = r
     if share <= EXPOSED_COMM_SHARE:
         return []
-    return [
-        {
-            "rule": "exposed_communication",
-            "severity": "high" if share > 2 * EXPOSED_COMM_SHARE else "medium",
-            "message": (
-                f"{share:.0%} of step time is communication not hidden behind compute (> {EXPOSED_COMM_SHARE:.0%}): "
-                f"overlap gradient all-reduce with backward, fuse/bucket gradients, compress gradients, or use "
-                f"fewer, larger collectives."
-            ),
-            "evidence": (
-                f"step_breakdown: sum communication_not_overlapped_us "
-                f"{_num(sb, 'communication_not_overlapped_us').sum():.0f} / sum step_us {_num(sb, 'step_us').sum():.0f}"
-            ),
-        }
-    ]
+    p2p, per = _exposure_split(tables, sb)
+    base = (f"step_breakdown: sum communication_not_overlapped_us {_num(sb, 'communication_not_overlapped_us').sum():.0f}"
+            f" / sum step_us {_num(sb, 'step_us').sum():.0f}")
+    sev = "high" if share > 2 * EXPOSED_COMM_SHARE else "medium"
+    if p2p is None:
+        return [{"rule": "exposed_communication", "severity": sev, "ranks": [], "stage": None,
+                 "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
+                             f"{EXPOSED_COMM_SHARE:.0%}); which ops it is (pipeline send/receive or gradient "
+                             f"collectives) is unknown: see comm_types."),
+                 "evidence": base}]
+    split = (f"comm_exposure (median per rank over steps, summed over ranks): pipeline p2p "
+             f"{per['exposed_p2p_us'].sum() / 1000:.2f} ms, collectives {per['exposed_collective_us'].sum() / 1000:.2f} "
+             f"ms ({p2p:.0%} p2p)")
+    bottleneck = _bottleneck_stage(tables)
+    if bottleneck is not None:
+        stage, ratio = bottleneck
+        waiting = per[per["stage"].notna() & (per["stage"] != stage)].sort_values("exposed_us", ascending=False)
+        if len(waiting) and waiting["exposed_us"].sum() >= 0.5 * per["exposed_us"].sum():
+            wp2p = waiting["exposed_p2p_us"].sum() / waiting["exposed_us"].sum() if waiting["exposed_us"].sum() > 0 else 0
+            return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in waiting.index],
+                     "stage": None,
+                     "message": (f"{share:.0%} of step time is exposed communication, most of it on the ranks of the "
+                                 f"faster stages (ranks {', '.join(map(str, waiting.index))}: "
+                                 f"{waiting['exposed_us'].mean() / 1000:.3g} ms per step, {wp2p:.0%} pipeline "
+                                 f"send/receive) while stage {stage} computes {ratio:.1f}x more: they wait for stage "
+                                 f"{stage}. Fix the stage imbalance first (see stage_imbalance); overlapping gradient "
+                                 f"all-reduce would not remove this wait."),
+                     "evidence": f"{base}; {split}"}]
+    if p2p >= P2P_MAJORITY:
+        top = per.sort_values("exposed_p2p_us", ascending=False)
+        worst = top[top["exposed_p2p_us"] >= 0.5 * top["exposed_p2p_us"].iloc[0]]
+        stages = sorted({int(s) for s in worst["stage"] if s is not None and pd.notna(s)})
+        where = (f"stage {stages[0]} (ranks {', '.join(map(str, worst.index))})" if len(stages) == 1
+                 else f"ranks {', '.join(map(str, worst.index))}")
+        return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in worst.index],
+                 "stage": stages[0] if len(stages) == 1 else None,
+                 "message": (f"{share:.0%} of step time is exposed communication and {p2p:.0%} of it is pipeline "
+                             f"send/receive waiting, mostly on {where}: the stages wait for each other, not for "
+                             f"gradients. Balance the work across stages (see stage_imbalance) or use more "
+                             f"micro-batches; overlapping gradient all-reduce would not help."),
+                 "evidence": f"{base}; {split}"}]
+    top = per.sort_values("exposed_collective_us", ascending=False)
+    worst = top[top["exposed_collective_us"] >= 0.5 * top["exposed_collective_us"].iloc[0]]
+    return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in worst.index], "stage": None,
+             "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
+                         f"{EXPOSED_COMM_SHARE:.0%}), {1 - p2p:.0%} of it in collectives (most on ranks "
+                         f"{', '.join(map(str, worst.index))}): overlap gradient all-reduce with backward, "
+                         f"fuse/bucket gradients, compress gradients, or use fewer, larger collectives."),
+             "evidence": f"{base}; {split}"}]
+
+
+def _bottleneck_stage(tables):
+    """(slowest stage, its computing / the least stage's) when above STAGE_IMBALANCE_RATIO, else None."""
+    st = _t(tables, "stages")
+    if st is None:
+        return None
+    st = st.dropna(subset=["computing_ms"])
+    st = st[st["computing_ms"] > 0]
+    if len(st) < 2:
+        return None
+    ratio = st["computing_ms"].max() / st["computing_ms"].min()
+    return (int(st.loc[st["computing_ms"].idxmax(), "stage"]), float(ratio)) if ratio > STAGE_IMBALANCE_RATIO else None
+
+
+def rule_stage_imbalance(tables, summary):
+    """The slowest pipeline stage (by compute) when it computes STAGE_IMBALANCE_RATIO x the least one."""
+    st = _t(tables, "stages")
+    if st is None or len(st) < 2:
+        return []
+    st = st.dropna(subset=["computing_ms"])
+    st = st[st["computing_ms"] > 0]
+    if len(st) < 2:
+        return []
+    hi, lo = st.loc[st["computing_ms"].idxmax()], st.loc[st["computing_ms"].idxmin()]
+    ratio = hi["computing_ms"] / lo["computing_ms"]
+    if ratio <= STAGE_IMBALANCE_RATIO:
+        return []
+    wait = ""
+    sb = _trusted(_t(tables, "step_breakdown"))
+    if sb is not None:
+        _, per = _exposure_split(tables, sb)
+        if per is not None:
+            low = per[per["stage"] == lo["stage"]]
+            if len(low) and low["exposed_us"].mean() > 0:
+                wait = (f" Stage {int(lo['stage'])} spends {low['exposed_us'].mean() / 1000:.3g} ms per step "
+                        f"(median) in exposed communication ({low['exposed_p2p_us'].sum() / low['exposed_us'].sum():.0%} "
+                        f"pipeline send/receive), waiting for it.")
+    ranks = [int(x) for x in str(hi["ranks"]).split(",") if x != ""]
+    return [{
+        "rule": "stage_imbalance",
+        "severity": "high" if ratio > STAGE_IMBALANCE_HIGH else "medium",
+        "ranks": ranks,
+        "stage": int(hi["stage"]),
+        "message": (f"Pipeline stage {int(hi['stage'])} is the bottleneck: stage {int(hi['stage'])} computes "
+                    f"{ratio:.1f}x more than stage {int(lo['stage'])} ({hi['computing_ms']:.3g} vs "
+                    f"{lo['computing_ms']:.3g} ms per step).{wait} Move layers off stage {int(hi['stage'])} (rebalance "
+                    f"the layer split) or use more micro-batches."),
+        "evidence": (f"stages[stage={int(hi['stage'])}, ranks {hi['ranks']}]: computing_ms {hi['computing_ms']:.3f}; "
+                     f"stages[stage={int(lo['stage'])}, ranks {lo['ranks']}]: computing_ms {lo['computing_ms']:.3f}; "
+                     f"ratio {ratio:.3f} > {STAGE_IMBALANCE_RATIO}"),
+    }]
+
+
+_IMBALANCE_TEXT = {
+    "computing": ("Rank {max_rank} computes {spread} ms more per step than rank {min_rank} in {group} ({max} vs {min} "
+                  "ms): the other ranks of the group wait for it. Check its data shard / sequence lengths, device "
+                  "frequency and host interference."),
+    "communication": ("In {group}, rank {max_rank} spends {max} ms per step in exposed communication and rank "
+                      "{min_rank} only {min} ms (spread {spread} ms): the ranks wait for a late rank, most likely "
+                      "rank {min_rank} (it waits least). Look at what delays it (compute, host, data)."),
+    "free": ("In {group}, rank {max_rank} idles {max} ms per step and rank {min_rank} {min} ms (spread {spread} ms): "
+             "host-side delay on rank {max_rank} (data loading, op dispatch, Python, other processes)."),
+}
+
+
+def rule_rank_imbalance(tables, summary):
+    """msprof-analyze's slow-rank rule per parallel group (analyzers.imbalance)."""
+    ri = _t(tables, "rank_imbalance")
+    if ri is None or "flagged" not in ri.columns:
+        return []
+    out = []
+    for _, r in ri[ri["flagged"].astype(bool)].iterrows():
+        group = "all ranks" if r["group"] == "all" else f"group {r['group']}"
+        stage = int(str(r["group"]).split()[-1]) if r["kind"] == "stage" else None
+        out.append({
+            "rule": "rank_imbalance",
+            "severity": "high" if r["ratio"] > IMBALANCE_HIGH else "medium",
+            "ranks": [int(r["max_rank"]), int(r["min_rank"])],
+            "stage": stage,
+            "message": _IMBALANCE_TEXT[r["dimension"]].format(
+                group=group, max_rank=int(r["max_rank"]), min_rank=int(r["min_rank"]), spread=f"{r['spread_ms']:.3f}",
+                max=f"{r['max_ms']:.3f}", min=f"{r['min_ms']:.3f}"),
+            "evidence": (f"rank_imbalance[group={r['group']}, dimension={r['dimension']}]: rank {int(r['max_rank'])} "
+                         f"{r['max_ms']:.3f} ms - rank {int(r['min_rank'])} {r['min_ms']:.3f} ms = {r['spread_ms']:.3f} ms "
+                         f"/ mean step total {r['mean_total_ms']:.3f} ms = {r['ratio']:.3f} > {0.05} "
+                         f"(msprof-analyze slow-rank rule)"),
+        })
+    return out
+
+
+def rule_aicpu_ops(tables, summary):
+    """AI_CPU kernels longer than AICPU_MIN_TASK_US (msprof-analyze AicpuChecker)."""
+    k = _t(tables, "ops_for_checks")
+    if k is None or "core_type" not in k.columns:
+        return []
+    ai = k[k["core_type"].astype(str).str.upper().isin(["AI_CPU", "AICPU"])]
+    long = ai[_num(ai, "dur_us") > AICPU_MIN_TASK_US]
+    if long.empty:
+        return []
+    comp = k[k["category"].astype(str) == "compute"] if "category" in k.columns else k
+    share = long["dur_us"].sum() / comp["dur_us"].sum() if comp["dur_us"].sum() > 0 else math.nan
+    types = long.groupby(long["type"].astype(str))["dur_us"].sum().sort_values(ascending=False).head(5)
+    return [{
+        "rule": "aicpu_ops",
+        "severity": "high" if share > 0.05 else "medium",
+        "ranks": sorted(int(x) for x in long["rank"].unique()),
+        "stage": None,
+        "message": (f"{len(long)} AI_CPU kernels run longer than {AICPU_MIN_TASK_US:.0f} us ({long['dur_us'].sum() / 1000:.2f} ms, "
+                    f"{share:.1%} of compute time), led by {', '.join(types.index)}: AI_CPU ops are slow and "
+                    f"serialize with the AI Core; change the data type (e.g. int64/double -> int32/float) or the "
+                    f"code so an AI Core kernel is used."),
+        "evidence": (f"ops[core_type=AI_CPU, dur_us > {AICPU_MIN_TASK_US}]: {len(long)} of {len(ai)} AI_CPU ops; "
+                     + "; ".join(f"{t} {v / 1000:.3f} ms" for t, v in types.items())),
+    }]
+
+
+def rule_dynamic_shape(tables, summary):
+    """Every operator with a known OP State is dynamic (msprof-analyze DynamicShapeChecker)."""
+    k = _t(tables, "ops_for_checks")
+    if k is None or "OP State" not in k.columns:
+        return []
+    out = []
+    for rank, g in k.groupby("rank"):
+        st = g["OP State"].dropna().astype(str).str.lower()
+        st = st[st.isin(["dynamic", "static"])]
+        if len(st) and (st == "dynamic").all():
+            out.append(int(rank))
+    if not out:
+        return []
+    n = int(k["OP State"].astype(str).str.lower().eq("dynamic").sum())
+    return [{
+        "rule": "dynamic_shape",
+        "severity": "medium",
+        "ranks": out,
+        "stage": None,
+        "message": (f"All operators are compiled for dynamic shapes on ranks {', '.join(map(str, out))}: each launch "
+                    f"pays shape inference and kernel selection. For static shapes disable JIT compile "
+                    f"(torch_npu.npu.set_compile_mode(jit_compile=False)) or pad inputs to fixed buckets."),
+        "evidence": f"ops['OP State']: {n} ops 'dynamic', 0 'static' on ranks {', '.join(map(str, out))}",
+    }]
 
 
 def rule_free_time(tables, summary):
@@ -317,6 +538,7 @@ def rule_pipeline_bubble(tables, summary):
         out.append(
             {
                 "rule": "pipeline_bubble",
+                "stage": int(stage),
                 "severity": "medium",
                 "message": (
                     f"Pipeline stage {stage} is idle {r['frac']:.0%} of the pipeline window ({ideal_txt}): "
@@ -374,6 +596,7 @@ def rule_step_spread(tables, summary):
             out.append(
                 {
                     "rule": "step_time_spread",
+                    "ranks": [int(rank)],
                     "severity": "medium",
                     "message": f"Rank {rank}'s median step time {v:.4f} s is {v / med - 1:.0%} above the ranks' median {med:.4f} s.",
                     "evidence": f"workload_steps[rank={rank}]: median step_time_s {v:.4f}",
@@ -383,6 +606,8 @@ def rule_step_spread(tables, summary):
 
 
 RULES = [
+    rule_stage_imbalance,
+    rule_rank_imbalance,
     rule_slow_rank,
     rule_wait_ratio,
     rule_slow_link,
@@ -393,6 +618,8 @@ RULES = [
     rule_pipeline_bubble,
     rule_expert_balance,
     rule_step_spread,
+    rule_aicpu_ops,
+    rule_dynamic_shape,
 ]
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -402,10 +629,12 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
     """Run every rule; one row per finding (rule, severity, message, evidence), most severe first."""
     rows: list[dict] = []
     for rule in RULES:
-        rows += rule(tables or {}, summary or {})
+        for row in rule(tables or {}, summary or {}):
+            rows.append({"ranks": [], "stage": None, **row})
     df = pd.DataFrame(rows, columns=ADVICE_COLUMNS)
     if df.empty:
         return df
+    df["stage"] = pd.array([None if s is None or pd.isna(s) else int(s) for s in df["stage"]], dtype="Int64")
     df["_o"] = df["severity"].map(_ORDER)
     return df.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
 
@@ -414,4 +643,5 @@ def analysis(ctx):
     """Registry entry `advice` (runs last: reads every table and metric before it)."""
     from analyzers.registry import Output
 
-    return Output(tables={"advice": advise(dict(ctx.tables, workload_steps=ctx.table("workload_steps")), ctx.metrics)})
+    return Output(tables={"advice": advise(dict(ctx.tables, workload_steps=ctx.table("workload_steps"),
+                                                ops_for_checks=ctx.table("ops")), ctx.metrics)})

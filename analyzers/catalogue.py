@@ -96,6 +96,18 @@ _ALL = [
     Metric("bubble_fraction", "bubble", "share", "lower",
            "pipeline bubble / step time, mean over stages (analyzers.pipeline; from the workload's spans "
            "on CPU, the step trace's Bubble on Ascend)", "pct", "mean over stages and steps", kind="share"),
+    Metric("stage_compute_imbalance", "stage imbalance", "ratio", "lower",
+           "max over pipeline stages / min over stages of the stage's computing time (stage: mean over its "
+           "ranks of the rank's mean computing_us per step; ranks marked inconsistent left out; "
+           "analyzers.stages); 1.0 = balanced, null without two stages", "num", "one value per run"),
+    Metric("exposed_p2p_s", "exposed p2p ms", "s", "lower",
+           "per rank and step: the part of communication_not_overlapped during which a pipeline point-to-point "
+           "op (send, receive, batchSendRecv, Receive-opN) runs (op timeline; else the step trace's "
+           "Communication(Not Overlapped) - Communication(Not Overlapped and Exclude Receive); "
+           "analyzers.comm_exposure)", "ms", "mean over ranks and steps"),
+    Metric("exposed_collective_s", "exposed coll ms", "s", "lower",
+           "per rank and step: communication_not_overlapped minus exposed_p2p (gradient and other "
+           "collectives; analyzers.comm_exposure)", "ms", "mean over ranks and steps"),
     Metric("expert_load_cv", "expert cv", "ratio", "lower",
            "coefficient of variation (std / mean) of tokens routed per expert, mean over MoE layers and "
            "measured steps", "num", "mean over layers and steps"),

@@ -15,7 +15,8 @@ different stages would flag the pipeline layout itself (see analyzers.stages for
 
 Table `rank_imbalance`, one row per group and dimension: group, kind, ranks, dimension, max_rank,
 max_ms, min_rank, min_ms, spread_ms, mean_total_ms, ratio, flagged. Ranks marked inconsistent are
-left out (`excluded_ranks`).
+left out (`excluded_ranks`). A dimension the profiler did not write (e.g. Free in MindSpore's legacy
+cluster files) is not compared, and the denominator is then the mean step time.
 """
 
 from __future__ import annotations
@@ -69,18 +70,25 @@ def rank_imbalance(sb: pd.DataFrame | None, groups: dict | None, rank_stages: pd
     if sb is None or not len(sb):
         return None
     good, bad = trusted_ranks(sb)
-    cols = [c for c in DIMENSIONS.values() if c in good.columns]
-    if len(cols) < len(DIMENSIONS):
+    cols = [c for c in DIMENSIONS.values() if c in good.columns and pd.to_numeric(good[c], errors="coerce").notna().any()]
+    if not cols:
         return None
-    per = good.assign(rank=good["rank"].astype(int)).groupby("rank")[cols].mean()
-    per = per.dropna()
+    good = good.assign(rank=good["rank"].astype(int))
+    per = good.groupby("rank")[cols + (["step_us"] if "step_us" in good.columns else [])].mean()
+    per = per.dropna(subset=cols)
     if len(per) < 2:
+        return None
+    # msprof-analyze's denominator: computing + communication(not overlapped) + free; the step time when a part is unknown
+    total = per[cols].sum(axis=1) if len(cols) == len(DIMENSIONS) else per.get("step_us")
+    if total is None:
         return None
     rows = []
     for name, kind, members in comparison_groups(list(per.index), groups or {}, rank_stages):
         g = per.loc[members]
-        mean_total = float(g[cols].sum(axis=1).mean())
+        mean_total = float(total.loc[members].mean())
         for dim, col in DIMENSIONS.items():
+            if col not in cols:
+                continue
             v = g[col]
             spread = float(v.max() - v.min())
             ratio = spread / mean_total if mean_total > 0 else float("nan")

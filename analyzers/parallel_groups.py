@@ -167,15 +167,23 @@ def groups_from_strategy(paths) -> dict:
 
 # ---- pipeline stage of each rank ---------------------------------------------------------------
 
-def stage_of_rank(profile) -> tuple[dict[int, int], str | None]:
+def _kind(name, entry) -> str | None:
+    return entry.get("kind") if isinstance(entry, dict) else kind_of(name)
+
+
+def stage_of_rank(profile, ranks: list[int] | None = None) -> tuple[dict[int, int], str | None]:
     """({global rank: pipeline stage}, source) from, in order: the parser's `ranks.stage` (legacy
     pipeline files, strategy stageId), "stage" groups (strategy stageDevices), pp groups (the i-th
     lowest global rank of a pp group runs stage i), Megatron `distributed_args` (stage = rank //
     (world / pp), as msprof-analyze's map_rank_pp_stage), the profiler's stage count (MindSpore's
-    contiguous layout). ({}, None) when unknown."""
+    contiguous layout). `ranks`: the ranks to place when the profile's rank table is empty. ({}, None)
+    when unknown."""
     ranks_df = getattr(profile, "ranks", None)
     meta = getattr(profile, "meta", None) or {}
-    ranks = [int(r) for r in ranks_df["rank"]] if ranks_df is not None and len(ranks_df) else []
+    if ranks_df is not None and len(ranks_df):
+        ranks = [int(r) for r in ranks_df["rank"]]
+    else:
+        ranks = sorted({int(r) for r in ranks or []})
     if ranks_df is not None and len(ranks_df) and "stage" in ranks_df.columns and ranks_df["stage"].notna().any():
         return {int(r): int(s) for r, s in zip(ranks_df["rank"], ranks_df["stage"]) if pd.notna(s)}, "profiler files"
     if meta.get("stage_of_rank"):
@@ -188,14 +196,14 @@ def stage_of_rank(profile) -> tuple[dict[int, int], str | None]:
                 out.setdefault(r, int(e["stage"]))
     if out:
         return out, "parallel strategy"
-    for e in groups.values():
-        if isinstance(e, dict) and e.get("kind") == "pp":
+    for name, e in groups.items():
+        if _kind(name, e) == "pp":
             for i, r in enumerate(group_ranks(e)):
                 out.setdefault(r, i)
     if out:
         return out, "pp groups"
     dist = _distributed_args(meta)
-    world = dist.get("world_size") or meta.get("world_size") or _world(ranks_df)
+    world = dist.get("world_size") or meta.get("world_size") or _world(ranks_df) or (max(ranks) + 1 if ranks else None)
     pp = dist.get(PP_SIZE)
     src = "distributed_args"
     if not pp:

@@ -180,9 +180,10 @@ def _from_profile(profile, config: dict | None) -> pd.DataFrame | None:
     if df.empty:
         return None
     meta = getattr(profile, "meta", {}) or {}
-    stage_of, _ = stage_of_rank(profile)
+    seen = df["rank"].astype(int).unique().tolist()
+    stage_of, _ = stage_of_rank(profile, seen)
     if not stage_of and _cfg(config, "pipeline_stages"):
-        stage_of, _ = stage_of_rank(_WithStages(profile, _cfg(config, "pipeline_stages")))
+        stage_of, _ = stage_of_rank(_WithStages(profile, _cfg(config, "pipeline_stages")), seen)
     if not stage_of:
         return None
     df["stage"] = df["rank"].astype(int).map(stage_of)

@@ -4,17 +4,23 @@
       "schema": "perfbench.analyze/1",
       "source": {"path", "format", "ranks", "producer"},
       "summary": {...run metrics...},
-      "ranks": [{"rank", "steps": [{"step", "step_us", "computing_us", "communication_us",
+      "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "steps": [{"step", "step_us", "computing_us", "communication_us",
                  "communication_not_overlapped_us", "overlapped_us", "free_us", "preparing_us",
                  "bubble_us", "stage_us"}]}],
       "communication": [{"rank", "step", "op_name", "op_type", "group", "group_size", "elapse_ms",
                          "transit_ms", "wait_ms", "synchronization_ms", "idle_ms", "wait_ratio",
                          "size_bytes", "algbw_gbps", "busbw_gbps", "bandwidth": {"HCCS": GB/s, ...},
                          "transit_mb": {"HCCS": MB, ...}}],
-      "links": [{"step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms", "bandwidth_gbps"}],
+      "links": [{"step", "op_name", "group", "src", "dst" (global ranks; null when unknown), "src_local",
+                 "dst_local" (the group-local numbers the profiler wrote), "transport", "size_mb", "time_ms",
+                 "bandwidth_gbps"}],
+      "link_totals": [... msprof-analyze's "Total Op Info" per step, group and global src->dst ...],
+      "stages": [{"stage", "ranks", "computing_ms", "computing_ratio", ...}], "comm_exposure": [...],
+      "rank_imbalance": [...],
       "kernels": [... top 20 rows of the kernels table ...],
       "reconciliation": [{"rank", "step", "metric", "computed_us", "reference_us", "diff_us", "rel_diff"}],
-      "slow_ranks": [...], "slow_links": [...], "advice": [{"rule", "severity", "message", "evidence"}]
+      "slow_ranks": [...], "slow_links": [...], "advice": [{"rule", "severity", "message", "evidence",
+                                                            "ranks": [global ranks], "stage"}]
     }
 
 NaN becomes null.
@@ -70,10 +76,11 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
     sb = t.get("step_breakdown")
     ranks = []
     check = {int(r["rank"]): r for r in records(t.get("rank_check"))}
+    stage_of = {int(r["rank"]): r.get("stage") for r in records(t.get("rank_stages"))}
     if sb is not None and len(sb):
         for r, g in sb.sort_values(["rank", "step"]).groupby("rank", sort=True):
             c = check.get(int(r), {})
-            ranks.append({"rank": int(r), "breakdown_source": c.get("breakdown_source"),
+            ranks.append({"rank": int(r), "stage": stage_of.get(int(r)), "breakdown_source": c.get("breakdown_source"),
                           "consistent": c.get("consistent"), "cross_check_max_rel_diff": c.get("max_rel_diff"),
                           "cross_check_note": c.get("reason"),
                           "steps": [{"step": int(row["step"]), **{f: clean(row[f]) for f in STEP_FIELDS}}
@@ -103,7 +110,11 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
         "ranks": ranks,
         "communication": comm,
         "links": records(t.get("links"), ["step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms",
-                                          "bandwidth_gbps", "rank"]),
+                                          "bandwidth_gbps", "rank", "src_local", "dst_local"]),
+        "link_totals": records(t.get("link_totals")),
+        "stages": records(t.get("stages")),
+        "comm_exposure": records(t.get("comm_exposure")),
+        "rank_imbalance": records(t.get("rank_imbalance")),
         "kernels": records(t.get("kernels"), limit=20),
         "reconciliation": records(t.get("reconciliation")),
         "slow_ranks": records(t.get("slow_ranks")),

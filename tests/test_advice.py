@@ -16,7 +16,7 @@ def _rules(df):
 
 def test_columns_and_empty():
     out = advise({}, {})
-    assert list(out.columns) == ["rule", "severity", "message", "evidence"] and out.empty
+    assert list(out.columns) == ["rule", "severity", "message", "evidence", "ranks", "stage"] and out.empty
     assert advise({"comm_ops": pd.DataFrame()}, {}).empty
 
 

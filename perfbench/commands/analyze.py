@@ -116,7 +116,9 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     c.print(f"[bold]{src['path']}[/bold]  format: {src['format']}  ranks: {src['ranks']}  steps: {s.get('steps')}  "
             f"({wall:.2f} s)")
     t = Table(title="step breakdown per rank (ms; mean over steps)")
-    for col in ("rank", "steps", "step", "computing", "comm (not overlapped)", "overlapped", "free", "preparing"):
+    staged = any(r.get("stage") is not None for r in doc["ranks"])
+    for col in ("rank", *(("stage",) if staged else ()), "steps", "step", "computing", "comm (not overlapped)",
+                "overlapped", "free", "preparing"):
         t.add_column(col, justify="right")
     for r in doc["ranks"]:
         st = r["steps"]
@@ -125,7 +127,8 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
             vals = [x[k] for x in st if x.get(k) is not None]
             return sum(vals) / len(vals) if vals else None
 
-        t.add_row(str(r["rank"]), str(len(st)), _ms(m("step_us")), _ms(m("computing_us")),
+        t.add_row(str(r["rank"]), *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
+                  str(len(st)), _ms(m("step_us")), _ms(m("computing_us")),
                   _ms(m("communication_not_overlapped_us")), _ms(m("overlapped_us")), _ms(m("free_us")),
                   _ms(m("preparing_us")))
     c.print(t)
@@ -152,6 +155,15 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
             t.add_row(str(row.type)[:40], str(row.core_type), str(row.count), f"{row.total_us / 1000:.3f}",
                       f"{row.share * 100:.1f}%")
         c.print(t)
+    if doc.get("stages"):
+        t = Table(title="pipeline stages (ms per step; mean over the stage's ranks)")
+        for col in ("stage", "ranks", "computing", "x least", "comm (not overlapped)", "bubble"):
+            t.add_column(col, justify="right")
+        for row in doc["stages"]:
+            t.add_row(str(row["stage"]), str(row["ranks"]), _ms1(row.get("computing_ms")),
+                      "-" if row.get("computing_ratio") is None else f"{row['computing_ratio']:.2f}",
+                      _ms1(row.get("communication_not_overlapped_ms")), _ms1(row.get("bubble_ms")))
+        c.print(t)
     slow = [r for r in doc["slow_ranks"] if r.get("slow") and r.get("scope", "group") == "group"]
     c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))
     for a in doc["advice"]:
@@ -159,6 +171,10 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     c.print(f"kernel utilization {_pct(s.get('kernel_utilization'))}, comm share {_pct(s.get('comm_share'))}")
     if stored:
         c.print(f"stored as run [bold]{stored[0]}[/bold] in {stored[1]} (see `perfbench show {stored[0]}`)")
+
+
+def _ms1(v):
+    return "-" if v is None else f"{v:.3f}"
 
 
 def _pct(v):
