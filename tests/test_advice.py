@@ -138,3 +138,51 @@ def test_on_real_legacy_cluster():
     pb = out[out["rule"] == "pipeline_bubble"]
     assert list(pb["evidence"].str.extract(r"stage=(\d)")[0]) == ["0"]
     assert out["evidence"].str.len().min() > 10
+
+
+# ---- operator-level checks (msprof-analyze advisor's AICPU and dynamic-shape checkers) ------------------
+
+def test_aicpu_kernels_from_a_real_kernel_details(tmp_path):
+    """Set E's compute_advice kernel_details.csv (msprof-analyze's own advisor test data) holds AI_CPU Cast
+    kernels; expected counts and time are read from the file."""
+    import shutil
+
+    import analyzers
+    from analyzers.advice import AICPU_MIN_TASK_US
+    from tests.conftest import fixture_path
+
+    src = fixture_path("Ascend__msprof-analyze", "test", "ut", "advisor", "advisor_backend", "compute_advice",
+                       "kernel_details.csv")
+    out = tmp_path / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
+    out.mkdir(parents=True)
+    shutil.copy2(src, out / "kernel_details.csv")
+    k = pd.read_csv(src)
+    ai = k[(k["Accelerator Core"] == "AI_CPU") & (k["Duration(us)"] > AICPU_MIN_TASK_US)]
+    assert len(ai) > 0
+    adv = analyzers.analyze(analyzers.load_profile(tmp_path)).tables["advice"]
+    row = adv[adv["rule"] == "aicpu_ops"].iloc[0]
+    assert row["message"].startswith(f"{len(ai)} AI_CPU kernels run longer than 20 us ({ai['Duration(us)'].sum() / 1000:.2f} ms")
+    assert "Cast" in row["message"] and row["ranks"] == [0]
+
+
+def test_aicpu_short_kernels_are_not_flagged():
+    ops = pd.DataFrame({"rank": [0, 0], "name": ["a", "b"], "type": ["Cast", "MatMul"], "category": ["compute"] * 2,
+                        "core_type": ["AI_CPU", "AI_CORE"], "dur_us": [19.0, 500.0]})
+    assert advise({"ops_for_checks": ops}, {}).empty
+    ops.loc[0, "dur_us"] = 21.0
+    assert advise({"ops_for_checks": ops}, {})["rule"].tolist() == ["aicpu_ops"]
+
+
+def test_dynamic_shape_on_set_b_level1():
+    """Every kernel of set B level1 has OP State 'dynamic' (msprof-analyze's advisor reports 'all operators
+    are dynamic shape' on this data); the count comes from the kernel_details.csv files."""
+    import analyzers
+    from tests.conftest import fixture_path
+
+    root = fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level1")
+    states = pd.concat([pd.read_csv(f, usecols=["OP State"]) for f in root.glob("rank*/ASCEND_PROFILER_OUTPUT/kernel_details.csv")])
+    n_dyn = int((states["OP State"].astype(str).str.lower() == "dynamic").sum())
+    assert n_dyn > 0 and not (states["OP State"].astype(str).str.lower() == "static").any()
+    adv = analyzers.analyze(analyzers.load_profile(root)).tables["advice"]
+    row = adv[adv["rule"] == "dynamic_shape"].iloc[0]
+    assert f"{n_dyn} ops 'dynamic', 0 'static'" in row["evidence"] and row["ranks"] == [0, 1]

@@ -1,0 +1,156 @@
+"""Parallel groups, stages and global ranks on links (analyzers/parallel_groups.py).
+
+Expected values come from outside the code: msprof-analyze's own `double_hash` and its
+cluster_communication_matrix.json on set B level 1 and 2 (run here on temp copies), the files of set G
+and set H, and hand-built metadata.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import analyzers
+from analyzers.parallel_groups import (double_hash, global_links, groups_from_communication_group,
+                                       groups_from_metadata, groups_from_strategy, link_totals, rank_stages,
+                                       stage_of_rank)
+from analyzers.schema import Profile
+from tests.conftest import fixture_path
+
+MSPROF = Path(sys.executable).with_name("msprof-analyze")
+B = ("Ascend__msinsight", "test", "data", "pytorch", "text")
+G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
+H_STRATEGY = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "parallel_strategy")
+
+
+def test_double_hash_is_msprof_analyzes():
+    from msprof_analyze.cluster_analyse.common_func.utils import double_hash as theirs
+
+    for s in ("10.0.0.1%enp189s0f0_60000_0_1735000000000000", "dp", "", "group_name_0"):
+        assert double_hash(s) == theirs(s)
+
+
+def test_groups_from_metadata_hand_built():
+    md = {"parallel_group_info": {
+        "g_dp0": {"group_name": "dp", "group_rank": 0, "global_ranks": [2, 0]},
+        "g_pp0": {"group_name": "pp", "group_rank": 0, "global_ranks": [0, 2]},
+        "g_tp0": {"group_name": "tp_group", "group_rank": 1, "global_ranks": [4, 5]},
+        "g_x": {"group_name": "default_pg", "global_ranks": [0, 1, 2, 3]}}}
+    g = groups_from_metadata(md)
+    # keyed by the hash torch_npu writes into the communication files, by the raw id and by the label
+    assert g[str(double_hash("g_dp0"))] == g["g_dp0"] == g["dp"]
+    assert g["g_dp0"]["ranks"] == [0, 2] and g["g_dp0"]["kind"] == "dp"
+    assert g["g_pp0"]["kind"] == "pp" and g["g_tp0"]["kind"] == "tp" and g["g_x"]["kind"] is None
+    assert groups_from_metadata({"ENV_VARIABLES": {}}) == {}  # set B's metadata has no groups
+
+
+def test_stage_from_pp_groups_and_distributed_args():
+    ranks = pd.DataFrame({"rank": [0, 1, 2, 3]})
+    md = {"parallel_group_info": {"a": {"group_name": "pp", "global_ranks": [0, 2]},
+                                  "b": {"group_name": "pp", "global_ranks": [1, 3]}}}
+    p = Profile(source="x", path="x", ranks=ranks, meta={"parallel_groups": groups_from_metadata(md)})
+    assert stage_of_rank(p) == ({0: 0, 2: 1, 1: 0, 3: 1}, "pp groups")
+    # Megatron sizes only: stage = rank // (world / pp) (msprof-analyze map_rank_pp_stage)
+    p = Profile(source="x", path="x", ranks=ranks, meta={"distributed_args": {
+        "world_size": 4, "pipeline_model_parallel_size": 2, "tensor_model_parallel_size": 1, "data_parallel_size": 2}})
+    assert stage_of_rank(p) == ({0: 0, 1: 0, 2: 1, 3: 1}, "distributed_args")
+    p = Profile(source="x", path="x", ranks=ranks)
+    st = rank_stages(p)
+    assert st["stage"].isna().all() and st["stage_source"].isna().all()  # unknown is null
+
+
+def test_strategy_stage_devices_set_h():
+    files = sorted(fixture_path(*H_STRATEGY).glob("parallel_strategy_*.json"))
+    g = groups_from_strategy(files)
+    # parallel_strategy_0.json: config.stageDevices = [{"dim": [{"size": "0"}, {"size": "1"}]}] (one stage, devices 0, 1)
+    assert g == {"stage0": {"ranks": [0, 1], "kind": "stage", "source": "parallel_strategy", "label": "stage0",
+                            "stage": 0}}
+
+
+def test_set_g_stages_from_the_pipeline_file_names():
+    p = analyzers.load_profile(fixture_path(*G))
+    expected = {}
+    for f in fixture_path(*G).glob("ascend_cluster_analyse_pipeline-parallel_*_*_*.csv"):
+        s, n, r = map(int, re.search(r"_(\d+)_(\d+)_(\d+)\.csv$", f.name).groups())
+        expected[r] = r // (n // s)  # S stages over N ranks, contiguous
+    st = rank_stages(p)
+    assert dict(zip(st["rank"], st["stage"])) == expected == {0: 0, 1: 0, 2: 1, 3: 1}
+
+
+def test_communication_group_json(tmp_path):
+    f = tmp_path / "communication_group.json"
+    f.write_text(json.dumps({"collective": [[0, 1]], "p2p": [], "comm_group_parallel_info": [
+        {"type": "collective", "rank_set": [0, 2], "group_name": "123", "group_id": "x", "pg_name": "dp"}]}))
+    assert groups_from_communication_group(f)["123"]["ranks"] == [0, 2]
+    assert groups_from_communication_group(f)["123"]["kind"] == "dp"
+
+
+def test_local_ranks_mapped_through_group_list():
+    # rank 2's matrix says 0->1 in a group whose global ranks are [2, 3]: that is 2->3
+    links = pd.DataFrame({"step": [1, 1], "op_name": ["send", "send"], "group": ["G", "G"], "src": [0, 1],
+                          "dst": [1, 0], "transport": ["HCCS"] * 2, "size_mb": [1.0, 2.0], "time_ms": [1.0, 1.0],
+                          "bandwidth_gbps": [1.0, 2.0], "rank": [2, 3]})
+    out = global_links(links, {"G": {"ranks": [3, 2], "kind": "pp"}})
+    assert out[["src", "dst"]].astype(int).values.tolist() == [[2, 3], [3, 2]]
+    assert out[["src_local", "dst_local"]].astype(int).values.tolist() == [[0, 1], [1, 0]]
+    # no group list: each rank's own link i-i says local i is that rank; an unmapped end is null
+    links2 = pd.DataFrame({"step": [1] * 3, "op_name": ["ar"] * 3, "group": ["H"] * 3, "src": [0, 0, 1],
+                           "dst": [0, 5, 1], "transport": ["LOCAL", "HCCS", "LOCAL"], "size_mb": [1.0] * 3,
+                           "time_ms": [1.0] * 3, "bandwidth_gbps": [1.0] * 3, "rank": [4, 4, 6]})
+    out2 = global_links(links2, {})
+    assert out2["src"].tolist() == [4, 4, 6] and out2["dst"].tolist()[0] == 4 and pd.isna(out2["dst"].iloc[1])
+
+
+@pytest.fixture(scope="module", params=["level1", "level2"])
+def msprof_matrix(request, tmp_path_factory):
+    if not MSPROF.exists():
+        pytest.fail(f"{MSPROF} not installed (pip install msprof-analyze into the venv)")
+    tmp = tmp_path_factory.mktemp("matrix")
+    data = tmp / request.param
+    shutil.copytree(fixture_path(*B, request.param), data)
+    out = tmp / "out"
+    proc = subprocess.run([str(MSPROF), "cluster", "-d", str(data), "-o", str(out), "-m", "communication_matrix"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    f = out / "cluster_analysis_output" / "cluster_communication_matrix.json"
+    assert f.exists(), proc.stdout[-2000:]
+    return request.param, json.loads(f.read_text())
+
+
+def test_total_op_info_and_global_links_match_msprof_analyze(msprof_matrix):
+    level, theirs = msprof_matrix
+    p = analyzers.load_profile(fixture_path(*B, level))
+    a = analyzers.analyze(p)
+    links, totals = a.tables["links"], a.tables["link_totals"]
+    n_total = n_ops = 0
+    for _, steps in theirs.items():
+        for step, ops in steps.items():
+            for op, lk in ops.items():
+                group = op.split("@")[-1]
+                for pair, v in lk.items():
+                    src, dst = map(int, pair.split("-"))
+                    if op.startswith("Total Op Info"):
+                        mine = totals[(totals["group"] == group) & (totals["src"] == src) & (totals["dst"] == dst)]
+                        n_total += 1
+                    else:
+                        name = op.split("@")[0]
+                        mine = links[(links["group"] == group) & (links["op_name"] == name) & (links["src"] == src)
+                                     & (links["dst"] == dst)]
+                        n_ops += 1
+                    assert len(mine) == 1, (op, pair)
+                    m = mine.iloc[0]
+                    assert m["size_mb"] == pytest.approx(v["Transit Size(MB)"], rel=1e-9)
+                    assert m["time_ms"] == pytest.approx(v["Transit Time(ms)"], rel=1e-9)
+                    assert m["bandwidth_gbps"] == pytest.approx(v["Bandwidth(GB/s)"], abs=1e-4)
+    assert n_total >= 4 and n_ops >= 4
+    # every link of ours with both ends known is one msprof-analyze reports, and vice versa
+    known = links.dropna(subset=["src", "dst"])
+    assert len(known) == n_ops
+    assert len(totals) == n_total
