@@ -15,11 +15,12 @@ older per-iteration timeline export `PROF_*/device_N/timeline/*.json` (set F).
 
 | file | gives |
 |---|---|
-| `step_trace_*` | steps (`Iteration N` events) and reference breakdown (FP_BP Time, Iteration Refresh) |
-| `task_time_*` | ops of iteration `iter` |
+| `step_trace_*` | steps (`Iteration N` events; step N = end of iteration N-1 to end of iteration N) and reference breakdown (FP_BP Time, Iteration Refresh, Data Aug Bound = the gap) |
+| `task_time_*` | ops of iteration `iter` (HCCL sub-tasks: category `communication_task`) |
 | `hccl_*` | comm_ops (the `Communication Kernel` op; wait = Notify_Wait on plane 0, transit = data tasks on plane 0, size = bytes this rank moved), links (src->dst per link type) and comm_bandwidth |
-| `msprof_*` | ops when there is no task_time |
+| `msprof_*` | ops when there is no task_time; its Overlap Analysis events -> the reference breakdown (computing, communication, not overlapped, free) |
 
+Missing kinds are `Profile.warnings` naming the file pattern; `ranks.inputs` lists the kinds read.
 The rank is `rank_id` of `device_N/info.json.N` when it is >= 0, else the device id.
 """
 
