@@ -277,3 +277,21 @@ def test_file_cut_inside_the_last_value(tmp_path):
     f.write_bytes(data[:-2])
     with pytest.raises(ProfileFormatError, match="pipeline-parallel_2_4_0.csv: line 7 has no line break"):
         parse(tmp_path)
+
+
+def test_corrupt_msprof_job_beside_legacy_files_keeps_the_legacy_ranks(tmp_path):
+    # a folder with loose legacy files and a PROF_* job whose step trace is cut: the legacy ranks are
+    # read and a warning names the damaged file (nothing is lost silently, nothing raises)
+    src = fixture_path(*H, "profiler")
+    d = tmp_path / "profiler"
+    d.mkdir()
+    for p in src.iterdir():
+        if p.is_file():
+            shutil.copy2(p, d / p.name)
+    job = next(p for p in src.iterdir() if p.name.startswith("PROF_"))
+    shutil.copytree(job, d / job.name)
+    st = sorted((d / job.name).glob("device_*/timeline/step_trace_*.json"))[0]
+    st.write_bytes(st.read_bytes()[:200])
+    p = parse(d)
+    assert sorted(p.ranks["rank"]) == [0, 10]
+    assert any(st.name in w for w in p.warnings), p.warnings

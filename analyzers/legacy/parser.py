@@ -535,7 +535,12 @@ def _with_msprof_below(legacy: Profile, path: Path) -> Profile:
 
     if not msprof_units(path):
         return legacy
-    mp = msprof_parse(path)
+    try:
+        mp = msprof_parse(path)
+    except ProfileFormatError as exc:  # the loose files are still good: keep them, say what was lost
+        legacy.warnings = list(getattr(legacy, "warnings", [])) + [
+            f"{exc.path}: {exc.problem} (the msprof jobs under {path} are not read; its legacy files are)"]
+        return legacy
     warnings = list(getattr(legacy, "warnings", [])) + list(getattr(mp, "warnings", []))
     lr, mr = set(legacy.ranks["rank"].astype(int)), set(mp.ranks["rank"].astype(int))
     keep_legacy = set(lr)
