@@ -32,7 +32,7 @@ import numpy as np
 from perfbench.baseline import load_baseline, resolve_target, run_entry
 from perfbench.compare import METRICS, mann_whitney_p, welch_ci
 from perfbench.errors import UserError
-from perfbench.store import Store
+from perfbench.store import FINISHED, Store
 
 DEFAULT_METRICS = ("throughput", "step_time_s", "comm_share", "communication_not_overlapped_s")
 REQUIRED = ("throughput", "step_time_s")
@@ -199,8 +199,8 @@ def run_check(store: Store, baseline_name: str, current: str, *, threshold: floa
     if unknown:
         raise UserError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
     kind, recs = resolve_target(store, current)
-    cur_entries = [run_entry(store, r) for r in recs if r.get("status") in ("ok", "failed")]
-    unfinished = [r["run_id"] for r in recs if r.get("status") not in ("ok", "failed")]
+    cur_entries = [run_entry(store, r) for r in recs if r.get("status") in FINISHED]
+    unfinished = [r["run_id"] for r in recs if r.get("status") not in FINISHED]
     base_groups = groups_of(baseline["runs"], ignore)
     cur_groups = groups_of(cur_entries, ignore)
     direct = baseline.get("source", {}).get("kind") == "run" and kind == "run"

@@ -83,7 +83,8 @@ FUSION_IMPLS = ("perfbench", "mindspore")
 SCHEDULES = ("gpipe", "1f1b")
 MODES = ("graph", "pynative")
 
-TOP_LEVEL = ("name", "workload", "model", "train", "profile", "parallel", "launch", "inject", "sweep", "repeats", "results")
+TOP_LEVEL = ("name", "workload", "model", "train", "profile", "parallel", "launch", "inject", "sweep", "repeats", "results",
+             "search")
 #: keys that may be swept besides world_size: every parallel, train and model knob
 SWEEPABLE_SECTIONS = ("parallel", "train", "model")
 
@@ -113,17 +114,25 @@ class SweepConfig:
     results: str | None = None
     source: str | None = None
     raw: dict[str, Any] = field(default_factory=dict)
+    #: numeric range axes (`{low, high, log, step}`), by key; `sweep` holds their enumerated values
+    ranges: dict[str, "Range"] = field(default_factory=dict)
+    #: the validated `search:` section for `perfbench tune` (perfbench.tune_spec.SearchSpec), or None
+    search: Any = None
 
     def axes(self) -> dict[str, list]:
         axes = {"world_size": self.sweep.get("world_size", [1])}
         axes.update({k: v for k, v in self.sweep.items() if k != "world_size"})
         return axes
 
-    def plan(self, sweep_id: str | None = None) -> list[RunPlan]:
+    def plan(self, sweep_id: str | None = None, *, strict: bool = True) -> list[RunPlan]:
         """The runs, in order. Run ids are `<sweep_id>-<swept values>-r<repeat>`, stable for a sweep id.
         Repeats are the outer loop, so the repeats of one setting are spread over the sweep's time
         and slow drifts of a shared machine do not land on one setting only."""
         sweep_id = sweep_id or self.name
+        for key, r in self.ranges.items():
+            if strict and not r.enumerable:
+                raise ConfigError(f"sweep.{key}: the range {r.describe()} has no `step`, so a sweep cannot list its "
+                                  "values: give `step`, a list of values, or search it with `perfbench tune`")
         axes = self.axes()
         names = list(axes)
         points = []
@@ -156,6 +165,29 @@ class SweepConfig:
                 }
                 plans.append(RunPlan(run_id, dict(settings, repeat=repeat), run_config, config_key(run_config)))
         return plans
+
+
+def plan_point(cfg: SweepConfig, point: dict[str, Any], run_id: str, repeat: int = 0) -> RunPlan:
+    """One run at an arbitrary point of the space (e.g. a value sampled from a range axis), checked
+    with the same value and cross-key rules as a sweep's runs (ConfigError when it breaks one)."""
+    sections = {s: copy.deepcopy(getattr(cfg, s)) for s in ("model", "train", "profile", "parallel", "inject")}
+    for key, value in point.items():
+        if key != "world_size":
+            sections[section_of(key, cfg.workload)][key] = value
+        _check_value(cfg, key, value)
+    ws = point.get("world_size", cfg.axes()["world_size"][0])
+    settings = {"workload": cfg.workload, "world_size": ws}
+    settings.update({k: v for k, v in point.items() if k != "world_size"})
+    run_config = {"run_id": run_id, "workload": cfg.workload, "world_size": ws, "repeat": repeat,
+                  "output_dir": None, "threads_per_rank": None, **sections}
+    plan = RunPlan(run_id, dict(settings, repeat=repeat), run_config, config_key(run_config))
+    _check_run(cfg, plan)
+    return plan
+
+
+def short_name(point: dict) -> str:
+    """A run-id fragment naming a point's values, e.g. `ws2-cf4-gcfp16`."""
+    return _short(point)
 
 
 def config_key(run_config: dict) -> str:
@@ -263,6 +295,7 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
     if not isinstance(sweep_raw, dict):
         raise ConfigError(f"sweep: expected a mapping of axis name to a list of values, got {_show(sweep_raw)}")
     sweep: dict[str, list] = {}
+    ranges: dict[str, Range] = {}
     for key, values in sweep_raw.items():
         if key != "world_size":
             try:
@@ -273,6 +306,9 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
                     f"sweep.{key}: unknown sweep axis{_suggest(key, allowed)} "
                     f"(axes may be world_size or any key of parallel, train, model or inject for {workload})"
                 ) from None
+        if isinstance(values, dict):
+            ranges[key] = parse_range(f"sweep.{key}", values)
+            values = ranges[key].values()
         if not isinstance(values, list):
             values = [values]
         if not values:
@@ -281,9 +317,72 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
             raise ConfigError(f"sweep.{key}: values {_show(values)} contain duplicates")
         sweep[key] = values
 
-    cfg = SweepConfig(name, workload, model, train, profile, parallel, launch, inject, sweep, repeats, results, raw=raw)
+    cfg = SweepConfig(name, workload, model, train, profile, parallel, launch, inject, sweep, repeats, results, raw=raw,
+                      ranges=ranges)
     _validate(cfg)
+    if raw.get("search") is not None:
+        from perfbench.tune_spec import parse_search
+
+        cfg.search = parse_search(raw["search"], cfg)
     return cfg
+
+
+@dataclass(frozen=True)
+class Range:
+    """A numeric sweep axis `{low, high, log, step}`: `perfbench tune` samples it; `perfbench sweep` lists its
+    values when it has a step (integers: step 1 unless log)."""
+
+    low: float
+    high: float
+    step: float | None = None
+    log: bool = False
+
+    @property
+    def is_int(self) -> bool:
+        return all(isinstance(v, int) and not isinstance(v, bool) for v in (self.low, self.high)) and \
+            (self.step is None or isinstance(self.step, int))
+
+    @property
+    def enumerable(self) -> bool:
+        return self.step is not None or (self.is_int and not self.log)
+
+    def values(self) -> list:
+        """Every value when enumerable, else the two ends (enough to validate the range)."""
+        if not self.enumerable:
+            return [self.low, self.high]
+        step = self.step or 1
+        n = int((self.high - self.low) // step + 1e-9) + 1
+        vals = [self.low + i * step for i in range(n)]
+        return vals if self.is_int else [round(v, 12) for v in vals]
+
+    def describe(self) -> str:
+        parts = [f"low: {self.low}", f"high: {self.high}"] + ([f"step: {self.step}"] if self.step is not None else []) \
+            + (["log: true"] if self.log else [])
+        return "{" + ", ".join(parts) + "}"
+
+
+def parse_range(where: str, raw: dict) -> Range:
+    allowed = ("low", "high", "step", "log")
+    for k in raw:
+        if k not in allowed:
+            raise ConfigError(f"{where}.{k}: unknown key{_suggest(k, allowed)} (a range has {', '.join(allowed)})")
+    for k in ("low", "high"):
+        if k not in raw:
+            raise ConfigError(f"{where}: a range needs `low` and `high` (got {_show(raw)})")
+        _check_number(f"{where}.{k}", raw[k])
+    low, high, step, log = raw["low"], raw["high"], raw.get("step"), raw.get("log", False)
+    _check_bool(f"{where}.log", log)
+    if high <= low:
+        raise ConfigError(f"{where}.high: {high} must be greater than low ({low})")
+    if step is not None:
+        _check_number(f"{where}.step", step)
+        if step <= 0:
+            raise ConfigError(f"{where}.step: {step} must be greater than 0")
+        if log:
+            raise ConfigError(f"{where}: `log: true` and `step` cannot be combined (a log range is sampled on a log scale)")
+    if log and low <= 0:
+        raise ConfigError(f"{where}.low: {low} must be greater than 0 with `log: true`")
+    return Range(low, high, step, log)
 
 
 def _section(raw: dict, name: str, defaults: dict) -> dict:
@@ -327,7 +426,7 @@ def _validate(cfg: SweepConfig) -> None:
     for key, value in _all_values(cfg):
         _check_value(cfg, key, value)
 
-    for plan in cfg.plan():
+    for plan in cfg.plan(strict=False):
         _check_run(cfg, plan)
 
 

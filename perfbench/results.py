@@ -135,7 +135,7 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
     for col in cols:
         t.add_column(col, justify="right", no_wrap=True)
     for r in rows:
-        status = r["status"] if r["status"] != "failed" else "[red]failed[/red]"
+        status = {"failed": "[red]failed[/red]", "pruned": "[yellow]pruned[/yellow]"}.get(r["status"], r["status"])
         split = breakdown_fractions(r)
         cells = [
             fmt(r["throughput"]), fmt(r["step_time_s"], "ms"),

@@ -108,7 +108,12 @@ def run_sweep(
     return sweep
 
 
-def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, events: SweepEvents) -> dict:
+def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, events: SweepEvents, *,
+                source: str = "sweep", stop=None, env_extra: dict | None = None, extra: dict | None = None,
+                skip_teardown: bool = False) -> dict:
+    """Launch one planned run, ingest what it left and store it. `stop` (see launcher.launch) may end it
+    early: the run is then kept with status "pruned" and the steps it finished. `extra` keys are added to
+    the run record (e.g. `tune`: the study and trial)."""
     art = store.artifacts_dir(plan.run_id)
     rc = dict(plan.run_config)
     local = rc["world_size"] // cfg.launch["nodes"]
@@ -118,7 +123,7 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
     record = {
         "run_id": plan.run_id,
         "sweep_id": sweep_id,
-        "source": "sweep",
+        "source": source,
         "status": "running",
         "error": None,
         "settings": plan.settings,
@@ -127,6 +132,7 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
         "env": environment(rc["threads_per_rank"], bind),
         "timings": {"started": time.time()},
         "metrics": {},
+        **(extra or {}),
     }
     store.write_run(record)
     config_path = art / "run_config.json"
@@ -138,20 +144,25 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
             events.run_progress(plan, sum(counts.values()), total_steps)
 
     try:
-        result = launch(config_path, rc, cfg.launch, on_progress=progress)
+        result = launch(config_path, rc, cfg.launch, on_progress=progress, stop=stop, env_extra=env_extra,
+                        skip_teardown=skip_teardown)
     except KeyboardInterrupt:
         record["status"] = "running"  # not finished: --resume runs it again
         record["error"] = "interrupted"
         store.write_run(record)
         raise
     record["launch"] = {"command": result.command, "master_port": result.master_port, "returncode": result.returncode,
-                        "bind_core": result.bind_core, "wall_s": round(result.wall_s, 3)}
+                        "bind_core": result.bind_core, "wall_s": round(result.wall_s, 3),
+                        "teardown_skipped": result.teardown_skipped}
     metrics, warnings = ingest_run(store, plan.run_id, rc)
     record["metrics"] = metrics
     if warnings:
         record["warnings"] = warnings
     if result.status == "ok":
         record["status"] = "ok"
+    elif result.status == "stopped":
+        record["status"] = "pruned"
+        record["error"] = result.reason
     else:
         record["status"] = "failed"
         record["error"] = result.reason

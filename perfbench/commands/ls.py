@@ -14,7 +14,9 @@ def register(sub) -> None:
     add_results_arg(p)
     add_json_arg(p)
     p.add_argument("--sweep", help="only runs of this sweep id")
-    p.add_argument("--status", choices=["ok", "failed", "running"], help="only runs with this status")
+    from perfbench.record import STATUSES
+
+    p.add_argument("--status", choices=STATUSES, help="only runs with this status")
     p.set_defaults(func=run)
 
 
