@@ -3,7 +3,7 @@
     perfbench dashboard --results DIR [--port 8050] [--host 127.0.0.1]
 
 Pages (one module each in dashboards/pages/): Sweeps `/`, Run `/run/<run_id>`, Scaling `/scaling`,
-Compare `/compare?a=RUN&b=RUN`. Every page is addressed by its URL, so a link can be shared.
+Compare `/compare?a=RUN&b=RUN`, Tuning `/tuning?study=ID`. Every page is addressed by its URL, so a link can be shared.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from dash import Dash, dcc, html
 
 from dashboards import data
 
-NAV = [("Sweeps", "/"), ("Scaling", "/scaling"), ("Compare", "/compare")]
+NAV = [("Sweeps", "/"), ("Scaling", "/scaling"), ("Compare", "/compare"), ("Tuning", "/tuning")]
 
 
 def create_app(results: str | os.PathLike) -> Dash:
     data.configure(results)
     app = Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
                title="perfbench", update_title=None)
-    from dashboards.pages import compare, run, scaling, sweeps
+    from dashboards.pages import compare, run, scaling, sweeps, tuning
 
     dash.register_page("sweeps", path="/", name="Sweeps", title="perfbench · sweeps", layout=sweeps.layout, order=0)
     dash.register_page("run", path_template="/run/<run_id>", name="Run", title="perfbench · run", layout=run.layout,
@@ -31,6 +31,8 @@ def create_app(results: str | os.PathLike) -> Dash:
                        order=2)
     dash.register_page("compare", path="/compare", name="Compare", title="perfbench · compare", layout=compare.layout,
                        order=3)
+    dash.register_page("tuning", path="/tuning", name="Tuning", title="perfbench · tuning", layout=tuning.layout,
+                       order=4)
     app.layout = html.Div([
         html.Header([
             html.Strong("perfbench", style={"marginRight": "24px", "fontSize": "18px"}),

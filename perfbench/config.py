@@ -9,6 +9,7 @@ import copy
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -351,7 +352,7 @@ class Range:
         if not self.enumerable:
             return [self.low, self.high]
         step = self.step or 1
-        n = int((self.high - self.low) // step + 1e-9) + 1
+        n = math.floor((self.high - self.low) / step + 1e-9) + 1
         vals = [self.low + i * step for i in range(n)]
         return vals if self.is_int else [round(v, 12) for v in vals]
 

@@ -272,7 +272,7 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
 
     def launched() -> int:
         return sum(1 for t in study.trials if t.user_attrs.get("run_id") and "reused" not in t.user_attrs
-                   and t.state.is_finished())
+                   and "interrupted" not in t.user_attrs and t.state.is_finished())
 
     reuses = 0
     while launched() < trials_budget and (deadline is None or time.time() < deadline):
@@ -388,14 +388,15 @@ def best_trial(study):
 def _same_point(study, trial, point: dict):
     for t in study.trials:
         if t.number != trial.number and t.state.is_finished() and "reused" not in t.user_attrs \
-                and t.user_attrs.get("settings") == point:
+                and "interrupted" not in t.user_attrs and t.user_attrs.get("settings") == point:
             return t
     return None
 
 
 def _explored(study) -> int:
     return len({json.dumps(t.user_attrs.get("settings"), sort_keys=True, default=str) for t in study.trials
-                if t.state.is_finished() and t.user_attrs.get("settings") is not None})
+                if t.state.is_finished() and t.user_attrs.get("settings") is not None
+                and "interrupted" not in t.user_attrs})
 
 
 def _run_ids(study) -> list[str]:
@@ -404,7 +405,8 @@ def _run_ids(study) -> list[str]:
 
 def _abandon_unfinished(study, store: Store) -> None:
     """Trials left RUNNING by a killed `tune`: kill what is left of their run, keep the run as failed
-    ("interrupted") and mark the trial failed, so the search goes on (the sampler may propose the point again)."""
+    ("interrupted"), mark the trial failed and queue its point again. An interrupted trial neither counts
+    against the budget nor stands for its point."""
     import optuna
 
     from perfbench.launcher import kill_stale
@@ -419,4 +421,7 @@ def _abandon_unfinished(study, store: Store) -> None:
             if run and run.get("status") == "running":
                 run.update(status="failed", error="interrupted: `perfbench tune` was stopped while this trial ran")
                 store.write_run(run)
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
         study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params)  # measure the point it did not finish first

@@ -1,0 +1,130 @@
+"""`perfbench tune` with real msrun trials (tiny model, 1 rank): a slow trial is pruned on its live step
+records and stopped within seconds, a crashing trial does not stop the search, and a killed search
+resumes without re-running finished trials."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+import yaml
+
+from perfbench.launcher import TAG_VAR
+from perfbench.store import Store
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.msrun
+
+BASE = {
+    "workload": "resnet50",
+    "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
+    "train": {"batch_size": 4, "steps": 9, "warmup_steps": 1, "seed": 0},
+    "profile": {"enabled": False, "steps": 2},
+    "launch": {"timeout_s": 600, "stall_timeout_s": 240},
+}
+
+
+def write(tmp_path, name: str, **extra) -> str:
+    cfg = dict(BASE, name=name, **extra)
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(cfg))
+    return str(p)
+
+
+def tune(config: str, results, *more, timeout=900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "perfbench", "tune", config, "--results", str(results), "--json", *more],
+                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+
+
+def our_processes(prefix: str) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get(TAG_VAR, "").startswith(prefix):
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return out
+
+
+def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(tmp_path):
+    # grid over 4 points; trial 0 is the default (no delay, no crash). A trial that sleeps 1.5 s per step is
+    # far slower than the default from its first measured steps: successive halving (reduction factor 3,
+    # min_steps 2) promotes only the best value at a rung of fewer than 3 trials, so it must be pruned.
+    # A rank that exits at step 3 fails its trial; the grid goes on to the remaining points.
+    cfg = write(tmp_path, "prune", sweep={"delay_ms": [0, 1500], "crash_rank": [None, 0]},
+                inject={"crash_step": 3},
+                search={"strategy": "grid", "pruner": "successive_halving", "min_steps": 2,
+                        "budget": {"trials": 4}, "profile_best": False})
+    res = tune(cfg, tmp_path / "r")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ans = json.loads(res.stdout)
+    assert set(ans) >= {"study", "objective", "best", "trials", "importance", "wall_s"}
+    assert ans["objective"] == "throughput"
+    trials = {(t["settings"]["delay_ms"], t["settings"]["crash_rank"]): t for t in ans["trials"]}
+    assert len(ans["trials"]) == 4 and len(trials) == 4  # every point once, none twice
+    assert trials[(0, None)]["status"] == "ok" and trials[(0, None)]["number"] == 0
+    assert ans["best"]["settings"]["delay_ms"] == 0 and ans["best"]["settings"]["crash_rank"] is None
+    assert ans["best"]["run_id"] == trials[(0, None)]["run_id"]
+
+    slow = trials[(1500, None)]
+    assert slow["status"] == "pruned" and slow["value"] is None
+    assert 3 <= slow["steps"] < 9  # warm-up + the 2 measured steps the pruner needed, not the whole run
+    assert trials[(0, 0)]["status"] == "failed"
+    assert trials[(1500, 0)]["status"] in ("failed", "pruned")  # crashes at step 3, about when it is judged
+
+    store = Store(tmp_path / "r")
+    rec = store.read_run(slow["run_id"])
+    assert rec["status"] == "pruned" and rec["source"] == "tune"
+    assert "pruned" in rec["error"]
+    assert rec["tune"]["stopped_s"] < 10  # decision to stored record: kill (SIGTERM, 3 s grace) + ingest
+    steps = store.read_table(slow["run_id"], "workload_steps")
+    assert steps is not None and steps["step"].max() + 1 == slow["steps"]  # its steps are kept
+    assert our_processes(ans["study"]) == []  # no rank of any trial left behind
+    crashed = store.read_run(trials[(0, 0)]["run_id"])
+    assert crashed["status"] == "failed" and "rank 0" in crashed["error"]
+
+    ls = subprocess.run([sys.executable, "-m", "perfbench", "ls", "--results", str(tmp_path / "r"), "--json",
+                         "--status", "pruned"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert ls.returncode == 0, ls.stderr
+    assert sorted(r["run_id"] for r in json.loads(ls.stdout)) == \
+        sorted(t["run_id"] for t in ans["trials"] if t["status"] == "pruned")
+
+
+def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
+    cfg = write(tmp_path, "resume", sweep={"batch_size": [2, 4, 8]},
+                search={"strategy": "grid", "pruner": "none", "budget": {"trials": 3}, "profile_best": False})
+    results = tmp_path / "r"
+    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "tune", cfg, "--results", str(results), "--json"],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    store = Store(results)
+    first = None
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            done = [r for r in store.list_runs() if r["status"] == "ok"]
+            running = [r for r in store.list_runs() if r["status"] == "running"]
+            if done and running:  # one trial finished, the next one is training: kill the search now
+                first = done[0]
+                break
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the search and nothing else (ranks run in their own sessions)
+        proc.wait(timeout=30)
+    assert first is not None, "no trial finished before the deadline"
+    res = tune(cfg, results, "--resume")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ans = json.loads(res.stdout)
+    again = store.read_run(first["run_id"])
+    assert again["timings"]["started"] == first["timings"]["started"]  # not run again
+    ok = [t for t in ans["trials"] if t["status"] == "ok"]
+    assert sorted(t["settings"]["batch_size"] for t in ok) == [2, 4, 8]  # every point measured once
+    interrupted = [t for t in ans["trials"] if t["status"] == "failed"]
+    assert len(interrupted) == 1 and "interrupted" in store.read_run(interrupted[0]["run_id"])["error"]
+    assert our_processes(ans["study"]) == []
