@@ -19,17 +19,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from analyzers.step_metrics import SERIES_COLUMN, WORKLOAD_COLUMNS
 from perfbench.config import Range, SweepConfig, plan_point, short_name
 from perfbench.errors import ConfigError, UserError
 from perfbench.store import Store
 from perfbench.sweep import SweepEvents, execute_run, new_sweep_id
 from perfbench.tune_spec import SearchSpec, default_trials, direction
 
-#: metrics a run has without the profiler (from the workload's own step records, perfbench/ingest.py);
-#: an objective or constraint on any other metric makes every trial run with the profiler
-WORKLOAD_METRICS = ("throughput", "step_time_s", "comm_bytes_per_step", "collectives_per_step")
-#: objectives that exist per step while a run trains, so the pruner can judge a trial before it ends
-LIVE_OBJECTIVES = ("throughput", "step_time_s")
+#: objectives that exist per step while a run trains (from the workload's own step records), so the pruner
+#: can judge a trial before it ends
+LIVE_OBJECTIVES = tuple(m for m, col in SERIES_COLUMN.items() if col in WORKLOAD_COLUMNS)
+#: metrics a run has without the profiler; an objective or constraint on any other metric makes every
+#: trial run with the profiler
+WORKLOAD_METRICS = LIVE_OBJECTIVES + ("collectives_per_step", "comm_bytes_per_step", "loss_first", "loss_last")
 
 
 @dataclass
@@ -155,7 +157,8 @@ def constraint_values(spec: SearchSpec, metrics: dict) -> list[float]:
 
 class LiveObjective:
     """Called by the launcher whenever a rank finishes a step: reads the run's step records, reports the
-    running median of the objective over the measured steps every rank finished, and asks the pruner."""
+    running median of the objective over the measured steps every rank finished (the same per-step values
+    and median the run's metric is made of, analyzers.step_metrics), and asks the pruner."""
 
     def __init__(self, trial, metrics_dir: Path, warmup_steps: int, objective: str, min_steps: int):
         self.trial, self.metrics_dir, self.warmup = trial, metrics_dir, warmup_steps
@@ -165,21 +168,21 @@ class LiveObjective:
         self.decided_at: float | None = None
 
     def __call__(self, counts: dict[int, int]) -> str | None:
-        from perfbench.ingest import measured, per_step_throughput, read_workload_steps
+        import statistics
+
+        from analyzers.step_metrics import samples, step_series
+        from perfbench.ingest import read_workload_steps
 
         if self.objective not in LIVE_OBJECTIVES:
             return None
         steps = read_workload_steps(self.metrics_dir)
         if steps.empty:
             return None
-        m = measured(steps, self.warmup)
-        if m.empty:
-            return None
-        per = per_step_throughput(m)
-        n = len(per)
+        values = samples(step_series(steps, None, None, self.warmup), self.objective)
+        n = len(values)
         if n <= self.reported:
             return None
-        value = float(per[self.objective].median())
+        value = float(statistics.median(values))
         self.trial.report(value, n)
         self.reported, self.last_value = n, value
         if n >= self.min_steps and self.trial.should_prune():
