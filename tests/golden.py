@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import statistics
+from pathlib import Path
 
 from tests.conftest import run_perfbench
 
@@ -65,3 +67,12 @@ def busbw_factor(op_type: str, n: int) -> float:
     if op_type in ("allgather", "reducescatter", "alltoall", "alltoallv"):
         return (n - 1) / n
     return 1.0
+
+
+def copy_loose_files(src: Path, dst: Path) -> Path:
+    """Copy only the files directly in `src` (not its sub-folders, e.g. PROF_* jobs) into a new folder `dst`."""
+    dst.mkdir()
+    for p in src.iterdir():
+        if p.is_file():
+            shutil.copy2(p, dst / p.name)
+    return dst

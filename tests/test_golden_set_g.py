@@ -117,9 +117,8 @@ def test_g_collectives_only_in_the_step_trace_keep_its_timing(g_doc):
     trace = rows(d / "step_trace_raw_2_detail_time.csv")
     hccl_steps = {int(r["step_num"]) for r in rows(d / "hccl_raw_2.csv")}
     got = {(c["step"], c["op_name"]): c for c in g_doc["communication"] if c["rank"] == 2}
-    name = "stream_48_0_Send-op0"
     cols = [c for c in trace[0] if c.endswith("_start_point") and "-op" in c]
-    name = cols[0][: -len("_start_point")]
+    name = cols[0][: -len("_start_point")]  # e.g. stream_48_0_Receive-op663
     for t in trace:
         step = int(t["step_num"])
         if step in hccl_steps:

@@ -19,7 +19,8 @@ import pytest
 
 import analyzers
 from tests.conftest import fixture_path
-from tests.golden import analyze_json, check_step, close, median_of_slowest, reported_steps, rows
+from tests.golden import (analyze_json, check_step, close, copy_loose_files, median_of_slowest, reported_steps,
+                          rows)
 
 H = ("mindspore-ai__mindinsight", "tests", "utils", "resource")
 UNKNOWN = {"computing_us": None, "communication_us": None, "communication_not_overlapped_us": None,
@@ -100,13 +101,7 @@ def test_h_run2_timeline_without_step_trace():
 @pytest.fixture()
 def loose_legacy(tmp_path):
     """The loose legacy files of H's `profiler/` folder alone (without the PROF_* jobs of set F beside them)."""
-    src = fixture_path(*H, "profiler")
-    d = tmp_path / "profiler"
-    d.mkdir()
-    for p in src.iterdir():
-        if p.is_file():
-            shutil.copy2(p, d / p.name)
-    return d
+    return copy_loose_files(fixture_path(*H, "profiler"), tmp_path / "profiler")
 
 
 def test_h_loose_step_traces_give_step_times(loose_legacy):

@@ -17,8 +17,7 @@ import pytest
 
 import analyzers
 from tests.conftest import fixture_path
-from tests.golden import (REL, analyze_json, busbw_factor, check_step, close, median_of_slowest, reported_steps,
-                          rows)
+from tests.golden import analyze_json, busbw_factor, check_step, close, median_of_slowest, reported_steps, rows
 
 I_ = ("mindspore-ai__mindspore_test", "tests", "ut", "data", "profiler_data")
 UNKNOWN = {"computing_us": None, "communication_us": None, "communication_not_overlapped_us": None,

@@ -17,6 +17,7 @@ from analyzers import legacy
 from analyzers.legacy import parse
 from perfbench.errors import ProfileFormatError
 from tests.conftest import fixture_path
+from tests.golden import copy_loose_files
 
 G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
 H = ("mindspore-ai__mindinsight", "tests", "utils", "resource")
@@ -283,11 +284,7 @@ def test_corrupt_msprof_job_beside_legacy_files_keeps_the_legacy_ranks(tmp_path)
     # a folder with loose legacy files and a PROF_* job whose step trace is cut: the legacy ranks are
     # read and a warning names the damaged file (nothing is lost silently, nothing raises)
     src = fixture_path(*H, "profiler")
-    d = tmp_path / "profiler"
-    d.mkdir()
-    for p in src.iterdir():
-        if p.is_file():
-            shutil.copy2(p, d / p.name)
+    d = copy_loose_files(src, tmp_path / "profiler")
     job = next(p for p in src.iterdir() if p.name.startswith("PROF_"))
     shutil.copytree(job, d / job.name)
     st = sorted((d / job.name).glob("device_*/timeline/step_trace_*.json"))[0]
