@@ -154,3 +154,71 @@ def test_total_op_info_and_global_links_match_msprof_analyze(msprof_matrix):
     known = links.dropna(subset=["src", "dst"])
     assert len(known) == n_ops
     assert len(totals) == n_total
+
+
+def test_legacy_reader_keeps_the_strategy_stages(tmp_path):
+    """Set H: a legacy step trace next to MindSpore's parallel strategy files -> the stage group in Profile.meta."""
+    for f in fixture_path(*H_STRATEGY).iterdir():
+        shutil.copy2(f, tmp_path / f.name)
+    shutil.copy2(fixture_path("mindspore-ai__mindinsight", "tests", "utils", "resource", "profiler",
+                              "step_trace_raw_0_detail_time.csv"), tmp_path / "step_trace_raw_0_detail_time.csv")
+    p = analyzers.load_profile(tmp_path)
+    assert p.meta["parallel_groups"]["stage0"]["ranks"] == [0, 1]
+    st = rank_stages(p)
+    assert st.set_index("rank")["stage"].to_dict() == {0: 0}  # stageId 0 in parallel_strategy_0.json
+
+
+def _made_up_pp2dp2(tmp_path) -> Path:
+    """A made-up PP2 x DP2 job from real set B level1 ranks: ranks 0, 1 and 2, 3 are copies of B's rank 0, 1
+    (rank ids rewritten), with torch_npu-style parallel_group_info (dp {0,1}, {2,3}; pp {0,2}, {1,3}) in
+    profiler_metadata.json and the communication files' group renamed to the hash of the dp group's id
+    (msprof-analyze's double_hash, as torch_npu writes it)."""
+    from msprof_analyze.cluster_analyse.common_func.utils import double_hash as theirs
+
+    src = fixture_path(*B, "level1")
+    old = "17522688603477080586"
+    info = {"dp_0": {"group_name": "dp", "global_ranks": [0, 1]}, "dp_1": {"group_name": "dp", "global_ranks": [2, 3]},
+            "pp_0": {"group_name": "pp", "global_ranks": [0, 2]}, "pp_1": {"group_name": "pp", "global_ranks": [1, 3]}}
+    root = tmp_path / "pp2dp2"
+    for r in range(4):
+        s = src / f"rank{r % 2}_ascend_pt"
+        d = root / f"rank{r}_ascend_pt"
+        shutil.copytree(s, d, ignore=shutil.ignore_patterns("trace_view.json"))
+        pi = json.loads((d / f"profiler_info_{r % 2}.json").read_text())
+        (d / f"profiler_info_{r % 2}.json").unlink()
+        pi["rank_id"] = r
+        (d / f"profiler_info_{r}.json").write_text(json.dumps(pi))
+        md = json.loads((d / "profiler_metadata.json").read_text())
+        md["parallel_group_info"] = {k: dict(v, group_rank=v["global_ranks"].index(r)) if r in v["global_ranks"] else v
+                                     for k, v in info.items()}
+        (d / "profiler_metadata.json").write_text(json.dumps(md))
+        new = str(theirs("dp_0" if r < 2 else "dp_1"))
+        for f in ("communication.json", "communication_matrix.json"):
+            p = d / "ASCEND_PROFILER_OUTPUT" / f
+            p.write_text(p.read_text().replace(old, new))
+    return root
+
+
+def test_made_up_pp2dp2_groups_stages_and_global_links(tmp_path):
+    from msprof_analyze.cluster_analyse.common_func.utils import double_hash as theirs
+
+    p = analyzers.load_profile(_made_up_pp2dp2(tmp_path))
+    a = analyzers.analyze(p)
+    st = a.tables["rank_stages"].set_index("rank")
+    assert st["stage"].to_dict() == {0: 0, 1: 0, 2: 1, 3: 1} and set(st["stage_source"]) == {"pp groups"}
+    g1 = str(theirs("dp_1"))
+    assert p.meta["parallel_groups"][g1]["ranks"] == [2, 3] and p.meta["parallel_groups"][g1]["kind"] == "dp"
+    # rank 3 (a copy of B's rank 1) wrote "1-0" in dp group {2, 3}: global 3 -> 2
+    lk = a.tables["links"]
+    row = lk[(lk["group"] == g1) & (lk["rank"] == 3) & (lk["src_local"] == 1) & (lk["dst_local"] == 0)]
+    assert set(row["src"]) == {3} and set(row["dst"]) == {2}
+    # the group's Total Op Info: B's allreduce-total links, now between global ranks 2 and 3
+    mx = json.loads((fixture_path(*B, "level1", "rank1_ascend_pt", "ASCEND_PROFILER_OUTPUT",
+                                  "communication_matrix.json")).read_text())
+    want = mx["step50"]["collective"]["allreduce-total@17522688603477080586"]["1-0"]
+    tot = a.tables["link_totals"]
+    t = tot[(tot["group"] == g1) & (tot["src"] == 3) & (tot["dst"] == 2)].iloc[0]
+    assert t["size_mb"] == pytest.approx(want["Transit Size(MB)"]) and t["time_ms"] == pytest.approx(want["Transit Time(ms)"])
+    # dp groups equal the stages here: compared once per stage, never across stages
+    assert set(a.tables["rank_imbalance"]["group"]) == {"stage 0", "stage 1"}
+    assert [s["stage"] for s in a.tables["stages"].to_dict("records")] == [0, 1]

@@ -29,6 +29,7 @@ import pandas as pd
 
 from analyzers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
 from analyzers.msprof.csvread import read_table, to_number, to_numbers
+from analyzers.parallel_groups import groups_from_strategy
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -340,6 +341,8 @@ def parse(path) -> Profile:
             meta.setdefault("stage_num", int(info["stage_num"]))
         if info.get("parallel_mode"):
             meta["parallel_mode"] = info["parallel_mode"]
+    if found["strategy"]:  # stageDevices: the devices of each pipeline stage (analyzers.parallel_groups)
+        meta["parallel_groups"] = groups_from_strategy(found["strategy"].values())
     for rank, p in found["strategy"].items():
         cfg = _read_json(p).get("config", {})
         if isinstance(cfg, dict) and cfg.get("stageId") is not None:
