@@ -274,10 +274,11 @@ def _breakdown_share(tables, col):
         return None
     if not _num(sb, "computing_us").sum() > 0:
         return None  # no compute ops were profiled: the breakdown says nothing about idle or exposed time
-    step = _num(sb, "step_us").sum()
+    known = _num(sb, col).notna()  # steps whose part is unknown (null) say nothing about its share
+    step = _num(sb, "step_us")[known].sum()
     if not step > 0:
         return None
-    return float(_num(sb, col).sum() / step), sb
+    return float(_num(sb, col)[known].sum() / step), sb[known]
 
 
 def _exposure_split(tables, sb: pd.DataFrame):

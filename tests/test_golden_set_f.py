@@ -197,6 +197,8 @@ def test_f_natural_folder_reads_both_formats_and_says_what_it_skipped():
     for r in legacy:
         check_step(got[(10, int(r["step_num"]))], {"step_us": int(r["total"]) / 100, "computing_us": None,
                                                    "free_us": None, "preparing_us": None}, "rank 10")
+    # rank 10's unknown parts do not dilute the known ones: ranks 0 and 1 idle most of the step (item 9)
+    assert any(a["rule"] == "free_time" for a in doc["advice"]), doc["advice"]
     p = analyzers.load_profile(d)
     assert any("rank 0" in w and "step_trace_raw_0_detail_time.csv" in w for w in p.warnings), p.warnings
 
