@@ -279,6 +279,10 @@ def global_links(links: pd.DataFrame | None, groups: dict) -> pd.DataFrame | Non
     df = links.copy()
     maps = local_to_global(df, groups)
     g = df["group"].astype(str)
+    # rows a reader already wrote in global ranks (msprof-analyze's cluster matrix) stay as they are
+    done = df["global_ranks"].fillna(False).astype(bool) if "global_ranks" in df.columns \
+        else pd.Series(False, index=df.index)
+    g = g.where(~done, "\0already global")
     src_l = pd.to_numeric(df["src"], errors="coerce")
     dst_l = pd.to_numeric(df["dst"], errors="coerce")
     mapped = g.isin(list(maps))
@@ -286,11 +290,11 @@ def global_links(links: pd.DataFrame | None, groups: dict) -> pd.DataFrame | Non
              for gg, s, m in zip(g, src_l, mapped)]
     dst_g = [maps[gg].get(int(d)) if m and pd.notna(d) else (int(d) if pd.notna(d) else None)
              for gg, d, m in zip(g, dst_l, mapped)]
-    df["src_local"] = src_l.astype("Int64")
-    df["dst_local"] = dst_l.astype("Int64")
+    df["src_local"] = src_l.where(~done).astype("Int64")  # unknown where the reader wrote global ranks
+    df["dst_local"] = dst_l.where(~done).astype("Int64")
     df["src"] = pd.array(src_g, dtype="Int64")
     df["dst"] = pd.array(dst_g, dtype="Int64")
-    df["global_ranks"] = mapped.to_numpy()
+    df["global_ranks"] = (mapped | done).to_numpy()
     return df
 
 

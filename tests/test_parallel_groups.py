@@ -121,11 +121,11 @@ def msprof_matrix(request, tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     f = out / "cluster_analysis_output" / "cluster_communication_matrix.json"
     assert f.exists(), proc.stdout[-2000:]
-    return request.param, json.loads(f.read_text())
+    return request.param, json.loads(f.read_text()), f.parent
 
 
 def test_total_op_info_and_global_links_match_msprof_analyze(msprof_matrix):
-    level, theirs = msprof_matrix
+    level, theirs, _ = msprof_matrix
     p = analyzers.load_profile(fixture_path(*B, level))
     a = analyzers.analyze(p)
     links, totals = a.tables["links"], a.tables["link_totals"]
@@ -222,3 +222,27 @@ def test_made_up_pp2dp2_groups_stages_and_global_links(tmp_path):
     # dp groups equal the stages here: compared once per stage, never across stages
     assert set(a.tables["rank_imbalance"]["group"]) == {"stage 0", "stage 1"}
     assert [s["stage"] for s in a.tables["stages"].to_dict("records")] == [0, 1]
+
+
+def test_msprof_analyze_cluster_output_links_stay_global(msprof_matrix, tmp_path):
+    """Read back msprof-analyze's own output: its matrix is already in global ranks and its
+    communication_group.json names the groups' global ranks."""
+    level, theirs, out = msprof_matrix
+    folder = tmp_path / "cluster_analysis_output"
+    shutil.copytree(out, folder)
+    groups_doc = json.loads((folder / "communication_group.json").read_text())
+    p = analyzers.load_profile(folder)
+    a = analyzers.analyze(p)
+    for g in groups_doc["comm_group_parallel_info"]:
+        assert p.meta["parallel_groups"][g["group_name"]]["ranks"] == sorted(g["rank_set"])
+    links = a.tables["links"]
+    n = 0
+    for _, steps in theirs.items():
+        for _, ops in steps.items():
+            for op, lk in ops.items():
+                if op.startswith("Total Op Info"):
+                    continue
+                for pair in lk:
+                    src, dst = map(int, pair.split("-"))
+                    n += len(links[(links["op_name"] == op.split("@")[0]) & (links["src"] == src) & (links["dst"] == dst)])
+    assert n == len(links) > 0 and links["global_ranks"].all()

@@ -14,6 +14,7 @@ import pandas as pd
 
 from analyzers.ascend.common import comm_op_type, read_csv, read_json, step_of
 from analyzers.ascend.text import STEP_TRACE_OPTIONAL, STEP_TRACE_REQUIRED, _f
+from analyzers.parallel_groups import groups_from_communication_group
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, RANKS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -54,8 +55,9 @@ def parse(d: str | Path, **_) -> Profile:
     return Profile(source=SOURCE, path=str(d), ranks=conform(rk, RANKS),
                    comm_ops=conform(co if co is not None else empty(COMM_OPS), COMM_OPS),
                    comm_bandwidth=conform(cb if cb is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
-                   links=conform(links, LINKS), reference_breakdown=ref,
-                   meta={"format": SOURCE, "producer": "msprof-analyze"})
+                   links=conform(links.assign(global_ranks=True), LINKS), reference_breakdown=ref,
+                   meta={"format": SOURCE, "producer": "msprof-analyze",  # msprof-analyze writes global ranks
+                         "parallel_groups": groups_from_communication_group(d / "communication_group.json")})
 
 
 def _group_ranks(key: str) -> list[int]:
