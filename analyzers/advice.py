@@ -147,7 +147,8 @@ def rule_slow_rank(tables, summary):
                 "ranks": [int(r["rank"])],
                 "severity": "high",
                 "message": (
-                    f"Rank {r['rank']} is the rank the others wait for in group '{r['group']}' "
+                    f"Rank {r['rank']} is the rank the others wait for in "
+                    f"{(str(r['group_kind']) + ' ') if pd.notna(r.get('group_kind', None)) else ''}group '{r['group']}' "
                     f"(mean {_fmt(r['mean_lateness_ms'])} ms late per collective). Check its input "
                     f"pipeline, host load, and compute imbalance."
                 ),

@@ -335,5 +335,10 @@ def analysis(ctx):
     from analyzers.registry import Output
 
     co = ctx.table("comm_ops")
-    return Output(tables={"slow_ranks": find_slow_ranks(co) if co is not None else _empty(SLOW_RANK_COLUMNS),
+    sr = find_slow_ranks(co) if co is not None else _empty(SLOW_RANK_COLUMNS)
+    groups = (ctx.profile.meta or {}).get("parallel_groups") or {} if ctx.profile is not None else {}
+    # the parallel group each communication group is (dp / pp / tp ...), where the profiler metadata says
+    sr["group_kind"] = sr["group"].map(lambda g: (groups.get(str(g)) or {}).get("kind")
+                                       if isinstance(groups.get(str(g)), dict) else None)
+    return Output(tables={"slow_ranks": sr,
                           "slow_links": find_slow_links(ctx.table("links"), ctx.table("comm_bandwidth"))})

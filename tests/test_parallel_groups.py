@@ -246,3 +246,41 @@ def test_msprof_analyze_cluster_output_links_stay_global(msprof_matrix, tmp_path
                     src, dst = map(int, pair.split("-"))
                     n += len(links[(links["op_name"] == op.split("@")[0]) & (links["src"] == src) & (links["dst"] == dst)])
     assert n == len(links) > 0 and links["global_ranks"].all()
+
+
+def test_db_meta_data_groups(tmp_path):
+    """torch_npu's db export keeps parallel_group_info / distributed_args as META_DATA rows (what
+    msprof-analyze's communication_matrix_sum and pp_chart recipes read)."""
+    import sqlite3
+
+    from analyzers.parallel_groups import add_db_meta
+
+    con = sqlite3.connect(tmp_path / "p.db")
+    con.execute("CREATE TABLE META_DATA (name TEXT, value TEXT)")
+    con.executemany("INSERT INTO META_DATA VALUES (?, ?)", [
+        ("SCHEMA_VERSION", "1.0.0"),
+        ("parallel_group_info", json.dumps({"gid_pp": {"group_name": "pp", "group_rank": 0, "global_ranks": [1, 5]}})),
+        ("distributed_args", json.dumps({"world_size": 8, "pipeline_model_parallel_size": 2}))])
+    meta = {"parallel_groups": {}}
+    add_db_meta(meta, con)
+    assert meta["parallel_groups"][str(double_hash("gid_pp"))]["ranks"] == [1, 5]
+    assert meta["distributed_args"]["pipeline_model_parallel_size"] == 2
+    p = Profile(source="x", path="x", ranks=pd.DataFrame({"rank": [1, 5]}), meta=meta)
+    assert stage_of_rank(p)[0] == {1: 0, 5: 1}
+    con.execute("DROP TABLE META_DATA")
+    meta2 = {}
+    add_db_meta(meta2, con)  # older exports without META_DATA: nothing, no error
+    assert meta2 == {"parallel_groups": {}}
+
+
+def test_slow_rank_rows_name_the_group_kind():
+    from analyzers.registry import Context
+    from analyzers.slow_ranks import analysis
+
+    # a 2-rank pp group; rank 1 arrives last in all 6 collectives (waits 0, the other waits 5 ms)
+    co = pd.DataFrame({"rank": [0, 1] * 6, "step": [s for s in range(6) for _ in (0, 1)], "op_name": ["send"] * 12,
+                       "group": ["G"] * 12, "wait_ms": [5.0, 0.0] * 6, "elapse_ms": [6.0, 1.0] * 6})
+    p = Profile(source="x", path="x", meta={"parallel_groups": {"G": {"ranks": [0, 1], "kind": "pp"}}})
+    sr = analysis(Context(profile=p, tables={"comm_ops": co})).tables["slow_ranks"]
+    row = sr[(sr["scope"] == "group") & sr["slow"]].iloc[0]
+    assert (row["rank"], row["group_kind"]) == (1, "pp")
