@@ -218,8 +218,11 @@ def _steps_from_step_trace_csv(files: list[Path], rank: int):
     step = num["Iteration ID"].astype("int64")
     end = num["Iteration End(us)"]
     dur = num["Iteration Time(us)"]
-    steps = pd.DataFrame({"rank": rank, "step": step, "start_us": end - dur, "end_us": end})
-    ref = pd.DataFrame({"rank": rank, "step": step, "step_us": dur})
+    # CANN: Iteration Time = this Iteration End - the previous one (the first: Iteration End - FP Start);
+    # exports that wrote only the iteration's own span still get iteration-to-iteration windows
+    steps = _iteration_windows(pd.DataFrame({"rank": rank, "step": step, "start_us": end - dur, "end_us": end}))
+    ref = pd.DataFrame({"rank": rank, "step": step, "step_us": steps["end_us"] - steps["start_us"],
+                        "iteration_time_us": dur})
     for src, dst in (("FP to BP Time(us)", "fp_bp_us"), ("Iteration Refresh(us)", "iteration_refresh_us"),
                      ("Data Aug Bound(us)", "data_aug_bound_us")):
         if src in num:
@@ -324,7 +327,8 @@ def _steps_from_events(ev: list[dict], rank: int, path: Path):
             r["iteration_refresh_us"] = dur
         elif cat == "Reduce":
             r["reduce_us"] = r.get("reduce_us", 0.0) + dur
-    steps = _iteration_windows(steps)
+    steps = list({s["step"]: s for s in steps}.values())
+    steps = _iteration_windows(pd.DataFrame(steps)).to_dict("records") if steps else []
     for st in steps:
         r = ref[st["step"]]
         r["step_us"] = st["end_us"] - st["start_us"]
@@ -333,20 +337,17 @@ def _steps_from_events(ev: list[dict], rank: int, path: Path):
     return steps, [r for r in ref.values() if "step_us" in r]
 
 
-def _iteration_windows(steps: list[dict]) -> list[dict]:
-    """Step N spans from the end of iteration N-1 to the end of iteration N (the profiler's Iteration
-    events): the gap between iterations (data loading, host work: msprof's Data Aug Bound) belongs to
-    the step it delays. The first iteration, or one whose predecessor was not traced, keeps its own
-    Iteration event as window."""
-    steps = sorted({s["step"]: s for s in steps}.values(), key=lambda s: s["step"])
-    out = []
-    for i, s in enumerate(steps):
-        s = dict(s)
-        prev = steps[i - 1] if i else None
-        if prev is not None and prev["step"] == s["step"] - 1 and prev["end_us"] <= s["start_us"]:
-            s["start_us"] = prev["end_us"]
-        out.append(s)
-    return out
+def _iteration_windows(steps: pd.DataFrame) -> pd.DataFrame:
+    """Step N spans from the end of iteration N-1 to the end of iteration N (CANN: Iteration Time =
+    this Iteration End - the previous one): the gap between iterations (data loading, host work:
+    msprof's Data Aug Bound) belongs to the step it delays. The first iteration, or one whose
+    predecessor was not traced, keeps its own span. Same rows and index as `steps`."""
+    out = steps.sort_values(["rank", "step"], kind="stable").copy()
+    prev_end = out.groupby("rank")["end_us"].shift()
+    prev_step = out.groupby("rank")["step"].shift()
+    follow = (prev_step == out["step"] - 1) & (prev_end <= out["start_us"])
+    out["start_us"] = out["start_us"].where(~follow, prev_end)
+    return out.loc[steps.index]
 
 
 def _ops_from_hardware(ev, pn, rank: int, step: int | None = None) -> pd.DataFrame:
