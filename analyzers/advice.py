@@ -351,6 +351,18 @@ def rule_exposed_comm(tables, summary):
                  "evidence": f"{base}; {split}"}]
     top = per.sort_values("exposed_collective_us", ascending=False)
     worst = top[top["exposed_collective_us"] >= 0.5 * top["exposed_collective_us"].iloc[0]]
+    ex = _t(tables, "comm_exposure")
+    rough = sorted(int(r) for r in ex.loc[ex["source"] == "profiler (receive only)", "rank"].unique()) \
+        if ex is not None and "source" in ex.columns else []
+    if rough:
+        return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in worst.index],
+                 "stage": None,
+                 "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
+                             f"{EXPOSED_COMM_SHARE:.0%}), at least {p2p:.0%} of it pipeline receives; on ranks "
+                             f"{', '.join(map(str, rough))} the profiler counts send / batchSendRecv with the "
+                             f"collectives, so how much is gradient all-reduce is not known without the kernels: "
+                             f"check comm_types before overlapping or bucketing gradients."),
+                 "evidence": f"{base}; {split}"}]
     return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in worst.index], "stage": None,
              "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
                          f"{EXPOSED_COMM_SHARE:.0%}), {1 - p2p:.0%} of it in collectives (most on ranks "

@@ -13,7 +13,9 @@ Per rank and step (table `comm_exposure`):
                   |K ∪ P ∪ C| - |P ∪ C|. Used when the rank has compute and p2p ops in that step.
       "profiler"  the profiler's own split: step_trace_time's "Communication(Not Overlapped and Exclude
                   Receive)" (p2p = exposed - that), MindSpore's cluster pipeline files'
-                  collective_communication_alone_time (p2p = exposed - that).
+                  collective_communication_alone_time (p2p = exposed - that). The profiler separates
+                  receives only: a rank that also ran send / batchSendRecv ops gets source
+                  "profiler (receive only)" and its p2p time is a lower bound.
       "no p2p"    the rank ran no p2p op: all exposed communication is collective.
     null when none of these is available.
 
@@ -40,6 +42,18 @@ def is_p2p(names: pd.Series) -> np.ndarray:
 
     short = names.astype(str).str.rsplit("/", n=1).str[-1]
     return short.map(comm_op_type).isin(P2P_TYPES).to_numpy()
+
+
+def _ranks_with_sends(ops: pd.DataFrame | None, comm_ops: pd.DataFrame | None) -> set:
+    """Ranks that ran a p2p op other than a plain receive (send, batchSendRecv)."""
+    out: set = set()
+    if comm_ops is not None and len(comm_ops) and "op_type" in comm_ops.columns:
+        out |= set(comm_ops.loc[comm_ops["op_type"].astype(str).str.lower() == "send", "rank"].astype(int))
+    if ops is not None and len(ops) and "category" in ops.columns:
+        c = ops[ops["category"] == "communication"]
+        names = c["name"].astype(str).str.rsplit("/", n=1).str[-1].str.lower()
+        out |= set(c.loc[names.str.contains("send"), "rank"].astype(int))
+    return out
 
 
 def _split_from_ops(ops: pd.DataFrame, steps: pd.DataFrame) -> dict:
@@ -100,6 +114,8 @@ def comm_exposure(sb: pd.DataFrame | None, reference: pd.DataFrame | None, ops: 
             vals = np.array([coll.get(k, np.nan) for k in keys])
             df.loc[have, "exposed_p2p_us"] = (df.loc[have, "exposed_us"] - vals[have]).clip(lower=0)
             df.loc[have, "source"] = "profiler"
+            senders = _ranks_with_sends(ops, comm_ops)
+            df.loc[have & df["rank"].isin(senders).to_numpy(), "source"] = "profiler (receive only)"
     # the op timeline, where it has compute and p2p ops (names every p2p kind, incl. batchSendRecv)
     split = _split_from_ops(ops, steps)
     for i, (r, s) in enumerate(zip(df["rank"], df["step"])):

@@ -49,7 +49,7 @@ def test_set_g_split_is_the_profilers_receive_alone_time():
         assert mine["exposed_p2p_us"].tolist() == pytest.approx(want.tolist(), rel=1e-6)
         assert mine["exposed_p2p_us"].tolist() == pytest.approx((pipe["receive_alone_time"].head(len(mine)) * 1000).tolist(),
                                                                abs=0.2)  # the profiler's own receive-alone column
-        assert set(mine["source"]) == {"profiler"}
+        assert set(mine["source"]) == {"profiler (receive only)"}  # G ranks also run Send-opN
         n += len(mine)
     assert n == 20
 
@@ -67,3 +67,20 @@ def test_set_b_has_no_p2p():
                                                       - st["Communication(Not Overlapped and Exclude Receive)"], abs=1e-6)
         assert row["exposed_collective_us"] == pytest.approx(st["Communication(Not Overlapped)"], rel=1e-9)
     assert a.summary["exposed_p2p_s"] == 0.0
+
+
+def test_receive_only_split_is_not_read_as_gradient_time():
+    """A rank with only the step trace and communication.json (no kernels): the profiler's split separates
+    receives only; batchSendRecv waiting must not become 'overlap gradient all-reduce' advice."""
+    from analyzers.advice import advise
+
+    sb = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "step_us": [100e3] * 2, "computing_us": [40e3] * 2,
+                       "communication_not_overlapped_us": [55e3] * 2, "free_us": [5e3] * 2})
+    ref = sb.assign(communication_not_overlapped_exclude_receive_us=[50e3, 50e3])
+    co = pd.DataFrame({"rank": [0, 1, 0, 1], "op_type": ["send", "send", "allreduce", "allreduce"],
+                       "op_name": ["hcom_batchSendRecv__1"] * 2 + ["hcom_allReduce__2"] * 2})
+    ex = comm_exposure(sb, ref, None, None, co)
+    assert ex["exposed_p2p_us"].tolist() == [5e3, 5e3] and set(ex["source"]) == {"profiler (receive only)"}
+    adv = advise({"step_breakdown": sb, "comm_exposure": ex}, {})
+    msg = adv[adv["rule"] == "exposed_communication"].iloc[0]["message"]
+    assert "at least 9% of it pipeline receives" in msg and "overlap gradient all-reduce with backward" not in msg
