@@ -150,3 +150,51 @@ def test_dry_run_table_lists_every_example_run():
         assert r.returncode == 0, (path, r.stderr)
         n = len(load_config(path).plan("x"))
         assert f"{n} planned runs" in r.stdout, (path, r.stdout)
+
+
+@pytest.mark.parametrize(
+    "raw, words",
+    [
+        (cfg(parallel__comm_fusoin=4), ["parallel.comm_fusoin", "unknown key", "did you mean `comm_fusion`", "4"]),
+        (cfg(profile__enabled="yes"), ["profile.enabled", "'yes'", "true or false"]),
+        (cfg(parallel__micro_batches=0), ["parallel.micro_batches", "0", "at least 1"]),
+        (cfg(launch__nodes=2, launch__node_rank=5), ["launch.node_rank", "5", "at most 1"]),
+        (cfg(sweep={"world_size": [2], "pipeline_stages": [2], "micro_batches": [1]}),
+         ["micro_batches=1", "pipeline_stages=2", "world_size=2"]),
+        (cfg(sweep={"lr": {"low": 0.1, "high": "x"}}), ["sweep.lr.high", "'x'", "number"]),
+    ],
+)
+def test_each_kind_of_error_is_one_line_with_key_and_value(raw, words):
+    """Unknown key, wrong type, out of range, a rule across keys: each names the dotted key and the value."""
+    msg = error_of(raw)
+    assert "\n" not in msg
+    for w in words:
+        assert w in msg, f"{w!r} not in {msg!r}"
+
+
+def test_values_keep_their_written_type():
+    c = parse_config(cfg(train__lr=1, sweep={"comm_fusion": [4, 2.5, "all"]}))
+    assert c.train["lr"] == 1 and isinstance(c.train["lr"], int)
+    assert [p.run_config["parallel"]["comm_fusion"] for p in c.plan("s")] == [4, 2.5, "all"]
+
+
+def test_schema_command_checks_the_examples_and_rejects_bad_keys(tmp_path):
+    import json
+
+    import jsonschema
+
+    out = tmp_path / "sweep.schema.json"
+    r = subprocess.run([sys.executable, "-m", "perfbench", "schema", "-o", str(out)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    schema = json.loads(out.read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        errors = list(validator.iter_errors(yaml.safe_load(path.read_text())))
+        assert not errors, (path, errors[0].message)
+    for bad in (cfg(worklaod="resnet50"), cfg(train__batch_size="eight"), cfg(train__batch_size=0),
+                cfg(parallel__grad_compression="zip"), cfg(sweep={"wrld_size": [1]}), cfg(model__depth=50)):
+        assert list(validator.iter_errors(bad)), bad
+    # editor hover text comes from the models' descriptions
+    assert "per rank" in schema["$defs"]["Train"]["properties"]["batch_size"]["description"]

@@ -1,0 +1,375 @@
+"""The sweep YAML as pydantic models: one model per section, one field per knob.
+
+Adding a knob is one field in one model (its type, range, default and description); it is then validated,
+sweepable (if its section is), listed in `perfbench schema`'s JSON Schema, and reported by key and value
+when wrong. `config_error` turns pydantic's errors into one line naming the dotted key and the value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator, create_model, model_validator
+from pydantic_core import PydanticCustomError
+
+from perfbench.errors import ConfigError
+
+
+def explain(message: str) -> WrapValidator:
+    """Replace pydantic's error(s) for a field (e.g. each branch of a union) by one message."""
+
+    def wrap(value, handler):
+        try:
+            return handler(value)
+        except ValidationError:
+            raise PydanticCustomError("invalid", message) from None
+
+    return WrapValidator(wrap)
+
+
+def rule(message: str, key: str | None = None) -> PydanticCustomError:
+    """A broken rule; `key` (relative to the model) is appended to the error's dotted path."""
+    return PydanticCustomError("rule", message, {"key": key} if key else None)
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, validate_assignment=True)
+
+
+def _int(lo: int | None = None, hi: int | None = None, default: int | None = 0, doc: str = ""):
+    return Field(default, ge=lo, le=hi, description=doc or None)
+
+
+class ResNet50Model(Section):
+    """ResNet-50 knobs (workload: resnet50)."""
+
+    image_size: int = _int(8, 1024, 32, "input height and width")
+    num_classes: int = _int(2, 100000, 10)
+    width: int = _int(1, 4096, 64, "base width (64 is the paper's ResNet-50)")
+    layers: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4),
+                      explain("must be a list of 4 positive integers (blocks per stage, ResNet-50 is [3, 4, 6, 3])")] = \
+        Field(default_factory=lambda: [3, 4, 6, 3], description="bottleneck blocks per stage")
+
+
+class MoEModel(Section):
+    """Mixture-of-Experts transformer knobs (workload: moe)."""
+
+    vocab_size: int = _int(2, 10**7, 512)
+    seq_len: int = _int(2, 65536, 32)
+    hidden_size: int = _int(2, 65536, 64)
+    num_layers: int = _int(1, 1024, 2)
+    num_heads: int = _int(1, 1024, 4)
+    num_experts: int = _int(1, 4096, 4)
+    top_k: int = _int(1, 64, 2, "experts per token")
+    capacity_factor: float = Field(1.25, gt=0, description="expert capacity = factor x tokens / experts")
+    aux_loss_coef: float = Field(0.01, ge=0, description="load-balancing loss weight")
+
+
+class Train(Section):
+    batch_size: int = _int(1, 65536, 8, "per rank (per data-parallel replica)")
+    steps: int = _int(1, 1_000_000, 12, "steps per run, including warm-up")
+    warmup_steps: int = _int(0, 1_000_000, 2, "not measured (graph compilation, first collectives)")
+    seed: int = _int(0, 2**31 - 1, 0, "same seed = same weights and data on every rank and repeat")
+    lr: float = Field(0.05, ge=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+    mode: Literal["graph", "pynative"] = "graph"
+    data: Annotated[str, WrapValidator(lambda v, h: _data_folder(h(v)))] = Field(
+        "synthetic", description="synthetic, or an image folder (ResNet: mindspore.dataset.ImageFolderDataset)")
+
+
+def _data_folder(value: str) -> str:
+    if value != "synthetic" and not Path(value).is_dir():
+        raise PydanticCustomError("invalid", "must be `synthetic` or an existing image folder")
+    return value
+
+
+class Profile(Section):
+    enabled: bool = Field(True, description="false: no profiler at all (for overhead measurements)")
+    steps: int = _int(1, 1000, 4, "profiled window: the steps right after warm-up")
+
+
+class Parallel(Section):
+    grad_compression: Literal["none", "fp16", "powersgd", "topk"] = "none"
+    compression_ratio: Annotated[float, Field(gt=0, le=1), explain("must be in (0, 1]: the fraction of gradient bytes kept")] = \
+        Field(0.01, description="powersgd/topk: fraction of gradient bytes kept, in (0, 1]")
+    comm_fusion: Annotated[Union[Literal["all"], Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]],
+                           explain("must be a bucket size in MB (0 = one collective per parameter) or `all`")] = \
+        Field(0, description="gradient bucket size in MB; 0 = one all-reduce per parameter; all = one buffer")
+    fusion_impl: Literal["perfbench", "mindspore"] = Field(
+        "perfbench", description="perfbench (own bucketing) | mindspore (MindSpore's comm_fusion)")
+    pipeline_stages: int = _int(1, 1024, 1, "S; world_size = S x data-parallel size")
+    micro_batches: int = _int(1, 4096, 1, "M; with S = 1 it is gradient accumulation")
+    pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
+
+
+class Launch(Section):
+    timeout_s: int = _int(10, None, 900, "whole run, msrun start to exit")
+    stall_timeout_s: int = _int(10, None, 180, "no rank finished a step for this long = hung")
+    max_world_size: int = _int(1, 4096, 8, "world sizes above this are rejected")
+    bind_core: Annotated[Union[Literal["auto"], bool], explain("must be auto, true or false")] = Field(
+        "auto", description="auto: msrun --bind_core when every local rank gets a core of its own")
+    master_port: Annotated[Union[Literal["auto"], Annotated[int, Field(ge=1024, le=65535)]],
+                           explain("must be auto or a port number from 1024 to 65535")] = "auto"
+    nodes: int = _int(1, 1024, 1, ">1: multi-node msrun; run the same sweep on every node with its node_rank")
+    node_rank: int = _int(0, None, 0)
+    master_addr: Annotated[str, Field(min_length=1), explain("must be a host name or address")] = "127.0.0.1"
+
+    @model_validator(mode="after")
+    def _node_rank_below_nodes(self):
+        if self.node_rank > self.nodes - 1:
+            raise rule(f"{self.node_rank} must be at most {self.nodes - 1} (launch.nodes is {self.nodes})", "node_rank")
+        return self
+
+
+class Inject(Section):
+    """Fault and slowdown injection, for tests and for trying the regression gate."""
+
+    crash_rank: int | None = Field(None, ge=0, description="this rank exits with code 3 at crash_step")
+    crash_step: int | None = Field(None, ge=0)
+    hang_rank: int | None = Field(None, ge=0, description="this rank sleeps forever at hang_step")
+    hang_step: int | None = Field(None, ge=0)
+    delay_ms: float = Field(0, ge=0, description="every rank sleeps this long in every step")
+
+
+MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel}
+#: sections whose keys may be sweep axes, in the order a key is looked up
+SWEEPABLE: dict[str, type[Section]] = {"parallel": Parallel, "train": Train, "inject": Inject}
+
+
+Number = Annotated[Union[int, float], explain("must be a number")]
+
+
+class Range(BaseModel):
+    """A numeric sweep axis `{low, high, log, step}`: `perfbench tune` samples it; `perfbench sweep` lists its
+    values when it has a step (integers: step 1 unless log)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    low: Number
+    high: Number
+    step: Annotated[Number, Field(gt=0)] | None = None
+    log: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ends(cls, raw):
+        if isinstance(raw, dict) and not {"low", "high"} <= set(raw):
+            raise rule(f"a range needs `low` and `high` (got {show(raw)})")
+        return raw
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.high <= self.low:
+            raise rule(f"{self.high} must be greater than low ({self.low})", "high")
+        if self.log and self.step is not None:
+            raise rule("`log: true` and `step` cannot be combined (a log range is sampled on a log scale)")
+        if self.log and self.low <= 0:
+            raise rule(f"{self.low} must be greater than 0 with `log: true`", "low")
+        return self
+
+    @property
+    def is_int(self) -> bool:
+        return all(isinstance(v, int) for v in (self.low, self.high)) and (self.step is None or isinstance(self.step, int))
+
+    @property
+    def enumerable(self) -> bool:
+        return self.step is not None or (self.is_int and not self.log)
+
+    def values(self) -> list:
+        """Every value when enumerable, else the two ends (enough to validate the range)."""
+        if not self.enumerable:
+            return [self.low, self.high]
+        step = self.step or 1
+        n = math.floor((self.high - self.low) / step + 1e-9) + 1
+        vals = [self.low + i * step for i in range(n)]
+        return vals if self.is_int else [round(v, 12) for v in vals]
+
+    def describe(self) -> str:
+        parts = [f"low: {self.low}", f"high: {self.high}"] + ([f"step: {self.step}"] if self.step is not None else []) \
+            + (["log: true"] if self.log else [])
+        return "{" + ", ".join(parts) + "}"
+
+
+def tidy_sections(raw):
+    """`train:` with nothing under it means the defaults, as an empty mapping does."""
+    if isinstance(raw, dict):
+        return {k: ({} if v is None and k in SECTION_KEYS else v) for k, v in raw.items()}
+    return raw
+
+
+SECTION_KEYS = ("model", "train", "profile", "parallel", "launch", "inject", "sweep")
+
+
+class SweepFile(BaseModel):
+    """A perfbench sweep: a workload, its knobs, and sweep axes whose cartesian product (x repeats) is the runs."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, title="perfbench sweep config")
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),
+                    explain("must be 1-64 letters, digits, '_', '.' or '-'")] | None = Field(
+        None, description="sweep name: run ids start with it; default: the file's stem")
+    workload: Literal["resnet50", "moe"]
+    model: dict[str, Any] = Field(default_factory=dict, description="workload knobs")
+    train: Train = Field(default_factory=Train)
+    profile: Profile = Field(default_factory=Profile)
+    parallel: Parallel = Field(default_factory=Parallel, description="defaults for every run; any key may be a sweep axis")
+    launch: Launch = Field(default_factory=Launch)
+    inject: Inject = Field(default_factory=Inject)
+    sweep: dict[str, Any] = Field(default_factory=dict, description="axes: lists (or ranges); runs are their product")
+    repeats: int = _int(1, 100, 1, "each point runs this many times (repeats are the outer loop)")
+    results: str | None = Field(None, description="results folder (relative to this file); --results wins")
+    search: dict[str, Any] | None = Field(None, description="how `perfbench tune` searches the sweep axes (docs/tune.md)")
+
+    _tidy = model_validator(mode="before")(tidy_sections)
+
+
+class RunConfig(BaseModel):
+    """One planned run's resolved knobs (run_config.json), with the rules across keys checked for it."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+    workload: Literal["resnet50", "moe"]
+    world_size: int = Field(ge=1)
+    model: dict[str, Any]
+    train: Train
+    profile: Profile
+    parallel: Parallel
+
+    @model_validator(mode="after")
+    def _rules(self):
+        ws, par, train, profile, m = self.world_size, self.parallel, self.train, self.profile, self.model
+        if train.warmup_steps >= train.steps:
+            raise rule(f"train.warmup_steps ({train.warmup_steps}) must be less than train.steps ({train.steps}) "
+                       "so that some steps are measured")
+        if profile.enabled and train.warmup_steps + profile.steps > train.steps:
+            raise rule(f"profile.steps ({profile.steps}) does not fit after train.warmup_steps ({train.warmup_steps}) "
+                       f"within train.steps ({train.steps})")
+        stages, mbs = par.pipeline_stages, par.micro_batches
+        if ws % stages:
+            raise rule(f"pipeline_stages={stages} does not divide world_size={ws} "
+                       "(world_size = stages x data-parallel size)")
+        if stages > 1 and par.pipeline_schedule == "1f1b" and mbs < stages:
+            raise rule(f"micro_batches={mbs} is less than pipeline_stages={stages}, which 1F1B needs "
+                       "(use pipeline_schedule=gpipe or more micro-batches)")
+        if train.batch_size % mbs:
+            raise rule(f"micro_batches={mbs} does not divide train.batch_size={train.batch_size}")
+        if self.workload == "resnet50":
+            n_blocks = sum(m["layers"]) + 2  # stem and head are stages' units too
+            if stages > n_blocks:
+                raise rule(f"pipeline_stages={stages} is more than the model's {n_blocks} layers (model.layers={m['layers']})")
+        else:
+            if stages > m["num_layers"]:
+                raise rule(f"pipeline_stages={stages} is more than model.num_layers={m['num_layers']}")
+            if m["top_k"] > m["num_experts"]:
+                raise rule(f"model.top_k={m['top_k']} is more than model.num_experts={m['num_experts']}")
+            if m["hidden_size"] % m["num_heads"]:
+                raise rule(f"model.hidden_size={m['hidden_size']} is not divisible by model.num_heads={m['num_heads']}")
+            dp = ws // stages
+            if dp > 1 and m["num_experts"] % dp:
+                raise rule(f"model.num_experts={m['num_experts']} is not divisible by the data/expert-parallel size "
+                           f"{dp} (world_size={ws}, pipeline_stages={stages})")
+        if par.fusion_impl == "mindspore" and par.grad_compression != "none":
+            raise rule(f"fusion_impl=mindspore fuses MindSpore's own gradient all-reduce and cannot be combined with "
+                       f"grad_compression={par.grad_compression} (use fusion_impl=perfbench)")
+        try:  # workload-specific rules, kept next to the parallel code (no MindSpore import)
+            from workloads.parallel.rules import validate_parallel
+        except ImportError:
+            return self
+        problems = validate_parallel(self.workload, m, par.model_dump(), ws, train.model_dump())
+        if problems:
+            raise rule(problems[0])
+        return self
+
+
+# ---- the JSON Schema (typed model and sweep sections for editors) -----------------------------------
+
+
+def _axis(field) -> Any:
+    value = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    return (Union[list[value], Range, value, None], Field(None, description=field.description))
+
+
+def json_schema() -> dict:
+    """The sweep YAML's JSON Schema (draft 2020-12), for yaml-language-server and other editors."""
+    from perfbench.tune_spec import SearchSpec
+
+    axes: dict[str, Any] = {"world_size": (Union[list[Annotated[int, Field(ge=1)]], Range, int, None], Field(None))}
+    for cls in (*SWEEPABLE.values(), *MODELS.values()):
+        axes.update({k: _axis(f) for k, f in cls.model_fields.items()})
+    Axes = create_model("SweepAxes", __config__=ConfigDict(extra="forbid"), **axes)
+    Schema = create_model(
+        "SweepConfig", __base__=SweepFile,
+        model=(Union[ResNet50Model, MoEModel], Field(default_factory=dict, description="workload knobs")),
+        sweep=(Axes, Field(default_factory=dict, description="axes: lists (or ranges); runs are their product")),
+        search=(SearchSpec | None, Field(None, description="how `perfbench tune` searches the sweep axes")),
+    )
+    schema = Schema.model_json_schema(mode="validation")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "perfbench sweep config"
+    return schema
+
+
+# ---- errors --------------------------------------------------------------------------------------------
+
+_MESSAGES = {
+    "int_type": "must be an integer", "int_from_float": "must be an integer", "int_parsing": "must be an integer",
+    "float_type": "must be a number", "float_parsing": "must be a number",
+    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
+    "string_type": "must be a string", "list_type": "must be a list",
+    "dict_type": "expected a mapping", "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
+    "greater_than_equal": "must be at least {ge}", "greater_than": "must be greater than {gt}",
+    "less_than_equal": "must be at most {le}", "less_than": "must be below {lt}",
+    "literal_error": "must be one of {expected}",
+    "too_short": "must have at least {min_length} items", "too_long": "must have at most {max_length} items",
+}
+
+
+def show(v: Any) -> str:
+    s = repr(v) if isinstance(v, str) else json.dumps(v, default=str)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def suggest(key: str, allowed) -> str:
+    close = difflib.get_close_matches(str(key), list(allowed), n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def _model_at(model: type[BaseModel] | None, loc: list[str]) -> type[BaseModel] | None:
+    for part in loc:
+        field = model.model_fields.get(part) if model else None
+        ann = field.annotation if field else None
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return model
+
+
+def config_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None,
+                 suffix: str = "") -> ConfigError:
+    """One line for the first problem: `dotted.key: value what is wrong`. Unknown keys come first (a typo
+    often explains a missing key)."""
+    err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+    ctx = err.get("ctx") or {}
+    loc = [str(p) for p in err["loc"] if not any(c in str(p) for c in "[(")]
+    if ctx.get("key"):
+        loc.append(ctx["key"])
+    where = ".".join([prefix, *loc] if prefix else loc)
+    kind, value = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        at = _model_at(model, loc[:-1])
+        allowed = list(at.model_fields) if at else []
+        hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
+        msg = f"{where}: unknown key{suggest(loc[-1], allowed)} (value {show(value)}{hint})"
+    elif kind == "missing":
+        msg = f"missing key `{where}`"
+        at = _model_at(model, loc[:-1])
+        field = at.model_fields.get(loc[-1]) if at else None
+        if field is not None and get_origin(field.annotation) is Literal:
+            msg += f" (one of: {', '.join(get_args(field.annotation))})"
+    elif kind == "rule":
+        msg = f"{where}: {err['msg']}" if where else err["msg"]
+    elif kind in _MESSAGES:
+        msg = f"{where}: {show(value)} {_MESSAGES[kind].format(**ctx)}"
+    else:
+        text = err["msg"].removeprefix("Value error, ")
+        msg = f"{where}: {show(value)} {text}"
+    return ConfigError(msg + suffix)
