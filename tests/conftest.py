@@ -1,10 +1,26 @@
-"""Shared test fixtures. Real Ascend profiler outputs are read from ../shared/fixtures (never copied)."""
+"""Shared test fixtures. Real Ascend profiler outputs are read from ../shared/fixtures (never copied).
+
+Process hygiene (docs/testing.md): every process the suite starts carries the environment variable
+PERFBENCH_TEST_SESSION (set here, inherited by every child, also by msrun's workers that leave the process
+tree). So the suite can find exactly its own processes on a machine shared with other runs:
+
+* a test that is not marked `msrun` fails if it starts msrun (a watcher polls the session's processes);
+* a process started by a test's body that is still alive after its teardown fails that test (and is killed);
+  runs started in the background for later tests are declared with `background_launch(name)`;
+* at the end of the session every process of the session is gone, or the run fails.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import threading
+import uuid
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,10 +66,15 @@ TINY_SWEEP = {
 }
 
 
-def free_port(lo: int, hi: int) -> int:
-    """A free TCP port on 127.0.0.1 in [lo, hi) (tests keep to their own ranges)."""
+def free_port(lo: int | None = None, hi: int | None = None) -> int:
+    """A free TCP port on 127.0.0.1, chosen by the OS at run time (or the first free one in [lo, hi)).
+    msrun launches take `master_port: "auto"`, which the launcher resolves the same way."""
     import socket
 
+    if lo is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
     for port in range(lo, hi):
         with socket.socket() as s:
             try:
@@ -91,3 +112,202 @@ def sweep_store(tmp_path_factory):
     results = base / "results"
     run_perfbench("sweep", cfg, "--results", results, timeout=1500)
     return results
+
+
+# ---- process hygiene --------------------------------------------------------------------------------
+
+SESSION_VAR = "PERFBENCH_TEST_SESSION"
+TAG_VAR = "PERFBENCH_RUN_TAG"  # perfbench.launcher.TAG_VAR: every process of one msrun launch carries it
+os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # fresh per session: only our descendants
+_BACKGROUND: set[str] = set()  # run ids whose msrun launch may outlive the test that queued it
+
+
+def background_launch(run_id: str) -> None:
+    """Declare that the msrun launch of `run_id` runs in the background for later tests (prefetch)."""
+    _BACKGROUND.add(run_id)
+
+
+def session_processes(exclude: set | frozenset = frozenset()) -> list[psutil.Process]:
+    """Live processes started by this test session (found by SESSION_VAR, wherever they were reparented),
+    except those in `exclude` ((pid, create_time) pairs of an earlier snapshot)."""
+    me, mark, out = os.getpid(), os.environ[SESSION_VAR], []
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            if p.pid == me or (p.pid, p.info["create_time"]) in exclude:
+                continue
+            if p.environ().get(SESSION_VAR) == mark and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return out
+
+
+def _snapshot() -> set:
+    out = set()
+    for p in session_processes():
+        try:
+            out.add((p.pid, p.create_time()))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _env(p: psutil.Process, var: str) -> str | None:
+    try:
+        return p.environ().get(var)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+
+
+def _is_msrun(p: psutil.Process) -> bool:
+    try:
+        return _env(p, TAG_VAR) is not None or any("msrun" in os.path.basename(a) for a in p.cmdline()[:2])
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return False
+
+
+def _describe(procs) -> str:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"pid {p.pid}: {' '.join(p.cmdline())[:160]}")
+        except psutil.Error:
+            out.append(f"pid {p.pid}")
+    return "; ".join(out)
+
+
+def kill_processes(procs, grace_s: float = 3.0) -> None:
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+def _background(p: psutil.Process) -> bool:
+    tag = _env(p, TAG_VAR)
+    return bool(tag) and any(tag.startswith(f"{rid}-") for rid in _BACKGROUND)
+
+
+class _MsrunWatcher(threading.Thread):
+    """Polls the session's processes while a fast-lane test runs; remembers any msrun it sees."""
+
+    def __init__(self, before: set):
+        super().__init__(daemon=True)
+        self.before, self.seen, self._stop_ev = before, {}, threading.Event()
+
+    def run(self):
+        while not self._stop_ev.wait(0.25):
+            self.scan()
+
+    def scan(self):
+        for p in session_processes(self.before):
+            if p.pid not in self.seen and _is_msrun(p):
+                self.seen[p.pid] = _describe([p])
+
+    def stop(self):
+        self._stop_ev.set()
+        self.join(5)
+        self.scan()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """The test body: processes it starts must be gone after its teardown; fast-lane tests start no msrun."""
+    item._pb_before = before = _snapshot()
+    watcher = None
+    if not any(item.iter_markers("msrun")):
+        watcher = _MsrunWatcher(before)
+        watcher.start()
+    try:
+        yield
+    finally:
+        if watcher is not None:
+            watcher.stop()
+            item._pb_msrun_seen = watcher.seen
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    problems = []
+    seen = getattr(item, "_pb_msrun_seen", None)
+    if seen:
+        problems.append(f"{item.nodeid} started msrun but is not marked @pytest.mark.msrun "
+                        f"(the fast lane `-m 'not msrun'` must start none): {'; '.join(seen.values())}")
+    before = getattr(item, "_pb_before", None)
+    if before is not None:
+        left = [p for p in session_processes(before) if not _background(p)]
+        if left:
+            _, left = psutil.wait_procs(left, timeout=5)  # a process that is on its way out
+        if left:
+            what = _describe(left)
+            kill_processes(left)
+            problems.append(f"{item.nodeid} left {len(left)} process(es) running after its teardown (killed): {what}")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session, exitstatus):
+    """A full run leaves no process behind: anything of this session still alive now is killed and fails the run."""
+    left = session_processes()
+    if left:
+        _, left = psutil.wait_procs(left, timeout=10)
+    if left:
+        what = _describe(left)
+        kill_processes(left)
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"ERROR: the test session left {len(left)} process(es) running (killed): {what}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collection_modifyitems(config, items):
+    """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so."""
+    bad = [it.nodeid for it in items
+           if "sweep_store" in getattr(it, "fixturenames", ()) and not any(it.iter_markers("msrun"))]
+    if bad:
+        raise pytest.UsageError("tests that use the `sweep_store` fixture (a real msrun sweep) must be marked "
+                                "@pytest.mark.msrun: " + ", ".join(bad))
+
+
+@pytest.fixture
+def spawn():
+    """Start processes in their own process group; at teardown kill each group and assert none remain."""
+    started: list[subprocess.Popen] = []
+
+    def _spawn(cmd, **kw):
+        proc = subprocess.Popen(cmd, start_new_session=True, **kw)
+        started.append(proc)
+        return proc
+
+    yield _spawn
+    groups = [p.pid for p in started]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in groups:
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                pass
+        for p in started:
+            try:
+                p.wait(5)
+            except subprocess.TimeoutExpired:
+                pass
+    remaining = [p for p in psutil.process_iter(["pid", "status"])
+                 if _pgid(p.pid) in groups and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert not remaining, f"processes left in the test's process groups: {_describe(remaining)}"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return None

@@ -126,10 +126,10 @@ def check_store(sweep_store, tmp_path_factory):
     assert medians, "the session sweep has no finished 1-rank run"
     again = copy.deepcopy(TINY_SWEEP)
     again.update(name="again", sweep={"world_size": [1]}, repeats=2)
-    again["launch"] = {**again.get("launch", {}), "master_port": 29311}
+    again["launch"] = {**again.get("launch", {}), "master_port": "auto"}
     slow = copy.deepcopy(again)
     slow.update(name="slow", repeats=1)
-    slow["launch"] = {**slow["launch"], "master_port": 29312}
+    slow["launch"] = {**slow["launch"], "master_port": "auto"}
     # slower by far more than this machine's repeat-to-repeat noise: 2x the slowest baseline repeat's median step
     # (capped so a very busy machine does not make the test take forever; 8 s is still > 2x any step seen here)
     delay_ms = int(min(8000.0, max(300.0, 2000.0 * max(medians))))
@@ -146,6 +146,7 @@ def _check(results, baseline, current, *extra):
                          check=False, timeout=300)
 
 
+@pytest.mark.msrun
 def test_identical_results_are_unchanged(check_store, tmp_path):
     res, tiny = check_store["results"], check_store["sweeps"]["tiny"]
     run_perfbench("baseline", "save", tiny, "--name", "tiny-identical", "--results", res)
@@ -163,6 +164,7 @@ def test_identical_results_are_unchanged(check_store, tmp_path):
     assert suite.get("failures") == "0" and int(suite.get("tests")) >= len(verdicts)
 
 
+@pytest.mark.msrun
 def test_repeat_noise_does_not_trip_the_default_threshold(check_store):
     res, tiny, again = check_store["results"], check_store["sweeps"]["tiny"], check_store["sweeps"]["again"]
     run_perfbench("baseline", "save", tiny, "--name", "tiny", "--results", res)
@@ -176,6 +178,7 @@ def test_repeat_noise_does_not_trip_the_default_threshold(check_store):
     assert {m["verdict"] for m in grp["metrics"]} <= {"unchanged", "improvement", "skipped"}
 
 
+@pytest.mark.msrun
 def test_slowed_run_is_a_regression(check_store, tmp_path):
     res, slow = check_store["results"], check_store["sweeps"]["slow"]
     run_perfbench("baseline", "save", check_store["sweeps"]["tiny"], "--name", "tiny-for-slow", "--results", res)
@@ -198,6 +201,7 @@ def test_slowed_run_is_a_regression(check_store, tmp_path):
     assert {f.get("message").split(":")[0] for f in failures} >= {"step_time_s", "throughput"}
 
 
+@pytest.mark.msrun
 def test_single_run_baseline_against_the_slow_run(check_store):
     res = check_store["results"]
     store = check_store["store"]
@@ -209,6 +213,7 @@ def test_single_run_baseline_against_the_slow_run(check_store):
     assert _check(res, "one-run", base_run["run_id"]).returncode == 0
 
 
+@pytest.mark.msrun
 def test_bad_input_exits_2_with_a_clear_message(check_store):
     res, tiny = check_store["results"], check_store["sweeps"]["tiny"]
     r = _check(res, "no-such-baseline", tiny)
@@ -230,6 +235,7 @@ def test_bad_input_exits_2_with_a_clear_message(check_store):
     assert r.returncode == 2 and "broken.json" in r.stderr and "Traceback" not in r.stderr
 
 
+@pytest.mark.msrun
 def test_failed_current_runs_cannot_be_decided(check_store, tmp_path):
     """A current result whose runs all failed is exit 2 (could not decide), not a pass."""
     res = tmp_path / "results"

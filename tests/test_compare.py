@@ -11,7 +11,7 @@ import pytest
 from perfbench.store import Store
 from tests.conftest import run_perfbench
 
-pytestmark = pytest.mark.timeout(1800)
+pytestmark = [pytest.mark.msrun, pytest.mark.timeout(1800)]  # every test reads the session's real sweep
 
 
 def _ok_runs(results):
@@ -54,10 +54,11 @@ def test_compare_one_vs_two_ranks_markdown_and_json(sweep_store):
     keys = {d["key"] for d in doc["settings_diff"]}
     assert {"settings.world_size", "config.world_size"} <= keys
     assert ("settings.repeat" in keys) == (a["settings"]["repeat"] != b["settings"]["repeat"])
-    # the 2-rank run has collectives; they show up with their sizes
-    if doc["collectives"]:
-        ar = [c for c in doc["collectives"] if c["count_b"]]
-        assert ar and all((c["bytes_b"] or 0) > 0 for c in ar)
+    # the 2-rank run all-reduces its gradients every step (profiled): they show up with their sizes
+    assert doc["collectives"], "no collectives in the compare report of a 2-rank run"
+    ar = [c for c in doc["collectives"] if c["count_b"]]
+    assert ar and all((c["bytes_b"] or 0) > 0 for c in ar)
+    assert not any(c["count_a"] for c in doc["collectives"])  # the 1-rank run has none
 
 
 def test_compare_run_with_itself_has_no_change(sweep_store):

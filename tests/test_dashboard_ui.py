@@ -92,6 +92,7 @@ def _grid_rows(page) -> int:
     return page.locator("#runs-grid tbody tr:has(td)").count()
 
 
+@pytest.mark.msrun
 def test_every_page_loads_without_console_errors(dashboard, browser, sweep_store):
     runs = _ok_runs(sweep_store)
     assert runs, "the session sweep has no finished run"
@@ -111,6 +112,7 @@ def test_every_page_loads_without_console_errors(dashboard, browser, sweep_store
         page.close()
 
 
+@pytest.mark.msrun
 def test_run_breakdown_has_one_bar_per_rank(dashboard, browser, sweep_store):
     for rec in _ok_runs(sweep_store):
         ws = rec["settings"]["world_size"]
@@ -135,6 +137,7 @@ def test_run_breakdown_has_one_bar_per_rank(dashboard, browser, sweep_store):
         page.close()
 
 
+@pytest.mark.msrun
 def test_filtering_the_grid(dashboard, browser, sweep_store):
     runs = Store(sweep_store, create=False).list_runs()
     p = Page(browser)
@@ -167,6 +170,7 @@ def test_filtering_the_grid(dashboard, browser, sweep_store):
     page.close()
 
 
+@pytest.mark.msrun
 def test_compare_page_shows_both_runs(dashboard, browser, sweep_store):
     runs = _ok_runs(sweep_store)
     a = next(r for r in runs if r["settings"]["world_size"] == 1)

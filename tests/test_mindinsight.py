@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from perfbench.store import Store
-from tests.conftest import free_port, ROOT, run_perfbench
+from tests.conftest import free_port, run_perfbench
 
 pytestmark = pytest.mark.timeout(2400)  # the first use creates MindInsight's environment (pip, ~470 MB)
 
@@ -47,6 +47,7 @@ def test_mindinsight_environment_is_isolated(mi_exe):
     assert r.returncode != 0  # not in the project's environment
 
 
+@pytest.mark.msrun
 def test_mindinsight_lists_every_run_and_serves_its_loss(sweep_store, mi_exe):
     from perfbench.mindinsight import MindInsight, scalar_values
 
@@ -72,6 +73,7 @@ def test_mindinsight_lists_every_run_and_serves_its_loss(sweep_store, mi_exe):
     assert not _listening(port), "MindInsight still listening after stop"
 
 
+@pytest.mark.msrun
 def test_cli_list_and_bad_input(sweep_store, mi_exe, tmp_path):
     port = _free_port()
     r = run_perfbench("mindinsight", "--results", sweep_store, "--port", port, "--list", "--json", timeout=600,
@@ -91,6 +93,7 @@ def test_cli_list_and_bad_input(sweep_store, mi_exe, tmp_path):
     assert not _listening(port)
 
 
+@pytest.mark.msrun
 def test_summary_view_does_not_touch_the_results(sweep_store, tmp_path, monkeypatch):
     from perfbench.mindinsight import build_summary_view
 
@@ -99,8 +102,10 @@ def test_summary_view_does_not_touch_the_results(sweep_store, tmp_path, monkeypa
     base, dirs = build_summary_view(Store(sweep_store, create=False))
     assert sorted(p.relative_to(sweep_store) for p in sweep_store.rglob("*")) == before
     assert base.is_relative_to(tmp_path / "cache")
+    assert dirs, "no summary folder in the view"
     for name, src in dirs.items():
-        for f in src.iterdir():
+        files = list(src.iterdir())
+        assert files, f"{src} is empty"
+        for f in files:
             linked = base / name / f.name
             assert linked.read_bytes() == f.read_bytes() and not linked.is_symlink()
-    assert ROOT.exists()

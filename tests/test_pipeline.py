@@ -164,16 +164,17 @@ BASE = {
     "parallel": _par(),
     "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
 }
-# name -> (world_size, parallel overrides, model overrides, master port in engineer D's range 29200-29299).
+# name -> (world_size, parallel overrides, model overrides); msrun's master port is
+# chosen free at launch time.
 # All four are launched together, once per session (test_moe.py uses "ep2"): msrun start-up is latency.
 # Pairs that must train identically: ref (1 process) == gpipe (2 stages); ep2 (2 expert-parallel replicas,
 # AllGather dispatch) == 1f1b (2 stages x 2 replicas = 4 ranks, experts sharded per stage, AllReduce dispatch).
 EP_MODEL = {"capacity_factor": 1.0, "aux_loss_coef": 0.01}  # tight capacity (drops) and the aux loss on
 PP_SPECS = {
-    "ref": (1, {"pipeline_stages": 1, "micro_batches": 1}, {}, 29210),
-    "gpipe": (2, {"pipeline_stages": 2, "micro_batches": 4, "pipeline_schedule": "gpipe"}, {}, 29211),
-    "1f1b": (4, {"pipeline_stages": 2, "micro_batches": 2, "pipeline_schedule": "1f1b"}, EP_MODEL, 29212),
-    "ep2": (2, {"pipeline_stages": 1, "micro_batches": 2}, EP_MODEL, 29213),
+    "ref": (1, {"pipeline_stages": 1, "micro_batches": 1}, {}),
+    "gpipe": (2, {"pipeline_stages": 2, "micro_batches": 4, "pipeline_schedule": "gpipe"}, {}),
+    "1f1b": (4, {"pipeline_stages": 2, "micro_batches": 2, "pipeline_schedule": "1f1b"}, EP_MODEL),
+    "ep2": (2, {"pipeline_stages": 1, "micro_batches": 2}, EP_MODEL),
 }
 _RUNS: dict = {}
 _RUNS_LOCK = threading.Lock()
@@ -186,8 +187,8 @@ def moe_runs(tmp_path_factory) -> dict:
             out = tmp_path_factory.mktemp("moe_runs")
 
             def go(name):
-                ws, par, model, port = PP_SPECS[name]
-                _RUNS[name] = launch_moe(out, name, ws, par, port, model=model)
+                ws, par, model = PP_SPECS[name]
+                _RUNS[name] = launch_moe(out, name, ws, par, model=model)
 
             threads = [threading.Thread(target=go, args=(n,)) for n in PP_SPECS]
             for t in threads:
@@ -215,7 +216,7 @@ class PPRun:
         return json.loads((self.art / "metrics" / f"rank{rank}.meta.json").read_text())
 
 
-def launch_moe(out: Path, name: str, ws: int, parallel: dict, port: int, model=None, train=None) -> PPRun:
+def launch_moe(out: Path, name: str, ws: int, parallel: dict, model=None, train=None) -> PPRun:
     cfg = copy.deepcopy(BASE)
     cfg.update(run_id=name, world_size=ws, output_dir=str(out / name / "artifacts"))
     cfg["parallel"].update(parallel)
@@ -223,10 +224,10 @@ def launch_moe(out: Path, name: str, ws: int, parallel: dict, port: int, model=N
         cfg["model"] = dict(cfg["model"], **model)
     if train:
         cfg["train"].update(train)
-    return launch_run(cfg, port, timeout_s=300)
+    return launch_run(cfg, timeout_s=300)
 
 
-def launch_run(cfg: dict, port: int, timeout_s: float) -> PPRun:
+def launch_run(cfg: dict, timeout_s: float) -> PPRun:
     """Write cfg as the run's run_config.json and run it through perfbench's msrun launcher."""
     from perfbench import launcher
 
@@ -234,7 +235,7 @@ def launch_run(cfg: dict, port: int, timeout_s: float) -> PPRun:
     art.mkdir(parents=True, exist_ok=True)
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": timeout_s,
+    res = launcher.launch(path, cfg, {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s,
                                       "stall_timeout_s": 150})
     return PPRun(cfg, art, res)
 

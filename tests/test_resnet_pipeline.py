@@ -1,7 +1,7 @@
 """ResNet workload through the pipeline trainer: real msrun runs of a tiny ResNet (layers 1-1-1-1, width 8,
 32x32, batch 4), rules for resnet50 pipelines (pure), the layer list and its cost estimate.
 
-Master ports: engineer F's range 29600-29649.  The three runs are launched concurrently, once per session.
+msrun's master ports are chosen free at launch time.  The three runs are launched concurrently, once per session.
 """
 
 from __future__ import annotations
@@ -83,22 +83,22 @@ BASE = {
     "parallel": _par(),
     "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
 }
-# name -> (world_size, parallel overrides, master port)
+# name -> (world_size, parallel overrides)
 SPECS = {
-    "pp2": (2, {"pipeline_stages": 2, "micro_batches": 4, "pipeline_schedule": "1f1b"}, 29601),
-    "acc2": (1, {"micro_batches": 2}, 29602),
-    "ref": (1, {}, 29603),
+    "pp2": (2, {"pipeline_stages": 2, "micro_batches": 4, "pipeline_schedule": "1f1b"}),
+    "acc2": (1, {"micro_batches": 2}),
+    "ref": (1, {}),
 }
 _RUNS: dict = {}
 _LOCK = threading.Lock()
 
 
 def _launch(out: Path, name: str) -> Run:
-    ws, par, port = SPECS[name]
+    ws, par = SPECS[name]
     cfg = copy.deepcopy(BASE)
     cfg.update(run_id=name, world_size=ws, output_dir=str(out / name / "artifacts"))
     cfg["parallel"].update(par)
-    return launch_run(cfg, port, timeout_s=240)
+    return launch_run(cfg, timeout_s=240)
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from perfbench import launcher
+from tests.conftest import background_launch, kill_processes, session_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 ENTRY = ROOT / "workloads" / "entry.py"
@@ -38,15 +39,15 @@ BASE = {
     "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
 }
 
-# name -> (overrides, master_port); ports from engineer C's range 29100-29199
+# name -> overrides (msrun's master port is chosen free at launch time)
 SPECS = {
-    "pb0": ({"parallel": {"comm_fusion": 0}}, 29101),
-    "pbmid": ({"parallel": {"comm_fusion": MID_MB}}, 29102),
-    "pball": ({"parallel": {"comm_fusion": "all"}}, 29103),
-    "fp16": ({"parallel": {"comm_fusion": "all", "grad_compression": "fp16"}}, 29104),
-    "psgd": ({"parallel": {"comm_fusion": "all", "grad_compression": "powersgd", "compression_ratio": 0.1}}, 29105),
-    "topk": ({"parallel": {"comm_fusion": "all", "grad_compression": "topk", "compression_ratio": 0.1}}, 29106),
-    "msall": ({"parallel": {"fusion_impl": "mindspore", "comm_fusion": "all"}}, 29107),
+    "pb0": ({"parallel": {"comm_fusion": 0}},),
+    "pbmid": ({"parallel": {"comm_fusion": MID_MB}},),
+    "pball": ({"parallel": {"comm_fusion": "all"}},),
+    "fp16": ({"parallel": {"comm_fusion": "all", "grad_compression": "fp16"}},),
+    "psgd": ({"parallel": {"comm_fusion": "all", "grad_compression": "powersgd", "compression_ratio": 0.1}},),
+    "topk": ({"parallel": {"comm_fusion": "all", "grad_compression": "topk", "compression_ratio": 0.1}},),
+    "msall": ({"parallel": {"fusion_impl": "mindspore", "comm_fusion": "all"}},),
 }
 
 
@@ -62,13 +63,13 @@ def make_config(out: Path, name: str, overrides: dict) -> dict:
     return cfg
 
 
-def launch(out: Path, name: str, overrides: dict, port: int, timeout_s: float = 240):
+def launch(out: Path, name: str, overrides: dict, timeout_s: float = 240):
     cfg = make_config(out, name, overrides)
     art = Path(cfg["output_dir"])
     art.mkdir(parents=True, exist_ok=True)
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": timeout_s,
+    res = launcher.launch(path, cfg, {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s,
                                       "stall_timeout_s": 300})
     return Run(name, cfg, art, res)
 
@@ -144,15 +145,17 @@ class Runs:
 
     def _do(self, name, ev):
         try:
-            overrides, port = SPECS[name]
-            self._runs[name] = launch(self.out, name, overrides, port)
+            (overrides,) = SPECS[name]
+            self._runs[name] = launch(self.out, name, overrides)
         finally:
             ev.set()
 
     def _work(self):
         while True:
-            name, ev = self._queue.get()
-            self._do(name, ev)
+            item = self._queue.get()
+            if item is None:  # close(): no more work
+                return
+            self._do(*item)
 
     def prefetch(self, *names):
         if not self._workers:
@@ -163,7 +166,27 @@ class Runs:
         for n in names:
             ev, mine = self._claim(n)
             if mine:
+                background_launch(n)  # its msrun may outlive the test that queued it; close() ends it
                 self._queue.put((n, ev))
+
+    def close(self):
+        """End of session: drop queued runs, end the ones under way (their msrun trees, by the launcher's
+        tag) and wait for the workers, so no msrun outlives the session (daemon threads would die at exit
+        without their launcher's cleanup and leave orphaned msrun trees behind)."""
+        while True:
+            try:
+                _, ev = self._queue.get_nowait()
+                ev.set()
+            except queue.Empty:
+                break
+        for _ in self._workers:
+            self._queue.put(None)
+        under_way = [n for n, ev in self._events.items() if not ev.is_set()]
+        kill_processes([p for p in session_processes()
+                        if any((_tag(p) or "").startswith(f"{n}-") for n in under_way)])
+        for t in self._workers:
+            t.join(60)
+        assert not any(t.is_alive() for t in self._workers), "a prefetch worker did not stop"
 
     def get(self, name: str) -> Run:
         ev, mine = self._claim(name)
@@ -185,7 +208,20 @@ def resnet_runs(tmp_path_factory):
     global _RUNS
     if _RUNS is None:
         _RUNS = Runs(tmp_path_factory.mktemp("resnet_runs"))
-    return _RUNS
+        owner = True
+    else:
+        owner = False
+    yield _RUNS
+    if owner:
+        _RUNS.close()
+        _RUNS = None
+
+
+def _tag(p):
+    try:
+        return p.environ().get(launcher.TAG_VAR)
+    except Exception:  # gone or not ours to read
+        return None
 
 
 def losses(run: Run, rank: int) -> list[float]:
@@ -283,13 +319,13 @@ def test_inject_delay_and_crash_single_rank(tmp_path):
     over = {"world_size": 1, "train": {"steps": 8, "warmup_steps": 1},
             "profile": {"enabled": False, "steps": 0},
             "inject": {"crash_rank": 0, "crash_step": 4, "hang_rank": None, "hang_step": None, "delay_ms": 300}}
-    run = launch(tmp_path, "crash", over, 29110, timeout_s=200)
+    run = launch(tmp_path, "crash", over, timeout_s=200)
     assert run.res.status == "failed"
     steps = run.steps(0)
     assert [s["step"] for s in steps] == [0, 1, 2, 3]  # every finished step is kept, step 4 never ran
     assert all(s["step_time_s"] >= 0.3 for s in steps)  # delay_ms is inside the timed step
-    assert all(not s["profiled"] for s in steps) and not (run.art / "profile").exists() or \
-        not list((run.art / "profile").glob("*_ascend_ms"))
+    assert all(not s["profiled"] for s in steps)  # profiling is off: no step profiled, no profiler output
+    assert not (run.art / "profile").exists() or not list((run.art / "profile").glob("*_ascend_ms"))
     log = (run.art / "logs" / "worker_0.log").read_text(errors="replace")
     assert "crashing at step 4 (exit 3)" in log
 
