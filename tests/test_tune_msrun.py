@@ -53,7 +53,10 @@ def our_processes(prefix: str) -> list[psutil.Process]:
     return out
 
 
-def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(tmp_path):
+@pytest.fixture(scope="module")
+def pruned_search(tmp_path_factory):
+    """One real search shared by the pruning test and the Tuning page test: (results folder, --json answer)."""
+    tmp_path = tmp_path_factory.mktemp("tune_prune")
     # grid over 4 points; trial 0 is the default (no delay, no crash). A trial that sleeps 1.5 s per step is
     # far slower than the default from its first measured steps: successive halving (reduction factor 3,
     # min_steps 2) promotes only the best value at a rung of fewer than 3 trials, so it must be pruned.
@@ -65,7 +68,11 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(tmp_
                         "budget": {"trials": 4}, "profile_best": False})
     res = tune(cfg, tmp_path / "r")
     assert res.returncode == 0, res.stderr[-3000:]
-    ans = json.loads(res.stdout)
+    return tmp_path / "r", json.loads(res.stdout)
+
+
+def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(pruned_search):
+    results, ans = pruned_search
     assert set(ans) >= {"study", "objective", "best", "trials", "importance", "wall_s"}
     assert ans["objective"] == "throughput"
     trials = {(t["settings"]["delay_ms"], t["settings"]["crash_rank"]): t for t in ans["trials"]}
@@ -73,13 +80,14 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(tmp_
     assert trials[(0, None)]["status"] == "ok" and trials[(0, None)]["number"] == 0
     assert ans["best"]["settings"]["delay_ms"] == 0 and ans["best"]["settings"]["crash_rank"] is None
     assert ans["best"]["run_id"] == trials[(0, None)]["run_id"]
+    assert ans["gain"] == 0.0  # the default is the best
 
     slow = trials[(1500, None)]
     assert slow["status"] == "pruned" and slow["value"] is None
     assert 3 <= slow["steps"] < 9  # warm-up + the 2 measured steps the pruner needed, not the whole run
     assert trials[(0, 0)]["status"] == "failed" and trials[(1500, 0)]["status"] == "failed"
 
-    store = Store(tmp_path / "r")
+    store = Store(results)
     rec = store.read_run(slow["run_id"])
     assert rec["status"] == "pruned" and rec["source"] == "tune"
     assert "pruned" in rec["error"]
@@ -90,7 +98,7 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(tmp_
     crashed = store.read_run(trials[(0, 0)]["run_id"])
     assert crashed["status"] == "failed" and "rank 0" in crashed["error"]
 
-    ls = subprocess.run([sys.executable, "-m", "perfbench", "ls", "--results", str(tmp_path / "r"), "--json",
+    ls = subprocess.run([sys.executable, "-m", "perfbench", "ls", "--results", str(results), "--json",
                          "--status", "pruned"], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert ls.returncode == 0, ls.stderr
     assert sorted(r["run_id"] for r in json.loads(ls.stdout)) == \
@@ -128,3 +136,51 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     interrupted = [t for t in ans["trials"] if t["status"] == "failed"]
     assert len(interrupted) == 1 and "interrupted" in store.read_run(interrupted[0]["run_id"])["error"]
     assert our_processes(ans["study"]) == []
+
+
+@pytest.mark.browser
+def test_tuning_page_shows_the_search(pruned_search):
+    from tests.test_dashboard_ui import CHROMIUM, CHROMIUM_ARGS, Page, _free_port
+
+    results, ans = pruned_search
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
+                             str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        from playwright.sync_api import sync_playwright
+
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            p = Page(browser)
+            end = time.time() + 120
+            while True:
+                try:
+                    page = p.open(f"http://127.0.0.1:{port}/tuning?study={ans['study']}", "#tuning-trials td")
+                    break
+                except Exception:  # noqa: BLE001 - the server is still starting
+                    if time.time() > end or proc.poll() is not None:
+                        raise
+                    time.sleep(1)
+                    p = Page(browser)
+            page.wait_for_timeout(500)
+            assert p.errors == [], p.errors
+            rows = page.locator("#tuning-trials tbody tr:has(td)").count()
+            assert rows == len(ans["trials"]) == 4
+            text = page.locator("#tuning-trials").inner_text()
+            assert "pruned" in text and "failed" in text
+            best = page.locator("#tuning-best").inner_text()
+            assert "delay_ms=0" in best and "crash_rank=None" in best
+            # the history chart has one marker per trial (ok, pruned and failed traces) and a best-so-far line
+            n = page.evaluate("""() => {
+                const g = document.querySelector('#tuning-history .js-plotly-plot');
+                return g.data.filter(t => t.mode === 'markers').reduce((a, t) => a + t.x.length, 0);
+            }""")
+            assert n == 4
+            browser.close()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
