@@ -7,8 +7,13 @@ The space (24 points): data-parallel narrow ResNet-50 (width 16, 32x32) on 2 ran
 all} x grad_compression {none, fp16} x batch_size {8, 16, 32}; tune runs with its defaults (no `search:`
 section except the seed). Each command runs in its own results folder (no compile cache shared).
 
-"within" compares like with like: the sweep's own measurement of the settings tune picked, divided by the
-sweep winner's throughput (the same conditions for both); tune's own measurement is reported next to it.
+How close: on a shared, loaded machine one run's throughput can be off by 2x, so one measurement per
+point decides neither the winner nor the comparison. After the sweep and the searches, a verification
+phase re-measures the sweep's winner and every seed's best side by side, interleaved, `--verify` times
+each (profiler off, same steps), and "within" = median throughput of tune's best / median throughput of
+the sweep's winner from that phase. The single-run numbers (the sweep's own measurement of tune's pick,
+tune's own value) are reported next to it. `--reuse DIR` keeps the phases whose output is already in DIR
+(a bench that was interrupted continues).
 """
 
 from __future__ import annotations
@@ -52,6 +57,37 @@ def _run(cmd: list[str], log: Path) -> float:
     return time.time() - t0
 
 
+def _phase(marker: Path, work) -> float:
+    """Run a phase once: its wall time is kept in `marker`, so a reused folder skips it."""
+    if marker.exists():
+        return float(marker.read_text())
+    wall = work()
+    marker.write_text(str(wall))
+    return wall
+
+
+def verify(py: str, tmp: Path, settings: list[dict], repeats: int) -> dict[tuple, dict]:
+    """Re-measure each distinct settings `repeats` times, interleaved (repeat-major), profiler off."""
+    from perfbench.store import Store
+
+    distinct = list({_key(s): s for s in settings}.values())
+    out_dir = tmp / "verify"
+    for r in range(repeats):
+        for i, st in enumerate(distinct):
+            cfg = dict(SPACE, name=f"verify-{i}-r{r}", profile={"enabled": False},
+                       sweep={"world_size": [2], **{k: [st[k]] for k in AXES}})
+            p = tmp / f"verify-{i}-r{r}.yaml"
+            p.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            _phase(tmp / f"verify-{i}-r{r}.wall", lambda: _run([py, "-m", "perfbench", "sweep", str(p), "--results",
+                                                                str(out_dir)], tmp / f"verify-{i}-r{r}.log"))
+    tps: dict[tuple, list[float]] = {}
+    for rec in Store(out_dir).list_runs():
+        tp = (rec.get("metrics") or {}).get("throughput")
+        if rec["status"] == "ok" and tp:
+            tps.setdefault(_key(rec["settings"]), []).append(round(tp, 1))
+    return {k: {"runs": v, "median": statistics.median(v)} for k, v in tps.items()}
+
+
 def training_share(store, run_ids: list[str], wall_s: float) -> float:
     from perfbench.tune_report import wall_split
 
@@ -61,7 +97,9 @@ def training_share(store, run_ids: list[str], wall_s: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--keep", help="keep the results folders here (default: a temporary folder, removed)")
+    ap.add_argument("--keep", "--reuse", dest="keep",
+                    help="keep the results folders here and reuse phases already done there (default: a temporary folder)")
+    ap.add_argument("--verify", type=int, default=3, help="interleaved re-measurements of each finalist (default 3)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -75,7 +113,8 @@ def main() -> int:
 
     load = [os.getloadavg()[0]]
     sweep_dir = tmp / "sweep"
-    sweep_wall = _run([py, "-m", "perfbench", "sweep", str(cfg_path), "--results", str(sweep_dir)], tmp / "sweep.log")
+    sweep_wall = _phase(tmp / "sweep.wall", lambda: _run([py, "-m", "perfbench", "sweep", str(cfg_path), "--results",
+                                                          str(sweep_dir)], tmp / "sweep.log"))
     load.append(os.getloadavg()[0])
     st = Store(sweep_dir)
     runs = [r for r in st.list_runs() if r["status"] == "ok"]
@@ -90,7 +129,8 @@ def main() -> int:
         p = tmp / f"tune-seed{seed}.yaml"
         p.write_text(yaml.safe_dump(cfg, sort_keys=False))
         out = tmp / f"tune-seed{seed}"
-        wall = _run([py, "-m", "perfbench", "tune", str(p), "--results", str(out), "--json"], tmp / f"tune-seed{seed}.log")
+        wall = _phase(tmp / f"tune-seed{seed}.wall", lambda: _run([py, "-m", "perfbench", "tune", str(p), "--results",
+                                                                     str(out), "--json"], tmp / f"tune-seed{seed}.log"))
         load.append(os.getloadavg()[0])
         ans = json.loads((tmp / f"tune-seed{seed}.out").read_text())
         best = ans["best"]
@@ -105,12 +145,21 @@ def main() -> int:
             "within": round(in_sweep / win_tp, 4) if in_sweep else None,
             "training_share": ans["wall_split"]["training_share"],
         })
+    verified = verify(py, tmp, [winner["settings"]] + [s["best_settings"] for s in seeds], args.verify)
+    load.append(os.getloadavg()[0])
+    win_v = verified[_key(winner["settings"])]
+    for s in seeds:
+        mine = verified[_key(s["best_settings"])]
+        s["verified_tp"] = round(mine["median"], 2)
+        s["verified_within"] = round(mine["median"] / win_v["median"], 4)
     med = lambda k: statistics.median(s[k] for s in seeds if s[k] is not None)  # noqa: E731
     out = {
         "space_size": len(by_key), "sweep_wall_s": round(sweep_wall, 1), "sweep_training_share": sweep_share,
         "winner": {"settings": {k: winner["settings"].get(k) for k in AXES}, "throughput": round(win_tp, 2)},
         "seeds": seeds,
-        "median": {"wall_ratio": med("wall_ratio"), "within": med("within"), "training_share": med("training_share")},
+        "verified": {" / ".join(k): v for k, v in verified.items()},
+        "median": {"wall_ratio": med("wall_ratio"), "verified_within": med("verified_within"),
+                   "within_single_run": med("within"), "training_share": med("training_share")},
         "load_avg_1min": [round(x, 1) for x in load],
         "results": str(tmp) if args.keep else None,
     }
@@ -124,10 +173,14 @@ def main() -> int:
         for s in seeds:
             print(f"{s['seed']:>4}{s['wall_s']:>8.0f}{s['wall_ratio'] * 100:>9.1f}%{s['trials']:>8}{s['pruned']:>8}  "
                   f"{json.dumps(s['best_settings']):<43}{s['best_tp_tune']:>9.1f}{(s['best_tp_in_sweep'] or 0):>10.1f}"
-                  f"{(s['within'] or 0) * 100:>10.1f}%{s['training_share'] * 100:>7.1f}%")
+                  f"{(s['within'] or 0) * 100:>10.1f}%{s['training_share'] * 100:>7.1f}%"
+                  f"   verified {s['verified_tp']:.1f} = {s['verified_within'] * 100:.1f}% of the winner's")
+        for k, v in out["verified"].items():
+            print(f"verified {k}: {v['runs']} samples/s, median {v['median']:.1f}")
         m = out["median"]
-        print(f"median: {m['wall_ratio'] * 100:.1f}% of the sweep's wall time, best at {m['within'] * 100:.1f}% of the "
-              f"winner's throughput; load average {out['load_avg_1min']}")
+        print(f"median: {m['wall_ratio'] * 100:.1f}% of the sweep's wall time; tune's best at "
+              f"{m['verified_within'] * 100:.1f}% of the winner's throughput re-measured side by side "
+              f"({m['within_single_run'] * 100:.1f}% by the sweep's single runs); load average {out['load_avg_1min']}")
     if not args.keep:
         import shutil
 
