@@ -297,6 +297,7 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
     rec["wall_s"] = round(rec.get("wall_s", 0.0) + time.time() - started, 3)
     rec["invocations"][-1]["finished"] = time.time()
     rec["space_size"] = size if math.isfinite(size) else None
+    rec["min_steps"] = spec.min_steps
     from perfbench.tune_report import answer
 
     rec["answer"] = answer(store, rec, study)  # kept with the study for the dashboard's Tuning page

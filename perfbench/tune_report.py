@@ -32,20 +32,33 @@ def _steps_done(store: Store, run_id: str) -> int:
     return int((per == ws["rank"].nunique()).sum())
 
 
-def importance(study) -> tuple[dict[str, float], str | None]:
-    """Each searched axis's share of the objective's variation among good trials (PED-ANOVA: works with
-    the few trials a search has and needs no extra package). ({}, reason) when it cannot be judged."""
+def importance(study, min_steps: int | None = None) -> tuple[dict[str, float], str | None]:
+    """Each searched axis's share of the objective's variation among good trials (Optuna's PED-ANOVA:
+    works with the few trials a search has and needs no extra package). Pruned trials count too: every
+    measured trial enters with its value at the first rung (`min_steps` measured steps, the live running
+    median the pruner judged), a trial that finished before reporting there with its final value.
+    ({}, reason) when it cannot be judged."""
     import optuna
 
-    done = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "reused" not in t.user_attrs]
-    varied = [k for k in study.best_trial.params if len({str(t.params.get(k)) for t in done}) > 1] if done else []
-    if len(done) < 3 or not varied:
-        return {}, f"needs at least 3 finished trials that differ (has {len(done)})"
-    ev = optuna.importance.PedAnovaImportanceEvaluator()
-    filtered = lambda t: "reused" not in t.user_attrs  # noqa: E731 - measured trials only
+    points = []
+    for t in study.trials:
+        if "reused" in t.user_attrs or t.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+            continue
+        iv = t.intermediate_values
+        value = iv.get(min_steps) if min_steps is not None and iv.get(min_steps) is not None else t.value
+        if value is None and iv:
+            value = iv[max(iv)]
+        if value is not None:
+            points.append((t, float(value)))
+    names = sorted({k for t, _ in points for k in t.params})
+    varied = [k for k in names if len({str(t.params.get(k)) for t, _ in points}) > 1]
+    if len(points) < 3 or not varied:
+        return {}, f"needs at least 3 measured trials that differ (has {len(points)})"
     sub = optuna.create_study(direction=study.direction)
-    sub.add_trials([t for t in study.trials if filtered(t) and t.state == optuna.trial.TrialState.COMPLETE])
-    imp = optuna.importance.get_param_importances(sub, evaluator=ev, params=varied)
+    sub.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=v)
+                    for t, v in points])
+    imp = optuna.importance.get_param_importances(sub, evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
+                                                  params=varied)
     return {k: float(v) for k, v in imp.items()}, None
 
 
@@ -116,7 +129,7 @@ def answer(store: Store, rec: dict, study=None) -> dict:
         "importance": {},
         "wall_s": float(rec.get("wall_s", 0.0)),
     }
-    out["importance"], out["importance_note"] = importance(study) if best is not None else ({}, "no finished trial")
+    out["importance"], out["importance_note"] = importance(study, rec.get("min_steps"))
     out["direction"] = "maximize" if maximize else "minimize"
     out["default"] = default
     gain = None
