@@ -42,7 +42,18 @@ def tune(config: str, results, *more, timeout=900) -> subprocess.CompletedProces
                           capture_output=True, text=True, cwd=ROOT, timeout=timeout)
 
 
-def our_processes(prefix: str) -> list[psutil.Process]:
+def our_processes(prefix: str, settle_s: float = 20.0) -> list[psutil.Process]:
+    """Processes tagged by this search's runs still alive after `settle_s` (a SIGKILLed MindSpore rank can
+    take a few seconds to exit on a loaded machine; a leaked one stays)."""
+    end = time.time() + settle_s
+    while True:
+        found = _tagged(prefix)
+        if not found or time.time() > end:
+            return found
+        time.sleep(1.0)
+
+
+def _tagged(prefix: str) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["pid"]):
         try:
