@@ -137,22 +137,29 @@ def kill_run(tag: str, known: dict[int, float] | None = None, grace_s: float = 3
     return len(procs)
 
 
-def kill_stale(run_id: str) -> int:
-    """Kill processes left by an earlier attempt of this run (e.g. a sweep killed with SIGKILL)."""
-    stale = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.pid != os.getpid() and p.environ().get(TAG_VAR, "").startswith(f"{run_id}-"):
-                stale.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-            continue
-    for p in stale:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(stale, timeout=5)
-    return len(stale)
+def kill_stale(run_id: str, rounds: int = 5) -> int:
+    """Kill processes left by an earlier attempt of this run (e.g. a sweep killed with SIGKILL). Scans
+    again until none is left: msrun may start a process (e.g. `tail -f` of a worker log when a worker
+    dies) between one scan and its own death."""
+    killed = 0
+    for _ in range(rounds):
+        stale = []
+        for p in psutil.process_iter(["pid"]):
+            try:
+                if p.pid != os.getpid() and p.environ().get(TAG_VAR, "").startswith(f"{run_id}-"):
+                    stale.append(p)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+                continue
+        if not stale:
+            break
+        for p in stale:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(stale, timeout=5)
+        killed += len(stale)
+    return killed
 
 
 def count_steps(metrics_dir: Path) -> dict[int, int]:
