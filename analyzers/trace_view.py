@@ -10,7 +10,7 @@ Files can be gigabytes, so nothing here loads a whole file with `json.load`:
   than a Python loop) and falls back to `iter_events` if DuckDB cannot read the file shape; files under
   16 MB go straight to the ijson reader.
 
-Both accept a top-level array (`[{...}, ...]`) or an object with a `traceEvents` array. A truncated
+Both accept gzip-compressed files, and a top-level array (`[{...}, ...]`) or an object with a `traceEvents` array. A truncated
 or corrupt file raises `ProfileFormatError(path, problem)`.
 
 Precision: timestamps are float64 microseconds; at epoch-scale values (~1.7e15 us) float64 resolves
@@ -33,10 +33,27 @@ X_COLUMNS = ["name", "pid", "tid", "ts", "dur", "cat"]
 SMALL_FILE_BYTES = 16 * 1024 * 1024
 
 
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError:
+        return False
+
+
+def _open(path: Path):
+    """The file's bytes, gunzipped when it is gzip (e.g. `perfbench trace -o run.json.gz`)."""
+    if _is_gzip(path):
+        import gzip
+
+        return gzip.open(path, "rb")
+    return open(path, "rb")
+
+
 def _container_prefix(path: Path) -> str:
     """'item' for a top-level array, 'traceEvents.item' for {"traceEvents": [...]}."""
     try:
-        with open(path, "rb") as fh:
+        with _open(path) as fh:
             head = fh.read(4096)
     except OSError as exc:
         raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
@@ -87,7 +104,7 @@ def _iter_events(path: Path, phases, backend, skip: int) -> Iterator[dict]:
     wanted = set(phases) if phases is not None else None
     n = 0
     try:
-        with open(path, "rb") as fh:
+        with _open(path) as fh:
             for ev in backend.items(fh, prefix, use_float=True):
                 n += 1
                 if n <= skip:
@@ -142,8 +159,8 @@ def x_events(path: str | os.PathLike, *, with_args: bool = False, args_prefix: s
         with_args = True
     path = Path(path)
     _container_prefix(path)  # clear errors for missing/empty/non-JSON files
-    if engine == "auto" and path.stat().st_size < SMALL_FILE_BYTES:
-        engine = "ijson"  # small file: not worth starting DuckDB
+    if engine == "auto" and (path.stat().st_size < SMALL_FILE_BYTES or _is_gzip(path)):
+        engine = "ijson"  # small file: not worth starting DuckDB; gzip: streamed through gunzip
     if engine in ("auto", "duckdb"):
         try:
             return _x_events_duckdb(path, with_args, args_prefix, args_fields)

@@ -13,7 +13,7 @@ import time
 from perfbench import __version__
 from perfbench.compare import step_samples
 from perfbench.errors import UserError
-from perfbench.store import Store
+from perfbench.store import RunNotFound, Store
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
@@ -41,7 +41,7 @@ def resolve_target(store: Store, target: str) -> tuple[str, list[dict]]:
         return "sweep", runs_of_sweep
     try:
         return "run", [store.get_run(target)]
-    except UserError:
+    except RunNotFound:
         raise UserError(f"no run or sweep {target!r} in {store.root} (see `perfbench ls --results {store.root}`)") from None
 
 

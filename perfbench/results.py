@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import statistics
 
+from perfbench.store import short_id
+
 #: swept keys shown in tables, in this order when present
 SETTING_ORDER = ("workload", "world_size", "grad_compression", "compression_ratio", "comm_fusion", "fusion_impl",
                  "pipeline_stages", "micro_batches", "pipeline_schedule", "batch_size", "repeat")
@@ -108,12 +110,6 @@ def breakdown_fractions(row: dict) -> dict:
     total = sum(parts)
     keys = ("computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s")
     return {k: (row.get(k) or 0.0) / total for k in keys}
-
-
-def short_id(row: dict) -> str:
-    """The run id without its sweep id prefix (the table title names the sweep)."""
-    rid, sid = row["run_id"], row.get("sweep_id") or ""
-    return rid[len(sid) + 1:] if sid and rid.startswith(sid + "-") else rid
 
 
 def render_table(rows: list[dict], title: str | None = None, wide: bool = False):

@@ -60,6 +60,20 @@ def _json_default(o: Any):
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+class RunNotFound(UserError):
+    """No stored run has this id, short id or prefix."""
+
+
+class AmbiguousRun(UserError):
+    """Several stored runs match a short id or prefix; the message lists them."""
+
+
+def short_id(rec: dict) -> str:
+    """The run id without its sweep id prefix, as `perfbench ls` shows it (e.g. `ws2-r0`)."""
+    rid, sid = rec["run_id"], rec.get("sweep_id") or ""
+    return rid[len(sid) + 1:] if sid and rid.startswith(sid + "-") else rid
+
+
 class Store:
     def __init__(self, root: str | os.PathLike, *, create: bool = True):
         self.root = Path(root)
@@ -133,17 +147,23 @@ class Store:
             raise UserError(f"{path}: unreadable run record ({exc})") from None
 
     def get_run(self, run_id: str) -> dict:
-        """A run by id, or by a unique prefix of its id. Unknown ids are a UserError."""
-        rec = self.read_run(run_id) if run_id and "/" not in run_id else None
+        """A run by its id, by the short id `perfbench ls` shows (the id without its sweep prefix, e.g.
+        `ws2-r0`), or by a unique prefix of either. Unknown: `RunNotFound`; several match: `AmbiguousRun`
+        listing them (both UserErrors: one line, exit 2)."""
+        rec = self.read_run(run_id) if run_id and "/" not in run_id and not run_id.startswith(".") else None
         if rec is not None:
             return rec
-        matches = [r for r in self.list_runs() if r["run_id"].startswith(run_id)]
-        if len(matches) == 1:
-            return matches[0]
-        if not matches:
-            raise UserError(f"no run {run_id!r} in {self.root} (see `perfbench ls --results {self.root}`)")
-        ids = ", ".join(r["run_id"] for r in matches[:5])
-        raise UserError(f"run id {run_id!r} is ambiguous in {self.root}: {ids}{', ...' if len(matches) > 5 else ''}")
+        runs = self.list_runs() if run_id else []
+        for matches in ([r for r in runs if short_id(r) == run_id],
+                        [r for r in runs if r["run_id"].startswith(run_id) or short_id(r).startswith(run_id)]):
+            if len(matches) == 1:
+                return matches[0]
+            if matches:
+                shown = ", ".join(r["run_id"] for r in matches[:10])
+                more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
+                raise AmbiguousRun(f"run id {run_id!r} matches {len(matches)} runs in {self.root}: {shown}{more} "
+                                   "(give more of the id)")
+        raise RunNotFound(f"no run {run_id!r} in {self.root} (see `perfbench ls --results {self.root}`)")
 
     def list_runs(self, sweep: str | None = None) -> list[dict]:
         if not self.runs_dir.exists():

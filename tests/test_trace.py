@@ -1,0 +1,119 @@
+"""`perfbench trace RUN -o FILE`: the merged trace loads back through perfbench's own trace reader
+(analyzers/trace_view.py) with the stored run's events: per rank and category, steps, and one flow chain
+per collective instance matched across ranks."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter, defaultdict
+
+import pandas as pd
+import pytest
+
+from analyzers.trace_view import iter_events, x_events
+from perfbench.store import Store
+from tests.conftest import fixture_path, run_perfbench
+
+B1 = ("Ascend__msinsight", "test", "data", "pytorch", "text", "level1")
+
+
+@pytest.fixture(scope="module")
+def ascend_store(tmp_path_factory):
+    res = tmp_path_factory.mktemp("trace") / "results"
+    run_perfbench("analyze", fixture_path(*B1), "--results", res, timeout=300)
+    return res
+
+
+def expected(store: Store, rid: str) -> tuple[Counter, int]:
+    """Slices per (rank, category) and collective instances on >= 2 ranks, straight from the stored tables."""
+    ops, comm = store.read_table(rid, "profile_ops"), store.read_table(rid, "comm_ops")
+    steps = store.read_table(rid, "profile_steps")
+    want = Counter()
+    for (rank, cat), n in ops[ops["category"] != "communication"].groupby(["rank", "category"]).size().items():
+        want[(rank, cat)] = n
+    for rank, n in comm.groupby("rank").size().items():
+        want[(rank, "collective")] = n
+    for rank, n in steps.groupby("rank").size().items():
+        want[(rank, "step")] = n
+    c = comm.sort_values("start_us").copy()
+    c["occ"] = c.groupby(["group", "rank", "step", "op_name"]).cumcount()
+    per_instance = c.groupby(["group", "step", "op_name", "occ"])["rank"].nunique()
+    return want, int((per_instance >= 2).sum())
+
+
+def read_back(path) -> tuple[Counter, dict, pd.DataFrame]:
+    x = x_events(path).x
+    got = Counter()
+    cats = [e.get("cat") for e in iter_events(path, phases=("X",))]
+    for (pid, cat), n in Counter(zip(x["pid"].astype(int), cats)).items():
+        got[(pid, cat)] = n
+    flows = defaultdict(list)
+    for e in iter_events(path, phases=("s", "t", "f")):
+        flows[e["id"]].append(e)
+    return got, flows, x.assign(cat=cats, pid=x["pid"].astype(int))
+
+
+@pytest.mark.parametrize("name", ["run.json", "run.json.gz"])
+def test_ascend_import_trace_reads_back_with_the_same_events(ascend_store, tmp_path, name):
+    out = tmp_path / name
+    r = run_perfbench("trace", "analyze", "-o", out, "--results", ascend_store, "--json")
+    summary = json.loads(r.stdout)
+    if name.endswith(".gz"):
+        assert out.read_bytes()[:2] == b"\x1f\x8b"
+    store = Store(ascend_store)
+    rid = store.list_runs()[0]["run_id"]
+    want, instances = expected(store, rid)
+    got, flows, x = read_back(out)
+    assert got == want
+    assert instances == 4 and summary["collectives_linked"] == instances  # 4 collectives x 2 ranks in communication.json
+    assert len(flows) == instances
+    coll = x[x["cat"] == "collective"]
+    for chain in flows.values():
+        assert [e["ph"] for e in chain] == ["s", "f"] and {e["pid"] for e in chain} == {0, 1}
+        for e in chain:  # each arrow end sits on its rank's collective slice
+            on = coll[(coll["pid"] == e["pid"]) & (coll["ts"] <= e["ts"]) & (coll["ts"] + coll["dur"] >= e["ts"])]
+            assert len(on) >= 1
+    # two ranks of one host-less import: aligned on collective ends (same end time on both ranks after the shift)
+    assert "collective ends" in summary["clock_alignment"]
+    ends = coll.assign(end=coll["ts"] + coll["dur"]).groupby(["name", "pid"])["end"].first().unstack()
+    assert (ends[0] - ends[1]).median() == pytest.approx(0, abs=0.5)  # float64 resolves 0.25 us at epoch scale
+    # the shift is the median end difference in the profiler's own communication.json timings
+    comm = store.read_table(rid, "comm_ops").assign(end=lambda d: d["start_us"] + d["elapse_ms"] * 1000)
+    raw = comm.groupby(["op_name", "rank"])["end"].first().unstack()
+    assert summary["offsets_us"]["1"] == pytest.approx((raw[0] - raw[1]).median(), abs=1e-3)
+
+
+def test_trace_to_a_buffer_and_no_alignment(ascend_store):
+    from perfbench.trace import write_trace
+
+    buf = io.BytesIO()
+    summary = write_trace(Store(ascend_store), "analyze", buf, align="none")
+    doc = json.loads(buf.getvalue())
+    assert summary["offsets_us"] == {} and doc["otherData"]["clock_alignment"].startswith("as recorded")
+    assert {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"} == {"rank 0", "rank 1"}
+    assert {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"} >= {"steps", "collectives"}
+
+
+def test_unknown_run_is_one_line_error(ascend_store, tmp_path):
+    r = run_perfbench("trace", "nope", "-o", tmp_path / "x.json", "--results", ascend_store, check=False)
+    assert r.returncode == 2 and "no run 'nope'" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.msrun
+def test_cpu_sweep_run_trace_keeps_the_shared_clock(sweep_store, tmp_path):
+    out = tmp_path / "cpu.json"
+    summary = json.loads(run_perfbench("trace", "ws2-r0", "-o", out, "--results", sweep_store, "--json").stdout)
+    store = Store(sweep_store)
+    rid = store.get_run("ws2-r0")["run_id"]
+    want, instances = expected(store, rid)
+    got, flows, x = read_back(out)
+    assert got == want and instances > 0 and len(flows) == instances
+    assert all(sorted(e["ph"] for e in chain) == ["f", "s"] for chain in flows.values())
+    assert summary["offsets_us"] == {} and "shared clock" in summary["clock_alignment"]
+    # times as recorded: each rank's first compute op starts at its profiler timestamp minus the one origin
+    ops = store.read_table(rid, "profile_ops")
+    for rank in (0, 1):
+        first = ops[(ops["rank"] == rank) & (ops["category"] == "compute")]["start_us"].min()
+        mine = x[(x["pid"] == rank) & (x["cat"] == "compute")]["ts"].min()
+        assert mine == pytest.approx(first - summary["origin_us"], abs=0.01)
