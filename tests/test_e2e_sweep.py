@@ -89,7 +89,7 @@ def test_show_and_ls_tables(sweep_store):
     assert "ws2-r1" in out and "scaling" in out
     rid = ls_json(sweep_store)[-1]["run_id"]
     shown = run_perfbench("show", rid, "--results", sweep_store).stdout
-    assert "per-rank step breakdown" in shown and "AllReduce" in shown
+    assert "Per-rank step breakdown" in shown and "AllReduce" in shown and "Verdict" in shown
     doc = json.loads(run_perfbench("show", rid, "--results", sweep_store, "--json").stdout)
     assert doc["run_id"] == rid and doc["tables"]["step_breakdown"]
     missing = run_perfbench("show", "no-such-run", "--results", sweep_store, check=False)

@@ -1,0 +1,227 @@
+"""What `perfbench show RUN` prints: the verdict first, then the numbers behind it, as formatted tables.
+
+Views only look: every number comes from the run record or a stored analysis table, every run-level
+metric is labelled and formatted by the metric catalogue (analyzers/catalogue.py). Nothing is cut:
+long text wraps; `--json` (perfbench/commands/show.py) has every row of every table.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.markup import escape
+
+from analyzers.catalogue import KEY_METRICS, METRICS, format_value, unit_label
+
+SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
+#: the share of the step each part of the breakdown takes, shown next to its time
+BREAKDOWN = (("computing_us", "compute"), ("communication_not_overlapped_us", "exposed comm"),
+             ("overlapped_us", "overlapped"), ("free_us", "free"))
+
+
+def _missing(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT
+
+
+def cell(column: str, v: Any) -> str:
+    """One table cell, by its column's unit suffix: *_us and *_ms as ms, *_gbps as GB/s, ratios as %."""
+    if _missing(v):
+        return "-"
+    if isinstance(v, (bool, np.bool_)):
+        return "yes" if v else "no"
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return str(v)
+    if column.endswith("_us"):
+        return f"{f / 1000:.2f} ms"
+    if column.endswith("_ms"):
+        return f"{f:.2f} ms"
+    if column.endswith("_gbps"):
+        return f"{f:.2f} GB/s"
+    if column.endswith("bytes"):
+        return format_value("bytes", f)
+    if column.endswith("_mb"):
+        return f"{f:.1f} MB"
+    if column.endswith(("ratio", "share")):
+        return format_value("pct", f)
+    if f.is_integer() and abs(f) < 1e12:
+        return str(int(f))
+    return f"{f:.3g}"
+
+
+def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int | None = None):
+    """A rich Table of `df`'s `columns` (name -> heading), all-empty columns left out, cells formatted."""
+    from rich.table import Table
+
+    cols = {c: h for c, h in columns.items() if c in df.columns and not df[c].map(_missing).all()}
+    t = Table(title=title, title_justify="left", title_style="bold")
+    for c, h in cols.items():
+        numeric = pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+        t.add_column(h, justify="right" if numeric else "left", overflow="fold")
+    rows = df if max_rows is None else df.head(max_rows)
+    for rec in rows.to_dict("records"):
+        t.add_row(*[cell(c, rec.get(c)) for c in cols])
+    return t
+
+
+def ordered_advice(advice: pd.DataFrame | None) -> list[dict]:
+    if advice is None or advice.empty:
+        return []
+    recs = advice.to_dict("records")
+    return sorted(recs, key=lambda r: SEVERITY_ORDER.get(str(r.get("severity")), 9))
+
+
+def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
+    """(label, value with unit, definition) for the lead metrics, then every other known metric of the run."""
+    m = dict(rec.get("metrics") or {})
+    m["scaling_efficiency"] = row.get("scaling_efficiency")
+    step = m.get("step_time_s")
+    out = []
+    names = list(KEY_METRICS) + [k for k in m if k not in KEY_METRICS]
+    for name in names:
+        v = m.get(name)
+        if name not in METRICS or _missing(v):
+            continue
+        meta = METRICS[name]
+        unit = unit_label(name)
+        text = format_value(name, v) + ("" if unit in ("", "%") else f" {unit}")
+        if meta.fmt == "ms" and name.endswith("_s") and name not in ("step_time_s",) and step:
+            text += f"  ({format_value('pct', v / step)} of step)"
+        out.append((meta.label.removesuffix(" ms"), text, meta.definition))
+    return out
+
+
+def rank_breakdown(df: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: each part in ms and as a share of the rank's step."""
+    out = pd.DataFrame({"rank": df["rank"]})
+    if "stage" in df and df["stage"].notna().any():
+        out["stage"] = df["stage"]
+    out["step_us"] = df["step_us"]
+    for col, _label in BREAKDOWN:
+        if col in df:
+            share = df[col] / df["step_us"].where(df["step_us"] > 0)
+            out[col] = [f"{cell(col, v)} ({format_value('pct', s)})" if not _missing(v) else "-"
+                        for v, s in zip(df[col], share)]
+    return out
+
+
+def top_collectives(comm: pd.DataFrame, top: int) -> pd.DataFrame:
+    """The collectives that took the most time, summed over ranks and steps."""
+    g = comm.assign(name=comm["op_name"].astype(str).str.rsplit("/", n=1).str[-1]).groupby(["op_type", "name"],
+                                                                                        dropna=False)
+    agg = {"calls": ("rank", "size"), "total_elapse_ms": ("elapse_ms", "sum"), "mean_elapse_ms": ("elapse_ms", "mean")}
+    for col, how in (("size_bytes", "mean"), ("busbw_gbps", "median"), ("wait_ratio", "mean"), ("group_size", "max")):
+        if col in comm:
+            agg[col] = (col, how)
+    return g.agg(**agg).reset_index().sort_values("total_elapse_ms", ascending=False).head(top)
+
+
+def flagged(df: pd.DataFrame | None, col: str = "slow") -> tuple[pd.DataFrame, int]:
+    if df is None or df.empty or col not in df:
+        return pd.DataFrame(), 0 if df is None else len(df)
+    return df[df[col].fillna(False).astype(bool)], len(df)
+
+
+def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, short: str, top: int,
+           artifacts: str) -> None:
+    from rich.padding import Padding
+
+    status = rec.get("status")
+    colour = {"ok": "green", "failed": "red"}.get(status, "yellow")
+    console.print(f"[bold]{short}[/bold]  [{colour}]{status}[/{colour}]"
+                  + (f"  ({rec['run_id']})" if short != rec["run_id"] else ""))
+    settings = rec.get("settings") or {}
+    console.print("  " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "repeat")
+                  + f", repeat {settings.get('repeat', 0)}; source: {rec.get('source')}", highlight=False)
+    if rec.get("error"):
+        console.print(f"\n[bold red]Failed:[/bold red] {escape(str(rec['error']))}", highlight=False)
+        if rec.get("log_tail"):
+            console.print("[dim]--- tail of the failing rank's log ---[/dim]")
+            console.print(rec["log_tail"], markup=False, highlight=False)
+
+    advice = ordered_advice(tables.get("advice"))
+    console.print("\n[bold]Verdict[/bold]")
+    if advice:
+        first = advice[0]
+        console.print(Padding(f"[bold]{escape(str(first['message']))}[/bold]", (0, 0, 0, 2), expand=False), highlight=False)
+        if first.get("evidence"):
+            console.print(Padding(f"[dim]evidence:[/dim] {escape(str(first['evidence']))}", (0, 0, 0, 2), expand=False), highlight=False)
+    elif status == "ok":
+        console.print("  no advice rule fired: nothing stands out in this run's breakdown, collectives or ranks")
+    else:
+        console.print("  no analysis (the run did not finish)")
+
+    numbers = key_numbers(rec, row)
+    console.print()
+    if numbers:
+        from rich.table import Table
+
+        t = Table(title="Key numbers", title_justify="left", title_style="bold", show_header=False, box=None,
+                  padding=(0, 2))
+        t.add_column("metric")
+        t.add_column("value", justify="right")
+        for label, text, _definition in numbers:
+            t.add_row(label, text)
+        console.print(t)
+        console.print("  [dim]definitions: perfbench metrics[/dim]")
+
+    bd = tables.get("rank_breakdown")
+    if bd is not None and not bd.empty and "step_us" in bd:
+        heads = {"rank": "rank", "stage": "stage", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
+        console.print()
+        console.print(table(rank_breakdown(bd), heads,
+                            "Per-rank step breakdown (median over profiled steps; share of the step)"))
+
+    kern = tables.get("top_kernels")
+    if kern is not None and not kern.empty:
+        kern = kern.assign(name=kern["name"].astype(str).str.rsplit("/", n=1).str[-1])
+        console.print(table(kern, {"name": "kernel", "type": "type", "count": "calls", "total_us": "total",
+                                   "mean_us": "mean"}, f"Top kernels (by total time, all ranks, top {top})", top))
+
+    comm = tables.get("comm_ops")
+    if comm is not None and not comm.empty and "elapse_ms" in comm:
+        console.print(table(top_collectives(comm, top),
+                            {"name": "collective", "op_type": "type", "group_size": "ranks", "calls": "calls",
+                             "total_elapse_ms": "total", "mean_elapse_ms": "mean", "size_bytes": "size",
+                             "busbw_gbps": "bus bw", "wait_ratio": "wait"},
+                            f"Top collectives (by total time, all ranks and steps, top {top})"))
+
+    slow, tested = flagged(tables.get("slow_ranks"))
+    if tested:
+        console.print(f"\n[bold]Slow ranks[/bold]: {len(slow)} of {tested} rank tests flagged"
+                      + (" (a rank that arrives last at collectives significantly often)" if len(slow) else ""))
+        if len(slow):
+            console.print(table(slow, {"group": "group", "scope": "scope", "op_name": "collective", "rank": "rank",
+                                       "last_arrivals": "last arrivals", "n_ops": "collectives",
+                                       "mean_lateness_ms": "mean lateness", "test": "test", "statistic": "statistic",
+                                       "critical": "critical"}, ""))
+    links, tested = flagged(tables.get("slow_links"))
+    if tested:
+        console.print(f"[bold]Slow links[/bold]: {len(links)} of {tested} links flagged")
+        if len(links):
+            console.print(table(links, {"kind": "kind", "group": "group", "transport": "transport", "src": "src",
+                                        "dst": "dst", "bandwidth_gbps": "bandwidth", "group_mean_gbps": "group mean",
+                                        "ratio": "ratio"}, ""))
+    imb, tested = flagged(tables.get("rank_imbalance"), "flagged")
+    if tested:
+        console.print(f"[bold]Rank imbalance[/bold]: {len(imb)} of {tested} group checks flagged")
+        if len(imb):
+            console.print(table(imb, {"group": "group", "kind": "kind", "dimension": "dimension",
+                                      "max_rank": "slowest rank", "max_ms": "its time", "min_rank": "fastest rank",
+                                      "min_ms": "its time ", "spread_ms": "spread", "ratio": "spread/mean"}, ""))
+
+    if len(advice) > 1:
+        console.print("\n[bold]More advice[/bold]")
+        for a in advice[1:]:
+            console.print(Padding(escape(f"[{a.get('severity')}] {a['message']}"), (0, 0, 0, 2), expand=False), highlight=False)
+            if a.get("evidence"):
+                console.print(Padding(f"[dim]evidence: {escape(str(a['evidence']))}[/dim]", (0, 0, 0, 4), expand=False), highlight=False)
+
+    console.print(f"\n[dim]artifacts: {artifacts}\nall tables: perfbench show {short} --json; "
+                  f"timeline: perfbench trace {short} -o {short}.json.gz[/dim]", highlight=False)
