@@ -161,8 +161,8 @@ class Store:
             if matches:
                 shown = ", ".join(r["run_id"] for r in matches[:10])
                 more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
-                raise AmbiguousRun(f"run id {run_id!r} is ambiguous: it matches {len(matches)} runs in {self.root}: {shown}{more} "
-                                   "(give more of the id)")
+                raise AmbiguousRun(f"run id {run_id!r} is ambiguous: it matches {len(matches)} runs in {self.root}: "
+                                   f"{shown}{more} (give more of the id)")
         raise RunNotFound(f"no run {run_id!r} in {self.root} (see `perfbench ls --results {self.root}`)")
 
     def list_runs(self, sweep: str | None = None) -> list[dict]:
