@@ -4,10 +4,13 @@
 
 Pages (one module each in dashboards/pages/): Sweeps `/`, Run `/run/<run_id>`, Scaling `/scaling`,
 Compare `/compare?a=RUN&b=RUN`, Tuning `/tuning?study=ID`. Every page is addressed by its URL, so a link can be shared.
+
+Adding a page = one module in dashboards/pages/ with a `layout(**query)` function and one line in PAGES.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import dash
@@ -15,28 +18,36 @@ from dash import Dash, dcc, html
 
 from dashboards import data
 
-NAV = [("Sweeps", "/"), ("Scaling", "/scaling"), ("Compare", "/compare"), ("Tuning", "/tuning")]
+#: (module in dashboards/pages, name, path or path template, shown in the nav bar)
+PAGES = [
+    ("sweeps", "Sweeps", "/", True),
+    ("run", "Run", "/run/<run_id>", False),
+    ("scaling", "Scaling", "/scaling", True),
+    ("compare", "Compare", "/compare", True),
+    ("tuning", "Tuning", "/tuning", True),
+]
 
 
 def create_app(results: str | os.PathLike) -> Dash:
     data.configure(results)
+    # plotly.js is served by this server (dash's own copy, never a CDN) and fetched only when a page first
+    # draws a graph; pages create their graphs in callbacks, after their text and tables have painted
     app = Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
-               title="perfbench", update_title=None)
-    from dashboards.pages import compare, run, scaling, sweeps, tuning
-
-    dash.register_page("sweeps", path="/", name="Sweeps", title="perfbench · sweeps", layout=sweeps.layout, order=0)
-    dash.register_page("run", path_template="/run/<run_id>", name="Run", title="perfbench · run", layout=run.layout,
-                       order=1)
-    dash.register_page("scaling", path="/scaling", name="Scaling", title="perfbench · scaling", layout=scaling.layout,
-                       order=2)
-    dash.register_page("compare", path="/compare", name="Compare", title="perfbench · compare", layout=compare.layout,
-                       order=3)
-    dash.register_page("tuning", path="/tuning", name="Tuning", title="perfbench · tuning", layout=tuning.layout,
-                       order=4)
+               title="perfbench", update_title=None, serve_locally=True)
+    nav = []
+    for order, (module, name, path, in_nav) in enumerate(PAGES):
+        mod = importlib.import_module(f"dashboards.pages.{module}")
+        where = {"path_template": path} if "<" in path else {"path": path}
+        dash.register_page(module, name=name, title=f"perfbench · {name.lower()}", layout=mod.layout, order=order,
+                           **where)
+        if in_nav:
+            nav.append(dcc.Link(name, href=path, style={"marginRight": "16px"}, id=f"nav-{module}"))
     app.layout = html.Div([
+        # run ids ticked on the Sweeps page (kept for the browser tab's session): Compare opens with them
+        dcc.Store(id="ticked-runs", storage_type="session", data=[]),
         html.Header([
             html.Strong("perfbench", style={"marginRight": "24px", "fontSize": "18px"}),
-            *[dcc.Link(name, href=href, style={"marginRight": "16px"}, id=f"nav-{name.lower()}") for name, href in NAV],
+            *nav,
             html.Span(f"results: {data.get().store.root}", style={"float": "right", "color": "#777", "fontSize": "12px"}),
         ], style={"padding": "10px 16px", "borderBottom": "1px solid #ddd", "fontFamily": "sans-serif"}),
         html.Main(dash.page_container, style={"padding": "8px 16px", "fontFamily": "sans-serif"}),

@@ -1,4 +1,5 @@
-"""Small building blocks shared by the dashboard pages (tables, empty states, number formatting)."""
+"""Small building blocks shared by the dashboard pages: tables, empty states, metric cards and the one
+way a value is printed (names, units, formats and tooltips all come from analyzers/catalogue.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,18 @@ import math
 import pandas as pd
 from dash import dash_table, html
 
+from analyzers.catalogue import METRICS, format_value, unit_label
+
 TABLE_STYLE = dict(
     style_table={"overflowX": "auto"},
     style_cell={"fontFamily": "sans-serif", "fontSize": "13px", "padding": "3px 8px", "textAlign": "left",
                 "maxWidth": "420px", "overflow": "hidden", "textOverflow": "ellipsis"},
     style_header={"fontWeight": "bold", "backgroundColor": "#f3f3f3"},
 )
+
+#: how a table column that is not a catalogue metric is printed, by its name's suffix (fmt of format_value)
+COLUMN_FORMATS = (("_ms", "num"), ("_us", "num"), ("_gbps", "gbps"), ("bytes", "bytes"), ("share", "pct"),
+                  ("ratio", "num"), ("count", "int"))
 
 
 def num(v, digits: int = 4):
@@ -25,6 +32,73 @@ def num(v, digits: int = 4):
     return v
 
 
+def metric_label(name: str) -> str:
+    """A metric's heading with its unit, e.g. 'step ms', 'comm share %'."""
+    m = METRICS.get(name)
+    if m is None:
+        return name
+    unit = unit_label(name)
+    return m.label if not unit or unit in m.label.split() else f"{m.label} {unit}"
+
+
+def metric_text(name: str, v) -> str:
+    """A metric's value with its unit, as every page prints it ('-' when unknown)."""
+    s = format_value(name, v)
+    unit = unit_label(name) if name in METRICS else ""
+    if s == "-" or not unit or unit == "%":
+        return s
+    return f"{s} {unit}"
+
+
+def definition(name: str) -> str:
+    m = METRICS.get(name)
+    return f"{name}: {m.definition}" if m else name
+
+
+def metric_card(name: str, v, id: str | None = None):
+    """Label over value; the catalogue's definition is the tooltip."""
+    props = {"id": id} if id else {}
+    return html.Div([html.Div(metric_label(name), className="metric-label",
+                              style={"fontSize": "11px", "color": "#666", "borderBottom": "1px dotted #aaa"}),
+                     html.Div(metric_text(name, v), className="metric-value", style={"fontSize": "18px"})],
+                    title=definition(name), className="metric-card", **props,
+                    style={"display": "inline-block", "marginRight": "26px", "marginBottom": "8px", "cursor": "help"})
+
+
+def column_fmt(col: str) -> str | None:
+    """The catalogue fmt of a table column: the metric's own, else by the column's suffix, else None."""
+    name = col[8:] if col.startswith("metrics.") else col
+    if name in METRICS:
+        return METRICS[name].fmt
+    for suffix, fmt in COLUMN_FORMATS:
+        if col.endswith(suffix):
+            return fmt
+    return None
+
+
+def cell_text(col: str, v):
+    """One cell as text: catalogue metrics formatted, other numbers by their column's unit suffix."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    name = col[8:] if col.startswith("metrics.") else col
+    if name in METRICS:
+        return format_value(name, v)
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        fmt = column_fmt(col)
+        return format_value(fmt or "num", v)
+    if isinstance(v, (list, tuple, dict)):
+        return str(v)
+    return v
+
+
+def frame_text(df: pd.DataFrame) -> list[dict]:
+    """Rows of a frame with every cell printed by `cell_text` (for display-only tables)."""
+    cols = list(df.columns)
+    return [{c: cell_text(c, v) for c, v in zip(cols, row)} for row in df.itertuples(index=False, name=None)]
+
+
 def frame_records(df: pd.DataFrame, digits: int = 4) -> list[dict]:
     out = []
     for row in df.to_dict("records"):
@@ -33,12 +107,23 @@ def frame_records(df: pd.DataFrame, digits: int = 4) -> list[dict]:
     return out
 
 
-def table(df: pd.DataFrame | None, id: str, page_size: int = 15, **kw):
+def heading(col: str) -> str:
+    """A column heading: the catalogue's label and unit for metrics, the bare name for settings."""
+    name = col[8:] if col.startswith("metrics.") else col[9:] if col.startswith("settings.") else col
+    return metric_label(name) if name in METRICS else name.replace("_", " ")
+
+
+def table(df: pd.DataFrame | None, id: str, page_size: int = 15, formatted: bool = True, **kw):
+    """A display table: values formatted (catalogue), headings with units, definitions as header tooltips."""
     if df is None or df.empty:
         return empty(f"no data ({id})")
+    tips = {c: definition(c[8:] if c.startswith("metrics.") else c) for c in df.columns
+            if (c[8:] if c.startswith("metrics.") else c) in METRICS}
     return dash_table.DataTable(
-        id=id, data=frame_records(df), columns=[{"name": c, "id": c} for c in df.columns],
-        sort_action="native", page_size=page_size, **{**TABLE_STYLE, **kw})
+        id=id, data=frame_text(df) if formatted else frame_records(df),
+        columns=[{"name": heading(c), "id": c} for c in df.columns],
+        tooltip_header=tips or None, page_action="native" if len(df) > page_size else "none",
+        page_size=page_size, **{**TABLE_STYLE, **kw})
 
 
 def empty(text: str):

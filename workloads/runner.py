@@ -196,18 +196,61 @@ class _Summary:
         self._rows = []
 
 
-def _make_profiler(ms, profile_dir: pathlib.Path, warmup_steps: int, active: int):
-    """Profiler whose active window is steps [warmup_steps, warmup_steps + active)."""
-    from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+#: `profile.level`: what the MindSpore profiler records on each profiled step and whether MindSpore's own
+#: parser runs. On the CPU backend the profiler records op start/duration (FRAMEWORK/cpu_op_*, what
+#: analyzers.cpu reads); memory and shapes are extras. MindSpore's parser (ASCEND_PROFILER_OUTPUT/
+#: trace_view.json, for MindStudio Insight) never runs inside the training loop: at most once, after the
+#: last step ("exit"). docs/benchmarks.md has the measured cost of each level.
+PROFILE_LEVELS = {
+    "off": None,
+    "light": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": None},
+    "default": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": "exit"},
+    "full": {"profile_memory": True, "record_shapes": True, "with_stack": True, "parse": "exit"},
+}
 
-    profile_dir.mkdir(parents=True, exist_ok=True)
-    # p.step() is called after every step; the schedule counts from step 0.
-    if warmup_steps >= 1:
-        sched = schedule(skip_first=0, wait=warmup_steps - 1, warmup=1, active=active, repeat=1)
-    else:
-        sched = schedule(wait=0, warmup=0, active=active, repeat=1)
-    return profile(activities=[ProfilerActivity.CPU], schedule=sched,
-                   on_trace_ready=tensorboard_trace_handler(str(profile_dir)))
+
+class _Capture:
+    """The MindSpore profiler over steps [warmup_steps, warmup_steps + active) at one `profile.level`.
+
+    At the end of the window MindSpore only stops recording and writes its raw FRAMEWORK files (what
+    analyzers.cpu parses); its own parse (trace_view.json) is deferred to `finish()`, after the last step.
+    """
+
+    def __init__(self, profile_dir: pathlib.Path, warmup_steps: int, active: int, level: str = "default"):
+        from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+        self.opts = PROFILE_LEVELS[level]
+        self._ctx: dict | None = None
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        # p.step() is called after every step; the schedule counts from step 0.
+        if warmup_steps >= 1:
+            sched = schedule(skip_first=0, wait=warmup_steps - 1, warmup=1, active=active, repeat=1)
+        else:
+            sched = schedule(wait=0, warmup=0, active=active, repeat=1)
+        tensorboard_trace_handler(str(profile_dir), analyse_flag=False)  # sets the output folder, parses nothing
+        self.prof = profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=self._window_done,
+                            profile_memory=self.opts["profile_memory"], record_shapes=self.opts["record_shapes"],
+                            with_stack=self.opts["with_stack"])
+
+    def _window_done(self, _prof) -> None:
+        if self.opts["parse"]:  # remember where the window's data is; MindSpore clears it right after
+            from mindspore.profiler.common.profiler_context import ProfilerContext
+
+            self._ctx = ProfilerContext().to_dict()
+
+    def finish(self) -> None:
+        """MindSpore's own parse of the window (ASCEND_PROFILER_OUTPUT/trace_view.json), once, after training."""
+        if self._ctx is None:
+            return
+        from mindspore.profiler.analysis.time_converter import TimeConverter
+        from mindspore.profiler.common.log import ProfilerLogger
+        from mindspore.profiler.platform.cpu_profiler import CPUProfilerAnalysis
+
+        ctx, self._ctx = self._ctx, None
+        (pathlib.Path(ctx["ascend_ms_dir"]) / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True, exist_ok=True)
+        ProfilerLogger.init(ctx["ascend_ms_dir"])
+        TimeConverter.init_parameters(freq=100.0, cntvct=0, localtime_diff=0)  # as MindSpore's online parse does
+        CPUProfilerAnalysis._run_tasks(**ctx)
 
 
 def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
@@ -269,15 +312,19 @@ def run(cfg: dict) -> int:
     warmup = int(train["warmup_steps"])
     prof_cfg = cfg.get("profile") or {}
     prof_steps = min(int(prof_cfg.get("steps", 0) or 0), max(0, steps - warmup))
-    profiling = bool(prof_cfg.get("enabled")) and prof_steps > 0
+    level = str(prof_cfg.get("level") or "default")
+    if level not in PROFILE_LEVELS:
+        raise ConfigError(f"profile.level must be one of {', '.join(PROFILE_LEVELS)}, got {level!r}")
+    profiling = bool(prof_cfg.get("enabled")) and prof_steps > 0 and PROFILE_LEVELS[level] is not None
     ctx.set_meta(profiled_steps=[warmup, warmup + prof_steps - 1] if profiling else None,
+                 profile_level=level if profiling else "off",
                  warmup_steps=warmup, steps=steps)
-    prof = _make_profiler(ms, out / "profile", warmup, prof_steps) if profiling else None
+    cap = _Capture(out / "profile", warmup, prof_steps, level) if profiling else None
     summary = _Summary(ms, out / "summary") if rank == 0 else None
     delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
 
-    if prof is not None:
-        prof.start()
+    if cap is not None:
+        cap.prof.start()
     try:
         for step in range(steps):
             _inject(cfg, rank, step, ctx)
@@ -288,8 +335,8 @@ def run(cfg: dict) -> int:
             res = wl.train_step(step)
             end = time.time()
             in_window = profiling and warmup <= step < warmup + prof_steps
-            if prof is not None:
-                prof.step()
+            if cap is not None:
+                cap.prof.step()
             res = dict(res)
             loss = float(res.pop("loss"))
             samples = int(res.pop("samples"))
@@ -303,10 +350,12 @@ def run(cfg: dict) -> int:
                 ctx.set_meta(os_threads=_os_threads())
                 ctx.write_meta()
     finally:
-        if prof is not None:
-            prof.stop()
+        if cap is not None:
+            cap.prof.stop()
         if summary is not None:
             summary.close()
+    if cap is not None:
+        cap.finish()
     ctx.set_meta(os_threads=_os_threads(), finished=True)
     ctx.write_meta()
     ctx.close()

@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import pandas as pd
-from dash import Input, Output, callback, dcc, html
+from dash import Input, Output, State, callback, dcc, html, no_update
 
+from analyzers.catalogue import METRICS, format_value
 from dashboards import data
 from dashboards.components import empty, section, table
 from perfbench.compare import compare_runs, figures, pct
@@ -36,7 +37,8 @@ def body(a, b):
         cmp = compare_runs(data.get().store, a, b)
     except UserError as exc:
         return html.P(str(exc), id="compare-error", style={"color": "#b00"})
-    m = pd.DataFrame([{"metric": r["metric"], f"A {cmp.a['run_id']}": r["a"], f"B {cmp.b['run_id']}": r["b"],
+    m = pd.DataFrame([{"metric": r["metric"], f"A {cmp.a['run_id']}": _fmt(r["metric"], r["a"]),
+                       f"B {cmp.b['run_id']}": _fmt(r["metric"], r["b"]),
                        "change": pct(r["rel"]),
                        "95% CI": f"[{pct(r.get('ci_low'))}, {pct(r.get('ci_high'))}]" if r.get("ci_low") is not None else "–",
                        "steps A/B": f"{r['n_a']}/{r['n_b']}"} for r in cmp.metrics])
@@ -54,11 +56,29 @@ def body(a, b):
                 if cmp.kernels else empty("no kernels")),
         section("Collectives (per rank-step)", table(pd.DataFrame(cmp.collectives), id="compare-collectives")
                 if cmp.collectives else empty("no collectives")),
-        section("Run metrics", table(pd.DataFrame(cmp.summary_metrics).assign(rel=lambda x: x["rel"].map(pct))
+        section("Run metrics", table(pd.DataFrame([{"metric": r["metric"], "A": _fmt(r["metric"], r["a"]),
+                                                    "B": _fmt(r["metric"], r["b"]), "change": pct(r["rel"])}
+                                                   for r in cmp.summary_metrics])
                                      if cmp.summary_metrics else None, id="compare-summary", page_size=30)),
     ]
     parts += [dcc.Graph(figure=f, id=f"compare-fig-{i}") for i, f in enumerate(figures(cmp))]
     return parts
+
+
+def _fmt(name, v):
+    return format_value(name, v) if name in METRICS else ("-" if v is None else f"{v:.4g}" if isinstance(v, float) else v)
+
+
+@callback(Output("compare-a", "value"), Output("compare-b", "value"), Input("compare-url", "pathname"),
+          State("compare-a", "value"), State("compare-b", "value"), State("ticked-runs", "data"))
+def _from_ticked(_path, a, b, ticked):
+    """Opened without two runs in the URL: take the runs ticked on the Sweeps page."""
+    ticked = [t for t in (ticked or []) if t not in (a, b)]
+    if (a and b) or not ticked:
+        return no_update, no_update
+    a = a or (ticked.pop(0) if ticked else None)
+    b = b or (ticked.pop(0) if ticked else None)
+    return a, b
 
 
 @callback(Output("compare-body", "children"), Output("compare-url", "search"), Input("compare-a", "value"),

@@ -11,8 +11,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
 
+from analyzers.catalogue import KEY_METRICS, METRICS
 from dashboards import data
-from dashboards.components import empty, num, section, table
+from dashboards.components import TABLE_STYLE, empty, metric_card, metric_label, metric_text, section, table
 
 PARTS = [("computing_ms", "computing", "#4c78a8"), ("communication_not_overlapped_ms", "communication (not overlapped)",
                                                       "#e45756"),
@@ -20,6 +21,9 @@ PARTS = [("computing_ms", "computing", "#4c78a8"), ("communication_not_overlappe
 SPAN_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "allreduce": "#e45756", "send": "#f58518",
                "recv": "#eeca3b", "optimizer": "#54a24b", "dispatch": "#b279a2", "combine": "#ff9da6", "step": "#bab0ac",
                "compute": "#4c78a8", "communication": "#e45756"}
+
+
+SEVERITY = {"high": 0, "medium": 1, "low": 2, "info": 3}
 
 
 def layout(run_id: str | None = None, **_):
@@ -30,40 +34,109 @@ def layout(run_id: str | None = None, **_):
                          dcc.Link("back to sweeps", href="/")], id="run-page")
     rid = rec["run_id"]
     steps = _steps(rid)
-    m = rec.get("metrics") or {}
-    cards = [html.Div([html.Div(k, style={"fontSize": "11px", "color": "#666"}), html.Div(str(num(v)))],
-                      style={"display": "inline-block", "marginRight": "22px"})
-             for k, v in m.items() if v is not None]
     return html.Div([
         dcc.Store(id="run-id", data=rid),
         html.H2(["Run ", html.Code(rid)]),
         html.P([f"status: {rec.get('status')}", f" · sweep: {rec.get('sweep_id')}" if rec.get("sweep_id") else "",
                 f" · source: {rec.get('source')}", " · ",
-                dcc.Link("compare with…", href=f"/compare?a={rid}")]),
+                dcc.Link("compare with…", href=f"/compare?a={rid}"), *_trace_download(rid)]),
         html.Pre(rec["error"], style={"background": "#fee", "whiteSpace": "pre-wrap", "maxHeight": "200px",
                                       "overflow": "auto"}) if rec.get("error") else None,
-        html.Div(json.dumps(rec.get("settings") or {}), style={"fontFamily": "monospace", "fontSize": "12px"}),
-        html.Div(cards, style={"margin": "12px 0"}),
+        settings_line(rec.get("settings") or {}),
+        verdict(rid, rec),
+        key_numbers(rec.get("metrics") or {}),
         section("Step breakdown per rank",
                 html.Div([html.Label("step "),
-                          dcc.Dropdown(id="run-step", options=[{"label": "mean of steady-state steps", "value": -1}] +
+                          dcc.Dropdown(id="run-step", options=[{"label": "steady-state steps", "value": -1}] +
                                        [{"label": str(s), "value": s} for s in steps], value=-1, clearable=False,
                                        style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"})]),
-                dcc.Graph(id="run-breakdown", figure=breakdown_figure(rid, None))),
-        section("Timeline of one step across ranks", dcc.Graph(id="run-timeline", figure=timeline_figure(rid, None))),
+                # the charts are made by a callback, after the verdict and numbers have painted (plotly.js is
+                # fetched only then)
+                html.Div(id="run-charts", children=html.P("drawing the charts…", style={"color": "#777"}))),
+        section("Slow ranks and links", slow_table(rid, "slow_ranks", "ranks"), slow_table(rid, "slow_links", "links")),
         section("Top kernels", kernels_table(rid)),
         section("Collectives", collectives_table(rid)),
-        section("Slow ranks and links", _tbl(rid, "slow_ranks"), _tbl(rid, "slow_links")),
-        section("Advice", advice_list(rid)),
+        section("All advice", advice_list(rid)),
         *_optional_sections(rid),
     ], id="run-page")
 
 
-def _tbl(rid, name):
+def _trace_download(rid: str) -> list:
+    return []
+
+
+def settings_line(settings: dict):
+    """The run's settings as readable `key value` chips (not a JSON line)."""
+    chips = [html.Span([html.Span(k.replace("_", " ") + " ", style={"color": "#666"}), html.B(str(v))],
+                       style={"marginRight": "14px", "whiteSpace": "nowrap"})
+             for k, v in settings.items() if v is not None]
+    return html.Div(chips, id="run-settings", style={"fontSize": "13px", "margin": "4px 0 10px"})
+
+
+def _advice(rid: str) -> pd.DataFrame | None:
+    a = data.get().table(rid, "advice")
+    if a is None or a.empty:
+        return None
+    if "severity" in a.columns:
+        a = a.assign(_o=a["severity"].map(SEVERITY).fillna(9)).sort_values("_o", kind="stable").drop(columns="_o")
+    return a
+
+
+def verdict(rid: str, rec: dict):
+    """The answer first: the top finding of the stored advice, with its evidence."""
+    a = _advice(rid)
+    style = {"border": "1px solid #ccc", "borderLeft": "6px solid #888", "padding": "8px 14px", "margin": "10px 0 14px",
+             "background": "#fafafa"}
+    if rec.get("status") != "ok":
+        return html.Div([html.B("Verdict: "), f"the run did not finish ({rec.get('status')}); see the error above."],
+                        id="run-verdict", style={**style, "borderLeftColor": "#b00"})
+    if a is None:
+        return html.Div([html.B("Verdict: "), "no finding — none of the advice rules fired for this run."],
+                        id="run-verdict", style={**style, "borderLeftColor": "#54a24b"})
+    top = a.iloc[0]
+    sev = str(top.get("severity") or "")
+    color = {"high": "#e45756", "medium": "#f58518"}.get(sev, "#4c78a8")
+    more = len(a) - 1
+    return html.Div([
+        html.Div([html.B("Verdict" + (f" ({sev})" if sev else "") + ": "), html.Span(str(top.get("message", "")))],
+                 style={"fontSize": "16px"}),
+        html.Div(["evidence: ", str(top.get("evidence") or "-")], className="evidence",
+                 style={"fontSize": "13px", "color": "#444", "marginTop": "4px"}),
+        html.Div(f"{more} more finding{'s' if more != 1 else ''} under “All advice”." if more else "",
+                 style={"fontSize": "12px", "color": "#777", "marginTop": "4px"}),
+    ], id="run-verdict", style={**style, "borderLeftColor": color})
+
+
+def key_numbers(metrics: dict):
+    """The catalogue's key metrics as cards (label, value with unit, definition as tooltip); the rest folded."""
+    key = [m for m in KEY_METRICS if metrics.get(m) is not None]
+    rest = [m for m in metrics if m not in key and m in METRICS and metrics.get(m) is not None]
+    unknown = [m for m in metrics if m not in METRICS]
+    rows = pd.DataFrame([{"metric": metric_label(m), "value": metric_text(m, metrics[m]),
+                          "definition": METRICS[m].definition} for m in rest])
+    return html.Div([
+        html.Div([metric_card(m, metrics[m], id=f"run-metric-{m}") for m in key], id="run-key-numbers"),
+        html.Details([html.Summary(f"all {len(rest)} other metrics"),
+                      table(rows, id="run-metrics-table", page_size=40, formatted=False,
+                            style_cell={**TABLE_STYLE["style_cell"], "whiteSpace": "normal", "maxWidth": "700px"}),
+                      html.P(f"not in the catalogue: {', '.join(unknown)}") if unknown else None],
+                     style={"fontSize": "13px"}) if rest else None,
+    ], style={"margin": "6px 0 14px"})
+
+
+def slow_table(rid: str, name: str, what: str):
+    """Flagged rows first, and how many were tested (a table of hundreds of unflagged rows says nothing)."""
     df = data.get().table(rid, name)
     if df is None or df.empty:
-        return empty(f"no {name.replace('_', ' ')} table")
-    return table(df, id=f"run-{name}")
+        return empty(f"no {name.replace('_', ' ')} table (one rank, or no collectives to test)")
+    flagged = df["slow"].fillna(False).astype(bool) if "slow" in df.columns else pd.Series(False, index=df.index)
+    n, k = len(df), int(flagged.sum())
+    df = pd.concat([df[flagged], df[~flagged]])
+    head = (f"{k} of {n} {what} tested flagged slow" if k else f"none of the {n} {what} tested is slow")
+    return html.Div([html.P(head, id=f"run-{name}-count", style={"fontWeight": "bold" if k else "normal"}),
+                     table(df, id=f"run-{name}", page_size=10,
+                           style_data_conditional=[{"if": {"filter_query": "{slow} = yes"},
+                                                    "backgroundColor": "#fde2e1"}])])
 
 
 def _steps(rid) -> list[int]:
@@ -84,7 +157,7 @@ def breakdown_figure(rid: str, step: int | None) -> go.Figure:
         for col, label, color in PARTS:
             if col in bd.columns:
                 fig.add_trace(go.Bar(name=label, x=x, y=bd[col].fillna(0).tolist(), marker_color=color))
-        title = "ms per step" + (f" (step {step})" if step is not None else " (mean over steady-state steps)")
+        title = "ms per step" + (f" (step {step})" if step is not None else " (steady-state steps)")
     else:  # no profile: step time per rank from the workload's own metrics
         ws = d.table(rid, "workload_steps")
         if ws is None or ws.empty:
@@ -144,7 +217,11 @@ def kernels_table(rid: str):
         return empty("no kernels table (run without a profile?)")
     tcol = next((c for c in ("total_us", "total_time_us", "time_us", "dur_us") if c in k.columns), None)
     df = k.sort_values(tcol, ascending=False) if tcol else k
-    return table(df.head(50), id="run-kernels", page_size=15)
+    df = df.head(50).copy()
+    for c in [c for c in df.columns if c.endswith("_us")]:  # µs -> ms, as every other time on the page
+        df[c[:-3] + "_ms"] = pd.to_numeric(df.pop(c), errors="coerce") / 1000.0
+    df = df[[c for c in df.columns if not c.endswith("_ms")] + [c for c in df.columns if c.endswith("_ms")]]
+    return table(df, id="run-kernels", page_size=15)
 
 
 def collectives_table(rid: str):
@@ -232,8 +309,9 @@ def expert_load(rid: str) -> list[float] | None:
     return total
 
 
-@callback(Output("run-breakdown", "figure"), Output("run-timeline", "figure"), Input("run-step", "value"),
-          State("run-id", "data"), prevent_initial_call=True)
-def _pick_step(step, rid):
+@callback(Output("run-charts", "children"), Input("run-step", "value"), State("run-id", "data"))
+def _charts(step, rid):
     s = None if step in (None, -1) else int(step)
-    return breakdown_figure(rid, s), timeline_figure(rid, s)
+    return [dcc.Graph(id="run-breakdown", figure=breakdown_figure(rid, s)),
+            html.H3("Timeline of one step across ranks"),
+            dcc.Graph(id="run-timeline", figure=timeline_figure(rid, s))]

@@ -1,52 +1,48 @@
-"""Sweeps page (`/`): every run with its settings and key metrics in a sortable, filterable grid, and a
-view across settings (parallel coordinates, heatmap of a metric over two settings) that follows the grid's
-filter. Select two rows to open them on the Compare page. `?sweep=ID` preselects a sweep."""
+"""Sweeps page (`/`): every run with its swept settings and key metrics in a grid served page by page
+(filter and sort run on the server: dashboards/grid.py), and a view across settings (heatmap of a metric
+over two swept settings, parallel coordinates) that follows the grid's filter. Ticked runs go to the
+Compare page (its nav link and the "compare" link open with them). `?sweep=ID` preselects a sweep."""
 
 from __future__ import annotations
 
 import pandas as pd
-from dash import Input, Output, callback, dash_table, dcc, html
+from dash import Input, Output, State, callback, dash_table, dcc, html
 
-from dashboards import data
-from dashboards.components import TABLE_STYLE, empty, frame_records
+from analyzers.catalogue import METRICS, format_value
+from dashboards import data, grid
+from dashboards.components import TABLE_STYLE, definition, empty, heading, metric_label
 
-METRIC_CHOICES = ["throughput", "step_time_s", "comm_share", "communication_not_overlapped_s", "computing_s"]
+PAGE_SIZE = 25
 
 
-def _columns(df: pd.DataFrame) -> list[str]:
+def _axes(df: pd.DataFrame) -> tuple[list[str], str | None, str | None]:
+    """Settings to offer, and the default x and y: two DIFFERENT swept settings (repeat only as a last resort)."""
     settings = [c for c in df.columns if c.startswith("settings.")]
-    metrics = [f"metrics.{m}" for m in data.KEY_METRICS if f"metrics.{m}" in df.columns
-               and df[f"metrics.{m}"].notna().any()]
-    return ["run_id", "sweep_id", "status", "source"] + settings + metrics
+    swept = [c for c in settings if c != "settings.repeat" and df[c].astype(str).nunique() > 1]
+    rest = [c for c in settings if c not in swept]
+    order = swept + [c for c in rest if c == "settings.repeat"] + [c for c in rest if c != "settings.repeat"]
+    x0 = "settings.world_size" if "settings.world_size" in swept else (order[0] if order else None)
+    y0 = next((c for c in order if c != x0), None)
+    return settings, x0, y0
 
 
-def _grid_frame(sweep: str | None) -> pd.DataFrame:
-    df = data.get().runs_frame()
-    if sweep and "sweep_id" in df.columns:
-        df = df[df["sweep_id"] == sweep]
-    cols = [c for c in _columns(df) if c in df.columns]
-    out = df[cols].copy()
-    for c in out.columns:  # settings can be lists/dicts; the grid shows them as text
-        if out[c].dtype == object:
-            out[c] = out[c].map(lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else str(v))
-    if "run_id" in out.columns:
-        out.insert(0, "open", out["run_id"].map(lambda r: f"[open](/run/{r})"))
-    return out
+def _metric_options(df: pd.DataFrame) -> list[dict]:
+    return [{"label": metric_label(c[8:]), "value": c[8:]} for c in df.columns if c.startswith("metrics.")]
 
 
 def layout(sweep: str | None = None, **_):
     d = data.get()
-    df = _grid_frame(sweep)
     if d.runs_frame().empty:
         return html.Div([html.H2("Sweeps"), empty(f"no runs in {d.store.root} yet — run `perfbench sweep CONFIG` "
                                                    "or `perfbench analyze PATH`")], id="sweeps-page")
-    settings = [c for c in df.columns if c.startswith("settings.")]
-    varying = [c for c in settings if df[c].astype(str).nunique() > 1] or settings
-    x0 = "settings.world_size" if "settings.world_size" in varying else (varying[0] if varying else None)
-    y0 = next((c for c in varying if c != x0 and c != "settings.repeat"), x0)
-    columns = [{"name": c.replace("settings.", "").replace("metrics.", ""), "id": c,
-                "presentation": "markdown" if c == "open" else "input",
-                "type": "numeric" if pd.api.types.is_numeric_dtype(df[c]) else "text"} for c in df.columns]
+    rows, pages, shown, total, _ = grid.query(sweep, "", [], 0, PAGE_SIZE)
+    df = grid.frame(sweep)
+    settings, x0, y0 = _axes(df)
+    metric_opts = _metric_options(df)
+    metric0 = "throughput" if "metrics.throughput" in df.columns else (metric_opts[0]["value"] if metric_opts else None)
+    columns = [{"name": "", "id": "open", "presentation": "markdown"}] + [
+        {"name": heading(c), "id": c, "type": "text" if c in grid.ID_COLUMNS else "numeric"} for c in df.columns]
+    tips = {c: definition(c[8:]) for c in df.columns if c.startswith("metrics.") and c[8:] in METRICS}
     return html.Div([
         html.H2("Sweeps"),
         html.Div([
@@ -54,52 +50,69 @@ def layout(sweep: str | None = None, **_):
             dcc.Dropdown(id="sweeps-sweep", options=[{"label": "all sweeps", "value": ""}] +
                          [{"label": s, "value": s} for s in d.sweeps()], value=sweep or "", clearable=False,
                          style={"width": "420px", "display": "inline-block", "verticalAlign": "middle"}),
-            html.Span(id="sweeps-count", style={"marginLeft": "16px"}),
-            html.A("compare selected", id="sweeps-compare-link", href="/compare", style={"marginLeft": "16px"}),
+            html.Span(f"{shown} of {total} runs shown", id="sweeps-count", style={"marginLeft": "16px"}),
+            dcc.Link("compare ticked runs (tick two)", id="sweeps-compare-link", href="/compare",
+                     style={"marginLeft": "16px"}),
         ]),
-        html.P("Filter with the row under the headers (e.g. `>100`, `ok`, `2`); sort by clicking a header; "
-               "tick two rows to compare them.", style={"color": "#555", "fontSize": "13px"}),
+        html.P("Filter with the row under the headers in the units shown (`>150` on step ms, `<5` on a %, "
+               "`ok`); sort by clicking a header; tick runs to compare them. Hover a heading for its definition.",
+               style={"color": "#555", "fontSize": "13px"}),
         dash_table.DataTable(
-            id="runs-grid", data=frame_records(df), columns=columns, sort_action="native", filter_action="native",
-            sort_mode="multi", row_selectable="multi", page_action="native", page_size=25,
-            markdown_options={"link_target": "_self"}, **TABLE_STYLE),
+            id="runs-grid", data=rows, columns=columns, page_action="custom", page_current=0, page_size=PAGE_SIZE,
+            page_count=pages, sort_action="custom", sort_mode="multi", sort_by=[], filter_action="custom",
+            filter_query="", row_selectable="multi", selected_rows=[], tooltip_header=tips,
+            tooltip_delay=300, markdown_options={"link_target": "_self"},
+            css=[{"selector": ".dash-cell-value p, .dash-cell p", "rule": "margin: 0"}], **TABLE_STYLE),
         html.H3("Across settings"),
         html.Div([
             html.Label("metric "),
-            dcc.Dropdown(id="sweeps-metric", options=METRIC_CHOICES, value="throughput", clearable=False,
+            dcc.Dropdown(id="sweeps-metric", options=metric_opts, value=metric0, clearable=False,
                          style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"}),
             html.Label(" x ", style={"marginLeft": "12px"}),
-            dcc.Dropdown(id="sweeps-x", options=settings, value=x0, clearable=False,
-                         style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"}),
+            dcc.Dropdown(id="sweeps-x", options=[{"label": c[9:], "value": c} for c in settings], value=x0,
+                         clearable=False, style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"}),
             html.Label(" y ", style={"marginLeft": "12px"}),
-            dcc.Dropdown(id="sweeps-y", options=settings, value=y0, clearable=False,
-                         style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"}),
+            dcc.Dropdown(id="sweeps-y", options=[{"label": c[9:], "value": c} for c in settings], value=y0,
+                         clearable=False, style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"}),
         ]),
-        # the graphs are created by the callback below, i.e. after the grid has rendered, so the grid's first
-        # paint does not wait for plotly.js (the biggest script of the page) to load and parse
+        # the graphs are created by a callback, i.e. after the grid has painted: plotly.js (the biggest script
+        # of the app) is fetched only then, so the grid's first paint never waits for it
         html.Div(id="sweeps-views"),
     ], id="sweeps-page")
 
 
-@callback(Output("runs-grid", "data"), Output("runs-grid", "selected_rows"), Input("sweeps-sweep", "value"),
+@callback(Output("runs-grid", "data"), Output("runs-grid", "page_count"), Output("runs-grid", "selected_rows"),
+          Output("sweeps-count", "children"),
+          Input("sweeps-sweep", "value"), Input("runs-grid", "page_current"), Input("runs-grid", "page_size"),
+          Input("runs-grid", "sort_by"), Input("runs-grid", "filter_query"), State("ticked-runs", "data"),
           prevent_initial_call=True)
-def _pick_sweep(sweep):
-    return frame_records(_grid_frame(sweep or None)), []
+def _page(sweep, page, page_size, sort_by, filter_query, ticked):
+    try:
+        rows, pages, shown, total, _ = grid.query(sweep or None, filter_query, sort_by, page or 0, page_size or PAGE_SIZE)
+        note = f"{shown} of {total} runs shown"
+    except ValueError as exc:
+        rows, pages, note = [], 1, str(exc)
+    ticked = set(ticked or [])
+    return rows, pages, [i for i, r in enumerate(rows) if r["id"] in ticked], note
 
 
-@callback(Output("sweeps-count", "children"), Input("runs-grid", "derived_virtual_data"), Input("runs-grid", "data"))
-def _count(view, all_rows):
-    shown = len(view) if view is not None else len(all_rows or [])
-    return f"{shown} of {len(all_rows or [])} runs shown"
+@callback(Output("ticked-runs", "data"), Input("runs-grid", "selected_row_ids"), State("runs-grid", "data"),
+          State("ticked-runs", "data"), prevent_initial_call=True)
+def _tick(selected_ids, rows, ticked):
+    """Ticks survive paging, filtering and leaving the page: the page's ids are replaced by its ticked ones."""
+    on_page = {r["id"] for r in rows or []}
+    kept = [r for r in (ticked or []) if r not in on_page]
+    return kept + [r for r in (selected_ids or []) if r not in kept]
 
 
 @callback(Output("sweeps-compare-link", "href"), Output("sweeps-compare-link", "children"),
-          Input("runs-grid", "derived_virtual_selected_rows"), Input("runs-grid", "derived_virtual_data"))
-def _compare_link(selected, view):
-    ids = [view[i]["run_id"] for i in (selected or []) if view and i < len(view)]
+          Input("ticked-runs", "data"))
+def _compare_link(ticked):
+    ids = list(ticked or [])
     if len(ids) >= 2:
-        return f"/compare?a={ids[0]}&b={ids[1]}", f"compare {ids[0]} ↔ {ids[1]}"
-    return "/compare", "compare selected (tick two rows)"
+        more = f" (+{len(ids) - 2} more ticked)" if len(ids) > 2 else ""
+        return f"/compare?a={ids[0]}&b={ids[1]}", f"compare {ids[0]} ↔ {ids[1]}{more}"
+    return "/compare", f"compare ticked runs ({len(ids)} ticked; tick two)"
 
 
 def _num_or_codes(s: pd.Series) -> tuple[pd.Series, list | None]:
@@ -110,37 +123,52 @@ def _num_or_codes(s: pd.Series) -> tuple[pd.Series, list | None]:
     return s.astype(str).map({c: i for i, c in enumerate(cats)}), cats
 
 
-@callback(Output("sweeps-views", "children"), Input("runs-grid", "derived_virtual_data"),
+@callback(Output("sweeps-views", "children"), Input("sweeps-sweep", "value"), Input("runs-grid", "filter_query"),
           Input("sweeps-metric", "value"), Input("sweeps-x", "value"), Input("sweeps-y", "value"))
-def _views_graphs(rows, metric, x, y):
-    heat, par = _views(rows, metric, x, y)
+def _views_graphs(sweep, filter_query, metric, x, y):
+    try:
+        df = grid.apply_filter(grid.frame(sweep or None), filter_query)
+    except ValueError:
+        df = grid.frame(sweep or None)
+    heat, par = views(df, metric, x, y)
     return [dcc.Graph(id="sweeps-heatmap", figure=heat, style={"width": "48%", "display": "inline-block"}),
             dcc.Graph(id="sweeps-parcoords", figure=par, style={"width": "52%", "display": "inline-block"})]
 
 
-def _views(rows, metric, x, y):
-    """Figures as plain dicts (plotly's graph_objects validation is the slow part with hundreds of runs)."""
-    df = pd.DataFrame(rows or [])
+def _sorted_labels(labels) -> list:
+    try:
+        return sorted(labels, key=lambda v: float(v))
+    except ValueError:  # categorical labels keep their text order
+        return sorted(labels)
+
+
+def views(df: pd.DataFrame, metric: str | None, x: str | None, y: str | None):
+    """Heatmap of the metric's mean over x × y and parallel coordinates, values in the units the grid shows.
+    Figures as plain dicts (plotly's graph_objects validation is slow with hundreds of runs)."""
     col = f"metrics.{metric}"
-    if df.empty or col not in df.columns or x not in df.columns or y not in df.columns:
-        blank = {"data": [], "layout": {"title": {"text": f"no {metric} in the shown runs"}, "height": 420}}
+    label = metric_label(metric) if metric else "metric"
+    if df.empty or col not in df.columns or x not in df.columns or (y is not None and y not in df.columns):
+        blank = {"data": [], "layout": {"title": {"text": f"no {label} in the shown runs"}, "height": 420}}
         return blank, blank
     if "status" in df.columns:
         df = df[df["status"] == "ok"]
-    df = df.assign(**{col: pd.to_numeric(df[col], errors="coerce")})
-    pv = df.groupby([df[y].astype(str), df[x].astype(str)])[col].mean().unstack()
-    for axis in (0, 1):
-        try:
-            pv = pv.reindex(sorted(pv.axes[axis], key=lambda v: float(v)), axis=axis)
-        except ValueError:  # categorical labels keep their text order
-            pass
+    shown = grid.shown_number(col, df[col])
+    xs = df[x].astype(str)
+    ys = df[y].astype(str) if y else pd.Series("all", index=df.index)
+    mean_raw = pd.to_numeric(df[col], errors="coerce").groupby([ys, xs]).mean().unstack()
+    pv = shown.groupby([ys, xs]).mean().unstack()
+    pv = pv.reindex(index=_sorted_labels(pv.index), columns=_sorted_labels(pv.columns))
+    mean_raw = mean_raw.reindex(index=pv.index, columns=pv.columns)
     z = [[None if pd.isna(v) else float(v) for v in row] for row in pv.to_numpy()]
+    text = [[format_value(metric, v) for v in row] for row in mean_raw.to_numpy()]
+    xl, yl = x[9:], (y[9:] if y else "")
     heat = {"data": [{"type": "heatmap", "z": z, "x": [str(c) for c in pv.columns], "y": [str(i) for i in pv.index],
-                      "colorscale": "Viridis", "colorbar": {"title": {"text": metric}},
-                      "hovertemplate": f"{x[9:]}=%{{x}}<br>{y[9:]}=%{{y}}<br>{metric}=%{{z:.4g}}<extra></extra>"}],
-            "layout": {"title": {"text": f"mean {metric} over {x[9:]} × {y[9:]}"}, "height": 420,
-                       "xaxis": {"title": {"text": x[9:]}, "type": "category"},
-                       "yaxis": {"title": {"text": y[9:]}, "type": "category"}}}
+                      "text": text, "texttemplate": "%{text}", "colorscale": "Viridis",
+                      "colorbar": {"title": {"text": label}},
+                      "hovertemplate": f"{xl}=%{{x}}<br>{yl}=%{{y}}<br>{label}: %{{text}}<extra></extra>"}],
+            "layout": {"title": {"text": f"mean {label} over {xl} × {yl}"}, "height": 420,
+                       "xaxis": {"title": {"text": xl}, "type": "category"},
+                       "yaxis": {"title": {"text": yl}, "type": "category"}}}
     dims = []
     for c in [c for c in df.columns if c.startswith("settings.")]:
         if c == "settings.repeat" or df[c].astype(str).nunique() <= 1:
@@ -150,9 +178,9 @@ def _views(rows, metric, x, y):
         if cats is not None:
             dim.update(tickvals=list(range(len(cats))), ticktext=cats)
         dims.append(dim)
-    par = {"data": [], "layout": {"title": {"text": "settings → " + metric}, "height": 420}}
-    if df[col].notna().any():
-        dims.append({"label": metric, "values": df[col].tolist()})
+    par = {"data": [], "layout": {"title": {"text": "settings → " + label}, "height": 420}}
+    if shown.notna().any():
+        dims.append({"label": label, "values": shown.tolist()})
         par["data"] = [{"type": "parcoords", "dimensions": dims,
-                        "line": {"color": df[col].fillna(0).tolist(), "colorscale": "Viridis", "showscale": False}}]
+                        "line": {"color": shown.fillna(0).tolist(), "colorscale": "Viridis", "showscale": False}}]
     return heat, par

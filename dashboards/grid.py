@@ -1,0 +1,162 @@
+"""The Sweeps page's runs grid, served page by page: filter, sort and slice happen here, on the server,
+so the browser only ever receives one page of rows (first paint does not grow with the store).
+
+Values are filtered and sorted in the units the grid shows (ms, %, ...: the catalogue's format), so a
+filter `>150` on "step ms" means 150 ms and `<5` on a share means 5 %.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+
+import numpy as np
+import pandas as pd
+
+from analyzers.catalogue import KEY_METRICS, METRICS
+from dashboards import data
+from dashboards.components import cell_text
+
+#: metrics the grid offers besides the catalogue's key metrics (when some run has them)
+EXTRA_METRICS = ("collectives_per_step", "comm_bytes_per_step", "bubble_fraction", "expert_load_cv",
+                 "profiler_overhead")
+ID_COLUMNS = ["run_id", "sweep_id", "status", "source"]
+#: fmt -> factor from the stored value to the shown number
+DISPLAY_SCALE = {"ms": 1000.0, "pct": 100.0}
+
+_lock = threading.Lock()
+_cache: dict = {}
+
+
+def _efficiency(df: pd.DataFrame) -> pd.Series:
+    """Each run's scaling efficiency by the one definition (perfbench.results), against the whole store."""
+    from perfbench import results
+
+    recs = data.get().runs()
+    fn = getattr(results, "scaling_efficiency", None)
+    base = results.baselines(recs)
+    if fn is not None:
+        eff = {r["run_id"]: fn(r, base) for r in recs}
+    else:  # perfbench.results before it exposed the function: its summarize() row carries the same number
+        eff = {row["run_id"]: row.get("scaling_efficiency") for row in results.summarize(recs)}
+    return df["run_id"].map(eff).astype(float)
+
+
+def frame(sweep: str | None = None) -> pd.DataFrame:
+    """All runs (of one sweep) with the grid's columns, raw values; cached until a run record changes."""
+    full = data.get().runs_frame()
+    key = (id(full), sweep or "")
+    with _lock:
+        hit = _cache.get("frame")
+        if hit and hit[0] == key:
+            return hit[1]
+    df = full
+    if sweep and "sweep_id" in df.columns:
+        df = df[df["sweep_id"] == sweep]
+    df = df.copy()
+    if len(df) and "metrics.throughput" in df.columns and "settings.world_size" in df.columns:
+        df["metrics.scaling_efficiency"] = _efficiency(df)
+    settings = [c for c in df.columns if c.startswith("settings.")]
+    varying = [c for c in settings if c in ("settings.world_size", "settings.workload")
+               or df[c].astype(str).nunique() > 1]
+    names = list(KEY_METRICS) + [m for m in EXTRA_METRICS if m not in KEY_METRICS]
+    metrics = [f"metrics.{m}" for m in names if f"metrics.{m}" in df.columns and df[f"metrics.{m}"].notna().any()]
+    cols = [c for c in ID_COLUMNS if c in df.columns] + varying + metrics
+    out = df[cols].reset_index(drop=True)
+    for c in varying:  # settings can be lists/dicts; the grid shows them as text
+        if out[c].dtype == object:
+            out[c] = out[c].map(lambda v: v if v is None or isinstance(v, (str, int, float, bool)) else str(v))
+    with _lock:
+        _cache["frame"] = (key, out)
+    return out
+
+
+def shown_number(col: str, s: pd.Series) -> pd.Series:
+    """A column as the number the grid shows (seconds -> ms, shares -> %), NaN where not a number."""
+    n = pd.to_numeric(s, errors="coerce")
+    name = col[8:] if col.startswith("metrics.") else None
+    if name in METRICS:
+        n = n * DISPLAY_SCALE.get(METRICS[name].fmt, 1.0)
+    return n
+
+
+_PART = re.compile(r"^\s*\{(?P<col>[^}]+)\}\s*(?P<op>[a-z]*\s*(?:<=|>=|!=|<|>|=)|[a-z]+)\s*(?P<val>.*?)\s*$")
+_WORDS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "contains": "contains",
+          "icontains": "contains", "scontains": "contains", "datestartswith": "contains"}
+
+
+def parse_filter(query: str | None) -> list[tuple[str, str, str]]:
+    """DataTable's filter_query (`{col} > 2 && {status} contains ok`) -> [(column, op, value)]."""
+    out = []
+    for part in (query or "").split(" && "):
+        if not part.strip():
+            continue
+        m = _PART.match(part)
+        if not m:
+            raise ValueError(f"cannot read the filter {part!r}")
+        op = m.group("op").strip()
+        op = _WORDS.get(op, op.lstrip("si").strip())  # s=, i= ... (case modifiers) compare the same here
+        val = m.group("val")
+        if len(val) >= 2 and val[0] == val[-1] and val[0] in "'\"`":
+            val = val[1:-1]
+        out.append((m.group("col"), op, val))
+    return out
+
+
+def apply_filter(df: pd.DataFrame, query: str | None) -> pd.DataFrame:
+    keep = np.ones(len(df), dtype=bool)
+    for col, op, val in parse_filter(query):
+        if col not in df.columns:
+            continue
+        text = df[col].map(lambda v, c=col: str(cell_text(c, v))).str.lower()
+        try:
+            x = float(val.rstrip("%").replace("ms", "").strip())
+        except ValueError:
+            x = None
+        n = shown_number(col, df[col])
+        if op == "contains" or (x is None and op == "="):
+            hit = text.str.contains(val.lower(), regex=False) if op == "contains" else text == val.lower()
+            if op == "contains" and x is not None and n.notna().any():  # "2" in a number column: equal to 2
+                hit = (n == x) | (text == val.lower())
+        elif x is None:
+            hit = text != val.lower() if op == "!=" else pd.Series(False, index=df.index)
+        else:
+            hit = {"=": n == x, "!=": n != x, "<": n < x, "<=": n <= x, ">": n > x, ">=": n >= x}[op]
+        keep &= hit.fillna(False).to_numpy(dtype=bool)
+    return df[keep]
+
+
+def apply_sort(df: pd.DataFrame, sort_by: list[dict] | None) -> pd.DataFrame:
+    sort_by = [s for s in (sort_by or []) if s.get("column_id") in df.columns]
+    if not sort_by:
+        return df
+    keys = []
+    for s in sort_by:
+        n = pd.to_numeric(df[s["column_id"]], errors="coerce")
+        keys.append(n if n.notna().any() else df[s["column_id"]].astype(str))
+    order = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)}, index=df.index)
+    order = order.sort_values(list(order.columns), ascending=[s.get("direction") != "desc" for s in sort_by],
+                              kind="stable", na_position="last")
+    return df.loc[order.index]
+
+
+def rows(df: pd.DataFrame) -> list[dict]:
+    """Rows as the grid shows them: formatted text, a link to the run, `id` = run id (for ticking)."""
+    out = []
+    cols = list(df.columns)
+    for rec in df.itertuples(index=False, name=None):
+        row = {c: cell_text(c, v) for c, v in zip(cols, rec)}
+        rid = row.get("run_id")
+        row["id"] = rid
+        row["open"] = f"[open](/run/{rid})"
+        out.append(row)
+    return out
+
+
+def query(sweep: str | None, filter_query: str | None, sort_by, page: int, page_size: int):
+    """(rows of the page, number of pages, matching runs, all runs, the filtered frame)."""
+    df = frame(sweep)
+    f = apply_sort(apply_filter(df, filter_query), sort_by)
+    pages = max(1, -(-len(f) // page_size))
+    page = min(max(int(page or 0), 0), pages - 1)
+    return rows(f.iloc[page * page_size:(page + 1) * page_size]), pages, len(f), len(df), f
