@@ -1,15 +1,21 @@
-"""Profiler overhead of the ResNet workload: steps with vs without the MindSpore profiler (real msrun).
+"""Profiler overhead per `profile.level` on the quickstart's own runs (real msrun, real MindSpore profiler).
 
-Two comparisons, both from real runs launched through perfbench.launcher (msrun):
-  1. same run:  median step time of the profiled window vs the unprofiled steps after it
-                (skipping --settle steps right after the window, where the profiler parses its data);
-  2. A/B runs:  the same step indices in an identical run with profiling switched off.
-Also reported: the first step after the window (includes the online parse) and its excess.
+For each round, one run per level (`off` = profiler disabled, then each profiled level), launched back to
+back through perfbench.launcher with the quickstart's model and schedule (ResNet-50 3-4-6-3 width 16,
+32x32, batch 8 per rank, 14 steps, 3 warm-up, 4 profiled). Per run:
+  * reported:  the run's own `profiler_overhead` as ingest reports it = median step time of the profiled
+               steps / median step time of the unprofiled measured steps of the same run - 1
+               (step time = the slowest rank's, per step);
+  * A/B:       median step time of the profiled window / the same steps of the round's `off` run - 1,
+               divided by the same ratio for the steps after the window (the control: no profiler in
+               either run there), i.e. drift between the two runs cancels;
+  * after:     wall seconds from the last step's end to the last rank's exit (MindSpore's own parse runs
+               there at `default`/`full`; never inside the training loop);
+  * files:     what the level wrote per rank (FRAMEWORK/cpu_op_* is what analyzers.cpu reads).
+Medians over rounds.
 
-    .venv/bin/python bench/bench_profiler_overhead.py --world-size 2 --steps 24 --profile-steps 6
-
-Prints a table and writes the numbers as JSON (--json).  Numbers depend heavily on machine load:
-report medians and ratios, not absolute times.
+    .venv/bin/python bench/bench_profiler_overhead.py --world-size 1 --rounds 5
+    .venv/bin/python bench/bench_profiler_overhead.py --world-size 2 --rounds 3 --port 29130
 """
 
 from __future__ import annotations
@@ -26,38 +32,45 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from perfbench import launcher  # noqa: E402
+from workloads.runner import PROFILE_LEVELS  # noqa: E402
 
 
-def run_config(out: Path, name: str, args, profiled: bool) -> dict:
+def run_config(out: Path, name: str, args, level: str) -> dict:
     return {
         "run_id": name, "workload": "resnet50", "world_size": args.world_size, "repeat": 0,
         "output_dir": str(out / name / "artifacts"), "threads_per_rank": 1,
-        "model": {"image_size": args.image_size, "num_classes": 10, "width": args.width, "layers": args.layers},
-        "train": {"batch_size": args.batch_size, "steps": args.steps, "warmup_steps": args.warmup, "seed": 0,
+        "model": {"image_size": 32, "num_classes": 10, "width": args.width, "layers": [3, 4, 6, 3]},
+        "train": {"batch_size": 8, "steps": args.steps, "warmup_steps": args.warmup, "seed": 0,
                   "lr": 0.05, "momentum": 0.9, "mode": "graph", "data": "synthetic"},
-        "profile": {"enabled": profiled, "steps": args.profile_steps},
-        "parallel": {"grad_compression": "none", "compression_ratio": 0.01, "comm_fusion": args.comm_fusion,
-                     "fusion_impl": args.fusion_impl, "pipeline_stages": 1, "micro_batches": 1,
+        "profile": {"enabled": level != "off", "steps": args.profile_steps, "level": level},
+        "parallel": {"grad_compression": "none", "compression_ratio": 0.01, "comm_fusion": 0,
+                     "fusion_impl": "perfbench", "pipeline_stages": 1, "micro_batches": 1,
                      "pipeline_schedule": "1f1b"},
         "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
     }
 
 
-def launch(out: Path, name: str, args, profiled: bool, port: int) -> list[list[dict]]:
-    cfg = run_config(out, name, args, profiled)
+def launch(out: Path, name: str, args, level: str, port: int) -> dict:
+    cfg = run_config(out, name, args, level)
     art = Path(cfg["output_dir"])
     art.mkdir(parents=True, exist_ok=True)
     p = art / "run_config.json"
     p.write_text(json.dumps(cfg, indent=1))
+    t0 = time.time()
     res = launcher.launch(p, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": args.timeout,
-                                   "stall_timeout_s": 180})
+                                   "stall_timeout_s": 300})
+    exited = time.time()
     if res.status != "ok":
         raise SystemExit(f"{name} failed: {res.reason}\n{res.log_tail}")
     ranks = []
     for r in range(args.world_size):
         lines = (art / "metrics" / f"rank{r}.steps.jsonl").read_text().splitlines()
         ranks.append([json.loads(x) for x in lines if x.strip()])
-    return ranks
+    files = sorted({f.relative_to(f.parents[1]).as_posix().replace("_0.", "_{rank}.")
+                    for f in (art / "profile").rglob("*") if f.is_file() and f.parent.name != "logs"
+                    and f.name.endswith(("_0.txt", "_0.csv", ".json"))}) if (art / "profile").exists() else []
+    last_end = max(r[-1]["end_ts"] for r in ranks)
+    return {"ranks": ranks, "after_s": exited - last_end, "wall_s": exited - t0, "files": files}
 
 
 def step_times(ranks: list[list[dict]], steps) -> list[float]:
@@ -67,64 +80,55 @@ def step_times(ranks: list[list[dict]], steps) -> list[float]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--world-size", type=int, default=1)
     ap.add_argument("--width", type=int, default=16)
-    ap.add_argument("--layers", type=lambda s: [int(x) for x in s.split(",")], default=[3, 4, 6, 3])
-    ap.add_argument("--image-size", type=int, default=32)
-    ap.add_argument("--batch-size", type=int, default=8)
-    ap.add_argument("--steps", type=int, default=24)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--profile-steps", type=int, default=6)
-    ap.add_argument("--settle", type=int, default=2, help="steps after the window left out of 'after window'")
-    ap.add_argument("--comm-fusion", default="all")
-    ap.add_argument("--fusion-impl", default="perfbench")
-    ap.add_argument("--port", type=int, default=29120, help="msrun master port (engineer C's range 29100-29199)")
+    ap.add_argument("--steps", type=int, default=14)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--profile-steps", type=int, default=4)
+    ap.add_argument("--levels", default=",".join(k for k in PROFILE_LEVELS if k != "off"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--port", type=int, default=29120, help="msrun master port (each run takes the next one)")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
-    try:
-        args.comm_fusion = float(args.comm_fusion)
-    except ValueError:
-        pass
+    levels = ["off"] + [x for x in args.levels.split(",") if x != "off"]
     out = args.out or Path(tempfile.mkdtemp(prefix="bench_prof_"))
-    t0 = time.time()
-    on = launch(out, "profiled", args, True, args.port)
-    off = launch(out, "unprofiled", args, False, args.port + 1)
-    w0, w1 = args.warmup, args.warmup + args.profile_steps
-    window = range(w0, w1)
-    after = range(w1 + args.settle, args.steps)
     med = statistics.median
-    res = {
-        "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + (argv if argv is not None else sys.argv[1:])),
-        "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
-        "window_steps": [w0, w1 - 1], "after_steps": [after.start, after.stop - 1],
-        "profiled_run": {
-            "window_median_s": med(step_times(on, window)),
-            "after_median_s": med(step_times(on, after)),
-            "first_after_window_s": step_times(on, [w1])[0],
-        },
-        "unprofiled_run": {
-            "window_median_s": med(step_times(off, window)),
-            "after_median_s": med(step_times(off, after)),
-            "first_after_window_s": step_times(off, [w1])[0],
-        },
-        "wall_s": time.time() - t0,
-    }
-    p, u = res["profiled_run"], res["unprofiled_run"]
-    res["ratio_same_run"] = p["window_median_s"] / p["after_median_s"]
-    res["ratio_ab_window"] = p["window_median_s"] / u["window_median_s"]
-    res["ratio_ab_after"] = p["after_median_s"] / u["after_median_s"]
-    res["parse_excess_s"] = p["first_after_window_s"] - p["after_median_s"]
-    print(f"steps {w0}-{w1 - 1} profiled; 'after' = steps {after.start}-{after.stop - 1}; "
-          f"slowest rank per step; medians")
-    print(f"{'':28s}{'window':>10s}{'after':>10s}{'1st after':>11s}")
-    for name, d in (("profiled run", p), ("unprofiled run", u)):
-        print(f"{name:28s}{d['window_median_s']:10.4f}{d['after_median_s']:10.4f}{d['first_after_window_s']:11.4f}")
-    print(f"same run   window/after          {res['ratio_same_run']:.3f}")
-    print(f"A/B        window (prof/unprof)  {res['ratio_ab_window']:.3f}")
-    print(f"A/B        after  (prof/unprof)  {res['ratio_ab_after']:.3f}")
-    print(f"online parse excess (1st step after window) {res['parse_excess_s']:.2f} s")
+    w0, w1 = args.warmup, args.warmup + args.profile_steps
+    window, after = range(w0, w1), range(w1, args.steps)
+    per: dict[str, dict[str, list]] = {lv: {"reported": [], "ab": [], "after_s": [], "files": None} for lv in levels}
+    port = args.port
+    t0 = time.time()
+    for rnd in range(args.rounds):
+        base = None
+        for lv in levels:
+            r = launch(out, f"r{rnd}-{lv}", args, lv, port)
+            port += 1
+            win, aft = med(step_times(r["ranks"], window)), med(step_times(r["ranks"], after))
+            if lv == "off":
+                base = (win, aft)
+            else:
+                per[lv]["reported"].append(win / aft - 1)  # the run's own profiler_overhead
+                per[lv]["ab"].append((win / base[0]) / (aft / base[1]) - 1)
+            per[lv]["after_s"].append(r["after_s"])
+            per[lv]["files"] = r["files"]
+            print(f"round {rnd} {lv:8s} window {win:.4f} s  after {aft:.4f} s  exit {r['after_s']:.1f} s", flush=True)
+    res = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + (argv if argv is not None else sys.argv[1:])),
+           "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
+           "wall_s": time.time() - t0, "levels": {}}
+    print(f"\n{args.world_size} rank(s), {args.rounds} rounds; medians over rounds")
+    print("| level | reported profiler_overhead | A/B vs off (drift-corrected) | last step → exit s | files per rank |")
+    print("|---|---|---|---|---|")
+    for lv in levels:
+        d = per[lv]
+        row = {"reported_median": med(d["reported"]) if d["reported"] else None,
+               "reported": d["reported"], "ab_median": med(d["ab"]) if d["ab"] else None, "ab": d["ab"],
+               "after_exit_median_s": med(d["after_s"]), "files": d["files"]}
+        res["levels"][lv] = row
+        fmt = (lambda v: "–" if v is None else f"{100 * v:+.1f}%")
+        print(f"| {lv} | {fmt(row['reported_median'])} | {fmt(row['ab_median'])} | {row['after_exit_median_s']:.1f} | "
+              f"{', '.join(d['files'] or []) or '–'} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=1))

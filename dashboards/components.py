@@ -58,7 +58,8 @@ def definition(name: str) -> str:
 def metric_card(name: str, v, id: str | None = None):
     """Label over value; the catalogue's definition is the tooltip."""
     props = {"id": id} if id else {}
-    return html.Div([html.Div(metric_label(name), className="metric-label",
+    m = METRICS.get(name)
+    return html.Div([html.Div(m.label if m else name, className="metric-label",
                               style={"fontSize": "11px", "color": "#666", "borderBottom": "1px dotted #aaa"}),
                      html.Div(metric_text(name, v), className="metric-value", style={"fontSize": "18px"})],
                     title=definition(name), className="metric-card", **props,

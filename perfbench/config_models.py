@@ -90,6 +90,9 @@ def _data_folder(value: str) -> str:
 class Profile(Section):
     enabled: bool = Field(True, description="false: no profiler at all (for overhead measurements)")
     steps: int = _int(1, 1000, 4, "profiled window: the steps right after warm-up")
+    level: Literal["off", "light", "default", "full"] = Field(
+        "default", description="what the profiler records: off | light (op times) | default (op times, MindSpore's "
+        "parse after training) | full (+ memory, shapes, stacks); workloads/runner.py PROFILE_LEVELS")
 
 
 class Parallel(Section):

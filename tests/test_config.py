@@ -198,3 +198,16 @@ def test_schema_command_checks_the_examples_and_rejects_bad_keys(tmp_path):
         assert list(validator.iter_errors(bad)), bad
     # editor hover text comes from the models' descriptions
     assert "per rank" in schema["$defs"]["Train"]["properties"]["batch_size"]["description"]
+
+
+def test_profile_level_is_checked_and_matches_the_runner():
+    from typing import get_args
+
+    from perfbench.config_models import Profile
+    from workloads.runner import PROFILE_LEVELS
+
+    assert get_args(Profile.model_fields["level"].annotation) == tuple(PROFILE_LEVELS)  # one list of names
+    assert parse_config(cfg(profile__level="light")).profile["level"] == "light"
+    assert parse_config(cfg()).profile["level"] == "default"
+    msg = error_of(cfg(profile__level="max"))
+    assert "profile.level" in msg and "'max'" in msg and "light" in msg

@@ -4,6 +4,7 @@ one bar per rank, filtering the grid works, the compare page shows both runs."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -27,12 +28,13 @@ def _free_port(lo=8070, hi=8099) -> int:
     return free_port(lo, hi)
 
 
-@pytest.fixture(scope="module")
-def dashboard(sweep_store):
+@contextlib.contextmanager
+def serve(results):
+    """`perfbench dashboard` on `results` in a subprocess; yields its base URL, stops it afterwards."""
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: the test set-up must `apt-get install -y chromium`")
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(sweep_store), "--port",
+    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
                              str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
     try:
@@ -55,6 +57,12 @@ def dashboard(sweep_store):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def dashboard(sweep_store):
+    with serve(sweep_store) as base:
+        yield base
 
 
 @pytest.fixture(scope="module")
@@ -194,6 +202,166 @@ def test_compare_page_shows_both_runs(dashboard, browser, sweep_store):
         page.wait_for_function(f"() => document.querySelector('#compare-link-b')?.innerText === '{other['run_id']}'",
                                timeout=30_000)
         assert f"b={other['run_id']}" in page.url
+    assert p.errors == []
+    page.close()
+
+
+# ---- the story at a glance (issue 11) ---------------------------------------------------------------
+
+
+def _severity_order(advice):
+    order = {"high": 0, "medium": 1, "low": 2}
+    return advice.assign(o=advice["severity"].map(order).fillna(9)).sort_values("o", kind="stable")
+
+
+@pytest.mark.msrun
+def test_run_page_opens_with_the_verdict_and_key_numbers(dashboard, browser, sweep_store):
+    store = Store(sweep_store, create=False)
+    rec = next(r for r in _ok_runs(sweep_store) if r["settings"]["world_size"] == 2)
+    rid, m = rec["run_id"], rec["metrics"]
+    p = Page(browser)
+    page = p.open(f"{dashboard}/run/{rid}", "#run-verdict")
+    verdict = page.locator("#run-verdict").inner_text()
+    advice = store.read_table(rid, "advice")
+    if advice is not None and len(advice):
+        top = _severity_order(advice).iloc[0]
+        assert top["message"] in verdict and str(top["evidence"]) in verdict
+    else:
+        assert "no finding" in verdict
+    # the verdict and the numbers come before any chart in the page
+    order = page.evaluate("""() => ['#run-verdict', '#run-key-numbers', '#run-charts'].map(
+        s => document.querySelector(s).getBoundingClientRect().top)""")
+    assert order == sorted(order)
+    # key numbers in their units, formatted by hand from run.json (ms with one decimal, shares as %)
+    step = page.locator("#run-metric-step_time_s .metric-value").inner_text()
+    assert step == f"{1000 * m['step_time_s']:.1f} ms"
+    share = page.locator("#run-metric-comm_share .metric-value").inner_text()
+    assert share == f"{100 * m['comm_share']:.1f}%"
+    # the definition is the tooltip
+    title = page.locator("#run-metric-comm_share").get_attribute("title")
+    assert "communication_us / step_us" in title
+    text = page.locator("#run-page").inner_text()
+    assert '{"repeat"' not in text and f"{m['comm_share']:.4g}" not in text
+    assert page.locator("#run-settings").inner_text().count("world size") == 1
+    assert p.errors == []
+    page.close()
+
+
+@pytest.mark.msrun
+def test_sweeps_grid_shows_formatted_values_and_two_different_axes(dashboard, browser, sweep_store):
+    runs = _ok_runs(sweep_store)
+    p = Page(browser)
+    page = p.open(dashboard + "/", "#runs-grid td")
+    for r in runs:
+        row = page.locator(f'#runs-grid tr:has(td[data-dash-column="run_id"]:text-is("{r["run_id"]}"))')
+        step = row.locator('td[data-dash-column="metrics.step_time_s"]').inner_text().strip()
+        assert step == f"{1000 * r['metrics']['step_time_s']:.1f}"
+        if r["metrics"].get("comm_share") is not None:
+            share = row.locator('td[data-dash-column="metrics.comm_share"]').inner_text().strip()
+            assert share == f"{100 * r['metrics']['comm_share']:.1f}%"
+    heads = page.locator("#runs-grid th.dash-header").all_inner_texts()
+    assert any("step ms" in h for h in heads)
+    x = page.locator("#sweeps-x").inner_text().strip()
+    y = page.locator("#sweeps-y").inner_text().strip()
+    assert x == "world_size" and y and y != x
+    page.wait_for_selector("#sweeps-heatmap .main-svg", timeout=60_000)
+    assert p.errors == []
+    page.close()
+
+
+@pytest.mark.msrun
+def test_ticked_runs_open_in_compare(dashboard, browser, sweep_store):
+    runs = _ok_runs(sweep_store)
+    p = Page(browser)
+    page = p.open(dashboard + "/", "#runs-grid td")
+    ids = page.locator('#runs-grid td[data-dash-column="run_id"]').all_inner_texts()
+    boxes = page.locator("#runs-grid td.dash-select-cell input")
+    boxes.nth(0).check()
+    boxes.nth(len(ids) - 1).check()
+    want = [ids[0].strip(), ids[-1].strip()]
+    page.wait_for_function("(w) => document.querySelector('#sweeps-compare-link').innerText.includes(w)",
+                           arg=want[1], timeout=30_000)
+    # the nav bar's Compare link (no runs in its URL) opens with the ticked runs
+    page.locator("#nav-compare").click()
+    page.wait_for_selector("#compare-metrics td", timeout=60_000)
+    assert page.locator("#compare-link-a").inner_text() == want[0]
+    assert page.locator("#compare-link-b").inner_text() == want[1]
+    assert f"a={want[0]}" in page.url and f"b={want[1]}" in page.url
+    assert {r["run_id"] for r in runs} >= set(want)
+    assert p.errors == []
+    page.close()
+
+
+def _synthetic_store(root, n_runs=60):
+    """A store written through the Store API (what ingest writes): runs over world size x comm_fusion, one run
+    with a slow-ranks table whose flagged rows come last in the stored order, and its advice."""
+    import pandas as pd
+
+    store = Store(root)
+    rid = None
+    for i in range(n_runs):
+        ws, fusion = (1, 2, 4)[i % 3], (0, 32)[(i // 3) % 2]
+        rid = f"syn-ws{ws}-f{fusion}-r{i}"
+        st = 0.1 * (1 + i / 100)
+        store.write_run({"run_id": rid, "sweep_id": "syn", "source": "sweep", "status": "ok", "error": None,
+                         "settings": {"workload": "resnet50", "world_size": ws, "parallel.comm_fusion": fusion,
+                                      "repeat": i // 6},
+                         "config": {"train": {"warmup_steps": 1}},
+                         "metrics": {"throughput": 8 * ws / st, "step_time_s": st, "comm_share": 0.25 + i / 1000}})
+    rows = [{"group": "world", "scope": "collective", "op_name": f"AllReduce-op{k}", "rank": k % 4, "ranks_compared": 4,
+             "n_ops": 4, "mean_lateness_ms": 0.1, "test": "dixon_q", "slow": False} for k in range(40)]
+    rows += [{"group": "world", "scope": "group", "op_name": "", "rank": 3, "ranks_compared": 4, "n_ops": 40,
+              "mean_lateness_ms": 25.0, "test": "dixon_q", "slow": True}]
+    store.write_table(rid, "slow_ranks", pd.DataFrame(rows))
+    store.write_table(rid, "advice", pd.DataFrame([
+        {"rule": "free_time", "severity": "medium", "message": "12% of step time is free", "evidence": "step_breakdown"},
+        {"rule": "slow_rank", "severity": "high", "message": "rank 3 arrives last at collectives",
+         "evidence": "slow_ranks: rank 3, mean lateness 25 ms"}]))
+    return rid
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    root = tmp_path_factory.mktemp("syn") / "results"
+    rid = _synthetic_store(root)
+    with serve(root) as base:
+        yield base, rid
+
+
+def test_slow_ranks_flagged_rows_first_and_the_verdict(synthetic, browser):
+    base, rid = synthetic
+    p = Page(browser)
+    page = p.open(f"{base}/run/{rid}", "#run-slow_ranks td")
+    assert page.locator("#run-slow_ranks-count").inner_text().startswith("1 of 41 tests flagged a slow rank")
+    first = page.locator('#run-slow_ranks tbody tr:has(td) >> nth=0')
+    assert first.locator('td[data-dash-column="slow"]').inner_text().strip() == "yes"
+    assert first.locator('td[data-dash-column="rank"]').inner_text().strip() == "3"
+    verdict = page.locator("#run-verdict").inner_text()  # the high-severity finding leads, with its evidence
+    assert "rank 3 arrives last" in verdict and "mean lateness 25 ms" in verdict
+    assert "1 more finding" in verdict
+    assert p.errors == []
+    page.close()
+
+
+def test_sweeps_grid_pages_on_the_server_and_axes_default_to_two_swept_settings(synthetic, browser):
+    base, _ = synthetic
+    p = Page(browser)
+    page = p.open(base + "/", "#runs-grid td")
+    assert _grid_rows(page) == 25  # one page, not 60 rows sent to the browser
+    assert page.locator("#sweeps-count").inner_text().startswith("60 of 60")
+    assert page.locator("#sweeps-x").inner_text().strip() == "world_size"
+    assert page.locator("#sweeps-y").inner_text().strip() == "parallel.comm_fusion"
+    page.wait_for_function("""() => {
+        const g = document.querySelector('#sweeps-heatmap .js-plotly-plot');
+        return g && g.data && g.data.length && g.data[0].x.length === 3 && g.data[0].y.length === 2;
+    }""", timeout=60_000)
+    # a filter in the shown unit: step ms > 152.5 (= step_time_s > 0.1525, 0.1 x (1 + i/100)): i = 53..59
+    flt = page.locator('#runs-grid th.dash-filter[data-dash-column="metrics.step_time_s"] input[type=text]')
+    flt.fill(">152.5")
+    flt.press("Enter")
+    page.wait_for_function("() => document.querySelector('#sweeps-count').innerText.startsWith('7 of 60')",
+                           timeout=30_000)
+    assert _grid_rows(page) == 7
     assert p.errors == []
     page.close()
 

@@ -201,7 +201,7 @@ class _Summary:
 #: analyzers.cpu reads); memory and shapes are extras. MindSpore's parser (ASCEND_PROFILER_OUTPUT/
 #: trace_view.json, for MindStudio Insight) never runs inside the training loop: at most once, after the
 #: last step ("exit"). docs/benchmarks.md has the measured cost of each level.
-PROFILE_LEVELS = {
+PROFILE_LEVELS = {  # the same names as perfbench.config.PROFILE_LEVELS (tests/test_config.py checks it)
     "off": None,
     "light": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": None},
     "default": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": "exit"},

@@ -132,7 +132,9 @@ def slow_table(rid: str, name: str, what: str):
     flagged = df["slow"].fillna(False).astype(bool) if "slow" in df.columns else pd.Series(False, index=df.index)
     n, k = len(df), int(flagged.sum())
     df = pd.concat([df[flagged], df[~flagged]])
-    head = (f"{k} of {n} {what} tested flagged slow" if k else f"none of the {n} {what} tested is slow")
+    ranks = f" ({df['rank'].nunique()} ranks)" if what == "ranks" and "rank" in df.columns else ""
+    head = (f"{k} of {n} tests flagged a slow {what[:-1]}{ranks}" if k
+            else f"none of {n} tests flagged a slow {what[:-1]}{ranks}")
     return html.Div([html.P(head, id=f"run-{name}-count", style={"fontWeight": "bold" if k else "normal"}),
                      table(df, id=f"run-{name}", page_size=10,
                            style_data_conditional=[{"if": {"filter_query": "{slow} = yes"},

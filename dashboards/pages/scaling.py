@@ -1,24 +1,50 @@
 """Scaling page (`/scaling`): throughput and scaling efficiency against world size, one line per group
 of the other settings (repeats averaged, error bars = std over repeats), with the ideal (linear) line.
-Efficiency = throughput(N) / (throughput(N0) × N / N0), N0 the group's smallest world size."""
+Efficiency is the runs' own `scaling_efficiency` (analyzers/catalogue.py has its definition); the table
+paints first, the charts are drawn by a callback after it."""
 
 from __future__ import annotations
 
-from dash import dcc, html
+from dash import Input, Output, callback, dcc, html
 
+from analyzers.catalogue import METRICS
 from dashboards import data
 from dashboards.components import empty, table
 
 
-def layout(sweep: str | None = None, **_):
+def _frame(sweep):
     d = data.get()
     df = d.runs_frame()
     if sweep and "sweep_id" in df.columns:
         df = df[df["sweep_id"] == sweep]
-    sc = d.scaling(df)
+    return d.scaling(df)
+
+
+def layout(sweep: str | None = None, **_):
+    sc = _frame(sweep)
     if sc.empty:
-        return html.Div([html.H2("Scaling"), empty("no finished runs with a world size and a throughput"),
-                         dcc.Graph(id="scaling-throughput", figure={"data": [], "layout": {}})], id="scaling-page")
+        return html.Div([html.H2("Scaling"), empty("no finished runs with a world size and a throughput")],
+                        id="scaling-page")
+    shown = sc[["group", "world_size", "throughput", "std", "repeats", "ideal", "efficiency"]].rename(
+        columns={"throughput": "throughput", "std": "throughput_std", "ideal": "ideal_throughput",
+                 "efficiency": "scaling_efficiency"})
+    return html.Div([
+        dcc.Store(id="scaling-sweep", data=sweep or ""),
+        html.H2("Scaling"),
+        html.P([html.B("throughput: "), METRICS["throughput"].definition, "; mean over repeats.", html.Br(),
+                html.B("scaling efficiency: "), METRICS["scaling_efficiency"].definition,
+                "; mean over repeats. Ideal = N × throughput(1)."],
+               style={"fontSize": "13px", "color": "#555"}),
+        table(shown, id="scaling-table", page_size=30),
+        html.Div(id="scaling-charts"),
+    ], id="scaling-page")
+
+
+@callback(Output("scaling-charts", "children"), Input("scaling-sweep", "data"))
+def _charts(sweep):
+    sc = _frame(sweep or None)
+    if sc.empty:
+        return []
     # figures as plain dicts: plotly's graph_objects validation costs ~10 ms per trace, too much with many groups
     thr_data, eff_data = [], []
     groups = sorted(sc["group"].unique())
@@ -38,17 +64,8 @@ def layout(sweep: str | None = None, **_):
                      "line": {"color": "#999", "dash": "dot"}})
     thr = {"data": thr_data, "layout": {"title": {"text": "throughput vs world size (dotted: ideal linear scaling)"},
                                         "xaxis": {"title": {"text": "world size"}, "tickvals": ws},
-                                        "yaxis": {"title": {"text": "samples/s"}}, "height": 460}}
+                                        "yaxis": {"title": {"text": METRICS["throughput"].unit}}, "height": 460}}
     eff = {"data": eff_data, "layout": {"title": {"text": "scaling efficiency"},
                                         "xaxis": {"title": {"text": "world size"}, "tickvals": ws},
                                         "yaxis": {"title": {"text": "efficiency"}, "tickformat": ".0%"}, "height": 420}}
-    shown = sc[["group", "world_size", "throughput", "std", "repeats", "ideal", "efficiency"]]
-    return html.Div([
-        html.H2("Scaling"),
-        html.P("Throughput = sum of samples over ranks / slowest rank's step time, mean over repeats. "
-               "Efficiency = throughput / ideal, ideal = smallest world size's throughput scaled linearly.",
-               style={"fontSize": "13px", "color": "#555"}),
-        dcc.Graph(id="scaling-throughput", figure=thr),
-        dcc.Graph(id="scaling-efficiency", figure=eff),
-        table(shown, id="scaling-table", page_size=30),
-    ], id="scaling-page")
+    return [dcc.Graph(id="scaling-throughput", figure=thr), dcc.Graph(id="scaling-efficiency", figure=eff)]
