@@ -96,6 +96,14 @@ def _ok_runs(results):
     return [r for r in Store(results, create=False).list_runs() if r["status"] == "ok"]
 
 
+def _grid_cells(page) -> list[dict]:
+    """The grid's rows as shown: {column id: cell text}."""
+    return page.evaluate("""() => [...document.querySelectorAll('#runs-grid tbody tr')]
+        .filter(tr => tr.querySelector('td[data-dash-column="run_id"]'))
+        .map(tr => Object.fromEntries([...tr.querySelectorAll('td[data-dash-column]')]
+            .map(td => [td.dataset.dashColumn, td.innerText.trim()])))""")
+
+
 def _grid_rows(page) -> int:
     return page.locator("#runs-grid tbody tr:has(td)").count()
 
@@ -252,13 +260,12 @@ def test_sweeps_grid_shows_formatted_values_and_two_different_axes(dashboard, br
     runs = _ok_runs(sweep_store)
     p = Page(browser)
     page = p.open(dashboard + "/", "#runs-grid td")
+    shown = {row["run_id"]: row for row in _grid_cells(page)}
     for r in runs:
-        row = page.locator(f'#runs-grid tr:has(td[data-dash-column="run_id"]:text-is("{r["run_id"]}"))')
-        step = row.locator('td[data-dash-column="metrics.step_time_s"]').inner_text().strip()
-        assert step == f"{1000 * r['metrics']['step_time_s']:.1f}"
+        row = shown[r["run_id"]]
+        assert row["metrics.step_time_s"] == f"{1000 * r['metrics']['step_time_s']:.1f}"
         if r["metrics"].get("comm_share") is not None:
-            share = row.locator('td[data-dash-column="metrics.comm_share"]').inner_text().strip()
-            assert share == f"{100 * r['metrics']['comm_share']:.1f}%"
+            assert row["metrics.comm_share"] == f"{100 * r['metrics']['comm_share']:.1f}%"
     heads = page.locator("#runs-grid th.dash-header").all_inner_texts()
     assert any("step ms" in h for h in heads)
     x = page.locator("#sweeps-x").inner_text().strip()
