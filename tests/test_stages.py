@@ -150,3 +150,14 @@ def test_no_advice_rests_on_inconsistent_ranks():
     adv = advise(t, {})
     assert "stage_imbalance" not in set(adv["rule"])
     assert all(2 not in r and 3 not in r for r in adv["ranks"])
+
+
+def test_g_console_shows_stages(tmp_path):
+    import shutil
+
+    data = tmp_path / "g"
+    shutil.copytree(fixture_path(*G), data)
+    out = run_perfbench("analyze", data, "--no-store", "--results", tmp_path / "res").stdout
+    assert "pipeline stages" in out and "stage 1 computes 8.4x more than stage 0" in " ".join(out.split())
+    head = next(line for line in out.splitlines() if "rank" in line and "stage" in line and "steps" in line)
+    assert head.index("rank") < head.index("stage") < head.index("steps")
