@@ -519,10 +519,14 @@ def rule_free_time(tables, summary):
     share, sb = r
     if share <= FREE_SHARE:
         return []
+    per = sb.groupby("rank")[["free_us", "step_us"]].sum()
+    per = per[per["step_us"] > 0]
+    idle = sorted(int(r) for r in per.index[per["free_us"] / per["step_us"] > FREE_SHARE])
     return [
         {
             "rule": "free_time",
             "severity": "medium",
+            "ranks": idle,
             "message": (
                 f"{share:.0%} of step time nothing runs on the device (> {FREE_SHARE:.0%}): the host is the "
                 f"bottleneck (data loading, Python overhead, op dispatch); try graph mode, data prefetch, more workers."
@@ -532,6 +536,13 @@ def rule_free_time(tables, summary):
             ),
         }
     ]
+
+
+def _stage_ranks(tables, stage) -> list[int]:
+    rs = _t(tables, "rank_stages")
+    if rs is None:
+        return []
+    return sorted(int(r) for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s) and int(s) == int(stage))
 
 
 def rule_pipeline_bubble(tables, summary):
@@ -553,6 +564,7 @@ def rule_pipeline_bubble(tables, summary):
             {
                 "rule": "pipeline_bubble",
                 "stage": int(stage),
+                "ranks": _stage_ranks(tables, stage),
                 "severity": "medium",
                 "message": (
                     f"Pipeline stage {stage} is idle {r['frac']:.0%} of the pipeline window ({ideal_txt}): "

@@ -113,3 +113,14 @@ def test_groups_and_stages_are_compared_separately():
     sb["consistent"] = pd.array([True, True, True, False], dtype="boolean")
     ri = rank_imbalance(sb, {}, rs)
     assert set(ri["group"]) == {"stage 0"} and set(ri["excluded_ranks"]) == {"3"}
+
+
+def test_free_time_advice_names_the_idle_ranks():
+    from analyzers.advice import FREE_SHARE
+
+    rows = _b_rows("level0")
+    rows["rank"] = range(len(rows))  # files read in rank order
+    total = rows["Computing"] + rows["Communication(Not Overlapped)"] + rows["Free"]
+    want = sorted(rows.loc[rows["Free"] / total > FREE_SHARE, "rank"].tolist())
+    adv = analyzers.analyze(analyzers.load_profile(fixture_path(*B, "level0"))).tables["advice"]
+    assert adv[adv["rule"] == "free_time"].iloc[0]["ranks"] == want == [0, 1]

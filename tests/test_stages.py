@@ -161,3 +161,11 @@ def test_g_console_shows_stages(tmp_path):
     assert "pipeline stages" in out and "stage 1 computes 8.4x more than stage 0" in " ".join(out.split())
     head = next(line for line in out.splitlines() if "rank" in line and "stage" in line and "steps" in line)
     assert head.index("rank") < head.index("stage") < head.index("steps")
+
+
+def test_g_bubble_and_free_advice_name_their_ranks(g_analysis):
+    adv = g_analysis[1].tables["advice"]
+    pb = adv[adv["rule"] == "pipeline_bubble"]
+    for _, r in pb.iterrows():
+        assert r["ranks"] == sorted(k for k, (s, _) in _g_expected().items() if s == r["stage"])
+    assert len(pb) >= 1
