@@ -325,7 +325,8 @@ def rule_exposed_comm(tables, summary):
     if bottleneck is not None:
         stage, ratio = bottleneck
         waiting = per[per["stage"].notna() & (per["stage"] != stage)].sort_values("exposed_us", ascending=False)
-        if len(waiting) and waiting["exposed_us"].sum() >= 0.5 * per["exposed_us"].sum():
+        # waiting shows as the faster stages carrying more than their share of the exposed communication
+        if len(waiting) and waiting["exposed_us"].sum() / per["exposed_us"].sum() > len(waiting) / len(per):
             wp2p = waiting["exposed_p2p_us"].sum() / waiting["exposed_us"].sum() if waiting["exposed_us"].sum() > 0 else 0
             return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in waiting.index],
                      "stage": None,

@@ -169,3 +169,21 @@ def test_g_bubble_and_free_advice_name_their_ranks(g_analysis):
     for _, r in pb.iterrows():
         assert r["ranks"] == sorted(k for k, (s, _) in _g_expected().items() if s == r["stage"])
     assert len(pb) >= 1
+
+
+def test_gradient_time_on_every_stage_is_still_called_gradient_time():
+    """Stage 1 computes more, but both stages spend the same exposed time in all-reduce (no p2p wait):
+    the exposed-communication advice stays the gradient advice."""
+    t = _pp2dp2()
+    ex = t["comm_exposure"].copy()
+    ex["exposed_us"] = 30_000.0
+    ex["exposed_p2p_us"] = 0.0
+    ex["exposed_collective_us"] = 30_000.0
+    t["comm_exposure"] = ex
+    sb = t["step_breakdown"].copy()
+    sb["communication_not_overlapped_us"] = 30_000.0
+    t["step_breakdown"] = sb
+    adv = advise(t, {})
+    msg = adv[adv["rule"] == "exposed_communication"].iloc[0]["message"]
+    assert "overlap gradient all-reduce with backward" in msg
+    assert "stage_imbalance" in set(adv["rule"])
