@@ -169,15 +169,38 @@ def _parse_unit(fmt_name: str, d: str, opts: dict):
         return ("error", d, str(exc))
 
 
+#: formats that, found beside rank folders, are a cross-check of them (msprof-analyze's own output) rather than ranks
+CROSS_CHECK_FORMATS = ("msprof-analyze-cluster",)
+
+#: what a rank loses without a file its peers have (for the warning that names the missing file)
+LOST_WITHOUT = {"kernel_details.csv": "kernels", "trace_view.json": "host step starts and collective sizes",
+                "step_trace_time.csv": "the profiler's own step breakdown",
+                "communication.json": "per-op communication times and bandwidths",
+                "communication_matrix.json": "communication links",
+                "analysis.db": "the profiler's breakdown and communication analyses"}
+
+
 def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto",
-                 hints: dict | None = None) -> Profile:
+                 hints: dict | None = None, strict: bool = False) -> Profile:
     """Find every rank under `path`, parse them (in parallel when there are several) and merge.
     `hints` are facts a parser may use when it accepts them: `workload_steps` (the workload's own step
-    records, for step windows on CPU profiles) and `meta` (e.g. world size, collective dtype)."""
+    records, for step windows on CPU profiles) and `meta` (e.g. world size, collective dtype).
+
+    Every rank is analyzed with what it has: a damaged or missing file on a rank, or a rank that cannot
+    be read at all while others can, becomes a warning naming the file (`Profile.warnings`); only when
+    nothing can be read is it an error. `strict=True` turns the first warning into an error.
+    msprof-analyze's output (`cluster_analysis_output/`) found beside rank folders is read as a
+    cross-check (`meta["cluster_output"]`), not as more ranks."""
     units = find_units(path)
     if not units:
         raise UserError(f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
-                        "trace_view.json or ascend_*_profiler_*.db, and the other registered formats)")
+                        "step_trace_time.csv, communication.json, trace_view.json, analysis.db or "
+                        "ascend_*_profiler_*.db, and the other registered formats)")
+    checks = [u for u in units if u[0] in CROSS_CHECK_FORMATS]
+    if len(checks) < len(units):
+        units = [u for u in units if u[0] not in CROSS_CHECK_FORMATS]
+    else:
+        checks = []
     opts = {"read_trace": read_trace, "hints": hints or {}}
     n = len(units)
     workers = workers if workers is not None else min(n, os.cpu_count() or 1, 16)
@@ -189,12 +212,33 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
                                     chunksize=max(1, n // (workers * 4))))
     else:
         results = [_parse_unit(f, str(d), opts) for f, d in units]
-    parts = []
-    for res in results:
+    parts = [res[1] for res in results if res[0] == "ok"]
+    failed = [res for res in results if res[0] == "error"]
+    if not parts:
+        raise ProfileFormatError(failed[0][1], failed[0][2])
+    profile = merge_profiles(parts, path)
+    profile.warnings = [f"{p}: {problem} (this rank is not analyzed)" for _, p, problem in failed] + profile.warnings
+    if checks:
+        _attach_cross_check(profile, checks)
+    if strict and profile.warnings:
+        more = f" (and {len(profile.warnings) - 1} more warnings)" if len(profile.warnings) > 1 else ""
+        raise UserError(f"{profile.warnings[0]}{more} [--strict]")
+    return profile
+
+
+def _attach_cross_check(profile: Profile, checks: list[tuple[str, Path]]) -> None:
+    """msprof-analyze's cluster output beside the ranks: kept whole in meta["cluster_output"] (its
+    reference_breakdown, comm_ops, links and the files read) for the cluster cross-check analysis."""
+    for name, d in checks:
+        res = _parse_unit(name, str(d), {})
         if res[0] == "error":
-            raise ProfileFormatError(res[1], res[2])
-        parts.append(res[1])
-    return merge_profiles(parts, path)
+            profile.warnings.append(f"{res[1]}: {res[2]} (msprof-analyze output not used as a cross-check)")
+            continue
+        c = res[1]
+        profile.meta.setdefault("cluster_output", {"path": str(d), "reference_breakdown": c.reference_breakdown,
+                                                   "comm_ops": c.comm_ops, "links": c.links,
+                                                   "inputs": c.meta.get("inputs", [])})
+        profile.warnings.extend(c.warnings)
 
 
 def merge_profiles(parts: list[Profile], path) -> Profile:
@@ -203,6 +247,9 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
             df = getattr(parts[0], name)
             setattr(parts[0], name, conform(df if df is not None else pd.DataFrame(), TABLES[name]))
         p = parts[0]
+        p.warnings = list(getattr(p, "warnings", None) or [])
+        src = p.meta.get("reference_source")
+        p.meta["reference_sources"] = [src] if src else []
         _fill_group_sizes(p)
         _fill_world_size(p)
         return p
@@ -233,9 +280,31 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
     for p in parts:
         groups.update(p.meta.get("parallel_groups") or {})
     merged.meta["parallel_groups"] = groups
+    merged.meta["reference_sources"] = sorted({p.meta["reference_source"] for p in parts
+                                               if p.meta.get("reference_source")})
+    merged.warnings = [w for p in parts for w in (getattr(p, "warnings", None) or [])] + _missing_file_warnings(parts)
     _fill_group_sizes(merged)
     _fill_world_size(merged)
     return merged
+
+
+def _missing_file_warnings(parts: list[Profile]) -> list[str]:
+    """A rank without a file that other ranks of the same format have: say which, and what it loses."""
+    out = []
+    by_format: dict[str, set] = {}
+    for p in parts:
+        by_format.setdefault(p.source, set()).update(p.meta.get("files_present") or ())
+    for p in parts:
+        have = set(p.meta.get("files_present") or ())
+        if "files_present" not in p.meta:
+            continue
+        missing = sorted(by_format[p.source] - have)
+        if "analysis.db" in missing and {"step_trace_time.csv", "communication.json"} <= have:
+            missing.remove("analysis.db")  # nothing lost: the text files hold the same analyses
+        for f in missing:
+            out.append(f"{p.path}: no {f} (other ranks have it): {LOST_WITHOUT.get(f, 'its data')} unknown for "
+                       "this rank")
+    return out
 
 
 def _fill_world_size(p: Profile) -> None:

@@ -2,9 +2,12 @@
 
     {
       "schema": "perfbench.analyze/1",
-      "source": {"path", "format", "ranks", "producer"},
+      "source": {"path", "format", "ranks" (ranks analyzed), "producer", "reference" (what the profiler's
+                 own breakdown was read from, e.g. ["step_trace_time.csv"])},
+      "warnings": ["<file>: <problem>", ...] (a missing or damaged file on some rank; the rank is analyzed
+                  with what it has),
       "summary": {...run metrics...},
-      "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "steps": [{"step", "step_us", "computing_us", "communication_us",
+      "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "inputs" (files read), "steps": [{"step", "step_us", "computing_us", "communication_us",
                  "communication_not_overlapped_us", "overlapped_us", "free_us", "preparing_us",
                  "bubble_us", "stage_us"}]}],
       "communication": [{"rank", "step", "op_name", "op_type", "group", "group_size", "elapse_ms",
@@ -71,20 +74,34 @@ def records(df: pd.DataFrame | None, cols: list[str] | None = None, limit: int |
     return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
 
 
+def rank_inputs(profile: Profile) -> dict[int, list[str]]:
+    """{rank: [files it was read from]} for every rank of the profile (`ranks.inputs`, comma-separated)."""
+    rk = profile.ranks
+    if rk is None or not len(rk):
+        return {}
+    col = rk["inputs"] if "inputs" in rk.columns else [None] * len(rk)
+    return {int(r): [x.strip() for x in str(i).split(",") if x.strip()] if isinstance(i, str) else []
+            for r, i in zip(rk["rank"], col)}
+
+
 def build_document(profile: Profile, analysis: Analysis) -> dict:
     t = analysis.tables
     sb = t.get("step_breakdown")
     ranks = []
     check = {int(r["rank"]): r for r in records(t.get("rank_check"))}
     stage_of = {int(r["rank"]): r.get("stage") for r in records(t.get("rank_stages"))}
-    if sb is not None and len(sb):
-        for r, g in sb.sort_values(["rank", "step"]).groupby("rank", sort=True):
-            c = check.get(int(r), {})
-            ranks.append({"rank": int(r), "stage": stage_of.get(int(r)), "breakdown_source": c.get("breakdown_source"),
-                          "consistent": c.get("consistent"), "cross_check_max_rel_diff": c.get("max_rel_diff"),
-                          "cross_check_note": c.get("reason"),
-                          "steps": [{"step": int(row["step"]), **{f: clean(row[f]) for f in STEP_FIELDS}}
-                                    for row in g.to_dict("records")]})
+    by_rank = {int(r): g for r, g in sb.sort_values(["rank", "step"]).groupby("rank", sort=True)} \
+        if sb is not None and len(sb) else {}
+    inputs = rank_inputs(profile)
+    for r in sorted(set(by_rank) | set(inputs)):  # every rank analyzed, also one whose breakdown is unknown
+        g = by_rank.get(r)
+        c = check.get(r, {})
+        ranks.append({"rank": r, "stage": stage_of.get(r), "inputs": inputs.get(r, []),
+                      "breakdown_source": c.get("breakdown_source"),
+                      "consistent": c.get("consistent"), "cross_check_max_rel_diff": c.get("max_rel_diff"),
+                      "cross_check_note": c.get("reason"),
+                      "steps": [{"step": int(row["step"]), **{f: clean(row.get(f)) for f in STEP_FIELDS}}
+                                for row in g.to_dict("records")] if g is not None else []})
     comm = []
     co = t.get("comm_ops")
     if co is not None and len(co):
@@ -105,7 +122,8 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
     doc = {
         "schema": SCHEMA,
         "source": {"path": profile.path, "format": profile.source, "ranks": len(ranks),
-                   "producer": profile.meta.get("producer")},
+                   "producer": profile.meta.get("producer"),
+                   "reference": list(profile.meta.get("reference_sources") or [])},
         "summary": clean(analysis.summary),
         "ranks": ranks,
         "communication": comm,

@@ -27,6 +27,7 @@ RANKS = {
     "stage": "Int64",  # pipeline stage, if known
     "dp_group": "object",  # data-parallel group label, if known
     "world_size": "Int64",
+    "inputs": "object",  # comma-separated names of the files this rank was read from
 }
 
 #: step windows per rank; analyses clip events to them
@@ -185,3 +186,6 @@ class Profile:
     reference_breakdown: pd.DataFrame | None = None
     #: free-form facts: versions, device type, parallel groups, profiler config
     meta: dict = field(default_factory=dict)
+    #: problems met while reading (a missing or damaged file on some rank), each naming the file; the
+    #: rank is still analyzed with what it has (`perfbench analyze --strict` turns them into an error)
+    warnings: list[str] = field(default_factory=list)

@@ -9,7 +9,7 @@ import pytest
 
 import analyzers
 from analyzers.ascend.db import parse_db_rank
-from perfbench.errors import ProfileFormatError
+from perfbench.errors import ProfileFormatError, UserError
 
 C = ("Ascend__msinsight", "test", "data", "pytorch", "db")
 
@@ -78,17 +78,20 @@ def test_truncated_db_is_a_clear_error(level):
     db = d / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
     data = db.read_bytes()
     db.write_bytes(data[: len(data) // 3])
-    with pytest.raises(ProfileFormatError) as ei:
-        analyzers.load_profile(d)
+    with pytest.raises(UserError) as ei:
+        analyzers.load_profile(d, strict=True)
     assert "ascend_pytorch_profiler_0.db" in str(ei.value)
+    p = analyzers.load_profile(d)  # the rank keeps what analysis.db gives: the profiler's breakdown, communication
+    assert any("ascend_pytorch_profiler_0.db" in w for w in p.warnings)
+    assert p.ranks["inputs"].iloc[0] == "analysis.db" and len(p.reference_breakdown) == 1 and len(p.comm_ops) == 4
 
 
 def test_garbage_db_is_a_clear_error(level):
     d = level("level1") / "rank0_ascend_pt"
     db = d / "ASCEND_PROFILER_OUTPUT" / "ascend_pytorch_profiler_0.db"
     db.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(ProfileFormatError, match="ascend_pytorch_profiler_0.db.*SQLite"):
-        analyzers.load_profile(d)
+    with pytest.raises(UserError, match="ascend_pytorch_profiler_0.db.*SQLite"):
+        analyzers.load_profile(d, strict=True)
 
 
 def test_db_missing_task_table(level):
@@ -98,5 +101,9 @@ def test_db_missing_task_table(level):
     con.execute("DROP TABLE TASK")
     con.commit()
     con.close()
-    with pytest.raises(ProfileFormatError, match="TASK"):
+    p = parse_db_rank(d)  # kernels unknown, the rest from analysis.db; the warning names db and table
+    assert len(p.warnings) == 1 and "ascend_pytorch_profiler_1.db" in p.warnings[0] and "TASK" in p.warnings[0]
+    assert len(p.ops) == 0 and len(p.reference_breakdown) == 1
+    (d / "ASCEND_PROFILER_OUTPUT" / "analysis.db").unlink()
+    with pytest.raises(ProfileFormatError, match="TASK"):  # nothing readable left: an error
         parse_db_rank(d)

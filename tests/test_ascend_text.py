@@ -12,7 +12,7 @@ import pytest
 
 import analyzers
 from analyzers.ascend.text import parse_text_rank, read_kernel_details
-from perfbench.errors import ProfileFormatError
+from perfbench.errors import ProfileFormatError, UserError
 from tests.conftest import fixture_path
 
 B = ("Ascend__msinsight", "test", "data", "pytorch", "text")
@@ -145,9 +145,12 @@ def test_missing_required_column_names_file_and_column(tmp_path):
     kd = d / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     df = pd.read_csv(kd, dtype=str)
     df.drop(columns=["Duration(us)"]).to_csv(kd, index=False)
-    with pytest.raises(ProfileFormatError) as ei:
-        analyzers.load_profile(d)
+    with pytest.raises(UserError) as ei:
+        analyzers.load_profile(d, strict=True)
     assert "kernel_details.csv" in str(ei.value) and "Duration(us)" in str(ei.value)
+    p = analyzers.load_profile(d)  # without strict: the rank keeps its step trace and communication
+    assert any("kernel_details.csv" in w and "Duration(us)" in w for w in p.warnings)
+    assert "kernel_details.csv" not in p.ranks["inputs"].iloc[0] and "step_trace_time.csv" in p.ranks["inputs"].iloc[0]
 
 
 def test_truncated_kernel_details(tmp_path):
@@ -155,8 +158,8 @@ def test_truncated_kernel_details(tmp_path):
     kd = d / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv"
     data = kd.read_bytes()
     kd.write_bytes(data[: len(data) // 2])  # cut mid-row
-    with pytest.raises(ProfileFormatError) as ei:
-        analyzers.load_profile(d)
+    with pytest.raises(UserError) as ei:
+        analyzers.load_profile(d, strict=True)
     assert "kernel_details.csv" in str(ei.value)
 
 
@@ -166,28 +169,30 @@ def test_truncated_json_files(tmp_path, name):
     f = d / "ASCEND_PROFILER_OUTPUT" / name
     data = f.read_bytes()
     f.write_bytes(data[: int(len(data) * 0.7)])
-    with pytest.raises(ProfileFormatError) as ei:
-        analyzers.load_profile(d)
+    with pytest.raises(UserError) as ei:
+        analyzers.load_profile(d, strict=True)
     assert name in str(ei.value)
     assert "truncated" in str(ei.value) or "corrupt" in str(ei.value)
+    p = analyzers.load_profile(d)
+    assert len(p.warnings) == 1 and name in p.warnings[0] and name not in p.ranks["inputs"].iloc[0]
 
 
 def test_wrong_json_shape(tmp_path):
     d = _copy_rank(tmp_path)
     (d / "ASCEND_PROFILER_OUTPUT" / "communication.json").write_text("[1, 2, 3]")
-    with pytest.raises(ProfileFormatError, match="communication.json"):
-        analyzers.load_profile(d)
+    with pytest.raises(UserError, match="communication.json"):
+        analyzers.load_profile(d, strict=True)
 
 
 def test_empty_and_non_numeric_step_trace(tmp_path):
     d = _copy_rank(tmp_path)
     st = d / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
     st.write_text("")
-    with pytest.raises(ProfileFormatError, match="step_trace_time.csv.*empty"):
-        analyzers.load_profile(d)
+    with pytest.raises(UserError, match="step_trace_time.csv.*empty"):
+        analyzers.load_profile(d, strict=True)
     st.write_text("Step,Computing,Communication(Not Overlapped),Overlapped,Communication,Free\n50,abc,1,1,1,1\n")
-    with pytest.raises(ProfileFormatError, match="step_trace_time.csv.*Computing.*not a number"):
-        analyzers.load_profile(d)
+    with pytest.raises(UserError, match="step_trace_time.csv.*Computing.*not a number"):
+        analyzers.load_profile(d, strict=True)
 
 
 def test_no_profile_found(tmp_path):

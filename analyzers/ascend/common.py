@@ -244,3 +244,45 @@ def device_step_windows(step: pd.Series, start: pd.Series, end: pd.Series) -> pd
     nxt = np.append(first[1:], np.nan)
     end_w = np.where(~np.isnan(nxt) & (nxt >= last), nxt, last)
     return pd.DataFrame({"step": ids.astype("int64"), "start_us": first, "end_us": end_w})
+
+
+# ---- what a rank was read from --------------------------------------------------------------------
+
+_NA_TEXT = ("", "N/A", "NA", "NAN", "NONE", "NULL", "<NA>")
+
+
+def na_to_none(col: pd.Series) -> pd.Series:
+    """A text column with the profiler's "N/A" (and empty cells) as None. Both the text and the db
+    exports write "N/A" where a level or version records no value (level-0 kernel types, core types):
+    one rule for both, so analyses fall back the same way (e.g. the kernel name for an unknown type)."""
+    col = col.astype(object)
+    bad = col.isna() | col.astype(str).str.strip().str.upper().isin(_NA_TEXT)
+    return col.where(~bad, None)
+
+
+class RankInputs:
+    """The files one rank was read from and the problems met, for `ranks.inputs` and `Profile.warnings`.
+
+    `read(path, fn, *args)` calls `fn(path, *args)`; a damaged file (ProfileFormatError) becomes a
+    warning naming the file and the result is None, so the rank keeps what its other files give."""
+
+    def __init__(self) -> None:
+        self.used: list[str] = []
+        self.warnings: list[str] = []
+
+    def read(self, path: Path, fn, *args, label: str | None = None, **kw):
+        try:
+            out = fn(path, *args, **kw)
+        except ProfileFormatError as exc:
+            self.warnings.append(f"{exc.path}: {exc.problem} (ignored: the rank is analyzed without it)")
+            return None
+        self.add(label or path.name)
+        return out
+
+    def add(self, name: str) -> None:
+        if name not in self.used:
+            self.used.append(name)
+
+    @property
+    def text(self) -> str:
+        return ",".join(self.used)

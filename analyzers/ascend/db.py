@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.ascend.common import OUTPUT_DIR, comm_op_type, device_step_windows, parallel_groups, rank_info, step_of
+from analyzers.ascend.common import (OUTPUT_DIR, RankInputs, comm_op_type, device_step_windows, na_to_none,
+                                     parallel_groups, rank_info, step_of)
 from analyzers.ascend.text import DTYPE_BYTES
 from analyzers.parallel_groups import add_db_meta
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
@@ -82,6 +83,9 @@ def _q(con, sql: str) -> pd.DataFrame:
 
 
 def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
+    """One rank's db export as a Profile. The profiler db gives kernels, steps and collective sizes;
+    analysis.db the profiler's breakdown and the communication analyses. Either may be damaged: it then
+    becomes a warning naming it and the rank is analyzed with the other (`ranks.inputs` says which)."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
         rank_dir = rank_dir.parent
@@ -89,31 +93,80 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
     if dbp is None:
         raise ProfileFormatError(rank_dir, "no ascend_*_profiler_*.db under ASCEND_PROFILER_OUTPUT")
     info = rank_info(rank_dir)
+    adb = rank_dir / OUTPUT_DIR / "analysis.db"
     meta: dict = {"format": "ascend-db", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
                   "parallel_groups": parallel_groups(info.get("metadata", {})),
                   "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
-                  "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu"}
+                  "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu",
+                  "files_present": sorted(p.name for p in (dbp, adb) if p.exists())}
+    io = RankInputs()
+    m = DB_RE.match(dbp.name)
+    r0 = info["rank"] if info["rank"] is not None else (
+        int(m.group(3)) if m and m.group(3) else (rank if rank is not None else 0))
+    got = io.read(adb, read_analysis_db, r0) if adb.exists() else None
+    comm_ops, comm_bw, links, ref = got if got is not None else (None, None, None, None)
+    if ref is not None:
+        meta["reference_source"] = "analysis.db StepTraceTime"
+    ref_step = int(ref["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
+    got = io.read(dbp, _profiler_db, info, r0, ref_step, meta)
+    if got is None:
+        if not io.used:
+            raise ProfileFormatError(dbp, "no readable profiler data (" + "; ".join(io.warnings) + ")")
+        r, device, ops, steps, comm = r0, None, empty(OPS), empty(STEPS), None
+    else:
+        r, device, npu, ops, steps, comm = got
+        if npu:
+            meta["npu"] = npu
+        if r != r0:  # RANK_DEVICE_MAP knows better than the file name
+            for df in (comm_ops, comm_bw, links, ref):
+                if df is not None and "rank" in df.columns:
+                    df["rank"] = r
+    if comm_ops is None or not len(comm_ops):
+        if comm is not None and len(comm):
+            comm_ops = pd.DataFrame({
+                "rank": r, "step": ops.loc[ops.category == "communication", "step"].to_numpy(),
+                "op_name": comm["name"], "op_type": comm["name"].map(comm_op_type), "group": comm["grp"].fillna(""),
+                "group_size": pd.NA, "start_us": comm["startNs"].astype(float) / 1e3,
+                "elapse_ms": (comm["endNs"] - comm["startNs"]).astype(float) / 1e6})
+            meta["comm_source"] = "COMMUNICATION_OP (elapse only)"
+        else:
+            comm_ops = empty(COMM_OPS)
+            meta["comm_source"] = "none"
+        comm_bw = empty(COMM_BANDWIDTH)
+    else:
+        meta["comm_source"] = "analysis.db CommAnalyzer*"
+    if comm is not None and len(comm) and len(comm_ops):
+        sizes = {n: float(c) * DTYPE_BYTES.get(str(d).upper(), np.nan)
+                 for n, c, d in zip(comm["name"], comm["count"], comm["data_type"]) if c is not None}
+        comm_ops["size_bytes"] = comm_ops["op_name"].map(sizes)
+        comm_ops["alg_type"] = comm_ops["op_name"].map(dict(zip(comm["name"], comm["alg_type"])))
+    ranks = pd.DataFrame([{"rank": r, "host": None, "device": device, "path": str(rank_dir), "stage": pd.NA,
+                           "dp_group": None, "world_size": info.get("world_size"), "inputs": io.text}])
+    return Profile(source="ascend-db", path=str(rank_dir), ranks=conform(ranks, RANKS), steps=conform(steps, STEPS),
+                   ops=conform(ops, OPS), comm_ops=conform(comm_ops, COMM_OPS),
+                   comm_bandwidth=conform(comm_bw if comm_bw is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
+                   links=conform(links if links is not None else empty(LINKS), LINKS),
+                   reference_breakdown=ref, meta=meta, warnings=io.warnings)
+
+
+def _profiler_db(dbp: Path, info: dict, r: int, ref_step: int, meta: dict):
+    """(rank, device, npu, ops, steps, communication ops) from ascend_*_profiler_*.db."""
+    device = npu = None
     with open_db(dbp) as con:
         t = _tables(con)
         add_db_meta(meta, con)  # parallel_group_info / distributed_args rows of META_DATA
         for need in ("TASK", "STRING_IDS"):
             if need not in t:
                 raise ProfileFormatError(dbp, f"missing required table {need}")
-        r = info["rank"]
         if "RANK_DEVICE_MAP" in t:
             rd = con.execute("SELECT rankId, deviceId FROM RANK_DEVICE_MAP").fetchall()
             if rd and rd[0][0] is not None and int(rd[0][0]) >= 0:
                 r = int(rd[0][0])
             device = str(rd[0][1]) if rd else None
-        else:
-            device = None
-        if r is None:
-            m = DB_RE.match(dbp.name)
-            r = int(m.group(3)) if m and m.group(3) else (rank if rank is not None else 0)
         if "NPU_INFO" in t:
             ni = con.execute("SELECT name FROM NPU_INFO").fetchall()
             if ni:
-                meta["npu"] = ni[0][0]
+                npu = ni[0][0]
         comp = _q(con, """
             SELECT s.value AS name, ot.value AS type, tt.value AS core_type, t.startNs, t.endNs, t.streamId AS stream,
                    c.blockDim AS block_dim, c.globalTaskId AS task
@@ -135,10 +188,10 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
             pmu = _q(con, "SELECT p.globalTaskId AS task, s.value AS metric, p.value FROM TASK_PMU_INFO p "
                           "JOIN STRING_IDS s ON s.id = p.name")
     ops = pd.concat([
-        pd.DataFrame({"rank": r, "name": comp["name"], "type": comp["type"], "category": "compute",
+        pd.DataFrame({"rank": r, "name": comp["name"], "type": na_to_none(comp["type"]), "category": "compute",
                       "start_us": comp["startNs"].astype(float) / 1e3,
                       "dur_us": (comp["endNs"] - comp["startNs"]).astype(float) / 1e3,
-                      "stream": comp["stream"].astype(str), "core_type": comp["core_type"],
+                      "stream": comp["stream"].astype(str), "core_type": na_to_none(comp["core_type"]),
                       "block_dim": comp["block_dim"], "task": comp["task"]}),
         pd.DataFrame({"rank": r, "name": comm["name"], "type": comm["name"].map(comm_op_type), "category": "communication",
                       "start_us": comm["startNs"].astype(float) / 1e3,
@@ -155,8 +208,8 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
         idx = np.searchsorted(starts, ops["start_us"].to_numpy(float), side="right") - 1
         ops["step"] = hs["step"].to_numpy()[np.clip(idx, 0, None)]
         host = {int(s): (a / 1e3, b / 1e3) for s, a, b in zip(hs["step"], hs["startNs"], hs["endNs"])}
-    else:
-        ops["step"] = 0
+    else:  # one profiled step without STEP_TIME: the profiler's step trace names it
+        ops["step"] = ref_step
         host = {}
     ops["step"] = ops["step"].astype("Int64")
     steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
@@ -164,29 +217,7 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
     if host:
         steps["host_start_us"] = steps["step"].map(lambda s: host.get(int(s), (np.nan, np.nan))[0])
         steps["host_end_us"] = steps["step"].map(lambda s: host.get(int(s), (np.nan, np.nan))[1])
-
-    sizes = {n: float(c) * DTYPE_BYTES.get(str(d).upper(), np.nan)
-             for n, c, d in zip(comm["name"], comm["count"], comm["data_type"]) if c is not None}
-    comm_ops, comm_bw, links, ref = _analysis_db(rank_dir / OUTPUT_DIR / "analysis.db", r)
-    if comm_ops is None or not len(comm_ops):
-        comm_ops = pd.DataFrame({
-            "rank": r, "step": ops.loc[ops.category == "communication", "step"].to_numpy(), "op_name": comm["name"],
-            "op_type": comm["name"].map(comm_op_type), "group": comm["grp"].fillna(""), "group_size": pd.NA,
-            "start_us": comm["startNs"].astype(float) / 1e3,
-            "elapse_ms": (comm["endNs"] - comm["startNs"]).astype(float) / 1e6})
-        meta["comm_source"] = "COMMUNICATION_OP (elapse only)" if len(comm_ops) else "none"
-        comm_bw = empty(COMM_BANDWIDTH)
-    else:
-        meta["comm_source"] = "analysis.db CommAnalyzer*"
-    if len(comm_ops):
-        comm_ops["size_bytes"] = comm_ops["op_name"].map(sizes)
-        comm_ops["alg_type"] = comm_ops["op_name"].map(dict(zip(comm["name"], comm["alg_type"])))
-    ranks = pd.DataFrame([{"rank": r, "host": None, "device": device, "path": str(rank_dir), "stage": pd.NA,
-                           "dp_group": None, "world_size": info.get("world_size")}])
-    return Profile(source="ascend-db", path=str(rank_dir), ranks=conform(ranks, RANKS), steps=conform(steps, STEPS),
-                   ops=conform(ops, OPS), comm_ops=conform(comm_ops, COMM_OPS),
-                   comm_bandwidth=conform(comm_bw, COMM_BANDWIDTH), links=conform(links, LINKS),
-                   reference_breakdown=ref, meta=meta)
+    return r, device, npu, ops, steps, comm
 
 
 REF_COLS = {"computing": "computing_us", "communication_not_overlapped": "communication_not_overlapped_us",
@@ -195,9 +226,9 @@ REF_COLS = {"computing": "computing_us", "communication_not_overlapped": "commun
                 "communication_not_overlapped_exclude_receive_us", "preparing": "preparing_us"}
 
 
-def _analysis_db(path: Path, r: int):
-    if not path.exists():
-        return None, None, empty(LINKS), None
+def read_analysis_db(path: Path, r: int):
+    """(comm_ops, comm_bandwidth, links, reference_breakdown) from one rank's analysis.db (None where its
+    table is missing)."""
     with open_db(path) as con:
         t = _tables(con)
         ref = None

@@ -12,8 +12,13 @@ Reads, from `<rank_dir>/ASCEND_PROFILER_OUTPUT/`:
                           when read_trace="auto"
 and `<rank_dir>/profiler_info*.json`, `profiler_metadata.json` for rank id and parallel groups.
 
-Every file is optional except kernel_details.csv (or, failing it, trace_view.json). Headers are matched
-by name; unknown columns are kept; bad files raise ProfileFormatError naming the file.
+and, when step_trace_time.csv or the communication files are missing, `analysis.db` (StepTraceTime,
+CommAnalyzer*: the db export of the same analyses).
+
+Every file is optional: a rank holding only step_trace_time.csv and the communication files is a rank
+(its breakdown is the profiler's, its kernels unknown). A damaged file becomes a warning naming it and
+the rank is analyzed with the rest; `ranks.inputs` lists the files used. Headers are matched by name;
+unknown columns are kept.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.ascend.common import (OUTPUT_DIR, TRANSPORTS, categorize, comm_op_type, device_step_windows,
+from analyzers.ascend.common import (OUTPUT_DIR, RankInputs, categorize, comm_op_type, device_step_windows, na_to_none,
                                      parallel_groups, rank_info, read_csv, read_json, step_of)
 from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty)
 from perfbench.errors import ProfileFormatError
@@ -48,14 +53,23 @@ STEP_TRACE_OPTIONAL = {"Stage": "stage_us", "Bubble": "bubble_us", "Preparing": 
                        "Device_id": "device"}
 
 
+#: files that make a folder's ASCEND_PROFILER_OUTPUT/ a rank (any one is enough: a rank is analyzed with what it has)
+RANK_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv", "communication.json",
+              "communication_matrix.json", "analysis.db")
+
+
 def is_text_rank(d: Path) -> bool:
     out = d / OUTPUT_DIR
-    return out.is_dir() and any((out / f).exists() for f in ("kernel_details.csv", "trace_view.json", "step_trace_time.csv"))
+    return out.is_dir() and any((out / f).exists() for f in RANK_FILES)
 
 
 def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto", fit: bool = True) -> Profile:
-    """One rank's text export as a Profile. `fit=False` leaves tables unconformed (load_profile conforms once
-    after merging many ranks)."""
+    """One rank's text export as a Profile, from whatever of its files are there and readable.
+
+    Each file is optional: a missing file leaves its tables empty, a damaged one becomes a warning
+    naming it (`Profile.warnings`) and the rank keeps what its other files give. `ranks.inputs` lists the
+    files used. Only a rank with no readable file at all is an error. `fit=False` leaves tables
+    unconformed (load_profile conforms once after merging many ranks)."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
         rank_dir = rank_dir.parent
@@ -64,91 +78,107 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     r = info["rank"] if info["rank"] is not None else (rank if rank is not None else 0)
     meta: dict = {"format": "ascend-text", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
                   "parallel_groups": parallel_groups(info.get("metadata", {})),
-                  "distributed_args": (info.get("metadata") or {}).get("distributed_args")}
+                  "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
+                  "files_present": sorted(f for f in RANK_FILES if (out / f).exists())}
     for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
         if k in info:
             meta[k] = info[k]
     meta["producer"] = "mindspore" if rank_dir.name.endswith("_ascend_ms") else (
         "torch_npu" if rank_dir.name.endswith("_ascend_pt") else "unknown")
+    io = RankInputs()
 
-    kd = out / "kernel_details.csv"
-    tv = out / "trace_view.json"
-    ops = _kernel_details(kd, r) if kd.exists() else None
+    kd, tv, st = out / "kernel_details.csv", out / "trace_view.json", out / "step_trace_time.csv"
+    ops = io.read(kd, _kernel_details, r) if kd.exists() else None
+    ref = io.read(st, _step_trace, r) if st.exists() else None
+    if ref is not None:
+        meta["reference_source"] = "step_trace_time.csv"
+    comm_ops = comm_bw = None
+    if (out / "communication.json").exists():
+        got = io.read(out / "communication.json", _communication, r)
+        if got is not None:
+            comm_ops, comm_bw = got
+    links = io.read(out / "communication_matrix.json", _matrix, r) if (out / "communication_matrix.json").exists() \
+        else None
+    adb = out / "analysis.db"
+    if adb.exists() and (ref is None or comm_ops is None or links is None):  # the db export of the same analyses
+        from analyzers.ascend.db import read_analysis_db
+
+        got = io.read(adb, read_analysis_db, r)
+        if got is not None:
+            a_co, a_cb, a_links, a_ref = got
+            if ref is None and a_ref is not None:
+                ref, meta["reference_source"] = a_ref, "analysis.db StepTraceTime"
+            if comm_ops is None and a_co is not None and len(a_co):
+                comm_ops, comm_bw = a_co, a_cb
+            if links is None and len(a_links):
+                links = a_links
 
     trace = None
     if tv.exists() and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
                         or (ops is None and read_trace != False)):  # noqa: E712
-        trace = _trace_facts(tv, r, full=ops is None)
+        trace = io.read(tv, _trace_facts, r, full=ops is None)
     elif tv.exists():
         meta["trace_view_skipped"] = f"{tv.stat().st_size / 1e9:.2f} GB > read limit; Preparing and sizes unknown"
-    if ops is None:
-        if trace is None or trace["device_ops"] is None:
-            raise ProfileFormatError(out, "neither kernel_details.csv nor a readable trace_view.json found")
+    if ops is None and trace is not None and trace["device_ops"] is not None:
         ops = trace["device_ops"]
-    # communication rows missing from kernel_details (some exports): take HCCL ops from the trace
-    if trace is not None and not (ops["category"] == "communication").any() and len(trace["hccl_ops"]):
+    if ops is not None and trace is not None and not (ops["category"] == "communication").any() \
+            and len(trace["hccl_ops"]):  # communication rows missing from kernel_details (some exports)
         ops = pd.concat([ops, trace["hccl_ops"]], ignore_index=True)
+    if not io.used:
+        problems = "; ".join(io.warnings) if io.warnings else "none of " + ", ".join(RANK_FILES) + " found"
+        raise ProfileFormatError(out, f"no readable profiler data ({problems})")
 
-    # steps: device span of the ops of each step
-    if ops["step"].notna().any():
-        ops["step"] = ops["step"].astype("Int64")
+    if ops is None:
+        ops, steps = empty(OPS), empty(STEPS)
     else:
-        ref_steps = _single_step_id(out / "step_trace_time.csv")
-        ops["step"] = pd.array([ref_steps] * len(ops), dtype="Int64")
-    steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
-    steps.insert(0, "rank", r)
-    if trace is not None and trace["host_steps"]:
-        steps["host_start_us"] = steps["step"].map(lambda s: trace["host_steps"].get(int(s), (np.nan, np.nan))[0])
-        steps["host_end_us"] = steps["step"].map(lambda s: trace["host_steps"].get(int(s), (np.nan, np.nan))[1])
+        if ops["step"].notna().any():
+            ops["step"] = ops["step"].astype("Int64")
+        else:  # one profiled step and no Step Id column: the step trace names it
+            one = int(ref["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
+            ops["step"] = pd.array([one] * len(ops), dtype="Int64")
+        # steps: device span of the ops of each step
+        steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
+        steps.insert(0, "rank", r)
+        if trace is not None and trace["host_steps"]:
+            hs = trace["host_steps"]
+            steps["host_start_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[0])
+            steps["host_end_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[1])
     if fit:
         steps = conform(steps, STEPS)
 
-    comm_ops, comm_bw = _communication(out / "communication.json", r) if (out / "communication.json").exists() \
-        else (None, None)
     if comm_ops is None:
         comm_ops, comm_bw = _comm_from_ops(ops, r), empty(COMM_BANDWIDTH)
         meta["comm_source"] = "kernel_details (elapse only)" if len(comm_ops) else "none"
     else:
-        meta["comm_source"] = "communication.json"
+        meta["comm_source"] = "communication.json" if "communication.json" in io.used else "analysis.db CommAnalyzer*"
     if trace is not None and len(comm_ops):
         size = comm_ops["op_name"].map(trace["hccl_sizes"])
         comm_ops["size_bytes"] = comm_ops["size_bytes"].fillna(size) if "size_bytes" in comm_ops else size
-        algs = comm_ops["op_name"].map(trace["hccl_alg"])
-        comm_ops["alg_type"] = algs
-    links = _matrix(out / "communication_matrix.json", r) if (out / "communication_matrix.json").exists() \
-        else empty(LINKS)
+        comm_ops["alg_type"] = comm_ops["op_name"].map(trace["hccl_alg"])
+    if links is None:
+        links = empty(LINKS)
 
-    ref = _step_trace(out / "step_trace_time.csv", r) if (out / "step_trace_time.csv").exists() else None
     if (out / "op_statistic.csv").exists():
-        st = read_csv(out / "op_statistic.csv", {"OP Type": "op_type", "Total Time(us)": "total_us"},
-                      {"Core Type": "core_type", "Count": "count"}, numeric=("total_us", "count"))
-        meta["op_statistic"] = st[[c for c in ("op_type", "core_type", "count", "total_us") if c in st]].to_dict("records")
+        stat = io.read(out / "op_statistic.csv", read_csv, {"OP Type": "op_type", "Total Time(us)": "total_us"},
+                       {"Core Type": "core_type", "Count": "count"}, numeric=("total_us", "count"))
+        if stat is not None:
+            meta["op_statistic"] = stat[[c for c in ("op_type", "core_type", "count", "total_us")
+                                         if c in stat]].to_dict("records")
 
     ranks = pd.DataFrame([{"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir),
-                           "stage": pd.NA, "dp_group": None, "world_size": info.get("world_size")}])
+                           "stage": pd.NA, "dp_group": None, "world_size": info.get("world_size"),
+                           "inputs": io.text}])
     c = conform if fit else (lambda df, _t: df)
     return Profile(source="ascend-text", path=str(rank_dir), ranks=c(ranks, RANKS), steps=steps,
                    ops=c(ops, OPS), comm_ops=c(comm_ops, COMM_OPS),
-                   comm_bandwidth=c(comm_bw, COMM_BANDWIDTH), links=c(links, LINKS),
-                   reference_breakdown=ref, meta=meta)
+                   comm_bandwidth=c(comm_bw if comm_bw is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
+                   links=c(links, LINKS), reference_breakdown=ref, meta=meta, warnings=io.warnings)
 
 
 def _device(ops: pd.DataFrame, info: dict):
     if "device" in ops.columns and ops["device"].notna().any():
         return str(ops["device"].dropna().iloc[0])
     return None
-
-
-def _single_step_id(path: Path):
-    if path.exists():
-        try:
-            st = pd.read_csv(path, dtype=str)
-            if "Step" in st.columns and len(st) == 1:
-                s = step_of(st["Step"].iloc[0])
-                return s if s is not None else 0
-        except Exception:  # noqa: BLE001 - the file gets its own clear error when read as reference
-            pass
-    return 0
 
 
 def read_kernel_details(path: str | Path, rank: int = 0) -> pd.DataFrame:
@@ -160,8 +190,7 @@ def _kernel_details(path: Path, r: int) -> pd.DataFrame:
     df = read_csv(path, KERNEL_REQUIRED, KERNEL_OPTIONAL, numeric=("start_us", "dur_us", "step"))
     for c in ("type", "core_type", "name", "stream", "device"):
         if c in df.columns:  # text columns even when every cell was N/A (inferred as float NaN)
-            col = df[c].astype(object)
-            df[c] = col.where(col.notna() & ~col.isin(["N/A", ""]), None)
+            df[c] = na_to_none(df[c])
     if "stream" in df.columns:
         df["stream"] = df["stream"].map(lambda v: None if v is None else str(v))
     df["category"] = categorize(df["name"], df.get("core_type"), df.get("type"))

@@ -29,6 +29,10 @@ def register(sub) -> None:
     p.add_argument("--trace", choices=("auto", "always", "never"), default="auto",
                    help="read trace_view.json for host step starts (Preparing) and collective sizes: "
                         "auto = only files up to 512 MB (default)")
+    p.add_argument("--strict", action="store_true",
+                   help="treat any warning (a missing or damaged file on some rank, a rank that cannot be read) "
+                        "as an error: exit 2. Without it every rank is analyzed with what it has and the "
+                        "warnings are printed (and listed under \"warnings\" in --json)")
     p.set_defaults(func=run)
 
 
@@ -50,7 +54,8 @@ def run(args) -> int:
         raise UserError(f"{path}: no such file or directory")
     t0 = time.time()
     read_trace = {"auto": "auto", "always": True, "never": False}[args.trace]
-    profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace)
+    profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace,
+                                     strict=getattr(args, "strict", False))
     run_id = args.run_id or _run_id(path)
     store = None
     if not args.no_store:
@@ -82,6 +87,8 @@ def run(args) -> int:
         for name, df in analysis.tables.items():
             if df is not None and len(df):
                 df.to_csv(out / f"{name}.csv", index=False)
+    for w in doc.get("warnings") or []:
+        sys.stderr.write(f"perfbench: warning: {w}\n")
     if args.json:
         sys.stdout.write(dumps(doc) + "\n")
         return 0
@@ -118,8 +125,8 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     t = Table(title="step breakdown per rank (ms; mean over steps)")
     staged = any(r.get("stage") is not None for r in doc["ranks"])
     for col in ("rank", *(("stage",) if staged else ()), "steps", "step", "computing", "comm (not overlapped)",
-                "overlapped", "free", "preparing"):
-        t.add_column(col, justify="right")
+                "overlapped", "free", "preparing", "inputs"):
+        t.add_column(col, justify="right" if col != "inputs" else "left")
     for r in doc["ranks"]:
         st = r["steps"]
 
@@ -130,12 +137,14 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
         t.add_row(str(r["rank"]), *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
                   str(len(st)), _ms(m("step_us")), _ms(m("computing_us")),
                   _ms(m("communication_not_overlapped_us")), _ms(m("overlapped_us")), _ms(m("free_us")),
-                  _ms(m("preparing_us")))
+                  _ms(m("preparing_us")), ", ".join(r.get("inputs") or []) or "-")
     c.print(t)
+    if src.get("reference"):
+        c.print(f"breakdown: the profiler's own, from {_reference_label(src)}")
     rec = analysis.tables.get("reconciliation")
     if rec is not None and len(rec):
-        c.print(f"reconciliation with the profiler's step_trace_time: max |diff| {rec['diff_us'].abs().max():.2f} us "
-                f"({rec['rel_diff'].abs().max() * 100:.4f}% of step)")
+        c.print(f"reconciliation with the profiler's own breakdown ({_reference_label(src)}): "
+                f"max |diff| {rec['diff_us'].abs().max():.2f} us ({rec['rel_diff'].abs().max() * 100:.4f}% of step)")
     ct = analysis.tables.get("comm_types")
     if ct is not None and len(ct):
         t = Table(title="collectives by type")
@@ -175,6 +184,12 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
 
 def _ms1(v):
     return "-" if v is None else f"{v:.3f}"
+
+
+def _reference_label(src: dict) -> str:
+    """What the profiler's own breakdown was read from (step_trace_time.csv, analysis.db StepTraceTime,
+    msprof-analyze's cluster files, the legacy cluster analysis files...)."""
+    return ", ".join(src.get("reference") or []) or "the profiler's step trace"
 
 
 def _pct(v):
