@@ -125,8 +125,8 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     t = Table(title="step breakdown per rank (ms; mean over steps)")
     staged = any(r.get("stage") is not None for r in doc["ranks"])
     for col in ("rank", *(("stage",) if staged else ()), "steps", "step", "computing", "comm (not overlapped)",
-                "overlapped", "free", "preparing", "inputs"):
-        t.add_column(col, justify="right" if col != "inputs" else "left")
+                "overlapped", "free", "preparing"):
+        t.add_column(col, justify="right")
     for r in doc["ranks"]:
         st = r["steps"]
 
@@ -137,8 +137,14 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
         t.add_row(str(r["rank"]), *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
                   str(len(st)), _ms(m("step_us")), _ms(m("computing_us")),
                   _ms(m("communication_not_overlapped_us")), _ms(m("overlapped_us")), _ms(m("free_us")),
-                  _ms(m("preparing_us")), ", ".join(r.get("inputs") or []) or "-")
+                  _ms(m("preparing_us")))
     c.print(t)
+    sets = {tuple(r.get("inputs") or []) for r in doc["ranks"]}
+    if len(sets) == 1 and sets != {()}:
+        c.print(f"inputs (every rank): {', '.join(next(iter(sets)))}")
+    elif len(sets) > 1:
+        for r in doc["ranks"]:
+            c.print(f"inputs of rank {r['rank']}: {', '.join(r.get('inputs') or []) or '-'}")
     if src.get("reference"):
         c.print(f"breakdown: the profiler's own, from {_reference_label(src)}")
     rec = analysis.tables.get("reconciliation")
