@@ -177,7 +177,8 @@ LOST_WITHOUT = {"kernel_details.csv": "kernels", "trace_view.json": "host step s
                 "step_trace_time.csv": "the profiler's own step breakdown",
                 "communication.json": "per-op communication times and bandwidths",
                 "communication_matrix.json": "communication links",
-                "analysis.db": "the profiler's breakdown and communication analyses"}
+                "analysis.db": "the profiler's breakdown and communication analyses",
+                "ascend_*_profiler_*.db": "kernels, steps and collective sizes"}
 
 
 def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto",

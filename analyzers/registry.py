@@ -132,6 +132,8 @@ REGISTRY: list[AnalysisSpec] = [
                           "profiler_overhead", "profiled_step_time_s", "loss_first", "loss_last",
                           "dropped_tokens_per_step", "ranks", "steps")),
     AnalysisSpec("timeline", _lazy("analyzers.timeline", "analysis"), needs=("ops", "steps"), tables=("timeline",)),
+    AnalysisSpec("cluster_check", _lazy("analyzers.cluster_check", "analysis"), needs=("table:step_breakdown|comm_ops",),
+                 tables=("cluster_check",)),
     AnalysisSpec("advice", _lazy("analyzers.advice", "analysis"), needs=(), tables=("advice",)),
 ]
 

@@ -22,6 +22,8 @@
       "rank_imbalance": [...],
       "kernels": [... top 20 rows of the kernels table ...],
       "reconciliation": [{"rank", "step", "metric", "computed_us", "reference_us", "diff_us", "rel_diff"}],
+      "cluster_check": [{"kind", "rank", "step", "item", "perfbench", "msprof_analyze", "diff", "rel_diff",
+                         "source"}] (only when msprof-analyze's output sat beside the rank folders),
       "slow_ranks": [...], "slow_links": [...], "advice": [{"rule", "severity", "message", "evidence",
                                                             "ranks": [global ranks], "stage"}]
     }
@@ -135,6 +137,7 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
         "rank_imbalance": records(t.get("rank_imbalance")),
         "kernels": records(t.get("kernels"), limit=20),
         "reconciliation": records(t.get("reconciliation")),
+        "cluster_check": records(t.get("cluster_check")),
         "slow_ranks": records(t.get("slow_ranks")),
         "slow_links": records(t.get("slow_links")),
         "advice": records(t.get("advice")),

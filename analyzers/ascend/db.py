@@ -98,7 +98,7 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
                   "parallel_groups": parallel_groups(info.get("metadata", {})),
                   "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
                   "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu",
-                  "files_present": sorted(p.name for p in (dbp, adb) if p.exists())}
+                  "files_present": ["ascend_*_profiler_*.db"] + (["analysis.db"] if adb.exists() else [])}
     io = RankInputs()
     m = DB_RE.match(dbp.name)
     r0 = info["rank"] if info["rank"] is not None else (

@@ -151,6 +151,11 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     if rec is not None and len(rec):
         c.print(f"reconciliation with the profiler's own breakdown ({_reference_label(src)}): "
                 f"max |diff| {rec['diff_us'].abs().max():.2f} us ({rec['rel_diff'].abs().max() * 100:.4f}% of step)")
+    cc = analysis.tables.get("cluster_check")
+    if cc is not None and len(cc):
+        for kind, g in cc.groupby("kind"):
+            c.print(f"cross-check with msprof-analyze's output ({g['source'].iloc[0]}), {kind}: {len(g)} numbers, "
+                    f"max |rel diff| {g['rel_diff'].abs().max() * 100:.4f}%")
     ct = analysis.tables.get("comm_types")
     if ct is not None and len(ct):
         t = Table(title="collectives by type")
