@@ -289,20 +289,29 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
     return merged
 
 
+#: a missing file is no loss when the rank has these instead (the text and db exports hold the same data)
+STANDS_IN_FOR = {"kernel_details.csv": ("ascend_*_profiler_*.db",), "trace_view.json": ("ascend_*_profiler_*.db",),
+                 "step_trace_time.csv": ("analysis.db",), "communication.json": ("analysis.db",),
+                 "communication_matrix.json": ("analysis.db",),
+                 "analysis.db": ("step_trace_time.csv", "communication.json"),
+                 "ascend_*_profiler_*.db": ("kernel_details.csv",)}
+
+
 def _missing_file_warnings(parts: list[Profile]) -> list[str]:
-    """A rank without a file that other ranks of the same format have: say which, and what it loses."""
+    """A rank without a file that other ranks have (and nothing standing in for it): say which, and what it
+    loses. Parsers list the files they look for in meta["files_present"]."""
     out = []
-    by_format: dict[str, set] = {}
+    union: set = set()
     for p in parts:
-        by_format.setdefault(p.source, set()).update(p.meta.get("files_present") or ())
+        union.update(p.meta.get("files_present") or ())
     for p in parts:
-        have = set(p.meta.get("files_present") or ())
         if "files_present" not in p.meta:
             continue
-        missing = sorted(by_format[p.source] - have)
-        if "analysis.db" in missing and {"step_trace_time.csv", "communication.json"} <= have:
-            missing.remove("analysis.db")  # nothing lost: the text files hold the same analyses
-        for f in missing:
+        have = set(p.meta["files_present"])
+        for f in sorted(union - have):
+            alt = STANDS_IN_FOR.get(f, ())
+            if alt and all(x in have for x in alt):
+                continue
             out.append(f"{p.path}: no {f} (other ranks have it): {LOST_WITHOUT.get(f, 'its data')} unknown for "
                        "this rank")
     return out
