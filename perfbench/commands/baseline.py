@@ -13,7 +13,7 @@ def register(subparsers) -> None:
                               description=__doc__)
     sub = p.add_subparsers(dest="baseline_command", metavar="ACTION")
     s = sub.add_parser("save", help="save a run or a sweep as a named baseline")
-    s.add_argument("target", metavar="RUN|SWEEP", help="run id (or unique prefix) or sweep id")
+    s.add_argument("target", metavar="RUN|SWEEP", help="sweep id, or a run: its id, the short id `perfbench ls` shows (e.g. ws2-r0), or a unique prefix")
     s.add_argument("--name", required=True, help="baseline name (letters, digits, . _ -)")
     s.add_argument("--no-overwrite", action="store_true", help="fail if a baseline with this name exists")
     add_results_arg(s)

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("check", help="CI regression check against a saved baseline (exit 0/1/2)",
                               description=__doc__)
     p.add_argument("--baseline", required=True, metavar="NAME", help="baseline saved with `perfbench baseline save`")
-    p.add_argument("--current", required=True, metavar="RUN|SWEEP", help="run id (or prefix) or sweep id to check")
+    p.add_argument("--current", required=True, metavar="RUN|SWEEP", help="sweep id, or a run (its id, the short id `perfbench ls` shows, or a unique prefix) to check")
     p.add_argument("--threshold", default="5%", help="smallest change that counts (default 5%%; shares: points)")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney test (default 0.05)")
     p.add_argument("--metric", action="append", dest="metrics", metavar="NAME",
