@@ -311,3 +311,13 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except (ProcessLookupError, PermissionError):
         return None
+
+
+@pytest.fixture(scope="session")
+def imported_store(tmp_path_factory):
+    """Results dir holding one `perfbench analyze` import of a real 2-rank Ascend profile (set B, level1):
+    advice, collectives, slow-rank tests, per-rank breakdown; fast, no msrun."""
+    results = tmp_path_factory.mktemp("imported") / "results"
+    run_perfbench("analyze", fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level1"),
+                  "--results", results, timeout=300)
+    return results

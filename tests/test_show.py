@@ -8,16 +8,8 @@ import json
 import pytest
 
 from perfbench.store import Store
-from tests.conftest import fixture_path, run_perfbench
+from tests.conftest import run_perfbench
 
-B1 = ("Ascend__msinsight", "test", "data", "pytorch", "text", "level1")
-
-
-@pytest.fixture(scope="module")
-def imported(tmp_path_factory):
-    res = tmp_path_factory.mktemp("show") / "results"
-    run_perfbench("analyze", fixture_path(*B1), "--results", res, timeout=300)
-    return res
 
 
 def _record(run_id: str, sweep_id: str, ws: int, status: str = "failed") -> dict:
@@ -63,11 +55,11 @@ def test_failed_run_shows_its_reason(two_sweeps):
     assert "failed" in out and "rank 1 exited with code 3 at step 2" in out
 
 
-def test_show_leads_with_the_verdict_and_formats_every_table(imported):
-    store = Store(imported)
+def test_show_leads_with_the_verdict_and_formats_every_table(imported_store):
+    store = Store(imported_store)
     rec = store.list_runs()[0]
     rid = rec["run_id"]
-    out = run_perfbench("show", "analyze-level1", "--results", imported).stdout
+    out = run_perfbench("show", "analyze-level1", "--results", imported_store).stdout
     advice = store.read_table(rid, "advice")
     top = advice[advice["severity"] == "high"].iloc[0]
     flat = " ".join(out.split())
@@ -96,10 +88,10 @@ def test_show_leads_with_the_verdict_and_formats_every_table(imported):
     assert f"Slow links: {int(links['slow'].sum())} of {len(links)} links flagged" in flat
 
 
-def test_show_json_keeps_every_row(imported):
-    store = Store(imported)
+def test_show_json_keeps_every_row(imported_store):
+    store = Store(imported_store)
     rid = store.list_runs()[0]["run_id"]
-    doc = json.loads(run_perfbench("show", rid, "--results", imported, "--json").stdout)
+    doc = json.loads(run_perfbench("show", rid, "--results", imported_store, "--json").stdout)
     for name in ("slow_ranks", "comm_ops", "advice", "links", "kernels"):
         assert len(doc["tables"][name]) == len(store.read_table(rid, name)), name
     assert doc["tables"]["profile_ops"]["rows"] == len(store.read_table(rid, "profile_ops"))

@@ -13,16 +13,8 @@ import pytest
 
 from analyzers.trace_view import iter_events, x_events
 from perfbench.store import Store
-from tests.conftest import fixture_path, run_perfbench
+from tests.conftest import run_perfbench
 
-B1 = ("Ascend__msinsight", "test", "data", "pytorch", "text", "level1")
-
-
-@pytest.fixture(scope="module")
-def ascend_store(tmp_path_factory):
-    res = tmp_path_factory.mktemp("trace") / "results"
-    run_perfbench("analyze", fixture_path(*B1), "--results", res, timeout=300)
-    return res
 
 
 def expected(store: Store, rid: str) -> tuple[Counter, int]:
@@ -55,13 +47,13 @@ def read_back(path) -> tuple[Counter, dict, pd.DataFrame]:
 
 
 @pytest.mark.parametrize("name", ["run.json", "run.json.gz"])
-def test_ascend_import_trace_reads_back_with_the_same_events(ascend_store, tmp_path, name):
+def test_ascend_import_trace_reads_back_with_the_same_events(imported_store, tmp_path, name):
     out = tmp_path / name
-    r = run_perfbench("trace", "analyze", "-o", out, "--results", ascend_store, "--json")
+    r = run_perfbench("trace", "analyze", "-o", out, "--results", imported_store, "--json")
     summary = json.loads(r.stdout)
     if name.endswith(".gz"):
         assert out.read_bytes()[:2] == b"\x1f\x8b"
-    store = Store(ascend_store)
+    store = Store(imported_store)
     rid = store.list_runs()[0]["run_id"]
     want, instances = expected(store, rid)
     got, flows, x = read_back(out)
@@ -84,19 +76,19 @@ def test_ascend_import_trace_reads_back_with_the_same_events(ascend_store, tmp_p
     assert summary["offsets_us"]["1"] == pytest.approx((raw[0] - raw[1]).median(), abs=1e-3)
 
 
-def test_trace_to_a_buffer_and_no_alignment(ascend_store):
+def test_trace_to_a_buffer_and_no_alignment(imported_store):
     from perfbench.trace import write_trace
 
     buf = io.BytesIO()
-    summary = write_trace(Store(ascend_store), "analyze", buf, align="none")
+    summary = write_trace(Store(imported_store), "analyze", buf, align="none")
     doc = json.loads(buf.getvalue())
     assert summary["offsets_us"] == {} and doc["otherData"]["clock_alignment"].startswith("as recorded")
     assert {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "process_name"} == {"rank 0", "rank 1"}
     assert {e["args"]["name"] for e in doc["traceEvents"] if e.get("name") == "thread_name"} >= {"steps", "collectives"}
 
 
-def test_unknown_run_is_one_line_error(ascend_store, tmp_path):
-    r = run_perfbench("trace", "nope", "-o", tmp_path / "x.json", "--results", ascend_store, check=False)
+def test_unknown_run_is_one_line_error(imported_store, tmp_path):
+    r = run_perfbench("trace", "nope", "-o", tmp_path / "x.json", "--results", imported_store, check=False)
     assert r.returncode == 2 and "no run 'nope'" in r.stderr and "Traceback" not in r.stderr
 
 
