@@ -22,6 +22,11 @@ BREAKDOWN = (("computing_us", "compute"), ("communication_not_overlapped_us", "e
              ("overlapped_us", "overlapped"), ("free_us", "free"))
 
 
+#: run-level times that are parts of the step, shown with their share of it
+STEP_PARTS = ("computing_s", "communication_s", "communication_not_overlapped_s", "overlapped_s", "free_s",
+              "preparing_s", "bubble_s", "exposed_p2p_s", "exposed_collective_s")
+
+
 def _missing(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v)) or v is pd.NA or v is pd.NaT
 
@@ -48,7 +53,7 @@ def cell(column: str, v: Any) -> str:
         return format_value("bytes", f)
     if column.endswith("_mb"):
         return f"{f:.1f} MB"
-    if column.endswith(("ratio", "share")):
+    if column.endswith(("ratio", "share", "_fraction")):
         return format_value("pct", f)
     if f.is_integer() and abs(f) < 1e12:
         return str(int(f))
@@ -91,9 +96,9 @@ def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
         meta = METRICS[name]
         unit = unit_label(name)
         text = format_value(name, v) + ("" if unit in ("", "%") else f" {unit}")
-        if meta.fmt == "ms" and name.endswith("_s") and name not in ("step_time_s",) and step:
+        if name in STEP_PARTS and step:
             text += f"  ({format_value('pct', v / step)} of step)"
-        out.append((meta.label.removesuffix(" ms"), text, meta.definition))
+        out.append((meta.label, text, meta.definition))
     return out
 
 
@@ -120,6 +125,20 @@ def top_collectives(comm: pd.DataFrame, top: int) -> pd.DataFrame:
         if col in comm:
             agg[col] = (col, how)
     return g.agg(**agg).reset_index().sort_values("total_elapse_ms", ascending=False).head(top)
+
+
+def pipeline_stages(pipe: pd.DataFrame) -> pd.DataFrame:
+    """Per stage, medians over steps: window, busy, bubble (and its share) next to the ideal (S-1)/(M+S-1)."""
+    cols = [c for c in ("ranks", "window_us", "busy_us", "bubble_us", "bubble_fraction", "ideal_fraction",
+                        "excess_fraction", "micro_batches") if c in pipe]
+    return pipe.groupby("stage")[cols].median(numeric_only=True).reset_index()
+
+
+def experts(exp: pd.DataFrame) -> pd.DataFrame:
+    """Expert load, medians over steps."""
+    cols = [c for c in ("experts", "total_tokens", "min_load", "max_load", "mean_load", "max_mean_ratio", "cv",
+                        "dropped_tokens", "dropped_fraction") if c in exp]
+    return exp[cols].median(numeric_only=True).to_frame().T
 
 
 def flagged(df: pd.DataFrame | None, col: str = "slow") -> tuple[pd.DataFrame, int]:
@@ -191,6 +210,21 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
                              "total_elapse_ms": "total", "mean_elapse_ms": "mean", "size_bytes": "size",
                              "busbw_gbps": "bus bw", "wait_ratio": "wait"},
                             f"Top collectives (by total time, all ranks and steps, top {top})"))
+
+    pipe = tables.get("pipeline")
+    if pipe is not None and not pipe.empty and "stage" in pipe:
+        console.print(table(pipeline_stages(pipe),
+                            {"stage": "stage", "ranks": "ranks", "micro_batches": "M", "window_us": "window",
+                             "busy_us": "busy", "bubble_us": "bubble", "bubble_fraction": "bubble %",
+                             "ideal_fraction": "ideal (S-1)/(M+S-1)", "excess_fraction": "excess"},
+                            "Pipeline stages (median over steps; bubble = idle share of the stage's window)"))
+    exp = tables.get("experts")
+    if exp is not None and not exp.empty:
+        console.print(table(experts(exp), {"experts": "experts", "total_tokens": "tokens", "min_load": "min load",
+                                           "max_load": "max load", "mean_load": "mean load",
+                                           "max_mean_ratio": "max/mean", "cv": "cv", "dropped_tokens": "dropped",
+                                           "dropped_fraction": "dropped share"},
+                            "Expert load (median over steps)"))
 
     slow, tested = flagged(tables.get("slow_ranks"))
     if tested:

@@ -6,6 +6,8 @@ Built only from the tables the store keeps per run (no raw profiler files):
   `profile_steps`, else the workload's own `workload_steps`), `compute` (the profiler's compute ops from
   `profile_ops`, one track per stream) and `collectives` (every collective of `comm_ops`; without
   `comm_ops`, the profiler's communication ops); other op categories (e.g. HCCL sub-tasks) get a track each;
+  the workload's own timed spans (`spans`: forward/backward/send/recv per micro-batch, pipelines and MoE), in
+  the profiled steps, get a track `workload spans` (they are stamped with time.time(), the same epoch clock);
 * flow arrows (`s`/`t`/`f` events sharing an id) linking the ranks' parts of each collective instance:
   same group, step, op name and occurrence in the step, as analyzers/slow_ranks.py matches them;
 * clocks aligned across ranks. Sweep runs (MindSpore CPU, one host): the profiler stamps ops with the
@@ -35,15 +37,12 @@ import pandas as pd
 from perfbench.errors import UserError
 
 ALIGN = ("auto", "none", "collectives")
+SPAN_TID = 50
 STEP_TID, COMPUTE_TID, COMM_TID, OTHER_TID = 1, 100, 200, 300  # communication (stream s) tracks: 201...
 
 
-def _num(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
+def _missing(v) -> bool:
+    return v is None or v is pd.NA or (isinstance(v, float) and math.isnan(v))
 
 
 def match_collectives(comm_ops: pd.DataFrame) -> pd.Series:
@@ -100,7 +99,8 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         if ws is not None and not ws.empty and {"start_ts", "end_ts"} <= set(ws.columns):
             steps = pd.DataFrame({"rank": ws["rank"], "step": ws["step"], "start_us": ws["start_ts"] * 1e6,
                                   "end_us": ws["end_ts"] * 1e6})
-    if (ops is None or ops.empty) and (comm is None or comm.empty):
+    spans = tables.get("spans")
+    if (ops is None or ops.empty) and (comm is None or comm.empty) and (spans is None or spans.empty):
         raise UserError(f"run {run['run_id']} has no profiled ops or collectives stored: nothing to put in a trace "
                         "(was the profiler enabled? failed runs may have none)")
     offsets, how = clock_offsets(run, tables, align)
@@ -124,6 +124,16 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
                                     "group": comm.get("group"), "size_bytes": comm.get("size_bytes"),
                                     "busbw_gbps": comm.get("busbw_gbps"), "wait_ms": comm.get("wait_ms"),
                                     "inst": inst}))
+    spans = tables.get("spans")
+    if spans is not None and not spans.empty and {"start_ts", "end_ts", "kind"} <= set(spans.columns):
+        if steps is not None and not steps.empty and "step" in spans:  # the profiled window only
+            spans = spans.merge(steps[["rank", "step"]].drop_duplicates(), on=["rank", "step"])
+        mb = spans["mb"] if "mb" in spans else pd.Series(np.nan, index=spans.index)
+        frames.append(pd.DataFrame({
+            "rank": spans["rank"], "cat": "span", "stream": "",
+            "name": [f"{k} mb{int(m)}" if not _missing(m) else str(k) for k, m in zip(spans["kind"], mb)],
+            "type": spans["kind"], "step": spans.get("step"), "ts": spans["start_ts"] * 1e6,
+            "dur": (spans["end_ts"] - spans["start_ts"]) * 1e6, "stage": spans.get("stage")}))
     ev = pd.concat(frames, ignore_index=True)
     ev = ev[pd.to_numeric(ev["ts"], errors="coerce").notna()].copy()
     ev["rank"] = ev["rank"].astype(int)
@@ -138,13 +148,14 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
     ev["ts"] -= origin
 
     # tracks (threads): collectives; one per (category, stream) for the profiler's ops
-    ev["track"] = [c + "s" if c == "collective" else (c if s in ("", "nan", "None") else f"{c} (stream {s})")
+    named = {"collective": "collectives", "span": "workload spans (forward, backward, send, recv, ...)"}
+    ev["track"] = [named[c] if c in named else (c if s in ("", "nan", "None") else f"{c} (stream {s})")
                    for c, s in zip(ev["cat"], ev["stream"])]
-    base = {"collective": COMM_TID, "compute": COMPUTE_TID, "communication": COMM_TID + 1}
+    base = {"collective": COMM_TID, "span": SPAN_TID, "compute": COMPUTE_TID, "communication": COMM_TID + 1}
     tids: dict[tuple[int, str], int] = {}
     for rank, track, cat in sorted(set(zip(ev["rank"], ev["track"], ev["cat"]))):
         same = sum(1 for (r, _t), tid in tids.items() if r == rank and tid // 100 == base.get(cat, OTHER_TID) // 100)
-        tids[(rank, track)] = base.get(cat, OTHER_TID) + (0 if cat == "collective" else same)
+        tids[(rank, track)] = base.get(cat, OTHER_TID) + (0 if cat in ("collective", "span") else same)
     ev["tid"] = [tids[(r, t)] for r, t in zip(ev["rank"], ev["track"])]
 
     ranks = sorted(set(ev["rank"]) | (set(steps["rank"]) if steps is not None else set()))
@@ -158,7 +169,7 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
     if steps is not None:
         for rank, n in steps.groupby("rank").size().items():
             summary["events"][str(rank)]["step"] = int(n)
-    linked = ev[ev.get("inst", pd.Series(-1, index=ev.index)).fillna(-1) >= 0] if "inst" in ev else ev.iloc[:0]
+    linked = ev[ev["inst"].fillna(-1) >= 0] if "inst" in ev else ev.iloc[:0].assign(inst=[])
     summary["collectives_linked"] = int(linked["inst"].nunique()) if len(linked) else 0
     summary["flow_events"] = int(len(linked))
 
@@ -183,9 +194,9 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         cols = list(ev.columns)
         for row in ev.itertuples(index=False, name=None):
             r = dict(zip(cols, row))
-            args = {k: r[k] for k in ("type", "step", "group", "size_bytes", "busbw_gbps", "wait_ms")
+            args = {k: r[k] for k in ("type", "step", "stage", "group", "size_bytes", "busbw_gbps", "wait_ms")
                     if k in r and r[k] is not None and not (isinstance(r[k], float) and math.isnan(r[k]))}
-            if r["cat"] != "collective":
+            if r["cat"] not in ("collective", "span"):
                 args["full_name"] = r["name"]
             args = {k: (v.item() if hasattr(v, "item") else v) for k, v in args.items()}
             yield {"ph": "X", "cat": r["cat"], "name": r["name"].rsplit("/", 1)[-1], "pid": int(r["rank"]),
@@ -210,7 +221,7 @@ def write_trace(store, run_id: str, dest: str | os.PathLike | IO[bytes], *, alig
     in `.gz`, or when `compress`) or a binary buffer (e.g. io.BytesIO for a download). Returns the summary."""
     rec = store.get_run(run_id)
     rid = rec["run_id"]
-    names = ("profile_ops", "profile_steps", "profile_ranks", "comm_ops", "workload_steps")
+    names = ("profile_ops", "profile_steps", "profile_ranks", "comm_ops", "workload_steps", "spans")
     tables = {n: store.read_table(rid, n) for n in names if n in store.table_names(rid)}
     events, summary = trace_events(rec, tables, align)
     is_path = isinstance(dest, (str, os.PathLike))

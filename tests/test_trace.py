@@ -28,6 +28,10 @@ def expected(store: Store, rid: str) -> tuple[Counter, int]:
         want[(rank, "collective")] = n
     for rank, n in steps.groupby("rank").size().items():
         want[(rank, "step")] = n
+    spans = store.read_table(rid, "spans")  # the workload's own spans, in the profiled steps
+    if spans is not None:
+        for rank, n in spans.merge(steps[["rank", "step"]]).groupby("rank").size().items():
+            want[(rank, "span")] = n
     c = comm.sort_values("start_us").copy()
     c["occ"] = c.groupby(["group", "rank", "step", "op_name"]).cumcount()
     per_instance = c.groupby(["group", "step", "op_name", "occ"])["rank"].nunique()
