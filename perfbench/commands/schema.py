@@ -14,6 +14,7 @@ def register(sub) -> None:
                                    "sweep.schema.json` in the YAML (VS Code's YAML extension, Neovim/Helix with "
                                    "yaml-language-server). See docs/config.md.")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    p.add_argument("--json", action="store_true", help="the schema is JSON either way (accepted like every command's)")
     p.set_defaults(func=run)
 
 
