@@ -24,7 +24,9 @@ import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURES = (ROOT.parent / "shared" / "fixtures" / "ascend").resolve()
+# ../shared/fixtures beside the checkout (also found from a copy of the tree one level down, e.g. mutmut's mutants/)
+FIXTURES = next((p / "shared" / "fixtures" / "ascend" for p in (ROOT.parent, ROOT.parent.parent)
+                 if (p / "shared" / "fixtures" / "ascend").is_dir()), ROOT.parent / "shared" / "fixtures" / "ascend").resolve()
 
 
 def fixture_path(*parts: str) -> Path:
