@@ -308,6 +308,10 @@ def json_schema() -> dict:
         search=(SearchSpec | None, Field(None, description="how `perfbench tune` searches the sweep axes")),
     )
     schema = Schema.model_json_schema(mode="validation")
+    # the model section's keys depend on the workload
+    schema["allOf"] = [{"if": {"properties": {"workload": {"const": name}}, "required": ["workload"]},
+                        "then": {"properties": {"model": {"$ref": f"#/$defs/{cls.__name__}"}}}}
+                       for name, cls in MODELS.items()]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "perfbench sweep config"
     return schema

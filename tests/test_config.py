@@ -194,7 +194,8 @@ def test_schema_command_checks_the_examples_and_rejects_bad_keys(tmp_path):
         errors = list(validator.iter_errors(yaml.safe_load(path.read_text())))
         assert not errors, (path, errors[0].message)
     for bad in (cfg(worklaod="resnet50"), cfg(train__batch_size="eight"), cfg(train__batch_size=0),
-                cfg(parallel__grad_compression="zip"), cfg(sweep={"wrld_size": [1]}), cfg(model__depth=50)):
+                cfg(parallel__grad_compression="zip"), cfg(sweep={"wrld_size": [1]}), cfg(model__depth=50),
+                cfg(model__num_experts=4)):  # a MoE knob in a ResNet config
         assert list(validator.iter_errors(bad)), bad
     # editor hover text comes from the models' descriptions
     assert "per rank" in schema["$defs"]["Train"]["properties"]["batch_size"]["description"]
