@@ -16,7 +16,7 @@ def register(sub) -> None:
         "show", help="show one run: verdict, key numbers, per-rank breakdown, top kernels and collectives",
         description="Show one run, most important first: the top advice (what is slow, why, what to try) with its "
                     "evidence; the key numbers with units (metric catalogue: `perfbench metrics`); the per-rank "
-                    "step breakdown in ms and %% of the step; the top kernels and collectives; slow ranks, slow "
+                    "step breakdown in ms and % of the step; the top kernels and collectives; slow ranks, slow "
                     "links and imbalanced groups (flagged ones only, with how many were tested); other advice; why "
                     "a failed run failed and the tail of its log. --json prints the record and every analysis table "
                     "in full.")

@@ -12,7 +12,9 @@ def register(sub) -> None:
         "trace", help="write one merged, clock-aligned trace of a run (Perfetto / chrome://tracing)",
         description="Write one Chrome-trace JSON of a stored run for Perfetto (ui.perfetto.dev) or chrome://tracing: "
                     "a process per rank with tracks for steps, compute ops (per stream) and collectives, and flow "
-                    "arrows linking each collective's parts across ranks. Clocks: sweep runs share the host's epoch "
+                    "arrows linking each collective's parts across ranks; the workload's own spans (forward, "
+                    "backward, send, recv per micro-batch) on a track of their own. Clocks: sweep runs share the "
+                    "host's epoch "
                     "clock; imported profiles from one host keep the profiler's clock; from several hosts each rank "
                     "is shifted so its collectives end with the lowest rank's (--align). Built from the stored "
                     "tables only, so it works for sweep runs and `perfbench analyze` imports alike.")
