@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install quickstart test browser clean
+.PHONY: install quickstart test browser mutation clean
 
 # Python environment with perfbench, MindSpore (CPU) and the test tools; redone when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -30,5 +30,12 @@ browser:
 test: install browser
 	$(BIN)/python -m pytest -q -ra
 
+# Mutation testing of the metric and decision code with mutmut against the fast tests (docs/testing.md).
+# Slow (tens of minutes on 2 cores), so not part of `make test`/CI. Last line: `mutation score: S (killed K of N)`.
+MPY ?= $(BIN)/python
+mutation:
+	@test -x $(MPY) || { echo "run \`make install\` first (or pass MPY=/path/to/python)"; exit 1; }
+	$(MPY) tests/mutation_run.py --max-children 2
+
 clean:
-	rm -rf $(VENV) perfbench-results .pytest_cache
+	rm -rf $(VENV) perfbench-results .pytest_cache mutants mutation.json mutation.log

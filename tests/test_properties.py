@@ -14,6 +14,7 @@ import contextlib
 import io
 import json
 import math
+import os
 import tempfile
 from pathlib import Path
 
@@ -28,14 +29,19 @@ from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.schema import OPS, STEPS, conform
 from perfbench.check import DEFAULT_METRICS, decide_metric
 
-FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def _n(examples: int) -> int:
+    """Hypothesis examples per test: fewer under `make mutation`, which runs these once per mutant."""
+    return max(5, examples // 4) if os.environ.get("PERFBENCH_MUTATION") else examples
+
+
+FAST = settings(max_examples=_n(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # ---- the step breakdown -------------------------------------------------------------------------------------------
 
 interval = st.tuples(st.integers(-20, 220), st.integers(0, 120), st.sampled_from(["compute", "communication"]))
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_n(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(interval, max_size=12), st.integers(1, 200))
 def test_breakdown_parts_add_up_to_the_step(ops, length):
     df = conform(pd.DataFrame([(0, 0, f"op{i}" if c == "compute" else f"hcom_allReduce_{i}", c, float(s), float(d))
@@ -78,7 +84,7 @@ def _cli(*args) -> tuple[int, str]:
     return code, out.getvalue()
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=_n(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(st.sampled_from(SHOWN), st.none() | st.floats(0.001, 1e6), min_size=len(SHOWN)),
        st.sets(st.sampled_from(SHOWN)))
 def test_unknown_stays_null_through_every_surface(values, unknown_in_b):

@@ -1,0 +1,171 @@
+"""Closed-form cases for the metric code that mutation testing (`make mutation`) found unchecked: the
+collective statistics (sync ratio, per-rank totals, per-type summary, bandwidth per transport), the expert
+load balance at its edges, and the collectives analysis through the registry. Expected values by hand."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import analyzers
+from analyzers.collectives import bandwidth_wide, busbw_factor, comm_op_stats, per_type_summary, rank_totals
+from analyzers.experts import expert_load, mean_expert_cv
+from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, Profile, conform
+
+
+def _co(rows):
+    cols = ["rank", "step", "op_name", "op_type", "group", "group_size", "start_us", "elapse_ms", "transit_ms",
+            "wait_ms", "synchronization_ms", "idle_ms", "size_bytes"]
+    return conform(pd.DataFrame(rows, columns=cols), COMM_OPS)
+
+
+OPS = _co([
+    # rank, step, name, type, group, n, start, elapse, transit, wait, sync, idle, bytes
+    (0, 1, "ar1", "allreduce", "g", 2, 0.0, 10.0, 6.0, 2.0, 1.0, 0.5, 4e8),
+    (0, 1, "ag1", "AllGather", "g", 2, 50.0, 4.0, 3.0, 1.0, 3.0, 0.0, 1e8),
+    (1, 1, "ar1", "allreduce", "g", 2, 0.0, 10.0, 8.0, 0.0, 0.0, 1.0, 4e8),
+    (1, 1, "ag1", "AllGather", "g", 2, 50.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1e8),  # zero time
+])
+
+
+def test_comm_op_stats_by_hand():
+    out = comm_op_stats(OPS)
+    # algbw = bytes / 1e9 / seconds; busbw = algbw x factor (allreduce 2(n-1)/n = 1, allgather (n-1)/n = 0.5)
+    assert out["algbw_gbps"].iloc[0] == pytest.approx(4e8 / 1e9 / 0.010)  # 40 GB/s
+    assert out["busbw_gbps"].iloc[0] == pytest.approx(40.0)
+    assert out["algbw_gbps"].iloc[1] == pytest.approx(1e8 / 1e9 / 0.004)  # 25 GB/s
+    assert out["busbw_gbps"].iloc[1] == pytest.approx(12.5)
+    assert math.isnan(out["algbw_gbps"].iloc[3]) and math.isnan(out["busbw_gbps"].iloc[3])  # 0 ms: unknown
+    # wait ratio = wait / (wait + transit); sync ratio = sync / (sync + transit); 0 / 0 -> 0
+    assert list(out["wait_ratio"]) == pytest.approx([0.25, 0.25, 0.0, 0.0])
+    assert list(out["sync_ratio"]) == pytest.approx([1 / 7, 0.5, 0.0, 0.0])
+    assert out["sync_ratio"].dtype == float and out["wait_ratio"].dtype == float
+
+
+def test_comm_op_stats_keeps_the_profilers_wait_ratio_and_leaves_unknown_times_unknown():
+    co = OPS.copy()
+    co["wait_ratio"] = [0.9, np.nan, np.nan, np.nan]  # the profiler's own value wins where it has one
+    co.loc[2, ["wait_ms", "transit_ms", "synchronization_ms"]] = np.nan
+    out = comm_op_stats(co)
+    assert out["wait_ratio"].iloc[0] == pytest.approx(0.9) and out["wait_ratio"].iloc[1] == pytest.approx(0.25)
+    assert math.isnan(out["wait_ratio"].iloc[2]) and math.isnan(out["sync_ratio"].iloc[2])
+
+
+def test_comm_op_stats_of_nothing_has_the_columns():
+    out = comm_op_stats(conform(pd.DataFrame(columns=list(COMM_OPS)), COMM_OPS))
+    assert len(out) == 0
+    for c in ("algbw_gbps", "busbw_gbps", "wait_ratio", "sync_ratio"):
+        assert c in out.columns and out[c].dtype == "float64"
+
+
+def test_busbw_factor_edges():
+    assert busbw_factor("AllReduce", 4) == pytest.approx(1.5)  # op types are matched case-insensitively
+    assert busbw_factor("alltoallv", 4) == pytest.approx(0.75)
+    for n in (0, -1, "x", None):
+        assert math.isnan(busbw_factor("allreduce", n))
+    assert math.isnan(busbw_factor("barrier", 8))
+
+
+def test_per_type_summary_by_hand():
+    s = per_type_summary(comm_op_stats(OPS)).set_index("op_type")
+    assert list(s.index) == ["allreduce", "AllGather"]  # by total time, largest first
+    assert s.loc["allreduce", "count"] == 2 and s.loc["allreduce", "elapse_ms_total"] == pytest.approx(20.0)
+    assert s.loc["allreduce", "elapse_ms_mean"] == pytest.approx(10.0)
+    assert s.loc["allreduce", "wait_ratio_mean"] == pytest.approx(0.125)
+    assert s.loc["AllGather", "busbw_gbps_mean"] == pytest.approx(12.5)  # mean skips the unknown one
+    empty = per_type_summary(OPS.iloc[:0])
+    assert len(empty) == 0 and "busbw_gbps_mean" in empty.columns
+
+
+def _bw(rows):
+    return conform(pd.DataFrame(rows, columns=["rank", "step", "op_name", "transport", "size_mb", "time_ms",
+                                               "bandwidth_gbps"]), COMM_BANDWIDTH)
+
+
+BW = _bw([(0, 1, "ar1", "HCCS", 100.0, 10.0, 10.0), (0, 1, "ag1", "HCCS", 50.0, 10.0, 5.0),
+          (0, 1, "ar1", "RDMA", 10.0, 0.0, 0.0), (1, 1, "ar1", "HCCS", 30.0, 3.0, 10.0)])
+
+
+def test_rank_totals_by_hand():
+    t = rank_totals(comm_op_stats(OPS), BW).set_index("rank")
+    r0 = t.loc[0]
+    assert r0["ops"] == 2 and r0["elapse_ms"] == pytest.approx(14.0) and r0["transit_ms"] == pytest.approx(9.0)
+    assert r0["wait_ms"] == pytest.approx(3.0) and r0["synchronization_ms"] == pytest.approx(4.0)
+    assert r0["idle_ms"] == pytest.approx(0.5)
+    assert r0["wait_ratio"] == pytest.approx(3 / 12) and r0["sync_ratio"] == pytest.approx(4 / 13)
+    # per transport: summed size / summed time (MB/ms = GB/s); 0 ms -> 0
+    assert r0["HCCS_size_mb"] == pytest.approx(150.0) and r0["HCCS_time_ms"] == pytest.approx(20.0)
+    assert r0["HCCS_bandwidth_gbps"] == pytest.approx(7.5) and r0["RDMA_bandwidth_gbps"] == 0.0
+    r1 = t.loc[1]
+    assert r1["wait_ratio"] == 0.0 and r1["sync_ratio"] == 0.0 and r1["HCCS_bandwidth_gbps"] == pytest.approx(10.0)
+    assert (t["group"] == "g").all()
+    assert list(rank_totals(None, None).columns)[:3] == ["group", "rank", "step"]
+    assert len(rank_totals(OPS.iloc[:0], BW)) == 0
+
+
+def test_bandwidth_wide_by_hand():
+    w = bandwidth_wide(BW).set_index(["rank", "op_name"])
+    assert w.loc[(0, "ar1"), "HCCS_gbps"] == pytest.approx(10.0) and w.loc[(0, "ar1"), "RDMA_gbps"] == 0.0
+    assert math.isnan(w.loc[(1, "ar1"), "RDMA_gbps"])
+    assert list(bandwidth_wide(None).columns) == ["rank", "step", "op_name"]
+
+
+def test_collectives_analysis_through_the_registry():
+    prof = Profile(source="test", path="-", comm_ops=OPS, comm_bandwidth=BW)
+    a = analyzers.analyze(prof)
+    assert a.summary["comm_wait_ratio"] == pytest.approx(0.125)  # mean of 0.25, 0.25, 0, 0
+    types = a.tables["comm_types"].set_index("op_type")
+    assert types.loc["allreduce", "count"] == 2
+    assert a.tables["comm_rank_totals"].set_index("rank").loc[0, "HCCS_bandwidth_gbps"] == pytest.approx(7.5)
+    assert a.tables["comm_ops"]["busbw_gbps"].iloc[0] == pytest.approx(40.0)
+
+
+# ---- expert load ---------------------------------------------------------------------------------------------------
+
+def _ws(rows):
+    return pd.DataFrame(rows, columns=["rank", "step", "tokens_per_expert", "dropped_tokens"])
+
+
+def test_expert_load_by_hand():
+    ws = _ws([(0, 0, [9, 9, 9, 9], 0), (0, 1, [3, 1, 0, 0], 1), (1, 1, "[1, 3, 0, 4]", 2),
+              (0, 2, [2, 2, 2, 2], 0), (1, 2, [2, 2, 2, 2], None)])
+    t = expert_load(ws, warmup_steps=1).set_index("step")
+    assert list(t.index) == [1, 2]  # step 0 is warm-up
+    s1 = t.loc[1]  # load = [4, 4, 0, 4]: mean 3, max 4, std sqrt(3)
+    assert s1["ranks"] == 2 and s1["experts"] == 4 and s1["total_tokens"] == 12
+    assert s1["min_load"] == 0 and s1["max_load"] == 4 and s1["mean_load"] == 3
+    assert s1["max_mean_ratio"] == pytest.approx(4 / 3) and s1["cv"] == pytest.approx(math.sqrt(3) / 3)
+    assert s1["dropped_tokens"] == 3 and s1["dropped_fraction"] == pytest.approx(3 / 12)
+    assert s1["busiest_expert"] == 0
+    s2 = t.loc[2]
+    assert s2["cv"] == 0.0 and s2["max_mean_ratio"] == 1.0 and s2["dropped_tokens"] == 0
+    assert mean_expert_cv(t.reset_index()) == pytest.approx((math.sqrt(3) / 3) / 2)
+
+
+def test_expert_load_edges():
+    assert expert_load(None) is None and expert_load(pd.DataFrame()) is None
+    assert expert_load(pd.DataFrame({"rank": [0], "step": [0]})) is None
+    # no token routed: balance unknown (NaN), not 0
+    t = expert_load(_ws([(0, 0, [0, 0], 0)]))
+    assert math.isnan(t["cv"].iloc[0]) and math.isnan(t["max_mean_ratio"].iloc[0])
+    assert math.isnan(t["dropped_fraction"].iloc[0])
+    # without a dropped_tokens column the drops are unknown
+    t = expert_load(pd.DataFrame({"rank": [0], "step": [0], "tokens_per_expert": [[1, 3]]}))
+    assert math.isnan(t["dropped_tokens"].iloc[0]) and math.isnan(t["dropped_fraction"].iloc[0])
+    assert t["busiest_expert"].iloc[0] == 1 and list(t.columns)[0] == "step"
+    # ranks disagreeing on the number of experts: that step is skipped; empty/garbage lists are skipped
+    assert expert_load(_ws([(0, 0, [1, 2], 0), (1, 0, [1, 2, 3], 0)])) is None
+    assert expert_load(_ws([(0, 0, [], 0), (1, 0, "not json", 0), (2, 0, float("nan"), 0)])) is None
+    t = expert_load(_ws([(0, 3, [1, 1], 0), (0, 2, [2, 0], 0)]))
+    assert list(t["step"]) == [2, 3]  # in step order
+    assert mean_expert_cv(None) is None and mean_expert_cv(t.iloc[:0]) is None
+
+
+def test_expert_load_cv_through_the_registry():
+    ws = _ws([(0, s, [3, 1], 0) for s in range(3)]).assign(step_time_s=0.1, samples=4)
+    a = analyzers.analyze(None, workload_steps=ws, config={"world_size": 1, "train": {"warmup_steps": 1}})
+    assert a.summary["expert_load_cv"] == pytest.approx(0.5)  # load [3, 1]: std 1 / mean 2
+    assert list(a.tables["experts"]["step"]) == [1, 2]
