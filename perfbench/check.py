@@ -257,7 +257,8 @@ def run_check(store: Store, baseline_name: str, current: str, *, threshold: floa
 # ---- output --------------------------------------------------------------------------------
 
 ICON = {"regression": "❌ regression", "improvement": "✅ improvement", "unchanged": "✔ unchanged",
-        "undecided": "⚠ undecided", "skipped": "– skipped", "no-baseline": "– no baseline"}
+        "undecided": "⚠ undecided", "skipped": "– skipped", "no-baseline": "– no baseline",
+        "no-history": "– too little history"}
 
 
 def _settings_label(s: dict) -> str:
@@ -279,6 +280,9 @@ def _chg(m):
 
 
 def to_markdown(res: dict) -> str:
+    exit_line = f"\nExit code {res['exit_code']} (0 no regression, 1 regression, 2 could not decide).\n"
+    if res.get("baseline") is None and res.get("history"):  # --history without --baseline
+        return f"## perfbench check: {ICON.get(res['verdict'], res['verdict'])}\n\n" + history_markdown(res["history"]) + exit_line
     b = res["baseline"]
     lines = [f"## perfbench check: {ICON.get(res['verdict'], res['verdict'])}", "",
              f"Baseline `{b['name']}` ({(b.get('source') or {}).get('kind')} `{(b.get('source') or {}).get('id')}`) vs "
@@ -314,8 +318,10 @@ def to_markdown(res: dict) -> str:
         um = res["unmatched_baseline_groups"]
         lines.append(f"{len(um)} baseline settings group(s) not in the current results"
                      + (": " + "; ".join(_settings_label(s) for s in um[:3]) + ("; ..." if len(um) > 3 else "")))
-    lines.append(f"\nExit code {res['exit_code']} (0 no regression, 1 regression, 2 could not decide).")
-    return "\n".join(lines) + "\n"
+    if res.get("history"):
+        lines += ["", history_markdown(res["history"])]
+    lines.append(exit_line)
+    return "\n".join(lines)
 
 
 def to_junit(res: dict) -> str:
@@ -348,6 +354,181 @@ def to_junit(res: dict) -> str:
             else:
                 body = f"<system-out>{escape(msg)}</system-out>"
             cases.append(f"<testcase classname={quoteattr(cls)} name={quoteattr(m['metric'])}>{body}</testcase>")
+    if res.get("history"):
+        hc, hf, hs = history_junit_cases(res["history"])
+        cases, n_fail, n_skip = cases + hc, n_fail + hf, n_skip + hs
     head = (f"<testsuite name=\"perfbench-check\" tests=\"{len(cases)}\" failures=\"{n_fail}\" errors=\"{n_err}\" "
             f"skipped=\"{n_skip}\">")
     return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>" + head + "".join(cases) + "</testsuite></testsuites>\n"
+
+
+# ---- --history: the current results against the metric's history (perfbench.history) ----------------
+
+MIN_HISTORY = 3  # reference points the prediction test needs
+
+
+def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alpha: float,
+                 permutations: int = 200) -> dict:
+    """Verdict for the current entry's points at the end of one series (perfbench.history.Series).
+
+    1. E-Divisive over every point with a value; each change point is reported (where it began, size,
+       confidence). If the segment holding the current points began at a change point that made the
+       metric worse (better) by more than `threshold` with confidence ≥ 1 - alpha: regression (improvement),
+       began at that point's commit/run.
+    2. Otherwise the current points against the history part of their own segment: regression when the
+       Student-t prediction test (changepoint.prediction_p) AND the per-pair Mann–Whitney test on the
+       per-step samples both give p < alpha and the current median is worse by more than `threshold`.
+    """
+    from perfbench.changepoint import e_divisive, prediction_p, segments
+
+    higher, unit, _kind = METRICS.get(metric, (False, "", "ratio"))
+    pts = [p for p in ser.points if p.value is not None and p.value > 0]
+    cur = [p for p in pts if p.entry_id == current_entry]
+    res = {"settings": ser.settings, "key": ser.key, "metric": metric, "unit": unit, "higher_is_better": higher,
+           "points": len(pts), "current_points": len(cur), "change_points": []}
+    if not cur:
+        return dict(res, verdict="skipped", reason="not measured in the current results")
+    vals = [p.value for p in pts]
+
+    def worse_by(ratio: float) -> float:  # > 0 worse, < 0 better, as in decide_metric
+        f = 1.0 / ratio if higher else ratio
+        return f - 1.0 if f >= 1 else -(1.0 / f - 1.0)
+
+    cps = e_divisive(vals, alpha=alpha, permutations=permutations)
+    for c in cps:
+        p = pts[c.index]
+        res["change_points"].append({"index": c.index, "began_at": p.ref, "commit": p.commit, "entry_id": p.entry_id,
+                                     "run_id": p.run_id, "before": c.before, "after": c.after, "ratio": c.ratio,
+                                     "worse_by": worse_by(c.ratio), "confidence": c.confidence})
+    start, _ = segments(len(vals), cps)[-1]
+    first_cur = len(pts) - len(cur)
+    cur_vals = vals[first_cur:]
+    res["current"] = float(np.median(cur_vals))
+    if start > 0:
+        cp = res["change_points"][-1]
+        if cp["confidence"] >= 1 - alpha and abs(cp["worse_by"]) > threshold:
+            verdict = "regression" if cp["worse_by"] > 0 else "improvement"
+            return dict(res, verdict=verdict, reference=cp["before"], change=cp["ratio"] - 1.0, worse_by=cp["worse_by"],
+                        began_at=cp["began_at"], began_commit=cp["commit"], began_run=cp["run_id"],
+                        confidence=cp["confidence"], method="e-divisive",
+                        reason=f"change point at {cp['began_at']}: {'worse' if cp['worse_by'] > 0 else 'better'} by "
+                               f"{abs(cp['worse_by']) * 100:.1f}% > {threshold * 100:g}%, confidence {cp['confidence']:.2f}")
+    # reference: the history part of the segment holding the last earlier point
+    ref_start = max([a for a, _ in segments(len(vals), cps) if a < first_cur] or [0])
+    ref_pts = pts[ref_start:first_cur]
+    if len(ref_pts) < MIN_HISTORY:
+        return dict(res, verdict="no-history",
+                    reason=f"{len(ref_pts)} earlier point(s) in the current segment; need {MIN_HISTORY}")
+    ref_vals = [p.value for p in ref_pts]
+    reference = float(np.median(ref_vals))
+    ratio = res["current"] / reference
+    p_pred = prediction_p(ref_vals, cur_vals, higher_is_better=higher)
+    p_mw = mann_whitney_p([x for p in ref_pts for x in p.samples], [x for p in cur for x in p.samples])
+    w = worse_by(ratio)
+    p_better = prediction_p(ref_vals, cur_vals, higher_is_better=not higher)
+    res.update(reference=reference, reference_points=len(ref_pts), change=ratio - 1.0, worse_by=w, p_value=p_pred,
+               p_mann_whitney=p_mw, method="prediction", began_at=cur[0].ref, began_commit=cur[0].commit,
+               began_run=cur[0].run_id)
+    sig_mw = p_mw is not None and p_mw < alpha
+    if w > threshold and p_pred is not None and p_pred < alpha and sig_mw:
+        res.update(verdict="regression", confidence=1 - p_pred)
+    elif w < -threshold and p_better is not None and p_better < alpha and sig_mw:
+        res.update(verdict="improvement", confidence=1 - p_better)
+    else:
+        res["verdict"] = "unchanged"
+    why = []
+    if abs(w) <= threshold:
+        why.append(f"|change| {abs(w) * 100:.1f}% ≤ {threshold * 100:g}%")
+    pp = p_pred if w >= 0 else p_better
+    if pp is None or pp >= alpha:
+        why.append(f"prediction p={'–' if pp is None else f'{pp:.3g}'} ≥ {alpha}")
+    if not sig_mw:
+        why.append(f"Mann–Whitney p={'–' if p_mw is None else f'{p_mw:.3g}'} ≥ {alpha}")
+    res["reason"] = "; ".join(why) if res["verdict"] == "unchanged" else (
+        f"{'worse' if w > 0 else 'better'} by {abs(w) * 100:.1f}% than the {len(ref_pts)} points since "
+        f"{ref_pts[0].ref}; prediction p={pp:.3g}, Mann–Whitney p={p_mw:.3g}")
+    return res
+
+
+def run_history_check(store: Store, current: str, *, baseline_name: str | None = None, label: str | None = None,
+                      commit: str | None = None, threshold: float = 0.05, alpha: float = 0.05,
+                      metrics=DEFAULT_METRICS, ignore=IGNORED_SETTINGS, permutations: int = 200) -> dict:
+    """`perfbench check --history`: record the current results in the history, judge them against it
+    (judge_series per configuration x metric) and, with a baseline, also run the per-pair check.
+    Exit code: 1 if either judged a regression; else the per-pair check's code when a baseline was given;
+    else 2 if no configuration had enough history, else 0."""
+    from perfbench import history
+
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise UserError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+    pair = run_check(store, baseline_name, current, threshold=threshold, alpha=alpha, metrics=metrics,
+                     ignore=ignore) if baseline_name else None
+    entry = history.record(store, current, via="check", label=label, commit=commit)
+    past = [e for e in history.entries(store) if e["entry_id"] != entry["entry_id"]]
+    judged = []
+    for m in metrics:
+        for ser in history.series(past + [entry], m, ignore=ignore):
+            if any(p.entry_id == entry["entry_id"] for p in ser.points):
+                judged.append(judge_series(ser, entry["entry_id"], m, threshold=threshold, alpha=alpha,
+                                           permutations=permutations))
+    vs = [j["verdict"] for j in judged]
+    compared = [v for v in vs if v in ("regression", "improvement", "unchanged")]
+    hist_verdict = ("regression" if "regression" in vs else "no-history" if not compared
+                    else "improvement" if "improvement" in vs else "unchanged")
+    out = {"entry": {k: entry[k] for k in ("entry_id", "ref", "commit", "label", "time", "machine", "source")},
+           "entries": len(past) + 1, "verdict": hist_verdict, "threshold": threshold, "alpha": alpha,
+           "permutations": permutations, "results": judged}
+    if pair is not None:
+        res = dict(pair, history=out)
+        if hist_verdict == "regression" and res["verdict"] != "regression":
+            res.update(verdict="regression", exit_code=1)
+        return res
+    code = 1 if hist_verdict == "regression" else 2 if hist_verdict == "no-history" else 0
+    return {"verdict": hist_verdict, "exit_code": code, "baseline": None,
+            "current": {"kind": entry["source"]["kind"], "id": current, "unfinished_runs": []},
+            "threshold": threshold, "alpha": alpha, "groups": [], "unmatched_baseline_groups": [],
+            "history": out, "checked_at": time.time()}
+
+
+def history_markdown(h: dict) -> str:
+    e = h["entry"]
+    lines = [f"### History: {ICON.get(h['verdict'], h['verdict'])}", "",
+             f"Current `{e['ref']}` against {h['entries'] - 1} earlier entr{'y' if h['entries'] == 2 else 'ies'}: "
+             f"E-Divisive change points (permutation test, alpha {h['alpha']}) and, within the current segment, "
+             f"a Student-t prediction test with the per-step Mann–Whitney test; threshold {h['threshold'] * 100:g}%.", "",
+             "| settings | metric | points | reference (median) | current (median) | change | p / confidence | began at | verdict |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for j in h["results"]:
+        if j["verdict"] == "skipped":
+            continue
+        chg = "–" if j.get("change") is None else f"{j['change'] * 100:+.1f}%"
+        conf = (f"conf {j['confidence']:.2f}" if j.get("confidence") is not None
+                else f"p={j['p_value']:.2g}" if j.get("p_value") is not None else "–")
+        began = j.get("began_at") if j["verdict"] in ("regression", "improvement") else "–"
+        lines.append(f"| {j['key']} | {j['metric']} | {j['points']} | {_v(j.get('reference'))} | {_v(j.get('current'))} | "
+                     f"{chg} | {conf} | {began} | {ICON.get(j['verdict'], j['verdict'])}"
+                     f"{' (' + j['reason'] + ')' if j['verdict'] == 'no-history' else ''} |")
+    cps = [(j, c) for j in h["results"] for c in j.get("change_points", [])]
+    if cps:
+        lines += ["", "Change points in the history:"]
+        lines += [f"- {j['key']} · {j['metric']}: at `{c['began_at']}` ({c['run_id']}), {_v(c['before'])} → {_v(c['after'])} "
+                  f"({(c['ratio'] - 1) * 100:+.1f}%), confidence {c['confidence']:.2f}" for j, c in cps]
+    return "\n".join(lines) + "\n"
+
+
+def history_junit_cases(h: dict) -> tuple[list[str], int, int]:
+    cases, n_fail, n_skip = [], 0, 0
+    for j in h["results"]:
+        cls = "perfbench.history." + j["key"].replace(" ", "")
+        msg = f"{j['metric']}: {j.get('reason', j['verdict'])}"
+        if j["verdict"] == "regression":
+            n_fail += 1
+            body = f"<failure message={quoteattr(msg)} type=\"regression\">{escape(json.dumps(j, default=str))}</failure>"
+        elif j["verdict"] in ("skipped", "no-history"):
+            n_skip += 1
+            body = f"<skipped message={quoteattr(msg)}/>"
+        else:
+            body = f"<system-out>{escape(msg)}</system-out>"
+        cases.append(f"<testcase classname={quoteattr(cls)} name={quoteattr(j['metric'])}>{body}</testcase>")
+    return cases, n_fail, n_skip

@@ -3,13 +3,19 @@
 msrun starts a scheduler plus one worker per rank; the workers run in sessions of their own, so a
 process-group kill does not reach them. Every process of a run therefore carries the environment
 variable PERFBENCH_RUN_TAG, and ending a run kills every process that carries its tag (and every
-descendant of msrun seen while it ran) — nothing else.
+descendant of msrun seen while it ran) — nothing else. msrun is started under perfbench.reaper, which
+does the same when the launching process dies, even by SIGKILL.
+
+A failed run's reason names the rank that died first (from msrun's "Worker process PID exit with
+exception. Error code: C" line and the pids seen while it ran), how (exit code or signal), the last step
+it finished, and the first error line of its log, e.g. "rank 1 killed by SIGKILL after step 5".
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -228,16 +234,19 @@ def launch(
     stall_s = float(launch_cfg.get("stall_timeout_s", 180))
     t0 = time.time()
     known: dict[int, float] = {}
+    ranks: dict[int, int] = {}  # worker pid -> rank, for naming the rank that died
     result = LaunchResult(status="failed", command=cmd, master_port=port, bind_core=bind)
     with open(log_dir / "msrun.out", "wb") as msrun_out:
-        proc = subprocess.Popen(cmd, cwd=out_dir, env=env, stdout=msrun_out, stderr=subprocess.STDOUT,
+        # msrun runs under perfbench.reaper, which ends the whole run when this process dies (even by SIGKILL)
+        reaper = [sys.executable, "-m", "perfbench.reaper", "--tag", tag, "--parent", str(os.getpid()), "--", *cmd]
+        proc = subprocess.Popen(reaper, cwd=out_dir, env=env, stdout=msrun_out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         last_counts: dict[int, int] = {}
         last_change = time.time()
         try:
             while True:
                 rc = proc.poll()
-                _remember_children(proc.pid, known)
+                _remember_children(proc.pid, known, ranks)
                 counts = count_steps(metrics_dir)
                 if counts != last_counts:
                     last_counts, last_change = counts, time.time()
@@ -286,12 +295,23 @@ def launch(
         else:
             result.status = "ok"
             return result
+    died = dead_worker(log_dir, ranks, metrics_dir)
     rank, tail = failing_rank(log_dir, final, ws)
+    if died is not None and died["rank"] is not None:
+        rank = died["rank"]
+        f = log_dir / f"worker_{rank}.log"
+        tail = _tail(f.read_text(errors="replace")) if f.exists() else tail
     result.failed_rank = rank
     result.log_tail = tail
     if result.reason is None:
-        who = f"rank {rank}" if rank is not None else "msrun"
-        result.reason = f"{who} failed (msrun exit code {result.returncode})" + _first_error(tail)
+        if died is not None and died["rank"] is not None:
+            result.reason = (f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} "
+                             f"(msrun exit code {result.returncode})" + _first_error(tail))
+        else:
+            who = f"rank {rank}" if rank is not None else "msrun"
+            result.reason = (f"{who} failed {_after_step(metrics_dir, rank)} (msrun exit code {result.returncode})"
+                             if rank is not None else f"msrun failed (msrun exit code {result.returncode})") \
+                + _first_error(tail)
     elif rank is not None:
         result.reason += f"; rank {rank} stopped first"
     return result
@@ -310,15 +330,73 @@ def _all_finished(metrics_dir: Path, counts: dict[int, int], local_ranks: int, s
     return True
 
 
-def _remember_children(pid: int, known: dict[int, float]) -> None:
+def _remember_children(pid: int, known: dict[int, float], ranks: dict[int, int] | None = None) -> None:
     try:
         for c in psutil.Process(pid).children(recursive=True):
             try:
+                if c.pid not in known and ranks is not None:
+                    env = c.environ()
+                    if env.get("MS_ROLE") == "MS_WORKER" and env.get("MS_NODE_ID", "").isdigit():
+                        ranks[c.pid] = int(env["MS_NODE_ID"])
                 known.setdefault(c.pid, c.create_time())
-            except psutil.NoSuchProcess:
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
                 pass
     except psutil.NoSuchProcess:
         pass
+
+
+_WORKER_EXIT = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
+
+
+def describe_exit(code: int) -> str:
+    """msrun's worker return code as words: negative = killed by that signal (Popen convention)."""
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path) -> dict | None:
+    """The first worker msrun saw die (msrun logs "Worker process PID exit with exception. Error code: C"
+    and then kills the others), as {"pid", "code", "how", "rank"}; rank from the pids seen while the run
+    ran, else from the ranks' meta.json. None when msrun logged no such line."""
+    f = log_dir / "msrun.out"
+    m = _WORKER_EXIT.search(f.read_text(errors="replace")) if f.exists() else None
+    if m is None:
+        return None
+    pid, code = int(m.group(1)), int(m.group(2))
+    rank = ranks.get(pid)
+    if rank is None:
+        for meta in metrics_dir.glob("rank*.meta.json"):
+            try:
+                d = json.loads(meta.read_text())
+            except (OSError, ValueError):
+                continue
+            if d.get("pid") == pid:
+                rank = int(d.get("rank"))
+    return {"pid": pid, "code": code, "how": describe_exit(code), "rank": rank}
+
+
+def last_step(metrics_dir: Path, rank: int) -> int | None:
+    """The last step a rank finished (its steps.jsonl's last complete line), None before its first."""
+    f = metrics_dir / f"rank{rank}.steps.jsonl"
+    try:
+        lines = f.read_bytes().split(b"\n")
+    except OSError:
+        return None
+    for line in reversed(lines):  # the last line may be half-written
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def _after_step(metrics_dir: Path, rank: int | None) -> str:
+    s = last_step(metrics_dir, rank) if rank is not None else None
+    return "before finishing a step" if s is None else f"after step {s}"
 
 
 _OWN_FAILURE = ("[perfbench] inject", "Traceback (most recent call last)", "Segmentation fault", "core dumped",

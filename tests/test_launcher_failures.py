@@ -27,12 +27,14 @@ SMALL = {
 def leftovers(results) -> list[str]:
     """Processes of ours still alive: tagged by the launcher, or running a config under `results`."""
     found = []
+    # tags of this results dir's runs only (other tests on the machine use the same sweep names)
+    ids = tuple(f"{r['run_id']}-" for r in Store(results).list_runs()) if (results / "runs").exists() else ()
     for p in psutil.process_iter(["pid", "cmdline"]):
         try:
             if p.pid == os.getpid():
                 continue
             cmd = " ".join(p.info["cmdline"] or [])
-            if str(results) in cmd or p.environ().get(TAG_VAR, "").startswith(("crash-", "hang-", "resume-")):
+            if str(results) in cmd or (ids and p.environ().get(TAG_VAR, "").startswith(ids)):
                 found.append(f"{p.pid}: {cmd[:120]}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
             continue
@@ -53,7 +55,8 @@ def test_crashing_rank_fails_its_run_and_the_sweep_goes_on(tmp_path):
     rows = {row["settings"]["crash_rank"]: row for row in records(results)}
     bad, good = rows[1], rows[None]
     assert bad["status"] == "failed"
-    assert "rank 1" in bad["error"]
+    # the reason names the rank, how it died and the last step it finished (crash_step 2: steps 0, 1 done)
+    assert "rank 1 exited with code 3 after step 1" in bad["error"], bad["error"]
     assert good["status"] == "ok" and good["throughput"] > 0
     rec = Store(results).get_run(bad["run_id"])
     assert rec["failed_rank"] == 1
@@ -109,6 +112,11 @@ def test_killed_sweep_keeps_finished_runs_and_resume_reruns_only_the_rest(tmp_pa
             pytest.fail("sweep did not reach the second run in time")
         proc.send_signal(signal.SIGKILL)  # the harshest stop: no cleanup code runs at all
         proc.wait(timeout=30)
+        killed = time.time()
+        # nothing left behind: msrun, its scheduler and both workers die within 10 s of the sweep
+        while leftovers(results) and time.time() - killed < 10:
+            time.sleep(0.2)
+        assert leftovers(results) == [], "processes outlived the SIGKILLed sweep by 10 s"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -121,3 +129,47 @@ def test_killed_sweep_keeps_finished_runs_and_resume_reruns_only_the_rest(tmp_pa
     assert after[2]["status"] == "ok" and after[2]["run_id"] == first[2]["run_id"]
     assert leftovers(results) == []
     assert len(store.list_sweeps()) == 1
+
+
+def test_rank_killed_with_sigkill_is_named_with_its_signal_and_last_step(tmp_path):
+    """`kill -9` of one rank mid-run: the run fails with "rank 1 killed by SIGKILL after step K"."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    cfg = write_yaml(tmp_path / "kill.yaml", dict(SMALL, name="kill", train=dict(SMALL["train"], steps=200),
+                                                   sweep={"world_size": [2]}))
+    results = tmp_path / "results"
+    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    store = Store(results)
+    victim, done = None, 0
+    try:
+        deadline = time.time() + 400
+        while time.time() < deadline and victim is None:
+            assert proc.poll() is None, proc.communicate()
+            for rec in store.list_runs():
+                metrics = store.run_dir(rec["run_id"]) / "artifacts" / "metrics"
+                meta, steps = metrics / "rank1.meta.json", metrics / "rank1.steps.jsonl"
+                if meta.exists() and steps.exists() and steps.read_bytes().count(b"\n") >= 3:
+                    victim = json.loads(meta.read_text())["pid"]
+                    os.kill(victim, signal.SIGKILL)
+                    done = steps.read_bytes().count(b"\n")
+                    break
+            time.sleep(0.2)
+        assert victim is not None, "rank 1 never finished 3 steps"
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "Traceback" not in err, err  # its only run failed
+    (rec,) = store.list_runs()
+    assert rec["status"] == "failed" and rec["failed_rank"] == 1
+    import re
+
+    m = re.match(r"rank 1 killed by SIGKILL after step (\d+) ", rec["error"])
+    assert m, rec["error"]
+    assert done - 1 <= int(m.group(1)) <= done  # the step it had finished when killed (one more may have landed)
+    assert leftovers(results) == []

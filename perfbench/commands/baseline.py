@@ -16,6 +16,7 @@ def register(subparsers) -> None:
     s.add_argument("target", metavar="RUN|SWEEP", help="sweep id, or a run: its id, the short id `perfbench ls` shows (e.g. ws2-r0), or a unique prefix")
     s.add_argument("--name", required=True, help="baseline name (letters, digits, . _ -)")
     s.add_argument("--no-overwrite", action="store_true", help="fail if a baseline with this name exists")
+    s.add_argument("--label", metavar="TEXT", help="name of this point in the history (default: the git commit)")
     add_results_arg(s)
     add_json_arg(s)
     s.set_defaults(func=save)
@@ -32,10 +33,14 @@ def register(subparsers) -> None:
 
 
 def save(args) -> int:
+    from perfbench import history
     from perfbench.baseline import save_baseline
     from perfbench.store import Store
 
-    b = save_baseline(Store(args.results, create=False), args.target, args.name, overwrite=not args.no_overwrite)
+    store = Store(args.results, create=False)
+    history.check_label(args.label)
+    b = save_baseline(store, args.target, args.name, overwrite=not args.no_overwrite)
+    history.record(store, args.target, via="baseline", label=args.label)  # a baseline is a point of the history too
     if args.json:
         print(json.dumps({"name": b["name"], "source": b["source"], "runs": [r["run_id"] for r in b["runs"]],
                           "skipped": b["skipped"]}, indent=2))

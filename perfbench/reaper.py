@@ -1,0 +1,68 @@
+"""A run's ranks die with the process that launched them, however it dies (even SIGKILL).
+
+The launcher does not start msrun itself but this small process, which then starts msrun:
+
+    python -m perfbench.reaper --tag TAG --parent PID -- msrun ...
+
+It asks the kernel (prctl PR_SET_PDEATHSIG) for SIGTERM when its parent (the sweep or tune process)
+dies, and on SIGTERM kills every process carrying the run's tag (launcher.TAG_VAR): msrun, its
+scheduler, its workers (which msrun starts in sessions of their own, out of reach of a process-group
+kill) and msrun's `tail -f` helpers. Otherwise it waits for msrun and exits with msrun's exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+
+PR_SET_PDEATHSIG = 1
+
+
+def _set_parent_death_signal(sig: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # not Linux: the launcher's own clean-up still applies
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tag", required=True, help="the run's tag (value of PERFBENCH_RUN_TAG)")
+    ap.add_argument("--parent", type=int, required=True, help="pid of the launching process")
+    ap.add_argument("command", nargs=argparse.REMAINDER, help="-- msrun ...")
+    args = ap.parse_args(argv)
+    cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
+
+    from perfbench.launcher import kill_run
+
+    child: subprocess.Popen | None = None
+
+    def reap(signum, _frame):
+        if child is not None and child.poll() is None:
+            try:
+                child.kill()
+            except OSError:
+                pass
+        kill_run(args.tag, grace_s=1.0)
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, reap)
+    signal.signal(signal.SIGHUP, reap)
+    _set_parent_death_signal(signal.SIGTERM)
+    if os.getppid() != args.parent:  # the parent died before the death signal was armed
+        reap(signal.SIGTERM, None)
+    child = subprocess.Popen(cmd)
+    while True:
+        try:
+            return child.wait()
+        except InterruptedError:
+            continue
+
+
+if __name__ == "__main__":
+    sys.exit(main())
