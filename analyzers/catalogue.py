@@ -108,6 +108,13 @@ _ALL = [
     Metric("exposed_collective_s", "exposed coll ms", "s", "lower",
            "per rank and step: communication_not_overlapped minus exposed_p2p (gradient and other "
            "collectives; analyzers.comm_exposure)", "ms", "mean over ranks and steps"),
+    Metric("checkpoint_cost", "ckpt cost", "ratio", "lower",
+           "median step time of measured steps that saved a checkpoint (train.checkpoint_every; the save is inside "
+           "the step) / median step time of measured steps that did not, minus 1 (analyzers.checkpoint_cost)",
+           "pct", "medians over measured steps with / without a save"),
+    Metric("checkpoint_save_s", "ckpt save ms", "s", "lower",
+           "duration of one synchronous MindSpore save_checkpoint, slowest rank, median over the run's saves "
+           "(workload step records, checkpoint_s)", "ms", "per save: max over ranks; run: median over saves"),
     Metric("expert_load_cv", "expert cv", "ratio", "lower",
            "coefficient of variation (std / mean) of tokens routed per expert, mean over MoE layers and "
            "measured steps", "num", "mean over layers and steps"),

@@ -25,6 +25,7 @@ PAGES = [
     ("scaling", "Scaling", "/scaling", True),
     ("compare", "Compare", "/compare", True),
     ("tuning", "Tuning", "/tuning", True),
+    ("history", "History", "/history", True),
 ]
 
 

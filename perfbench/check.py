@@ -373,15 +373,18 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
 
     1. E-Divisive over every point with a value; each change point is reported (where it began, size,
        confidence). If the segment holding the current points began at a change point that made the
-       metric worse (better) by more than `threshold` with confidence ≥ 1 - alpha: regression (improvement),
-       began at that point's commit/run.
+       metric worse (better) by more than `threshold` (E-Divisive keeps a change point only when its permutation
+       test gives p <= alpha): regression (improvement), began at that point's commit/run.
     2. Otherwise the current points against the history part of their own segment: regression when the
        Student-t prediction test (changepoint.prediction_p) AND the per-pair Mann–Whitney test on the
        per-step samples both give p < alpha and the current median is worse by more than `threshold`.
     """
     from perfbench.changepoint import e_divisive, prediction_p, segments
 
-    higher, unit, _kind = METRICS.get(metric, (False, "", "ratio"))
+    from analyzers.catalogue import metric as catalogued
+
+    m = catalogued(metric)  # direction and unit: the metric catalogue
+    higher, unit = m.better == "higher", m.unit
     pts = [p for p in ser.points if p.value is not None and p.value > 0]
     cur = [p for p in pts if p.entry_id == current_entry]
     res = {"settings": ser.settings, "key": ser.key, "metric": metric, "unit": unit, "higher_is_better": higher,
@@ -406,7 +409,7 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
     res["current"] = float(np.median(cur_vals))
     if start > 0:
         cp = res["change_points"][-1]
-        if cp["confidence"] >= 1 - alpha and abs(cp["worse_by"]) > threshold:
+        if abs(cp["worse_by"]) > threshold:  # E-Divisive kept it: its permutation test gave p <= alpha
             verdict = "regression" if cp["worse_by"] > 0 else "improvement"
             return dict(res, verdict=verdict, reference=cp["before"], change=cp["ratio"] - 1.0, worse_by=cp["worse_by"],
                         began_at=cp["began_at"], began_commit=cp["commit"], began_run=cp["run_id"],
@@ -457,11 +460,13 @@ def run_history_check(store: Store, current: str, *, baseline_name: str | None =
     (judge_series per configuration x metric) and, with a baseline, also run the per-pair check.
     Exit code: 1 if either judged a regression; else the per-pair check's code when a baseline was given;
     else 2 if no configuration had enough history, else 0."""
+    from analyzers.catalogue import METRICS as CATALOGUE
     from perfbench import history
 
-    unknown = [m for m in metrics if m not in METRICS]
+    unknown = [m for m in metrics if m not in CATALOGUE or CATALOGUE[m].better is None]
     if unknown:
-        raise UserError(f"unknown metric(s) {', '.join(unknown)}; known: {', '.join(METRICS)}")
+        raise UserError(f"cannot judge metric(s) {', '.join(unknown)} against the history; known metrics with a "
+                        f"direction: {', '.join(k for k, v in CATALOGUE.items() if v.better)}")
     pair = run_check(store, baseline_name, current, threshold=threshold, alpha=alpha, metrics=metrics,
                      ignore=ignore) if baseline_name else None
     entry = history.record(store, current, via="check", label=label, commit=commit)

@@ -77,6 +77,8 @@ class Train(Section):
     lr: float = Field(0.05, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1)
     mode: Literal["graph", "pynative"] = "graph"
+    checkpoint_every: int = _int(0, 1_000_000, 0, "save a MindSpore checkpoint every N steps (0: never); "
+                                 "`sweep --resume` continues a killed run from its last checkpoint")
     data: Annotated[str, WrapValidator(lambda v, h: _data_folder(h(v)))] = Field(
         "synthetic", description="synthetic, or an image folder (ResNet: mindspore.dataset.ImageFolderDataset)")
 

@@ -161,3 +161,20 @@ def series(history: list[dict], metric: str, *, config: str | None = None, ignor
             raise UserError(f"no configuration matches --config {config!r}; known: "
                             + "; ".join(sorted(out)) if out else f"no history yet (--config {config!r})")
     return picked
+
+
+def series_with_change_points(store: Store, metric: str, *, config: str | None = None, ignore=("repeat",),
+                              alpha: float = 0.05) -> list[dict]:
+    """Series.to_json() of each configuration plus its E-Divisive change points (perfbench.changepoint):
+    what `perfbench history` prints and the dashboard's History page draws."""
+    from perfbench.changepoint import e_divisive
+
+    out = []
+    for ser in series(entries(store), metric, config=config, ignore=ignore):
+        d = ser.to_json()
+        refs = [p for p in ser.points if p.value is not None]
+        d["change_points"] = [{"index": c.index, "began_at": refs[c.index].ref, "run_id": refs[c.index].run_id,
+                               "before": c.before, "after": c.after, "ratio": c.ratio, "confidence": c.confidence}
+                              for c in e_divisive([p.value for p in refs], alpha=alpha)]
+        out.append(d)
+    return out

@@ -48,7 +48,9 @@ def main(argv: list[str] | None = None) -> int:
                 child.kill()
             except OSError:
                 pass
-        kill_run(args.tag, grace_s=1.0)
+        for _ in range(2):  # a second pass for anything msrun started while it died (e.g. `tail -f`)
+            if kill_run(args.tag, grace_s=1.0) == 0:
+                break
         os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, reap)

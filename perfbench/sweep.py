@@ -97,10 +97,12 @@ def run_sweep(
                 events.run_skipped(i, total, plan, existing)
             continue
         kill_stale(plan.run_id)
-        store.reset_run(plan.run_id)
+        resume_at = checkpoint_resume_step(store, plan, existing, cfg.launch["nodes"]) if resume else None
+        if resume_at is None:
+            store.reset_run(plan.run_id)
         if events.run_started:
             events.run_started(i, total, plan)
-        record = execute_run(cfg, store, sweep["sweep_id"], plan, events)
+        record = execute_run(cfg, store, sweep["sweep_id"], plan, events, resume_from=resume_at)
         if events.run_finished:
             events.run_finished(i, total, plan, record)
     sweep["invocations"][-1]["finished"] = time.time()
@@ -110,7 +112,7 @@ def run_sweep(
 
 def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, events: SweepEvents, *,
                 source: str = "sweep", stop=None, env_extra: dict | None = None, extra: dict | None = None,
-                skip_teardown: bool = False) -> dict:
+                skip_teardown: bool = False, resume_from: int | None = None) -> dict:
     """Launch one planned run, ingest what it left and store it. `stop` (see launcher.launch) may end it
     early: the run is then kept with status "pruned" and the steps it finished. `extra` keys are added to
     the run record (e.g. `tune`: the study and trial)."""
@@ -134,6 +136,10 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
         "metrics": {},
         **(extra or {}),
     }
+    if resume_from:  # continue from the last checkpoint: the records of the steps after it are dropped
+        rc["resume"] = {"step": resume_from}
+        record["resumed_from_step"] = resume_from
+        keep_steps_before(art / "metrics", resume_from)
     store.write_run(record)
     config_path = art / "run_config.json"
     write_json(config_path, rc)
@@ -172,6 +178,38 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
     record["timings"]["wall_s"] = round(record["timings"]["finished"] - record["timings"]["started"], 3)
     store.write_run(record)
     return record
+
+
+def checkpoint_resume_step(store: Store, plan: RunPlan, existing: dict | None, nodes: int) -> int | None:
+    """The step an unfinished run continues from under `--resume`: one past the newest checkpoint every
+    local rank wrote (workloads.runner.Checkpoints); None when there is none (it then re-runs from step 0)."""
+    train = plan.run_config["train"]
+    if not existing or existing.get("status") in FINISHED or not train.get("checkpoint_every"):
+        return None
+    ckdir = store.run_dir(plan.run_id) / "artifacts" / "checkpoints"
+    local = plan.run_config["world_size"] // nodes
+    steps_by_rank = [{int(f.stem.split("-step")[1]) for f in ckdir.glob(f"rank{r}-step*.ckpt")} for r in range(local)]
+    common = set.intersection(*steps_by_rank) if steps_by_rank else set()
+    last = max(common, default=None)
+    return last + 1 if last is not None and last + 1 < int(train["steps"]) else None
+
+
+def keep_steps_before(metrics_dir: Path, step: int) -> None:
+    """Drop step and span records of steps >= `step` (they are run again after a resume)."""
+    import json
+
+    for f in list(metrics_dir.glob("rank*.steps.jsonl")) + list(metrics_dir.glob("rank*.spans.jsonl")):
+        kept = []
+        for line in f.read_text().splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # the line a killed rank was writing
+            if rec.get("step") is not None and rec["step"] < step:
+                kept.append(line)
+        write_text = f.with_suffix(".tmp")
+        write_text.write_text("".join(k + "\n" for k in kept))
+        os.replace(write_text, f)
 
 
 def resolve_results_dir(cli_value: str, cfg: SweepConfig | None, cli_given: bool) -> Path:

@@ -267,6 +267,50 @@ def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
             time.sleep(3600)
 
 
+class Checkpoints:
+    """train.checkpoint_every: after every N-th step, a synchronous ``ms.save_checkpoint`` of the workload's
+    ``checkpoint_cell()`` (weights and optimizer state) to ``checkpoints/rank{R}-step{S}.ckpt`` (written to a
+    temporary name and renamed, so a file with that name is complete). A resumed run (run config
+    ``resume: {"step": K}``, set by `perfbench sweep --resume`) loads ``rank{R}-step{K-1}.ckpt`` and continues at
+    step K; the data of a step depends only on (seed, rank, step), so the loss continues too."""
+
+    def __init__(self, ms, wl, cfg: dict, rank: int, out: pathlib.Path):
+        self.ms, self.rank, self.dir = ms, rank, out / "checkpoints"
+        self.every = int(cfg["train"].get("checkpoint_every") or 0)
+        self.steps = int(cfg["train"]["steps"])
+        self.resume_step = int((cfg.get("resume") or {}).get("step") or 0)
+        self.cell = None
+        if self.every or self.resume_step:
+            get = getattr(wl, "checkpoint_cell", None)
+            if get is None:
+                raise ConfigError(f"train.checkpoint_every: workload {cfg['workload']!r} with this parallel layout "
+                                  "does not support checkpoints (use checkpoint_every: 0)")
+            self.cell = get()
+
+    def path(self, step: int) -> pathlib.Path:
+        return self.dir / f"rank{self.rank}-step{step}.ckpt"
+
+    def restore(self) -> int:
+        if not self.resume_step:
+            return 0
+        f = self.path(self.resume_step - 1)
+        if not f.exists():
+            raise UserError(f"rank {self.rank}: cannot resume at step {self.resume_step}: {f} is missing")
+        self.ms.load_param_into_net(self.cell, self.ms.load_checkpoint(str(f)))
+        print(f"[perfbench] rank {self.rank} resumed from {f.name}", file=sys.stderr, flush=True)
+        return self.resume_step
+
+    def maybe_save(self, step: int) -> float | None:
+        if not self.every or (step + 1) % self.every or step + 1 >= self.steps:
+            return None
+        t0 = time.time()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".rank{self.rank}-step{step}.tmp.ckpt"
+        self.ms.save_checkpoint(self.cell, str(tmp))
+        os.replace(tmp, self.path(step))
+        return time.time() - t0
+
+
 def run(cfg: dict) -> int:
     import mindspore as ms
 
@@ -322,17 +366,25 @@ def run(cfg: dict) -> int:
     cap = _Capture(out / "profile", warmup, prof_steps, level) if profiling else None
     summary = _Summary(ms, out / "summary") if rank == 0 else None
     delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
+    ckpt = Checkpoints(ms, wl, cfg, rank, out)
+    first = ckpt.restore()  # 0, or the step after the checkpoint a resumed run continues from
+    if first:
+        ctx.set_meta(resumed_from_step=first)
+        if prof is not None:  # the profiler schedule counts from step 0: a resumed run is not profiled
+            prof, profiling = None, False
+            ctx.set_meta(profiled_steps=None)
 
     if cap is not None:
         cap.prof.start()
     try:
-        for step in range(steps):
+        for step in range(first, steps):
             _inject(cfg, rank, step, ctx)
             ctx._begin_step(step)
             start = time.time()
             if delay_s:
                 time.sleep(delay_s)
             res = wl.train_step(step)
+            saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
             end = time.time()
             in_window = profiling and warmup <= step < warmup + prof_steps
             if cap is not None:
@@ -343,6 +395,8 @@ def run(cfg: dict) -> int:
             rec = {"rank": rank, "step": step, "start_ts": start, "end_ts": end, "step_time_s": end - start,
                    "samples": samples, "loss": loss, "profiled": in_window}
             rec.update(res)
+            if saved_s is not None:
+                rec["checkpoint_s"] = saved_s
             ctx._write_step(rec)
             if summary is not None:
                 summary.record(step, loss, end - start, samples / max(end - start, 1e-9))

@@ -8,7 +8,8 @@
 #   0 no regression · 1 regression · 2 could not decide (missing runs, failed runs, bad input).
 # Outputs: Markdown summary (stdout, and $GITHUB_STEP_SUMMARY when set), JUnit XML (perf-check.xml), JSON.
 # Keep RESULTS_DIR between CI runs (cache/artifact) so the baseline survives; a baseline file is
-# self-contained (it keeps the per-step samples), so only RESULTS_DIR/baselines/ is strictly needed.
+# self-contained (it keeps the per-step samples), so only RESULTS_DIR/baselines/ and RESULTS_DIR/history/
+# (one small JSON file per checked sweep: the series `check --history` judges against) need to be kept.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 results="${1:-perfbench-results}"
@@ -28,9 +29,10 @@ if [[ "${PERFBENCH_SAVE_BASELINE:-0}" == 1 ]] || [[ ! -f "$results/baselines/$na
 fi
 
 set +e
-$perfbench check --baseline "$name" --current "$sweep_id" --threshold "$threshold" \
+# --history: also record this sweep (with its commit) in the history and judge it against the series
+$perfbench check --baseline "$name" --current "$sweep_id" --threshold "$threshold" --history \
   --results "$results" --junit perf-check.xml
 code=$?
-$perfbench check --baseline "$name" --current "$sweep_id" --threshold "$threshold" \
+$perfbench check --baseline "$name" --current "$sweep_id" --threshold "$threshold" --history \
   --results "$results" --json --summary /dev/null > perf-check.json
 exit $code

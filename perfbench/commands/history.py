@@ -29,8 +29,7 @@ def register(subparsers) -> None:
 
 def run(args) -> int:
     from perfbench import history
-    from perfbench.changepoint import e_divisive
-    from perfbench.compare import METRICS
+    from analyzers.catalogue import METRICS
     from perfbench.errors import UserError
     from perfbench.store import Store
 
@@ -45,16 +44,8 @@ def run(args) -> int:
         e = history.record(store, args.add, via="history add", label=args.label)
         if not args.json:
             print(f"recorded {e['source']['kind']} {e['source']['id']} as {e['ref']} ({len(e['runs'])} run(s))")
-    out = []
-    for ser in history.series(history.entries(store), args.metric, config=args.config,
-                                  ignore=("repeat", *args.ignore_setting)):
-        d = ser.to_json()
-        vals = [p.value for p in ser.points if p.value is not None]
-        refs = [p for p in ser.points if p.value is not None]
-        d["change_points"] = [{"index": c.index, "began_at": refs[c.index].ref, "run_id": refs[c.index].run_id,
-                               "before": c.before, "after": c.after, "ratio": c.ratio, "confidence": c.confidence}
-                              for c in e_divisive(vals, alpha=args.alpha)]
-        out.append(d)
+    out = history.series_with_change_points(store, args.metric, config=args.config,
+                                            ignore=("repeat", *args.ignore_setting), alpha=args.alpha)
     if args.json:
         print(json.dumps(out, indent=2, default=str))
         return 0

@@ -137,6 +137,10 @@ class ResNetWorkload:
         meta.update(reducer_info)
         ctx.set_meta(**meta)
 
+    def checkpoint_cell(self):
+        """What the runner checkpoints (train.checkpoint_every): weights and the optimizer's momenta."""
+        return self.train
+
     def train_step(self, step: int) -> dict:
         ms = self.ms
         x, y = self.data.batch(step)
