@@ -370,9 +370,9 @@ def run(cfg: dict) -> int:
     first = ckpt.restore()  # 0, or the step after the checkpoint a resumed run continues from
     if first:
         ctx.set_meta(resumed_from_step=first)
-        if prof is not None:  # the profiler schedule counts from step 0: a resumed run is not profiled
-            prof, profiling = None, False
-            ctx.set_meta(profiled_steps=None)
+        if cap is not None:  # the profiler schedule counts from step 0: a resumed run is not profiled
+            cap, profiling = None, False
+            ctx.set_meta(profiled_steps=None, profile_level="off")
 
     if cap is not None:
         cap.prof.start()
