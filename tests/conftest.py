@@ -119,7 +119,7 @@ def sweep_store(tmp_path_factory):
 # ---- process hygiene --------------------------------------------------------------------------------
 
 SESSION_VAR = "PERFBENCH_TEST_SESSION"
-TAG_VAR = "PERFBENCH_RUN_TAG"  # perfbench.launcher.TAG_VAR: every process of one msrun launch carries it
+from perfbench.launcher import TAG_VAR  # noqa: E402  every process of one msrun launch carries it
 os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # fresh per session: only our descendants
 _BACKGROUND: set[str] = set()  # run ids whose msrun launch may outlive the test that queued it
 

@@ -1,0 +1,133 @@
+"""`perfbench check` beyond the verdict table: threshold parsing, matching settings groups, the paths that
+end in undecided / skipped, and the whole gate on a hand-built store (baseline saved, run checked, exit
+code) with no msrun."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from perfbench.baseline import save_baseline
+from perfbench.check import Group, decide_metric, group_key, groups_of, match_groups, parse_threshold, run_check
+from perfbench.errors import UserError
+from perfbench.store import Store
+
+
+@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.05", 0.05), ("5", 0.05), ("1", 0.01), ("12.5%", 0.125),
+                                        ("0.999", 0.999), ("950%", 9.5), (0.2, 0.2)])
+def test_parse_threshold(text, value):
+    assert parse_threshold(text) == pytest.approx(value)
+
+
+@pytest.mark.parametrize("bad", ["abc", "0", "0%", "-5%", "nan", "1000%", ""])
+def test_parse_threshold_refuses(bad):
+    with pytest.raises(UserError, match="--threshold"):
+        parse_threshold(bad)
+
+
+def test_groups_and_matching():
+    e = lambda rid, **s: {"run_id": rid, "settings": s}  # noqa: E731
+    runs = [e("a0", ws=1, fusion=0, repeat=0), e("a1", ws=1, fusion=0, repeat=1), e("b0", ws=2, fusion=0, repeat=0)]
+    gs = groups_of(runs)
+    assert [[x["run_id"] for x in g.entries] for g in gs] == [["a0", "a1"], ["b0"]]
+    assert gs[0].settings == {"ws": 1, "fusion": 0}  # repeat is not a setting that separates groups
+    assert group_key({"ws": 1, "repeat": 3}) == group_key({"repeat": 0, "ws": 1}) != group_key({"ws": 2})
+    assert len(groups_of(runs, ignore=())) == 3
+    base = [Group({"ws": 1, "fusion": 0}), Group({"ws": 2, "fusion": 0}), Group({"ws": 2, "fusion": 4})]
+    cur = [Group({"ws": 2, "fusion": 4}), Group({"ws": 1}), Group({"ws": 2}), Group({"ws": 8})]
+    pairs = match_groups(base, cur, direct=False)
+    assert pairs[0][0] is base[2]  # exact match
+    assert pairs[1][0] is base[0]  # the one group that agrees on every common key
+    assert pairs[2][0] == "ambiguous"  # two baseline groups agree
+    assert pairs[3][0] is None  # nothing agrees
+    # a single run against a single run is compared directly even when their settings differ
+    assert match_groups([base[0]], [cur[3]], direct=True) == [(base[0], cur[3])]
+    assert match_groups([base[0]], [cur[3]], direct=False) == [(None, cur[3])]
+
+
+def _e(metric, samples=None, value=None):
+    return {"samples": {metric: samples} if samples is not None else {},
+            "metrics": {metric: value} if value is not None else {}}
+
+
+def test_undecided_and_skipped_paths():
+    d = lambda m, b, c: decide_metric(m, b, c, 0.05, 0.05)  # noqa: E731
+    r = d("comm_share", [_e("comm_share")], [_e("comm_share")])
+    assert r["verdict"] == "skipped" and r["reason"] == "measured by neither side"
+    r = d("step_time_s", [_e("step_time_s")], [_e("step_time_s", [1.0, 1.1, 1.2])])
+    assert r["verdict"] == "undecided" and "not measured in the baseline" in r["reason"]
+    r = d("comm_share", [_e("comm_share", [0.1, 0.2, 0.3])], [_e("comm_share")])
+    assert r["verdict"] == "skipped" and "not measured in the current" in r["reason"]
+    assert r["baseline"] == pytest.approx(0.2) and r["current"] is None
+    r = d("throughput", [_e("throughput", [1.0, 2.0])], [_e("throughput", [3.0, 4.0, 5.0])])
+    assert r["verdict"] == "undecided" and "baseline 2, current 3; need 3" in r["reason"]
+    # baseline median 0 with a non-zero current: a relative change is undefined
+    r = d("step_time_s", [_e("step_time_s", [0.0] * 5)], [_e("step_time_s", [1.0] * 5)])
+    assert r["verdict"] == "undecided" and "relative change undefined" in r["reason"] and r["change"] is None
+    r = d("communication_not_overlapped_s", [_e("communication_not_overlapped_s", [0.0] * 5)],
+          [_e("communication_not_overlapped_s", [0.0] * 5)])
+    assert r["verdict"] == "unchanged" and r["change"] == 0.0 and r["reason"] == "0 on both sides"
+
+
+def test_falls_back_to_one_value_per_repeat():
+    """No per-step samples (e.g. baselines of imported runs) but 4 repeats a side: their run-level values are
+    the samples."""
+    base = [_e("step_time_s", None, v) for v in (1.00, 1.01, 0.99, 1.02)]
+    cur = [_e("step_time_s", None, v) for v in (2.00, 2.02, 1.98, 2.01)]
+    r = decide_metric("step_time_s", base, cur, 0.05, 0.05)
+    assert r["basis"] == "repeats" and r["n_baseline"] == 4 and r["n_current"] == 4
+    assert r["p_value"] == pytest.approx(2 / 70)  # 4 vs 4, separated: 2 of C(8,4) = 70 splits
+    assert r["verdict"] == "regression" and r["change"] == pytest.approx(2.005 / 1.005 - 1)
+
+
+def test_reported_numbers():
+    base = [_e("throughput", [100.0, 101.0, 99.0, 100.5, 99.5])]
+    cur = [_e("throughput", [50.0, 50.5, 49.5, 50.2, 49.8])]
+    r = decide_metric("throughput", base, cur, 0.05, 0.05)
+    assert r["verdict"] == "regression" and r["baseline"] == 100.0 and r["current"] == 50.0
+    assert r["change"] == pytest.approx(-0.5) and r["worse_by"] == pytest.approx(1.0)  # half the throughput = 2x worse
+    assert r["threshold_used"] == pytest.approx(0.05) and r["noise_floor"] == 0.0
+    assert r["n_baseline"] == 5 and r["repeats_baseline"] == 1 and r["higher_is_better"] is True
+    assert r["reason"].startswith("p=") and "worse by 100.0%" in r["reason"]
+    lo, hi = r["ci_mean_diff"]
+    assert lo < -49.9 < -50.0 + 1.5 and hi > -50.5  # mean difference -50 (current - baseline) inside
+    same = decide_metric("throughput", base, base, 0.05, 0.05)
+    assert same["verdict"] == "unchanged" and "|change| ≤ 5.0%" in same["reason"]
+
+
+# ---- the whole gate on a hand-built store ------------------------------------------------------------------------
+
+
+def _run(store, rid, sweep, ws, times, status="ok"):
+    store.write_run({"run_id": rid, "sweep_id": sweep, "source": "sweep", "status": status, "error": None,
+                     "settings": {"workload": "resnet50", "world_size": ws, "repeat": 0},
+                     "config": {"train": {"warmup_steps": 1}}, "metrics": {}})
+    rows = [{"rank": r, "step": s, "samples": 4, "step_time_s": t} for s, t in enumerate(times) for r in range(ws)]
+    store.write_table(rid, "workload_steps", pd.DataFrame(rows))
+
+
+def test_run_check_end_to_end(tmp_path):
+    st = Store(tmp_path / "results")
+    steady = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01]
+    _run(st, "base-1", "base", 1, [9.0] + steady)
+    _run(st, "base-2", "base", 2, [9.0] + [2 * t for t in steady])
+    _run(st, "same-1", "same", 1, [9.0] + steady[::-1])
+    _run(st, "same-2", "same", 2, [9.0] + [2 * t for t in steady[::-1]])
+    _run(st, "slow-1", "slow", 1, [9.0] + [1.5 * t for t in steady])
+    _run(st, "slow-2", "slow", 2, [9.0] + [2 * t for t in steady])
+    _run(st, "bad-1", "bad", 1, [9.0], status="failed")
+    save_baseline(st, "base", "main")
+    res = run_check(st, "main", "same")
+    assert res["verdict"] == "unchanged" and res["exit_code"] == 0 and len(res["groups"]) == 2
+    res = run_check(st, "main", "slow")
+    assert res["verdict"] == "regression" and res["exit_code"] == 1
+    by_ws = {g["settings"]["world_size"]: g for g in res["groups"]}
+    assert by_ws[1]["status"] == "regression" and by_ws[2]["status"] == "unchanged"
+    step = next(m for m in by_ws[1]["metrics"] if m["metric"] == "step_time_s")
+    assert step["change"] == pytest.approx(0.5) and step["verdict"] == "regression"
+    res = run_check(st, "main", "bad")
+    assert res["exit_code"] == 2 and res["groups"][0]["status"] == "undecided"
+    assert "every current run failed" in res["groups"][0]["reason"]
+    assert res["unmatched_baseline_groups"] == [{"workload": "resnet50", "world_size": 2}]
+    with pytest.raises(UserError, match="unknown metric"):
+        run_check(st, "main", "same", metrics=("no_such_metric",))
