@@ -76,17 +76,34 @@ def clock_offsets(run: dict, tables: dict[str, pd.DataFrame], align: str) -> tup
     if comm is None or comm.empty or "elapse_ms" not in comm:
         return {}, "as recorded (no matched collectives to align on)"
     df = comm.assign(inst=match_collectives(comm), end=comm["start_us"] + comm["elapse_ms"] * 1000.0)
-    df = df[df["inst"] >= 0]
+    df = df[(df["inst"] >= 0) & df["end"].notna()]
     if df.empty:
         return {}, "as recorded (no matched collectives to align on)"
-    ref = int(df["rank"].min())
-    ref_end = df[df["rank"] == ref].groupby("inst")["end"].first()
-    offsets = {}
-    for rank, g in df.groupby("rank"):
-        both = g.groupby("inst")["end"].first().to_frame("end").join(ref_end.rename("ref"), how="inner")
-        if len(both):
-            offsets[int(rank)] = float(np.median(both["ref"] - both["end"]))
-    return offsets, f"collective ends: each rank shifted so its matched collectives end with rank {ref}'s (median)"
+    ends = df.groupby(["inst", "rank"])["end"].first().unstack()  # instance x rank
+    ranks = sorted(int(r) for r in ends.columns)
+    offsets: dict[int, float] = {}
+    components = []
+    for ref in ranks:  # breadth first from the lowest rank not yet aligned: one component per linked set
+        if ref in offsets:
+            continue
+        offsets[ref], frontier, members = 0.0, [ref], [ref]
+        while frontier:
+            a = frontier.pop(0)
+            for r in ranks:
+                if r in offsets:
+                    continue
+                both = ends[[a, r]].dropna()
+                if len(both):
+                    offsets[r] = offsets[a] + float(np.median(both[a] - both[r]))
+                    frontier.append(r)
+                    members.append(r)
+        components.append(sorted(members))
+    how = f"collective ends: each rank shifted so its matched collectives end with rank {ranks[0]}'s (median)"
+    if len(components) > 1:
+        parts = "; ".join(f"ranks {', '.join(map(str, c))} on rank {c[0]}" for c in components)
+        how = (f"collective ends, per set of ranks linked by collectives ({parts}; the sets share no collective, "
+               "so their clocks are as recorded relative to each other)")
+    return offsets, how
 
 
 def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto") -> tuple[Iterator[dict], dict]:
@@ -116,7 +133,11 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         frames.append(pd.DataFrame({"rank": o["rank"], "cat": cat, "stream": stream.astype(str),
                                     "name": o["name"].astype(str), "type": o.get("type"),
                                     "step": o.get("step"), "ts": o["start_us"], "dur": o["dur_us"]}))
+    skipped = 0
     if has_comm:
+        placed = comm["start_us"].notna()
+        skipped = int((~placed).sum())  # a collective without a start time cannot be drawn
+        comm = comm[placed]
         inst = match_collectives(comm)
         frames.append(pd.DataFrame({"rank": comm["rank"], "cat": "collective", "stream": "",
                                     "name": comm["op_name"].astype(str), "type": comm.get("op_type"),
@@ -163,6 +184,7 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         "run_id": run["run_id"], "ranks": ranks, "clock_alignment": how,
         "offsets_us": {str(r): round(v, 3) for r, v in offsets.items()}, "origin_us": origin,
         "events": {str(r): {} for r in ranks}, "collectives_linked": 0, "flow_events": 0,
+        "collectives_without_start": skipped,
     }
     for (rank, cat), n in ev.groupby(["rank", "cat"]).size().items():
         summary["events"][str(rank)][cat] = int(n)

@@ -40,5 +40,7 @@ def run(args) -> int:
     print(f"wrote {summary['path']}: {len(summary['ranks'])} ranks, {n} slices, "
           f"{summary['collectives_linked']} collectives linked across ranks")
     print(f"clocks: {summary['clock_alignment']}")
+    if summary["collectives_without_start"]:
+        print(f"left out: {summary['collectives_without_start']} collectives the profile gives no start time")
     print("open it in https://ui.perfetto.dev (Open trace file) or chrome://tracing")
     return 0
