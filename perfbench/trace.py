@@ -14,8 +14,10 @@ Built only from the tables the store keeps per run (no raw profiler files):
   host's epoch clock, which every rank shares, so times are kept as recorded. Imported profiles whose ranks
   report one host: the profiler's own (host-synchronised) clock, kept. Imported profiles from several hosts
   (or no host information): each rank is shifted so that the median end of its matched collectives
-  coincides with rank `min`'s (a collective ends together on every rank); the offsets are in the trace's
-  `otherData`. `align="none"` or `"collectives"` forces either.
+  coincides with the lowest rank's (a collective ends together on every rank), breadth first through the
+  groups (a rank linked only through another rank takes that rank's aligned clock); sets of ranks that share
+  no collective are each aligned on their own lowest rank, and the summary says so. The offsets are in the
+  trace's `otherData`. `align="none"` or `"collectives"` forces either.
 
 Times are microseconds from the earliest event (the origin, epoch µs, is in `otherData.origin_us`).
 `write_trace(store, run_id, dest)` writes it to a path (gzip when it ends in `.gz`) or a binary buffer.
