@@ -256,6 +256,26 @@ def test_run_page_opens_with_the_verdict_and_key_numbers(dashboard, browser, swe
 
 
 @pytest.mark.msrun
+def test_run_page_downloads_the_merged_trace(dashboard, browser, sweep_store):
+    import gzip
+    import json
+
+    rec = next(r for r in _ok_runs(sweep_store) if r["settings"]["world_size"] == 2)
+    p = Page(browser)
+    page = p.open(f"{dashboard}/run/{rec['run_id']}", "#run-trace-button")
+    with page.expect_download(timeout=120_000) as dl:
+        page.locator("#run-trace-button").click()
+    path = dl.value.path()
+    assert dl.value.suggested_filename == f"{rec['run_id']}.trace.json.gz"
+    trace = json.loads(gzip.decompress(open(path, "rb").read()))
+    assert trace["otherData"]["run_id"] == rec["run_id"]
+    pids = {e["pid"] for e in trace["traceEvents"] if "pid" in e}
+    assert pids == {0, 1}  # a process per rank of the 2-rank run
+    assert p.errors == []
+    page.close()
+
+
+@pytest.mark.msrun
 def test_sweeps_grid_shows_formatted_values_and_two_different_axes(dashboard, browser, sweep_store):
     runs = _ok_runs(sweep_store)
     p = Page(browser)

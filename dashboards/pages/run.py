@@ -62,7 +62,13 @@ def layout(run_id: str | None = None, **_):
 
 
 def _trace_download(rid: str) -> list:
-    return []
+    """A button that downloads the run's merged, clock-aligned trace (perfbench.trace; opens in Perfetto)."""
+    return [" · ", html.Button("download merged trace (.json.gz)", id="run-trace-button", n_clicks=0,
+                               title="one Chrome-trace / Perfetto file: a process per rank, compute and "
+                                     "collective tracks, step markers, flow arrows per collective; open it in "
+                                     "ui.perfetto.dev or chrome://tracing (`perfbench trace RUN -o FILE`)",
+                               style={"marginLeft": "4px"}),
+            dcc.Download(id="run-trace-download")]
 
 
 def settings_line(settings: dict):
@@ -317,3 +323,14 @@ def _charts(step, rid):
     return [dcc.Graph(id="run-breakdown", figure=breakdown_figure(rid, s)),
             html.H3("Timeline of one step across ranks"),
             dcc.Graph(id="run-timeline", figure=timeline_figure(rid, s))]
+
+
+@callback(Output("run-trace-download", "data"), Input("run-trace-button", "n_clicks"), State("run-id", "data"),
+          prevent_initial_call=True)
+def _download_trace(_n, rid):
+    from perfbench.trace import write_trace
+
+    def write(buf):
+        write_trace(data.get().store, rid, buf, compress=True)
+
+    return dcc.send_bytes(write, f"{rid}.trace.json.gz")
