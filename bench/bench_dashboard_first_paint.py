@@ -41,18 +41,25 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
+GRID = list(itertools.product([1, 2, 4, 8], [0, 8, 32], ["none", "fp16", "topk"]))
+
+
+def run_id(i: int) -> str:
+    ws, fusion, comp = GRID[i % len(GRID)]
+    return f"bench-ws{ws}-f{fusion}-{comp}-r{i // len(GRID)}"
+
+
 def make_store(root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: int = 0,
                tables_for: int | None = None) -> list[str]:
     """A store of `n_runs` contract-shaped run records, the last `tables_for` (default all) with tables."""
     rng = np.random.default_rng(seed)
     store = Store(root)
-    grid = list(itertools.product([1, 2, 4, 8], [0, 8, 32], ["none", "fp16", "topk"]))
     ids = []
     sweep_id = "bench-20261122-000000"
     for i in range(n_runs):
-        ws, fusion, comp = grid[i % len(grid)]
-        rep = i // len(grid)
-        run_id = f"bench-ws{ws}-f{fusion}-{comp}-r{rep}"
+        ws, fusion, comp = GRID[i % len(GRID)]
+        rep = i // len(GRID)
+        rid = run_id(i)
         base = 0.05 * (1 + 0.1 * np.log2(ws)) * (0.9 if fusion else 1.0) * (0.95 if comp != "none" else 1.0)
         rows = []
         t0 = 1.7e9 + i * 100
@@ -82,20 +89,20 @@ def make_store(root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: 
                                   "size_bytes": 4e6, "algbw_gbps": 2.6, "busbw_gbps": 2.6 * 2 * (ws - 1) / ws}
                                  for s in range(warmup, warmup + 4) for r in range(ws) for k in range(3)])
         if with_tables:
-            store.write_table(run_id, "workload_steps", wsteps)
-            store.write_table(run_id, "step_breakdown", pd.DataFrame(bd))
-            store.write_table(run_id, "kernels", kernels)
-            store.write_table(run_id, "comm_ops", comm_ops)
-            store.write_table(run_id, "advice", pd.DataFrame([{
+            store.write_table(rid, "workload_steps", wsteps)
+            store.write_table(rid, "step_breakdown", pd.DataFrame(bd))
+            store.write_table(rid, "kernels", kernels)
+            store.write_table(rid, "comm_ops", comm_ops)
+            store.write_table(rid, "advice", pd.DataFrame([{
                 "rule": "exposed_comm", "severity": "medium", "message": "24% of step time is communication not "
                 "hidden behind compute", "evidence": "step_breakdown: communication_not_overlapped_us / step_us"}]))
         steady = wsteps[wsteps.step >= warmup].groupby("step")
         st = float(steady.step_time_s.max().median())
         store.write_run({
-            "run_id": run_id, "sweep_id": sweep_id, "source": "sweep", "status": "ok", "error": None,
+            "run_id": rid, "sweep_id": sweep_id, "source": "sweep", "status": "ok", "error": None,
             "settings": {"workload": "resnet50", "world_size": ws, "repeat": rep, "parallel.comm_fusion": fusion,
                          "parallel.grad_compression": comp},
-            "config": {"run_id": run_id, "workload": "resnet50", "world_size": ws, "repeat": rep,
+            "config": {"run_id": rid, "workload": "resnet50", "world_size": ws, "repeat": rep,
                        "train": {"batch_size": 8, "steps": steps, "warmup_steps": warmup},
                        "parallel": {"comm_fusion": fusion, "grad_compression": comp}},
             "env": {"perfbench": "0.1.0", "mindspore": "2.10.0", "cpus": 2},
@@ -105,7 +112,7 @@ def make_store(root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: 
                         "comm_share": 0.3, "kernel_utilization": 0.6, "collectives_per_step": 3,
                         "comm_bytes_per_step": 1.2e7, "bubble_fraction": None, "expert_load_cv": None},
         })
-        ids.append(run_id)
+        ids.append(rid)
     store.write_sweep({"sweep_id": sweep_id, "config": {}, "run_ids": ids})
     return ids
 
@@ -134,6 +141,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--port", type=int, default=8091, help="port of the first store's server (next: port+1, ...)")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--stores", type=Path, default=None,
+                    help="keep the stores here (results-N); an existing one is reused instead of rebuilt")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -142,8 +151,11 @@ def main() -> int:
     stores, ids, procs = {}, {}, {}
     for i, n in enumerate(sizes):
         t = time.perf_counter()
-        stores[n] = Path(tmp.name) / f"results-{n}"
-        ids[n] = make_store(stores[n], n, tables_for=args.tables_for)
+        stores[n] = (args.stores or Path(tmp.name)) / f"results-{n}"
+        if (stores[n] / "runs").is_dir() and len(os.listdir(stores[n] / "runs")) == n:
+            ids[n] = [run_id(i) for i in range(n)]
+        else:
+            ids[n] = make_store(stores[n], n, tables_for=args.tables_for)
         print(f"store: {n} runs (built in {time.perf_counter() - t:.1f}s)", flush=True)
         procs[n] = (start_server(stores[n], args.port + i), f"http://127.0.0.1:{args.port + i}")
     # (path, selector of the first content, selector of the first chart or None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -23,12 +24,17 @@ KEY_METRICS = ["throughput", "step_time_s", "comm_share", "computing_s", "commun
                "overlapped_s", "free_s", "collectives_per_step", "bubble_fraction", "expert_load_cv"]
 
 
+#: how long one scan of the runs folder is reused (a run written meanwhile shows up on the next refresh after it)
+SCAN_TTL_S = 2.0
+
+
 class DashData:
     def __init__(self, results: str | os.PathLike, table_cache: int = 256):
         self.store = Store(results, create=False)
         self._lock = threading.Lock()
         self._records: dict[str, tuple[int, dict]] = {}
         self._sig: tuple | None = None
+        self._scanned_at = 0.0
         self._frame: pd.DataFrame | None = None
         self._tables: OrderedDict = OrderedDict()
         self._table_cache = table_cache
@@ -50,9 +56,14 @@ class DashData:
         return tuple(sorted(sig))
 
     def runs(self) -> list[dict]:
-        """Every run record, sorted by run id; re-reads only records whose file changed."""
+        """Every run record, sorted by run id; re-reads only records whose file changed. The folder is
+        scanned (one stat per run) at most every SCAN_TTL_S: a page and its callbacks share one scan."""
         with self._lock:
+            now = time.monotonic()
+            if self._sig is not None and now - self._scanned_at < SCAN_TTL_S:
+                return [rec for _, rec in self._records.values()]
             sig = self._scan()
+            self._scanned_at = now
             if sig != self._sig:
                 new = {}
                 for name, mtime in sig:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from dash import Input, Output, State, callback, dcc, html, no_update
 
-from analyzers.catalogue import METRICS, format_value
+from analyzers.catalogue import METRICS, format_value, unit_label
 from dashboards import data
 from dashboards.components import empty, section, table
 from perfbench.compare import compare_runs, figures, pct
@@ -37,7 +37,8 @@ def body(a, b):
         cmp = compare_runs(data.get().store, a, b)
     except UserError as exc:
         return html.P(str(exc), id="compare-error", style={"color": "#b00"})
-    m = pd.DataFrame([{"metric": r["metric"], f"A {cmp.a['run_id']}": _fmt(r["metric"], r["a"]),
+    m = pd.DataFrame([{"metric": r["metric"], "unit": unit_label(r["metric"]) if r["metric"] in METRICS else "",
+                       f"A {cmp.a['run_id']}": _fmt(r["metric"], r["a"]),
                        f"B {cmp.b['run_id']}": _fmt(r["metric"], r["b"]),
                        "change": pct(r["rel"]),
                        "95% CI": f"[{pct(r.get('ci_low'))}, {pct(r.get('ci_high'))}]" if r.get("ci_low") is not None else "–",
