@@ -253,13 +253,16 @@ def collectives_table(rid: str):
 
 
 def advice_list(rid: str):
-    a = data.get().table(rid, "advice")
-    if a is None or a.empty:
+    """Every finding, most severe first, each with its evidence."""
+    a = _advice(rid)
+    if a is None:
         return empty("no advice")
     text_col = next((c for c in ("message", "advice", "text", "detail") if c in a.columns), None)
     if text_col is None:
         return table(a, id="run-advice")
-    return html.Ul([html.Li(str(r[text_col]) + (f" [{r['severity']}]" if "severity" in a.columns else ""))
+    return html.Ul([html.Li([html.B(f"[{r['severity']}] ") if "severity" in a.columns else None, str(r[text_col]),
+                             html.Div(f"evidence: {r['evidence']}", style={"fontSize": "12px", "color": "#555"})
+                             if "evidence" in a.columns and r["evidence"] else None], style={"marginBottom": "6px"})
                     for _, r in a.iterrows()], id="run-advice")
 
 
@@ -320,9 +323,11 @@ def expert_load(rid: str) -> list[float] | None:
 @callback(Output("run-charts", "children"), Input("run-step", "value"), State("run-id", "data"))
 def _charts(step, rid):
     s = None if step in (None, -1) else int(step)
-    return [dcc.Graph(id="run-breakdown", figure=breakdown_figure(rid, s)),
-            html.H3("Timeline of one step across ranks"),
-            dcc.Graph(id="run-timeline", figure=timeline_figure(rid, s))]
+    bd, tl = breakdown_figure(rid, s), timeline_figure(rid, s)
+    if not bd.data and not tl.data:  # nothing to draw: say so, without empty axes (and without plotly.js)
+        return empty(bd.layout.title.text or "no step data in this run")
+    return [dcc.Graph(id="run-breakdown", figure=bd), html.H3("Timeline of one step across ranks"),
+            dcc.Graph(id="run-timeline", figure=tl)]
 
 
 @callback(Output("run-trace-download", "data"), Input("run-trace-button", "n_clicks"), State("run-id", "data"),
