@@ -99,7 +99,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--keep", "--reuse", dest="keep",
                     help="keep the results folders here and reuse phases already done there (default: a temporary folder)")
-    ap.add_argument("--verify", type=int, default=3, help="interleaved re-measurements of each finalist (default 3)")
+    ap.add_argument("--verify", type=int, default=5, help="interleaved re-measurements of each finalist (default 5)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
