@@ -12,16 +12,18 @@ tests/mutation_equivalent.txt, one per line, `file :: - original line :: + mutat
 they are left out of N and reported. Mutants no test reaches ("no tests") count as survivors: code that
 nothing checks is exactly what this is meant to find. Timeouts count as killed (the mutant hung).
 
-    python tests/mutation_run.py [--max-children 2] [--resume] [--only GLOB ...]
+    python tests/mutation_run.py [--max-children 2] [--resume] [--budget SECONDS] [--report-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -29,6 +31,41 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+#: the metric and decision functions mutated (mutmut globs over mutant names: module.x_function__mutmut_N).
+#: mutmut mutates whole files (pyproject.toml [tool.mutmut] only_mutate); these are the functions whose
+#: mutants are run and scored: the conclusions users act on, within a budget of ~1500 mutants (2 slow cores).
+#: Registry glue, parsing helpers and rendering stay out.
+FUNCTIONS = [
+    "analyzers.step_metrics.x__workload_part__mutmut_*",        # run record: throughput, step time
+    "analyzers.step_metrics.x_samples__mutmut_*",
+    "perfbench.results.x_baselines__mutmut_*",                   # scaling efficiency
+    "perfbench.results.x_summarize__mutmut_*",
+    "perfbench.results.x_breakdown_fractions__mutmut_*",
+    "perfbench.check.x_decide_metric__mutmut_*",                 # the CI gate's decision
+    "perfbench.check.x_parse_threshold__mutmut_*",
+    "perfbench.check.x_match_groups__mutmut_*",
+    "perfbench.check.x_groups_of__mutmut_*",
+    "perfbench.check.x_group_key__mutmut_*",
+    "perfbench.compare.x_metric_delta__mutmut_*",                # compare's statistics
+    "perfbench.compare.x_welch_ci__mutmut_*",
+    "perfbench.compare.x_mann_whitney_p__mutmut_*",
+    "perfbench.compare.x_settings_diff__mutmut_*",
+    "analyzers.catalogue.xǁMetricǁworse__mutmut_*",  # metric directions
+    "analyzers.catalogue.x_metric__mutmut_*",
+    "analyzers.breakdown.x_union_length__mutmut_*",              # breakdown and its reconciliation
+    "analyzers.breakdown.x_reconcile__mutmut_*",
+    "analyzers.collectives.x_busbw_factor__mutmut_*",            # bandwidth
+    "analyzers.collectives.x_comm_op_stats__mutmut_*",
+    "analyzers.slow_ranks.x__outlier_test__mutmut_*",            # slow ranks
+    "analyzers.slow_ranks.x_sign_test_p__mutmut_*",
+    "analyzers.slow_ranks.x__judge__mutmut_*",
+    "analyzers.pipeline.x_ideal_bubble_fraction__mutmut_*",      # pipeline bubble
+    "analyzers.pipeline.x_mean_bubble_fraction__mutmut_*",
+    "analyzers.experts.x_expert_load__mutmut_*",                 # expert load
+    "analyzers.experts.x_mean_expert_cv__mutmut_*",
+    "perfbench.config_models.*_rules__mutmut_*",                 # config validation across keys
+]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
 
@@ -83,19 +120,24 @@ def collect() -> dict:
     from mutmut.utils.file_utils import walk_mutatable_files
 
     equivalents = _equivalents()
-    res = {"killed": 0, "survived": 0, "equivalent": 0, "modules": [], "survivors": [], "equivalents": [],
+    res = {"functions": FUNCTIONS, "killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0, "modules": [], "survivors": [], "equivalents": [],
            "by_module": {}}
     for path in sorted(walk_mutatable_files(), key=str):
         m = SourceFileMutationData(path=path)
         if not m.meta_path.exists():
             continue
         m.load()
-        if not m.exit_code_by_key:
+        if not any(fnmatch.fnmatch(k, g) for k in m.exit_code_by_key for g in FUNCTIONS):
             continue
-        mod = {"killed": 0, "survived": 0, "equivalent": 0}
+        mod = {"killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0}
         res["modules"].append(str(path))
         for key, code in sorted(m.exit_code_by_key.items()):
+            if not any(fnmatch.fnmatch(key, g) for g in FUNCTIONS):
+                continue
             status = status_by_exit_code[code]
+            if status == "not checked":  # the run was stopped by --budget before reaching it
+                mod["not_checked"] += 1
+                continue
             if status in KILLED:
                 mod["killed"] += 1
                 continue
@@ -116,7 +158,7 @@ def collect() -> dict:
         tested = mod["killed"] + mod["survived"]
         mod["score"] = round(mod["killed"] / tested, 4) if tested else None
         res["by_module"][str(path)] = mod
-        for k in ("killed", "survived", "equivalent"):
+        for k in ("killed", "survived", "equivalent", "not_checked"):
             res[k] += mod[k]
     res["total"] = res["killed"] + res["survived"]
     res["score"] = round(res["killed"] / res["total"], 4) if res["total"] else 0.0
@@ -129,6 +171,8 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="keep mutants/ from an earlier run (only unfinished ones run)")
     ap.add_argument("--report-only", action="store_true", help="do not run mutmut; report the last run's results")
     ap.add_argument("--output", default=str(ROOT / "mutation.json"))
+    ap.add_argument("--budget", type=float, default=0, metavar="S",
+                    help="stop mutmut after S seconds and report what it checked (unchecked mutants are counted apart)")
     args = ap.parse_args()
     os.chdir(ROOT)
     if not args.report_only:
@@ -140,9 +184,20 @@ def main() -> int:
         env = dict(os.environ, PERFBENCH_MUTATION="1")  # tests/test_properties.py: fewer Hypothesis examples
         t0 = time.time()
         with open(ROOT / "mutation.log", "w") as log:
-            r = subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children)],
-                               cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        print(f"mutmut finished in {time.time() - t0:.0f} s (exit {r.returncode})", flush=True)
+            proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
+                                     *FUNCTIONS], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                rc = proc.wait(timeout=args.budget or None)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGINT)  # mutmut keeps the results it has
+                try:
+                    rc = proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    rc = proc.wait()
+                print(f"budget of {args.budget:.0f} s reached: stopped mutmut", flush=True)
+        print(f"mutmut finished in {time.time() - t0:.0f} s (exit {rc})", flush=True)
         if not (ROOT / "mutants").exists():
             print((ROOT / "mutation.log").read_text()[-3000:], file=sys.stderr)
             return 2
@@ -151,7 +206,8 @@ def main() -> int:
     for mod, s in res["by_module"].items():
         print(f"  {mod:34s} killed {s['killed']:4d}  survived {s['survived']:4d}  equivalent {s['equivalent']:3d}"
               f"  score {s['score'] if s['score'] is not None else '-'}")
-    print(f"equivalent (reviewed, left out): {res['equivalent']}; survivors listed in {Path(args.output).name}")
+    print(f"equivalent (reviewed, left out): {res['equivalent']}; not checked (budget): {res['not_checked']}; "
+          f"survivors listed in {Path(args.output).name}")
     print(f"mutation score: {res['score']:.3f} (killed {res['killed']} of {res['total']})")
     return 0
 
