@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 
 import analyzers
 from analyzers.collectives import bandwidth_wide, busbw_factor, comm_op_stats, per_type_summary, rank_totals
@@ -169,3 +170,118 @@ def test_expert_load_cv_through_the_registry():
     a = analyzers.analyze(None, workload_steps=ws, config={"world_size": 1, "train": {"warmup_steps": 1}})
     assert a.summary["expert_load_cv"] == pytest.approx(0.5)  # load [3, 1]: std 1 / mean 2
     assert list(a.tables["experts"]["step"]) == [1, 2]
+
+
+# ---- run rows, directions, compare statistics, group matching, pipeline bubble (survivors of `make mutation`) -------
+
+def test_ls_row_carries_every_field_of_the_record():
+    from perfbench.results import summarize
+
+    metrics = {"throughput": 10.0, "step_time_s": 0.5, "computing_s": 0.3, "communication_not_overlapped_s": 0.1,
+               "overlapped_s": 0.05, "free_s": 0.1, "comm_share": 0.25, "kernel_utilization": 0.6,
+               "collectives_per_step": 161.0, "comm_bytes_per_step": 1e6, "bubble_fraction": 0.2,
+               "expert_load_cv": 0.3, "dropped_tokens_per_step": 7.0, "loss_first": 2.3, "loss_last": 1.1}
+    rec = {"run_id": "r2", "sweep_id": "sw", "source": "sweep", "status": "ok", "error": "none really",
+           "settings": {"world_size": 2}, "config_key": "K", "metrics": metrics}
+    one = {"run_id": "r1", "status": "ok", "settings": {"world_size": 1}, "config_key": "K",
+           "metrics": {"throughput": 4.0}}
+    (row,) = summarize([rec], context=[one, rec])  # the baseline comes from the context
+    assert row == {"run_id": "r2", "sweep_id": "sw", "source": "sweep", "status": "ok", "error": "none really",
+                   "settings": {"world_size": 2}, **metrics, "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0))}
+    (row,) = summarize([rec])  # without the context there is no 1-rank run
+    assert row["scaling_efficiency"] is None
+    (row,) = summarize([{"run_id": "x", "status": "ok", "metrics": None}])  # a bare record: unknowns, no crash
+    assert row["settings"] == {} and row["throughput"] is None
+    from perfbench.results import baselines
+
+    assert baselines([{"run_id": "y", "status": "ok", "config_key": "K", "metrics": {"throughput": 1.0}}]) == {}
+
+
+def test_breakdown_fractions_by_hand():
+    from perfbench.results import breakdown_fractions
+
+    f = breakdown_fractions({"computing_s": 0.6, "communication_not_overlapped_s": 0.3, "free_s": 0.1,
+                             "overlapped_s": 0.2})
+    assert f == pytest.approx({"computing_s": 0.6, "communication_not_overlapped_s": 0.3, "overlapped_s": 0.2,
+                               "free_s": 0.1})
+    g = breakdown_fractions({"computing_s": 1.0, "communication_not_overlapped_s": 0.5, "free_s": 0.5})
+    assert g == pytest.approx({"computing_s": 0.5, "communication_not_overlapped_s": 0.25, "overlapped_s": 0.0,
+                               "free_s": 0.25})
+    assert breakdown_fractions({"computing_s": 0.5, "free_s": 0.5}) == {}  # a part unknown: no shares
+    assert breakdown_fractions({"computing_s": 0.0, "communication_not_overlapped_s": 0.0, "free_s": 0.0}) == {}
+    assert breakdown_fractions({"computing_s": 0.4, "communication_not_overlapped_s": 0.3, "free_s": 0.3}) != {}
+
+
+@pytest.mark.parametrize("better,before,after,worse", [
+    ("higher", 10, 9, True), ("higher", 10, 10, False), ("higher", 10, 11, False),
+    ("lower", 10, 11, True), ("lower", 10, 10, False), ("lower", 10, 9, False),
+    (None, 10, 11, False), (None, 10, 9, False),
+])
+def test_metric_worse_by_direction(better, before, after, worse):
+    from analyzers.catalogue import Metric, metric
+
+    assert Metric("m", "m", "s", better, "d").worse(before, after) is worse
+    assert metric("throughput").worse(100, 50) and metric("step_time_s").worse(0.1, 0.2)
+    with pytest.raises(KeyError, match="not in the metric catalogue"):
+        metric("no_such_metric")
+
+
+def test_metric_delta_by_hand():
+    from perfbench.compare import metric_delta
+
+    r = metric_delta("step_time_s", [1.0, 2.0, 3.0], [])
+    assert r == {"metric": "step_time_s", "unit": "s", "higher_is_better": False, "n_a": 3, "n_b": 0, "a": 2.0,
+                 "b": None, "delta": None, "rel": None, "ci_low": None, "ci_high": None, "p_value": None}
+    r = metric_delta("throughput", [], [4.0])
+    assert r["a"] is None and r["b"] == 4.0 and r["higher_is_better"] is True and r["unit"] == "samples/s"
+    r = metric_delta("no_such_metric", [1.0, 2.0], [3.0, 5.0], level=0.5)
+    assert r["higher_is_better"] is False and r["unit"] == ""
+    assert r["median_a"] == 1.5 and r["median_b"] == 4.0 and r["rel"] == pytest.approx(2.5 / 1.5)
+    va, vb = 0.5 / 2, 2.0 / 2  # sample variances / n
+    dof = (va + vb) ** 2 / (va ** 2 + vb ** 2)
+    half = stats.t.ppf(0.75, dof) * math.sqrt(va + vb)  # a 50% interval
+    assert r["ci_abs"] == pytest.approx([2.5 - half, 2.5 + half])
+    assert r["ci_low"] == pytest.approx((2.5 - half) / 1.5) and r["ci_high"] == pytest.approx((2.5 + half) / 1.5)
+    r = metric_delta("step_time_s", [0.0, 0.0], [1.0, 2.0])  # mean 0: no relative change, no relative interval
+    assert r["rel"] is None and r["ci_low"] is None and r["ci_high"] is None and r["delta"] == 1.5
+
+
+def test_welch_ci_needs_two_samples_a_side():
+    from perfbench.compare import welch_ci
+
+    assert welch_ci([1, 2], [3, 5]) is not None and welch_ci([1, 2], [3]) is None and welch_ci([1], [3, 4]) is None
+    lo, hi = welch_ci([1, 2], [3, 5])
+    assert lo < 2.5 < hi and (lo + hi) / 2 == pytest.approx(2.5)
+    assert welch_ci([1.0, 1.0], [2.0, 2.0]) == (1.0, 1.0)  # no spread: the difference itself
+
+
+def test_group_matching_prefers_the_exact_group():
+    from perfbench.check import Group, group_key, match_groups
+
+    base = [Group({"ws": 2}), Group({"ws": 2, "fusion": 0})]
+    (pair,) = match_groups(base, [Group({"ws": 2, "fusion": 0})], direct=False)
+    assert pair[0] is base[1]  # both agree on the common keys; the exact one wins
+    twins = [Group({"ws": 2, "fusion": 0}), Group({"ws": 2, "fusion": 0})]
+    assert match_groups(twins, [Group({"ws": 2, "fusion": 0})], direct=False)[0][0] == "ambiguous"
+    assert group_key({"model": {"a": 1, "b": 2}}) == group_key({"model": {"b": 2, "a": 1}})
+
+
+def test_pipeline_bubble_helpers():
+    from analyzers.pipeline import ideal_bubble_fraction, mean_bubble_fraction
+
+    assert ideal_bubble_fraction(2, 4) == pytest.approx(1 / 5) and ideal_bubble_fraction(1, 8) == 0.0
+    assert ideal_bubble_fraction(4, 4) == pytest.approx(3 / 7)
+    for s, m in ((0, 4), (2, 0), (None, 4), ("x", 2)):
+        assert math.isnan(ideal_bubble_fraction(s, m))
+    assert mean_bubble_fraction(None) is None and mean_bubble_fraction(pd.DataFrame({"bubble_fraction": []})) is None
+    assert mean_bubble_fraction(pd.DataFrame({"bubble_fraction": [0.2]})) == pytest.approx(0.2)
+    assert mean_bubble_fraction(pd.DataFrame({"bubble_fraction": [0.2, "0.4", "n/a"]})) == pytest.approx(0.3)
+    assert mean_bubble_fraction(pd.DataFrame({"bubble_fraction": [np.nan]})) is None
+
+
+def test_ratios_between_0_and_1_ms():
+    co = OPS.copy()
+    co.loc[0, ["wait_ms", "transit_ms", "synchronization_ms"]] = [0.2, 0.3, 0.1]  # denominators below 1 ms
+    out = comm_op_stats(co)
+    assert out["wait_ratio"].iloc[0] == pytest.approx(0.4) and out["sync_ratio"].iloc[0] == pytest.approx(0.25)
+    assert out["algbw_gbps"].iloc[0] == pytest.approx(40.0, rel=1e-12)  # 1 GB = 1e9 bytes exactly
