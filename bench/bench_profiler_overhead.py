@@ -1,7 +1,7 @@
 """Profiler overhead per `profile.level` on the quickstart's own runs (real msrun, real MindSpore profiler).
 
-For each round, one run per level (`off` = profiler disabled, then each profiled level), launched back to
-back through perfbench.launcher with the quickstart's model and schedule (ResNet-50 3-4-6-3 width 16,
+For each round, one run per level (`off` = profiler disabled, then each profiled level, their order
+rotated from round to round), launched back to back through perfbench.launcher with the quickstart's model and schedule (ResNet-50 3-4-6-3 width 16,
 32x32, batch 8 per rank, 14 steps, 3 warm-up, 4 profiled). Per run:
   * reported:  the run's own `profiler_overhead` as ingest reports it = median step time of the profiled
                steps / median step time of the unprofiled measured steps of the same run - 1
@@ -102,7 +102,9 @@ def main(argv=None) -> int:
     t0 = time.time()
     for rnd in range(args.rounds):
         base = None
-        for lv in levels:
+        k = rnd % (len(levels) - 1)  # `off` first (the A/B base), the profiled levels rotated: no level always
+        order = ["off"] + levels[1:][k:] + levels[1:][:k]  # runs right after the previous run's teardown
+        for lv in order:
             r = launch(out, f"r{rnd}-{lv}", args, lv, port)
             port += 1
             win, aft = med(step_times(r["ranks"], window)), med(step_times(r["ranks"], after))
