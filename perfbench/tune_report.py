@@ -138,6 +138,10 @@ def answer(store: Store, rec: dict, study=None) -> dict:
     out["gain"] = gain  # how much better the best is than the default (0.25 = 25% better)
     out["history"] = history
     out["finalist"] = rec.get("finalist")
+    # the finalist re-run is a second measurement of the best: on a noisy machine a best chosen from one run
+    # is often lucky (regression to the mean), so both are shown
+    fin = store.read_run(rec["finalist"]) if rec.get("finalist") else None
+    out["finalist_value"] = (fin.get("metrics") or {}).get(objective) if fin and fin.get("status") == "ok" else None
     out["explanation"] = explain(store, default["run_id"] if default else None, rec.get("finalist") or
                                  (best.user_attrs["run_id"] if best is not None else None))
     out["wall_split"] = wall_split(store, [t["run_id"] for t in trials] + ([rec["finalist"]] if rec.get("finalist") else []),

@@ -40,6 +40,8 @@ def render(out, ans: dict, results) -> None:
     out.print(f"[bold]best[/bold]: {chosen} → "
               f"{format_value(obj, best['value'])} {unit}"
               + (f", {gain * 100:+.1f}% vs the default ({format_value(obj, dflt.get('value'))} {unit})" if gain is not None else ""))
+    if ans.get("finalist_value") is not None:
+        out.print(f"the best re-measured (its profiled re-run {ans['finalist']}): {format_value(obj, ans['finalist_value'])} {unit}")
     if ans["importance"]:
         imp = ", ".join(f"{k} {v:.2f}" for k, v in sorted(ans["importance"].items(), key=lambda kv: -kv[1]))
         out.print(f"importance (PED-ANOVA): {imp}")
@@ -49,6 +51,12 @@ def render(out, ans: dict, results) -> None:
     ex = ans.get("explanation")
     if ex:
         out.print(f"why the best beats the default (perfbench compare {ex['a']} {ex['b']}):")
+        diff = [f"{d['key'].split('.')[-1]} {d['a']} → {d['b']}" for d in ex.get("settings_diff") or []
+                if d["key"].startswith("settings.")]
+        if diff:
+            per_step = any(d.startswith("batch_size ") for d in diff)
+            out.print(f"  settings: {', '.join(diff)}" + (" (the breakdown below is per step: the batch differs)"
+                                                          if per_step else ""))
         for r in ex.get("breakdown") or []:
             if r.get("delta_ms") is not None:
                 out.print(f"  {r['part']:<32} {r['a_ms']:8.1f} → {r['b_ms']:8.1f} ms per rank-step ({r['delta_ms']:+.1f})")
