@@ -108,6 +108,10 @@ _ALL = [
     Metric("exposed_collective_s", "exposed coll ms", "s", "lower",
            "per rank and step: communication_not_overlapped minus exposed_p2p (gradient and other "
            "collectives; analyzers.comm_exposure)", "ms", "mean over ranks and steps"),
+    Metric("step_cpu_s", "step cpu ms", "s", "lower",
+           "per step: max over ranks of the rank process's CPU time (time.process_time, all threads) during the "
+           "step (workload step records, cpu_s); less stretched by a busy machine than step_time_s "
+           "(analyzers.step_cpu)", "ms", _STEP),
     Metric("checkpoint_cost", "ckpt cost", "ratio", "lower",
            "median step time of measured steps that saved a checkpoint (train.checkpoint_every; the save is inside "
            "the step) / median step time of measured steps that did not, minus 1 (analyzers.checkpoint_cost)",

@@ -131,6 +131,8 @@ REGISTRY: list[AnalysisSpec] = [
                           "collectives_per_step", "comm_bytes_per_step", "measured_steps", "samples_per_step",
                           "profiler_overhead", "profiled_step_time_s", "loss_first", "loss_last",
                           "dropped_tokens_per_step", "ranks", "steps")),
+    AnalysisSpec("step_cpu", _lazy("analyzers.step_cpu", "analysis"), needs=("workload_steps",),
+                 metrics=("step_cpu_s",)),
     AnalysisSpec("checkpoint_cost", _lazy("analyzers.checkpoint_cost", "analysis"), needs=("workload_steps",),
                  metrics=("checkpoint_cost", "checkpoint_save_s")),
     AnalysisSpec("timeline", _lazy("analyzers.timeline", "analysis"), needs=("ops", "steps"), tables=("timeline",)),

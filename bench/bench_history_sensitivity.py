@@ -11,6 +11,9 @@ false-alarm rate on clean runs, from a pool of real short 1-rank runs.
 
     .venv/bin/python bench/bench_history_sensitivity.py --make-pool --pool /tmp/pool --delay-ms 3.5 --repeats 20
     .venv/bin/python bench/bench_history_sensitivity.py --pool /tmp/pool --delay-ms 3.5 --trials 10 200
+    # a CPU-costing slowdown judged on CPU time per step (analyzers.step_cpu):
+    .venv/bin/python bench/bench_history_sensitivity.py --make-pool --pool /tmp/pool-cpu --inject busy_ms \
+        --delay-ms 4 --repeats 15 --metric step_cpu_s
 
 The delay should be ~10% of the clean step time (check the printed median). Results in docs/check.md.
 """
@@ -39,26 +42,26 @@ workload: resnet50
 model: {{image_size: 32, num_classes: 10, width: 8, layers: [3, 4, 6, 3]}}
 train: {{batch_size: 4, steps: {steps}, warmup_steps: 5, seed: 0}}
 profile: {{enabled: false, steps: 1}}
-sweep: {{world_size: [1], delay_ms: [0, {delay}]}}
+sweep: {{world_size: [1], {inject}: [0, {delay}]}}
 repeats: {repeats}
 """
 
 
-def make_pool(pool: Path, delay: float, repeats: int, steps: int) -> None:
+def make_pool(pool: Path, inject: str, delay: float, repeats: int, steps: int) -> None:
     with tempfile.TemporaryDirectory() as d:
         cfg = Path(d) / "pool.yaml"
-        cfg.write_text(POOL.format(delay=delay, repeats=repeats, steps=steps))
+        cfg.write_text(POOL.format(inject=inject, delay=delay, repeats=repeats, steps=steps))
         subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(pool)], cwd=ROOT, check=True)
 
 
-def load(pool: Path, delay: float, metric: str) -> tuple[list[tuple], list[tuple]]:
+def load(pool: Path, inject: str, delay: float, metric: str) -> tuple[list[tuple], list[tuple]]:
     store = Store(pool, create=False)
     clean, slow = [], []
     for r in store.list_runs():
         if r.get("status") != "ok" or (r.get("metrics") or {}).get(metric) is None:
             continue
         item = (r["run_id"], float(r["metrics"][metric]), step_samples(store, r).get(metric, []))
-        d = float(r["settings"].get("delay_ms", 0))
+        d = float(r["settings"].get(inject, 0))
         (clean if d == 0 else slow if abs(d - delay) < 1e-9 else []).append(item)
     return clean, slow
 
@@ -77,7 +80,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pool", type=Path, required=True, help="results dir of the pool sweep")
     ap.add_argument("--make-pool", action="store_true", help="run the pool sweep first (real msrun runs)")
-    ap.add_argument("--delay-ms", type=float, required=True)
+    ap.add_argument("--delay-ms", type=float, required=True, help="the slowed runs' value of --inject")
+    ap.add_argument("--inject", default="delay_ms", choices=("delay_ms", "busy_ms"),
+                    help="delay_ms: the ranks sleep; busy_ms: they burn CPU (a slowdown that costs CPU, like code)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--history", type=int, default=8, help="clean history points per trial")
@@ -90,8 +95,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.make_pool:
-        make_pool(args.pool, args.delay_ms, args.repeats, args.steps)
-    clean, slow = load(args.pool, args.delay_ms, args.metric)
+        make_pool(args.pool, args.inject, args.delay_ms, args.repeats, args.steps)
+    clean, slow = load(args.pool, args.inject, args.delay_ms, args.metric)
     cv = statistics.pstdev([v for _, v, _ in clean]) / statistics.mean([v for _, v, _ in clean])
     out = {"clean_runs": len(clean), "slowed_runs": len(slow), "delay_ms": args.delay_ms,
            "clean_median": statistics.median(v for _, v, _ in clean),

@@ -432,7 +432,9 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
     res.update(reference=reference, reference_points=len(ref_pts), change=ratio - 1.0, worse_by=w, p_value=p_pred,
                p_mann_whitney=p_mw, method="prediction", began_at=cur[0].ref, began_commit=cur[0].commit,
                began_run=cur[0].run_id)
-    sig_mw = p_mw is not None and p_mw < alpha
+    # metrics without per-step samples in the store (perfbench.compare.step_samples) are judged by the prediction test alone
+    no_samples = not any(p.samples for p in ref_pts) or not any(p.samples for p in cur)
+    sig_mw = no_samples or (p_mw is not None and p_mw < alpha)
     if w > threshold and p_pred is not None and p_pred < alpha and sig_mw:
         res.update(verdict="regression", confidence=1 - p_pred)
     elif w < -threshold and p_better is not None and p_better < alpha and sig_mw:
@@ -449,7 +451,7 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
         why.append(f"Mann–Whitney p={'–' if p_mw is None else f'{p_mw:.3g}'} ≥ {alpha}")
     res["reason"] = "; ".join(why) if res["verdict"] == "unchanged" else (
         f"{'worse' if w > 0 else 'better'} by {abs(w) * 100:.1f}% than the {len(ref_pts)} points since "
-        f"{ref_pts[0].ref}; prediction p={pp:.3g}, Mann–Whitney p={p_mw:.3g}")
+        f"{ref_pts[0].ref}; prediction p={pp:.3g}" + ("" if p_mw is None else f", Mann–Whitney p={p_mw:.3g}"))
     return res
 
 

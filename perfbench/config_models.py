@@ -138,6 +138,8 @@ class Inject(Section):
     hang_rank: int | None = Field(None, ge=0, description="this rank sleeps forever at hang_step")
     hang_step: int | None = Field(None, ge=0)
     delay_ms: float = Field(0, ge=0, description="every rank sleeps this long in every step")
+    busy_ms: float = Field(0, ge=0, description="every rank burns this much CPU time in every step (a slowdown "
+                                                "that costs CPU like a code regression, unlike delay_ms's sleep)")
 
 
 MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel}

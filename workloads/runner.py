@@ -267,6 +267,14 @@ def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
             time.sleep(3600)
 
 
+def _burn_cpu(seconds: float) -> None:
+    """inject.busy_ms: spin until this thread used `seconds` of CPU time (wall time stretches under load)."""
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
+
+
 class Checkpoints:
     """train.checkpoint_every: after every N-th step, a synchronous ``ms.save_checkpoint`` of the workload's
     ``checkpoint_cell()`` (weights and optimizer state) to ``checkpoints/rank{R}-step{S}.ckpt`` (written to a
@@ -366,6 +374,7 @@ def run(cfg: dict) -> int:
     cap = _Capture(out / "profile", warmup, prof_steps, level) if profiling else None
     summary = _Summary(ms, out / "summary") if rank == 0 else None
     delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
+    busy_s = float((cfg.get("inject") or {}).get("busy_ms") or 0) / 1000.0
     ckpt = Checkpoints(ms, wl, cfg, rank, out)
     first = ckpt.restore()  # 0, or the step after the checkpoint a resumed run continues from
     if first:
@@ -380,12 +389,14 @@ def run(cfg: dict) -> int:
         for step in range(first, steps):
             _inject(cfg, rank, step, ctx)
             ctx._begin_step(step)
-            start = time.time()
+            start, cpu0 = time.time(), time.process_time()
             if delay_s:
                 time.sleep(delay_s)
+            if busy_s:
+                _burn_cpu(busy_s)
             res = wl.train_step(step)
             saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
-            end = time.time()
+            end, cpu_s = time.time(), time.process_time() - cpu0
             in_window = profiling and warmup <= step < warmup + prof_steps
             if cap is not None:
                 cap.prof.step()
@@ -394,6 +405,7 @@ def run(cfg: dict) -> int:
             samples = int(res.pop("samples"))
             rec = {"rank": rank, "step": step, "start_ts": start, "end_ts": end, "step_time_s": end - start,
                    "samples": samples, "loss": loss, "profiled": in_window}
+            rec["cpu_s"] = cpu_s  # CPU time of the whole rank process (all threads) during the step
             rec.update(res)
             if saved_s is not None:
                 rec["checkpoint_s"] = saved_s
