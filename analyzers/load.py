@@ -41,7 +41,8 @@ class Format:
 def _ascend_text_parse(d: Path, **kw) -> Profile:
     from analyzers.ascend.text import parse_text_rank
 
-    return parse_text_rank(d, read_trace=kw.get("read_trace", "auto"), fit=False)
+    return parse_text_rank(d, read_trace=kw.get("read_trace", "auto"), fit=False,
+                           read_kernels=kw.get("read_kernels", True))
 
 
 def _ascend_text_detect(d: Path) -> bool:
@@ -53,7 +54,7 @@ def _ascend_text_detect(d: Path) -> bool:
 def _ascend_db_parse(d: Path, **kw) -> Profile:
     from analyzers.ascend.db import parse_db_rank
 
-    return parse_db_rank(d)
+    return parse_db_rank(d, read_kernels=kw.get("read_kernels", True))
 
 
 def _ascend_db_detect(d: Path) -> bool:
@@ -181,8 +182,13 @@ LOST_WITHOUT = {"kernel_details.csv": "kernels", "trace_view.json": "host step s
                 "ascend_*_profiler_*.db": "kernels, steps and collective sizes"}
 
 
+#: with kernels="auto", clusters up to this many ranks read every rank's kernels; larger ones read the
+#: kernels of this many ranks (spread over the cluster) as the cross-check of the profiler's step trace
+KERNEL_CROSS_CHECK_RANKS = 4
+
+
 def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto",
-                 hints: dict | None = None, strict: bool = False) -> Profile:
+                 hints: dict | None = None, strict: bool = False, kernels: str = "auto") -> Profile:
     """Find every rank under `path`, parse them (in parallel when there are several) and merge.
     `hints` are facts a parser may use when it accepts them: `workload_steps` (the workload's own step
     records, for step windows on CPU profiles) and `meta` (e.g. world size, collective dtype).
@@ -191,7 +197,14 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
     be read at all while others can, becomes a warning naming the file (`Profile.warnings`); only when
     nothing can be read is it an error. `strict=True` turns the first warning into an error.
     msprof-analyze's output (`cluster_analysis_output/`) found beside rank folders is read as a
-    cross-check (`meta["cluster_output"]`), not as more ranks."""
+    cross-check (`meta["cluster_output"]`), not as more ranks.
+
+    `kernels`: "all" reads every rank's kernels (kernel_details.csv / trace_view.json / the profiler db);
+    "auto" (default) does so up to KERNEL_CROSS_CHECK_RANKS ranks, and in a larger cluster only for that
+    many ranks spread over it plus every rank without the profiler's step trace: the step trace is the
+    breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
+    many ranks they cover), so the import stays fast at hundreds of ranks; "none" reads no kernels where
+    the step trace is there. `ranks.inputs` says what each rank was read from."""
     units = find_units(path)
     if not units:
         raise UserError(f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
@@ -204,15 +217,17 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
         checks = []
     opts = {"read_trace": read_trace, "hints": hints or {}}
     n = len(units)
+    light = _light_units(units, kernels)
     workers = workers if workers is not None else min(n, os.cpu_count() or 1, 16)
     results = []
     if workers > 1 and n > 1:
         ctx = multiprocessing.get_context("fork")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            results = list(pool.map(_parse_unit, [u[0] for u in units], [str(u[1]) for u in units], [opts] * n,
+            results = list(pool.map(_parse_unit, [u[0] for u in units], [str(u[1]) for u in units],
+                                    [dict(opts, read_kernels=i not in light) for i in range(n)],
                                     chunksize=max(1, n // (workers * 4))))
     else:
-        results = [_parse_unit(f, str(d), opts) for f, d in units]
+        results = [_parse_unit(f, str(d), dict(opts, read_kernels=i not in light)) for i, (f, d) in enumerate(units)]
     parts = [res[1] for res in results if res[0] == "ok"]
     failed = [res for res in results if res[0] == "error"]
     if not parts:
@@ -225,6 +240,24 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
         more = f" (and {len(profile.warnings) - 1} more warnings)" if len(profile.warnings) > 1 else ""
         raise UserError(f"{profile.warnings[0]}{more} [--strict]")
     return profile
+
+
+def _light_units(units: list[tuple[str, Path]], kernels: str) -> set[int]:
+    """Indexes of the units whose kernels are not read (see load_profile's `kernels`)."""
+    if kernels not in ("auto", "all", "none"):
+        raise UserError(f"kernels={kernels!r}: expected auto, all or none")
+    if kernels == "all":
+        return set()
+    with_trace = [i for i, (f, d) in enumerate(units) if f in ("ascend-text", "ascend-db") and (
+        (d / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").exists()
+        or (d / "ASCEND_PROFILER_OUTPUT" / "analysis.db").exists())]
+    if kernels == "none":
+        return set(with_trace)
+    if len(units) <= KERNEL_CROSS_CHECK_RANKS:
+        return set()
+    k = KERNEL_CROSS_CHECK_RANKS
+    keep = {with_trace[round(j * (len(with_trace) - 1) / (k - 1))] for j in range(k)} if with_trace else set()
+    return set(with_trace) - keep
 
 
 def _attach_cross_check(profile: Profile, checks: list[tuple[str, Path]]) -> None:

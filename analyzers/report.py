@@ -148,4 +148,18 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
 
 
 def dumps(doc: dict) -> str:
-    return json.dumps(doc, indent=2, default=lambda o: clean(o) if not isinstance(o, (set,)) else sorted(o))
+    """The document as indented JSON (orjson: ~10x faster than json on a many-rank document)."""
+    import orjson
+
+    def default(o):
+        if isinstance(o, set):
+            return sorted(o)
+        v = clean(o)
+        if v is o:
+            return str(o)
+        return v
+
+    try:
+        return orjson.dumps(doc, default=default, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # e.g. a NaN float that escaped clean(): orjson writes it as null, json as NaN
+        return json.dumps(doc, indent=2, default=lambda o: clean(o) if not isinstance(o, (set,)) else sorted(o))

@@ -25,7 +25,7 @@ import pandas as pd
 
 from analyzers.ascend.common import (OUTPUT_DIR, RankInputs, comm_op_type, device_step_windows, na_to_none,
                                      parallel_groups, rank_info, step_of)
-from analyzers.ascend.text import DTYPE_BYTES
+from analyzers.ascend.text import DTYPE_BYTES, SKIPPED
 from analyzers.parallel_groups import add_db_meta
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
@@ -82,7 +82,7 @@ def _q(con, sql: str) -> pd.DataFrame:
     return pd.read_sql_query(sql, con)
 
 
-def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
+def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels: bool = True) -> Profile:
     """One rank's db export as a Profile. The profiler db gives kernels, steps and collective sizes;
     analysis.db the profiler's breakdown and the communication analyses. Either may be damaged: it then
     becomes a warning naming it and the rank is analyzed with the other (`ranks.inputs` says which)."""
@@ -108,7 +108,11 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None) -> Profile:
     if ref is not None:
         meta["reference_source"] = "analysis.db StepTraceTime"
     ref_step = int(ref["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
-    got = io.read(dbp, _profiler_db, info, r0, ref_step, meta)
+    if not read_kernels and ref is not None:  # the step trace is the breakdown; kernels cross-checked elsewhere
+        meta["kernels_skipped"] = SKIPPED
+        got = None
+    else:
+        got = io.read(dbp, _profiler_db, info, r0, ref_step, meta)
     if got is None:
         if not io.used:
             raise ProfileFormatError(dbp, "no readable profiler data (" + "; ".join(io.warnings) + ")")

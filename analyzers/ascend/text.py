@@ -53,6 +53,8 @@ STEP_TRACE_OPTIONAL = {"Stage": "stage_us", "Bubble": "bubble_us", "Preparing": 
                        "Device_id": "device"}
 
 
+SKIPPED = "not read: the profiler's step trace is the breakdown (kernels cross-checked on other ranks)"
+
 #: files that make a folder's ASCEND_PROFILER_OUTPUT/ a rank (any one is enough: a rank is analyzed with what it has)
 RANK_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv", "communication.json",
               "communication_matrix.json", "analysis.db")
@@ -63,12 +65,15 @@ def is_text_rank(d: Path) -> bool:
     return out.is_dir() and any((out / f).exists() for f in RANK_FILES)
 
 
-def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto", fit: bool = True) -> Profile:
+def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto", fit: bool = True,
+                    read_kernels: bool = True) -> Profile:
     """One rank's text export as a Profile, from whatever of its files are there and readable.
 
     Each file is optional: a missing file leaves its tables empty, a damaged one becomes a warning
     naming it (`Profile.warnings`) and the rank keeps what its other files give. `ranks.inputs` lists the
-    files used. Only a rank with no readable file at all is an error. `fit=False` leaves tables
+    files used. Only a rank with no readable file at all is an error. `read_kernels=False` skips
+    kernel_details.csv and trace_view.json when the profiler's step trace is there (a large cluster's
+    ranks beyond the cross-check sample, see analyzers.load). `fit=False` leaves tables
     unconformed (load_profile conforms once after merging many ranks)."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
@@ -88,8 +93,11 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     io = RankInputs()
 
     kd, tv, st = out / "kernel_details.csv", out / "trace_view.json", out / "step_trace_time.csv"
-    ops = io.read(kd, _kernel_details, r) if kd.exists() else None
     ref = io.read(st, _step_trace, r) if st.exists() else None
+    skip = not read_kernels and ref is not None
+    if skip:
+        meta["kernels_skipped"] = SKIPPED
+    ops = io.read(kd, _kernel_details, r) if kd.exists() and not skip else None
     if ref is not None:
         meta["reference_source"] = "step_trace_time.csv"
     comm_ops = comm_bw = None
@@ -114,7 +122,9 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
                 links = a_links
 
     trace = None
-    if tv.exists() and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
+    if skip:
+        pass
+    elif tv.exists() and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
                         or (ops is None and read_trace != False)):  # noqa: E712
         trace = io.read(tv, _trace_facts, r, full=ops is None)
     elif tv.exists():
@@ -158,7 +168,7 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     if links is None:
         links = empty(LINKS)
 
-    if (out / "op_statistic.csv").exists():
+    if (out / "op_statistic.csv").exists() and not skip:  # the kernels' cross-check: read with the kernels
         stat = io.read(out / "op_statistic.csv", read_csv, {"OP Type": "op_type", "Total Time(us)": "total_us"},
                        {"Core Type": "core_type", "Count": "count"}, numeric=("total_us", "count"))
         if stat is not None:

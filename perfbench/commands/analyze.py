@@ -29,6 +29,12 @@ def register(sub) -> None:
     p.add_argument("--trace", choices=("auto", "always", "never"), default="auto",
                    help="read trace_view.json for host step starts (Preparing) and collective sizes: "
                         "auto = only files up to 512 MB (default)")
+    p.add_argument("--kernels", choices=("auto", "all", "none"), default="auto",
+                   help="which ranks' kernels (kernel_details.csv, trace_view.json, the profiler db) to read: the "
+                        "profiler's step trace is the breakdown and the kernels its cross-check and the kernel "
+                        "tables. auto (default): every rank up to 4 ranks; in larger clusters 4 ranks spread "
+                        "over the cluster plus every rank without a step trace. all: every rank. none: only "
+                        "ranks without a step trace")
     p.add_argument("--strict", action="store_true",
                    help="treat any warning (a missing or damaged file on some rank, a rank that cannot be read) "
                         "as an error: exit 2. Without it every rank is analyzed with what it has and the "
@@ -55,7 +61,7 @@ def run(args) -> int:
     t0 = time.time()
     read_trace = {"auto": "auto", "always": True, "never": False}[args.trace]
     profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace,
-                                     strict=getattr(args, "strict", False))
+                                     strict=getattr(args, "strict", False), kernels=getattr(args, "kernels", "auto"))
     run_id = args.run_id or _run_id(path)
     store = None
     if not args.no_store:
