@@ -237,3 +237,25 @@ def test_register_format_claims_folders_first(tmp_path):
         assert list(p.ranks["rank"]) == [7] and calls == [tmp_path / "a"]
     finally:
         L.FORMATS[:] = saved
+
+
+def test_large_cluster_reads_kernels_of_a_sample(tmp_path):
+    """kernels="auto": above 4 ranks, 4 ranks spread over the cluster have their kernels read (the cross-check);
+    the others are read from their step trace and communication files only, and say so in `inputs`."""
+    import json
+
+    src = fixture_path(*B, "level1")
+    for r in range(6):
+        d = tmp_path / "c" / f"rank{r}_ascend_pt"
+        shutil.copytree(src / f"rank{r % 2}_ascend_pt", d, ignore=shutil.ignore_patterns("profiler_info_*.json"))
+        info = json.loads((src / f"rank{r % 2}_ascend_pt" / f"profiler_info_{r % 2}.json").read_text())
+        info["rank_id"] = r
+        (d / f"profiler_info_{r}.json").write_text(json.dumps(info))
+    p = analyzers.load_profile(tmp_path / "c")
+    assert p.warnings == [] and len(p.ranks) == 6
+    full = {int(r) for r, i in zip(p.ranks["rank"], p.ranks["inputs"]) if "kernel_details.csv" in i}
+    assert len(full) == 4 and {0, 5} <= full
+    assert set(p.ops["rank"].unique()) == full
+    assert sorted(p.reference_breakdown["rank"]) == list(range(6)) and len(p.comm_ops) == 6 * 4
+    everything = analyzers.load_profile(tmp_path / "c", kernels="all")
+    assert set(everything.ops["rank"].unique()) == set(range(6))
