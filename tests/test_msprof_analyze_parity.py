@@ -31,19 +31,14 @@ import pytest
 
 import analyzers
 from tests.conftest import fixture_path
+from tests.test_golden_ascend import COMM, DB_PARTS, PARTS
 
 MSPROF = Path(sys.executable).with_name("msprof-analyze")
 ROOT = ("Ascend__msinsight", "test", "data", "pytorch")
 SETS = [("text", "level0"), ("text", "level1"), ("text", "level2"), ("db", "level0"), ("db", "level1"),
         ("db", "level2")]
-METRICS = {"Computing": "computing_us", "Communication(Not Overlapped)": "communication_not_overlapped_us",
-           "Overlapped": "overlapped_us", "Communication": "communication_us", "Free": "free_us",
-           "Preparing": "preparing_us", "Stage": "stage_us", "Bubble": "bubble_us"}
-DB_METRICS = {"computing": "computing_us", "communication_not_overlapped": "communication_not_overlapped_us",
-              "overlapped": "overlapped_us", "communication": "communication_us", "free": "free_us",
-              "preparing": "preparing_us", "stage": "stage_us", "bubble": "bubble_us"}
-TIME = {"Elapse Time(ms)": "elapse_ms", "Transit Time(ms)": "transit_ms", "Wait Time(ms)": "wait_ms",
-        "Synchronization Time(ms)": "synchronization_ms", "Idle Time(ms)": "idle_ms"}
+# the profiler's column names -> ours: the same files msprof-analyze copies (tests/test_golden_ascend.py)
+METRICS, DB_METRICS, TIME = PARTS, DB_PARTS, COMM
 DB_TIME = {"elapsed_time": "elapse_ms", "transit_time": "transit_ms", "wait_time": "wait_ms",
            "synchronization_time": "synchronization_ms", "idle_time": "idle_ms"}
 #: perfbench's recomputation from kernels vs the profiler's step trace, as a share of the step (observed <= 5e-6)
