@@ -184,7 +184,7 @@ LOST_WITHOUT = {"kernel_details.csv": "kernels", "trace_view.json": "host step s
 
 #: with kernels="auto", clusters up to this many ranks read every rank's kernels; larger ones read the
 #: kernels of this many ranks (spread over the cluster) as the cross-check of the profiler's step trace
-KERNEL_CROSS_CHECK_RANKS = 4
+KERNEL_CROSS_CHECK_RANKS = 2
 
 
 def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto",
@@ -201,7 +201,7 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
 
     `kernels`: "all" reads every rank's kernels (kernel_details.csv / trace_view.json / the profiler db);
     "auto" (default) does so up to KERNEL_CROSS_CHECK_RANKS ranks, and in a larger cluster only for that
-    many ranks spread over it plus every rank without the profiler's step trace: the step trace is the
+    many ranks spread over it (the first and the last) plus every rank without the profiler's step trace: the step trace is the
     breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
     many ranks they cover), so the import stays fast at hundreds of ranks; "none" reads no kernels where
     the step trace is there. `ranks.inputs` says what each rank was read from."""

@@ -3,7 +3,7 @@
 Both run as fresh processes (interpreter start and imports included, as a user would run them), in
 alternating order, `--repeats` times each: `msprof-analyze cluster -d DATA -m all -o OUT` and
 `perfbench analyze DATA --results RES --json` (default `--kernels auto`: the profiler's step trace is
-the breakdown, the kernels of up to 4 ranks its cross-check). The report gives medians of wall time, of
+the breakdown, the kernels of the first and last rank its cross-check). The report gives medians of wall time, of
 CPU time (user + sys of the process and its worker processes, which does not depend on how loaded the
 shared machine is) and of peak memory (max RSS of the main process, from wait4; worker processes not
 included), and the ratios msprof / perfbench.

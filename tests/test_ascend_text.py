@@ -240,7 +240,7 @@ def test_register_format_claims_folders_first(tmp_path):
 
 
 def test_large_cluster_reads_kernels_of_a_sample(tmp_path):
-    """kernels="auto": above 4 ranks, 4 ranks spread over the cluster have their kernels read (the cross-check);
+    """kernels="auto": above 2 ranks, the first and the last have their kernels read (the cross-check);
     the others are read from their step trace and communication files only, and say so in `inputs`."""
     import json
 
@@ -254,7 +254,7 @@ def test_large_cluster_reads_kernels_of_a_sample(tmp_path):
     p = analyzers.load_profile(tmp_path / "c")
     assert p.warnings == [] and len(p.ranks) == 6
     full = {int(r) for r, i in zip(p.ranks["rank"], p.ranks["inputs"]) if "kernel_details.csv" in i}
-    assert len(full) == 4 and {0, 5} <= full
+    assert full == {0, 5}
     assert set(p.ops["rank"].unique()) == full
     assert sorted(p.reference_breakdown["rank"]) == list(range(6)) and len(p.comm_ops) == 6 * 4
     everything = analyzers.load_profile(tmp_path / "c", kernels="all")

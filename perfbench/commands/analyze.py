@@ -32,9 +32,9 @@ def register(sub) -> None:
     p.add_argument("--kernels", choices=("auto", "all", "none"), default="auto",
                    help="which ranks' kernels (kernel_details.csv, trace_view.json, the profiler db) to read: the "
                         "profiler's step trace is the breakdown and the kernels its cross-check and the kernel "
-                        "tables. auto (default): every rank up to 4 ranks; in larger clusters 4 ranks spread "
-                        "over the cluster plus every rank without a step trace. all: every rank. none: only "
-                        "ranks without a step trace")
+                        "tables. auto (default): every rank up to 2 ranks; in larger clusters the first and the "
+                        "last rank plus every rank without a step trace. all: every rank. none: only ranks "
+                        "without a step trace")
     p.add_argument("--strict", action="store_true",
                    help="treat any warning (a missing or damaged file on some rank, a rank that cannot be read) "
                         "as an error: exit 2. Without it every rank is analyzed with what it has and the "
