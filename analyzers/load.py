@@ -282,8 +282,7 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
             setattr(parts[0], name, conform(df if df is not None else pd.DataFrame(), TABLES[name]))
         p = parts[0]
         p.warnings = list(getattr(p, "warnings", None) or [])
-        src = p.meta.get("reference_source")
-        p.meta["reference_sources"] = [src] if src else []
+        p.meta["reference_sources"] = _reference_sources([p])
         _fill_group_sizes(p)
         _fill_world_size(p)
         return p
@@ -314,8 +313,7 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
     for p in parts:
         groups.update(p.meta.get("parallel_groups") or {})
     merged.meta["parallel_groups"] = groups
-    merged.meta["reference_sources"] = sorted({p.meta["reference_source"] for p in parts
-                                               if p.meta.get("reference_source")})
+    merged.meta["reference_sources"] = _reference_sources(parts)
     merged.warnings = [w for p in parts for w in (getattr(p, "warnings", None) or [])] + _missing_file_warnings(parts)
     _fill_group_sizes(merged)
     _fill_world_size(merged)
@@ -328,6 +326,18 @@ STANDS_IN_FOR = {"kernel_details.csv": ("ascend_*_profiler_*.db",), "trace_view.
                  "communication_matrix.json": ("analysis.db",),
                  "analysis.db": ("step_trace_time.csv", "communication.json"),
                  "ascend_*_profiler_*.db": ("kernel_details.csv",)}
+
+
+def _reference_sources(parts: list[Profile]) -> list[str]:
+    """What the profiler's own breakdown was read from, for the console and `source.reference`: each
+    parser's meta["reference_source"]; a parser that gives a breakdown without naming its file is labelled
+    by its format, never by another format's file name."""
+    out = set()
+    for p in parts:
+        if p.reference_breakdown is None or not len(p.reference_breakdown):
+            continue
+        out.add(p.meta.get("reference_source") or f"{p.source} files")
+    return sorted(out)
 
 
 def _missing_file_warnings(parts: list[Profile]) -> list[str]:

@@ -439,3 +439,21 @@ def test_c1_file_removed_from_one_rank(tmp_path, intact_c1, removed):
     else:
         check_comm({"communication": comm1}, db_comm(intact / "rank1_ascend_pt"))
         assert not any(k["ranks"] == 2 for k in doc["kernels"])
+
+
+G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
+
+
+@pytest.mark.parametrize("parts,label", [(B + ("level1",), "step_trace_time.csv"),
+                                         (C + ("level1",), "analysis.db StepTraceTime"),
+                                         (E, "msprof-analyze cluster_step_trace_time.csv"),
+                                         (G, "mindspore-legacy files")], ids=["B1", "C1", "E", "G"])
+def test_reference_is_labelled_with_what_it_is(tmp_path, parts, label):
+    """Issue 15 item 11: the console and `source.reference` name where the profiler's own breakdown came
+    from (G's comes from MindSpore's cluster analysis files, not from a step_trace_time.csv)."""
+    d = _copy(tmp_path, parts)
+    assert analyze_json(d)["source"]["reference"] == [label]
+    out = " ".join(run_perfbench("analyze", d, "--no-store").stdout.split())  # rich wraps long lines
+    assert f"from {label}" in out
+    if label != "step_trace_time.csv":
+        assert "step_trace_time " not in out and "step_trace_time)" not in out
