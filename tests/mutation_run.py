@@ -12,7 +12,7 @@ tests/mutation_equivalent.txt, one per line, `file :: - original line :: + mutat
 they are left out of N and reported. Mutants no test reaches ("no tests") count as survivors: code that
 nothing checks is exactly what this is meant to find. Timeouts count as killed (the mutant hung).
 
-    python tests/mutation_run.py [--max-children 2] [--resume] [--budget SECONDS] [--report-only]
+    python tests/mutation_run.py [--max-children 2] [--resume] [--budget SECONDS] [--report-only] [--rerun-survivors]
 """
 
 from __future__ import annotations
@@ -170,12 +170,21 @@ def main() -> int:
     ap.add_argument("--max-children", type=int, default=2, help="parallel mutant runs (default 2)")
     ap.add_argument("--resume", action="store_true", help="keep mutants/ from an earlier run (only unfinished ones run)")
     ap.add_argument("--report-only", action="store_true", help="do not run mutmut; report the last run's results")
+    ap.add_argument("--rerun-survivors", action="store_true",
+                    help="after adding tests: copy tests/ into mutants/ and run again only the last run's survivors")
     ap.add_argument("--output", default=str(ROOT / "mutation.json"))
     ap.add_argument("--budget", type=float, default=0, metavar="S",
                     help="stop mutmut after S seconds and report what it checked (unchecked mutants are counted apart)")
     args = ap.parse_args()
     os.chdir(ROOT)
-    if not args.report_only:
+    names = FUNCTIONS
+    if args.rerun_survivors:
+        last = json.loads(Path(args.output).read_text())
+        names = [s["mutant"] for s in last["survivors"]]
+        for f in (ROOT / "tests").glob("*.py"):  # mutmut copies the tree once; bring the new tests in
+            shutil.copy2(f, ROOT / "mutants" / "tests" / f.name)
+        args.resume = True
+    if not args.report_only and names:
         if not args.resume and (ROOT / "mutants").exists():
             shutil.rmtree(ROOT / "mutants")  # the code moved since: start clean
         cfg = _config()
@@ -185,7 +194,7 @@ def main() -> int:
         t0 = time.time()
         with open(ROOT / "mutation.log", "w") as log:
             proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
-                                     *FUNCTIONS], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     *names], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                     start_new_session=True)
             try:
                 rc = proc.wait(timeout=args.budget or None)

@@ -131,3 +131,68 @@ def test_run_check_end_to_end(tmp_path):
     assert res["unmatched_baseline_groups"] == [{"workload": "resnet50", "world_size": 2}]
     with pytest.raises(UserError, match="unknown metric"):
         run_check(st, "main", "same", metrics=("no_such_metric",))
+
+
+# ---- the result document of one metric (check --json), field by field -------------------------------------------
+
+
+def test_result_fields_of_each_path():
+    d = lambda m, b, c, t=0.05: decide_metric(m, b, c, t, 0.05)  # noqa: E731
+    r = d("step_time_s", [_e("step_time_s", [1.0, 1.1])], [_e("step_time_s", [2.0, 2.1, 2.2])])
+    assert r == {"metric": "step_time_s", "unit": "s", "higher_is_better": False, "threshold": 0.05,
+                 "verdict": "undecided", "reason": "too few samples (baseline 2, current 3; need 3)",
+                 "baseline": pytest.approx(1.05), "current": pytest.approx(2.1), "change": None, "p_value": None}
+    z = [_e("communication_not_overlapped_s", [0.0] * 4)]
+    r = d("communication_not_overlapped_s", z, z)
+    assert r == {"metric": "communication_not_overlapped_s", "unit": "s", "higher_is_better": False,
+                 "threshold": 0.05, "basis": "steps", "verdict": "unchanged", "reason": "0 on both sides",
+                 "baseline": 0.0, "current": 0.0, "change": 0.0, "change_kind": "relative", "p_value": None,
+                 "threshold_used": 0.05, "n_baseline": 4, "n_current": 4}
+    r = d("throughput", [_e("throughput", [0.0] * 4)], [_e("throughput", [1.0] * 4)])
+    assert r == {"metric": "throughput", "unit": "samples/s", "higher_is_better": True, "threshold": 0.05,
+                 "basis": "steps", "verdict": "undecided", "reason": "baseline median is 0: relative change undefined",
+                 "baseline": 0.0, "current": 1.0, "change": None, "p_value": None}
+
+
+def test_exactly_three_samples_a_side_are_tested():
+    r = decide_metric("step_time_s", [_e("step_time_s", [1.0, 1.01, 0.99])], [_e("step_time_s", [2.0, 2.01, 1.99])],
+                      0.05, 0.05)
+    assert r["basis"] == "steps" and r["n_baseline"] == 3 and r["p_value"] == pytest.approx(0.1)
+    assert r["verdict"] == "unchanged"  # 3 vs 3 can never reach p < 0.05 (smallest two-sided p = 0.1)
+
+
+def test_repeat_fallback_needs_both_sides():
+    base = [_e("step_time_s", None, v) for v in (1.0, 1.1, 1.2)]
+    r = decide_metric("step_time_s", base, [_e("step_time_s", [2.0, 2.1])], 0.05, 0.05)
+    assert r["verdict"] == "undecided" and "too few samples (baseline 3, current 2" in r["reason"]
+
+
+def test_missing_and_nan_samples_are_left_out():
+    base = [_e("step_time_s", [1.0, None, 1.01, float("nan"), 0.99, 1.0, 1.02, 0.98])]
+    r = decide_metric("step_time_s", base, [_e("step_time_s", [1.0, 1.01, 0.99])], 0.05, 0.05)
+    assert r["n_baseline"] == 6 and r["baseline"] == pytest.approx(1.0)
+
+
+def test_current_throughput_of_zero_is_infinitely_worse():
+    r = decide_metric("throughput", [_e("throughput", [100.0, 101.0, 99.0, 100.5, 99.5])],
+                      [_e("throughput", [0.0] * 5)], 0.05, 0.05)
+    assert r["verdict"] == "regression" and r["worse_by"] == float("inf")
+
+
+def test_improvement_is_measured_as_the_inverse_factor():
+    base = [_e("step_time_s", [1.0 + 0.001 * i for i in range(-4, 5)])]
+    cur = [_e("step_time_s", [0.8 + 0.001 * i for i in range(-4, 5)])]
+    r = decide_metric("step_time_s", base, cur, 0.05, 0.05)
+    assert r["verdict"] == "improvement" and r["worse_by"] == pytest.approx(-(1 / 0.8 - 1))  # 1.25x faster: -25%
+    # 0.97x the step time is 3.09% better: an improvement against a 3.05% threshold, not against 3.1%
+    cur = [_e("step_time_s", [0.97 + 0.001 * i for i in range(-4, 5)])]
+    assert decide_metric("step_time_s", base, cur, 0.0305, 0.05)["verdict"] == "improvement"
+    assert decide_metric("step_time_s", base, cur, 0.031, 0.05)["verdict"] == "unchanged"
+
+
+def test_a_repeat_with_median_zero_does_not_set_the_noise_floor():
+    m = "communication_not_overlapped_s"
+    base = [_e(m, [0.0, 0.0, 0.0]), _e(m, [0.10, 0.101, 0.099, 0.1])]
+    cur = [_e(m, [0.3, 0.301, 0.299, 0.3, 0.302])]
+    r = decide_metric(m, base, cur, 0.05, 0.05)
+    assert r["noise_floor"] == 0.0 and r["repeats_baseline"] == 2
