@@ -120,7 +120,7 @@ def collect() -> dict:
     from mutmut.utils.file_utils import walk_mutatable_files
 
     equivalents = _equivalents()
-    res = {"functions": FUNCTIONS, "killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0, "modules": [], "survivors": [], "equivalents": [],
+    res = {"functions": FUNCTIONS, "killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0, "not_checked_mutants": [], "modules": [], "survivors": [], "equivalents": [],
            "by_module": {}}
     for path in sorted(walk_mutatable_files(), key=str):
         m = SourceFileMutationData(path=path)
@@ -137,6 +137,7 @@ def collect() -> dict:
             status = status_by_exit_code[code]
             if status == "not checked":  # the run was stopped by --budget before reaching it
                 mod["not_checked"] += 1
+                res["not_checked_mutants"].append(key)
                 continue
             if status in KILLED:
                 mod["killed"] += 1
@@ -171,7 +172,8 @@ def main() -> int:
     ap.add_argument("--resume", action="store_true", help="keep mutants/ from an earlier run (only unfinished ones run)")
     ap.add_argument("--report-only", action="store_true", help="do not run mutmut; report the last run's results")
     ap.add_argument("--rerun-survivors", action="store_true",
-                    help="after adding tests: copy tests/ into mutants/ and run again only the last run's survivors")
+                    help="after adding tests: copy tests/ into mutants/ and run again only the last run's survivors "
+                         "(and the mutants it did not reach)")
     ap.add_argument("--output", default=str(ROOT / "mutation.json"))
     ap.add_argument("--budget", type=float, default=0, metavar="S",
                     help="stop mutmut after S seconds and report what it checked (unchecked mutants are counted apart)")
@@ -180,7 +182,7 @@ def main() -> int:
     names = FUNCTIONS
     if args.rerun_survivors:
         last = json.loads(Path(args.output).read_text())
-        names = [s["mutant"] for s in last["survivors"]]
+        names = [s["mutant"] for s in last["survivors"]] + last.get("not_checked_mutants", [])
         for f in (ROOT / "tests").glob("*.py"):  # mutmut copies the tree once; bring the new tests in
             shutil.copy2(f, ROOT / "mutants" / "tests" / f.name)
         args.resume = True

@@ -300,3 +300,29 @@ def test_config_boundaries(tmp_path, capsys, name, train, profile, ok):
         assert err.startswith("perfbench: error:") and len(err.strip().splitlines()) == 1, err
         key = "train.warmup_steps" if not profile.get("enabled") else "profile.steps"
         assert key in err, err
+
+
+# ---- the run record's workload metrics at their edges (kills `make mutation` survivors) -------------------------------
+
+
+def test_profiled_steps_stay_out_of_throughput_and_give_the_overhead():
+    rows = []
+    for step in range(7):  # step 0 warm-up; steps 1-2 profiled (0.5 s), steps 3-6 not (0.4 s)
+        t = 0.5 if step in (1, 2) else 0.4
+        for r in (0, 1):
+            rows.append({"rank": r, "step": step, "samples": 4, "step_time_s": t, "profiled": step in (1, 2),
+                         "dropped_tokens": 1.0, "loss": 2.0 - 0.1 * step})
+    m = workload_metrics(pd.DataFrame(rows), warmup_steps=1)
+    assert m["throughput"] == pytest.approx(8 / 0.4) and m["step_time_s"] == pytest.approx(0.4)
+    assert m["measured_steps"] == 4
+    assert m["profiled_step_time_s"] == pytest.approx(0.5) and m["profiler_overhead"] == pytest.approx(0.25)
+    assert m["dropped_tokens_per_step"] == pytest.approx(2.0)  # summed over the ranks
+    assert m["loss_first"] == pytest.approx(2.0) and m["loss_last"] == pytest.approx(1.4)
+
+
+def test_one_rank_dropped_tokens_and_records_without_step_times():
+    rows = [{"rank": 0, "step": s, "samples": 4, "step_time_s": 0.5, "dropped_tokens": 3.0} for s in range(3)]
+    assert workload_metrics(pd.DataFrame(rows), warmup_steps=1)["dropped_tokens_per_step"] == 3.0
+    bare = pd.DataFrame([{"rank": 0, "step": s, "samples": 4} for s in range(3)])  # no step_time_s: unknown
+    m = workload_metrics(bare, warmup_steps=1)
+    assert m.get("throughput") is None and m.get("step_time_s") is None

@@ -285,3 +285,59 @@ def test_ratios_between_0_and_1_ms():
     out = comm_op_stats(co)
     assert out["wait_ratio"].iloc[0] == pytest.approx(0.4) and out["sync_ratio"].iloc[0] == pytest.approx(0.25)
     assert out["algbw_gbps"].iloc[0] == pytest.approx(40.0, rel=1e-12)  # 1 GB = 1e9 bytes exactly
+
+
+# ---- slow ranks: the outlier tests at their edges -----------------------------------------------------------------
+
+def test_outlier_test_by_hand():
+    from analyzers.slow_ranks import DIXON_Q95, _outlier_test, sign_test_p
+
+    t, stat, crit, out = _outlier_test([1.0])
+    assert t == "none" and math.isnan(stat) and math.isnan(crit) and out is False
+    assert _outlier_test([1.0, 5.0])[0] == "pair" and _outlier_test([1.0, 5.0])[3] is False
+    assert _outlier_test([2.0, 2.0, 2.0, 2.0]) == ("dixon_q", 0.0, DIXON_Q95[4], False)  # all equal: no outlier
+    # Q = (x_n - x_{n-1}) / (x_n - x_1): [0, 0, 0, 1, 2] -> (2 - 1) / 2 = 0.5 < 0.710
+    assert _outlier_test([0.0, 2.0, 0.0, 1.0, 0.0]) == ("dixon_q", 0.5, DIXON_Q95[5], False)
+    # 10 ranks still use Dixon's Q; 11 use 3 sigma (leave-one-out)
+    ten = [1.0] * 9 + [9.0]
+    assert _outlier_test(ten)[0] == "dixon_q" and _outlier_test(ten)[3] is True
+    others = [1.0, 1.2, 0.8, 1.1, 0.9, 1.0, 1.05, 0.95, 1.0, 1.0]
+    z = (5.0 - np.mean(others)) / np.std(others, ddof=1)
+    t, stat, crit, out = _outlier_test(others + [5.0])
+    assert t == "3sigma" and stat == pytest.approx(z) and crit == 3.0 and out is True
+    assert _outlier_test([1.0] * 10 + [2.0]) == ("3sigma", math.inf, 3.0, True)  # no spread, one above
+    assert _outlier_test([1.0] * 11) == ("3sigma", 0.0, 3.0, False)
+    # the sign test: P[X >= k], X ~ Binomial(n, 1/2)
+    assert sign_test_p(0, 5) == 1.0 and sign_test_p(6, 5) == 0.0 and sign_test_p(5, 5) == pytest.approx(1 / 32)
+    assert sign_test_p(15, 20) == pytest.approx(sum(math.comb(20, i) for i in range(15, 21)) / 2 ** 20)
+    exact = sum(math.comb(2000, i) for i in range(1010, 2001)) / 2 ** 2000  # still exact at n = 2000
+    assert sign_test_p(1010, 2000) == pytest.approx(exact, rel=1e-12)
+
+
+def _pair_ops(last_of_rank1: int, n: int, late_ms: float, elapse_ms: float = 10.0):
+    rows = []
+    for step in range(n):
+        late1 = late_ms if step < last_of_rank1 else 0.0
+        late0 = 0.0 if step < last_of_rank1 else late_ms
+        for rank, late in ((0, late0), (1, late1)):
+            rows.append({"rank": rank, "step": step, "op_name": "ar", "group": "g", "wait_ms": 5.0 - late,
+                         "start_us": 0.0, "elapse_ms": elapse_ms})
+    return pd.DataFrame(rows)
+
+
+def test_two_rank_groups_by_hand():
+    from analyzers.slow_ranks import find_slow_ranks
+
+    # rank 1 last in 15 of 20 collectives: share 0.75 (the bar, inclusive), sign test p = 0.0207 < 0.05
+    g = find_slow_ranks(_pair_ops(15, 20, 4.0)).set_index("rank")
+    assert g.loc[1, "test"] == "pair" and g.loc[1, "statistic"] == pytest.approx(0.75)
+    assert g.loc[1, "critical"] == 0.75 and bool(g.loc[1, "slow"]) and not bool(g.loc[0, "slow"])
+    assert g.loc[1, "last_arrivals"] == 15 and g.loc[1, "n_ops"] == 20 and (g["ranks_compared"] == 2).all()
+    assert g.loc[1, "mean_lateness_ms"] == pytest.approx(3.0) and g.loc[1, "total_lateness_ms"] == pytest.approx(60.0)
+    # 14 of 20: p = 0.0577 >= 0.05, not slow
+    assert not find_slow_ranks(_pair_ops(14, 20, 4.0))["slow"].any()
+    # the floor: 10% of a 0.5 ms collective = 0.05 ms; 0.03 ms of lateness above the other rank is below it
+    assert not find_slow_ranks(_pair_ops(20, 20, 0.03, elapse_ms=0.5))["slow"].any()
+    assert find_slow_ranks(_pair_ops(20, 20, 0.06, elapse_ms=0.5))["slow"].any()
+    # unknown durations: the floor is MIN_LATENESS_MS = 0.01 ms
+    assert find_slow_ranks(_pair_ops(20, 20, 0.03, elapse_ms=float("nan")))["slow"].any()
