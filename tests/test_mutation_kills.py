@@ -12,6 +12,7 @@ import pytest
 from scipy import stats
 
 import analyzers
+from analyzers.breakdown import reconcile
 from analyzers.collectives import bandwidth_wide, busbw_factor, comm_op_stats, per_type_summary, rank_totals
 from analyzers.experts import expert_load, mean_expert_cv
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, Profile, conform
@@ -341,3 +342,33 @@ def test_two_rank_groups_by_hand():
     assert find_slow_ranks(_pair_ops(20, 20, 0.06, elapse_ms=0.5))["slow"].any()
     # unknown durations: the floor is MIN_LATENESS_MS = 0.01 ms
     assert find_slow_ranks(_pair_ops(20, 20, 0.03, elapse_ms=float("nan")))["slow"].any()
+
+
+# ---- reconciliation and compare's tests at their edges -----------------------------------------------------------
+
+def test_reconcile_edges():
+    ours = pd.DataFrame([{"rank": 0, "step": 1, "step_us": 100.0, "computing_us": 60.0, "bubble_us": 5.0},
+                         {"rank": 0, "step": 2, "step_us": 0.0, "computing_us": 0.0, "bubble_us": 0.0},
+                         {"rank": 0, "step": 3, "step_us": 0.5, "computing_us": 0.5, "bubble_us": 0.0}])
+    ref = pd.DataFrame([{"rank": 0.0, "step": 1.0, "computing_us": 50.0}, {"rank": 0.0, "step": 2.0, "computing_us": 1.0},
+                        {"rank": 0.0, "step": 3.0, "computing_us": 0.25}])
+    rec = reconcile(ours, ref)
+    assert list(rec["metric"]) == ["computing"] * 3  # bubble: the profiler did not write it, nothing to compare
+    assert list(rec.index) == [0, 1, 2]
+    assert rec["rel_diff"].iloc[0] == pytest.approx(0.1)
+    assert math.isnan(rec["rel_diff"].iloc[1])  # a 0-length step: no relative difference
+    assert rec["rel_diff"].iloc[2] == pytest.approx(0.5)
+    assert reconcile(ours.iloc[:0], ref) is None and reconcile(ours, ref.iloc[:0]) is None
+    assert reconcile(ours, None) is None
+    assert reconcile(ours[["rank", "step", "step_us"]], ref) is None  # no part in common
+
+
+def test_mann_whitney_p_edges():
+    from perfbench.compare import mann_whitney_p, metric_delta
+
+    assert mann_whitney_p([1.0], [1.0, 2.0, 3.0]) is None and mann_whitney_p([1.0, 2.0, 3.0], [1.0]) is None
+    assert mann_whitney_p([1.0, 2.0], [3.0, 4.0]) == pytest.approx(1 / 3)  # 2 vs 2 separated: 2 x 1/6
+    assert mann_whitney_p([2.0, 2.0, 2.0], [2.0, 2.0]) == 1.0
+    assert mann_whitney_p([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]) < 0.2  # spread exactly 1: a real test
+    r = metric_delta("step_time_s", [1.0, 1.1, 1.2], [2.0, 2.1, 2.2])  # default level: a 95% interval
+    assert r["ci_low"] < r["rel"] < r["ci_high"] and math.isfinite(r["ci_low"])
