@@ -64,7 +64,6 @@ FUNCTIONS = [
     "analyzers.pipeline.x_mean_bubble_fraction__mutmut_*",
     "analyzers.experts.x_expert_load__mutmut_*",                 # expert load
     "analyzers.experts.x_mean_expert_cv__mutmut_*",
-    "perfbench.config_models.*_rules__mutmut_*",                 # config validation across keys
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
