@@ -135,20 +135,18 @@ class DashData:
 
     # ---- aggregates the pages show -------------------------------------------------------
     def breakdown_per_rank(self, run_id: str, step: int | None = None) -> pd.DataFrame | None:
-        """Mean ms per step per rank of computing / communication not overlapped / overlapped / free."""
-        bd = self.table(run_id, "step_breakdown")
+        """ms per step per rank of computing / communication not overlapped / overlapped / free: the stored
+        `rank_breakdown` table (median over the rank's steady steps), or one step of `step_breakdown`."""
+        if step is None:
+            bd = self.table(run_id, "rank_breakdown")
+        else:
+            bd = self.table(run_id, "step_breakdown")
+            bd = bd[bd["step"] == step] if bd is not None and "step" in bd.columns else None
         if bd is None or bd.empty or "rank" not in bd.columns:
             return None
-        rec = self.run(run_id) or {}
-        warm = int((((rec.get("config") or {}).get("train") or {}).get("warmup_steps")) or 0)
-        if step is not None:
-            bd = bd[bd["step"] == step]
-        else:
-            steady = bd[bd["step"] >= warm]
-            bd = steady if not steady.empty else bd
         cols = [c for c in ("computing_us", "communication_not_overlapped_us", "overlapped_us", "free_us", "step_us")
                 if c in bd.columns]
-        out = bd.groupby("rank")[cols].mean() / 1000.0
+        out = bd.set_index("rank")[cols] / 1000.0
         out.columns = [c.replace("_us", "_ms") for c in out.columns]
         return out.reset_index()
 
@@ -159,15 +157,23 @@ class DashData:
         return ws
 
     def scaling(self, df: pd.DataFrame | None = None) -> pd.DataFrame:
-        """Mean throughput per (other settings, world_size), ideal = linear from the smallest world size."""
+        """Mean throughput per (other settings, world_size) with its scaling efficiency: the mean over the
+        group's runs of perfbench.results.scaling_efficiency (the catalogue's one definition: against the
+        1-rank runs of the same config_key); ideal = N x the 1-rank baseline throughput."""
+        from perfbench.results import baselines, scaling_efficiency
+
         df = self.runs_frame() if df is None else df
         if df.empty or "settings.world_size" not in df.columns or "metrics.throughput" not in df.columns:
             return pd.DataFrame()
+        recs = {r["run_id"]: r for r in self.runs()}
+        base = baselines(list(recs.values()))
         df = df[df["status"] == "ok"].copy()
         df["metrics.throughput"] = pd.to_numeric(df["metrics.throughput"], errors="coerce")
         df = df.dropna(subset=["metrics.throughput", "settings.world_size"])
         if df.empty:
             return pd.DataFrame()
+        df["efficiency"] = [scaling_efficiency(recs[i], base) if i in recs else None for i in df["run_id"]]
+        df["baseline"] = [base.get(recs[i].get("config_key")) if i in recs else None for i in df["run_id"]]
         others = [c for c in self.setting_columns(df) if c not in ("settings.world_size", "settings.repeat")]
         others = [c for c in others if df[c].astype(str).nunique() > 1]
         if others:  # vectorised label "key=value, key=value" (row-wise apply is slow with hundreds of runs)
@@ -178,15 +184,16 @@ class DashData:
             df["group"] = label
         else:
             df["group"] = "all runs"
-        g = df.groupby(["group", "settings.world_size"])["metrics.throughput"]
-        out = pd.DataFrame({"throughput": g.mean(), "std": g.std(), "repeats": g.size()}).reset_index()
+        df["efficiency"] = pd.to_numeric(df["efficiency"], errors="coerce")
+        df["baseline"] = pd.to_numeric(df["baseline"], errors="coerce")
+        g = df.groupby(["group", "settings.world_size"])
+        out = pd.DataFrame({"throughput": g["metrics.throughput"].mean(), "std": g["metrics.throughput"].std(),
+                            "repeats": g.size(), "efficiency": g["efficiency"].mean(),
+                            "baseline": g["baseline"].mean()}).reset_index()
         out = out.rename(columns={"settings.world_size": "world_size"})
         out["world_size"] = pd.to_numeric(out["world_size"], errors="coerce")
-        out = out.sort_values(["group", "world_size"])
-        base = out.groupby("group").first()
-        out["ideal"] = (out["group"].map(base["throughput"]) * out["world_size"]
-                        / out["group"].map(base["world_size"]))
-        out["efficiency"] = out["throughput"] / out["ideal"]
+        out["ideal"] = out["baseline"] * out["world_size"]
+        out = out.sort_values(["group", "world_size"]).drop(columns="baseline")
         return out.replace({np.nan: None})
 
 

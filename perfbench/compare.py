@@ -5,13 +5,9 @@ Everything here reads the store only (run.json and the tables); nothing parses r
 
 Per-step samples (the basis of every interval here and of `perfbench check`):
 
-* `step_time_s` of step s = max over ranks of the workload's `step_time_s` (the slowest rank sets the pace);
-* `throughput` of step s = sum over ranks of `samples` / that max (docs/architecture.md);
-* `comm_share` of step s = mean over ranks of communication_us / step_us (from `step_breakdown`);
-* `communication_not_overlapped_s` of step s = mean over ranks of communication_not_overlapped_us / 1e6.
-
-Warm-up steps (`step < config.train.warmup_steps`) are excluded. Runs imported from profiler output
-(no `workload_steps` table) take step times from `step_breakdown.step_us` instead.
+the stored `step_metrics` table (analyzers/step_metrics.py): per step, each metric as the catalogue
+(analyzers/catalogue.py) defines it; the run's stored metric is the median of the same samples, so
+compare, check and the run record agree by construction.
 """
 
 from __future__ import annotations
@@ -24,15 +20,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from analyzers.catalogue import METRICS as CATALOGUE
+from analyzers.step_metrics import samples, step_series
 from perfbench.errors import UserError
 from perfbench.store import Store
 
-#: metric name -> (higher is better, unit, kind). kind "ratio": relative change; "share": change in points.
+#: the per-step metrics compare and check test, each defined once in analyzers/catalogue.py; per metric
+#: (higher is better, unit, kind), kind "ratio": relative change, "share": change in points.
+STEP_METRICS = ("throughput", "step_time_s", "comm_share", "communication_not_overlapped_s", "computing_s", "free_s",
+                "kernel_utilization", "collectives_per_step", "comm_bytes_per_step")
 METRICS: dict[str, tuple[bool, str, str]] = {
-    "throughput": (True, "samples/s", "ratio"),
-    "step_time_s": (False, "s", "ratio"),
-    "comm_share": (False, "share", "share"),
-    "communication_not_overlapped_s": (False, "s", "ratio"),
+    n: (CATALOGUE[n].better == "higher", CATALOGUE[n].unit, CATALOGUE[n].kind) for n in STEP_METRICS
 }
 
 BREAKDOWN_PARTS = [
@@ -52,48 +50,23 @@ def warmup_steps(record: dict) -> int:
         return 0
 
 
-def _steady(df: pd.DataFrame | None, warmup: int) -> pd.DataFrame | None:
-    if df is None or df.empty or "step" not in df.columns:
-        return None
-    out = df[pd.to_numeric(df["step"], errors="coerce") >= warmup]
-    return out if not out.empty else None
+def run_series(store: Store, record: dict) -> pd.DataFrame:
+    """The run's per-step metric series: the stored `step_metrics` table (written by the analysis), or for
+    runs stored before it existed, the same analyzers.step_metrics function over the stored tables."""
+    run_id = record["run_id"]
+    series = store.read_table(run_id, "step_metrics")
+    if series is not None:
+        return series
+    return step_series(store.read_table(run_id, "workload_steps"), store.read_table(run_id, "step_breakdown"),
+                       store.read_table(run_id, "comm_ops"), warmup_steps(record))
 
 
 def step_samples(store: Store, record: dict) -> dict[str, list[float]]:
-    """Per-step values of each METRICS entry for one run (steady-state steps only, sorted by step)."""
-    run_id = record["run_id"]
-    warm = warmup_steps(record)
-    out: dict[str, list[float]] = {}
-    ws = _steady(store.read_table(run_id, "workload_steps"), warm)
-    if ws is not None and "step_time_s" in ws.columns:
-        nranks = ws["rank"].nunique() if "rank" in ws.columns else 1
-        g = ws.groupby("step")
-        per = pd.DataFrame({"t": g["step_time_s"].max(), "n": g["rank"].nunique() if "rank" in ws.columns else 1})
-        if "samples" in ws.columns:
-            per["samples"] = g["samples"].sum()
-        per = per[(per["n"] == nranks) & (per["t"] > 0)]  # steps that every rank finished
-        if not per.empty:
-            out["step_time_s"] = per["t"].astype(float).tolist()
-            if "samples" in per.columns and per["samples"].sum() > 0:
-                out["throughput"] = (per["samples"] / per["t"]).astype(float).tolist()
-    bd = _steady(store.read_table(run_id, "step_breakdown"), warm)
-    if bd is None:  # imported profiles may number their steps differently: take all of them
-        bd = store.read_table(run_id, "step_breakdown")
-        bd = bd if bd is not None and not bd.empty else None
-    if bd is not None and "step_us" in bd.columns:
-        bd = bd[bd["step_us"] > 0]
-        g = bd.groupby("step")
-        if "step_time_s" not in out and not bd.empty:
-            out["step_time_s"] = (g["step_us"].max() / 1e6).astype(float).tolist()
-        if "communication_us" in bd.columns:
-            share = (bd["communication_us"] / bd["step_us"]).groupby(bd["step"]).mean().dropna()
-            if len(share):
-                out["comm_share"] = share.astype(float).tolist()
-        if "communication_not_overlapped_us" in bd.columns:
-            exposed = (g["communication_not_overlapped_us"].mean() / 1e6).dropna()
-            if len(exposed):
-                out["communication_not_overlapped_s"] = exposed.astype(float).tolist()
-    return out
+    """Per-step values of each METRICS entry for one run: exactly the samples the run's stored metric is
+    the median of (analyzers.step_metrics.samples)."""
+    series = run_series(store, record)
+    out = {m: samples(series, m) for m in METRICS}
+    return {m: v for m, v in out.items() if v}
 
 
 # ---- statistics ----------------------------------------------------------------------------
@@ -202,16 +175,14 @@ def metric_delta(name: str, a: list[float], b: list[float], level: float = 0.95)
 
 
 def _breakdown_means(store: Store, rec: dict) -> dict[str, float] | None:
-    bd = _steady(store.read_table(rec["run_id"], "step_breakdown"), warmup_steps(rec))
-    if bd is None:
-        bd = store.read_table(rec["run_id"], "step_breakdown")
-    if bd is None or bd.empty:
-        return None
+    """The run's breakdown in ms per step, as stored in its record (catalogue metrics computing_s, ...)."""
+    m = rec.get("metrics") or {}
     out = {}
     for col, _ in [("step_us", "step")] + BREAKDOWN_PARTS:
-        if col in bd.columns:
-            out[col] = float(bd[col].mean()) / 1000.0  # ms per rank-step
-    return out
+        v = m.get("step_time_s" if col == "step_us" else col.replace("_us", "_s"))
+        if v is not None:
+            out[col] = float(v) * 1000.0
+    return out or None
 
 
 def _rank_steps(store: Store, rec: dict) -> int:

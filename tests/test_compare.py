@@ -29,6 +29,8 @@ def _expected_step_samples(results, rec):
     """Per-step values straight from the stored table (the documented formulas), independent of perfbench.compare."""
     ws = Store(results, create=False).read_table(rec["run_id"], "workload_steps")
     ws = ws[ws["step"] >= rec["config"]["train"]["warmup_steps"]]
+    # docs/concepts.md: measured steps are the post-warm-up steps outside the profiled window
+    ws = ws[~ws["profiled"].astype(bool)]
     t = ws.groupby("step")["step_time_s"].max()
     n = ws.groupby("step")["samples"].sum()
     return t.to_numpy(), (n / t).to_numpy()
