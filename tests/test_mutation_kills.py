@@ -187,8 +187,12 @@ def test_ls_row_carries_every_field_of_the_record():
     one = {"run_id": "r1", "status": "ok", "settings": {"world_size": 1}, "config_key": "K",
            "metrics": {"throughput": 4.0}}
     (row,) = summarize([rec], context=[one, rec])  # the baseline comes from the context
+    from analyzers.catalogue import METRICS
+
+    unknown = {name: None for name in METRICS}  # every catalogue metric is a field; unknown ones are null
     assert row == {"run_id": "r2", "sweep_id": "sw", "source": "sweep", "status": "ok", "error": "none really",
-                   "settings": {"world_size": 2}, **metrics, "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0))}
+                   "settings": {"world_size": 2}, **unknown, **metrics,
+                   "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0))}
     (row,) = summarize([rec])  # without the context there is no 1-rank run
     assert row["scaling_efficiency"] is None
     (row,) = summarize([{"run_id": "x", "status": "ok", "metrics": None}])  # a bare record: unknowns, no crash
@@ -196,21 +200,6 @@ def test_ls_row_carries_every_field_of_the_record():
     from perfbench.results import baselines
 
     assert baselines([{"run_id": "y", "status": "ok", "config_key": "K", "metrics": {"throughput": 1.0}}]) == {}
-
-
-def test_breakdown_fractions_by_hand():
-    from perfbench.results import breakdown_fractions
-
-    f = breakdown_fractions({"computing_s": 0.6, "communication_not_overlapped_s": 0.3, "free_s": 0.1,
-                             "overlapped_s": 0.2})
-    assert f == pytest.approx({"computing_s": 0.6, "communication_not_overlapped_s": 0.3, "overlapped_s": 0.2,
-                               "free_s": 0.1})
-    g = breakdown_fractions({"computing_s": 1.0, "communication_not_overlapped_s": 0.5, "free_s": 0.5})
-    assert g == pytest.approx({"computing_s": 0.5, "communication_not_overlapped_s": 0.25, "overlapped_s": 0.0,
-                               "free_s": 0.25})
-    assert breakdown_fractions({"computing_s": 0.5, "free_s": 0.5}) == {}  # a part unknown: no shares
-    assert breakdown_fractions({"computing_s": 0.0, "communication_not_overlapped_s": 0.0, "free_s": 0.0}) == {}
-    assert breakdown_fractions({"computing_s": 0.4, "communication_not_overlapped_s": 0.3, "free_s": 0.3}) != {}
 
 
 @pytest.mark.parametrize("better,before,after,worse", [
