@@ -86,8 +86,10 @@ def _breakdown_part(sb: pd.DataFrame, warmup: int) -> pd.DataFrame | None:
 
 
 def _comm_part(co: pd.DataFrame) -> pd.DataFrame | None:
-    if co is None or co.empty or co["step"].isna().all():
+    if co is None or co.empty or not {"rank", "step", "op_name"} <= set(co.columns) or co["step"].isna().all():
         return None
+    if "size_bytes" not in co.columns:
+        co = co.assign(size_bytes=np.nan)
     co = co.dropna(subset=["step"]).copy()
     co["step"] = co["step"].astype("int64")
     per = co.groupby(["step", "rank"]).agg(n=("op_name", "size"), b=("size_bytes", lambda s: s.sum(min_count=1)))

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.catalogue import METRICS as CATALOGUE
-from analyzers.step_metrics import samples, step_series
+from analyzers.step_metrics import run_metrics, samples, step_series
 from perfbench.errors import UserError
 from perfbench.store import Store
 
@@ -175,8 +175,9 @@ def metric_delta(name: str, a: list[float], b: list[float], level: float = 0.95)
 
 
 def _breakdown_means(store: Store, rec: dict) -> dict[str, float] | None:
-    """The run's breakdown in ms per step, as stored in its record (catalogue metrics computing_s, ...)."""
-    m = rec.get("metrics") or {}
+    """The run's breakdown in ms per step: its record's catalogue metrics (computing_s, ...), or where the
+    record lacks one, the same definition over its step series (analyzers.step_metrics.run_metrics)."""
+    m = {**run_metrics(run_series(store, rec)), **{k: v for k, v in (rec.get("metrics") or {}).items() if v is not None}}
     out = {}
     for col, _ in [("step_us", "step")] + BREAKDOWN_PARTS:
         v = m.get("step_time_s" if col == "step_us" else col.replace("_us", "_s"))
