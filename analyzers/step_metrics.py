@@ -98,11 +98,14 @@ def _comm_part(co: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def step_series(workload_steps: pd.DataFrame | None, step_breakdown: pd.DataFrame | None,
-                comm_ops: pd.DataFrame | None, warmup: int = 0) -> pd.DataFrame:
-    """One row per step: `step, measured, profiled` and the per-step value of every step metric."""
+                comm_ops: pd.DataFrame | None, warmup: int = 0, ops_seen: bool = False) -> pd.DataFrame:
+    """One row per step: `step, measured, profiled` and the per-step value of every step metric.
+    `ops_seen`: the profile has op data, so a step without collectives has 0 of them (known), not null."""
     wl = _workload_part(workload_steps, warmup)
     bd = _breakdown_part(step_breakdown, warmup)
     cm = _comm_part(comm_ops)
+    if cm is None and ops_seen and bd is not None and (comm_ops is None or comm_ops.empty):
+        cm = pd.DataFrame({"collectives": 0.0, "comm_bytes": 0.0}, index=bd.index)
     parts = [p for p in (wl, bd, cm) if p is not None]
     if not parts:
         return pd.DataFrame(columns=["step", "measured", "profiled"])
@@ -175,7 +178,8 @@ def analysis(ctx):
 
     warm = ctx.warmup_steps()
     sb = ctx.table("step_breakdown")
-    series = step_series(ctx.table("workload_steps"), sb, ctx.table("comm_ops"), warm)
+    series = step_series(ctx.table("workload_steps"), sb, ctx.table("comm_ops"), warm,
+                         ops_seen=ctx.table("ops") is not None)
     ranks = None
     if ctx.profile is not None and len(ctx.profile.ranks):
         ranks = int(ctx.profile.ranks["rank"].nunique())

@@ -361,3 +361,15 @@ def test_mann_whitney_p_edges():
     assert mann_whitney_p([0.0, 0.0, 0.0], [1.0, 1.0, 1.0]) < 0.2  # spread exactly 1: a real test
     r = metric_delta("step_time_s", [1.0, 1.1, 1.2], [2.0, 2.1, 2.2])  # default level: a 95% interval
     assert r["ci_low"] < r["rel"] < r["ci_high"] and math.isfinite(r["ci_low"])
+
+
+def test_no_collectives_in_a_profile_with_op_data_is_zero_not_unknown():
+    """A 1-rank profile has ops but no collectives: 0 collectives per step is known; without op data it is null."""
+    from analyzers.step_metrics import run_metrics, step_series
+
+    sb = pd.DataFrame({"rank": [0, 0], "step": [1, 2], "step_us": [100.0, 100.0], "computing_us": [80.0, 70.0],
+                       "communication_us": [0.0, 0.0]})
+    seen = run_metrics(step_series(None, sb, None, 0, ops_seen=True))
+    assert seen["collectives_per_step"] == 0.0 and seen["comm_bytes_per_step"] == 0.0
+    unseen = run_metrics(step_series(None, sb, None, 0, ops_seen=False))
+    assert unseen["collectives_per_step"] is None and unseen["comm_bytes_per_step"] is None
