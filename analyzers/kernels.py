@@ -4,8 +4,7 @@
   op name when the profiler wrote no type): count, total/mean/min/max duration (us), share of all
   kernel time, ranks, and duration-weighted means of AI Core metrics where the profiler recorded them
   (`cube_utilization(%)`, `aic_mac_ratio`, `aiv_vec_ratio`).
-* `kernel_utilization = sum(computing_us) / sum(step_us)` over ranks and steps: the share of step
-  time the device spends computing (union of compute kernels, see analyzers.breakdown).
+* the run's `kernel_utilization` is defined in the metric catalogue and computed in analyzers.step_metrics.
 """
 
 from __future__ import annotations
@@ -48,13 +47,6 @@ def top_kernels(ops: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     return (c.groupby("name").agg(type=("type", "first"), count=("dur_us", "size"), total_us=("dur_us", "sum"),
                                   mean_us=("dur_us", "mean"))
             .reset_index().sort_values("total_us", ascending=False).head(n).reset_index(drop=True))
-
-
-def kernel_utilization(step_breakdown: pd.DataFrame) -> float | None:
-    if step_breakdown is None or not len(step_breakdown):
-        return None
-    total = float(step_breakdown["step_us"].sum())
-    return float(step_breakdown["computing_us"].sum()) / total if total > 0 else None
 
 
 def analysis(ctx):
