@@ -250,6 +250,21 @@ def rank_breakdown(sb: pd.DataFrame, warmup: int = 0) -> pd.DataFrame:
     return out.reset_index()
 
 
+def unknown_bubble(sb: pd.DataFrame, ops: pd.DataFrame | None, config: dict | None) -> pd.DataFrame:
+    """In a pipeline run (config: parallel.pipeline_stages > 1), a recomputed rank with no identifiable
+    receive op (e.g. point-to-point done as a Broadcast on CPU) has an unknown bubble, not a zero one."""
+    from analyzers.pipeline import _cfg
+
+    if (_cfg(config, "pipeline_stages") or 1) <= 1 or ops is None or not len(ops) or not len(sb):
+        return sb
+    recv_ranks = set(ops.loc[is_receive(ops["name"], ops["type"] if "type" in ops.columns else None),
+                             "rank"].astype(int))
+    unknown = (sb["source"] == "recomputed") & ~sb["rank"].astype(int).isin(recv_ranks)
+    sb = sb.copy()
+    sb.loc[unknown, ["bubble_us", "stage_us"]] = np.nan
+    return sb
+
+
 def analysis(ctx):
     """Registry entry `step_breakdown`."""
     from analyzers.registry import Output
@@ -257,6 +272,7 @@ def analysis(ctx):
     p = ctx.profile
     sb, rec, check = breakdown_with_truth(p.ops if p is not None else None, p.steps if p is not None else None,
                                          p.reference_breakdown if p is not None else None)
+    sb = unknown_bubble(sb, p.ops if p is not None else None, ctx.config)
     metrics = {}
     if rec is not None and len(rec) and rec["rel_diff"].notna().any():
         metrics["reconciliation_max_rel_diff"] = float(rec["rel_diff"].abs().max())

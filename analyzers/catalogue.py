@@ -73,7 +73,8 @@ _ALL = [
            "per rank and step: host step start to the first device op (step trace 'Preparing'); null "
            "without host step data", "ms", _RANKS_MEAN),
     Metric("bubble_s", "bubble ms", "s", "lower",
-           "per rank and step: pipeline bubble, time in pipeline receive ops (step trace 'Bubble')", "ms", _RANKS_MEAN),
+           "per rank and step: pipeline bubble, time in pipeline receive ops (step trace 'Bubble'); null in a "
+           "pipeline run whose receive ops cannot be identified (CPU point-to-point is a Broadcast)", "ms", _RANKS_MEAN),
     Metric("comm_share", "comm share", "share", "lower",
            "per step: mean over ranks of communication_us / step_us (all communication, overlapped or not)",
            "pct", _RANKS_MEAN, kind="share"),

@@ -101,3 +101,28 @@ def test_multi_step_set_j_windows_run_to_next_step():
     p = analyzers.load_profile(j)
     st = p.steps.sort_values("step")
     assert np.allclose(st["end_us"].to_numpy()[:-1], st["start_us"].to_numpy()[1:])
+
+
+@pytest.mark.parametrize("stages, p2p, expected_bubble", [
+    (2, "Broadcast-op3", None),        # pipeline, p2p not identifiable as a receive (CPU): unknown
+    (2, "Receive-op3", 20.0),          # pipeline with a receive op: its time, [60,80)
+    (1, "Broadcast-op3", 0.0),         # no pipeline: no bubble, known
+])
+def test_pipeline_run_without_receive_op_has_unknown_bubble(stages, p2p, expected_bubble):
+    from analyzers.breakdown import analysis
+    from analyzers.registry import Context
+    from analyzers.schema import Profile
+
+    ops = _ops([(r, 1, "MatMul", "compute", 0, 50) for r in (0, 1)]
+               + [(r, 1, p2p, "communication", 60, 20) for r in (0, 1)])
+    steps = conform(pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0],
+                                  "end_us": [100.0, 100.0]}), STEPS)
+    ctx = Context(profile=Profile(source="test", path="-", ops=ops, steps=steps),
+                  config={"parallel": {"pipeline_stages": stages, "micro_batches": 2}})
+    sb = analysis(ctx).tables["step_breakdown"]
+    assert len(sb) == 2 and (sb["computing_us"] == 50).all()  # the rest stays known
+    if expected_bubble is None:
+        assert sb["bubble_us"].isna().all() and sb["stage_us"].isna().all()
+    else:
+        assert (sb["bubble_us"] == expected_bubble).all()
+        assert (sb["stage_us"] == 100 - expected_bubble).all()
