@@ -1,0 +1,167 @@
+"""`perfbench predict`: step time, throughput, breakdown and scaling for settings that were never run."""
+
+from __future__ import annotations
+
+import json
+
+from perfbench.cli import add_json_arg, add_results_arg
+from perfbench.errors import UserError
+
+DESCRIPTION = """\
+Predict what a training job will do with settings or cluster sizes that were never run, from a model
+calibrated on stored runs (--from). The model (docs/predict.md): per-rank time outside collectives from
+the runs' step times and profiled breakdown, scaled by samples per replica, plus a fixed cost per extra
+micro-batch; one cost per collective, latency x ring hops + algorithm factor (all-reduce 2(n-1)/n,
+all-gather (n-1)/n, broadcast 1) x bytes / bandwidth, with the buckets comm_fusion makes and the bytes
+compression sends (fp16: half; powersgd/topk: compression_ratio); the overlap of buckets with backward;
+pipelines through the GPipe/1F1B schedule simulator. Latency and bandwidth are fitted from the runs'
+own collectives, or taken from a hardware profile (--hardware ascend910: published Ascend 910 HCCS/RoCE
+figures, cited in the file), so a CPU-measured job can be projected onto another machine; every
+prediction lists the assumptions it made and an uncertainty interval.
+
+examples:
+  perfbench predict --from quickstart-20261123-101500 --set world_size=8
+  perfbench predict --from SWEEP --set comm_fusion=all --set grad_compression=fp16 --json
+  perfbench predict --from SWEEP --set world_size=1,2,4,8,16 --hardware ascend910
+  perfbench predict --from SWEEP --save-hardware my-machine.yaml      # write the fitted machine profile
+  perfbench predict --replay ../shared/fixtures/ascend/.../level1      # replay check on an Ascend profile
+"""
+
+#: --set keys the model understands, with their types
+SETTABLE = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int,
+            "pipeline_schedule": str, "comm_fusion": str, "grad_compression": str, "compression_ratio": float,
+            "compute_scale": float}
+
+
+def register(sub) -> None:
+    import argparse
+
+    p = sub.add_parser("predict", help="predict step time, throughput and scaling for settings never run",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_results_arg(p)
+    add_json_arg(p)
+    p.add_argument("--from", dest="sources", action="append", metavar="SWEEP_OR_RUN",
+                   help="calibrate on this sweep (its ok runs) or run (id, short id or prefix); repeat or comma-separate "
+                        "for several. --set starts from the settings of the run on the most ranks (the first given)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"a setting to predict for: {', '.join(SETTABLE)} (compute_scale: per-rank compute time factor on "
+                        "the target hardware). VALUE may be a comma-separated list: one prediction per value "
+                        "(the cartesian product over several keys)")
+    p.add_argument("--hardware", metavar="FILE",
+                   help="hardware profile YAML, or a built-in name (ascend910, cpu-2core); default: the machine the runs "
+                        "measured, fitted from them")
+    p.add_argument("--save-hardware", metavar="FILE", help="write the measured machine's fitted profile to FILE")
+    p.add_argument("--replay", metavar="PATH",
+                   help="instead of predicting: rebuild each profiled rank's step of an Ascend profiler output from its own "
+                        "kernels and collectives and compare with the profiler's step_trace_time")
+    p.set_defaults(func=run)
+
+
+def parse_sets(sets: list[str]) -> list[dict]:
+    """`--set` values -> the list of targets (cartesian product of comma-separated values)."""
+    import itertools
+
+    axes: dict[str, list] = {}
+    for item in sets:
+        if "=" not in item:
+            raise UserError(f"--set {item!r}: expected KEY=VALUE")
+        key, value = (x.strip() for x in item.split("=", 1))
+        if key not in SETTABLE:
+            raise UserError(f"--set {key}: unknown setting (known: {', '.join(SETTABLE)})")
+        vals = []
+        for v in value.split(","):
+            try:
+                vals.append(SETTABLE[key](v.strip()))
+            except ValueError:
+                raise UserError(f"--set {key}={v!r}: expected {SETTABLE[key].__name__}") from None
+        axes[key] = vals
+    if not axes:
+        return [{}]
+    keys = list(axes)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(axes[k] for k in keys))]
+
+
+def run(args) -> int:
+    if args.replay:
+        return _replay(args)
+    if not args.sources:
+        raise UserError("--from SWEEP_OR_RUN is required (the stored runs to calibrate on; see `perfbench ls`)")
+    from perfbench.predict import hardware as hwmod
+    from perfbench.predict.model import fit, predict
+    from perfbench.predict.observe import observe, resolve_runs
+    from perfbench.store import Store
+
+    store = Store(args.results, create=False)
+    targets = parse_sets(args.sets)
+    cal = fit([observe(store, r) for r in resolve_runs(store, args.sources)])
+    if args.save_hardware:
+        hwmod.save(cal.machine, args.save_hardware)
+    hw = hwmod.load(args.hardware) if args.hardware else None
+    out = []
+    for t in targets:
+        t = dict(t)
+        scale = t.pop("compute_scale", None)
+        h = hw
+        if scale is not None:
+            import copy
+
+            h = copy.copy(hw or cal.machine)
+            h.compute_scale = scale
+        out.append(predict(cal, t, h))
+    if args.json:
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        return 0
+    _render(out, cal)
+    return 0
+
+
+def _render(preds: list[dict], cal) -> None:
+    from rich.table import Table
+
+    from perfbench.results import console
+
+    c = console()
+    keys = [k for k in preds[0]["settings"] if len({repr(p["settings"][k]) for p in preds}) > 1] or ["world_size"]
+    t = Table(title=f"predicted on {preds[0]['hardware']} from {len(cal.inputs)} runs")
+    for k in keys:
+        t.add_column(k.replace("_", " "))
+    for col in ("step ms", "interval ms", "samples/s", "scaling", "comm share", "compute ms", "exposed comm ms",
+                "overlap ms", "free ms", "bubble ms", "collectives"):
+        t.add_column(col, justify="right")
+    for p in preds:
+        b = p["breakdown"]
+        eff = p["scaling_efficiency"]
+        t.add_row(*[str(p["settings"][k]) for k in keys], f"{p['step_time_s'] * 1e3:.1f}",
+                  f"{p['interval']['low'] * 1e3:.0f}-{p['interval']['high'] * 1e3:.0f}", f"{p['throughput']:.1f}",
+                  "-" if eff is None else f"{eff:.1%}", f"{p['comm_share']:.1%}", f"{b['computing_s'] * 1e3:.1f}",
+                  f"{b['communication_not_overlapped_s'] * 1e3:.1f}", f"{b['overlapped_s'] * 1e3:.1f}",
+                  f"{b['free_s'] * 1e3:.1f}", f"{b['bubble_s'] * 1e3:.1f}", str(p["collectives"]["count"]))
+    c.print(t)
+    c.print("[b]settings[/b] " + ", ".join(f"{k}={v}" for k, v in preds[0]["settings"].items() if k not in keys))
+    c.print("[b]calibrated on[/b] " + ", ".join(cal.inputs))
+    c.print("[b]assumptions[/b]")
+    for a in dict.fromkeys(a for p in preds for a in p["assumptions"]):
+        c.print(f"  - {a}")
+
+
+def _replay(args) -> int:
+    from perfbench.predict.replay import replay_path
+
+    rows = replay_path(args.replay, args.hardware)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.table import Table
+
+    from perfbench.results import console
+
+    t = Table(title=f"replay of {args.replay}")
+    for col in ("rank", "step", "measured ms", "replay ms", "error", "kernels+comm only ms", "error", "modelled comm ms", "error"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(str(r["rank"]), str(r["step"]), f"{r['measured_s'] * 1e3:.2f}", f"{r['replay_s'] * 1e3:.2f}",
+                  f"{r['replay_error']:+.1%}", f"{r['critical_path_s'] * 1e3:.2f}", f"{r['critical_path_error']:+.1%}",
+                  "-" if r.get("modelled_comm_s") is None else f"{r['modelled_comm_s'] * 1e3:.2f}",
+                  "-" if r.get("modelled_comm_error") is None else f"{r['modelled_comm_error']:+.1%}")
+    console().print(t)
+    return 0

@@ -1,0 +1,103 @@
+"""The collectives a data-parallel setting issues per step, and what each costs.
+
+Cost of one collective over n ranks moving `bytes` (the nccl-tests convention of analyzers.collectives:
+all-reduce/broadcast: the buffer; all-gather: the gathered output):
+
+    t = latency x steps(op, n) + factor(op, n) x bytes / bandwidth
+
+    factor  (analyzers.collectives.busbw_factor)   all-reduce 2(n-1)/n; all-gather, reduce-scatter,
+                                                    all-to-all (n-1)/n; broadcast, send/recv 1
+    steps   (ring algorithm's sequential hops)      all-reduce 2(n-1); all-gather, reduce-scatter,
+                                                    all-to-all n-1; broadcast, send/recv 1
+
+Which collectives (mirrors workloads/parallel/compression.py and bucketing.py, which the runs executed):
+gradients are cut into buckets by `comm_fusion` (the workload's own `plan_buckets`); `none` all-reduces
+each bucket in fp32, `fp16` in fp16 (half the bytes), `powersgd` two all-reduces (P and Q) per bucket of
+`compression_ratio` x the bytes, `topk` two all-gathers (values, indices) per bucket of ratio x the bytes.
+With pipeline stages S > 1 each stage all-reduces its 1/S of the gradients in one flat buffer over the
+D = world_size / S replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analyzers.collectives import busbw_factor
+from workloads.parallel.bucketing import parse_fusion, plan_buckets  # pure Python (no MindSpore)
+
+
+@dataclass(frozen=True)
+class Collective:
+    op_type: str
+    n: int  # ranks in the group
+    bytes: float  # nccl-tests size convention (see module doc)
+    ready_fraction: float = 1.0  # share of the backward pass done when its bucket is ready (overlap window)
+
+
+def steps(op_type: str, n: int) -> int:
+    """Sequential hops of the ring algorithm: the number of latency terms one collective pays."""
+    if n <= 1:
+        return 0
+    t = op_type.lower()
+    if t == "allreduce":
+        return 2 * (n - 1)
+    if t in ("allgather", "reducescatter", "alltoall", "alltoallv"):
+        return n - 1
+    return 1
+
+
+def factor(op_type: str, n: int) -> float:
+    f = busbw_factor(op_type, n)
+    return 0.0 if f != f else f  # NaN (unknown op) -> bytes term ignored
+
+
+def cost(c: Collective, latency_s: float, bandwidth_Bps: float) -> tuple[float, float]:
+    """(latency term, bytes term) in seconds."""
+    return latency_s * steps(c.op_type, c.n), factor(c.op_type, c.n) * c.bytes / bandwidth_Bps
+
+
+def _buckets(tensor_bytes: list[float], fusion, scale: float = 1.0) -> list[tuple[float, float]]:
+    """Buckets as (bytes on the wire, ready fraction) in backward order. `tensor_bytes` is in backward
+    order; the workload's plan_buckets takes parameter order and walks it backwards."""
+    total = sum(tensor_bytes) or 1.0
+    wire = [b * scale for b in tensor_bytes]
+    param_order = wire[::-1]
+    buckets = plan_buckets(param_order, fusion)  # lists of parameter indices, backward order
+    out, done = [], 0.0
+    n = len(param_order)
+    for b in buckets:
+        size = sum(param_order[i] for i in b)
+        done += sum(tensor_bytes[n - 1 - i] for i in b)
+        out.append((size, done / total))
+    return out
+
+
+def plan(settings: dict, tensor_bytes: list[float], world_size: int | None = None) -> list[Collective]:
+    """The gradient collectives one rank issues per step for `settings` (see the module doc)."""
+    n_world = int(world_size if world_size is not None else settings["world_size"])
+    S = int(settings.get("pipeline_stages") or 1)
+    D = max(1, n_world // S)
+    if D <= 1 or not tensor_bytes:
+        return []
+    if S > 1:
+        return [Collective("allreduce", D, sum(tensor_bytes) / S, 1.0)]
+    kind = str(settings.get("grad_compression") or "none")
+    fusion = settings.get("comm_fusion", 0)
+    parse_fusion(fusion)  # a bad value is the user's error (ConfigError names it)
+    ratio = float(settings.get("compression_ratio") or 0.01)
+    if kind in ("none", "fp16"):
+        return [Collective("allreduce", D, b, r) for b, r in _buckets(tensor_bytes, fusion, 0.5 if kind == "fp16" else 1.0)]
+    if kind == "powersgd":
+        out = []
+        for b, r in _buckets(tensor_bytes, fusion, ratio):
+            out += [Collective("allreduce", D, b / 2, r), Collective("allreduce", D, b / 2, r)]
+        return out
+    if kind == "topk":
+        out = []
+        for b, r in _buckets(tensor_bytes, fusion):
+            per_rank = ratio * b / 2  # values (fp32) and indices (int32): ratio x the fp32 bytes in all
+            out += [Collective("allgather", D, per_rank * D, r), Collective("allgather", D, per_rank * D, r)]
+        return out
+    from perfbench.errors import UserError
+
+    raise UserError(f"grad_compression={kind!r}: the model knows none, fp16, powersgd, topk")

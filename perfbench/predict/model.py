@@ -1,0 +1,350 @@
+"""The step-time model: `fit(observations) -> Calibration`, `predict(calibration, target, hardware) -> dict`.
+
+One rank's step (docs/predict.md derives each term):
+
+    step = base + exposed communication + compression compute            (pipeline_stages S = 1)
+    base = compute_scale x (contention(n) x base_ref x B / B_ref + (M - 1) x per_microbatch(n))
+
+* base: the rank's time outside collectives (computing + free) for B samples per replica in M micro-batches.
+  Fitted: base_ref from runs with M = 1 (step time minus their measured exposed communication), the cost
+  of each extra micro-batch from runs with M > 1. World size enters only through batch semantics
+  (`batch_size` is per replica) and, on the measured machine, a fitted per-rank slowdown when ranks share
+  its cores (`contention`, 1 on hardware with a device per rank).
+* communication: the collectives of comm.plan (buckets from comm_fusion, compression's bytes), each
+  latency x ring hops + factor(op, n) x bytes / bandwidth on the link the hardware profile gives n ranks.
+  Fitted on the measured machine from the runs' own collectives (least squares over runs of total
+  collective time against total hops and total factor x bytes). Exposed: without overlap all of it (less
+  the measured hidden share); with `overlap: window` a bucket starts when backward has produced it and
+  the comm stream is free, and only what runs past the end of backward is exposed.
+* compression compute: seconds per fp32 gradient byte, fitted per kind from runs that compress.
+* S > 1: the pipeline schedule's own simulator (workloads/parallel/schedules.simulate) with per-stage
+  forward/backward times of one micro-batch (1 : 2 split); the bubble is its makespan minus busy time.
+
+Uncertainty: relative sigma = sqrt(step-time noise of the calibration runs^2 + the model's RMS relative
+error on its own calibration runs^2); the interval is step x (1 -/+ 2 sigma).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfbench.errors import UserError
+from perfbench.predict import comm
+from perfbench.predict.hardware import Hardware, Link
+from perfbench.predict.observe import Observation
+
+FWD_SHARE = 1.0 / 3.0  # forward : backward = 1 : 2 (backward computes two gradients per layer)
+
+
+@dataclass
+class Calibration:
+    inputs: list[str]
+    batch_ref: float  # B_ref: samples per replica per step in the runs base_ref comes from
+    base_ref_s: float  # per-rank time outside collectives at B_ref, M = 1, one rank (contention 1)
+    compute_share: float = 1.0  # computing / (computing + free) of that time
+    per_microbatch_s: dict = field(default_factory=dict)  # world size -> extra time per micro-batch beyond the first
+    compression_s_per_byte: dict = field(default_factory=dict)  # kind -> s per fp32 gradient byte
+    tensor_bytes: list[float] | None = None  # fp32 gradient tensors, backward order
+    machine: Hardware | None = None  # the measured machine, fitted
+    noise: float = 0.0
+    residual: float = 0.0
+    reference: dict = field(default_factory=dict)  # settings --set starts from
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- fitting ---------------------------------------------------------------------------------
+
+def _comm_fit(obs: list[Observation]) -> tuple[float, float, str]:
+    """(latency per hop s, bandwidth B/s, how) from the runs' own collectives."""
+    rows = []
+    for o in obs:
+        co = o.collectives
+        if not len(co) or co["size_bytes"].isna().all():
+            continue
+        hops = sum(comm.steps(t, int(n)) for t, n in zip(co["op_type"], co["group_size"].fillna(o.settings["world_size"])))
+        fb = sum(comm.factor(t, int(n)) * float(b) for t, n, b in
+                 zip(co["op_type"], co["group_size"].fillna(o.settings["world_size"]), co["size_bytes"].fillna(0)))
+        rows.append((hops, fb, o.comm_total_s, co))
+    if not rows:
+        raise UserError("no calibration run has collectives with sizes: the model needs at least one run on "
+                        "more than one rank (e.g. world_size 2) to fit latency and bandwidth")
+    X = np.array([[h, b] for h, b, _, _ in rows], dtype=float)
+    y = np.array([t for _, _, t, _ in rows], dtype=float)
+    how = f"least squares over {len(rows)} runs' total collective time"
+    if len(rows) < 2 or np.linalg.matrix_rank(X) < 2:  # one run: per-op least squares over its ops
+        co = rows[0][3]
+        n = co["group_size"].fillna(2).astype(int)
+        X = np.column_stack([[comm.steps(t, k) for t, k in zip(co["op_type"], n)],
+                             [comm.factor(t, k) * float(b) for t, k, b in zip(co["op_type"], n, co["size_bytes"].fillna(0))]])
+        y = co["time_s"].to_numpy(dtype=float)
+        how = f"least squares over the {len(co)} collectives of one run"
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    lat, inv_bw = float(coef[0]), float(coef[1])
+    if lat < 0:  # noise: refit the bytes term alone
+        lat, inv_bw = 0.0, float(np.dot(X[:, 1], y) / np.dot(X[:, 1], X[:, 1]))
+    if inv_bw <= 0:  # latency-bound: refit the latency alone, bandwidth effectively unlimited
+        inv_bw = 1e-15
+        lat = float(np.dot(X[:, 0], y) / np.dot(X[:, 0], X[:, 0]))
+    return lat, 1.0 / inv_bw, how
+
+
+def _median(v):
+    v = [x for x in v if x is not None and math.isfinite(x)]
+    return statistics.median(v) if v else None
+
+
+def fit(obs: list[Observation]) -> Calibration:
+    if not obs:
+        raise UserError("no runs to calibrate on")
+    notes: list[str] = []
+    workloads = {o.workload for o in obs}
+    if len(workloads) > 1:
+        raise UserError(f"calibration runs mix workloads {sorted(workloads)}: give runs of one workload and model")
+    # gradient tensors
+    tensors = next((o.tensor_bytes for o in obs if o.tensor_bytes), None)
+    if tensors is None:
+        src = next((o for o in obs if len(o.collectives) and o.settings["grad_compression"] == "none"
+                    and o.settings["pipeline_stages"] == 1), None)
+        if src is not None:
+            tensors = [float(b) for b in src.collectives["size_bytes"].fillna(0)]
+            notes.append(f"gradient tensor sizes unknown (no run all-reduces each tensor: comm_fusion 0): the buckets of "
+                         f"{src.run_id} stand in for tensors, so smaller buckets than those cannot be predicted well")
+    # communication
+    multi = [o for o in obs if o.settings["world_size"] > 1 and len(o.collectives)]
+    links, overlap_fraction = [], 0.0
+    if multi:
+        lat, bw, how = _comm_fit(multi)
+        links = [Link("measured", bw / 1e9, lat * 1e6, None)]
+        fr = [o.overlapped_s / (o.overlapped_s + o.comm_exposed_s) for o in multi if o.overlapped_s + o.comm_exposed_s > 0]
+        overlap_fraction = _median(fr) or 0.0
+        notes.append(f"collectives on this machine: {lat * 1e6:.1f} us per ring hop, {bw / 1e9:.3g} GB/s ({how})")
+    # per-rank time outside collectives
+    plain = [o for o in obs if o.settings["micro_batches"] == 1 and o.settings["pipeline_stages"] == 1]
+    if not plain:
+        raise UserError("the calibration needs at least one run with micro_batches 1 and pipeline_stages 1")
+    uncompressed = [o for o in plain if o.settings["grad_compression"] == "none"] or plain
+    b_ref = float(_median([o.settings["batch_size"] for o in uncompressed]) or 1)
+
+    def base_obs(o: Observation) -> float:
+        return o.step_time_s - o.comm_exposed_s
+
+    by_n: dict[int, list[float]] = {}
+    for o in uncompressed:
+        by_n.setdefault(o.settings["world_size"], []).append(base_obs(o) * b_ref / float(o.settings["batch_size"] or b_ref))
+    n0 = min(by_n)
+    base_ref = statistics.median(by_n[n0])
+    contention = {n: statistics.median(v) / base_ref for n, v in sorted(by_n.items())}
+    if n0 != 1:
+        notes.append(f"no 1-rank run: per-rank compute is relative to {n0} ranks")
+    machine = Hardware(name="measured", kind="measured", links=links or [Link("measured", 1.0, 0.0, None)],
+                       overlap="none", overlap_fraction=overlap_fraction, compute_scale=1.0, contention=contention,
+                       cores=next((o.cpus for o in obs if o.cpus), None),
+                       notes=["fitted by perfbench predict from " + ", ".join(o.run_id for o in obs)])
+    cal = Calibration(inputs=[o.run_id for o in obs], batch_ref=b_ref, base_ref_s=base_ref, tensor_bytes=tensors,
+                      machine=machine, notes=notes)
+    shares = [o.computing_s / (o.computing_s + o.free_s) for o in plain if o.computing_s + o.free_s > 0]
+    cal.compute_share = _median(shares) or 1.0
+    # compression compute, per kind
+    grad = sum(tensors) if tensors else None
+    for kind in sorted({o.settings["grad_compression"] for o in plain} - {"none"}):
+        if not grad:
+            break
+        per = [(base_obs(o) - _base(cal, o.settings, machine)[0]) / grad for o in plain if o.settings["grad_compression"] == kind]
+        v = _median(per)
+        if v is not None:
+            if v < 0:
+                notes.append(f"{kind}: the fitted compression compute came out negative ({v * grad * 1e3:.1f} ms per step, "
+                             "noise): taken as 0")
+            cal.compression_s_per_byte[kind] = max(0.0, v)
+    # extra micro-batches
+    per_mb: dict[int, list[float]] = {}
+    for o in obs:
+        M, n = o.settings["micro_batches"], o.settings["world_size"]
+        if M > 1 and o.settings["pipeline_stages"] == 1:
+            comp = cal.compression_s_per_byte.get(o.settings["grad_compression"], 0.0) * (grad or 0.0)
+            plain_base = machine.contention_at(n)[0] * base_ref * float(o.settings["batch_size"]) / b_ref
+            per_mb.setdefault(n, []).append((base_obs(o) - comp - plain_base) / (M - 1))
+    cal.per_microbatch_s = {n: statistics.median(v) for n, v in sorted(per_mb.items())}
+    # reference settings: the first given run on the most ranks
+    ref = max(obs, key=lambda o: (o.settings["world_size"], -obs.index(o)))
+    cal.reference = dict(ref.settings)
+    # how well the model reproduces its own runs, and how noisy they were
+    errs = [predict(cal, o.settings)["step_time_s"] / o.step_time_s - 1 for o in obs]
+    cal.residual = float(np.sqrt(np.mean(np.square(errs))))
+    cal.noise = _median([o.noise / math.sqrt(max(1, len(o.step_samples))) * 1.2533 for o in obs]) or 0.0
+    return cal
+
+
+# ---- prediction --------------------------------------------------------------------------------
+
+def _base(cal: Calibration, s: dict, hw: Hardware) -> tuple[float, list[str]]:
+    """Per-rank time outside collectives and compression for S = 1 (see the module doc)."""
+    why: list[str] = []
+    n, M, B = int(s["world_size"]), int(s["micro_batches"]), float(s["batch_size"] or cal.batch_ref)
+    cont, note = hw.contention_at(n) if hw.kind == "measured" else (1.0, None)
+    if note:
+        why.append(note)
+    scale = hw.compute_scale if hw.compute_scale is not None else 1.0
+    extra = 0.0
+    if M > 1:
+        h, note = per_microbatch(cal, n, hw)
+        if note:
+            why.append(note)
+        extra = (M - 1) * h
+    return scale * (cont * cal.base_ref_s * B / cal.batch_ref + extra), why
+
+
+def per_microbatch(cal: Calibration, n: int, hw: Hardware) -> tuple[float, str | None]:
+    """Extra time per micro-batch on n ranks: fitted at n, else at the nearest fitted world size, scaled by
+    the per-rank compute factor between the two (measured machine only)."""
+    if not cal.per_microbatch_s:
+        return 0.0, "no calibration run used micro-batches: their extra cost is taken as 0"
+    if n in cal.per_microbatch_s:
+        return cal.per_microbatch_s[n], None
+    near = min(cal.per_microbatch_s, key=lambda k: (abs(k - n), k))
+    h = cal.per_microbatch_s[near]
+    if hw.kind == "measured":
+        h *= hw.contention_at(n)[0] / hw.contention_at(near)[0]
+    return h, f"cost of an extra micro-batch on {n} ranks taken from {near} ranks' runs"
+
+
+def _comm(cal: Calibration, s: dict, hw: Hardware, backward_s: float) -> dict:
+    colls = comm.plan(s, cal.tensor_bytes or [])
+    S = int(s.get("pipeline_stages") or 1)
+    D = max(1, int(s["world_size"]) // S)
+    out = {"count": len(colls), "bytes": sum(c.bytes for c in colls), "latency_terms": sum(comm.steps(c.op_type, c.n) for c in colls),
+           "latency_s": 0.0, "bytes_s": 0.0, "total_s": 0.0, "exposed_s": 0.0, "overlapped_s": 0.0, "link": None}
+    if D > 1 and not cal.tensor_bytes:
+        raise UserError("the calibration runs tell nothing about the gradients' sizes (no run with collectives): "
+                        "add a run on 2 or more ranks to --from")
+    if not colls:
+        return out
+    link = hw.link(D)
+    out["link"] = {"transport": link.transport, "bandwidth_gbps": link.bandwidth_gbps, "latency_us": link.latency_us}
+    times = []
+    for c in colls:
+        lat, byt = comm.cost(c, link.latency_us / 1e6, link.bandwidth_gbps * 1e9)
+        out["latency_s"] += lat
+        out["bytes_s"] += byt
+        times.append((c.ready_fraction, lat + byt))
+    total = out["latency_s"] + out["bytes_s"]
+    if hw.overlap == "window":
+        end = 0.0
+        for ready, t in times:  # buckets in backward order; the comm stream runs one at a time
+            end = max(end, ready * backward_s) + t
+        exposed = max(0.0, end - backward_s)
+    else:
+        exposed = total * (1.0 - hw.overlap_fraction)
+    out.update(total_s=total, exposed_s=exposed, overlapped_s=total - exposed)
+    return out
+
+
+def _check(s: dict) -> None:
+    n, S, M = int(s["world_size"]), int(s["pipeline_stages"]), int(s["micro_batches"])
+    if n < 1 or S < 1 or M < 1:
+        raise UserError(f"world_size, pipeline_stages and micro_batches must be >= 1, got {n}, {S}, {M}")
+    if n % S:
+        raise UserError(f"pipeline_stages={S} must divide world_size={n}")
+    if S > 1 and s["pipeline_schedule"] == "1f1b" and M < S:
+        raise UserError(f"micro_batches={M} is less than pipeline_stages={S}, which 1F1B needs")
+
+
+def _step(cal: Calibration, s: dict, hw: Hardware) -> dict:
+    _check(s)
+    why: list[str] = []
+    S, M = int(s["pipeline_stages"]), int(s["micro_batches"])
+    bubble_s, bubble_fraction = 0.0, None
+    if S == 1:
+        base, why = _base(cal, s, hw)
+        last_backward = base * cal.compute_share * (1 - FWD_SHARE) / M
+    else:
+        from workloads.parallel.schedules import simulate  # pure Python (no MindSpore)
+
+        one = dict(s, micro_batches=1, batch_size=float(s["batch_size"] or cal.batch_ref) / M, world_size=s["world_size"])
+        per_mb, why = _base(cal, one, hw)  # one micro-batch through the whole model on one rank
+        per_mb += per_microbatch(cal, int(s["world_size"]), hw)[0] * (hw.compute_scale or 1.0)
+        t_stage = per_mb / S  # even split of the layers over the stages
+        sim = simulate(str(s["pipeline_schedule"]), S, M, t_stage * FWD_SHARE, t_stage * (1 - FWD_SHARE))
+        base = sim["makespan"]
+        busy = max(sim["busy"])
+        bubble_s = base - busy
+        bubble_fraction = max(sim["bubble_fraction"])
+        last_backward = t_stage * (1 - FWD_SHARE)
+        why.append(f"pipeline: {S} equal stages, forward:backward 1:2, point-to-point transfers not modelled "
+                   f"(simulated {s['pipeline_schedule']} makespan)")
+    c = _comm(cal, s, hw, last_backward)
+    kind = str(s["grad_compression"])
+    comp = 0.0
+    D = int(s["world_size"]) // S
+    if kind != "none" and D > 1:
+        if kind in cal.compression_s_per_byte:
+            comp = cal.compression_s_per_byte[kind] * sum(cal.tensor_bytes or []) * (hw.compute_scale or 1.0)
+        else:
+            why.append(f"{kind}: no calibration run used it, so its compute cost is taken as 0 (bytes from its ratio)")
+    step = base + c["exposed_s"] + comp
+    busy = base - bubble_s
+    computing = busy * cal.compute_share
+    return {"step_time_s": step, "samples": float(s["batch_size"] or cal.batch_ref) * D, "comm": c,
+            "breakdown": {"computing_s": computing, "communication_not_overlapped_s": c["exposed_s"],
+                          "overlapped_s": c["overlapped_s"], "free_s": busy - computing, "bubble_s": bubble_s,
+                          "compression_s": comp},
+            "bubble_fraction": bubble_fraction, "why": why}
+
+
+def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
+    """Predicted step of one rank for `target` (the reference settings updated with it) on `hw` (default:
+    the measured machine). Keys: see docs/predict.md (`--json`)."""
+    hw = hw or cal.machine
+    s = dict(cal.reference or {})
+    s.update({k: v for k, v in target.items() if v is not None})
+    for k in ("world_size", "micro_batches", "pipeline_stages"):
+        s[k] = int(s.get(k) or 1)
+    s.setdefault("grad_compression", "none")
+    s.setdefault("comm_fusion", 0)
+    s.setdefault("pipeline_schedule", "1f1b")
+    s.setdefault("batch_size", cal.batch_ref)
+    r = _step(cal, s, hw)
+    step = r["step_time_s"]
+    S = s["pipeline_stages"]
+    one = _step(cal, dict(s, world_size=S), hw)  # one replica: the scaling baseline
+    D = s["world_size"] // S
+    thr, thr1 = r["samples"] / step, one["samples"] / one["step_time_s"]
+    sigma = math.sqrt(cal.noise ** 2 + cal.residual ** 2)
+    assumptions = [
+        f"per-rank compute scales with samples per replica (batch_size {s['batch_size']} vs {cal.batch_ref:g} measured); "
+        "world size changes it only through that" + (" and the measured machine's shared-core slowdown" if hw.kind == "measured" else ""),
+        "collective time = latency x ring hops + algorithm factor (all-reduce 2(n-1)/n, all-gather (n-1)/n, broadcast 1) "
+        f"x bytes / bandwidth; link for {D} ranks: " + (f"{r['comm']['link']['transport']} {r['comm']['link']['bandwidth_gbps']:.3g} GB/s, "
+                                                       f"{r['comm']['link']['latency_us']:.3g} us/hop" if r["comm"]["link"] else "none"),
+        ("communication overlaps backward: a bucket starts when backward has produced it (gradients ready in backward order, "
+         "forward:backward 1:2)") if hw.overlap == "window" else
+        f"communication does not overlap compute (measured hidden share {hw.overlap_fraction:.0%})",
+        "gradient buckets as the workload plans them (workloads/parallel/bucketing.plan_buckets) over the measured tensor sizes",
+    ]
+    if hw is not cal.machine and hw.compute_scale is None:
+        assumptions.append(f"compute on {hw.name} is not known from its specifications: per-rank compute kept as measured "
+                           "(set --set compute_scale=X, e.g. from one real run there)")
+    elif hw is not cal.machine and hw.compute_scale != 1.0:
+        assumptions.append(f"per-rank compute = measured x compute_scale {hw.compute_scale:g}")
+    assumptions += list(dict.fromkeys(r["why"] + cal.notes))
+    return {
+        "step_time_s": step,
+        "interval": {"low": step * max(0.0, 1 - 2 * sigma), "high": step * (1 + 2 * sigma), "sigma_rel": sigma,
+                     "what": "step x (1 -/+ 2 sigma), sigma^2 = calibration runs' step-time noise^2 + the model's RMS "
+                             "relative error on them^2"},
+        "throughput": thr,
+        "scaling_efficiency": thr / (D * thr1) if thr1 else None,
+        "comm_share": r["comm"]["total_s"] / step if step > 0 else None,
+        "bubble_fraction": r["bubble_fraction"],
+        "breakdown": r["breakdown"],
+        "collectives": {k: r["comm"][k] for k in ("count", "bytes", "latency_terms", "latency_s", "bytes_s", "total_s", "link")},
+        "settings": {k: s.get(k) for k in ("world_size", "batch_size", "micro_batches", "pipeline_stages", "pipeline_schedule",
+                                            "comm_fusion", "grad_compression", "compression_ratio")},
+        "hardware": hw.name,
+        "inputs": list(cal.inputs),
+        "assumptions": assumptions,
+    }
