@@ -196,6 +196,40 @@ class DashData:
         out = out.sort_values(["group", "world_size"]).drop(columns="baseline")
         return out.replace({np.nan: None})
 
+    def predicted_scaling(self, sweep: str | None = None, world_sizes=(1, 2, 4, 8, 16, 32)) -> tuple[pd.DataFrame, str]:
+        """perfbench.predict's scaling curve, calibrated on the ok runs of `sweep` (default: the newest sweep):
+        per world size the predicted throughput with its interval. Returns (frame, caption); the frame is
+        empty and the caption says why when the runs cannot calibrate the model."""
+        from perfbench.predict.model import calibrate, curve
+
+        sweeps = self.sweeps()
+        sweep = sweep or (max(sweeps, key=lambda s: max(r["run_id"] for r in self.runs() if r.get("sweep_id") == s))
+                          if sweeps else None)
+        if not sweep:
+            return pd.DataFrame(), "no prediction: no sweep in the store"
+        key = ("predicted", sweep, tuple(sorted((r["run_id"], r.get("status")) for r in self.runs()
+                                                 if r.get("sweep_id") == sweep)))
+        with self._lock:
+            if key in self._tables:
+                return self._tables[key]
+        try:
+            cal = calibrate(self.store, [sweep])
+            preds = curve(cal, sorted(set(world_sizes) | {int(r["settings"].get("world_size") or 1)
+                                                           for r in self.runs() if r.get("sweep_id") == sweep}))
+        except UserError as exc:
+            out = (pd.DataFrame(), f"no prediction for {sweep}: {exc}")
+        else:
+            rows = [{"world_size": p["settings"]["world_size"], "throughput": p["throughput"],
+                     "low": p["throughput"] * p["step_time_s"] / p["interval"]["high"],
+                     "high": p["throughput"] * p["step_time_s"] / max(p["interval"]["low"], 1e-12),
+                     "step_time_s": p["step_time_s"], "scaling_efficiency": p["scaling_efficiency"]} for p in preds]
+            fixed = ", ".join(f"{k}={v}" for k, v in preds[0]["settings"].items() if k != "world_size")
+            out = (pd.DataFrame(rows), f"predicted by `perfbench predict --from {sweep}` ({len(cal.inputs)} runs; {fixed}); "
+                                       "band: the prediction's interval")
+        with self._lock:
+            self._tables[key] = out
+        return out
+
 
 _DATA: DashData | None = None
 

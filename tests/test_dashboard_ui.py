@@ -129,6 +129,29 @@ def test_every_page_loads_without_console_errors(dashboard, browser, sweep_store
 
 
 @pytest.mark.msrun
+def test_scaling_page_draws_the_predicted_curve_with_its_band(dashboard, browser, sweep_store):
+    import json
+
+    from tests.conftest import run_perfbench
+
+    p = Page(browser)
+    page = p.open(dashboard + "/scaling", "#scaling-predicted")
+    traces = page.evaluate("() => document.querySelector('#scaling-throughput .js-plotly-plot').data"
+                           ".map(t => ({name: t.name, x: t.x, y: t.y}))")
+    pred = next(t for t in traces if t["name"] == "predicted")
+    band = next(t for t in traces if t["name"] == "predicted interval")
+    assert 16 in pred["x"] and len(band["x"]) == 2 * len(pred["x"])
+    sweep = _ok_runs(sweep_store)[0]["sweep_id"]
+    assert f"perfbench predict --from {sweep}" in page.inner_text("#scaling-predicted")
+    # the page draws what the command predicts
+    cli = json.loads(run_perfbench("predict", "--results", sweep_store, "--from", sweep, "--set", "world_size=16",
+                                   "--json").stdout)
+    assert pred["y"][pred["x"].index(16)] == pytest.approx(cli["throughput"], rel=1e-9)
+    assert p.errors == []
+    page.close()
+
+
+@pytest.mark.msrun
 def test_run_breakdown_has_one_bar_per_rank(dashboard, browser, sweep_store):
     for rec in _ok_runs(sweep_store):
         ws = rec["settings"]["world_size"]

@@ -1,5 +1,7 @@
 """Scaling page (`/scaling`): throughput and scaling efficiency against world size, one line per group
-of the other settings (repeats averaged, error bars = std over repeats), with the ideal (linear) line.
+of the other settings (repeats averaged, error bars = std over repeats), with the ideal (linear) line, and
+`perfbench predict`'s curve calibrated on the sweep (dashed, with its uncertainty band) over world sizes
+that were never run.
 Efficiency is the runs' own `scaling_efficiency` (analyzers/catalogue.py has its definition); the table
 paints first, the charts are drawn by a callback after it."""
 
@@ -59,13 +61,25 @@ def _charts(sweep):
                          "line": {"color": color, "dash": "dot"}, "showlegend": len(groups) < 8})
         eff_data.append({"type": "scatter", "x": x, "y": g["efficiency"].tolist(), "mode": "lines+markers", "name": grp,
                          "line": {"color": color}})
-    ws = sorted(sc["world_size"].unique().tolist())
+    pred, caption = data.get().predicted_scaling(sweep or None)
+    if not pred.empty:
+        x = pred["world_size"].tolist()
+        band = {"type": "scatter", "x": x + x[::-1], "y": pred["high"].tolist() + pred["low"].tolist()[::-1],
+                "fill": "toself", "fillcolor": "rgba(120,120,120,0.18)", "line": {"width": 0}, "hoverinfo": "skip",
+                "name": "predicted interval"}
+        thr_data += [band, {"type": "scatter", "x": x, "y": pred["throughput"].tolist(), "mode": "lines+markers",
+                            "name": "predicted", "line": {"color": "#333", "dash": "dash"}, "marker": {"symbol": "x"}}]
+        eff_data.append({"type": "scatter", "x": x, "y": pred["scaling_efficiency"].tolist(), "mode": "lines+markers",
+                         "name": "predicted", "line": {"color": "#333", "dash": "dash"}, "marker": {"symbol": "x"}})
+    ws = sorted(set(sc["world_size"].unique().tolist()) | set(pred["world_size"].tolist() if not pred.empty else []))
     eff_data.append({"type": "scatter", "x": ws, "y": [1.0] * len(ws), "mode": "lines", "name": "ideal",
                      "line": {"color": "#999", "dash": "dot"}})
     thr = {"data": thr_data, "layout": {"title": {"text": "throughput vs world size (dotted: ideal linear scaling)"},
-                                        "xaxis": {"title": {"text": "world size"}, "tickvals": ws},
+                                        "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
                                         "yaxis": {"title": {"text": METRICS["throughput"].unit}}, "height": 460}}
     eff = {"data": eff_data, "layout": {"title": {"text": "scaling efficiency"},
-                                        "xaxis": {"title": {"text": "world size"}, "tickvals": ws},
+                                        "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
                                         "yaxis": {"title": {"text": "efficiency"}, "tickformat": ".0%"}, "height": 420}}
-    return [dcc.Graph(id="scaling-throughput", figure=thr), dcc.Graph(id="scaling-efficiency", figure=eff)]
+    return [dcc.Graph(id="scaling-throughput", figure=thr),
+            html.P(caption, id="scaling-predicted", style={"fontSize": "13px", "color": "#555"}),
+            dcc.Graph(id="scaling-efficiency", figure=eff)]

@@ -42,7 +42,8 @@ def register(sub) -> None:
     add_json_arg(p)
     p.add_argument("--from", dest="sources", action="append", metavar="SWEEP_OR_RUN",
                    help="calibrate on this sweep (its ok runs) or run (id, short id or prefix); repeat or comma-separate "
-                        "for several. --set starts from the settings of the run on the most ranks (the first given)")
+                        "for several. --set starts from the settings of the run on the most ranks (uncompressed, "
+                        "without micro-batches where there is one)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help=f"a setting to predict for: {', '.join(SETTABLE)} (compute_scale: per-rank compute time factor on "
                         "the target hardware). VALUE may be a comma-separated list: one prediction per value "
@@ -87,13 +88,12 @@ def run(args) -> int:
     if not args.sources:
         raise UserError("--from SWEEP_OR_RUN is required (the stored runs to calibrate on; see `perfbench ls`)")
     from perfbench.predict import hardware as hwmod
-    from perfbench.predict.model import fit, predict
-    from perfbench.predict.observe import observe, resolve_runs
+    from perfbench.predict.model import calibrate, predict
     from perfbench.store import Store
 
     store = Store(args.results, create=False)
     targets = parse_sets(args.sets)
-    cal = fit([observe(store, r) for r in resolve_runs(store, args.sources)])
+    cal = calibrate(store, args.sources)
     if args.save_hardware:
         hwmod.save(cal.machine, args.save_hardware)
     hw = hwmod.load(args.hardware) if args.hardware else None

@@ -64,7 +64,9 @@ class Hardware:
         if n in self.contention:
             return self.contention[n], None
         known = sorted(self.contention)
-        lo = max([k for k in known if k < n], default=known[0])
+        if n < known[0]:
+            return self.contention[known[0]], f"per-rank compute factor at {n} ranks taken from {known[0]} ranks (the fewest measured)"
+        lo = max(k for k in known if k < n)
         hi = min([k for k in known if k > n], default=None)
         if hi is not None:
             f = self.contention[lo] + (self.contention[hi] - self.contention[lo]) * (n - lo) / (hi - lo)

@@ -59,37 +59,34 @@ class Calibration:
 # ---- fitting ---------------------------------------------------------------------------------
 
 def _comm_fit(obs: list[Observation]) -> tuple[float, float, str]:
-    """(latency per hop s, bandwidth B/s, how) from the runs' own collectives."""
-    rows = []
+    """(latency per hop s, bandwidth B/s) by weighted least squares over every collective of the runs:
+    time = latency x hops + factor x bytes / bandwidth, each run weighing the same in all (a run with 161
+    small all-reduces does not outvote a run with one big one)."""
+    X, y, w = [], [], []
+    used = 0
     for o in obs:
-        co = o.collectives
-        if not len(co) or co["size_bytes"].isna().all():
+        co = o.collectives.dropna(subset=["size_bytes"])
+        if not len(co):
             continue
-        hops = sum(comm.steps(t, int(n)) for t, n in zip(co["op_type"], co["group_size"].fillna(o.settings["world_size"])))
-        fb = sum(comm.factor(t, int(n)) * float(b) for t, n, b in
-                 zip(co["op_type"], co["group_size"].fillna(o.settings["world_size"]), co["size_bytes"].fillna(0)))
-        rows.append((hops, fb, o.comm_total_s, co))
-    if not rows:
+        used += 1
+        n = co["group_size"].fillna(o.settings["world_size"]).astype(int)
+        for t, k, b, ts in zip(co["op_type"], n, co["size_bytes"], co["time_s"]):
+            X.append([comm.steps(t, k), comm.factor(t, k) * float(b)])
+            y.append(float(ts))
+            w.append(1.0 / len(co))
+    if not X:
         raise UserError("no calibration run has collectives with sizes: the model needs at least one run on "
                         "more than one rank (e.g. world_size 2) to fit latency and bandwidth")
-    X = np.array([[h, b] for h, b, _, _ in rows], dtype=float)
-    y = np.array([t for _, _, t, _ in rows], dtype=float)
-    how = f"least squares over {len(rows)} runs' total collective time"
-    if len(rows) < 2 or np.linalg.matrix_rank(X) < 2:  # one run: per-op least squares over its ops
-        co = rows[0][3]
-        n = co["group_size"].fillna(2).astype(int)
-        X = np.column_stack([[comm.steps(t, k) for t, k in zip(co["op_type"], n)],
-                             [comm.factor(t, k) * float(b) for t, k, b in zip(co["op_type"], n, co["size_bytes"].fillna(0))]])
-        y = co["time_s"].to_numpy(dtype=float)
-        how = f"least squares over the {len(co)} collectives of one run"
-    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    X, y, sw = np.array(X, dtype=float), np.array(y, dtype=float), np.sqrt(np.array(w))
+    coef, *_ = np.linalg.lstsq(X * sw[:, None], y * sw, rcond=None)
     lat, inv_bw = float(coef[0]), float(coef[1])
-    if lat < 0:  # noise: refit the bytes term alone
-        lat, inv_bw = 0.0, float(np.dot(X[:, 1], y) / np.dot(X[:, 1], X[:, 1]))
-    if inv_bw <= 0:  # latency-bound: refit the latency alone, bandwidth effectively unlimited
+    Xw, yw = X * sw[:, None], y * sw
+    if lat < 0:  # noise: the bytes term alone
+        lat, inv_bw = 0.0, float(np.dot(Xw[:, 1], yw) / np.dot(Xw[:, 1], Xw[:, 1]))
+    if inv_bw <= 0:  # latency-bound: the latency alone, bandwidth effectively unlimited
         inv_bw = 1e-15
-        lat = float(np.dot(X[:, 0], y) / np.dot(X[:, 0], X[:, 0]))
-    return lat, 1.0 / inv_bw, how
+        lat = float(np.dot(Xw[:, 0], yw) / np.dot(Xw[:, 0], Xw[:, 0]))
+    return lat, 1.0 / inv_bw, f"weighted least squares over the {len(y)} collectives of {used} runs"
 
 
 def _median(v):
@@ -114,7 +111,10 @@ def fit(obs: list[Observation]) -> Calibration:
             notes.append(f"gradient tensor sizes unknown (no run all-reduces each tensor: comm_fusion 0): the buckets of "
                          f"{src.run_id} stand in for tensors, so smaller buckets than those cannot be predicted well")
     # communication
-    multi = [o for o in obs if o.settings["world_size"] > 1 and len(o.collectives)]
+    # the comm fit: runs with one gradient exchange per step as the workload plans it (with micro-batches the
+    # host loop's collectives also wait for the other rank's loop: that goes into the micro-batch cost)
+    multi = [o for o in obs if o.settings["world_size"] > 1 and len(o.collectives)
+             and o.settings["micro_batches"] == 1 and o.settings["pipeline_stages"] == 1]
     links, overlap_fraction = [], 0.0
     if multi:
         lat, bw, how = _comm_fit(multi)
@@ -167,10 +167,12 @@ def fit(obs: list[Observation]) -> Calibration:
         if M > 1 and o.settings["pipeline_stages"] == 1:
             comp = cal.compression_s_per_byte.get(o.settings["grad_compression"], 0.0) * (grad or 0.0)
             plain_base = machine.contention_at(n)[0] * base_ref * float(o.settings["batch_size"]) / b_ref
-            per_mb.setdefault(n, []).append((base_obs(o) - comp - plain_base) / (M - 1))
+            modelled_comm = _comm(cal, o.settings, machine, 0.0)["exposed_s"] if n > 1 else 0.0
+            per_mb.setdefault(n, []).append((o.step_time_s - modelled_comm - comp - plain_base) / (M - 1))
     cal.per_microbatch_s = {n: statistics.median(v) for n, v in sorted(per_mb.items())}
-    # reference settings: the first given run on the most ranks
-    ref = max(obs, key=lambda o: (o.settings["world_size"], -obs.index(o)))
+    # reference settings: the run on the most ranks, uncompressed and without micro-batches if there is one
+    ref = max(obs, key=lambda o: (o.settings["world_size"], o.settings["grad_compression"] == "none",
+                                  o.settings["micro_batches"] == 1, -obs.index(o)))
     cal.reference = dict(ref.settings)
     # how well the model reproduces its own runs, and how noisy they were
     errs = [predict(cal, o.settings)["step_time_s"] / o.step_time_s - 1 for o in obs]
@@ -348,3 +350,16 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
         "inputs": list(cal.inputs),
         "assumptions": assumptions,
     }
+
+
+def calibrate(store, names: list[str]) -> Calibration:
+    """Fit on stored runs: `names` are sweep ids, run ids, short ids or prefixes (`--from`)."""
+    from perfbench.predict.observe import observe, resolve_runs
+
+    return fit([observe(store, r) for r in resolve_runs(store, names)])
+
+
+def curve(cal: Calibration, world_sizes, hw: Hardware | None = None, **target) -> list[dict]:
+    """Predictions over world sizes (the reference settings, updated with `target`): the scaling curve."""
+    S = int(target.get("pipeline_stages") or cal.reference.get("pipeline_stages") or 1)
+    return [predict(cal, dict(target, world_size=int(n)), hw) for n in world_sizes if int(n) % S == 0]

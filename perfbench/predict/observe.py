@@ -73,26 +73,30 @@ def settings_of(record: dict) -> dict:
 
 
 def _one_step_collectives(co: pd.DataFrame | None, scale: float) -> pd.DataFrame:
-    """The collectives of one step on one rank: per op name, the mean over steps and ranks (so that their sum is
-    the mean collective time per step: single slow occurrences are part of what a step costs)."""
+    """The collectives of one step on one rank: the ops of the (rank, step) whose collective time is the
+    median one, their times scaled so that they add up to the mean collective time per rank-step (a single
+    slow occurrence is part of what a step costs). Op names may repeat within a step; each row is one op."""
     cols = ["op_name", "op_type", "group_size", "size_bytes", "time_s", "start_us"]
     if co is None or co.empty:
         return pd.DataFrame(columns=cols)
-    co = co.dropna(subset=["elapse_ms"])
-    g = co.groupby("op_name", sort=False)
-    out = pd.DataFrame({
-        "op_type": g["op_type"].first().astype(str).str.lower(),
-        "group_size": pd.to_numeric(g["group_size"].first(), errors="coerce"),
-        "size_bytes": pd.to_numeric(g["size_bytes"].median(), errors="coerce"),
-        "time_s": g["elapse_ms"].mean().astype(float) / 1e3 * scale,
-        # order within a step: the op's start relative to its step's first collective
-        "start_us": (co["start_us"] - co.groupby(["rank", "step"])["start_us"].transform("min")).groupby(co["op_name"]).median(),
-    }).reset_index()
-    return out.sort_values("start_us").reset_index(drop=True)[cols]
+    co = co.dropna(subset=["elapse_ms"]).copy()
+    co["step"] = co["step"].fillna(-1)
+    totals = co.groupby(["rank", "step"])["elapse_ms"].sum().sort_values()
+    rank, step = totals.index[(len(totals) - 1) // 2]
+    one = co[(co["rank"] == rank) & (co["step"] == step)].sort_values("start_us")
+    k = float(totals.mean()) / float(totals.loc[(rank, step)]) if totals.loc[(rank, step)] > 0 else 1.0
+    return pd.DataFrame({
+        "op_name": one["op_name"].to_numpy(), "op_type": one["op_type"].astype(str).str.lower().to_numpy(),
+        "group_size": pd.to_numeric(one["group_size"], errors="coerce").to_numpy(),
+        "size_bytes": pd.to_numeric(one["size_bytes"], errors="coerce").to_numpy(),
+        "time_s": one["elapse_ms"].to_numpy(float) / 1e3 * k * scale,
+        "start_us": (one["start_us"] - one["start_us"].min()).to_numpy(float)})[cols]
 
 
-def observe(store, record: dict) -> Observation:
-    """One stored ok run as an Observation (UserError naming the run when it lacks what the model needs)."""
+def observe(store, record: dict, quantile: float | None = None) -> Observation:
+    """One stored ok run as an Observation (UserError naming the run when it lacks what the model needs).
+    `quantile`: take that quantile of the measured steps as the step time instead of the catalogue's
+    median (bench/bench_predict.py also reports q=0.25, less sensitive to a loaded machine)."""
     rid = record["run_id"]
     m = record.get("metrics") or {}
     step = m.get("step_time_s")
@@ -103,6 +107,10 @@ def observe(store, record: dict) -> Observation:
     samples = []
     if series is not None and "step_time_s" in series and "measured" in series:
         samples = [float(x) for x in series.loc[series["measured"].astype(bool), "step_time_s"].dropna()]
+    if quantile is not None and samples:
+        q = float(np.quantile(samples, quantile))
+        m = dict(m, profiled_step_time_s=(m.get("profiled_step_time_s") or step) * q / step)
+        step = q
     prof = m.get("profiled_step_time_s")
     parts = {k: float(m.get(k) or 0.0) for k in ("computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s")}
     window = parts["computing_s"] + parts["communication_not_overlapped_s"] + parts["free_s"]
