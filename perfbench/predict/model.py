@@ -251,6 +251,8 @@ def _check(s: dict) -> None:
         raise UserError(f"world_size, pipeline_stages and micro_batches must be >= 1, got {n}, {S}, {M}")
     if n % S:
         raise UserError(f"pipeline_stages={S} must divide world_size={n}")
+    if s["pipeline_schedule"] not in ("gpipe", "1f1b"):
+        raise UserError(f"pipeline_schedule={s['pipeline_schedule']!r}: the model knows gpipe and 1f1b")
     if S > 1 and s["pipeline_schedule"] == "1f1b" and M < S:
         raise UserError(f"micro_batches={M} is less than pipeline_stages={S}, which 1F1B needs")
 
