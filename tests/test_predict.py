@@ -204,3 +204,56 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert code == 2 and "--from SWEEP_OR_RUN is required" in err
     code, err = run("--replay", str(tmp_path))
     assert code == 2 and err.startswith("perfbench: error:")
+
+
+def _store_with_two_runs(root):
+    """A store holding a 1-rank and a 2-rank run written by hand (records and the tables predict reads)."""
+    from perfbench.store import Store
+
+    st = Store(root)
+    t = [2 * LAT + b / BW for b in TENSORS]
+    for n, step in ((1, 0.3), (2, 0.5)):
+        rid = f"hand-ws{n}-r0"
+        comm = sum(t) if n > 1 else 0.0
+        st.write_run({"run_id": rid, "sweep_id": "hand", "status": "ok", "settings": {"world_size": n},
+                      "config": {"workload": "resnet50", "world_size": n, "train": {"batch_size": 8},
+                                 "parallel": {"comm_fusion": 0, "grad_compression": "none"}},
+                      "metrics": {"step_time_s": step, "profiled_step_time_s": 2 * step,  # profiler doubles the step
+                                  "computing_s": 2 * (step - comm) * 0.9, "communication_not_overlapped_s": 2 * comm,
+                                  "overlapped_s": 0.0, "free_s": 2 * (step - comm) * 0.1, "samples_per_step": 8.0 * n}})
+        st.write_table(rid, "step_metrics", pd.DataFrame({"step": range(5), "measured": True, "profiled": False,
+                                                          "step_time_s": [step] * 5}))
+        if n > 1:  # two ranks, two profiled steps, each op twice as long as unprofiled
+            st.write_table(rid, "comm_ops", pd.DataFrame([
+                {"rank": r, "step": s, "op_name": f"AllReduce-op{i}", "op_type": "allreduce", "group_size": 2,
+                 "start_us": 1000.0 * i, "elapse_ms": 2 * ti * 1e3, "size_bytes": b}
+                for r in (0, 1) for s in (3, 4) for i, (b, ti) in enumerate(zip(TENSORS, t))]))
+    st.write_sweep({"sweep_id": "hand", "runs": ["hand-ws1-r0", "hand-ws2-r0"]})
+    return st, sum(t)
+
+
+def test_calibration_from_the_store_scales_the_profiled_window_and_predicts_unrun_buckets(tmp_path):
+    from perfbench.predict.model import calibrate
+
+    st, comm = _store_with_two_runs(tmp_path)
+    c = calibrate(st, ["hand"])
+    assert c.tensor_bytes == TENSORS  # the per-tensor run's all-reduces, backward order
+    assert c.machine.links[0].latency_us == pytest.approx(LAT * 1e6, rel=1e-6)
+    assert c.machine.links[0].bandwidth_gbps == pytest.approx(BW / 1e9, rel=1e-6)
+    assert c.base_ref_s == pytest.approx(0.3) and c.compute_share == pytest.approx(0.9)
+    assert c.machine.contention[2] == pytest.approx((0.5 - comm) / 0.3)
+    assert predict(c, {})["step_time_s"] == pytest.approx(0.5)  # the reference (2-rank) run itself
+    assert predict(c, {"comm_fusion": "all"})["step_time_s"] == pytest.approx(0.5 - comm + 2 * LAT + 8 * MB / BW)
+    assert predict(c, {"world_size": 1})["scaling_efficiency"] == pytest.approx(1.0)
+
+
+def test_dashboard_scaling_data_draws_the_predicted_curve(tmp_path):
+    from dashboards.data import DashData
+
+    _store_with_two_runs(tmp_path)
+    frame, caption = DashData(tmp_path).predicted_scaling("hand", world_sizes=(1, 2, 4))
+    assert frame["world_size"].tolist() == [1, 2, 4]
+    two = frame.set_index("world_size").loc[2]
+    assert two["throughput"] == pytest.approx(16 / 0.5)
+    assert two["low"] <= two["throughput"] <= two["high"]
+    assert "perfbench predict --from hand" in caption
