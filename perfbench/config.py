@@ -213,6 +213,7 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
                 "launch": top.launch, "inject": top.inject}
     # the validated defaults, with the values exactly as written (an int stays an int: run ids and config keys)
     merged = {name: {**obj.model_dump(), **raw.get(name, {})} for name, obj in sections.items()}
+    merged["launch"]["slurm"] = {**top.launch.slurm.model_dump(), **(raw.get("launch", {}).get("slurm") or {})}
 
     sweep: dict[str, list] = {}
     ranges: dict[str, Range] = {}

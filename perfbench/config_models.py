@@ -111,8 +111,29 @@ class Parallel(Section):
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
 
 
+class Slurm(Section):
+    """Where and how `launch.backend: slurm` submits each run (sbatch); docs/slurm.md."""
+
+    partition: Annotated[str, Field(min_length=1), explain("must be a partition name (sinfo lists them)")] | None = \
+        Field(None, description="sbatch --partition (default: the cluster's default partition)")
+    account: Annotated[str, Field(min_length=1), explain("must be an account name")] | None = Field(
+        None, description="sbatch --account")
+    time_limit: Annotated[str, Field(pattern=r"^(\d+-)?\d+(:\d+){0,2}$"),
+                          explain("must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]")] | None = \
+        Field(None, description="sbatch --time; when Slurm ends the job for it, the run fails with TIMEOUT")
+    cpus_per_task: int | None = Field(None, ge=1, le=4096, description="sbatch --cpus-per-task (one task per node "
+                                                                          "runs msrun, which starts that node's ranks)")
+    sbatch_args: Annotated[list[Annotated[str, Field(pattern=r"^-")]],
+                           explain("must be a list of sbatch options, each starting with '-'")] = Field(
+        default_factory=list, description="extra sbatch options, e.g. [\"--exclusive\", \"--qos=high\"]")
+    poll_s: float = Field(2.0, ge=0.1, le=600, description="how often the sweep asks Slurm about the job")
+
+
 class Launch(Section):
-    timeout_s: int = _int(10, None, 900, "whole run, msrun start to exit")
+    backend: Literal["local", "slurm"] = Field(
+        "local", description="local: msrun on this machine; slurm: each run is a Slurm job (sbatch), msrun on every node")
+    slurm: Slurm = Field(default_factory=Slurm, description="sbatch options for backend: slurm")
+    timeout_s: int = _int(10, None, 900, "whole run, msrun start to exit (slurm: from the job's start, pending excluded)")
     stall_timeout_s: int = _int(10, None, 180, "no rank finished a step for this long = hung")
     max_world_size: int = _int(1, 4096, 8, "world sizes above this are rejected")
     bind_core: Annotated[Union[Literal["auto"], bool], explain("must be auto, true or false")] = Field(
@@ -127,6 +148,12 @@ class Launch(Section):
     def _node_rank_below_nodes(self):
         if self.node_rank > self.nodes - 1:
             raise rule(f"{self.node_rank} must be at most {self.nodes - 1} (launch.nodes is {self.nodes})", "node_rank")
+        if self.backend == "slurm" and self.node_rank:
+            raise rule(f"{self.node_rank}: with launch.backend slurm every node takes its rank from Slurm "
+                       "(SLURM_NODEID); remove launch.node_rank", "node_rank")
+        if self.backend == "local" and self.slurm != Slurm():
+            raise rule(f"{show(self.slurm.model_dump(exclude_defaults=True))} is set but launch.backend is local; "
+                       "set launch.backend: slurm to submit runs to Slurm", "slurm")
         return self
 
 

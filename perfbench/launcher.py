@@ -44,6 +44,7 @@ class LaunchResult:
     master_port: int | None = None
     bind_core: bool = False
     teardown_skipped: bool = False
+    slurm: dict | None = None  # launch.backend slurm: the job (id, state, reason, nodes); perfbench.slurm
 
 
 def free_port() -> int:
@@ -226,6 +227,9 @@ def launch(
     # perfbench's own stall timeout decides when a run is hung, so let MindSpore wait longer than it.
     env.setdefault("MS_CPU_COMM_OP_TIMEOUT", str(int(launch_cfg.get("stall_timeout_s", 180)) + 60))
     env["PYTHONUNBUFFERED"] = "1"
+    # the ranks' file barrier (workloads/runner.py) needs one name on every node of this attempt
+    env["PERFBENCH_SYNC_TAG"] = tag if nodes == 1 else \
+        f"{run_config['run_id']}-{launch_cfg.get('master_addr', '127.0.0.1')}-{port}"
     env.update(env_extra or {})
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -236,7 +240,9 @@ def launch(
     known: dict[int, float] = {}
     ranks: dict[int, int] = {}  # worker pid -> rank, for naming the rank that died
     result = LaunchResult(status="failed", command=cmd, master_port=port, bind_core=bind)
-    with open(log_dir / "msrun.out", "wb") as msrun_out:
+    node_rank = launch_cfg.get("node_rank", 0)
+    msrun_log = msrun_log_name(nodes, node_rank)
+    with open(log_dir / msrun_log, "wb") as msrun_out:
         # msrun runs under perfbench.reaper, which ends the whole run when this process dies (even by SIGKILL)
         reaper = [sys.executable, "-m", "perfbench.reaper", "--tag", tag, "--parent", str(os.getpid()), "--", *cmd]
         proc = subprocess.Popen(reaper, cwd=out_dir, env=env, stdout=msrun_out, stderr=subprocess.STDOUT,
@@ -295,8 +301,8 @@ def launch(
         else:
             result.status = "ok"
             return result
-    died = dead_worker(log_dir, ranks, metrics_dir)
-    rank, tail = failing_rank(log_dir, final, ws)
+    died = dead_worker(log_dir, ranks, metrics_dir, msrun_log)
+    rank, tail = failing_rank(log_dir, final, ws, msrun_log)
     if died is not None and died["rank"] is not None:
         rank = died["rank"]
         f = log_dir / f"worker_{rank}.log"
@@ -358,11 +364,16 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path) -> dict | None:
+def msrun_log_name(nodes: int, node_rank: int) -> str:
+    """msrun's own output in the run's logs folder: one per node when the nodes share the folder."""
+    return "msrun.out" if nodes == 1 else f"msrun-node{node_rank}.out"
+
+
+def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_log: str = "msrun.out") -> dict | None:
     """The first worker msrun saw die (msrun logs "Worker process PID exit with exception. Error code: C"
     and then kills the others), as {"pid", "code", "how", "rank"}; rank from the pids seen while the run
     ran, else from the ranks' meta.json. None when msrun logged no such line."""
-    f = log_dir / "msrun.out"
+    f = log_dir / msrun_log
     m = _WORKER_EXIT.search(f.read_text(errors="replace")) if f.exists() else None
     if m is None:
         return None
@@ -403,7 +414,8 @@ _OWN_FAILURE = ("[perfbench] inject", "Traceback (most recent call last)", "Segm
                 "perfbench: error:", "MemoryError", "Killed")
 
 
-def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int) -> tuple[int | None, str]:
+def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int,
+                 msrun_log: str = "msrun.out") -> tuple[int | None, str]:
     """Which rank failed first. A rank whose own log shows why it died (injected failure, Python
     traceback, crash) wins, earliest such log first; otherwise the one rank with fewer finished steps
     than all others. With no such evidence it returns None rather than guess. Peers of a dead rank
@@ -431,7 +443,7 @@ def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int) -> tuple
         r = behind[0]
         f = log_dir / f"worker_{r}.log"
         return r, (_tail(f.read_text(errors="replace")) if f.exists() else "")
-    f = log_dir / "msrun.out"  # no evidence which rank it was: say so rather than guess
+    f = log_dir / msrun_log  # no evidence which rank it was: say so rather than guess
     return None, _tail(f.read_text(errors="replace")) if f.exists() else ""
 
 

@@ -31,6 +31,7 @@ class SweepEvents:
     run_progress: Callable[[RunPlan, int, int], None] | None = None  # (plan, steps done over ranks, total)
     run_finished: Callable[[int, int, RunPlan, dict], None] | None = None
     run_skipped: Callable[[int, int, RunPlan, dict], None] | None = None
+    run_waiting: Callable[[RunPlan, str], None] | None = None  # (plan, e.g. "Slurm job 12 PENDING (Resources)")
 
 
 def environment(threads: int, bind: bool) -> dict:
@@ -96,13 +97,17 @@ def run_sweep(
             if events.run_skipped:
                 events.run_skipped(i, total, plan, existing)
             continue
-        kill_stale(plan.run_id)
-        resume_at = checkpoint_resume_step(store, plan, existing, cfg.launch["nodes"]) if resume else None
-        if resume_at is None:
-            store.reset_run(plan.run_id)
+        job = live_slurm_job(existing) if resume and cfg.launch["backend"] == "slurm" else None
+        resume_at = None
+        if job is None:  # a job still queued or running under Slurm is followed again, not started twice
+            kill_stale(plan.run_id)
+            resume_at = checkpoint_resume_step(store, plan, existing, cfg.launch["nodes"]) if resume else None
+            if resume_at is None:
+                store.reset_run(plan.run_id)
         if events.run_started:
             events.run_started(i, total, plan)
-        record = execute_run(cfg, store, sweep["sweep_id"], plan, events, resume_from=resume_at)
+        record = execute_run(cfg, store, sweep["sweep_id"], plan, events, resume_from=resume_at,
+                             attach=existing if job else None)
         if events.run_finished:
             events.run_finished(i, total, plan, record)
     sweep["invocations"][-1]["finished"] = time.time()
@@ -112,15 +117,17 @@ def run_sweep(
 
 def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, events: SweepEvents, *,
                 source: str = "sweep", stop=None, env_extra: dict | None = None, extra: dict | None = None,
-                skip_teardown: bool = False, resume_from: int | None = None) -> dict:
+                skip_teardown: bool = False, resume_from: int | None = None, attach: dict | None = None) -> dict:
     """Launch one planned run, ingest what it left and store it. `stop` (see launcher.launch) may end it
     early: the run is then kept with status "pruned" and the steps it finished. `extra` keys are added to
-    the run record (e.g. `tune`: the study and trial)."""
+    the run record (e.g. `tune`: the study and trial). `attach`: the record of a run whose Slurm job was
+    submitted earlier (launch.backend slurm, `--resume`): follow that job instead of starting the run."""
     art = store.artifacts_dir(plan.run_id)
     rc = dict(plan.run_config)
     local = rc["world_size"] // cfg.launch["nodes"]
     rc["output_dir"] = str(art)
-    rc["threads_per_rank"] = threads_per_rank(local)
+    cpus = cfg.launch["slurm"]["cpus_per_task"] if cfg.launch["backend"] == "slurm" else None
+    rc["threads_per_rank"] = threads_per_rank(local, cpus)
     bind = should_bind(cfg.launch["bind_core"], local)
     record = {
         "run_id": plan.run_id,
@@ -140,18 +147,39 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
         rc["resume"] = {"step": resume_from}
         record["resumed_from_step"] = resume_from
         keep_steps_before(art / "metrics", resume_from)
-    store.write_run(record)
     config_path = art / "run_config.json"
-    write_json(config_path, rc)
-    total_steps = rc["train"]["steps"] * local
+    if attach is not None:  # the job already has its run_config.json and record
+        record, rc = attach, attach["config"]
+        record["reattached"] = record.get("reattached", 0) + 1
+    else:
+        write_json(config_path, rc)
+    store.write_run(record)
+    slurm = cfg.launch["backend"] == "slurm"
+    # a Slurm job's ranks run on every node and write into the shared folder: follow all of them
+    total_steps = rc["train"]["steps"] * (rc["world_size"] if slurm else local)
 
     def progress(counts: dict[int, int]) -> None:
         if events.run_progress:
             events.run_progress(plan, sum(counts.values()), total_steps)
 
+    def submitted(job_id: str) -> None:  # stored at once: `--resume` re-attaches to it
+        record["slurm"] = {"job_id": job_id}
+        store.write_run(record)
+
+    def waiting(text: str) -> None:
+        if events.run_waiting:
+            events.run_waiting(plan, text)
+
     try:
-        result = launch(config_path, rc, cfg.launch, on_progress=progress, stop=stop, env_extra=env_extra,
-                        skip_teardown=skip_teardown)
+        if slurm:
+            from perfbench.slurm import launch_slurm
+
+            result = launch_slurm(config_path, rc, cfg.launch, on_progress=progress, on_state=waiting,
+                                  on_submit=submitted, stop=stop, env_extra=env_extra,
+                                  job_id=(attach or {}).get("slurm", {}).get("job_id"))
+        else:
+            result = launch(config_path, rc, cfg.launch, on_progress=progress, stop=stop, env_extra=env_extra,
+                            skip_teardown=skip_teardown)
     except KeyboardInterrupt:
         record["status"] = "running"  # not finished: --resume runs it again
         record["error"] = "interrupted"
@@ -160,6 +188,8 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
     record["launch"] = {"command": result.command, "master_port": result.master_port, "returncode": result.returncode,
                         "bind_core": result.bind_core, "wall_s": round(result.wall_s, 3),
                         "teardown_skipped": result.teardown_skipped}
+    if result.slurm:
+        record["slurm"] = result.slurm
     metrics, warnings = ingest_run(store, plan.run_id, rc)
     record["metrics"] = metrics
     if warnings:
@@ -178,6 +208,20 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
     record["timings"]["wall_s"] = round(record["timings"]["finished"] - record["timings"]["started"], 3)
     store.write_run(record)
     return record
+
+
+def live_slurm_job(existing: dict | None) -> str | None:
+    """The Slurm job of an unfinished run that Slurm still knows (queued, running, or ended while no sweep
+    followed it: its outcome is then collected instead of running it again)."""
+    job_id = ((existing or {}).get("slurm") or {}).get("job_id")
+    if not job_id or existing.get("status") in FINISHED:
+        return None
+    from perfbench.slurm import job_info
+
+    info = job_info(job_id)
+    if info is None or info.state == "CANCELLED":  # cancelled (Ctrl-C, timeout): run it again
+        return None
+    return job_id
 
 
 def checkpoint_resume_step(store: Store, plan: RunPlan, existing: dict | None, nodes: int) -> int | None:

@@ -118,11 +118,13 @@ class RunContext:
 
         Used after graph compilation: MindSpore's CPU collectives give up after ~30 s ("Ring ReduceScatter
         wait receiving failed"), and on a loaded machine one rank can finish compiling much later than another.
-        Host-side files need no collective; all ranks of a run share ``output_dir`` (one node).
+        Host-side files need no collective; all ranks of a run share ``output_dir`` (one node, or a folder
+        shared by the nodes). PERFBENCH_SYNC_TAG is the same on every node of one attempt of the run.
         """
         if self.world_size <= 1:
             return 0.0
-        tag = os.environ.get("PERFBENCH_RUN_TAG") or os.environ.get("MS_SCHED_PORT") or "run"
+        tag = (os.environ.get("PERFBENCH_SYNC_TAG") or os.environ.get("PERFBENCH_RUN_TAG")
+               or os.environ.get("MS_SCHED_PORT") or "run")
         sync = self.output_dir / ".sync"
         sync.mkdir(parents=True, exist_ok=True)
         (sync / f"{tag}.{name}.rank{self.rank}").write_text(str(time.time()))

@@ -108,7 +108,7 @@ def _progress_events(console, quiet: bool):
         label = f"[{i}/{n}] {plan.run_id}"
         state["label"], state["t0"] = label, time.time()
         if interactive:
-            state["status"] = console.status(f"{label}: starting msrun ...")
+            state["status"] = console.status(f"{label}: starting ...")
             state["status"].start()
         else:
             print(f"{label}: started", file=sys.stderr, flush=True)
@@ -117,6 +117,12 @@ def _progress_events(console, quiet: bool):
         if state["status"] is not None:
             what = f"{done}/{total} rank-steps" if done < total else "steps done; writing profiler output and analyzing"
             state["status"].update(f"{state['label']}: {what} ({time.time() - state['t0']:.0f} s)")
+
+    def waiting(plan, text):  # launch.backend slurm: the job's state and Slurm's reason, as they change
+        if state["status"] is not None:
+            state["status"].update(f"{state['label']}: {text} ({time.time() - state['t0']:.0f} s)")
+        else:
+            print(f"{state['label']}: {text} ({time.time() - state['t0']:.0f} s)", file=sys.stderr, flush=True)
 
     def finished(i, n, plan, rec):
         if state["status"] is not None:
@@ -133,4 +139,5 @@ def _progress_events(console, quiet: bool):
     def skipped(i, n, plan, rec):
         print(f"[{i}/{n}] {plan.run_id}: already {rec['status']}, skipped (--resume)", file=sys.stderr, flush=True)
 
-    return SweepEvents(run_started=started, run_progress=progress, run_finished=finished, run_skipped=skipped)
+    return SweepEvents(run_started=started, run_progress=progress, run_finished=finished, run_skipped=skipped,
+                       run_waiting=waiting)
