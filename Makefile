@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install quickstart test browser mutation clean
+.PHONY: install quickstart test browser slurm slurm-up slurm-down mutation clean
 
 # Python environment with perfbench, MindSpore (CPU) and the test tools; redone when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -26,8 +26,21 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-# The whole test suite (what CI runs: .ci/run).
-test: install browser
+# Debian's Slurm and munge for the two-node Slurm tests (tests/test_slurm.py starts and stops its own cluster).
+slurm: install
+	$(BIN)/python tests/local_slurm.py install
+
+# A two-node test Slurm on this machine (partition `debug`; docs/slurm.md). Needs root. State in
+# $(SLURM_DIR); use it with `export SLURM_CONF=$(SLURM_DIR)/slurm.conf`.
+SLURM_DIR ?= /tmp/perfbench-slurm
+slurm-up: slurm
+	$(BIN)/python tests/local_slurm.py up $(SLURM_DIR)
+
+slurm-down:
+	$(BIN)/python tests/local_slurm.py down $(SLURM_DIR)
+
+# The whole test suite (what CI runs: .ci/run). The Slurm tests start their own two-node cluster and stop it.
+test: install browser slurm
 	$(BIN)/python -m pytest -q -ra
 
 # Mutation testing of the metric and decision code with mutmut against the fast tests (docs/testing.md).

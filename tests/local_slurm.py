@@ -128,6 +128,46 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSu
 """
 
 
+class Network:
+    """Hosts with addresses of their own on this machine: a bridge with 10.213.X.1 and one network namespace
+    per host, its veth on the bridge with 10.213.X.(11+i). Files, processes and users stay shared."""
+
+    def __init__(self, x: int | None = None, hosts: int = 2):
+        self.x, self.hosts = (x if x is not None else _subnet()), hosts
+        self.bridge = f"pbs{self.x}br"
+        self.gateway = f"10.213.{self.x}.1"
+
+    def netns(self, i: int) -> str:
+        return f"pbslurm{self.x}n{i + 1}"
+
+    def address(self, i: int) -> str:
+        return f"10.213.{self.x}.{11 + i}"
+
+    def enter(self, i: int) -> list[str]:
+        """Command prefix that runs a program in host i's network namespace (nsenter enters only that:
+        `ip netns exec` would also remount /sys, hiding the cgroup filesystem slurmd looks for)."""
+        return ["nsenter", f"--net=/run/netns/{self.netns(i)}"]
+
+    def up(self) -> "Network":
+        _ip("link", "add", self.bridge, "type", "bridge")
+        _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i in range(self.hosts):
+            ns, host_end, node_end = self.netns(i), f"pbs{self.x}h{i + 1}", f"pbs{self.x}n{i + 1}"
+            _ip("netns", "add", ns)
+            _ip("link", "add", host_end, "type", "veth", "peer", "name", node_end, "netns", ns)
+            _ip("link", "set", host_end, "master", self.bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", node_end)
+            _ip("-n", ns, "link", "set", node_end, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+        return self
+
+    def down(self) -> None:
+        for i in range(self.hosts):  # deleting a namespace deletes its veth pair
+            subprocess.run(["ip", "netns", "del", self.netns(i)], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
+
+
 class LocalSlurm:
     def __init__(self, d: Path | str = DEFAULT_DIR):
         self.dir = Path(d).resolve()
@@ -157,8 +197,9 @@ class LocalSlurm:
         x = _subnet()
         (self.dir / "subnet").write_text(str(x))
         self.conf.write_text(slurm_conf(self.dir, ctld, node_ports, min(os.cpu_count() or 1, 64), x))
+        self.net = Network(x, len(NODES))
         try:
-            self._network(x)
+            self.net.up()
         except RuntimeError:
             self.down()
             raise
@@ -167,7 +208,7 @@ class LocalSlurm:
                      f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"])
         self._start(["slurmctld", "-f", str(self.conf), "-i"])
         for i, n in enumerate(NODES):
-            self._start(["slurmd", "-f", str(self.conf), "-N", n], netns=self._netns(x, i))
+            self._start(["slurmd", "-f", str(self.conf), "-N", n], prefix=self.net.enter(i))
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             r = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t"], env=self.env, capture_output=True, text=True)
@@ -180,40 +221,14 @@ class LocalSlurm:
         self.down()
         raise RuntimeError(f"the local Slurm did not get both nodes idle within {timeout_s:.0f} s:\n{logs}")
 
-    @staticmethod
-    def _netns(x: int, i: int) -> str:
-        return f"pbslurm{x}n{i + 1}"
-
-    def _network(self, x: int) -> None:
-        """A bridge 10.213.X.1 and one namespace per node, its veth on the bridge with 10.213.X.(11+i)."""
-        br = f"pbs{x}br"
-        _ip("link", "add", br, "type", "bridge")
-        _ip("addr", "add", f"10.213.{x}.1/24", "dev", br)
-        _ip("link", "set", br, "up")
-        for i in range(len(NODES)):
-            ns, host_end, node_end = self._netns(x, i), f"pbs{x}h{i + 1}", f"pbs{x}n{i + 1}"
-            _ip("netns", "add", ns)
-            _ip("link", "add", host_end, "type", "veth", "peer", "name", node_end, "netns", ns)
-            _ip("link", "set", host_end, "master", br, "up")
-            _ip("-n", ns, "addr", "add", f"10.213.{x}.{11 + i}/24", "dev", node_end)
-            _ip("-n", ns, "link", "set", node_end, "up")
-            _ip("-n", ns, "link", "set", "lo", "up")
-
     def _remove_network(self) -> None:
         f = self.dir / "subnet"
-        if not f.exists():
-            return
-        x = int(f.read_text())
-        for i in range(len(NODES)):
-            subprocess.run(["ip", "netns", "del", self._netns(x, i)], capture_output=True)
-        subprocess.run(["ip", "link", "del", f"pbs{x}br"], capture_output=True)
-        f.unlink()
+        if f.exists():
+            Network(int(f.read_text()), len(NODES)).down()
+            f.unlink()
 
-    def _start(self, cmd: list[str], netns: str | None = None) -> None:
+    def _start(self, cmd: list[str], prefix: list[str] = ()) -> None:
         exe = shutil.which(cmd[0]) or f"/usr/sbin/{cmd[0]}"
-        # nsenter enters only the network namespace (`ip netns exec` would also remount /sys, hiding the
-        # cgroup filesystem slurmd looks for)
-        prefix = ["nsenter", f"--net=/run/netns/{netns}"] if netns else []
         r = subprocess.run([*prefix, exe, *cmd[1:]], env=self.env, capture_output=True, text=True, timeout=60,
                            stdin=subprocess.DEVNULL)
         if r.returncode != 0:
@@ -266,9 +281,9 @@ def main(argv: list[str]) -> int:
         return 2
     if argv[0] == "install":
         reason = why_unavailable()
-        if reason:
-            print(f"cannot install Slurm: {reason}", file=sys.stderr)
-            return 1
+        if reason:  # `make test` goes on: the Slurm tests skip with this reason
+            print(f"not installing Slurm: {reason}", file=sys.stderr)
+            return 0
         install()
         return 0
     cluster = LocalSlurm(argv[1] if len(argv) > 1 else DEFAULT_DIR)
