@@ -159,6 +159,14 @@ def test_dry_run_table_lists_every_example_run():
         (cfg(profile__enabled="yes"), ["profile.enabled", "'yes'", "true or false"]),
         (cfg(parallel__micro_batches=0), ["parallel.micro_batches", "0", "at least 1"]),
         (cfg(launch__nodes=2, launch__node_rank=5), ["launch.node_rank", "5", "at most 1"]),
+        (cfg(launch__backend="pbs"), ["launch.backend", "'pbs'", "'local' or 'slurm'"]),
+        (cfg(launch__backend="slurm", launch__slurm={"time_limit": "1h"}), ["launch.slurm.time_limit", "'1h'", "HH:MM:SS"]),
+        (cfg(launch__backend="slurm", launch__slurm={"sbatch_args": ["exclusive"]}),
+         ["launch.slurm.sbatch_args", '"exclusive"', "starting with '-'"]),
+        (cfg(launch__backend="slurm", launch__slurm={"partiton": "gpu"}),
+         ["launch.slurm.partiton", "unknown key", "did you mean `partition`", "'gpu'"]),
+        (cfg(launch__slurm={"partition": "gpu"}), ["launch.slurm", '"partition": "gpu"', "launch.backend is local"]),
+        (cfg(launch__backend="slurm", launch__nodes=2, launch__node_rank=1), ["launch.node_rank", "1", "SLURM_NODEID"]),
         (cfg(sweep={"world_size": [2], "pipeline_stages": [2], "micro_batches": [1]}),
          ["micro_batches=1", "pipeline_stages=2", "world_size=2"]),
         (cfg(sweep={"lr": {"low": 0.1, "high": "x"}}), ["sweep.lr.high", "'x'", "number"]),
@@ -212,3 +220,21 @@ def test_profile_level_is_checked_and_matches_the_runner():
     assert parse_config(cfg()).profile["level"] == "default"
     msg = error_of(cfg(profile__level="max"))
     assert "profile.level" in msg and "'max'" in msg and "light" in msg
+
+
+def test_slurm_options_become_the_job_scripts_sbatch_lines(tmp_path):
+    """Each launch.slurm option is one #SBATCH line of the job script, spelled as sbatch's manual spells it."""
+    from perfbench.slurm import write_job
+
+    c = parse_config(cfg(launch__backend="slurm", launch__nodes=2, sweep={"world_size": [4]}, launch__slurm={
+        "partition": "gpu", "account": "proj1", "time_limit": "1-02:00:00", "cpus_per_task": 8,
+        "sbatch_args": ["--exclusive", "--qos=high"]}))
+    assert c.launch["slurm"]["poll_s"] == 2.0  # defaults kept beside the options given
+    (plan,) = c.plan("s")
+    rc = dict(plan.run_config, output_dir=str(tmp_path))
+    script = write_job(tmp_path / "run_config.json", rc, c.launch, None).read_text()
+    lines = [ln.split(" ", 1)[1] for ln in script.splitlines() if ln.startswith("#SBATCH ")]
+    assert lines == [f"--job-name=perfbench-{plan.run_id}", "--nodes=2", "--ntasks-per-node=1",
+                     f"--output={tmp_path}/slurm/job-%j.out", "--open-mode=append", "--partition=gpu",
+                     "--account=proj1", "--time=1-02:00:00", "--cpus-per-task=8", "--exclusive", "--qos=high"]
+    assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 " in script
