@@ -164,8 +164,9 @@ def test_replay_follows_recorded_dependencies():
     # compute 0-10 and 20-30 us; a collective recorded 10-15 us ends before the second segment starts
     segs = [(0.0, 10.0), (20.0, 30.0)]
     assert replay_step(segs, [(10.0, 15.0, 5.0)], 0.0) == pytest.approx(25.0)  # gap 15-20 dropped
-    assert replay_step(segs, [(10.0, 15.0, 5.0)], 0.0, gap=2.0) == pytest.approx(25.0)  # waits for the collective anyway
-    assert replay_step(segs, [(10.0, 15.0, 8.0)], 0.0, gap=2.0) == pytest.approx(28.0)  # a slower collective delays it
+    # launched one gap after the collective it waited for: 15 + 2, then 10 us of work
+    assert replay_step(segs, [(10.0, 15.0, 5.0)], 0.0, gap=2.0) == pytest.approx(27.0)
+    assert replay_step(segs, [(10.0, 15.0, 8.0)], 0.0, gap=2.0) == pytest.approx(30.0)  # a slower collective delays it
     assert replay_step(segs, [], 0.0, gap=2.0, lead=1.0) == pytest.approx(1 + 10 + 2 + 10)
 
 

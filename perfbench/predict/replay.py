@@ -5,7 +5,7 @@ Two streams are replayed (the way the device runs them): compute kernels merged 
 union: kernels on different cores that overlap count once), and collectives one after another on the
 communication stream. Dependencies come from the recorded order: a collective waits for the compute
 segment that ended last before it started, a compute segment waits for every collective that had ended
-before it started. Variants:
+before it started and is launched one launch gap after whatever it waited for. Variants:
 
 * `critical_path_s`: kernels and collectives with their measured durations, nothing else (what a
   kernel-level model sees: no host time);
@@ -49,7 +49,7 @@ def replay_step(compute: list[tuple[float, float]], colls: list[tuple[float, flo
         if kind == 0:
             s, _ = compute[i]
             deps = [m_end[j] for j, (_, e, _) in enumerate(colls) if e <= s and m_end[j] is not None]
-            start = max([tc + (0.0 if first else gap)] + deps)
+            start = max([tc] + deps) + (0.0 if first else gap)  # launched after whatever it waited for
             first = False
             tc = start + (compute[i][1] - compute[i][0])
             c_end[i] = tc
