@@ -51,6 +51,10 @@ def register(sub) -> None:
     p.add_argument("--hardware", metavar="FILE",
                    help="hardware profile YAML, or a built-in name (ascend910, cpu-2core); default: the machine the runs "
                         "measured, fitted from them")
+    p.add_argument("--measure", choices=("wall", "cpu"), default="wall",
+                   help="what to model: wall-clock step time (step_time_s, default) or the rank's CPU time per step "
+                        "(step_cpu_s: on a machine shared with other jobs, what their load stretches far less); "
+                        "with cpu, step_time_s and throughput in the output are per CPU second")
     p.add_argument("--save-hardware", metavar="FILE", help="write the measured machine's fitted profile to FILE")
     p.add_argument("--replay", metavar="PATH",
                    help="instead of predicting: rebuild each profiled rank's step of an Ascend profiler output from its own "
@@ -93,7 +97,7 @@ def run(args) -> int:
 
     store = Store(args.results, create=False)
     targets = parse_sets(args.sets)
-    cal = calibrate(store, args.sources)
+    cal = calibrate(store, args.sources, args.measure)
     if args.save_hardware:
         hwmod.save(cal.machine, args.save_hardware)
     hw = hwmod.load(args.hardware) if args.hardware else None
@@ -107,7 +111,7 @@ def run(args) -> int:
 
             h = copy.copy(hw or cal.machine)
             h.compute_scale = scale
-        out.append(predict(cal, t, h))
+        out.append(dict(predict(cal, t, h), measure=args.measure))
     if args.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return 0
@@ -122,7 +126,8 @@ def _render(preds: list[dict], cal) -> None:
 
     c = console()
     keys = [k for k in preds[0]["settings"] if len({repr(p["settings"][k]) for p in preds}) > 1] or ["world_size"]
-    t = Table(title=f"predicted on {preds[0]['hardware']} from {len(cal.inputs)} runs")
+    t = Table(title=f"predicted on {preds[0]['hardware']} from {len(cal.inputs)} runs"
+                    + (" (CPU time per step)" if preds[0].get("measure") == "cpu" else ""))
     for k in keys:
         t.add_column(k.replace("_", " "))
     for col in ("step ms", "interval ms", "samples/s", "scaling", "comm share", "compute ms", "exposed comm ms",

@@ -354,11 +354,12 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
     }
 
 
-def calibrate(store, names: list[str]) -> Calibration:
-    """Fit on stored runs: `names` are sweep ids, run ids, short ids or prefixes (`--from`)."""
+def calibrate(store, names: list[str], measure: str = "wall") -> Calibration:
+    """Fit on stored runs: `names` are sweep ids, run ids, short ids or prefixes (`--from`); `measure`:
+    wall-clock step time (the catalogue's step_time_s) or `cpu` (step_cpu_s)."""
     from perfbench.predict.observe import observe, resolve_runs
 
-    return fit([observe(store, r) for r in resolve_runs(store, names)])
+    return fit([observe(store, r, measure=measure) for r in resolve_runs(store, names)])
 
 
 def curve(cal: Calibration, world_sizes, hw: Hardware | None = None, **target) -> list[dict]:

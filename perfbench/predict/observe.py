@@ -93,25 +93,42 @@ def _one_step_collectives(co: pd.DataFrame | None, scale: float) -> pd.DataFrame
         "start_us": (one["start_us"] - one["start_us"].min()).to_numpy(float)})[cols]
 
 
-def observe(store, record: dict, quantile: float | None = None) -> Observation:
+def observe(store, record: dict, quantile: float | None = None, measure: str = "wall") -> Observation:
     """One stored ok run as an Observation (UserError naming the run when it lacks what the model needs).
     `quantile`: take that quantile of the measured steps as the step time instead of the catalogue's
-    median (bench/bench_predict.py also reports q=0.25, less sensitive to a loaded machine)."""
+    median; `measure="cpu"`: model the catalogue's `step_cpu_s` (the rank process's CPU time per step,
+    which a busy machine stretches far less) instead of wall time. bench/bench_predict.py reports both."""
     rid = record["run_id"]
     m = record.get("metrics") or {}
+    step = m.get("step_time_s")
+    if measure == "cpu":
+        ws = store.read_table(rid, "workload_steps")
+        warm = int(((record.get("config") or {}).get("train") or {}).get("warmup_steps") or 0)
+        if ws is None or "cpu_s" not in ws or not m.get("step_cpu_s"):
+            raise UserError(f"run {rid} has no per-step CPU time (cpu_s) to model")
+        steady = ws[(ws["step"] >= warm) & ~ws["profiled"].astype(bool) & ws["cpu_s"].notna()]
+        cpu = [float(x) for x in steady.groupby("step")["cpu_s"].max()]
+        return _observe(store, record, dict(m, step_time_s=float(np.median(cpu)) if cpu else m["step_cpu_s"]), cpu, quantile)
+    return _observe(store, record, m, None, quantile)
+
+
+def _observe(store, record: dict, m: dict, samples: list[float] | None, quantile: float | None) -> Observation:
+    rid = record["run_id"]
     step = m.get("step_time_s")
     if record.get("status") != "ok" or not step:
         raise UserError(f"run {rid} cannot calibrate the model: status {record.get('status')!r}, step_time_s {step!r} "
                         "(it needs a finished run with measured steps)")
-    series = store.read_table(rid, "step_metrics")
-    samples = []
-    if series is not None and "step_time_s" in series and "measured" in series:
-        samples = [float(x) for x in series.loc[series["measured"].astype(bool), "step_time_s"].dropna()]
+    if samples is None:
+        series = store.read_table(rid, "step_metrics")
+        samples = []
+        if series is not None and "step_time_s" in series and "measured" in series:
+            samples = [float(x) for x in series.loc[series["measured"].astype(bool), "step_time_s"].dropna()]
     if quantile is not None and samples:
         q = float(np.quantile(samples, quantile))
         m = dict(m, profiled_step_time_s=(m.get("profiled_step_time_s") or step) * q / step)
         step = q
     prof = m.get("profiled_step_time_s")
+    # (with measure="cpu" the profiled window's wall-clock parts are scaled to the CPU step the same way)
     parts = {k: float(m.get(k) or 0.0) for k in ("computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s")}
     window = parts["computing_s"] + parts["communication_not_overlapped_s"] + parts["free_s"]
     # the profiled steps are slower than the measured ones: scale their parts to the measured step
