@@ -258,3 +258,16 @@ def test_dashboard_scaling_data_draws_the_predicted_curve(tmp_path):
     assert two["throughput"] == pytest.approx(16 / 0.5)
     assert two["low"] <= two["throughput"] <= two["high"]
     assert "perfbench predict --from hand" in caption
+
+
+def test_micro_batch_path_cost_is_fixed_plus_per_micro_batch_when_two_counts_were_run():
+    # 1 rank: M = 1 takes 0.3 s; the micro-batch path costs 0.6 s once plus 0.25 s per extra micro-batch
+    obs = [_obs("m1", 1, 0, 0.3, 0.0, [], []), _obs("m2", 1, 0, 0.3 + 0.6 + 0.25, 0.0, [], [], M=2),
+           _obs("m4", 1, 0, 0.3 + 0.6 + 3 * 0.25, 0.0, [], [], M=4)]
+    c = fit(obs)
+    assert c.per_microbatch_s[1] == pytest.approx(0.25) and c.microbatch_fixed_s[1] == pytest.approx(0.6)
+    assert predict(c, {"micro_batches": 8})["step_time_s"] == pytest.approx(0.3 + 0.6 + 7 * 0.25)
+    # one count only: the whole extra time is taken per micro-batch (no fixed part can be told apart)
+    c2 = fit(obs[:2])
+    assert c2.microbatch_fixed_s[1] == 0.0
+    assert predict(c2, {"micro_batches": 4})["step_time_s"] == pytest.approx(0.3 + 3 * 0.85)

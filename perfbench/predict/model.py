@@ -3,7 +3,7 @@
 One rank's step (docs/predict.md derives each term):
 
     step = base + exposed communication + compression compute            (pipeline_stages S = 1)
-    base = compute_scale x (contention(n) x base_ref x B / B_ref + (M - 1) x per_microbatch(n))
+    base = compute_scale x (contention(n) x base_ref x B / B_ref + [M > 1] x (fixed(n) + (M - 1) x per_microbatch(n)))
 
 * base: the rank's time outside collectives (computing + free) for B samples per replica in M micro-batches.
   Fitted: base_ref from runs with M = 1 (step time minus their measured exposed communication), the cost
@@ -47,6 +47,7 @@ class Calibration:
     base_ref_s: float  # per-rank time outside collectives at B_ref, M = 1, one rank (contention 1)
     compute_share: float = 1.0  # computing / (computing + free) of that time
     per_microbatch_s: dict = field(default_factory=dict)  # world size -> extra time per micro-batch beyond the first
+    microbatch_fixed_s: dict = field(default_factory=dict)  # world size -> fixed cost of the micro-batch path (M > 1)
     compression_s_per_byte: dict = field(default_factory=dict)  # kind -> s per fp32 gradient byte
     tensor_bytes: list[float] | None = None  # fp32 gradient tensors, backward order
     machine: Hardware | None = None  # the measured machine, fitted
@@ -168,8 +169,9 @@ def fit(obs: list[Observation]) -> Calibration:
             comp = cal.compression_s_per_byte.get(o.settings["grad_compression"], 0.0) * (grad or 0.0)
             plain_base = machine.contention_at(n)[0] * base_ref * float(o.settings["batch_size"]) / b_ref
             modelled_comm = _comm(cal, o.settings, machine, 0.0)["exposed_s"] if n > 1 else 0.0
-            per_mb.setdefault(n, []).append((o.step_time_s - modelled_comm - comp - plain_base) / (M - 1))
-    cal.per_microbatch_s = {n: statistics.median(v) for n, v in sorted(per_mb.items())}
+            per_mb.setdefault(n, []).append((M - 1, o.step_time_s - modelled_comm - comp - plain_base))
+    for n, pts in sorted(per_mb.items()):
+        cal.per_microbatch_s[n], cal.microbatch_fixed_s[n] = _microbatch_fit(pts)
     # reference settings: the run on the most ranks, uncompressed and without micro-batches if there is one
     ref = max(obs, key=lambda o: (o.settings["world_size"], o.settings["grad_compression"] == "none",
                                   o.settings["micro_batches"] == 1, -obs.index(o)))
@@ -193,25 +195,38 @@ def _base(cal: Calibration, s: dict, hw: Hardware) -> tuple[float, list[str]]:
     scale = hw.compute_scale if hw.compute_scale is not None else 1.0
     extra = 0.0
     if M > 1:
-        h, note = per_microbatch(cal, n, hw)
+        h, k, note = per_microbatch(cal, n, hw)
         if note:
             why.append(note)
-        extra = (M - 1) * h
+        extra = k + (M - 1) * h
     return scale * (cont * cal.base_ref_s * B / cal.batch_ref + extra), why
 
 
-def per_microbatch(cal: Calibration, n: int, hw: Hardware) -> tuple[float, str | None]:
-    """Extra time per micro-batch on n ranks: fitted at n, else at the nearest fitted world size, scaled by
-    the per-rank compute factor between the two (measured machine only)."""
+def _microbatch_fit(pts: list[tuple[int, float]]) -> tuple[float, float]:
+    """(per extra micro-batch h, fixed cost k of the micro-batch path) from (M - 1, extra time) points:
+    least squares of extra = k + (M - 1) x h when the runs used two or more M > 1, else k = 0."""
+    x = np.array([p[0] for p in pts], dtype=float)
+    y = np.array([p[1] for p in pts], dtype=float)
+    if len(set(x)) >= 2:
+        (h, k), *_ = np.linalg.lstsq(np.column_stack([x, np.ones_like(x)]), y, rcond=None)
+        if k >= 0 and h >= 0:
+            return float(h), float(k)
+    return float(np.median(y / x)), 0.0
+
+
+def per_microbatch(cal: Calibration, n: int, hw: Hardware) -> tuple[float, float, str | None]:
+    """(per extra micro-batch, fixed cost of the micro-batch path) on n ranks: fitted at n, else at the
+    nearest fitted world size, scaled by the per-rank compute factor between the two (measured machine)."""
     if not cal.per_microbatch_s:
-        return 0.0, "no calibration run used micro-batches: their extra cost is taken as 0"
-    if n in cal.per_microbatch_s:
-        return cal.per_microbatch_s[n], None
-    near = min(cal.per_microbatch_s, key=lambda k: (abs(k - n), k))
-    h = cal.per_microbatch_s[near]
-    if hw.kind == "measured":
-        h *= hw.contention_at(n)[0] / hw.contention_at(near)[0]
-    return h, f"cost of an extra micro-batch on {n} ranks taken from {near} ranks' runs"
+        return 0.0, 0.0, "no calibration run used micro-batches: their extra cost is taken as 0"
+    near = n if n in cal.per_microbatch_s else min(cal.per_microbatch_s, key=lambda k: (abs(k - n), k))
+    h, k = cal.per_microbatch_s[near], cal.microbatch_fixed_s.get(near, 0.0)
+    note = None
+    if near != n:
+        f = hw.contention_at(n)[0] / hw.contention_at(near)[0] if hw.kind == "measured" else 1.0
+        h, k = h * f, k * f
+        note = f"cost of extra micro-batches on {n} ranks taken from {near} ranks' runs"
+    return h, k, note
 
 
 def _comm(cal: Calibration, s: dict, hw: Hardware, backward_s: float) -> dict:
@@ -270,7 +285,8 @@ def _step(cal: Calibration, s: dict, hw: Hardware) -> dict:
 
         one = dict(s, micro_batches=1, batch_size=float(s["batch_size"] or cal.batch_ref) / M, world_size=s["world_size"])
         per_mb, why = _base(cal, one, hw)  # one micro-batch through the whole model on one rank
-        per_mb += per_microbatch(cal, int(s["world_size"]), hw)[0] * (hw.compute_scale or 1.0)
+        h, k, _ = per_microbatch(cal, int(s["world_size"]), hw)
+        per_mb += (h + k / M) * (hw.compute_scale or 1.0)
         t_stage = per_mb / S  # even split of the layers over the stages
         sim = simulate(str(s["pipeline_schedule"]), S, M, t_stage * FWD_SHARE, t_stage * (1 - FWD_SHARE))
         base = sim["makespan"]
