@@ -70,8 +70,8 @@ class JobInfo:
 def slurm_tool(name: str) -> str:
     found = shutil.which(name)
     if not found:
-        raise UserError(f"{name} not found: launch.backend slurm needs Slurm's commands (sbatch, squeue, scontrol, "
-                        "scancel) on PATH; run the sweep on a login node of the cluster (for a test cluster on this "
+        raise UserError(f"{name} not found: launch.backend slurm needs Slurm's commands (sbatch, scontrol, scancel) "
+                        "on PATH; run the sweep on a login node of the cluster (for a test cluster on this "
                         "machine: `make slurm-up`, then export the SLURM_CONF it prints)")
     return found
 
@@ -121,7 +121,8 @@ def write_job(run_config_path: Path, run_config: dict, launch_cfg: dict, env_ext
 def submit(script: Path) -> str:
     r = _run(["sbatch", "--parsable", str(script)], timeout=60)
     if r.returncode != 0:
-        raise UserError(f"sbatch refused the job ({script}): {(r.stderr or r.stdout).strip()[:500]}")
+        said = "; ".join(ln.strip() for ln in (r.stderr or r.stdout).splitlines() if ln.strip())
+        raise UserError(f"sbatch refused the job ({script}): {said[:500]}")
     return r.stdout.strip().split(";")[0]
 
 

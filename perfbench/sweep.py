@@ -71,6 +71,11 @@ def run_sweep(
     events: SweepEvents | None = None,
 ) -> dict:
     events = events or SweepEvents()
+    if cfg.launch["backend"] == "slurm":  # before anything is written: a clear error where Slurm is missing
+        from perfbench.slurm import slurm_tool
+
+        for tool in ("sbatch", "scontrol", "scancel"):
+            slurm_tool(tool)
     sweep = latest_sweep(store, cfg.name) if resume else None
     if resume and sweep is None:
         raise UserError(f"--resume: no earlier sweep named {cfg.name!r} in {store.root} to resume (run it without --resume)")
