@@ -73,6 +73,14 @@ def wait_for_job(store: Store, proc, state: str = "RUNNING", timeout: float = 12
     pytest.fail(f"no Slurm job reached {state} within {timeout:.0f} s")
 
 
+def two_node_sweep(tmp_path, name: str, timeout_s: int = 300, **over):
+    """SMALL (tests/test_launcher_failures.py) as one 2-rank run on 2 Slurm nodes; returns (config, results)."""
+    cfg = write_yaml(tmp_path / f"{name}.yaml", dict(
+        SMALL, name=name, sweep={"world_size": [2]}, **over, launch={
+            "backend": "slurm", "nodes": 2, "timeout_s": timeout_s, "slurm": {"partition": "debug", "poll_s": 0.5}}))
+    return cfg, tmp_path / "results"
+
+
 def node_addr(cluster: LocalSlurm, node: str) -> str:
     return re.search(rf"NodeName={node} .*?NodeAddr=(\S+)", cluster.conf.read_text()).group(1)
 
@@ -111,10 +119,7 @@ def test_example_runs_on_two_nodes_and_resume_reattaches_to_its_job(slurm, tmp_p
 
 
 def test_crashing_rank_fails_the_job_with_slurms_state_and_the_rank_log(slurm, tmp_path):
-    cfg = write_yaml(tmp_path / "crash.yaml", dict(
-        SMALL, name="slurmcrash", inject={"crash_rank": 1, "crash_step": 2}, sweep={"world_size": [2]},
-        launch={"backend": "slurm", "nodes": 2, "timeout_s": 300, "slurm": {"partition": "debug", "poll_s": 0.5}}))
-    results = tmp_path / "results"
+    cfg, results = two_node_sweep(tmp_path, "slurmcrash", inject={"crash_rank": 1, "crash_step": 2})
     run_perfbench("sweep", cfg, "--results", results, check=False, timeout=400)
     (rec,) = Store(results).list_runs()
     assert rec["status"] == "failed"
@@ -127,10 +132,7 @@ def test_crashing_rank_fails_the_job_with_slurms_state_and_the_rank_log(slurm, t
 
 
 def test_timeout_cancels_the_job_with_scancel(slurm, tmp_path):
-    cfg = write_yaml(tmp_path / "hang.yaml", dict(
-        SMALL, name="slurmhang", inject={"hang_rank": 0, "hang_step": 0}, sweep={"world_size": [2]},
-        launch={"backend": "slurm", "nodes": 2, "timeout_s": 10, "slurm": {"partition": "debug", "poll_s": 0.5}}))
-    results = tmp_path / "results"
+    cfg, results = two_node_sweep(tmp_path, "slurmhang", timeout_s=10, inject={"hang_rank": 0, "hang_step": 0})
     t0 = time.time()
     run_perfbench("sweep", cfg, "--results", results, check=False, timeout=300)
     (rec,) = Store(results).list_runs()
@@ -143,10 +145,7 @@ def test_timeout_cancels_the_job_with_scancel(slurm, tmp_path):
 
 
 def test_ctrl_c_cancels_the_running_job(slurm, tmp_path, spawn):
-    cfg = write_yaml(tmp_path / "ctrlc.yaml", dict(
-        SMALL, name="slurmctrlc", sweep={"world_size": [2]},
-        launch={"backend": "slurm", "nodes": 2, "slurm": {"partition": "debug", "poll_s": 0.5}}))
-    results = tmp_path / "results"
+    cfg, results = two_node_sweep(tmp_path, "slurmctrlc")
     proc = spawn([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)], cwd=ROOT,
                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     rec, job = wait_for_job(Store(results), proc)
