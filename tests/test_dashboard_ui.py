@@ -135,9 +135,13 @@ def test_scaling_page_draws_the_predicted_curve_with_its_band(dashboard, browser
     from tests.conftest import run_perfbench
 
     p = Page(browser)
-    page = p.open(dashboard + "/scaling", "#scaling-predicted")
-    traces = page.evaluate("() => document.querySelector('#scaling-throughput .js-plotly-plot').data"
-                           ".map(t => ({name: t.name, x: t.x, y: t.y}))")
+    page = p.open(dashboard + "/scaling", "#scaling-throughput .main-svg")
+    page.wait_for_function("""() => {
+        const g = document.querySelector('#scaling-throughput .js-plotly-plot');
+        return g && g.data && g.data.some(t => t.name === 'predicted');
+    }""", timeout=30_000)
+    traces = page.evaluate("""() => document.querySelector('#scaling-throughput .js-plotly-plot').data
+        .map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y)}))""")
     pred = next(t for t in traces if t["name"] == "predicted")
     band = next(t for t in traces if t["name"] == "predicted interval")
     assert 16 in pred["x"] and len(band["x"]) == 2 * len(pred["x"])

@@ -65,7 +65,8 @@ def _charts(sweep):
     if not pred.empty:
         x = pred["world_size"].tolist()
         band = {"type": "scatter", "x": x + x[::-1], "y": pred["high"].tolist() + pred["low"].tolist()[::-1],
-                "fill": "toself", "fillcolor": "rgba(120,120,120,0.18)", "line": {"width": 0}, "hoverinfo": "skip",
+                "fill": "toself", "fillcolor": "rgba(120,120,120,0.18)", "mode": "lines", "line": {"width": 0},
+                "hoverinfo": "skip",
                 "name": "predicted interval"}
         thr_data += [band, {"type": "scatter", "x": x, "y": pred["throughput"].tolist(), "mode": "lines+markers",
                             "name": "predicted", "line": {"color": "#333", "dash": "dash"}, "marker": {"symbol": "x"}}]
