@@ -151,10 +151,12 @@ def fit(obs: list[Observation]) -> Calibration:
     cal.compute_share = _median(shares) or 1.0
     # compression compute, per kind
     grad = sum(tensors) if tensors else None
-    for kind in sorted({o.settings["grad_compression"] for o in plain} - {"none"}):
+    exchanging = [o for o in plain if o.settings["world_size"] > 1]  # one rank compresses nothing
+    for kind in sorted({o.settings["grad_compression"] for o in exchanging} - {"none"}):
         if not grad:
             break
-        per = [(base_obs(o) - _base(cal, o.settings, machine)[0]) / grad for o in plain if o.settings["grad_compression"] == kind]
+        per = [(base_obs(o) - _base(cal, o.settings, machine)[0]) / grad for o in exchanging
+               if o.settings["grad_compression"] == kind]
         v = _median(per)
         if v is not None:
             if v < 0:
