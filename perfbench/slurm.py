@@ -139,22 +139,32 @@ def job_info(job_id: str) -> JobInfo | None:
     except subprocess.TimeoutExpired:
         r = None
     if r is not None and r.returncode == 0 and "JobState=" in r.stdout:
-        kv = dict(_KV.findall(r.stdout.splitlines()[0]))
-        reason = kv.get("Reason")
-        return JobInfo(str(job_id), kv.get("JobState", "UNKNOWN"), None if reason in (None, "None") else reason,
-                       kv.get("ExitCode"), kv.get("NodeList"), "scontrol", kv)
+        return parse_scontrol_job(r.stdout.splitlines()[0])
     if shutil.which("sacct"):
         try:
-            a = _run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "State,ExitCode,Reason,NodeList"])
+            a = _run(["sacct", "-n", "-P", "-X", "-j", str(job_id), "-o", "JobID,State,ExitCode,Reason,NodeList"])
         except subprocess.TimeoutExpired:
             return None
-        rows = [ln.split("|") for ln in a.stdout.splitlines() if ln.strip()] if a.returncode == 0 else []
-        if rows and len(rows[0]) >= 4:
-            state, code, reason, nodelist = rows[0][:4]
-            state_word = state.split()[0] if state else "UNKNOWN"  # "CANCELLED by 0"
-            detail = reason if reason and reason != "None" else (state if state != state_word else None)
-            return JobInfo(str(job_id), state_word, detail, code, nodelist, "sacct", {"State": state})
+        lines = [ln for ln in a.stdout.splitlines() if ln.strip()] if a.returncode == 0 else []
+        if lines and lines[0].count("|") >= 4:
+            return parse_sacct_job(lines[0])
     return None
+
+
+def parse_scontrol_job(line: str) -> JobInfo:
+    """One line of `scontrol show job -o` (KEY=VALUE pairs)."""
+    kv = dict(_KV.findall(line))
+    reason = kv.get("Reason")
+    return JobInfo(kv.get("JobId", "?"), kv.get("JobState", "UNKNOWN"), None if reason in (None, "None") else reason,
+                   kv.get("ExitCode"), kv.get("NodeList"), "scontrol", kv)
+
+
+def parse_sacct_job(line: str) -> JobInfo:
+    """One line of `sacct -n -P -X -o JobID,State,ExitCode,Reason,NodeList`; State may read "CANCELLED by 0"."""
+    job_id, state, code, reason, nodelist = line.split("|")[:5]
+    word = state.split()[0] if state else "UNKNOWN"
+    detail = reason if reason and reason != "None" else (state if state != word else None)
+    return JobInfo(job_id, word, detail, code, nodelist, "sacct", {"State": state})
 
 
 def cancel(job_id: str, wait_s: float = 60, poll_s: float = 0.5) -> JobInfo | None:

@@ -238,3 +238,26 @@ def test_slurm_options_become_the_job_scripts_sbatch_lines(tmp_path):
                      f"--output={tmp_path}/slurm/job-%j.out", "--open-mode=append", "--partition=gpu",
                      "--account=proj1", "--time=1-02:00:00", "--cpus-per-task=8", "--exclusive", "--qos=high"]
     assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 " in script
+
+
+def test_slurms_job_lines_read_as_state_reason_and_words():
+    """A real `scontrol show job -o` line (a `--time=1` job Slurm ended on this machine's test cluster) and a
+    sacct line as Slurm's manual spells it: state, reason, exit code, and the words a failed run gets."""
+    from perfbench.slurm import describe, parse_sacct_job, parse_scontrol_job
+
+    line = ("JobId=3 JobName=wrap UserId=root(0) GroupId=root(0) MCS_label=N/A Priority=4294901757 Nice=0 "
+            "Account=(null) QOS=(null) JobState=TIMEOUT Reason=TimeLimit Dependency=(null) Requeue=1 Restarts=0 "
+            "BatchFlag=1 Reboot=0 ExitCode=0:15 RunTime=00:01:07 TimeLimit=00:01:00 TimeMin=N/A "
+            "Partition=debug NodeList=pbnode1 BatchHost=pbnode1 NumNodes=1 NumCPUs=1 NumTasks=1")
+    info = parse_scontrol_job(line)
+    assert (info.job_id, info.state, info.reason, info.exit_code, info.nodes, info.final) == \
+        ("3", "TIMEOUT", "TimeLimit", "0:15", "pbnode1", True)
+    assert describe(info, "3") == "Slurm job 3 reached its time limit (TIMEOUT, reason TimeLimit, exit code 0:15)"
+    running = parse_scontrol_job("JobId=9 JobState=PENDING Reason=Resources ExitCode=0:0 NodeList=(null)")
+    assert (running.state, running.reason, running.final) == ("PENDING", "Resources", False)
+    cancelled = parse_sacct_job("12|CANCELLED by 0|0:15|None|pbnode[1-2]")
+    assert (cancelled.state, cancelled.reason, cancelled.nodes) == ("CANCELLED", "CANCELLED by 0", "pbnode[1-2]")
+    assert describe(cancelled, "12") == "Slurm job 12 was cancelled (CANCELLED, reason CANCELLED by 0, exit code 0:15)"
+    oom = parse_sacct_job("13|OUT_OF_MEMORY|0:125|None|pbnode2")
+    assert describe(oom, "13") == "Slurm job 13 ran out of memory (OUT_OF_MEMORY, exit code 0:125)"
+    assert describe(None, "14") == "Slurm job 14: Slurm no longer knows it (neither scontrol nor sacct)"
