@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from perfbench.errors import UserError
-from perfbench.launcher import LaunchResult, count_steps, failing_rank, launch
+from perfbench.launcher import LaunchResult, count_steps, failing_rank, kill_stale, launch
 
 ROOT = Path(__file__).resolve().parents[1]
 #: states after which a job runs no more (squeue/scontrol/sacct spell them alike)
@@ -91,7 +91,9 @@ def sbatch_options(run_config: dict, launch_cfg: dict) -> list[str]:
     s = launch_cfg.get("slurm") or {}
     d = job_dir(run_config)
     opts = [f"--job-name=perfbench-{run_config['run_id']}"[:120], f"--nodes={launch_cfg.get('nodes', 1)}",
-            "--ntasks-per-node=1", f"--output={d}/job-%j.out", "--open-mode=append"]
+            "--ntasks-per-node=1", f"--output={d}/job-%j.out", "--open-mode=append",
+            # a run that lost a node fails as NODE_FAIL rather than starting again over its own files
+            "--no-requeue"]
     for key, flag in (("partition", "--partition"), ("account", "--account"), ("time_limit", "--time"),
                       ("cpus_per_task", "--cpus-per-task")):
         if s.get(key) is not None:
@@ -257,6 +259,10 @@ def launch_slurm(
         cancel(job_id, wait_s=30)
         raise
     result.wall_s = time.time() - (started or t0)
+    if info is None or info.final:
+        # ranks a lost node's step left running where this machine is that node (the test cluster; a real
+        # failed node takes them down with it); nothing of a finished job runs on a login node otherwise
+        kill_stale(run_config["run_id"])
     result.slurm.update({"state": info.state if info else "UNKNOWN", "reason": info.reason if info else None,
                          "exit_code": info.exit_code if info else None, "nodelist": info.nodes if info else None,
                          "nodes": node_outcomes(run_config)})

@@ -235,7 +235,7 @@ def test_slurm_options_become_the_job_scripts_sbatch_lines(tmp_path):
     script = write_job(tmp_path / "run_config.json", rc, c.launch, None).read_text()
     lines = [ln.split(" ", 1)[1] for ln in script.splitlines() if ln.startswith("#SBATCH ")]
     assert lines == [f"--job-name=perfbench-{plan.run_id}", "--nodes=2", "--ntasks-per-node=1",
-                     f"--output={tmp_path}/slurm/job-%j.out", "--open-mode=append", "--partition=gpu",
+                     f"--output={tmp_path}/slurm/job-%j.out", "--open-mode=append", "--no-requeue", "--partition=gpu",
                      "--account=proj1", "--time=1-02:00:00", "--cpus-per-task=8", "--exclusive", "--qos=high"]
     assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1 " in script
 
