@@ -18,6 +18,10 @@ READERS = [
     "analyzers",
     "analyzers.cpu",
     "analyzers.analyze",
+    "perfbench.predict.model",  # the what-if model reads the store and the workload's pure-Python planners:
+    "perfbench.predict.replay",
+    "workloads.parallel.schedules",  # pipeline simulator
+    "workloads.parallel.bucketing",  # gradient buckets
 ]
 
 
