@@ -158,6 +158,12 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
     settings = rec.get("settings") or {}
     console.print("  " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "repeat")
                   + f", repeat {settings.get('repeat', 0)}; source: {rec.get('source')}", highlight=False)
+    job = rec.get("slurm")
+    if job:  # launch.backend slurm: which job, on which nodes (perfbench.slurm)
+        nodes = ", ".join(f"{n.get('slurm_node')} (node {n.get('node_rank')}, {n.get('status')})"
+                          for n in job.get("nodes") or [])
+        console.print(f"  Slurm job {job.get('job_id')} {job.get('state', '')} on {job.get('nodelist') or '?'}"
+                      + (f": {nodes}" if nodes else ""), highlight=False, markup=False)
     if rec.get("error"):
         console.print(f"\n[bold red]Failed:[/bold red] {escape(str(rec['error']))}", highlight=False)
         if rec.get("log_tail"):

@@ -115,6 +115,8 @@ def test_example_runs_on_two_nodes_and_resume_reattaches_to_its_job(slurm, tmp_p
     assert "Start scheduler process" not in (logs / "msrun-node1.out").read_text()
     # the profiler ran on both nodes: both ranks are in the profiled breakdown
     assert set(store.read_table(rec["run_id"], "step_breakdown")["rank"]) == {0, 1}
+    shown = run_perfbench("show", rec["run_id"], "--results", results).stdout
+    assert f"Slurm job {job} COMPLETED on pbnode[1-2]: pbnode1 (node 0, ok), pbnode2 (node 1, ok)" in shown
     assert leftovers(results) == []
 
 
