@@ -27,8 +27,8 @@ from pathlib import Path
 
 import psutil
 
-PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge"]
-BINARIES = ["slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scontrol", "scancel"]
+PACKAGES = ["slurmctld", "slurmd", "slurm-client", "munge", "iproute2"]  # iproute2: `ip netns` for the nodes
+BINARIES = ["slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scontrol", "scancel", "ip", "nsenter"]
 NODES = ["pbnode1", "pbnode2"]
 PARTITION = "debug"
 MARK = "PERFBENCH_LOCAL_SLURM"  # in the environment of every daemon started here (and their job steps)
