@@ -112,7 +112,7 @@ _ALL = [
     Metric("step_cpu_s", "step cpu ms", "s", "lower",
            "per step: max over ranks of the rank process's CPU time (time.process_time, all threads) during the "
            "step (workload step records, cpu_s); less stretched by a busy machine than step_time_s "
-           "(analyzers.step_cpu)", "ms", _STEP),
+           "(analyzers.step_metrics)", "ms", _STEP),
     Metric("checkpoint_cost", "ckpt cost", "ratio", "lower",
            "median step time of measured steps that saved a checkpoint (train.checkpoint_every; the save is inside "
            "the step) / median step time of measured steps that did not, minus 1 (analyzers.checkpoint_cost)",

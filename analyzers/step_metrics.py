@@ -7,7 +7,7 @@ compare` and `perfbench check` test exactly these samples (the stored `step_metr
 record, `ls`, `show`, `compare`, `check` and the dashboard cannot disagree.
 
 Which steps count:
-* workload metrics (throughput, step_time_s, samples_per_step, dropped tokens, and the workload's own
+* workload metrics (throughput, step_time_s, step_cpu_s, samples_per_step, dropped tokens, and the workload's own
   collective counts/bytes): steps after warm-up that every rank finished ("measured"); when the run
   has both profiled and unprofiled measured steps, only the unprofiled ones (the profiler's overhead
   stays out), and `profiler_overhead` compares the two;
@@ -26,7 +26,7 @@ import pandas as pd
 
 #: run-level metric -> column of the step series it is the median of
 SERIES_COLUMN = {
-    "throughput": "throughput", "step_time_s": "step_time_s", "samples_per_step": "samples",
+    "throughput": "throughput", "step_time_s": "step_time_s", "step_cpu_s": "cpu_s", "samples_per_step": "samples",
     "computing_s": "computing_s", "communication_s": "communication_s",
     "communication_not_overlapped_s": "communication_not_overlapped_s", "overlapped_s": "overlapped_s",
     "free_s": "free_s", "preparing_s": "preparing_s", "bubble_s": "bubble_s", "comm_share": "comm_share",
@@ -34,7 +34,7 @@ SERIES_COLUMN = {
     "comm_bytes_per_step": "comm_bytes", "dropped_tokens_per_step": "dropped_tokens",
 }
 #: columns that come from the workload's records and are taken over the measured steps only
-WORKLOAD_COLUMNS = ("throughput", "step_time_s", "samples", "dropped_tokens", "wl_collectives", "wl_comm_bytes")
+WORKLOAD_COLUMNS = ("throughput", "step_time_s", "cpu_s", "samples", "dropped_tokens", "wl_collectives", "wl_comm_bytes")
 BREAKDOWN_PARTS = ("computing", "communication", "communication_not_overlapped", "overlapped", "free", "preparing",
                    "bubble")
 
@@ -51,6 +51,8 @@ def _workload_part(ws: pd.DataFrame, warmup: int) -> pd.DataFrame | None:
     g = s.groupby("step")
     out = pd.DataFrame({"step_time_s": g["step_time_s"].max().astype(float)})
     out["samples"] = g["samples"].sum().astype(float) if "samples" in s.columns else np.nan
+    if "cpu_s" in s.columns and s["cpu_s"].notna().any():  # the rank process's CPU time in the step
+        out["cpu_s"] = g["cpu_s"].max(min_count=1).astype(float)
     out["throughput"] = (out["samples"] / out["step_time_s"].where(out["step_time_s"] > 0)).where(out["samples"] > 0)
     out["profiled"] = g["profiled"].any().astype(bool) if "profiled" in s.columns else False
     for col, name in (("comm_bytes", "wl_comm_bytes"), ("collectives", "wl_collectives")):

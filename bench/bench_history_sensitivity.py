@@ -1,123 +1,168 @@
-"""Sensitivity of `perfbench check --history` on this machine: detection rate of an injected slowdown and
-false-alarm rate on clean runs, from a pool of real short 1-rank runs.
+"""Sensitivity of the history gate (`perfbench check --history`) on this machine, with real msrun runs: how
+many injected 10% slowdowns it catches and how many clean runs it flags.
 
-1. Pool (real msrun runs, `--make-pool`): one sweep of the tiny ResNet (width 8, ResNet-50 layout, 32x32,
-   batch 4, 30 steps, 5 warm-up) with `inject.delay_ms` in {0, D} and `--repeats` repeats; repeats are the
-   outer loop, so clean and slowed runs alternate in time and share the machine's load drift.
-2. Trials (no new runs): each trial draws, without replacement, `--history` clean runs as the history (one
-   point each, in random order) and `--current` runs as the newest entry: clean runs not in the history
-   (false-alarm trial) or slowed runs (detection trial); the gate (perfbench.check.judge_series, the same
-   code as `check --history`) judges throughput. A trial "alarms" when the verdict is regression.
+1. History (`--history` clean runs, one sweep): the tiny CI model on 1 rank (narrow ResNet-50 layout, width 8,
+   32x32, batch 4, `--steps` steps of which 10 warm-up, no profiler). Each run becomes one history point.
+2. Calibration: the injected slowdown is `inject.busy_ms` = 10% of the history's median gate value of
+   `step_cpu_s` (the 10th percentile of the per-step CPU time, perfbench.history.gate_value): on an idle machine
+   that many ms of extra work per step is a 10% throughput loss. `busy_ms` burns CPU in the rank, as slower
+   code would (`inject.delay_ms` sleeps: it costs wall time but no CPU time, so a CPU-time gate cannot see it).
+3. Trials (one more sweep, `busy_ms` in {0, X}, `--trials` x `--current` repeats, repeats the outer loop so
+   clean and slowed runs alternate in time and share the machine's load): trial k's current entry is the k-th
+   `--current` clean runs (false-alarm trial) or slowed runs (detection trial), judged against the fixed history
+   by perfbench.check.judge_series (the code of `check --history`): E-Divisive + prediction test + per-step
+   Mann-Whitney, threshold 5%, alpha 0.05. Every trial uses runs of its own; none is reused.
 
-    .venv/bin/python bench/bench_history_sensitivity.py --make-pool --pool /tmp/pool --delay-ms 3.5 --repeats 20
-    .venv/bin/python bench/bench_history_sensitivity.py --pool /tmp/pool --delay-ms 3.5 --trials 10 200
-    # a CPU-costing slowdown judged on CPU time per step (analyzers.step_cpu):
-    .venv/bin/python bench/bench_history_sensitivity.py --make-pool --pool /tmp/pool-cpu --inject busy_ms \
-        --delay-ms 4 --repeats 15 --metric step_cpu_s
+The same trials are judged on each `--metric` (default: step_cpu_s, the gate's metric here, and throughput,
+for comparison). The load average is sampled every 15 s while the runs train.
 
-The delay should be ~10% of the clean step time (check the printed median). Results in docs/check.md.
+    .venv/bin/python bench/bench_history_sensitivity.py --make-pool --pool /tmp/gate-pool   # ~30-40 min here
+    .venv/bin/python bench/bench_history_sensitivity.py --pool /tmp/gate-pool              # judge again, no runs
+
+Results in docs/check.md and docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import random
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from analyzers.catalogue import METRICS as CATALOGUE  # noqa: E402
 from perfbench.check import judge_series  # noqa: E402
 from perfbench.compare import step_samples  # noqa: E402
-from perfbench.history import Point, Series  # noqa: E402
+from perfbench.history import Point, Series, gate_value  # noqa: E402
 from perfbench.store import Store  # noqa: E402
 
-POOL = """name: pool
+SWEEP = """name: {name}
 workload: resnet50
 model: {{image_size: 32, num_classes: 10, width: 8, layers: [3, 4, 6, 3]}}
-train: {{batch_size: 4, steps: {steps}, warmup_steps: 5, seed: 0}}
+train: {{batch_size: 4, steps: {steps}, warmup_steps: 10, seed: 0}}
 profile: {{enabled: false, steps: 1}}
-sweep: {{world_size: [1], {inject}: [0, {delay}]}}
+sweep: {{world_size: [1], busy_ms: {busy}}}
 repeats: {repeats}
 """
 
 
-def make_pool(pool: Path, inject: str, delay: float, repeats: int, steps: int) -> None:
+class LoadSampler(threading.Thread):
+    """1-minute load average every `every` seconds while the runs train."""
+
+    def __init__(self, every: float = 15.0):
+        super().__init__(daemon=True)
+        self.every, self.samples, self.stop = every, [], threading.Event()
+
+    def run(self):
+        while not self.stop.is_set():
+            self.samples.append(os.getloadavg()[0])
+            self.stop.wait(self.every)
+
+
+def sweep(pool: Path, name: str, busy: list[float], repeats: int, steps: int) -> float:
     with tempfile.TemporaryDirectory() as d:
-        cfg = Path(d) / "pool.yaml"
-        cfg.write_text(POOL.format(inject=inject, delay=delay, repeats=repeats, steps=steps))
-        subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(pool)], cwd=ROOT, check=True)
+        cfg = Path(d) / f"{name}.yaml"
+        cfg.write_text(SWEEP.format(name=name, busy=json.dumps(busy), repeats=repeats, steps=steps))
+        t0 = time.time()
+        subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(pool)], cwd=ROOT,
+                       check=True)
+        return time.time() - t0
 
 
-def load(pool: Path, inject: str, delay: float, metric: str) -> tuple[list[tuple], list[tuple]]:
-    store = Store(pool, create=False)
-    clean, slow = [], []
-    for r in store.list_runs():
-        if r.get("status") != "ok" or (r.get("metrics") or {}).get(metric) is None:
-            continue
-        item = (r["run_id"], float(r["metrics"][metric]), step_samples(store, r).get(metric, []))
-        d = float(r["settings"].get(inject, 0))
-        (clean if d == 0 else slow if abs(d - delay) < 1e-9 else []).append(item)
-    return clean, slow
+def runs_of(store: Store, name: str) -> list[dict]:
+    """ok runs of the sweeps called `name`, in the order they ran."""
+    rs = [r for r in store.list_runs() if r.get("status") == "ok" and str(r.get("sweep_id", "")).startswith(name + "-")]
+    return sorted(rs, key=lambda r: (r.get("timings") or {}).get("started") or 0)
 
 
-def trial(rng: random.Random, clean, slow, n_hist: int, n_cur: int, slowed: bool, metric: str, threshold: float,
-          alpha: float) -> bool:
-    picked = rng.sample(clean, n_hist + (0 if slowed else n_cur))
-    hist, cur = picked[:n_hist], (rng.sample(slow, n_cur) if slowed else picked[n_hist:])
-    pts = [Point(f"h{i}", f"h{i}", None, None, float(i), rid, 0, v, s) for i, (rid, v, s) in enumerate(hist)]
-    pts += [Point("cur", "cur", None, None, float(n_hist), rid, k, v, s) for k, (rid, v, s) in enumerate(cur)]
-    j = judge_series(Series("pool", {}, [], metric, pts), "cur", metric, threshold=threshold, alpha=alpha)
-    return j["verdict"] == "regression"
+def point(store: Store, r: dict, entry: str, i: int, metric: str) -> Point:
+    samples = step_samples(store, r).get(metric, [])
+    value = (r.get("metrics") or {}).get(metric)
+    return Point(entry, entry, None, None, float(i), r["run_id"], r["settings"].get("repeat"), value, samples,
+                 gate_value(value, samples, CATALOGUE[metric].better))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pool", type=Path, required=True, help="results dir of the pool sweep")
-    ap.add_argument("--make-pool", action="store_true", help="run the pool sweep first (real msrun runs)")
-    ap.add_argument("--delay-ms", type=float, required=True, help="the slowed runs' value of --inject")
-    ap.add_argument("--inject", default="delay_ms", choices=("delay_ms", "busy_ms"),
-                    help="delay_ms: the ranks sleep; busy_ms: they burn CPU (a slowdown that costs CPU, like code)")
-    ap.add_argument("--repeats", type=int, default=20)
-    ap.add_argument("--steps", type=int, default=30)
-    ap.add_argument("--history", type=int, default=8, help="clean history points per trial")
-    ap.add_argument("--current", type=int, nargs="+", default=[1, 2, 3], help="runs (repeats) of the current entry")
-    ap.add_argument("--trials", type=int, nargs="+", default=[10, 200])
-    ap.add_argument("--metric", default="throughput")
+    ap.add_argument("--pool", type=Path, required=True, help="results dir holding (or to hold) the runs")
+    ap.add_argument("--make-pool", action="store_true", help="run the history and trial sweeps first (real msrun)")
+    ap.add_argument("--history", type=int, default=8, help="clean history runs (points)")
+    ap.add_argument("--trials", type=int, default=10, help="detection trials, and as many false-alarm trials")
+    ap.add_argument("--current", type=int, default=1, help="runs (repeats) in each trial's current entry")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--slowdown", type=float, default=0.10, help="injected extra work per step, share of the "
+                                                                  "history's CPU time per step (default 10%%)")
+    ap.add_argument("--metric", action="append", dest="metrics", help="metrics to judge (default step_cpu_s, throughput)")
     ap.add_argument("--threshold", type=float, default=0.05)
     ap.add_argument("--alpha", type=float, default=0.05)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
+    metrics = args.metrics or ["step_cpu_s", "throughput"]
+    out: dict = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "history_runs": args.history,
+                 "trials": args.trials, "current_runs": args.current, "steps": args.steps,
+                 "threshold": args.threshold, "alpha": args.alpha}
+    load = LoadSampler()
     if args.make_pool:
-        make_pool(args.pool, args.inject, args.delay_ms, args.repeats, args.steps)
-    clean, slow = load(args.pool, args.inject, args.delay_ms, args.metric)
-    cv = statistics.pstdev([v for _, v, _ in clean]) / statistics.mean([v for _, v, _ in clean])
-    out = {"clean_runs": len(clean), "slowed_runs": len(slow), "delay_ms": args.delay_ms,
-           "clean_median": statistics.median(v for _, v, _ in clean),
-           "slowed_median": statistics.median(v for _, v, _ in slow) if slow else None,
-           "clean_cv": cv, "history": args.history, "rows": []}
-    for n_cur in args.current:
-        for n in args.trials:
-            rng = random.Random(args.seed)
-            det = sum(trial(rng, clean, slow, args.history, n_cur, True, args.metric, args.threshold, args.alpha)
-                      for _ in range(n))
-            fa = sum(trial(rng, clean, slow, args.history, n_cur, False, args.metric, args.threshold, args.alpha)
-                     for _ in range(n))
-            out["rows"].append({"current_runs": n_cur, "trials": n, "detected": det, "false_alarms": fa})
+        load.start()
+        out["history_sweep_s"] = sweep(args.pool, "gate-history", [0], args.history, args.steps)
+    store = Store(args.pool, create=False)
+    hist = runs_of(store, "gate-history")[: args.history]
+    cpu_gate = statistics.median(point(store, r, "h", 0, "step_cpu_s").gate for r in hist)
+    busy = round(args.slowdown * cpu_gate * 1000, 1)
+    if args.make_pool:
+        out["trial_sweep_s"] = sweep(args.pool, "gate-trials", [0, busy], args.trials * args.current, args.steps)
+        load.stop.set()
+        out["load_1min"] = {"min": min(load.samples), "median": statistics.median(load.samples),
+                            "max": max(load.samples), "samples": len(load.samples)}
+    trials = runs_of(store, "gate-trials")
+    busy_done = sorted({float(r["settings"].get("busy_ms", 0)) for r in trials} - {0.0})
+    busy = busy_done[0] if busy_done else busy
+    clean = [r for r in trials if float(r["settings"].get("busy_ms", 0)) == 0]
+    slow = [r for r in trials if float(r["settings"].get("busy_ms", 0)) == busy]
+    n = min(args.trials, len(clean) // args.current, len(slow) // args.current)
+    out.update(busy_ms=busy, history_cpu_gate_ms=cpu_gate * 1000, clean_trial_runs=len(clean),
+               slowed_trial_runs=len(slow), judged_trials=n, results={})
+    for metric in metrics:
+        h_pts = [point(store, r, f"h{i:02d}", i, metric) for i, r in enumerate(hist)]
+        rows = {"detected": 0, "false_alarms": 0, "verdicts": {"slowed": [], "clean": []}}
+        for kind, pool in (("slowed", slow), ("clean", clean)):
+            for k in range(n):
+                cur = [point(store, r, "cur", len(hist), metric) for r in pool[k * args.current:(k + 1) * args.current]]
+                j = judge_series(Series("ws1", {}, [], metric, h_pts + cur), "cur", metric, threshold=args.threshold,
+                                 alpha=args.alpha)
+                rows["verdicts"][kind].append({"verdict": j["verdict"], "method": j.get("method"),
+                                               "worse_by": j.get("worse_by"), "p": j.get("p_value")})
+                if j["verdict"] == "regression":
+                    rows["detected" if kind == "slowed" else "false_alarms"] += 1
+        gates = {kind: [point(store, r, "x", 0, metric).gate for r in pool] for kind, pool in
+                 (("history", hist), ("clean", clean), ("slowed", slow))}
+        meds = {kind: [point(store, r, "x", 0, metric).value for r in pool] for kind, pool in
+                (("history", hist), ("clean", clean), ("slowed", slow))}
+        rows["gate_values"] = gates
+        rows["run_medians"] = meds
+        rows["effect"] = statistics.median(gates["slowed"]) / statistics.median(gates["clean"]) - 1 if n else None
+        rows["history_cv"] = statistics.pstdev(gates["history"]) / statistics.mean(gates["history"])
+        rows["history_median_cv"] = statistics.pstdev(meds["history"]) / statistics.mean(meds["history"])
+        out["results"][metric] = rows
     if args.json:
-        print(json.dumps(out, indent=2))
-        return
-    print(f"pool: {len(clean)} clean, {len(slow)} slowed (+{args.delay_ms} ms/step) runs; {args.metric} median "
-          f"{out['clean_median']:.4g} clean vs {out['slowed_median'] or float('nan'):.4g} slowed; clean run-to-run CV {cv:.0%}")
-    print(f"{'current runs':>12} {'trials':>7} {'detected':>9} {'false alarms':>13}")
-    for r in out["rows"]:
-        print(f"{r['current_runs']:>12} {r['trials']:>7} {r['detected']:>9} {r['false_alarms']:>13}")
+        args.json.write_text(json.dumps(out, indent=2))
+    print(f"history: {len(hist)} clean runs; trials: {n} slowed (busy_ms {busy}, 10% of the history's CPU gate value "
+          f"{cpu_gate * 1000:.1f} ms) + {n} clean, {args.current} run(s) each; load 1-min "
+          + (f"{out['load_1min']['min']:.1f}-{out['load_1min']['max']:.1f} (median {out['load_1min']['median']:.1f})"
+             if "load_1min" in out else "not sampled (no runs made)"))
+    print(f"{'metric':<12} {'detected':>9} {'false alarms':>13} {'effect (gate)':>14} {'history CV gate / median':>25}")
+    for metric, r in out["results"].items():
+        eff = "–" if r["effect"] is None else f"{r['effect'] * 100:+.1f}%"
+        print(f"{metric:<12} {r['detected']:>6}/{n:<2} {r['false_alarms']:>10}/{n:<2} {eff:>14} "
+              f"{r['history_cv'] * 100:>15.1f}% / {r['history_median_cv'] * 100:.1f}%")
 
 
 if __name__ == "__main__":

@@ -365,11 +365,15 @@ def to_junit(res: dict) -> str:
 # ---- --history: the current results against the metric's history (perfbench.history) ----------------
 
 MIN_HISTORY = 3  # reference points the prediction test needs
+GATE_STATISTIC = "per run: 10th percentile of the per-step samples on the good side (perfbench.history.gate_value)"
 
 
 def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alpha: float,
                  permutations: int = 200) -> dict:
     """Verdict for the current entry's points at the end of one series (perfbench.history.Series).
+
+    Each run is one point, valued by its gate value (perfbench.history.gate_value: the 10% fastest steps),
+    so a run that neighbours slowed in bursts still shows its own speed.
 
     1. E-Divisive over every point with a value; each change point is reported (where it began, size,
        confidence). If the segment holding the current points began at a change point that made the
@@ -385,13 +389,16 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
 
     m = catalogued(metric)  # direction and unit: the metric catalogue
     higher, unit = m.better == "higher", m.unit
-    pts = [p for p in ser.points if p.value is not None and p.value > 0]
+    from perfbench.history import gate_value
+
+    gates = {id(p): gate_value(p.value, p.samples, m.better) for p in ser.points}
+    pts = [p for p in ser.points if gates[id(p)] is not None and gates[id(p)] > 0]
     cur = [p for p in pts if p.entry_id == current_entry]
     res = {"settings": ser.settings, "key": ser.key, "metric": metric, "unit": unit, "higher_is_better": higher,
-           "points": len(pts), "current_points": len(cur), "change_points": []}
+           "points": len(pts), "current_points": len(cur), "change_points": [], "statistic": GATE_STATISTIC}
     if not cur:
         return dict(res, verdict="skipped", reason="not measured in the current results")
-    vals = [p.value for p in pts]
+    vals = [gates[id(p)] for p in pts]
 
     def worse_by(ratio: float) -> float:  # > 0 worse, < 0 better, as in decide_metric
         f = 1.0 / ratio if higher else ratio
@@ -422,7 +429,7 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
     if len(ref_pts) < MIN_HISTORY:
         return dict(res, verdict="no-history",
                     reason=f"{len(ref_pts)} earlier point(s) in the current segment; need {MIN_HISTORY}")
-    ref_vals = [p.value for p in ref_pts]
+    ref_vals = [gates[id(p)] for p in ref_pts]
     reference = float(np.median(ref_vals))
     ratio = res["current"] / reference
     p_pred = prediction_p(ref_vals, cur_vals, higher_is_better=higher)
@@ -457,15 +464,18 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
 
 def run_history_check(store: Store, current: str, *, baseline_name: str | None = None, label: str | None = None,
                       commit: str | None = None, threshold: float = 0.05, alpha: float = 0.05,
-                      metrics=DEFAULT_METRICS, ignore=IGNORED_SETTINGS, permutations: int = 200) -> dict:
+                      metrics=DEFAULT_METRICS, ignore=IGNORED_SETTINGS, permutations: int = 200,
+                      history_metrics=None) -> dict:
     """`perfbench check --history`: record the current results in the history, judge them against it
     (judge_series per configuration x metric) and, with a baseline, also run the per-pair check.
     Exit code: 1 if either judged a regression; else the per-pair check's code when a baseline was given;
-    else 2 if no configuration had enough history, else 0."""
+    else 2 if no configuration had enough history, else 0. `history_metrics` (default: `metrics`) are the
+    metrics judged against the history, `metrics` those of the per-pair check."""
     from analyzers.catalogue import METRICS as CATALOGUE
     from perfbench import history
 
-    unknown = [m for m in metrics if m not in CATALOGUE or CATALOGUE[m].better is None]
+    history_metrics = tuple(history_metrics or metrics)
+    unknown = [m for m in history_metrics if m not in CATALOGUE or CATALOGUE[m].better is None]
     if unknown:
         raise UserError(f"cannot judge metric(s) {', '.join(unknown)} against the history; known metrics with a "
                         f"direction: {', '.join(k for k, v in CATALOGUE.items() if v.better)}")
@@ -474,7 +484,7 @@ def run_history_check(store: Store, current: str, *, baseline_name: str | None =
     entry = history.record(store, current, via="check", label=label, commit=commit)
     past = [e for e in history.entries(store) if e["entry_id"] != entry["entry_id"]]
     judged = []
-    for m in metrics:
+    for m in history_metrics:
         for ser in history.series(past + [entry], m, ignore=ignore):
             if any(p.entry_id == entry["entry_id"] for p in ser.points):
                 judged.append(judge_series(ser, entry["entry_id"], m, threshold=threshold, alpha=alpha,

@@ -27,7 +27,7 @@ from perfbench.store import Store
 
 #: the per-step metrics compare and check test, each defined once in analyzers/catalogue.py; per metric
 #: (higher is better, unit, kind), kind "ratio": relative change, "share": change in points.
-STEP_METRICS = ("throughput", "step_time_s", "comm_share", "communication_not_overlapped_s", "computing_s", "free_s",
+STEP_METRICS = ("throughput", "step_time_s", "step_cpu_s", "comm_share", "communication_not_overlapped_s", "computing_s", "free_s",
                 "kernel_utilization", "collectives_per_step", "comm_bytes_per_step")
 METRICS: dict[str, tuple[bool, str, str]] = {
     n: (CATALOGUE[n].better == "higher", CATALOGUE[n].unit, CATALOGUE[n].kind) for n in STEP_METRICS

@@ -9,7 +9,11 @@ run.json metrics, per-step samples), so the series survive pruned runs:
 
 ``ref`` is what reports call the point: the label if given, else the short commit, else the target id.
 A series is the values of one metric for one configuration (the runs' settings without ``repeat``),
-one point per run, ordered by entry time then repeat.
+one point per run, ordered by entry time then repeat. Each point has the run's value (the median over its
+measured steps, as everywhere) and its **gate value**, what the history gate judges: the run's speed when the
+machine let it run, the 10th percentile of its per-step samples on the good side (``FAST_QUANTILE``: the 10%
+fastest steps; throughput: the 90th percentile). On a shared machine the median of a run moves with the
+neighbours' load (bursts slow many steps), the fast steps much less; see docs/check.md.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from perfbench.baseline import resolve_target, run_entry
 from perfbench.errors import UserError
 from perfbench.store import Store, atomic_write_json
 
+FAST_QUANTILE = 0.1  # gate value: this quantile of a run's per-step samples on the good side
 LABEL_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,99}$")
 COMMIT_ENV = ("PERFBENCH_COMMIT", "GITHUB_SHA", "CI_COMMIT_SHA", "BUILDKITE_COMMIT", "GIT_COMMIT")
 
@@ -116,6 +121,17 @@ class Point:
     repeat: int | None
     value: float | None
     samples: list[float] = field(default_factory=list)
+    gate: float | None = None  # gate_value(): what the history gate judges
+
+
+def gate_value(value: float | None, samples: list[float], better: str | None) -> float | None:
+    """A run's gate value: the FAST_QUANTILE of its per-step samples on the good side (lower is better: the
+    10th percentile; higher is better: the 90th), or its value when it has no samples or no direction."""
+    import numpy as np
+
+    if not samples or better not in ("lower", "higher"):
+        return value
+    return float(np.quantile(samples, FAST_QUANTILE if better == "lower" else 1 - FAST_QUANTILE))
 
 
 @dataclass
@@ -128,6 +144,7 @@ class Series:
 
     def to_json(self) -> dict:
         return {"key": self.key, "settings": self.settings, "config_keys": self.config_keys, "metric": self.metric,
+                "fast_quantile": FAST_QUANTILE,
                 "points": [{k: v for k, v in asdict(p).items() if k != "samples"} for p in self.points]}
 
 
@@ -142,6 +159,9 @@ def _number(v) -> float | None:
 def series(history: list[dict], metric: str, *, config: str | None = None, ignore=("repeat",)) -> list[Series]:
     """One Series per configuration of `history` entries, points in entry order (then repeat).
     `config` keeps the configurations whose config_key starts with it or whose settings label contains it."""
+    from analyzers.catalogue import METRICS
+
+    better = METRICS[metric].better if metric in METRICS else None
     out: dict[str, Series] = {}
     for e in history:
         for r in sorted(e["runs"], key=lambda r: (r.get("settings") or {}).get("repeat") or 0):
@@ -150,10 +170,11 @@ def series(history: list[dict], metric: str, *, config: str | None = None, ignor
             ser = out.setdefault(key, Series(key, {k: v for k, v in s.items() if k not in ignore}, [], metric, []))
             if r.get("config_key") and r["config_key"] not in ser.config_keys:
                 ser.config_keys.append(r["config_key"])
+            value = _number((r.get("metrics") or {}).get(metric))
+            samples = [float(x) for x in (r.get("samples") or {}).get(metric) or [] if _number(x) is not None]
             ser.points.append(Point(e["entry_id"], e.get("ref") or e["entry_id"], e.get("commit"), e.get("label"),
-                                    e.get("time") or 0.0, r["run_id"], s.get("repeat"),
-                                    _number((r.get("metrics") or {}).get(metric)),
-                                    [float(x) for x in (r.get("samples") or {}).get(metric) or [] if _number(x) is not None]))
+                                    e.get("time") or 0.0, r["run_id"], s.get("repeat"), value, samples,
+                                    gate_value(value, samples, better)))
     picked = list(out.values())
     if config:
         picked = [s for s in picked if config in s.key or any(k.startswith(config) for k in s.config_keys)]
@@ -165,16 +186,16 @@ def series(history: list[dict], metric: str, *, config: str | None = None, ignor
 
 def series_with_change_points(store: Store, metric: str, *, config: str | None = None, ignore=("repeat",),
                               alpha: float = 0.05) -> list[dict]:
-    """Series.to_json() of each configuration plus its E-Divisive change points (perfbench.changepoint):
-    what `perfbench history` prints and the dashboard's History page draws."""
+    """Series.to_json() of each configuration plus the E-Divisive change points (perfbench.changepoint) of its
+    gate values: what `perfbench history` prints and the dashboard's History page draws."""
     from perfbench.changepoint import e_divisive
 
     out = []
     for ser in series(entries(store), metric, config=config, ignore=ignore):
         d = ser.to_json()
-        refs = [p for p in ser.points if p.value is not None]
+        refs = [p for p in ser.points if p.gate is not None]
         d["change_points"] = [{"index": c.index, "began_at": refs[c.index].ref, "run_id": refs[c.index].run_id,
                                "before": c.before, "after": c.after, "ratio": c.ratio, "confidence": c.confidence}
-                              for c in e_divisive([p.value for p in refs], alpha=alpha)]
+                              for c in e_divisive([p.gate for p in refs], alpha=alpha)]
         out.append(d)
     return out

@@ -10,7 +10,7 @@ import pytest
 
 from perfbench.changepoint import e_divisive, prediction_p, segments
 from perfbench.check import judge_series
-from perfbench.history import Point, Series
+from perfbench.history import Point, Series, gate_value
 
 # a fixed "noise" pattern (±1%) so the series are exactly reproducible
 WIGGLE = [0.0, 0.01, -0.008, 0.004, -0.01, 0.007, -0.003, 0.009, -0.006, 0.002, -0.009, 0.005]
@@ -100,3 +100,37 @@ def test_gate_direction_follows_the_metric():
 def test_gate_needs_some_history():
     j = judge_series(make_series([100.0, 101.0, 90.0]), "cur", "throughput", threshold=0.05, alpha=0.05)
     assert j["verdict"] == "no-history"
+
+
+def test_gate_value_is_the_fast_tail_of_the_steps():
+    steps = [float(x) for x in range(10, 20)]  # 10 ... 19
+    # numpy's default (linear) quantile: position 0.1 * 9 = 0.9 -> 10.9; position 0.9 * 9 = 8.1 -> 18.1
+    assert gate_value(99.0, steps, "lower") == pytest.approx(10.9)
+    assert gate_value(99.0, steps, "higher") == pytest.approx(18.1)
+    assert gate_value(99.0, [], "lower") == 99.0  # no per-step samples: the run's value
+    assert gate_value(99.0, steps, None) == 99.0  # no direction: the run's value
+
+
+def bursty_run(slowdown: float, bursts: int, n: int = 20) -> list[float]:
+    """CPU ms per step of one run: 40 ms (+ slowdown) with ±1% wiggle, the first `bursts` steps doubled (a
+    neighbour's burst: threads spin while a peer waits for a core)."""
+    return [40.0 * (1 + slowdown) * (1 + WIGGLE[k % len(WIGGLE)]) * (2 if k < bursts else 1) for k in range(n)]
+
+
+def bursty_series(current: list[float]) -> Series:
+    runs = [bursty_run(0.0, b) for b in (0, 2, 10, 4, 8, 10, 3, 6)] + [current]
+    pts = [Point("cur" if i == len(runs) - 1 else f"e{i:02d}", f"c{i:02d}", None, None, float(i), f"run{i}", 0,
+                 sorted(s)[len(s) // 2], s) for i, s in enumerate(runs)]  # value: a median, as the store has
+    return Series("world_size=1", {"world_size": 1}, [], "step_cpu_s", pts)
+
+
+def test_gate_judges_the_fast_steps_so_bursts_neither_hide_nor_fake_a_10_percent_slowdown():
+    ser = bursty_series(bursty_run(0.10, 4))
+    medians = [p.value for p in ser.points[:-1]]
+    assert max(medians) / min(medians) > 1.45  # the runs' medians alone spread by half: 10% is lost in them
+    j = judge_series(ser, "cur", "step_cpu_s", threshold=0.05, alpha=0.05)
+    assert j["verdict"] == "regression" and j["began_at"] == "c08", j
+    assert j["change"] == pytest.approx(0.10, abs=0.015)
+    # a clean run with bursts in most steps (its median is twice the typical one) is not a regression
+    clean = judge_series(bursty_series(bursty_run(0.0, 12)), "cur", "step_cpu_s", threshold=0.05, alpha=0.05)
+    assert clean["verdict"] == "unchanged", clean

@@ -4,6 +4,8 @@ code) with no msrun."""
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -196,3 +198,39 @@ def test_a_repeat_with_median_zero_does_not_set_the_noise_floor():
     cur = [_e(m, [0.3, 0.301, 0.299, 0.3, 0.302])]
     r = decide_metric(m, base, cur, 0.05, 0.05)
     assert r["noise_floor"] == 0.0 and r["repeats_baseline"] == 2
+
+
+def test_history_metric_judges_cpu_time_while_the_pair_check_keeps_its_metrics(tmp_path):
+    """`check --history --history-metric step_cpu_s`: the history judges CPU time per step (a 10% rise is a
+    regression although wall-clock step times are the same), the per-pair check still judges its --metric list."""
+    from perfbench import history
+    from perfbench.check import run_history_check
+
+    st = Store(tmp_path / "results")
+    wiggle = [0.0, 0.01, -0.008, 0.004, -0.01, 0.007, -0.003, 0.009]
+
+    def run(rid, sweep, cpu_factor, offset):
+        st.write_run({"run_id": rid, "sweep_id": sweep, "source": "sweep", "status": "ok", "error": None,
+                      "settings": {"workload": "resnet50", "world_size": 1, "repeat": 0},
+                      "config": {"train": {"warmup_steps": 1}}, "metrics": {}})
+        rows = [{"rank": 0, "step": s, "samples": 4, "step_time_s": 0.1 * (1 + wiggle[s % 8]),
+                 "cpu_s": 0.04 * cpu_factor * (1 + wiggle[(s + offset) % 8])} for s in range(9)]
+        st.write_table(rid, "workload_steps", pd.DataFrame(rows))
+
+    for i in range(4):
+        run(f"h{i}-1", f"h{i}", [1.0, 1.006, 0.995, 1.003][i], i)
+        history.record(st, f"h{i}", via="baseline", label=f"h{i}", commit=None, when=float(i))
+    save_baseline(st, "h3", "main")
+    run("slow-1", "slow", 1.10, 5)
+    run("same-1", "same", 1.0, 6)
+    res = run_history_check(st, "slow", baseline_name="main", label="slow", commit=None, history_metrics=("step_cpu_s",))
+    assert res["exit_code"] == 1 and res["verdict"] == "regression", json.dumps(res["history"], default=str)[:3000]
+    (j,) = res["history"]["results"]
+    assert j["metric"] == "step_cpu_s" and j["verdict"] == "regression" and j["began_at"] == "slow"
+    assert j["change"] == pytest.approx(0.10, abs=0.02)
+    assert [m["metric"] for m in res["groups"][0]["metrics"]] == ["throughput", "step_time_s", "comm_share",
+                                                                  "communication_not_overlapped_s"]
+    assert res["groups"][0]["status"] == "unchanged"  # wall clock did not move
+    res = run_history_check(st, "same", baseline_name="main", label="same", commit=None,
+                            history_metrics=("step_cpu_s",))
+    assert res["exit_code"] == 0 and res["history"]["results"][0]["verdict"] == "unchanged"

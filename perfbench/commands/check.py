@@ -35,6 +35,10 @@ def register(subparsers) -> None:
     p.add_argument("--history", action="store_true",
                    help="record the current result in the history and judge it against the series per configuration "
                         "(change points; see `perfbench history`)")
+    p.add_argument("--history-metric", action="append", dest="history_metrics", metavar="NAME",
+                   help="with --history: metric to judge against the history (repeatable; default: the --metric "
+                        "list). E.g. step_cpu_s on a shared runner, where CPU time per step is far steadier than "
+                        "wall time (docs/check.md)")
     p.add_argument("--label", metavar="TEXT", help="with --history: name of this point (default: the git commit, "
                                                    "from $PERFBENCH_COMMIT, $GITHUB_SHA or `git rev-parse HEAD`)")
     p.add_argument("--permutations", type=int, default=200,
@@ -53,8 +57,8 @@ def run(args) -> int:
         raise UserError(f"bad --alpha {args.alpha}: must be between 0 and 1")
     if not args.history and not args.baseline:
         raise UserError("give --baseline NAME, or --history to judge against the recorded history")
-    if (args.label or args.permutations != 200) and not args.history:
-        raise UserError("--label and --permutations only apply with --history")
+    if (args.label or args.permutations != 200 or args.history_metrics) and not args.history:
+        raise UserError("--label, --permutations and --history-metric only apply with --history")
     if not (10 <= args.permutations <= 10000):
         raise UserError(f"bad --permutations {args.permutations}: must be between 10 and 10000")
     store = Store(args.results, create=False)
@@ -62,7 +66,8 @@ def run(args) -> int:
                   ignore=tuple(IGNORED_SETTINGS) + tuple(args.ignore_setting))
     if args.history:
         res = run_history_check(store, args.current, baseline_name=args.baseline, label=args.label,
-                                permutations=args.permutations, **common)
+                                permutations=args.permutations,
+                                history_metrics=tuple(args.history_metrics) if args.history_metrics else None, **common)
     else:
         res = run_check(store, args.baseline, args.current, **common)
     md = to_markdown(res)

@@ -55,16 +55,19 @@ def run(args) -> int:
         return 0
     for d in out:
         starts = {c["index"]: c for c in d["change_points"]}
-        print(f"{d['key']}  ({args.metric}, {len(d['points'])} points)")
+        print(f"{d['key']}  ({args.metric}, {len(d['points'])} points; value = run median, gate = 10% fastest "
+              "steps, what change points and check --history judge)")
+        print(f"  {'time':<16}  {'ref':<14} {'run':<44} {'value':>10} {'gate':>10}")
         i = 0
         for p in d["points"]:
             mark = ""
-            if p["value"] is not None:
+            if p.get("gate") is not None:
                 if i in starts:
                     c = starts[i]
                     mark = f"  <- change {(c['ratio'] - 1) * 100:+.1f}% (confidence {c['confidence']:.2f})"
                 i += 1
             when = time.strftime("%Y-%m-%d %H:%M", time.localtime(p["time"]))
             val = "–" if p["value"] is None else f"{p['value']:.4g}"
-            print(f"  {when}  {p['ref']:<14} {p['run_id']:<44} {val:>10}{mark}")
+            gate = "–" if p.get("gate") is None else f"{p['gate']:.4g}"
+            print(f"  {when}  {p['ref']:<14} {p['run_id']:<44} {val:>10} {gate:>10}{mark}")
     return 0
