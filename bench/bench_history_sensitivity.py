@@ -11,7 +11,10 @@ many injected 10% slowdowns it catches and how many clean runs it flags.
    clean and slowed runs alternate in time and share the machine's load): trial k's current entry is the k-th
    `--current` clean runs (false-alarm trial) or slowed runs (detection trial), judged against the fixed history
    by perfbench.check.judge_series (the code of `check --history`): E-Divisive + prediction test + per-step
-   Mann-Whitney, threshold 5%, alpha 0.05. Every trial uses runs of its own; none is reused.
+   Mann-Whitney, threshold 5%, alpha 0.05. Every trial's current runs are its own; none is reused.
+   `--history-mode spread` judges the same trials against a history whose points span the whole session (the
+   history runs plus all clean trial runs except the trial's own, in time order), as a CI history spans days of
+   different load; the default history is the `--history` runs made just before the trials.
 
 The same trials are judged on each `--metric` (default: step_cpu_s, the gate's metric here, and throughput,
 for comparison). The load average is sampled every 15 s while the runs train.
@@ -103,6 +106,9 @@ def main() -> None:
     ap.add_argument("--metric", action="append", dest="metrics", help="metrics to judge (default step_cpu_s, throughput)")
     ap.add_argument("--threshold", type=float, default=0.05)
     ap.add_argument("--alpha", type=float, default=0.05)
+    ap.add_argument("--history-mode", choices=("first", "spread"), default="first",
+                    help="first: the history is the --history runs made before the trials (one time window); "
+                         "spread: those plus every clean trial run except the trial's own (points across the session)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     metrics = args.metrics or ["step_cpu_s", "throughput"]
@@ -130,12 +136,20 @@ def main() -> None:
     n = min(args.trials, len(clean) // args.current, len(slow) // args.current)
     out.update(busy_ms=busy, history_cpu_gate_ms=cpu_gate * 1000, clean_trial_runs=len(clean),
                slowed_trial_runs=len(slow), judged_trials=n, results={})
+    out["history_mode"] = args.history_mode
     for metric in metrics:
-        h_pts = [point(store, r, f"h{i:02d}", i, metric) for i, r in enumerate(hist)]
         rows = {"detected": 0, "false_alarms": 0, "verdicts": {"slowed": [], "clean": []}}
         for kind, pool in (("slowed", slow), ("clean", clean)):
             for k in range(n):
-                cur = [point(store, r, "cur", len(hist), metric) for r in pool[k * args.current:(k + 1) * args.current]]
+                picked = pool[k * args.current:(k + 1) * args.current]
+                h_runs = hist
+                if args.history_mode == "spread":  # the history runs and every clean trial run but this trial's,
+                    # in time order: a history whose points span the whole session's load, as a CI history spans days
+                    own = clean[k * args.current:(k + 1) * args.current]
+                    h_runs = sorted([r for r in hist + clean if r not in own],
+                                    key=lambda r: (r.get("timings") or {}).get("started") or 0)
+                h_pts = [point(store, r, f"h{i:02d}", i, metric) for i, r in enumerate(h_runs)]
+                cur = [point(store, r, "cur", len(h_runs), metric) for r in picked]
                 j = judge_series(Series("ws1", {}, [], metric, h_pts + cur), "cur", metric, threshold=args.threshold,
                                  alpha=args.alpha)
                 rows["verdicts"][kind].append({"verdict": j["verdict"], "method": j.get("method"),
@@ -154,7 +168,7 @@ def main() -> None:
         out["results"][metric] = rows
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
-    print(f"history: {len(hist)} clean runs; trials: {n} slowed (busy_ms {busy}, 10% of the history's CPU gate value "
+    print(f"history ({args.history_mode}): {len(hist)} clean runs; trials: {n} slowed (busy_ms {busy}, 10% of the history's CPU gate value "
           f"{cpu_gate * 1000:.1f} ms) + {n} clean, {args.current} run(s) each; load 1-min "
           + (f"{out['load_1min']['min']:.1f}-{out['load_1min']['max']:.1f} (median {out['load_1min']['median']:.1f})"
              if "load_1min" in out else "not sampled (no runs made)"))
