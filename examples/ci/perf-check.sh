@@ -33,7 +33,8 @@ fi
 set +e
 # One call: the per-pair check against the baseline on the wall-clock metrics (thresholds raised to the repeat
 # noise), and --history: record this sweep (with its commit) and judge CPU time per step against the history
-# (the 10% fastest steps of each run: a 10% slowdown is caught on a loaded shared runner, docs/check.md).
+# (each run valued by its 10% fastest steps). On a shared, loaded runner CPU time per step still moves with the
+# load, so expect false alarms there (measured in docs/check.md); on a dedicated runner it is steady.
 rm -f perf-check.md
 $perfbench check --baseline "$name" --current "$sweep_id" --threshold "$threshold" --history \
   --history-metric "${PERFBENCH_HISTORY_METRIC:-step_cpu_s}" \
