@@ -9,6 +9,12 @@ rotated from round to round), launched back to back through perfbench.launcher w
   * A/B:       median step time of the profiled window / the same steps of the round's `off` run - 1,
                divided by the same ratio for the steps after the window (the control: no profiler in
                either run there), i.e. drift between the two runs cancels;
+  * cpu:       the same ratio as `reported` on each step's CPU time (`cpu_s` in the step records: CPU seconds
+               of the rank process, all threads, during the step; max over ranks) — the profiler's cost is
+               CPU work of the rank itself, and CPU time does not count the time other processes hold the
+               cores, so it resolves what wall time cannot on a loaded machine;
+  * placebo:   the `reported` estimator applied to the round's `off` run (same step indices, nothing
+               profiled): its spread is the estimator's own noise floor at the load of the moment;
   * after:     wall seconds from the last step's end to the last rank's exit (MindSpore's own parse runs
                there at `default`/`full`; never inside the training loop);
   * files:     what the level wrote per rank (FRAMEWORK/cpu_op_* is what analyzers.cpu reads).
@@ -73,9 +79,10 @@ def launch(out: Path, name: str, args, level: str, port: int) -> dict:
     return {"ranks": ranks, "after_s": exited - last_end, "wall_s": exited - t0, "files": files}
 
 
-def step_times(ranks: list[list[dict]], steps) -> list[float]:
-    """Per step, the slowest rank's step time (the step is as slow as its slowest rank)."""
-    return [max(r[s]["step_time_s"] for r in ranks) for s in steps]
+def step_times(ranks: list[list[dict]], steps, key: str = "step_time_s") -> list[float]:
+    """Per step, the slowest rank's step time (the step is as slow as its slowest rank); `key="cpu_s"`: the
+    largest CPU time of a rank in that step."""
+    return [max(r[s][key] for r in ranks) for s in steps]
 
 
 def main(argv=None) -> int:
@@ -97,7 +104,8 @@ def main(argv=None) -> int:
     med = statistics.median
     w0, w1 = args.warmup, args.warmup + args.profile_steps
     window, after = range(w0, w1), range(w1, args.steps)
-    per: dict[str, dict[str, list]] = {lv: {"reported": [], "ab": [], "after_s": [], "files": None} for lv in levels}
+    per: dict[str, dict[str, list]] = {lv: {"reported": [], "ab": [], "cpu": [], "after_s": [], "files": None}
+                                       for lv in levels}
     port = args.port
     t0 = time.time()
     for rnd in range(args.rounds):
@@ -108,28 +116,35 @@ def main(argv=None) -> int:
             r = launch(out, f"r{rnd}-{lv}", args, lv, port)
             port += 1
             win, aft = med(step_times(r["ranks"], window)), med(step_times(r["ranks"], after))
+            cwin, caft = med(step_times(r["ranks"], window, "cpu_s")), med(step_times(r["ranks"], after, "cpu_s"))
+            per[lv]["reported"].append(win / aft - 1)  # the run's own profiler_overhead (off: the placebo)
+            per[lv]["cpu"].append(cwin / caft - 1)
             if lv == "off":
                 base = (win, aft)
             else:
-                per[lv]["reported"].append(win / aft - 1)  # the run's own profiler_overhead
                 per[lv]["ab"].append((win / base[0]) / (aft / base[1]) - 1)
             per[lv]["after_s"].append(r["after_s"])
             per[lv]["files"] = r["files"]
-            print(f"round {rnd} {lv:8s} window {win:.4f} s  after {aft:.4f} s  exit {r['after_s']:.1f} s", flush=True)
+            print(f"round {rnd} {lv:8s} window {win:.4f} s  after {aft:.4f} s  cpu {cwin:.4f}/{caft:.4f} s  "
+                  f"exit {r['after_s']:.1f} s", flush=True)
     res = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + (argv if argv is not None else sys.argv[1:])),
            "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
            "wall_s": time.time() - t0, "levels": {}}
     print(f"\n{args.world_size} rank(s), {args.rounds} rounds; medians over rounds")
-    print("| level | reported profiler_overhead | A/B vs off (drift-corrected) | last step → exit s | files per rank |")
-    print("|---|---|---|---|---|")
+    print("| level | reported profiler_overhead (off: placebo) | rounds | same on CPU time | rounds | "
+          "A/B vs off (drift-corrected) | last step → exit s | files per rank |")
+    print("|---|---|---|---|---|---|---|---|")
     for lv in levels:
         d = per[lv]
         row = {"reported_median": med(d["reported"]) if d["reported"] else None,
                "reported": d["reported"], "ab_median": med(d["ab"]) if d["ab"] else None, "ab": d["ab"],
+               "cpu_median": med(d["cpu"]) if d["cpu"] else None, "cpu": d["cpu"],
                "after_exit_median_s": med(d["after_s"]), "files": d["files"]}
         res["levels"][lv] = row
         fmt = (lambda v: "–" if v is None else f"{100 * v:+.1f}%")
-        print(f"| {lv} | {fmt(row['reported_median'])} | {fmt(row['ab_median'])} | {row['after_exit_median_s']:.1f} | "
+        rounds = (lambda xs: ", ".join(fmt(x) for x in xs))
+        print(f"| {lv} | {fmt(row['reported_median'])} | {rounds(d['reported'])} | {fmt(row['cpu_median'])} | "
+              f"{rounds(d['cpu'])} | {fmt(row['ab_median'])} | {row['after_exit_median_s']:.1f} | "
               f"{', '.join(d['files'] or []) or '–'} |")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
-from dash import dash_table, html
+from dash import Input, Output, MATCH, clientside_callback, dash_table, dcc, html
 
 from analyzers.catalogue import METRICS, format_value, unit_label
 
@@ -134,3 +134,39 @@ def empty(text: str):
 def section(title: str, *children, id: str | None = None):
     props = {"id": id} if id else {}
     return html.Section([html.H3(title), *children], style={"marginBottom": "24px"}, **props)
+
+
+# ---- charts after the first paint ------------------------------------------------------------------------
+# A page's text and tables paint first; its charts (plotly.js: 4.8 MB of script, ~0.5-2 s to evaluate on this
+# machine, and WebGL for parallel coordinates) are requested only once the browser has painted the page's
+# first content and is idle, so neither the download nor the evaluation can delay the first paint.
+clientside_callback(
+    """function(selector) {
+        return new Promise(function (resolve) {
+            var t0 = Date.now();
+            var idle = window.requestIdleCallback || function (f) { setTimeout(f, 50); };
+            function check() {
+                if (document.querySelector(selector) || Date.now() - t0 > 10000) {
+                    // the frame that paints it, then an idle moment
+                    requestAnimationFrame(function () { setTimeout(function () {
+                        idle(function () { resolve(Date.now()); }, {timeout: 1000}); }, 0); });
+                } else {
+                    requestAnimationFrame(check);
+                }
+            }
+            check();
+        });
+    }""",
+    Output({"type": "after-paint", "page": MATCH}, "data"),
+    Input({"type": "after-paint-selector", "page": MATCH}, "data"),
+)
+
+
+def after_paint(page: str, selector: str):
+    """Stores for one page: `after_paint_input(page)` fires once `selector` has painted and the browser is idle."""
+    return html.Div([dcc.Store(id={"type": "after-paint-selector", "page": page}, data=selector),
+                     dcc.Store(id={"type": "after-paint", "page": page})], style={"display": "none"})
+
+
+def after_paint_input(page: str) -> Input:
+    return Input({"type": "after-paint", "page": page}, "data")

@@ -450,3 +450,53 @@ def test_host_other_than_loopback_warns(tmp_path):
         proc.terminate()
         proc.wait(15)
     assert "warning" in line and "0.0.0.0" in line
+
+
+#: records when a selector first appears in the DOM (performance.now() ms), before any page script runs
+_APPEARS = """window.__appeared = {}; new MutationObserver(() => { for (const s of %s) {
+    if (!(s in window.__appeared) && document.querySelector(s)) window.__appeared[s] = performance.now(); } })
+    .observe(document, {subtree: true, childList: true});"""
+
+
+@pytest.mark.parametrize("path,first,chart", [("/", "#runs-grid td", "#sweeps-heatmap .main-svg"),
+                                              ("/scaling", "#scaling-table td", "#scaling-throughput .main-svg")])
+def test_first_view_comes_with_the_layout_and_plotly_only_after_it_painted(synthetic, browser, path, first, chart):
+    """The page's content is rendered into the initial layout (no router callback before the first paint) and
+    plotly.js is requested only after the page's first content is in the DOM."""
+    base, _ = synthetic
+    p = Page(browser)
+    posts = []
+    p.page.on("request", lambda r: posts.append(r.post_data or "") if "_dash-update-component" in r.url else None)
+    p.page.add_init_script(_APPEARS % repr([first]).replace("'", '"'))
+    page = p.open(base + path, chart)
+    assert not [b for b in posts if "_pages_content" in b], "the page waited for Dash's router callback"
+    first_at = page.evaluate(f"() => window.__appeared[{first!r}]")
+    plotly_at = page.evaluate("() => performance.getEntriesByType('resource')"
+                              ".find(e => e.name.includes('plotly')).startTime")
+    assert first_at is not None and plotly_at > first_at, (first_at, plotly_at)
+    assert p.errors == []
+    page.close()
+
+
+def test_pages_follow_the_address_bar(synthetic, browser):
+    """Navigation after the server-rendered first view: nav links, back, and a layout request whose Referer is
+    another page (the clientside check re-routes to the address bar's page)."""
+    base, _ = synthetic
+    p = Page(browser)
+    page = p.open(base + "/scaling", "#scaling-table td")
+    page.click("#nav-sweeps")
+    page.wait_for_selector("#runs-grid td", timeout=60_000)
+    assert page.title() == "perfbench · sweeps"
+    page.go_back()
+    page.wait_for_selector("#scaling-table td", timeout=60_000)
+    assert page.locator("#runs-grid").count() == 0
+    assert p.errors == []
+    page.close()
+    ctx = browser.new_context(extra_http_headers={"Referer": base + "/scaling"})
+    try:
+        page = ctx.new_page()
+        page.goto(base + "/")
+        page.wait_for_selector("#runs-grid td", timeout=60_000)
+        assert page.locator("#scaling-page").count() == 0
+    finally:
+        ctx.close()

@@ -13,7 +13,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from analyzers.catalogue import KEY_METRICS, METRICS
 from dashboards import data
-from dashboards.components import TABLE_STYLE, empty, metric_card, metric_label, metric_text, section, table
+from dashboards.components import TABLE_STYLE, after_paint, after_paint_input, empty, metric_card, metric_label, metric_text, section, table
 
 PARTS = [("computing_ms", "computing", "#4c78a8"), ("communication_not_overlapped_ms", "communication (not overlapped)",
                                                       "#e45756"),
@@ -50,8 +50,9 @@ def layout(run_id: str | None = None, **_):
                           dcc.Dropdown(id="run-step", options=[{"label": "steady-state steps", "value": -1}] +
                                        [{"label": str(s), "value": s} for s in steps], value=-1, clearable=False,
                                        style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"})]),
-                # the charts are made by a callback, after the verdict and numbers have painted (plotly.js is
-                # fetched only then)
+                # the charts are made by a callback once the verdict and numbers have painted and the browser
+                # is idle (plotly.js is fetched and evaluated only then)
+                after_paint("run", "#run-verdict"),
                 html.Div(id="run-charts", children=html.P("drawing the charts…", style={"color": "#777"}))),
         section("Slow ranks and links", slow_table(rid, "slow_ranks", "ranks"), slow_table(rid, "slow_links", "links")),
         section("Top kernels", kernels_table(rid)),
@@ -320,8 +321,9 @@ def expert_load(rid: str) -> list[float] | None:
     return total
 
 
-@callback(Output("run-charts", "children"), Input("run-step", "value"), State("run-id", "data"))
-def _charts(step, rid):
+@callback(Output("run-charts", "children"), Input("run-step", "value"), after_paint_input("run"), State("run-id", "data"),
+          prevent_initial_call=True)
+def _charts(step, _painted, rid):
     s = None if step in (None, -1) else int(step)
     bd, tl = breakdown_figure(rid, s), timeline_figure(rid, s)
     if not bd.data and not tl.data:  # nothing to draw: say so, without empty axes (and without plotly.js)

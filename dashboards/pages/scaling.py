@@ -3,15 +3,15 @@ of the other settings (repeats averaged, error bars = std over repeats), with th
 `perfbench predict`'s curve calibrated on the sweep (dashed, with its uncertainty band) over world sizes
 that were never run.
 Efficiency is the runs' own `scaling_efficiency` (analyzers/catalogue.py has its definition); the table
-paints first, the charts are drawn by a callback after it."""
+paints first, the charts are drawn by a callback once it has painted."""
 
 from __future__ import annotations
 
-from dash import Input, Output, callback, dcc, html
+from dash import Output, State, callback, dcc, html
 
 from analyzers.catalogue import METRICS
 from dashboards import data
-from dashboards.components import empty, table
+from dashboards.components import after_paint, after_paint_input, empty, table
 
 
 def _frame(sweep):
@@ -38,12 +38,14 @@ def layout(sweep: str | None = None, **_):
                 "; mean over repeats. Ideal = N × throughput(1)."],
                style={"fontSize": "13px", "color": "#555"}),
         table(shown, id="scaling-table", page_size=30),
+        after_paint("scaling", "#scaling-table td"),  # the charts (plotly.js) come once the table has painted
         html.Div(id="scaling-charts"),
     ], id="scaling-page")
 
 
-@callback(Output("scaling-charts", "children"), Input("scaling-sweep", "data"))
-def _charts(sweep):
+@callback(Output("scaling-charts", "children"), after_paint_input("scaling"), State("scaling-sweep", "data"),
+          prevent_initial_call=True)
+def _charts(_painted, sweep):
     sc = _frame(sweep or None)
     if sc.empty:
         return []

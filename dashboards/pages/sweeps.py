@@ -10,7 +10,7 @@ from dash import Input, Output, State, callback, dash_table, dcc, html
 
 from analyzers.catalogue import METRICS, format_value
 from dashboards import data, grid
-from dashboards.components import TABLE_STYLE, definition, empty, heading, metric_label
+from dashboards.components import TABLE_STYLE, after_paint, after_paint_input, definition, empty, heading, metric_label
 
 PAGE_SIZE = 25
 
@@ -75,9 +75,10 @@ def layout(sweep: str | None = None, **_):
             dcc.Dropdown(id="sweeps-y", options=[{"label": c[9:], "value": c} for c in settings], value=y0,
                          clearable=False, style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"}),
         ]),
-        # the graphs are created by a callback, i.e. after the grid has painted: plotly.js (the biggest script
-        # of the app) is fetched only then, so the grid's first paint never waits for it
-        html.Div(id="sweeps-views"),
+        # the graphs are created by a callback once the grid has painted and the browser is idle: plotly.js
+        # (the biggest script of the app) is fetched and evaluated only then, so the grid never waits for it
+        after_paint("sweeps", "#runs-grid td"),
+        html.Div(id="sweeps-views", children=html.P("drawing the views…", style={"color": "#777"})),
     ], id="sweeps-page")
 
 
@@ -124,8 +125,9 @@ def _num_or_codes(s: pd.Series) -> tuple[pd.Series, list | None]:
 
 
 @callback(Output("sweeps-views", "children"), Input("sweeps-sweep", "value"), Input("runs-grid", "filter_query"),
-          Input("sweeps-metric", "value"), Input("sweeps-x", "value"), Input("sweeps-y", "value"))
-def _views_graphs(sweep, filter_query, metric, x, y):
+          Input("sweeps-metric", "value"), Input("sweeps-x", "value"), Input("sweeps-y", "value"),
+          after_paint_input("sweeps"), prevent_initial_call=True)
+def _views_graphs(sweep, filter_query, metric, x, y, _painted):
     try:
         df = grid.apply_filter(grid.frame(sweep or None), filter_query)
     except ValueError:
