@@ -42,14 +42,15 @@ def _page_container(app: Dash):
     content, loc, title = None, {}, app.title
     if url and urlsplit(url).netloc == flask.request.host:
         u = urlsplit(url)
+        search = f"?{u.query}" if u.query else ""
         page, variables = _path_to_page(app.strip_relative_path(u.path))
         if page:
             layout = page["layout"]
-            content = layout(**{**(variables or {}), **_parse_query_string(u.query)}) if callable(layout) else layout
+            content = layout(**{**(variables or {}), **_parse_query_string(search)}) if callable(layout) else layout
             title = page["title"](**(variables or {})) if callable(page["title"]) else page["title"]
         else:  # what Dash's router shows for an unknown path
             content = html.H1("404 - Page not found")
-        loc = {"pathname": u.path, "search": f"?{u.query}" if u.query else "", "hash": "", "href": url}
+        loc = {"pathname": u.path, "search": search, "hash": "", "href": url}
     return html.Div([
         dcc.Location(id=_ID_LOCATION, refresh="callback-nav", **loc),
         html.Div(content, id=_ID_CONTENT, disable_n_clicks=True),

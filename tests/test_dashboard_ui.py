@@ -490,6 +490,9 @@ def test_pages_follow_the_address_bar(synthetic, browser):
     page.go_back()
     page.wait_for_selector("#scaling-table td", timeout=60_000)
     assert page.locator("#runs-grid").count() == 0
+    page.goto(base + "/?sweep=syn")  # the query string reaches the server-rendered page
+    page.wait_for_selector("#runs-grid td", timeout=60_000)
+    assert page.locator("#sweeps-sweep").inner_text().strip() == "syn"
     assert p.errors == []
     page.close()
     ctx = browser.new_context(extra_http_headers={"Referer": base + "/scaling"})
