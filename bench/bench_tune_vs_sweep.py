@@ -1,19 +1,21 @@
 """Exhaustive `perfbench sweep` against `perfbench tune` (several seeds) on the same space, side by side in
 one run: how close tune's best gets to the sweep's winner, and at what share of the sweep's wall time.
 
-    .venv/bin/python bench/bench_tune_vs_sweep.py [--seeds 3] [--keep DIR] [--json]
+    .venv/bin/python bench/bench_tune_vs_sweep.py [--seeds 3] [--verify 3] [--sweep-top 2] [--keep DIR] [--json]
 
 The space (24 points): data-parallel narrow ResNet-50 (width 16, 32x32) on 2 ranks, comm_fusion {0, 1, 8,
 all} x grad_compression {none, fp16} x batch_size {8, 16, 32}; tune runs with its defaults (no `search:`
-section except the seed). Each command runs in its own results folder (no compile cache shared).
+section except the seed: it confirms its best 2 trials by 2 interleaved re-measurements each). Each command
+runs in its own results folder (no compile cache shared).
 
-How close: on a shared, loaded machine one run's throughput can be off by 2x, so one measurement per
-point decides neither the winner nor the comparison. After the sweep and the searches, a verification
-phase re-measures the sweep's winner and every seed's best side by side, interleaved, `--verify` times
-each (profiler off, same steps), and "within" = median throughput of tune's best / median throughput of
-the sweep's winner from that phase. The single-run numbers (the sweep's own measurement of tune's pick,
-tune's own value) are reported next to it. `--reuse DIR` keeps the phases whose output is already in DIR
-(a bench that was interrupted continues).
+How close, judged fairly: on a shared, loaded machine one run's throughput can be off by 2x, so the sweep's
+single-run winner is as noisy as anything tune measured. After the sweep and the searches, a verification
+phase re-measures the sweep's best `--sweep-top` points (by its single runs) and every seed's pick side by
+side, interleaved (A B C ... A B C ...), `--verify` times each (profiler off, same steps); the exhaustive
+winner is the sweep candidate with the best verified median, and "within" = the median throughput of tune's
+pick / the winner's, both from that same phase. The single-run numbers (the sweep's own measurement of tune's
+pick, tune's own value) are reported next to it. `--reuse DIR` keeps the phases whose output is already in
+DIR (a bench that was interrupted continues).
 """
 
 from __future__ import annotations
@@ -99,7 +101,9 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--keep", "--reuse", dest="keep",
                     help="keep the results folders here and reuse phases already done there (default: a temporary folder)")
-    ap.add_argument("--verify", type=int, default=5, help="interleaved re-measurements of each finalist (default 5)")
+    ap.add_argument("--verify", type=int, default=3, help="interleaved re-measurements of each finalist (default 3)")
+    ap.add_argument("--sweep-top", type=int, default=2,
+                    help="the sweep's best points (by its single runs) re-measured as candidates for its winner (default 2)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -144,10 +148,17 @@ def main() -> int:
             "best_tp_in_sweep": round(in_sweep, 2) if in_sweep else None,
             "within": round(in_sweep / win_tp, 4) if in_sweep else None,
             "training_share": ans["wall_split"]["training_share"],
+            "confirm_runs": sum(len(c["runs"]) for c in (ans.get("confirmation") or {}).get("candidates", [])),
+            "confirmation": [{"settings": {k: c["settings"].get(k) for k in AXES}, "trial": c["trial_value"],
+                              "values": c["values"], "median": c["median"]}
+                             for c in (ans.get("confirmation") or {}).get("candidates", [])],
         })
-    verified = verify(py, tmp, [winner["settings"]] + [s["best_settings"] for s in seeds], args.verify)
+    top = sorted(runs, key=lambda r: -r["metrics"]["throughput"])[:max(1, args.sweep_top)]
+    verified = verify(py, tmp, [r["settings"] for r in top] + [s["best_settings"] for s in seeds], args.verify)
     load.append(os.getloadavg()[0])
-    win_v = verified[_key(winner["settings"])]
+    # the exhaustive answer, confirmed like tune's: the best verified median among the sweep's top points
+    win_key = max((_key(r["settings"]) for r in top), key=lambda k: verified.get(k, {"median": 0})["median"])
+    win_v = verified[win_key]
     for s in seeds:
         mine = verified[_key(s["best_settings"])]
         s["verified_tp"] = round(mine["median"], 2)
@@ -156,6 +167,9 @@ def main() -> int:
     out = {
         "space_size": len(by_key), "sweep_wall_s": round(sweep_wall, 1), "sweep_training_share": sweep_share,
         "winner": {"settings": {k: winner["settings"].get(k) for k in AXES}, "throughput": round(win_tp, 2)},
+        "sweep_top": [{"settings": {k: r["settings"].get(k) for k in AXES}, "throughput": round(r["metrics"]["throughput"], 2)}
+                      for r in top],
+        "verified_winner": dict(zip(AXES, win_key), median=win_v["median"]),
         "seeds": seeds,
         "verified": {" / ".join(k): v for k, v in verified.items()},
         "median": {"wall_ratio": med("wall_ratio"), "verified_within": med("verified_within"),
@@ -177,6 +191,7 @@ def main() -> int:
                   f"   verified {s['verified_tp']:.1f} = {s['verified_within'] * 100:.1f}% of the winner's")
         for k, v in out["verified"].items():
             print(f"verified {k}: {v['runs']} samples/s, median {v['median']:.1f}")
+        print(f"exhaustive winner after verification: {out['verified_winner']}")
         m = out["median"]
         print(f"median: {m['wall_ratio'] * 100:.1f}% of the sweep's wall time; tune's best at "
               f"{m['verified_within'] * 100:.1f}% of the winner's throughput re-measured side by side "

@@ -28,6 +28,8 @@ from typing import Callable
 
 import psutil
 
+from perfbench.startup import process_started
+
 ENTRY = Path(__file__).resolve().parents[1] / "workloads" / "entry.py"
 TAG_VAR = "PERFBENCH_RUN_TAG"
 
@@ -45,6 +47,9 @@ class LaunchResult:
     bind_core: bool = False
     teardown_skipped: bool = False
     slurm: dict | None = None  # launch.backend slurm: the job (id, state, reason, nodes); perfbench.slurm
+    #: start-up timeline: when msrun was started ("launched") and msrun, its scheduler and each worker
+    #: (by rank) were created, time.time() seconds (perfbench/startup.py)
+    startup: dict = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -182,6 +187,54 @@ def count_steps(metrics_dir: Path) -> dict[int, int]:
     return out
 
 
+class _Spare:
+    """The next run's reaper, started ahead with msrun already imported (`perfbench.reaper --warm`): a sweep or
+    tune launches runs one after another, so the next one's `import mindspore` in msrun overlaps this one's
+    training instead of delaying the next scheduler and ranks (perfbench/startup.py measures it)."""
+
+    proc: subprocess.Popen | None = None
+
+    @classmethod
+    def take(cls, env: dict) -> subprocess.Popen | None:
+        proc, cls.proc = cls.proc, None
+        if proc is not None and proc.poll() is None and getattr(proc, "_pb_key", None) == _spare_key(env):
+            return proc
+        if proc is not None:
+            cls._end(proc)
+        return None
+
+    @classmethod
+    def start(cls, env: dict) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-m", "perfbench.reaper", "--warm"], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc._pb_key = _spare_key(env)  # type: ignore[attr-defined]
+        return proc
+
+    @classmethod
+    def close(cls) -> None:
+        """End the idle spare (the end of a sweep or search); it also exits by itself when its parent does."""
+        proc, cls.proc = cls.proc, None
+        if proc is not None:
+            cls._end(proc)
+
+    @staticmethod
+    def _end(proc: subprocess.Popen) -> None:
+        try:
+            proc.stdin.close()  # EOF: an idle spare exits
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def _spare_key(env: dict) -> tuple:
+    """What a spare's own start depends on: the interpreter and its import path."""
+    return (sys.executable, env.get("PYTHONPATH"), env.get("PATH"))
+
+
+close_spare = _Spare.close
+
+
 def launch(
     run_config_path: Path,
     run_config: dict,
@@ -191,7 +244,8 @@ def launch(
     stop: Callable[[dict[int, int]], str | None] | None = None,
     env_extra: dict[str, str] | None = None,
     skip_teardown: bool = False,
-    poll_s: float = 0.5,
+    warm: bool = False,
+    poll_s: float = 0.2,
 ) -> LaunchResult:
     """Run one configuration through msrun and wait for it, within launch_cfg's timeouts.
 
@@ -199,7 +253,9 @@ def launch(
     ends the run at once (every process of its tag killed) with status "stopped". `env_extra` is added
     to the ranks' environment. `skip_teardown`: once every rank has recorded all its steps and its final
     meta (`finished: true`, written after the profiler and summary output), end the run instead of
-    waiting for MindSpore's cluster teardown (measured: 5-10 s per run, docs/tune.md)."""
+    waiting for MindSpore's cluster teardown (measured: 5-10 s per run, docs/tune.md). `warm`: run msrun in
+    a spare reaper started with msrun already imported (and start the next run's spare now); the caller
+    ends the last spare with `close_spare()`."""
     out_dir = Path(run_config["output_dir"])
     log_dir = out_dir / "logs"
     metrics_dir = out_dir / "metrics"
@@ -242,17 +298,35 @@ def launch(
     result = LaunchResult(status="failed", command=cmd, master_port=port, bind_core=bind)
     node_rank = launch_cfg.get("node_rank", 0)
     msrun_log = msrun_log_name(nodes, node_rank)
+    result.startup["launched"] = time.time()
     with open(log_dir / msrun_log, "wb") as msrun_out:
         # msrun runs under perfbench.reaper, which ends the whole run when this process dies (even by SIGKILL)
-        reaper = [sys.executable, "-m", "perfbench.reaper", "--tag", tag, "--parent", str(os.getpid()), "--", *cmd]
-        proc = subprocess.Popen(reaper, cwd=out_dir, env=env, stdout=msrun_out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        spare_env = {k: v for k, v in env.items() if k != TAG_VAR}
+        proc = _Spare.take(spare_env) if warm else None
+        if proc is not None:  # msrun imported already: hand it this run
+            request = {"tag": tag, "parent": os.getpid(), "argv": cmd, "env": env, "cwd": str(out_dir),
+                       "log": str(log_dir / msrun_log)}
+            result.startup["msrun"] = time.time()
+            proc.stdin.write((json.dumps(request) + "\n").encode())
+            proc.stdin.flush()
+            result.startup["warm"] = True
+        else:
+            reaper = [sys.executable, "-m", "perfbench.reaper", "--tag", tag, "--parent", str(os.getpid()), "--", *cmd]
+            proc = subprocess.Popen(reaper, cwd=out_dir, env=env, stdout=msrun_out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        # the next run's spare is started once this run's processes have imported MindSpore (the scheduler
+        # writes its start-up file right before init()): its import then overlaps this run's cluster join,
+        # not this run's own imports, and is over before the first (warm-up) step
+        spare_due = warm
         last_counts: dict[int, int] = {}
         last_change = time.time()
         try:
             while True:
                 rc = proc.poll()
-                _remember_children(proc.pid, known, ranks)
+                _remember_children(proc.pid, known, ranks, result.startup)
+                if spare_due and ((metrics_dir / "scheduler.startup.json").exists() or time.time() - t0 > 60):
+                    spare_due = False
+                    _Spare.proc = _Spare.start(spare_env)
                 counts = count_steps(metrics_dir)
                 if counts != last_counts:
                     last_counts, last_change = counts, time.time()
@@ -336,14 +410,31 @@ def _all_finished(metrics_dir: Path, counts: dict[int, int], local_ranks: int, s
     return True
 
 
-def _remember_children(pid: int, known: dict[int, float], ranks: dict[int, int] | None = None) -> None:
+def _remember_children(pid: int, known: dict[int, float], ranks: dict[int, int] | None = None,
+                       spawned: dict | None = None) -> None:
+    """Record msrun's descendants (pid → create time) and, the first time each is seen, which worker rank
+    it is and (into `spawned`) when msrun, its scheduler and its workers were created."""
     try:
         for c in psutil.Process(pid).children(recursive=True):
             try:
                 if c.pid not in known and ranks is not None:
                     env = c.environ()
-                    if env.get("MS_ROLE") == "MS_WORKER" and env.get("MS_NODE_ID", "").isdigit():
+                    role = env.get("MS_ROLE")
+                    if role == "MS_WORKER" and env.get("MS_NODE_ID", "").isdigit():
                         ranks[c.pid] = int(env["MS_NODE_ID"])
+                    if spawned is not None:
+                        if role == "MS_WORKER" and env.get("MS_NODE_ID", "").isdigit():
+                            # a rank's own children inherit its environment: the rank is the earliest of them
+                            w = spawned.setdefault("workers", {})
+                            ts = process_started(c.pid)
+                            if ts is not None and (w.get(env["MS_NODE_ID"]) is None or ts < w[env["MS_NODE_ID"]]):
+                                w[env["MS_NODE_ID"]] = ts
+                        elif role == "MS_SCHED":
+                            ts = process_started(c.pid)
+                            if ts is not None and ts < spawned.get("scheduler", float("inf")):
+                                spawned["scheduler"] = ts
+                        elif c.ppid() == pid and "msrun" not in spawned:
+                            spawned["msrun"] = process_started(c.pid)
                 known.setdefault(c.pid, c.create_time())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
                 pass

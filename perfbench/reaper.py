@@ -8,6 +8,14 @@ It asks the kernel (prctl PR_SET_PDEATHSIG) for SIGTERM when its parent (the swe
 dies, and on SIGTERM kills every process carrying the run's tag (launcher.TAG_VAR): msrun, its
 scheduler, its workers (which msrun starts in sessions of their own, out of reach of a process-group
 kill) and msrun's `tail -f` helpers. Otherwise it waits for msrun and exits with msrun's exit code.
+
+    python -m perfbench.reaper --warm        (then one JSON request line on stdin)
+
+is the same with msrun imported ahead of time: msrun is a Python program whose first act is
+`import mindspore` (1.5-2.6 CPU-s, 3-5 s of wall time on a loaded machine), and it starts the scheduler and
+the ranks only after it. A sweep or tune starts its next run's reaper this way while the current run
+trains, so the import is done when the run is launched; the request (`argv`, `env`, `cwd`, `log`, `tag`)
+then runs msrun's own `main()` in this process, exactly as the msrun script does.
 """
 
 from __future__ import annotations
@@ -66,5 +74,58 @@ def main(argv: list[str] | None = None) -> int:
             continue
 
 
+def warm_main() -> int:
+    """Import msrun, wait for one request on stdin, then be that run's reaper and its msrun."""
+    import json
+
+    tag: list[str] = []
+
+    def reap(signum, _frame):
+        if tag:
+            from perfbench.launcher import kill_run
+
+            for _ in range(2):
+                if kill_run(tag[0], grace_s=1.0) == 0:
+                    break
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, reap)
+    signal.signal(signal.SIGHUP, reap)
+    _set_parent_death_signal(signal.SIGTERM)
+    from mindspore.parallel.cluster import run as msrun  # the import this spare exists for
+
+    line = sys.stdin.readline()
+    if not line:  # the launcher closed the pipe: not needed
+        return 0
+    req = json.loads(line)
+    tag.append(req["tag"])
+    if os.getppid() != int(req["parent"]):
+        reap(signal.SIGTERM, None)
+    os.chdir(req["cwd"])
+    os.environ.clear()
+    os.environ.update(req["env"])
+    fd = os.open(req["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.argv = list(req["argv"])
+    code = 0
+    try:
+        code = msrun.main() or 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:  # what the msrun script would print before exiting 1
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return int(code)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--warm"]:
+        code = warm_main()
+        sys.stdout.flush()
+        os._exit(code)
     sys.exit(main())

@@ -19,7 +19,7 @@ from perfbench import __version__
 from perfbench.config import RunPlan, SweepConfig
 from perfbench.errors import UserError
 from perfbench.ingest import ingest_run
-from perfbench.launcher import kill_stale, launch, should_bind, threads_per_rank, write_json
+from perfbench.launcher import close_spare, kill_stale, launch, should_bind, threads_per_rank, write_json
 from perfbench.store import FINISHED, Store
 
 
@@ -95,6 +95,16 @@ def run_sweep(
     sweep["invocations"].append({"started": time.time(), "resume": resume, "argv": sys.argv[1:]})
     store.write_sweep(sweep)
 
+    try:
+        _run_plans(cfg, store, sweep, plans, resume, retry_failed, events)
+    finally:
+        close_spare()
+    sweep["invocations"][-1]["finished"] = time.time()
+    store.write_sweep(sweep)
+    return sweep
+
+
+def _run_plans(cfg, store, sweep, plans, resume, retry_failed, events) -> None:
     total = len(plans)
     for i, plan in enumerate(plans, 1):
         existing = store.read_run(plan.run_id)
@@ -115,9 +125,6 @@ def run_sweep(
                              attach=existing if job else None)
         if events.run_finished:
             events.run_finished(i, total, plan, record)
-    sweep["invocations"][-1]["finished"] = time.time()
-    store.write_sweep(sweep)
-    return sweep
 
 
 def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, events: SweepEvents, *,
@@ -184,7 +191,7 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
                                   job_id=(attach or {}).get("slurm", {}).get("job_id"))
         else:
             result = launch(config_path, rc, cfg.launch, on_progress=progress, stop=stop, env_extra=env_extra,
-                            skip_teardown=skip_teardown)
+                            skip_teardown=skip_teardown, warm=warm_msrun() and cfg.launch["nodes"] == 1)
     except KeyboardInterrupt:
         record["status"] = "running"  # not finished: --resume runs it again
         record["error"] = "interrupted"
@@ -192,7 +199,7 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
         raise
     record["launch"] = {"command": result.command, "master_port": result.master_port, "returncode": result.returncode,
                         "bind_core": result.bind_core, "wall_s": round(result.wall_s, 3),
-                        "teardown_skipped": result.teardown_skipped}
+                        "teardown_skipped": result.teardown_skipped, "startup": result.startup}
     if result.slurm:
         record["slurm"] = result.slurm
     metrics, warnings = ingest_run(store, plan.run_id, rc)
@@ -227,6 +234,12 @@ def live_slurm_job(existing: dict | None) -> str | None:
     if info is None or info.state == "CANCELLED":  # cancelled (Ctrl-C, timeout): run it again
         return None
     return job_id
+
+
+def warm_msrun() -> bool:
+    """Runs of a sweep or search start msrun in a spare started ahead with msrun imported (launcher._Spare);
+    PERFBENCH_WARM_MSRUN=0 starts a fresh msrun for every run (how it was before; bench/bench_trial_startup.py)."""
+    return os.environ.get("PERFBENCH_WARM_MSRUN", "1") != "0"
 
 
 def checkpoint_resume_step(store: Store, plan: RunPlan, existing: dict | None, nodes: int) -> int | None:

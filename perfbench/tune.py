@@ -40,6 +40,8 @@ class TuneEvents:
     trial_finished: Callable[[int, dict, dict], None] | None = None  # (number, settings, run record)
     trial_reused: Callable[[int, dict, int], None] | None = None  # (number, settings, earlier trial)
     finalist: Callable[[dict], None] | None = None  # settings of the best, re-run with the profiler
+    confirm_started: Callable[[int, int, dict, bool], None] | None = None  # (trial, round, settings, profiled)
+    confirm_finished: Callable[[int, int, dict, dict], None] | None = None  # (trial, round, settings, record)
     run_progress: Callable[[Any, int, int], None] | None = None
 
 
@@ -277,6 +279,17 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
         return sum(1 for t in study.trials if t.user_attrs.get("run_id") and "reused" not in t.user_attrs
                    and "interrupted" not in t.user_attrs and t.state.is_finished())
 
+    try:
+        return _search(study, objective, launched, trials_budget, deadline, size, rec, started, store, cfg, spec,
+                       study_id, profile_trials, events)
+    finally:
+        from perfbench.launcher import close_spare
+
+        close_spare()
+
+
+def _search(study, objective, launched, trials_budget, deadline, size, rec, started, store, cfg, spec, study_id,
+            profile_trials, events) -> dict:
     reuses = 0
     while launched() < trials_budget and (deadline is None or time.time() < deadline):
         if _explored(study) >= size:
@@ -291,9 +304,20 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
         started = time.time()
         store.write_sweep(rec)
 
-    finalist = _finalist(study, cfg, store, study_id, spec, profile_trials, events, rec)
+    from perfbench.tune_confirm import confirm
+
+    # the best few re-measured interleaved (its last round profiled): the answer does not trust one lucky run
+    conf = confirm(study, cfg, store, study_id, spec, events=events,
+                   profile_last=spec.profile_best and cfg.profile["enabled"] and not profile_trials,
+                   env_for=lambda plan: compile_cache_env(store, plan) if spec.compile_cache else None)
+    rec["confirm"] = conf
+    if conf is not None and conf["pick"] is not None:
+        finalist = conf["profiled_run"]
+    else:
+        finalist = _finalist(study, cfg, store, study_id, spec, profile_trials, events, rec)
     rec["finalist"] = finalist
-    rec["runs"] = _run_ids(study) + ([finalist] if finalist else [])
+    confirm_runs = [r for c in (conf or {}).get("candidates", []) for r in c["runs"]]
+    rec["runs"] = _run_ids(study) + confirm_runs + ([finalist] if finalist and finalist not in confirm_runs else [])
     rec["wall_s"] = round(rec.get("wall_s", 0.0) + time.time() - started, 3)
     rec["invocations"][-1]["finished"] = time.time()
     rec["space_size"] = size if math.isfinite(size) else None

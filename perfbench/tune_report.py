@@ -119,11 +119,17 @@ def answer(store: Store, rec: dict, study=None) -> dict:
         history.append({"number": t.number, "value": value, "best": best_so_far, "status": status,
                         "intermediate": {int(k): float(v) for k, v in sorted(t.intermediate_values.items())}})
     best = best_trial(study)
+    conf = rec.get("confirm") or {}
+    picked = next((c for c in conf.get("candidates", []) if c["number"] == conf.get("pick")), None)
+    best_value = float(best.value) if best is not None else None
+    if picked is not None:  # the confirmed pick: the best median of the interleaved re-measurements
+        best = next(t for t in study.trials if t.number == picked["number"])
+        best_value = picked["median"]
     default = next((t for t in trials if t["number"] == 0), None)
     out = {
         "study": rec["sweep_id"],
         "objective": objective,
-        "best": ({"run_id": best.user_attrs["run_id"], "settings": best.user_attrs["settings"], "value": float(best.value)}
+        "best": ({"run_id": best.user_attrs["run_id"], "settings": best.user_attrs["settings"], "value": best_value}
                  if best is not None else None),
         "trials": trials,
         "importance": {},
@@ -133,8 +139,8 @@ def answer(store: Store, rec: dict, study=None) -> dict:
     out["direction"] = "maximize" if maximize else "minimize"
     out["default"] = default
     gain = None
-    if best is not None and default and default["value"]:
-        gain = best.value / default["value"] - 1 if maximize else default["value"] / best.value - 1
+    if best is not None and default and default["value"] and best_value:
+        gain = best_value / default["value"] - 1 if maximize else default["value"] / best_value - 1
     out["gain"] = gain  # how much better the best is than the default (0.25 = 25% better)
     out["history"] = history
     out["finalist"] = rec.get("finalist")
@@ -144,8 +150,9 @@ def answer(store: Store, rec: dict, study=None) -> dict:
     out["finalist_value"] = (fin.get("metrics") or {}).get(objective) if fin and fin.get("status") == "ok" else None
     out["explanation"] = explain(store, default["run_id"] if default else None, rec.get("finalist") or
                                  (best.user_attrs["run_id"] if best is not None else None))
-    out["wall_split"] = wall_split(store, [t["run_id"] for t in trials] + ([rec["finalist"]] if rec.get("finalist") else []),
-                                   out["wall_s"])
+    out["confirmation"] = conf or None  # {"candidates": [{number, settings, runs, values, median, ...}], "pick", ...}
+    out["wall_split"] = wall_split(store, [t["run_id"] for t in trials] + [r for r in rec.get("runs", [])
+                                   if r not in {t["run_id"] for t in trials}], out["wall_s"])
     out["space_size"] = rec.get("space_size")
     return _finite(out)
 

@@ -11,7 +11,8 @@
       seed: 0                    # sampler seed
       startup_trials: 3          # TPE: random trials before the model takes over
       min_steps: 2               # measured steps before the pruner may stop a trial
-      profile_best: true         # re-run the best with the profiler (trials run without it)
+      profile_best: true         # profile the best (trials run without it)
+      confirm: {top: 2, rounds: 2}   # re-measure the best few interleaved, pick by median (tune_confirm.py)
       compile_cache: true        # MindSpore's graph compile cache, shared by trials of the same configuration
 
 Every key is optional; without the section every default applies (docs/tune.md).
@@ -40,6 +41,14 @@ class Bound(BaseModel):
     max: float | None = None
 
 
+class Confirm(BaseModel):
+    """The best `top` trials re-measured `rounds` times each, interleaved; the pick is the best median
+    (perfbench/tune_confirm.py). `top: 0` or `rounds: 0` trusts the best single trial."""
+    model_config = ConfigDict(extra="forbid")
+    top: int = Field(default=2, ge=0, le=20)
+    rounds: int = Field(default=2, ge=0, le=20)
+
+
 class SearchSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
     strategy: Literal["tpe", "random", "grid"] = "tpe"
@@ -52,6 +61,7 @@ class SearchSpec(BaseModel):
     min_steps: int = Field(default=2, ge=1)
     profile_best: bool = True
     compile_cache: bool = True
+    confirm: Confirm = Field(default_factory=Confirm)
 
     @field_validator("objective")
     @classmethod

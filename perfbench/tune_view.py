@@ -40,7 +40,18 @@ def render(out, ans: dict, results) -> None:
     out.print(f"[bold]best[/bold]: {chosen} → "
               f"{format_value(obj, best['value'])} {unit}"
               + (f", {gain * 100:+.1f}% vs the default ({format_value(obj, dflt.get('value'))} {unit})" if gain is not None else ""))
-    if ans.get("finalist_value") is not None:
+    conf = ans.get("confirmation") or {}
+    if conf.get("candidates"):
+        out.print(f"confirmed: the best {len(conf['candidates'])} trials re-measured {conf['rounds']} times each, "
+                  "interleaved; the best is the best median of these runs (their trials' own values only chose them):")
+        for c in conf["candidates"]:
+            vals = ", ".join(format_value(obj, v) for v in c["values"]) or "no value"
+            mark = " [bold green]← best[/bold green]" if c["number"] == conf.get("pick") else ""
+            point = ", ".join(f"{k}={c['settings'].get(k)}" for k in varied)
+            out.print(f"  trial {c['number']} ({point}): "
+                      f"trial {format_value(obj, c['trial_value'])}, re-measured [{vals}], median "
+                      f"{format_value(obj, c['median'])} {unit}{mark}")
+    elif ans.get("finalist_value") is not None:
         out.print(f"the best re-measured (its profiled re-run {ans['finalist']}): {format_value(obj, ans['finalist_value'])} {unit}")
     if ans["importance"]:
         imp = ", ".join(f"{k} {v:.2f}" for k, v in sorted(ans["importance"].items(), key=lambda kv: -kv[1]))

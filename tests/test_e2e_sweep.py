@@ -94,3 +94,21 @@ def test_show_and_ls_tables(sweep_store):
     assert doc["run_id"] == rid and doc["tables"]["step_breakdown"]
     missing = run_perfbench("show", "no-such-run", "--results", sweep_store, check=False)
     assert missing.returncode == 2 and "no run 'no-such-run'" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_later_runs_of_a_sweep_start_with_msrun_imported_ahead(sweep_store):
+    """The spare (perfbench.reaper --warm) takes over from the second run: its scheduler starts right after the
+    launch instead of after msrun's own `import mindspore` (1.5-2.6 CPU-s), and the phases are recorded."""
+    from perfbench.startup import phases
+
+    store = Store(sweep_store)
+    runs = sorted(store.list_runs(), key=lambda r: r["timings"]["started"])
+    warm = [bool(r["launch"]["startup"].get("warm")) for r in runs]
+    assert warm[0] is False and all(warm[1:])
+    for r in runs:
+        p = phases(r, store.artifacts_dir(r["run_id"]) / "metrics")
+        assert p["total"] is not None and p["total"] > 0
+        assert p["import_mindspore"] > 0 and p["init"] > 0
+        if r["launch"]["startup"].get("warm"):
+            assert p["msrun_import"] < 1.0  # the scheduler is spawned at once
+

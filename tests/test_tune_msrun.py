@@ -76,7 +76,7 @@ def pruned_search(tmp_path_factory):
     cfg = write(tmp_path, "prune", sweep={"delay_ms": [0, 1500], "crash_rank": [None, 0]},
                 inject={"crash_step": 2},
                 search={"strategy": "grid", "pruner": "successive_halving", "min_steps": 2,
-                        "budget": {"trials": 4}, "profile_best": False})
+                        "budget": {"trials": 4}, "profile_best": False, "confirm": {"top": 0}})
     res = tune(cfg, tmp_path / "r")
     assert res.returncode == 0, res.stderr[-3000:]
     return tmp_path / "r", json.loads(res.stdout)
@@ -118,7 +118,8 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(prun
 
 def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     cfg = write(tmp_path, "resume", sweep={"batch_size": [2, 4, 8]},
-                search={"strategy": "grid", "pruner": "none", "budget": {"trials": 3}, "profile_best": False})
+                search={"strategy": "grid", "pruner": "none", "budget": {"trials": 3}, "profile_best": False,
+                        "confirm": {"top": 0}})
     results = tmp_path / "r"
     proc = subprocess.Popen([sys.executable, "-m", "perfbench", "tune", cfg, "--results", str(results), "--json"],
                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -146,6 +147,39 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     assert sorted(t["settings"]["batch_size"] for t in ok) == [2, 4, 8]  # every point measured once
     interrupted = [t for t in ans["trials"] if t["status"] == "failed"]
     assert len(interrupted) == 1 and "interrupted" in store.read_run(interrupted[0]["run_id"])["error"]
+    assert our_processes(ans["study"]) == []
+
+
+def test_the_best_is_confirmed_by_fresh_runs_and_its_last_round_is_profiled(tmp_path):
+    # 2 points; a 400 ms sleep in every step makes delay 400 far slower than delay 0 (a ~0.05 s step), whatever
+    # the load. Both are re-measured once more (top 2, rounds 1), the last round with the profiler at level
+    # light; the best's value is its re-measurement, and that run is the profiled one that explains it.
+    cfg = write(tmp_path, "confirm", sweep={"delay_ms": [0, 400]},
+                train={"batch_size": 4, "steps": 6, "warmup_steps": 1, "seed": 0},
+                profile={"enabled": True, "steps": 2, "level": "light"},
+                search={"strategy": "grid", "pruner": "none", "budget": {"trials": 2},
+                        "confirm": {"top": 2, "rounds": 1}})
+    res = tune(cfg, tmp_path / "r")
+    assert res.returncode == 0, res.stderr[-3000:]
+    ans = json.loads(res.stdout)
+    conf = ans["confirmation"]
+    assert [c["settings"]["delay_ms"] for c in conf["candidates"]] == [0, 400]  # best trial first
+    store = Store(tmp_path / "r")
+    starts = []
+    for c in conf["candidates"]:
+        assert len(c["runs"]) == 1 and len(c["values"]) == 1
+        run = store.read_run(c["runs"][0])
+        assert run["status"] == "ok" and run["tune"]["confirm_of"] == c["number"] and run["tune"]["round"] == 1
+        assert c["values"][0] == pytest.approx(run["metrics"]["throughput"])
+        starts.append(run["timings"]["started"])
+    assert starts == sorted(starts)  # measured one after the other, best candidate first
+    fast = conf["candidates"][0]
+    assert conf["pick"] == fast["number"] and ans["best"]["settings"]["delay_ms"] == 0
+    assert ans["best"]["value"] == pytest.approx(fast["values"][0])  # the fresh run, not the trial's own value
+    assert ans["finalist"] == fast["runs"][0]
+    steps = store.read_table(ans["finalist"], "workload_steps")
+    assert int(steps["profiled"].sum()) == 2  # the last round ran with the profiler
+    assert ans["finalist"] in store.read_sweep(ans["study"])["runs"]
     assert our_processes(ans["study"]) == []
 
 

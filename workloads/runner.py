@@ -321,20 +321,27 @@ class Checkpoints:
         return time.time() - t0
 
 
-def run(cfg: dict) -> int:
+def run(cfg: dict, entry_ts: float | None = None) -> int:
+    from perfbench.startup import process_started
+
+    startup = {"process": process_started(), "entry": entry_ts}  # the start-up timeline (perfbench/startup.py)
     import mindspore as ms
 
     world_size = int(cfg["world_size"])
     train = cfg["train"]
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE if train["mode"] == "graph" else ms.PYNATIVE_MODE)
+    startup["imported"] = time.time()
     rank = 0
     # Under msrun the scheduler process runs this script too (MS_ROLE=MS_SCHED): it must call init(),
     # which serves the cluster and never returns to training, even for world_size 1.
     if world_size > 1 or os.environ.get("MS_ROLE"):
         from mindspore.communication import get_group_size, get_rank, init
 
+        if os.environ.get("MS_ROLE") == "MS_SCHED":
+            _write_json(pathlib.Path(cfg["output_dir"]) / "metrics" / "scheduler.startup.json", startup)
         init()
+        startup["init"] = time.time()
         rank = get_rank()
         if get_group_size() != world_size:
             raise ConfigError(f"world_size is {world_size} but msrun started {get_group_size()} ranks")
@@ -361,6 +368,8 @@ def run(cfg: dict) -> int:
             raise ConfigError(f"unknown workload {name!r} (no module workloads.{name})") from None
         raise
     wl = module.build(ctx)
+    startup["built"] = time.time()
+    ctx.set_meta(startup=startup)
 
     steps = int(train["steps"])
     warmup = int(train["warmup_steps"])
@@ -430,13 +439,20 @@ def run(cfg: dict) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def _write_json(path: pathlib.Path, obj: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def main(argv=None, entry_ts: float | None = None) -> int:
     ap = argparse.ArgumentParser(description="perfbench workload rank (started by msrun)")
     ap.add_argument("--config", required=True, help="run_config.json written by perfbench sweep")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config)
-        return run(cfg)
+        return run(cfg, entry_ts)
     except UserError as e:
         print(f"perfbench: error: {e}", file=sys.stderr, flush=True)
         return e.exit_code

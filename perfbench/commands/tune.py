@@ -20,7 +20,9 @@ def register(sub) -> None:
             "real msrun run, stored like a sweep's runs (source: tune, status ok, pruned or failed); the pruner "
             "stops trials that fall behind while they train. The optional `search:` section of the config sets "
             "strategy (tpe|random|grid), pruner (successive_halving|hyperband|none), budget (trials, minutes), "
-            "objective and constraints. The study is kept in the results folder: --resume continues a killed search. "
+            "objective and constraints. At the end the best few trials are re-measured side by side, interleaved "
+            "(search.confirm: top 2, rounds 2), and the best is the best median of those runs, not one lucky run. "
+            "The study is kept in the results folder: --resume continues a killed search. "
             "See docs/tune.md."
         ),
     )
@@ -91,7 +93,19 @@ def _events(console):
     def finalist(settings):
         print(f"best: {_fmt(settings)}: re-running it with the profiler to explain it", file=sys.stderr, flush=True)
 
-    return TuneEvents(trial_started=started, trial_finished=finished, trial_reused=reused, finalist=finalist)
+    def confirm_started(n, rnd, settings, profiled):
+        t0["t"] = time.time()
+        print(f"confirm round {rnd}: trial {n} ({_fmt(settings)}){' with the profiler' if profiled else ''} ...",
+              file=sys.stderr, flush=True)
+
+    def confirm_finished(n, rnd, settings, rec):
+        tp = (rec.get("metrics") or {}).get("throughput")
+        what = f"{tp:.1f} samples/s" if rec["status"] == "ok" and tp else f"{rec['status']}: {rec.get('error')}"
+        print(f"confirm round {rnd}: trial {n}: {what} ({time.time() - t0.get('t', time.time()):.0f} s)",
+              file=sys.stderr, flush=True)
+
+    return TuneEvents(trial_started=started, trial_finished=finished, trial_reused=reused, finalist=finalist,
+                      confirm_started=confirm_started, confirm_finished=confirm_finished)
 
 
 def _fmt(settings: dict) -> str:

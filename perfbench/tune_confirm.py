@@ -1,0 +1,104 @@
+"""The last step of a search: the best few trials re-measured side by side before one is called the best.
+
+On a shared machine one run's objective can be off by 2x (docs/benchmarks.md), and the trial with the best
+single value is biased upward for that very reason (it was selected for being high). So `confirm` takes the
+`top` best distinct trials that keep every constraint and measures each of them `rounds` more times,
+interleaved (A B C A B C ...: every candidate sees the same stretch of the machine's load), and picks the
+candidate with the best median of these fresh runs. Each run's value is its objective as the catalogue
+defines it (for throughput: the median over the run's measured steps). The trials' own values only chose the
+candidates; they do not vote, so the winner's luck in the search does not carry into the answer.
+
+With `profile_best`, the last round runs with the profiler (its profiled steps are not measured, the others
+are), so whichever candidate wins has a profiled run that `compare` explains against the default, without a
+launch of its own. Runs are stored like trials (`source: tune`, `tune.confirm_of` = the trial, `tune.round`)
+with deterministic ids, so `--resume` keeps the rounds already measured.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from perfbench.config import plan_point, short_name
+from perfbench.errors import ConfigError
+from perfbench.store import Store
+from perfbench.sweep import SweepEvents, execute_run
+
+
+def candidates(study, top: int) -> list:
+    """The `top` best finished trials with distinct settings that keep every constraint, best first."""
+    import optuna
+
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    ok = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "reused" not in t.user_attrs
+          and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
+    ok.sort(key=lambda t: t.value, reverse=maximize)
+    out, seen = [], set()
+    for t in ok:
+        key = repr(sorted((t.user_attrs.get("settings") or {}).items(), key=lambda kv: kv[0]))
+        if key not in seen:
+            seen.add(key)
+            out.append(t)
+    return out[:top]
+
+
+def confirm_run_id(study_id: str, trial_number: int, rnd: int, settings: dict) -> str:
+    return f"{study_id}-c{trial_number:03d}-r{rnd}-{short_name(settings)}"
+
+
+def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool, env_for, events=None) -> dict | None:
+    """Re-measure the top candidates interleaved and pick by median; None when confirmation is off or there
+    is no candidate. `env_for(plan)` gives a run's extra environment (the compile cache)."""
+    import optuna
+
+    conf = spec.confirm
+    cands = candidates(study, conf.top) if conf.top > 0 and conf.rounds > 0 else []
+    if not cands:
+        return None
+    maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+    rows = {t.number: {"number": t.number, "run_id": t.user_attrs["run_id"], "settings": t.user_attrs["settings"],
+                       "trial_value": float(t.value), "runs": [], "values": []} for t in cands}
+    for rnd in range(1, conf.rounds + 1):
+        profiled = profile_last and rnd == conf.rounds
+        for t in cands:
+            row = rows[t.number]
+            run_id = confirm_run_id(study_id, t.number, rnd, row["settings"])
+            record = store.read_run(run_id)
+            if not (record and record.get("status") == "ok"):  # measured already: a resumed search keeps it
+                record = _measure(cfg, store, study_id, run_id, t.number, rnd, row["settings"], profiled, env_for,
+                                  events)
+            row["runs"].append(run_id)
+            v = (record.get("metrics") or {}).get(spec.objective) if record.get("status") == "ok" else None
+            if v is not None and not (isinstance(v, float) and math.isnan(v)):
+                row["values"].append(float(v))
+    for row in rows.values():
+        row["median"] = statistics.median(row["values"]) if row["values"] else None
+    measured = [r for r in rows.values() if r["median"] is not None]
+    if not measured:
+        return {"candidates": list(rows.values()), "pick": None, "profiled_run": None, "rounds": conf.rounds}
+    pick = (max if maximize else min)(measured, key=lambda r: r["median"])
+    profiled_run = pick["runs"][-1] if profile_last else None
+    if profiled_run and (store.read_run(profiled_run) or {}).get("status") != "ok":
+        profiled_run = None
+    return {"candidates": list(rows.values()), "pick": pick["number"], "profiled_run": profiled_run,
+            "rounds": conf.rounds}
+
+
+def _measure(cfg, store: Store, study_id: str, run_id: str, trial_number: int, rnd: int, settings: dict,
+             profiled: bool, env_for, events) -> dict:
+    try:
+        plan = plan_point(cfg, settings, run_id)
+    except ConfigError as exc:  # cannot happen for a point that already ran, but never stop the answer for it
+        return {"status": "failed", "error": str(exc), "metrics": {}}
+    if not profiled:
+        plan.run_config["profile"] = dict(plan.run_config["profile"], enabled=False)
+    if events is not None and events.confirm_started:
+        events.confirm_started(trial_number, rnd, settings, profiled)
+    store.reset_run(run_id)
+    record = execute_run(cfg, store, study_id, plan, SweepEvents(run_progress=events.run_progress if events else None),
+                         source="tune", env_extra=env_for(plan), skip_teardown=True,
+                         extra={"tune": {"study": study_id, "confirm_of": trial_number, "round": rnd,
+                                         "finalist": profiled}})
+    if events is not None and events.confirm_finished:
+        events.confirm_finished(trial_number, rnd, settings, record)
+    return record
