@@ -3,6 +3,8 @@
 Adding a knob is one field in one model (its type, range, default and description); it is then validated,
 sweepable (if its section is), listed in `perfbench schema`'s JSON Schema, and reported by key and value
 when wrong. `config_error` turns pydantic's errors into one line naming the dotted key and the value.
+The rules across keys are plain functions (`run_rules`, `range_rules`, `launch_rules`) behind one-line
+validators, so that `make mutation` mutates them (mutmut leaves decorated functions alone).
 """
 
 from __future__ import annotations
@@ -145,16 +147,20 @@ class Launch(Section):
     master_addr: Annotated[str, Field(min_length=1), explain("must be a host name or address")] = "127.0.0.1"
 
     @model_validator(mode="after")
-    def _node_rank_below_nodes(self):
-        if self.node_rank > self.nodes - 1:
-            raise rule(f"{self.node_rank} must be at most {self.nodes - 1} (launch.nodes is {self.nodes})", "node_rank")
-        if self.backend == "slurm" and self.node_rank:
-            raise rule(f"{self.node_rank}: with launch.backend slurm every node takes its rank from Slurm "
-                       "(SLURM_NODEID); remove launch.node_rank", "node_rank")
-        if self.backend == "local" and self.slurm != Slurm():
-            raise rule(f"{show(self.slurm.model_dump(exclude_defaults=True))} is set but launch.backend is local; "
-                       "set launch.backend: slurm to submit runs to Slurm", "slurm")
-        return self
+    def _rules(self):
+        return launch_rules(self)
+
+
+def launch_rules(launch: Launch) -> Launch:
+    if launch.node_rank > launch.nodes - 1:
+        raise rule(f"{launch.node_rank} must be at most {launch.nodes - 1} (launch.nodes is {launch.nodes})", "node_rank")
+    if launch.backend == "slurm" and launch.node_rank:
+        raise rule(f"{launch.node_rank}: with launch.backend slurm every node takes its rank from Slurm "
+                   "(SLURM_NODEID); remove launch.node_rank", "node_rank")
+    if launch.backend == "local" and launch.slurm != Slurm():
+        raise rule(f"{show(launch.slurm.model_dump(exclude_defaults=True))} is set but launch.backend is local; "
+                   "set launch.backend: slurm to submit runs to Slurm", "slurm")
+    return launch
 
 
 class Inject(Section):
@@ -190,19 +196,11 @@ class Range(BaseModel):
     @model_validator(mode="before")
     @classmethod
     def _ends(cls, raw):
-        if isinstance(raw, dict) and not {"low", "high"} <= set(raw):
-            raise rule(f"a range needs `low` and `high` (got {show(raw)})")
-        return raw
+        return range_ends(raw)
 
     @model_validator(mode="after")
     def _consistent(self):
-        if self.high <= self.low:
-            raise rule(f"{self.high} must be greater than low ({self.low})", "high")
-        if self.log and self.step is not None:
-            raise rule("`log: true` and `step` cannot be combined (a log range is sampled on a log scale)")
-        if self.log and self.low <= 0:
-            raise rule(f"{self.low} must be greater than 0 with `log: true`", "low")
-        return self
+        return range_rules(self)
 
     @property
     def is_int(self) -> bool:
@@ -225,6 +223,22 @@ class Range(BaseModel):
         parts = [f"low: {self.low}", f"high: {self.high}"] + ([f"step: {self.step}"] if self.step is not None else []) \
             + (["log: true"] if self.log else [])
         return "{" + ", ".join(parts) + "}"
+
+
+def range_ends(raw):
+    if isinstance(raw, dict) and not {"low", "high"} <= set(raw):
+        raise rule(f"a range needs `low` and `high` (got {show(raw)})")
+    return raw
+
+
+def range_rules(r: Range) -> Range:
+    if r.high <= r.low:
+        raise rule(f"{r.high} must be greater than low ({r.low})", "high")
+    if r.log and r.step is not None:
+        raise rule("`log: true` and `step` cannot be combined (a log range is sampled on a log scale)")
+    if r.log and r.low <= 0:
+        raise rule(f"{r.low} must be greater than 0 with `log: true`", "low")
+    return r
 
 
 def tidy_sections(raw):
@@ -272,48 +286,53 @@ class RunConfig(BaseModel):
 
     @model_validator(mode="after")
     def _rules(self):
-        ws, par, train, profile, m = self.world_size, self.parallel, self.train, self.profile, self.model
-        if train.warmup_steps >= train.steps:
-            raise rule(f"train.warmup_steps ({train.warmup_steps}) must be less than train.steps ({train.steps}) "
-                       "so that some steps are measured")
-        if profile.enabled and train.warmup_steps + profile.steps > train.steps:
-            raise rule(f"profile.steps ({profile.steps}) does not fit after train.warmup_steps ({train.warmup_steps}) "
-                       f"within train.steps ({train.steps})")
-        stages, mbs = par.pipeline_stages, par.micro_batches
-        if ws % stages:
-            raise rule(f"pipeline_stages={stages} does not divide world_size={ws} "
-                       "(world_size = stages x data-parallel size)")
-        if stages > 1 and par.pipeline_schedule == "1f1b" and mbs < stages:
-            raise rule(f"micro_batches={mbs} is less than pipeline_stages={stages}, which 1F1B needs "
-                       "(use pipeline_schedule=gpipe or more micro-batches)")
-        if train.batch_size % mbs:
-            raise rule(f"micro_batches={mbs} does not divide train.batch_size={train.batch_size}")
-        if self.workload == "resnet50":
-            n_blocks = sum(m["layers"]) + 2  # stem and head are stages' units too
-            if stages > n_blocks:
-                raise rule(f"pipeline_stages={stages} is more than the model's {n_blocks} layers (model.layers={m['layers']})")
-        else:
-            if stages > m["num_layers"]:
-                raise rule(f"pipeline_stages={stages} is more than model.num_layers={m['num_layers']}")
-            if m["top_k"] > m["num_experts"]:
-                raise rule(f"model.top_k={m['top_k']} is more than model.num_experts={m['num_experts']}")
-            if m["hidden_size"] % m["num_heads"]:
-                raise rule(f"model.hidden_size={m['hidden_size']} is not divisible by model.num_heads={m['num_heads']}")
-            dp = ws // stages
-            if dp > 1 and m["num_experts"] % dp:
-                raise rule(f"model.num_experts={m['num_experts']} is not divisible by the data/expert-parallel size "
-                           f"{dp} (world_size={ws}, pipeline_stages={stages})")
-        if par.fusion_impl == "mindspore" and par.grad_compression != "none":
-            raise rule(f"fusion_impl=mindspore fuses MindSpore's own gradient all-reduce and cannot be combined with "
-                       f"grad_compression={par.grad_compression} (use fusion_impl=perfbench)")
-        try:  # workload-specific rules, kept next to the parallel code (no MindSpore import)
-            from workloads.parallel.rules import validate_parallel
-        except ImportError:
-            return self
-        problems = validate_parallel(self.workload, m, par.model_dump(), ws, train.model_dump())
-        if problems:
-            raise rule(problems[0])
-        return self
+        return run_rules(self)
+
+
+def run_rules(run: RunConfig) -> RunConfig:
+    """The rules across keys for one run; the first broken one is the error."""
+    ws, par, train, profile, m = run.world_size, run.parallel, run.train, run.profile, run.model
+    if train.warmup_steps >= train.steps:
+        raise rule(f"train.warmup_steps ({train.warmup_steps}) must be less than train.steps ({train.steps}) "
+                   "so that some steps are measured")
+    if profile.enabled and train.warmup_steps + profile.steps > train.steps:
+        raise rule(f"profile.steps ({profile.steps}) does not fit after train.warmup_steps ({train.warmup_steps}) "
+                   f"within train.steps ({train.steps})")
+    stages, mbs = par.pipeline_stages, par.micro_batches
+    if ws % stages:
+        raise rule(f"pipeline_stages={stages} does not divide world_size={ws} "
+                   "(world_size = stages x data-parallel size)")
+    if stages > 1 and par.pipeline_schedule == "1f1b" and mbs < stages:
+        raise rule(f"micro_batches={mbs} is less than pipeline_stages={stages}, which 1F1B needs "
+                   "(use pipeline_schedule=gpipe or more micro-batches)")
+    if train.batch_size % mbs:
+        raise rule(f"micro_batches={mbs} does not divide train.batch_size={train.batch_size}")
+    if run.workload == "resnet50":
+        n_blocks = sum(m["layers"]) + 2  # stem and head are stages' units too
+        if stages > n_blocks:
+            raise rule(f"pipeline_stages={stages} is more than the model's {n_blocks} layers (model.layers={m['layers']})")
+    else:
+        if stages > m["num_layers"]:
+            raise rule(f"pipeline_stages={stages} is more than model.num_layers={m['num_layers']}")
+        if m["top_k"] > m["num_experts"]:
+            raise rule(f"model.top_k={m['top_k']} is more than model.num_experts={m['num_experts']}")
+        if m["hidden_size"] % m["num_heads"]:
+            raise rule(f"model.hidden_size={m['hidden_size']} is not divisible by model.num_heads={m['num_heads']}")
+        dp = ws // stages
+        if dp > 1 and m["num_experts"] % dp:
+            raise rule(f"model.num_experts={m['num_experts']} is not divisible by the data/expert-parallel size "
+                       f"{dp} (world_size={ws}, pipeline_stages={stages})")
+    if par.fusion_impl == "mindspore" and par.grad_compression != "none":
+        raise rule(f"fusion_impl=mindspore fuses MindSpore's own gradient all-reduce and cannot be combined with "
+                   f"grad_compression={par.grad_compression} (use fusion_impl=perfbench)")
+    try:  # workload-specific rules, kept next to the parallel code (no MindSpore import)
+        from workloads.parallel.rules import validate_parallel
+    except ImportError:
+        return run
+    problems = validate_parallel(run.workload, m, par.model_dump(), ws, train.model_dump())
+    if problems:
+        raise rule(problems[0])
+    return run
 
 
 # ---- the JSON Schema (typed model and sweep sections for editors) -----------------------------------

@@ -13,6 +13,7 @@ they are left out of N and reported. Mutants no test reaches ("no tests") count 
 nothing checks is exactly what this is meant to find. Timeouts count as killed (the mutant hung).
 
     python tests/mutation_run.py [--max-children 2] [--resume] [--budget SECONDS] [--report-only] [--rerun-survivors]
+                                [--only perfbench.config]
 """
 
 from __future__ import annotations
@@ -64,6 +65,15 @@ FUNCTIONS = [
     "analyzers.pipeline.x_mean_bubble_fraction__mutmut_*",
     "analyzers.experts.x_expert_load__mutmut_*",                 # expert load
     "analyzers.experts.x_mean_expert_cv__mutmut_*",
+    "perfbench.config_models.x_run_rules__mutmut_*",             # config validation: rules across keys
+    "perfbench.config_models.x_range_rules__mutmut_*",
+    "perfbench.config_models.x_range_ends__mutmut_*",
+    "perfbench.config_models.x_launch_rules__mutmut_*",
+    "perfbench.config_models.x__data_folder__mutmut_*",
+    "perfbench.config_models.x_config_error__mutmut_*",          # the one-line error naming key and value
+    "perfbench.config.x__check_value__mutmut_*",                 # world size and swept values
+    "perfbench.config.x__check_run__mutmut_*",
+    "perfbench.config.x_parse_config__mutmut_*",
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
@@ -110,7 +120,7 @@ def _line_of(path: Path, function: str, text: str) -> int | None:
     return None
 
 
-def collect() -> dict:
+def collect(functions: list[str] = FUNCTIONS) -> dict:
     """Read mutmut's per-file results (mutants/*.meta) through its own API."""
     os.chdir(ROOT)
     from mutmut.mutation.data import SourceFileMutationData
@@ -119,19 +129,19 @@ def collect() -> dict:
     from mutmut.utils.file_utils import walk_mutatable_files
 
     equivalents = _equivalents()
-    res = {"functions": FUNCTIONS, "killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0, "not_checked_mutants": [], "modules": [], "survivors": [], "equivalents": [],
+    res = {"functions": functions, "killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0, "not_checked_mutants": [], "modules": [], "survivors": [], "equivalents": [],
            "by_module": {}}
     for path in sorted(walk_mutatable_files(), key=str):
         m = SourceFileMutationData(path=path)
         if not m.meta_path.exists():
             continue
         m.load()
-        if not any(fnmatch.fnmatch(k, g) for k in m.exit_code_by_key for g in FUNCTIONS):
+        if not any(fnmatch.fnmatch(k, g) for k in m.exit_code_by_key for g in functions):
             continue
         mod = {"killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0}
         res["modules"].append(str(path))
         for key, code in sorted(m.exit_code_by_key.items()):
-            if not any(fnmatch.fnmatch(key, g) for g in FUNCTIONS):
+            if not any(fnmatch.fnmatch(key, g) for g in functions):
                 continue
             status = status_by_exit_code[code]
             if status == "not checked":  # the run was stopped by --budget before reaching it
@@ -173,15 +183,22 @@ def main() -> int:
     ap.add_argument("--rerun-survivors", action="store_true",
                     help="after adding tests: copy tests/ into mutants/ and run again only the last run's survivors "
                          "(and the mutants it did not reach)")
+    ap.add_argument("--only", action="append", metavar="PREFIX",
+                    help="run and score only the FUNCTIONS that start with PREFIX (repeatable), e.g. "
+                         "--only perfbench.config (a quick check of one module; the score is for them only)")
     ap.add_argument("--output", default=str(ROOT / "mutation.json"))
     ap.add_argument("--budget", type=float, default=0, metavar="S",
                     help="stop mutmut after S seconds and report what it checked (unchecked mutants are counted apart)")
     args = ap.parse_args()
     os.chdir(ROOT)
-    names = FUNCTIONS
+    names = [f for f in FUNCTIONS if not args.only or any(f.startswith(p) for p in args.only)]
+    if not names:
+        sys.exit(f"--only {' '.join(args.only)}: no function in FUNCTIONS starts with that")
+    scored = names
     if args.rerun_survivors:
         last = json.loads(Path(args.output).read_text())
-        names = [s["mutant"] for s in last["survivors"]] + last.get("not_checked_mutants", [])
+        names = [n for n in [s["mutant"] for s in last["survivors"]] + last.get("not_checked_mutants", [])
+                 if not args.only or any(n.startswith(p) for p in args.only)]
         for f in (ROOT / "tests").glob("*.py"):  # mutmut copies the tree once; bring the new tests in
             shutil.copy2(f, ROOT / "mutants" / "tests" / f.name)
         args.resume = True
@@ -211,7 +228,7 @@ def main() -> int:
         if not (ROOT / "mutants").exists():
             print((ROOT / "mutation.log").read_text()[-3000:], file=sys.stderr)
             return 2
-    res = collect()
+    res = collect(scored)
     Path(args.output).write_text(json.dumps(res, indent=1))
     for mod, s in res["by_module"].items():
         print(f"  {mod:34s} killed {s['killed']:4d}  survived {s['survived']:4d}  equivalent {s['equivalent']:3d}"

@@ -1,0 +1,219 @@
+"""The config rules across keys at their boundaries, in process (fast; `make mutation` mutates them).
+
+Each case is one side of one boundary: the value just allowed passes, the next one is rejected with one
+line naming the key(s) and value(s). Expected messages are written out by hand from the rule (what a user
+reads), not taken from the code. The run's settings follow in parentheses when a rule breaks for one run.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from perfbench.config import parse_config
+from perfbench.errors import ConfigError
+
+RESNET = {"workload": "resnet50", "train": {"batch_size": 8, "steps": 10, "warmup_steps": 2},
+          "profile": {"enabled": True, "steps": 4}}
+MOE = {"workload": "moe", "train": {"batch_size": 8, "steps": 10, "warmup_steps": 2}, "profile": {"steps": 4},
+       "model": {"num_layers": 2, "num_experts": 4, "top_k": 2, "hidden_size": 64, "num_heads": 4}}
+
+
+def conf(base=RESNET, **sections):
+    raw = {k: (dict(v) if isinstance(v, dict) else v) for k, v in base.items()}
+    for name, values in sections.items():
+        raw[name] = {**raw.get(name, {}), **values} if isinstance(values, dict) and name != "sweep" else values
+    return raw
+
+
+def error_of(raw) -> str:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(raw)
+    msg = str(exc.value)
+    assert "\n" not in msg, msg
+    return msg
+
+
+def ok(raw):
+    return parse_config(raw)
+
+
+# ---- warm-up, measured and profiled steps --------------------------------------------------------------
+
+
+def test_warmup_equal_to_steps_is_rejected_with_profiling_off():
+    off = {"enabled": False, "steps": 4}
+    assert error_of(conf(train={"steps": 5, "warmup_steps": 5}, profile=off)) == (
+        "train.warmup_steps (5) must be less than train.steps (5) so that some steps are measured (run world_size=1)")
+    assert ok(conf(train={"steps": 5, "warmup_steps": 4}, profile=off)).train["warmup_steps"] == 4
+    # one more warm-up step than steps: the same rule, with the values
+    assert error_of(conf(train={"steps": 5, "warmup_steps": 6}, profile=off)).startswith(
+        "train.warmup_steps (6) must be less than train.steps (5)")
+
+
+def test_profiled_window_must_fit_after_warmup():
+    assert ok(conf(train={"steps": 6, "warmup_steps": 2}, profile={"steps": 4})).profile["steps"] == 4
+    assert error_of(conf(train={"steps": 6, "warmup_steps": 2}, profile={"steps": 5})) == (
+        "profile.steps (5) does not fit after train.warmup_steps (2) within train.steps (6) (run world_size=1)")
+    # with the profiler off its window does not count
+    assert ok(conf(train={"steps": 6, "warmup_steps": 2}, profile={"enabled": False, "steps": 5}))
+
+
+# ---- world size, pipeline stages and micro-batches -------------------------------------------------------
+
+
+def test_pipeline_stages_must_divide_world_size():
+    par = {"pipeline_stages": 2, "micro_batches": 2}
+    assert len(ok(conf(parallel=par, sweep={"world_size": [2, 4]})).plan("s")) == 2
+    assert error_of(conf(parallel=par, sweep={"world_size": [3]})) == (
+        "pipeline_stages=2 does not divide world_size=3 (world_size = stages x data-parallel size) (run world_size=3)")
+
+
+@pytest.mark.parametrize("schedule,mbs,good", [("1f1b", 2, True), ("1f1b", 1, False), ("gpipe", 1, True)])
+def test_1f1b_needs_a_micro_batch_per_stage(schedule, mbs, good):
+    raw = conf(parallel={"pipeline_stages": 2, "micro_batches": mbs, "pipeline_schedule": schedule},
+               sweep={"world_size": [2]})
+    if good:
+        assert ok(raw).parallel["micro_batches"] == mbs
+    else:
+        assert error_of(raw) == ("micro_batches=1 is less than pipeline_stages=2, which 1F1B needs "
+                                 "(use pipeline_schedule=gpipe or more micro-batches) (run world_size=2)")
+
+
+def test_one_stage_takes_any_micro_batch_count_that_divides_the_batch():
+    assert ok(conf(parallel={"micro_batches": 8})).parallel["micro_batches"] == 8  # gradient accumulation
+    assert error_of(conf(parallel={"micro_batches": 3})) == (
+        "micro_batches=3 does not divide train.batch_size=8 (run world_size=1)")
+
+
+def test_world_size_bounds():
+    assert ok(conf(sweep={"world_size": [8]}, launch={"max_world_size": 8}))
+    assert error_of(conf(sweep={"world_size": [9]}, launch={"max_world_size": 8})).startswith(
+        "sweep.world_size: 9 is larger than allowed: launch.max_world_size is 8 (raise launch.max_world_size")
+    assert error_of(conf(sweep={"world_size": [0]})) == "sweep.world_size: 0 must be an integer, at least 1"
+    assert error_of(conf(sweep={"world_size": [True]})) == "sweep.world_size: true must be an integer, at least 1"
+    assert error_of(conf(sweep={"world_size": [2.0]})) == "sweep.world_size: 2.0 must be an integer, at least 1"
+    assert ok(conf(sweep={"world_size": [4]}, launch={"nodes": 2}))
+    assert error_of(conf(sweep={"world_size": [3]}, launch={"nodes": 2})) == (
+        "sweep.world_size: 3 is not divisible by launch.nodes (2)")
+
+
+def test_world_size_without_a_sweep_is_named_without_the_sweep_prefix():
+    from perfbench.config import plan_point
+
+    cfg = ok(conf(launch={"max_world_size": 4}))
+    assert plan_point(cfg, {"world_size": 4}, "p").settings["world_size"] == 4
+    with pytest.raises(ConfigError) as exc:
+        plan_point(cfg, {"world_size": 5}, "p")
+    assert str(exc.value).startswith("world_size: 5 is larger than allowed: launch.max_world_size is 4")
+
+
+def test_stages_up_to_the_resnet_layers():
+    # layers [1, 1, 1, 1]: 4 blocks + stem + head = 6 units
+    model = {"layers": [1, 1, 1, 1]}
+    par = {"pipeline_stages": 6, "micro_batches": 6}
+    assert ok(conf(model=model, parallel=par, train={"batch_size": 6}, sweep={"world_size": [6]}))
+    assert error_of(conf(model=model, parallel={"pipeline_stages": 7, "micro_batches": 7}, train={"batch_size": 7},
+                         sweep={"world_size": [7]})) == (
+        "pipeline_stages=7 is more than the model's 6 layers (model.layers=[1, 1, 1, 1]) (run world_size=7)")
+
+
+def test_fusion_by_mindspore_excludes_compression():
+    assert ok(conf(parallel={"fusion_impl": "mindspore"}))
+    assert ok(conf(parallel={"grad_compression": "fp16"}))
+    assert error_of(conf(parallel={"fusion_impl": "mindspore", "grad_compression": "fp16"})) == (
+        "fusion_impl=mindspore fuses MindSpore's own gradient all-reduce and cannot be combined with "
+        "grad_compression=fp16 (use fusion_impl=perfbench) (run world_size=1)")
+
+
+# ---- MoE ---------------------------------------------------------------------------------------------------
+
+
+def test_moe_stages_up_to_the_layers():
+    par = {"pipeline_stages": 2, "micro_batches": 2}
+    assert ok(conf(MOE, parallel=par, sweep={"world_size": [2]}))
+    assert error_of(conf(MOE, model={"num_layers": 1}, parallel=par, sweep={"world_size": [2]})) == (
+        "pipeline_stages=2 is more than model.num_layers=1 (run world_size=2)")
+
+
+def test_moe_top_k_up_to_the_experts():
+    assert ok(conf(MOE, model={"top_k": 4, "num_experts": 4}))
+    assert error_of(conf(MOE, model={"top_k": 5, "num_experts": 4})) == (
+        "model.top_k=5 is more than model.num_experts=4 (run world_size=1)")
+
+
+def test_moe_heads_divide_the_hidden_size():
+    assert ok(conf(MOE, model={"hidden_size": 48, "num_heads": 3}))
+    assert error_of(conf(MOE, model={"hidden_size": 50, "num_heads": 4})) == (
+        "model.hidden_size=50 is not divisible by model.num_heads=4 (run world_size=1)")
+
+
+def test_moe_experts_divide_over_the_data_parallel_ranks():
+    assert ok(conf(MOE, model={"num_experts": 4}, sweep={"world_size": [1, 2, 4]}))
+    assert ok(conf(MOE, model={"num_experts": 3, "top_k": 2}))  # one rank holds any number of experts
+    assert error_of(conf(MOE, model={"num_experts": 3, "top_k": 2}, sweep={"world_size": [2]})) == (
+        "model.num_experts=3 is not divisible by the data/expert-parallel size 2 (world_size=2, pipeline_stages=1) "
+        "(run world_size=2)")
+    # the data-parallel size is world_size / stages: 4 ranks in 2 stages hold the 6 experts 2 ways
+    par = {"pipeline_stages": 2, "micro_batches": 2}
+    assert ok(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [4]}))
+    assert error_of(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [8]})) == (
+        "model.num_experts=6 is not divisible by the data/expert-parallel size 4 (world_size=8, pipeline_stages=2) "
+        "(run world_size=8)")
+
+
+# ---- launch and range rules ----------------------------------------------------------------------------
+
+
+def test_node_rank_below_nodes():
+    assert ok(conf(launch={"nodes": 2, "node_rank": 1}, sweep={"world_size": [2]}))
+    assert error_of(conf(launch={"nodes": 2, "node_rank": 2}, sweep={"world_size": [2]})) == (
+        "launch.node_rank: 2 must be at most 1 (launch.nodes is 2)")
+
+
+@pytest.mark.parametrize("rng,msg", [
+    ({"low": 0.1, "high": 0.1}, "sweep.lr.high: 0.1 must be greater than low (0.1)"),
+    ({"low": 0.2, "high": 0.1}, "sweep.lr.high: 0.1 must be greater than low (0.2)"),
+    ({"low": 0.01, "high": 0.1, "log": True, "step": 0.01},
+     "sweep.lr: `log: true` and `step` cannot be combined (a log range is sampled on a log scale)"),
+    ({"low": 0, "high": 0.1, "log": True}, "sweep.lr.low: 0 must be greater than 0 with `log: true`"),
+    ({"low": -0.1, "high": 0.1, "log": True}, "sweep.lr.low: -0.1 must be greater than 0 with `log: true`"),
+    ({"high": 0.1}, 'sweep.lr: a range needs `low` and `high` (got {"high": 0.1})'),
+    ({"low": 0.1}, 'sweep.lr: a range needs `low` and `high` (got {"low": 0.1})'),
+])
+def test_range_rules(rng, msg):
+    assert error_of(conf(sweep={"lr": rng})) == msg
+
+
+def test_ranges_just_inside_the_rules():
+    c = ok(conf(sweep={"lr": {"low": 0.1, "high": 0.3, "step": 0.1}}))
+    assert c.sweep["lr"] == [0.1, 0.2, 0.3]
+    assert ok(conf(sweep={"lr": {"low": 1e-4, "high": 0.1, "log": True}})).ranges["lr"].log
+    assert ok(conf(sweep={"lr": {"low": 0, "high": 0.1}})).ranges["lr"].low == 0  # 0 is fine without log
+    assert ok(conf(sweep={"warmup_steps": {"low": 1, "high": 3}})).sweep["warmup_steps"] == [1, 2, 3]
+
+
+# ---- the first problem is reported, unknown keys first -------------------------------------------------
+
+
+def test_unknown_key_comes_before_other_problems():
+    msg = error_of(conf(train={"batch_size": 0, "step": 3}))
+    assert msg.startswith("train.step: unknown key (did you mean `steps`?) (value 3; allowed: batch_size, steps,")
+
+
+def test_missing_workload_lists_the_choices():
+    assert error_of({"train": {"steps": 3}}) == "missing key `workload` (one of: resnet50, moe)"
+
+
+def test_bad_values_read_with_key_value_and_bound():
+    assert error_of(conf(train={"batch_size": 0})) == "train.batch_size: 0 must be at least 1"
+    assert error_of(conf(train={"momentum": 1.0})) == "train.momentum: 1.0 must be below 1.0"
+    assert error_of(conf(model={"layers": [3, 4]})) == (
+        "model.layers: [3, 4] must be a list of 4 positive integers (blocks per stage, ResNet-50 is [3, 4, 6, 3])")
+    assert error_of(conf(train={"data": "/no/such/folder"})) == (
+        "train.data: '/no/such/folder' must be `synthetic` or an existing image folder")
+    assert error_of(conf(parallel={"compression_ratio": 0})) == (
+        "parallel.compression_ratio: 0 must be in (0, 1]: the fraction of gradient bytes kept")
+
+
+def test_an_image_folder_is_a_valid_data_source(tmp_path):
+    assert ok(conf(train={"data": str(tmp_path)})).train["data"] == str(tmp_path)
