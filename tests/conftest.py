@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import uuid
 from pathlib import Path
@@ -51,6 +52,39 @@ def fixture_copy(tmp_path):
         return dst
 
     return _copy
+
+
+# ---- msprof-analyze itself, run once per data set and mode per session --------------------------------------
+
+MSPROF = Path(sys.executable).with_name("msprof-analyze")
+
+
+@pytest.fixture(scope="session")
+def msprof_cluster(tmp_path_factory):
+    """`msprof_cluster(*fixture_parts, mode="all", export="db")` runs the real `msprof-analyze cluster -d COPY -m
+    mode --export_type export` (db is its default) on a temp copy of a fixture and returns (COPY,
+    COPY/cluster_analysis_output). Each (fixture, mode, export) runs once per session: several test files compare with the same output (it is
+    msprof-analyze's slowest part of the fast lane). Treat both folders as read-only."""
+    import shutil
+
+    done: dict[tuple, tuple[Path, Path]] = {}
+
+    def run(*parts: str, mode: str = "all", export: str = "db") -> tuple[Path, Path]:
+        key = (parts, mode, export)
+        if key not in done:
+            if not MSPROF.exists():
+                pytest.fail(f"{MSPROF} not installed (pip install msprof-analyze into the venv)")
+            data = tmp_path_factory.mktemp(f"msprof-{mode}") / parts[-1]
+            shutil.copytree(fixture_path(*parts), data)  # WAL-mode dbs: never open the originals
+            cmd = [str(MSPROF), "cluster", "-d", str(data), "-m", mode, "--export_type", export]
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+            out = data / "cluster_analysis_output"
+            assert out.is_dir(), proc.stdout[-2000:]
+            done[key] = (data, out)
+        return done[key]
+
+    return run
 
 
 # ---- one real tiny sweep per test session, shared by the end-to-end, compare/check and UI tests ----
@@ -96,6 +130,29 @@ def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None
                        timeout=timeout, cwd=cwd or ROOT)
     if check and r.returncode != 0:
         raise AssertionError(f"perfbench {' '.join(map(str, args))} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
+    return r
+
+
+def perfbench_in_process(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The real `perfbench` command line run in this process (perfbench.cli.main), returned like `run_perfbench`'s
+    CompletedProcess: the same code without ~1 s of CPU for a new interpreter and its imports per call. An
+    unhandled exception (what a user would see as a traceback) propagates and fails the test. Keep
+    `run_perfbench` where the process itself is under test (`python -m perfbench`, exit status, stderr)."""
+    import contextlib
+    import io
+
+    from perfbench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    r = subprocess.CompletedProcess(["perfbench", *map(str, args)], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"perfbench {' '.join(map(str, args))} exited {code}\nstdout:\n{r.stdout[-3000:]}\n"
+                             f"stderr:\n{r.stderr[-3000:]}")
     return r
 
 

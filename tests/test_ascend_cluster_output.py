@@ -57,23 +57,6 @@ def test_truncated_cluster_json(tmp_path):
 C1 = ("Ascend__msinsight", "test", "data", "pytorch", "db", "level1")
 
 
-def _msprof(tmp_path, mode: str, export: str):
-    import shutil
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    exe = Path(sys.executable).with_name("msprof-analyze")
-    data = tmp_path / "level1"
-    shutil.copytree(fixture_path(*C1), data)  # WAL-mode db: never open the original
-    proc = subprocess.run([str(exe), "cluster", "-d", str(data), "-m", mode, "--export_type", export],
-                          capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
-    out = data / "cluster_analysis_output"
-    assert out.is_dir(), proc.stdout[-1500:]
-    return data, out
-
-
 def _sql(db, sql):
     import sqlite3
 
@@ -86,8 +69,8 @@ def _sql(db, sql):
 
 @pytest.mark.parametrize("mode,export", [("all", "db"), ("communication_time_sum", "text"),
                                          ("communication_matrix_sum", "text"), ("cluster_time_summary", "text")])
-def test_reads_msprof_analyze_outputs(tmp_path, mode, export):
-    data, out = _msprof(tmp_path, mode, export)
+def test_reads_msprof_analyze_outputs(msprof_cluster, mode, export):
+    data, out = msprof_cluster(*C1, mode=mode, export=export)
     p = analyzers.load_profile(out)  # the output folder alone
     assert p.source == "msprof-analyze-cluster" and sorted(p.ranks["rank"]) == [0, 1]
     if mode == "all":
@@ -130,10 +113,10 @@ def test_reads_msprof_analyze_outputs(tmp_path, mode, export):
             assert mine["bandwidth_gbps"].iloc[0] == pytest.approx(row.bandwidth)
 
 
-def test_ranks_beside_their_cluster_output_are_cross_checked(tmp_path):
+def test_ranks_beside_their_cluster_output_are_cross_checked(msprof_cluster):
     """Rank folders plus the cluster_analysis_output msprof-analyze wrote into them: the ranks are analyzed
     (not "rank 0 found twice") and the cluster output is the cross-check, equal on unchanged data."""
-    data, out = _msprof(tmp_path, "all", "db")
+    data, out = msprof_cluster(*C1, mode="all")
     p = analyzers.load_profile(data)
     assert p.source == "ascend-db" and sorted(p.ranks["rank"]) == [0, 1] and p.warnings == []
     assert p.meta["cluster_output"]["path"] == str(out)

@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -33,7 +31,6 @@ import analyzers
 from tests.conftest import fixture_path
 from tests.test_golden_ascend import COMM, DB_PARTS, PARTS
 
-MSPROF = Path(sys.executable).with_name("msprof-analyze")
 ROOT = ("Ascend__msinsight", "test", "data", "pytorch")
 SETS = [("text", "level0"), ("text", "level1"), ("text", "level2"), ("db", "level0"), ("db", "level1"),
         ("db", "level2")]
@@ -111,20 +108,14 @@ class Theirs:
 
 
 @pytest.fixture(scope="module", params=SETS, ids=[f"{e}-{lv}" for e, lv in SETS])
-def both(request, tmp_path_factory):
-    if not MSPROF.exists():
-        pytest.fail(f"{MSPROF} not installed (pip install msprof-analyze into the venv)")
+def both(request, tmp_path_factory, msprof_cluster):
     export, level = request.param
-    tmp = tmp_path_factory.mktemp(f"msprof-{export}-{level}")
-    data = tmp / level
+    data = tmp_path_factory.mktemp(f"ours-{export}-{level}") / level
     shutil.copytree(fixture_path(*ROOT, export, level), data)  # the two WAL-mode dbs: never open the originals
-    p = analyzers.load_profile(data)  # ours first, on the untouched copy
+    p = analyzers.load_profile(data)  # ours, on an untouched copy (no msprof-analyze output beside the ranks)
     ours = (p, analyzers.analyze(p))
-    out = tmp / "out"
-    proc = subprocess.run([str(MSPROF), "cluster", "-d", str(data), "-m", "all", "-o", str(out)], capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    theirs = Theirs(out / "cluster_analysis_output", export)
+    _, out = msprof_cluster(*ROOT, export, level, mode="all")  # shared with the other tests of its output
+    theirs = Theirs(out, export)
     assert len(theirs.steps) == 2, f"msprof-analyze accepted {export}/{level} but wrote no per-rank step trace"
     return ours, theirs, level
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -24,7 +21,6 @@ from analyzers.parallel_groups import (double_hash, global_links, groups_from_co
 from analyzers.schema import Profile
 from tests.conftest import fixture_path
 
-MSPROF = Path(sys.executable).with_name("msprof-analyze")
 B = ("Ascend__msinsight", "test", "data", "pytorch", "text")
 G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
 H_STRATEGY = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "parallel_strategy")
@@ -109,18 +105,10 @@ def test_local_ranks_mapped_through_group_list():
 
 
 @pytest.fixture(scope="module", params=["level1", "level2"])
-def msprof_matrix(request, tmp_path_factory):
-    if not MSPROF.exists():
-        pytest.fail(f"{MSPROF} not installed (pip install msprof-analyze into the venv)")
-    tmp = tmp_path_factory.mktemp("matrix")
-    data = tmp / request.param
-    shutil.copytree(fixture_path(*B, request.param), data)
-    out = tmp / "out"
-    proc = subprocess.run([str(MSPROF), "cluster", "-d", str(data), "-o", str(out), "-m", "communication_matrix"],
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    f = out / "cluster_analysis_output" / "cluster_communication_matrix.json"
-    assert f.exists(), proc.stdout[-2000:]
+def msprof_matrix(request, msprof_cluster):
+    _, out = msprof_cluster(*B, request.param, mode="communication_matrix")
+    f = out / "cluster_communication_matrix.json"
+    assert f.exists(), f"msprof-analyze wrote no {f.name} in {out}"
     return request.param, json.loads(f.read_text()), f.parent
 
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from perfbench.store import Store
-from tests.conftest import run_perfbench
+from tests.conftest import perfbench_in_process, run_perfbench
 
 
 
@@ -31,22 +31,23 @@ def two_sweeps(tmp_path):
 
 
 def test_short_id_prefix_and_ambiguity(two_sweeps):
+    cli = perfbench_in_process
     # the short id `ls` shows, unique across the store
-    out = run_perfbench("show", "ws4-r0", "--results", two_sweeps, "--json").stdout
+    out = cli("show", "ws4-r0", "--results", two_sweeps, "--json").stdout
     assert json.loads(out)["run_id"] == "quick-20261123-110000-ws4-r0"
     # a unique prefix of a full id, and of a short id
-    assert json.loads(run_perfbench("show", "quick-20261123-10", "--results", two_sweeps, "--json").stdout)["run_id"] \
+    assert json.loads(cli("show", "quick-20261123-10", "--results", two_sweeps, "--json").stdout)["run_id"] \
         == "quick-20261123-100000-ws2-r0"
-    assert json.loads(run_perfbench("show", "ws4", "--results", two_sweeps, "--json").stdout)["run_id"] \
+    assert json.loads(cli("show", "ws4", "--results", two_sweeps, "--json").stdout)["run_id"] \
         == "quick-20261123-110000-ws4-r0"
     # ambiguous: one line naming every match, exit 2, no traceback
     for cmd in (["show", "ws2-r0"], ["trace", "ws2-r0", "-o", str(two_sweeps / "t.json")], ["compare", "ws2", "ws4"]):
-        r = run_perfbench(*cmd, "--results", two_sweeps, check=False)
+        r = cli(*cmd, "--results", two_sweeps, check=False)
         assert r.returncode == 2, (cmd, r.stderr)
         err = r.stderr.strip()
         assert "\n" not in err and "Traceback" not in err
         assert "quick-20261123-100000-ws2-r0" in err and "quick-20261123-110000-ws2-r0" in err and "matches 2 runs" in err
-    r = run_perfbench("show", "ws8", "--results", two_sweeps, check=False)
+    r = run_perfbench("show", "ws8", "--results", two_sweeps, check=False)  # and once through `python -m`
     assert r.returncode == 2 and "no run 'ws8'" in r.stderr
 
 
