@@ -121,7 +121,7 @@ def plan_point(cfg: SweepConfig, point: dict[str, Any], run_id: str, repeat: int
     run_config = {"run_id": run_id, "workload": cfg.workload, "world_size": ws, "repeat": repeat,
                   "output_dir": None, "threads_per_rank": None, **sections}
     plan = RunPlan(run_id, dict(settings, repeat=repeat), run_config, config_key(run_config))
-    _check_run(cfg, plan)
+    _check_run(plan)
     return plan
 
 
@@ -245,7 +245,7 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
         for value in values:
             _check_value(cfg, key, value)
     for plan in cfg.plan(strict=False):
-        _check_run(cfg, plan)
+        _check_run(plan)
     if top.search is not None:
         from perfbench.tune_spec import parse_search
 
@@ -282,7 +282,7 @@ def _check_value(cfg: SweepConfig, key: str, value: Any) -> None:
         raise config_error(exc, where or section, type(model)) from None
 
 
-def _check_run(cfg: SweepConfig, plan: RunPlan) -> None:
+def _check_run(plan: RunPlan) -> None:
     """Rules across keys, for one run (config_models.RunConfig)."""
     try:
         RunConfig.model_validate(plan.run_config)

@@ -217,3 +217,92 @@ def test_bad_values_read_with_key_value_and_bound():
 
 def test_an_image_folder_is_a_valid_data_source(tmp_path):
     assert ok(conf(train={"data": str(tmp_path)})).train["data"] == str(tmp_path)
+
+
+def test_rules_of_the_parallel_code_apply_too():
+    """workloads/parallel/rules.py adds rules of its own after these: compression runs on the world group."""
+    par = {"grad_compression": "fp16", "pipeline_stages": 2, "micro_batches": 2}
+    assert ok(conf(parallel=par, sweep={"world_size": [2]}))  # one replica per stage: fine
+    assert error_of(conf(parallel=par, sweep={"world_size": [4]})) == (
+        "parallel.grad_compression='fp16' with pipeline_stages=2 and 2 data-parallel replicas per stage is not "
+        "supported (compression runs on the world group only); use grad_compression='none' or pipeline_stages=1 "
+        "(run world_size=4)")
+
+
+def test_the_run_is_named_by_every_swept_setting():
+    assert error_of(conf(sweep={"world_size": [2], "pipeline_stages": [2], "micro_batches": [1]})).endswith(
+        "(run world_size=2, pipeline_stages=2, micro_batches=1)")
+
+
+# ---- one value checked outside a sweep (a tune trial) and the file's own shape -----------------------------
+
+
+def test_a_trial_value_is_named_by_its_section_unless_swept():
+    from perfbench.config import plan_point
+
+    cfg = ok(conf(sweep={"batch_size": [4, 8]}))
+    with pytest.raises(ConfigError) as exc:
+        plan_point(cfg, {"lr": -1}, "p")
+    assert str(exc.value) == "train.lr: -1 must be at least 0.0"
+    with pytest.raises(ConfigError) as exc:
+        plan_point(cfg, {"batch_size": 0}, "p")
+    assert str(exc.value) == "sweep.batch_size: 0 must be at least 1"
+
+
+def test_the_file_must_be_a_mapping():
+    assert error_of(None) == "the config is empty: expected a mapping with at least `workload`"
+    assert error_of([1, 2]) == "the config must be a mapping of keys to values, got [1, 2]"
+
+
+def test_sweep_axes_read_as_written():
+    c = ok(conf(sweep={"batch_size": 4}))  # one value: a one-point axis
+    assert c.sweep["batch_size"] == [4]
+    assert error_of(conf(sweep={"world_size": [2, 2]})) == "sweep.world_size: values [2, 2] contain duplicates"
+    assert error_of(conf(sweep={"wrld_size": [1]})).startswith(
+        "sweep.wrld_size: unknown sweep axis (did you mean `world_size`?) (value [1]; axes may be world_size or any key")
+
+
+def test_parsed_config_keeps_name_sections_results_and_raw():
+    assert ok(conf()).name == "sweep"  # the default name (load_config passes the file's stem)
+    c = ok(conf(name="mine", results="out", inject={"delay_ms": 5}))
+    assert c.name == "mine" and c.results == "out" and c.inject["delay_ms"] == 5
+    assert c.raw["train"] == {"batch_size": 8, "steps": 10, "warmup_steps": 2} and c.raw["name"] == "mine"
+
+
+def test_unknown_model_key_lists_the_models_keys():
+    assert error_of(conf(model={"widht": 8})) == (
+        "model.widht: unknown key (did you mean `width`?) (value 8; allowed: image_size, num_classes, width, layers)")
+
+
+def test_search_section_is_checked_against_the_ranges():
+    c = ok(conf(sweep={"lr": {"low": 0.01, "high": 0.03, "step": 0.01}}, search={"strategy": "grid"}))
+    assert c.search.strategy == "grid"
+    assert error_of(conf(sweep={"lr": {"low": 0.001, "high": 0.1, "log": True}}, search={"strategy": "grid"})) == (
+        "sweep.lr: search.strategy grid needs every range to have a `step` (got {low: 0.001, high: 0.1, log: true})")
+
+
+def test_a_value_error_reads_without_pydantics_prefix():
+    """config_error on a ValueError raised by a validator (pydantic prefixes its message with 'Value error, ')."""
+    from pydantic import BaseModel, ValidationError, field_validator
+
+    from perfbench.config_models import config_error
+
+    class M(BaseModel):
+        x: int
+
+        @field_validator("x")
+        @classmethod
+        def _odd(cls, v):
+            if v % 2 == 0:
+                raise ValueError("must be odd")
+            return v
+
+    with pytest.raises(ValidationError) as exc:
+        M(x=4)
+    assert str(config_error(exc.value, "train")) == "train.x: 4 must be odd"
+
+
+def test_a_union_field_is_named_by_its_key_alone():
+    assert error_of(conf(name="has space")) == "name: 'has space' must be 1-64 letters, digits, '_', '.' or '-'"
+    assert error_of(conf(launch={"master_port": 80})) == (
+        "launch.master_port: 80 must be auto or a port number from 1024 to 65535")
