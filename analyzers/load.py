@@ -26,7 +26,7 @@ from typing import Callable
 import pandas as pd
 
 from analyzers.parallel_groups import group_ranks
-from analyzers.schema import TABLES, Profile, conform
+from analyzers.schema import TABLES, Columns, Profile, conform, empty, frames
 from perfbench.errors import ProfileFormatError, UserError
 
 
@@ -42,7 +42,7 @@ def _ascend_text_parse(d: Path, **kw) -> Profile:
     from analyzers.ascend.text import parse_text_rank
 
     return parse_text_rank(d, read_trace=kw.get("read_trace", "auto"), fit=False,
-                           read_kernels=kw.get("read_kernels", True))
+                           read_kernels=kw.get("read_kernels", True), columns=True)
 
 
 def _ascend_text_detect(d: Path) -> bool:
@@ -188,7 +188,8 @@ KERNEL_CROSS_CHECK_RANKS = 2
 
 
 def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto",
-                 hints: dict | None = None, strict: bool = False, kernels: str = "auto") -> Profile:
+                 hints: dict | None = None, strict: bool = False, kernels: str = "auto",
+                 progress: Callable[[int, int], None] | None = None) -> Profile:
     """Find every rank under `path`, parse them (in parallel when there are several) and merge.
     `hints` are facts a parser may use when it accepts them: `workload_steps` (the workload's own step
     records, for step windows on CPU profiles) and `meta` (e.g. world size, collective dtype).
@@ -204,7 +205,11 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
     many ranks spread over it (the first and the last) plus every rank without the profiler's step trace: the step trace is the
     breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
     many ranks they cover), so the import stays fast at hundreds of ranks; "none" reads no kernels where
-    the step trace is there. `ranks.inputs` says what each rank was read from."""
+    the step trace is there. `ranks.inputs` says what each rank was read from.
+
+    `workers`: processes parsing the ranks (default `default_workers`: one, in-process, up to a few hundred
+    light ranks; more for bigger clusters or many ranks with kernels). `progress(done, total)` is called as
+    ranks are parsed (units parsed so far, units found)."""
     units = find_units(path)
     if not units:
         raise UserError(f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
@@ -218,16 +223,9 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
     opts = {"read_trace": read_trace, "hints": hints or {}}
     n = len(units)
     light = _light_units(units, kernels)
-    workers = workers if workers is not None else min(n, os.cpu_count() or 1, 16)
-    results = []
-    if workers > 1 and n > 1:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-            results = list(pool.map(_parse_unit, [u[0] for u in units], [str(u[1]) for u in units],
-                                    [dict(opts, read_kernels=i not in light) for i in range(n)],
-                                    chunksize=max(1, n // (workers * 4))))
-    else:
-        results = [_parse_unit(f, str(d), dict(opts, read_kernels=i not in light)) for i, (f, d) in enumerate(units)]
+    tasks = [(f, str(d), dict(opts, read_kernels=i not in light)) for i, (f, d) in enumerate(units)]
+    workers = default_workers(n, n - len(light)) if workers is None else max(1, int(workers))
+    results = _parse_all(tasks, workers, progress)
     parts = [res[1] for res in results if res[0] == "ok"]
     failed = [res for res in results if res[0] == "error"]
     if not parts:
@@ -240,6 +238,70 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
         more = f" (and {len(profile.warnings) - 1} more warnings)" if len(profile.warnings) > 1 else ""
         raise UserError(f"{profile.warnings[0]}{more} [--strict]")
     return profile
+
+
+#: parse cost of a rank whose kernels are read (kernel_details.csv, trace_view.json), in light ranks (step
+#: trace + communication files, ~1 ms each): measured ~60 vs ~0.7 ms on set B level1's ranks
+HEAVY_RANK_COST = 80
+#: light-rank equivalents one more worker process must have to parse before it pays for its start and for
+#: sending its tables back (~0.1-0.2 s on 2 cores)
+RANKS_PER_WORKER = 384
+
+
+def default_workers(units: int, heavy: int) -> int:
+    """Worker processes for parsing `units` ranks of which `heavy` read their kernels: 1 (in-process) until
+    the parse is worth splitting, then one per RANKS_PER_WORKER light-rank equivalents, at most one per CPU
+    and 16."""
+    cost = (units - heavy) + heavy * HEAVY_RANK_COST
+    return max(1, min(os.cpu_count() or 1, 16, units, -(-cost // RANKS_PER_WORKER)))
+
+
+def _parse_chunk(tasks: list[tuple]) -> list:
+    """Worker: parse a chunk of units and pack their small tables (see `_pack`)."""
+    results = [_parse_unit(*t) for t in tasks]
+    _pack([r[1] for r in results if r[0] == "ok"])
+    return results
+
+
+def _pack(parts: list[Profile]) -> None:
+    """Turn each run of consecutive parts whose table is `Columns` into one DataFrame held by the run's first
+    part (the others keep an empty table). merge_profiles only concatenates tables in order, so the merged
+    Profile is the same; a worker sends back one DataFrame per table and chunk instead of thousands of lists."""
+    for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links", "reference_breakdown"):
+        run: list[Profile] = []
+        for p in parts + [None]:
+            t = getattr(p, name) if p is not None else None
+            if isinstance(t, Columns):
+                run.append(p)
+                continue
+            if len(run) > 1:
+                tabs = [getattr(q, name) for q in run]
+                setattr(run[0], name, frames([x for x in tabs if len(x)] or tabs[:1])[0])
+                for q in run[1:]:
+                    setattr(q, name, Columns())
+            run = []
+
+
+def _parse_all(tasks: list[tuple], workers: int, progress) -> list:
+    """Results of `_parse_unit` for every task, in order: in-process, or in `workers` processes (fork) taking
+    chunks of tasks. `progress(done, total)` after each rank (in-process) or chunk."""
+    n = len(tasks)
+    report = progress or (lambda done, total: None)
+    if workers <= 1 or n <= 1:
+        results = []
+        for i, t in enumerate(tasks):
+            results.append(_parse_unit(*t))
+            report(i + 1, n)
+        return results
+    size = max(1, min(64, -(-n // (workers * 4))))
+    chunks = [tasks[i:i + size] for i in range(0, n, size)]
+    results = []
+    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)),
+                             mp_context=multiprocessing.get_context("fork")) as pool:
+        for got in pool.map(_parse_chunk, chunks):
+            results.extend(got)
+            report(len(results), n)
+    return results
 
 
 def _light_units(units: list[tuple[str, Path]], kernels: str) -> set[int]:
@@ -275,12 +337,27 @@ def _attach_cross_check(profile: Profile, checks: list[tuple[str, Path]]) -> Non
         profile.warnings.extend(c.warnings)
 
 
+def _rank_ids(p: Profile) -> list:
+    t = p.ranks
+    if t is None or not len(t):
+        return []
+    if isinstance(t, Columns):
+        return list(t.data.get("rank", []))
+    return t["rank"].tolist() if "rank" in t else []
+
+
 def merge_profiles(parts: list[Profile], path) -> Profile:
+    """One Profile from the parsed parts (one per rank for per-rank formats), in order. A part's tables may
+    be `Columns` (analyzers.schema): runs of them become one DataFrame per table."""
     if len(parts) == 1:  # plug-in parsers may leave optional schema columns out
-        for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
-            df = getattr(parts[0], name)
-            setattr(parts[0], name, conform(df if df is not None else pd.DataFrame(), TABLES[name]))
         p = parts[0]
+        for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
+            df = getattr(p, name)
+            if isinstance(df, Columns):
+                df = frames([df])[0] if len(df) else empty(TABLES[name])
+            setattr(p, name, conform(df if df is not None else pd.DataFrame(), TABLES[name]))
+        if isinstance(p.reference_breakdown, Columns):
+            p.reference_breakdown = frames([p.reference_breakdown])[0] if len(p.reference_breakdown) else None
         p.warnings = list(getattr(p, "warnings", None) or [])
         p.meta["reference_sources"] = _reference_sources([p])
         _fill_group_sizes(p)
@@ -288,7 +365,7 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
         return p
     seen: dict[int, str] = {}
     for p in parts:
-        for r in (p.ranks["rank"].tolist() if p.ranks is not None and "rank" in p.ranks else []):
+        for r in _rank_ids(p):
             if r in seen:
                 raise UserError(f"rank {r} found twice under {path}: {seen[r]} and {p.path} "
                                 "(point at one run's folder, or fix rank_id in profiler_info_*.json)")
@@ -296,14 +373,15 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
     sources = sorted({p.source for p in parts})
     merged = Profile(source=sources[0] if len(sources) == 1 else "+".join(sources), path=str(path))
     for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
-        frames = [getattr(p, name) for p in parts if getattr(p, name) is not None and len(getattr(p, name))]
-        if frames:
-            setattr(merged, name, conform(pd.concat(frames, ignore_index=True), TABLES[name]))
-    refs = [p.reference_breakdown for p in parts if p.reference_breakdown is not None and len(p.reference_breakdown)]
-    merged.reference_breakdown = pd.concat(refs, ignore_index=True) if refs else None
+        fr = frames([getattr(p, name) for p in parts if getattr(p, name) is not None and len(getattr(p, name))])
+        if fr:
+            setattr(merged, name, conform(pd.concat(fr, ignore_index=True) if len(fr) > 1 else fr[0], TABLES[name]))
+    refs = frames([p.reference_breakdown for p in parts
+                   if p.reference_breakdown is not None and len(p.reference_breakdown)])
+    merged.reference_breakdown = (pd.concat(refs, ignore_index=True) if len(refs) > 1 else refs[0]) if refs else None
     merged.meta = {"formats": sources, "rank_meta": {}}
     for p in parts:
-        for r in (p.ranks["rank"].tolist() if p.ranks is not None and "rank" in p.ranks else []):
+        for r in _rank_ids(p):
             merged.meta["rank_meta"][int(r)] = p.meta
     first = parts[0].meta
     for k in ("producer", "npu", "cann_version", "torch_npu_version", "mindspore_version"):

@@ -38,23 +38,114 @@ PY = Path(sys.executable)
 MSPROF = PY.with_name("msprof-analyze")
 
 
+#: synthetic clusters: data-parallel groups of this many ranks (set B level1's one group has 8 ranks)
+DP = 8
+#: the planted slow rank arrives this much later than its group at every collective (ms)
+SLOW_RANK_DELAY_MS = 30.0
+#: the planted slow link takes this many times longer for the same bytes (bandwidth / 4)
+SLOW_LINK_FACTOR = 4.0
+
+
+def planted(n: int) -> tuple[int, tuple[int, int]]:
+    """(slow rank, (src, dst) of the slow link) planted in synth-n: in the middle of the cluster, in two
+    different DP groups when there are several."""
+    groups = max(1, n // DP)
+    g_rank, g_link = groups // 2, (groups // 2 + 1) % groups
+    return g_rank * DP + 3 % DP, (g_link * DP + 2 % DP, g_link * DP + 5 % DP)
+
+
 def make_set(name: str, tmp: Path) -> Path:
     dst = tmp / name
     if name.startswith("b-level"):
         shutil.copytree(FIX / name.split("-", 1)[1], dst)
         return dst
     if name.startswith("synth-"):
-        n = int(name.split("-")[1])
-        dst.mkdir()
-        for r in range(n):
-            src = FIX / "level1" / f"rank{r % 2}_ascend_pt"
-            d = dst / f"rank{r}_ascend_pt"
-            shutil.copytree(src, d, ignore=shutil.ignore_patterns("profiler_info_*.json"))
-            info = json.loads((src / f"profiler_info_{r % 2}.json").read_text())
-            info["rank_id"] = r
-            (d / f"profiler_info_{r}.json").write_text(json.dumps(info))
+        make_synth(int(name.split("-")[1]), dst)
         return dst
     raise SystemExit(f"unknown set {name}")
+
+
+def _group_id(g: int) -> str:
+    return str(17522688603477080000 + g)  # a number like the profiler's HCCL group names
+
+
+def make_synth(n: int, dst: Path) -> None:
+    """n ranks from set B level1's two real ranks (both in one 8-rank allreduce group): rank r is local rank
+    r % 8 of DP group r // 8 (profiler_info rank_id, profiler_metadata parallel_group_info, the group name in
+    communication*.json, and the group-local rank numbers of its matrix rewritten: local ranks s and r % 8 swap,
+    s = the source rank). Files that need no rewrite are hard links to one temp copy of each source rank.
+    Planted (see `planted`): one slow rank (every other rank of its group waits SLOW_RANK_DELAY_MS longer at each
+    collective: wait and elapse grow, as the profiler would record them) and one slow link (its transfers take
+    SLOW_LINK_FACTOR times longer in the sender's matrix)."""
+    dst.mkdir(parents=True)
+    src_dirs = []
+    for s in (0, 1):
+        c = dst / f".src{s}"
+        shutil.copytree(FIX / "level1" / f"rank{s}_ascend_pt", c)
+        src_dirs.append(c)
+    comm = [json.loads((d / "ASCEND_PROFILER_OUTPUT" / "communication.json").read_text()) for d in src_dirs]
+    matrix = [json.loads((d / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").read_text()) for d in src_dirs]
+    info = [json.loads((d / f"profiler_info_{s}.json").read_text()) for s, d in enumerate(src_dirs)]
+    slow_rank, slow_link = planted(n)
+    rewritten = ("communication.json", "communication_matrix.json")
+    for r in range(n):
+        g, local = divmod(r, DP)
+        s = local % 2
+        size = min(DP, n - g * DP)
+        perm = {s: local, local: s}
+        d = dst / f"rank{r}_ascend_pt"
+        out = d / "ASCEND_PROFILER_OUTPUT"
+        out.mkdir(parents=True)
+        for f in (src_dirs[s] / "ASCEND_PROFILER_OUTPUT").iterdir():
+            if f.name not in rewritten:
+                os.link(f, out / f.name)
+        gid = _group_id(g)
+        (d / f"profiler_info_{r}.json").write_text(json.dumps({**info[s], "rank_id": r}))
+        (d / "profiler_metadata.json").write_text(json.dumps({"parallel_group_info": {gid: {
+            "group_name": "dp", "group_rank": local, "global_ranks": list(range(g * DP, g * DP + size))}}}))
+        delay = SLOW_RANK_DELAY_MS if (r // DP == slow_rank // DP and r != slow_rank) else 0.0
+        c = {}
+        for step, kinds in comm[s].items():
+            c[step] = {kind: {_regroup(k, gid): _delayed(v, delay) for k, v in ops.items()} for kind, ops in kinds.items()}
+        (out / "communication.json").write_text(json.dumps(c))
+        m = {}
+        for step, kinds in matrix[s].items():
+            m[step] = {kind: {_regroup(k, gid): {_relink(p, perm): _slowed(v, r, p, perm, g, slow_link)
+                                                  for p, v in links.items()} for k, links in ops.items()}
+                       for kind, ops in kinds.items()}
+        (out / "communication_matrix.json").write_text(json.dumps(m))
+    for c in src_dirs:
+        shutil.rmtree(c)
+
+
+def _regroup(key: str, gid: str) -> str:
+    name, at, _ = key.partition("@")
+    return f"{name}@{gid}" if at else key
+
+
+def _relink(pair: str, perm: dict) -> str:
+    a, _, b = pair.partition("-")
+    return f"{perm.get(int(a), int(a))}-{perm.get(int(b), int(b))}"
+
+
+def _delayed(op: dict, delay: float) -> dict:
+    if not delay or not isinstance(op, dict) or "Communication Time Info" not in op:
+        return op
+    t = dict(op["Communication Time Info"])
+    t["Elapse Time(ms)"] += delay
+    t["Wait Time(ms)"] += delay
+    transit = t.get("Transit Time(ms)") or 0.0
+    t["Wait Time Ratio"] = round(t["Wait Time(ms)"] / (t["Wait Time(ms)"] + transit), 4)
+    return {**op, "Communication Time Info": t}
+
+
+def _slowed(link: dict, r: int, pair: str, perm: dict, g: int, slow_link: tuple[int, int]) -> dict:
+    a, _, b = _relink(pair, perm).partition("-")
+    if (g * DP + int(a), g * DP + int(b)) != slow_link or r != slow_link[0] or not isinstance(link, dict):
+        return link
+    t = link.get("Transit Time(ms)") or 0.0
+    return {**link, "Transit Time(ms)": t * SLOW_LINK_FACTOR,
+            "Bandwidth(GB/s)": round((link.get("Bandwidth(GB/s)") or 0.0) / SLOW_LINK_FACTOR, 4)}
 
 
 def timed(cmd: list[str], timeout: float = 900) -> tuple[float, float, float]:

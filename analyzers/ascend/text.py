@@ -30,8 +30,8 @@ import numpy as np
 import pandas as pd
 
 from analyzers.ascend.common import (OUTPUT_DIR, RankInputs, categorize, comm_op_type, device_step_windows, na_to_none,
-                                     parallel_groups, rank_info, read_csv, read_json, step_of)
-from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty)
+                                     parallel_groups, rank_info, read_csv, read_json, read_small_csv, step_of)
+from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Columns, Profile, conform, empty)
 from perfbench.errors import ProfileFormatError
 
 #: with read_trace="auto", trace_view.json files larger than this are not read (Preparing and
@@ -66,7 +66,7 @@ def is_text_rank(d: Path) -> bool:
 
 
 def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto", fit: bool = True,
-                    read_kernels: bool = True) -> Profile:
+                    read_kernels: bool = True, columns: bool = False) -> Profile:
     """One rank's text export as a Profile, from whatever of its files are there and readable.
 
     Each file is optional: a missing file leaves its tables empty, a damaged one becomes a warning
@@ -74,7 +74,9 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     files used. Only a rank with no readable file at all is an error. `read_kernels=False` skips
     kernel_details.csv and trace_view.json when the profiler's step trace is there (a large cluster's
     ranks beyond the cross-check sample, see analyzers.load). `fit=False` leaves tables
-    unconformed (load_profile conforms once after merging many ranks)."""
+    unconformed (load_profile conforms once after merging many ranks); `columns=True` (with fit=False) leaves
+    the small tables (ranks, communication, links, the step trace) as `Columns`, which load_profile turns
+    into one DataFrame per table across ranks."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
         rank_dir = rank_dir.parent
@@ -139,12 +141,12 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
         raise ProfileFormatError(out, f"no readable profiler data ({problems})")
 
     if ops is None:
-        ops, steps = empty(OPS), empty(STEPS)
+        ops, steps = (Columns(), Columns()) if columns else (empty(OPS), empty(STEPS))
     else:
         if ops["step"].notna().any():
             ops["step"] = ops["step"].astype("Int64")
         else:  # one profiled step and no Step Id column: the step trace names it
-            one = int(ref["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
+            one = int(_frame(ref)["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
             ops["step"] = pd.array([one] * len(ops), dtype="Int64")
         # steps: device span of the ops of each step
         steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
@@ -153,20 +155,19 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
             hs = trace["host_steps"]
             steps["host_start_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[0])
             steps["host_end_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[1])
-    if fit:
-        steps = conform(steps, STEPS)
 
     if comm_ops is None:
-        comm_ops, comm_bw = _comm_from_ops(ops, r), empty(COMM_BANDWIDTH)
+        comm_ops, comm_bw = _comm_from_ops(ops, r), Columns()
         meta["comm_source"] = "kernel_details (elapse only)" if len(comm_ops) else "none"
     else:
         meta["comm_source"] = "communication.json" if "communication.json" in io.used else "analysis.db CommAnalyzer*"
     if trace is not None and len(comm_ops):
+        comm_ops = _frame(comm_ops, COMM_OPS)
         size = comm_ops["op_name"].map(trace["hccl_sizes"])
         comm_ops["size_bytes"] = comm_ops["size_bytes"].fillna(size) if "size_bytes" in comm_ops else size
         comm_ops["alg_type"] = comm_ops["op_name"].map(trace["hccl_alg"])
     if links is None:
-        links = empty(LINKS)
+        links = Columns()
 
     if (out / "op_statistic.csv").exists() and not skip:  # the kernels' cross-check: read with the kernels
         stat = io.read(out / "op_statistic.csv", read_csv, {"OP Type": "op_type", "Total Time(us)": "total_us"},
@@ -175,18 +176,34 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
             meta["op_statistic"] = stat[[c for c in ("op_type", "core_type", "count", "total_us")
                                          if c in stat]].to_dict("records")
 
-    ranks = pd.DataFrame([{"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir),
-                           "stage": pd.NA, "dp_group": None, "world_size": info.get("world_size"),
-                           "inputs": io.text}])
-    c = conform if fit else (lambda df, _t: df)
-    return Profile(source="ascend-text", path=str(rank_dir), ranks=c(ranks, RANKS), steps=steps,
-                   ops=c(ops, OPS), comm_ops=c(comm_ops, COMM_OPS),
-                   comm_bandwidth=c(comm_bw if comm_bw is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
-                   links=c(links, LINKS), reference_breakdown=ref, meta=meta, warnings=io.warnings)
+    ranks = Columns()
+    ranks.append({"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir), "stage": pd.NA,
+                  "dp_group": None, "world_size": info.get("world_size"), "inputs": io.text})
+    tables = {"ranks": (ranks, RANKS), "steps": (steps, STEPS), "ops": (ops, OPS), "comm_ops": (comm_ops, COMM_OPS),
+              "comm_bandwidth": (comm_bw if comm_bw is not None else Columns(), COMM_BANDWIDTH),
+              "links": (links, LINKS)}
+    if columns:
+        out = {k: t for k, (t, _) in tables.items()}
+    else:
+        out = {k: _frame(t, schema) for k, (t, schema) in tables.items()}
+        if fit:
+            out = {k: conform(t, tables[k][1]) for k, t in out.items()}  # (load_profile conforms merged tables)
+        ref = _frame(ref) if ref is not None else None
+    return Profile(source="ascend-text", path=str(rank_dir), **out, reference_breakdown=ref, meta=meta,
+                   warnings=io.warnings)
 
 
-def _device(ops: pd.DataFrame, info: dict):
-    if "device" in ops.columns and ops["device"].notna().any():
+def _frame(t, schema: dict | None = None) -> pd.DataFrame:
+    """A table as a DataFrame: Columns built (an empty one as the schema's empty table), a DataFrame as is."""
+    if not isinstance(t, Columns):
+        return t
+    if not len(t) and schema is not None:
+        return empty(schema)
+    return t.frame({"step": "Int64"} if schema is not None and schema.get("step") == "Int64" else None)
+
+
+def _device(ops, info: dict):
+    if isinstance(ops, pd.DataFrame) and "device" in ops.columns and ops["device"].notna().any():
         return str(ops["device"].dropna().iloc[0])
     return None
 
@@ -348,20 +365,27 @@ def _assign_by_windows(ts: pd.Series, windows: dict[int, tuple[float, float]]) -
     return out
 
 
-def _step_trace(path: Path, r: int) -> pd.DataFrame:
-    df = read_csv(path, STEP_TRACE_REQUIRED, STEP_TRACE_OPTIONAL,
-                  numeric=tuple(v for v in {**STEP_TRACE_REQUIRED, **STEP_TRACE_OPTIONAL}.values()
-                                if v not in ("step", "device")))
+_STEP_TRACE_NUMERIC = tuple(v for v in {**STEP_TRACE_REQUIRED, **STEP_TRACE_OPTIONAL}.values()
+                            if v not in ("step", "device"))
+
+
+def _step_trace(path: Path, r: int):
+    """step_trace_time.csv with a `rank` column: `Columns` for a plain file (the usual case), else a DataFrame."""
+    cols = read_small_csv(path, STEP_TRACE_REQUIRED, STEP_TRACE_OPTIONAL, _STEP_TRACE_NUMERIC, ("step", "device"))
+    if cols is not None:
+        return Columns({"rank": [r] * len(cols), **cols.data}, len(cols))
+    df = read_csv(path, STEP_TRACE_REQUIRED, STEP_TRACE_OPTIONAL, numeric=_STEP_TRACE_NUMERIC)
     df["step"] = df["step"].map(lambda s: step_of(s) if step_of(s) is not None else 0).astype("int64")
     df.insert(0, "rank", r)
     return df
 
 
-def _communication(path: Path, r: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
     data = read_json(path)
     if not isinstance(data, dict):
         raise ProfileFormatError(path, f"expected a JSON object keyed by step, found {type(data).__name__}")
-    rows, bw = [], []
+    rows, bw = Columns(), Columns()
+    moved: dict[str, float] = {}  # payload moved by this rank per op name (sum over device-to-device transports)
     for step_key, kinds in data.items():
         if not isinstance(kinds, dict):
             raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}, found {type(kinds).__name__}")
@@ -396,17 +420,15 @@ def _communication(path: Path, r: int) -> tuple[pd.DataFrame, pd.DataFrame]:
                     bw.append({"rank": r, "step": step, "op_name": name, "transport": transport, "size_mb": size,
                                "time_ms": tm, "bandwidth_gbps": _f(b.get("Bandwidth(GB/s)")),
                                "large_packet_ratio": _f(b.get("Large Packet Ratio")), "group": group})
-    co = pd.DataFrame(rows) if rows else empty(COMM_OPS)
-    cb = pd.DataFrame(bw) if bw else empty(COMM_BANDWIDTH)
-    if len(co):
-        co["step"] = co["step"].astype("Int64")
-        # payload moved by this rank (sum over device-to-device transports; SDMA aggregates HCCS/PCIE/SIO)
-        if len(cb):
-            moved = cb[cb["transport"].isin(["HCCS", "PCIE", "SIO", "RDMA"])].groupby("op_name")["size_mb"].sum()
-            co["transit_bytes"] = co["op_name"].map(moved).fillna(0.0) * 1e6
-    if len(cb):
-        cb["step"] = cb["step"].astype("Int64")
-    return co, cb
+                    if transport in MOVED_TRANSPORTS and size == size:
+                        moved[name] = moved.get(name, 0.0) + size
+    if len(rows) and len(bw):  # SDMA aggregates HCCS/PCIE/SIO: not counted again
+        rows.data["transit_bytes"] = [moved.get(name, 0.0) * 1e6 for name in rows.data["op_name"]]
+    return rows, bw
+
+
+#: transports between devices whose sizes add up to what a rank moved in an op (SDMA aggregates HCCS/PCIE/SIO)
+MOVED_TRANSPORTS = ("HCCS", "PCIE", "SIO", "RDMA")
 
 
 def _f(v) -> float:
@@ -418,10 +440,12 @@ def _f(v) -> float:
         return float("nan")
 
 
-def _comm_from_ops(ops: pd.DataFrame, r: int) -> pd.DataFrame:
+def _comm_from_ops(ops, r: int):
+    if not isinstance(ops, pd.DataFrame) or not len(ops):
+        return Columns()
     c = ops[ops["category"] == "communication"]
     if not len(c):
-        return empty(COMM_OPS)
+        return Columns()
     return pd.DataFrame({
         "rank": r, "step": c["step"].astype("Int64").to_numpy(), "op_name": c["name"].to_numpy(),
         "op_type": c["name"].map(comm_op_type).to_numpy(), "group": "", "group_size": pd.NA,
@@ -430,11 +454,11 @@ def _comm_from_ops(ops: pd.DataFrame, r: int) -> pd.DataFrame:
         "size_bytes": np.nan})
 
 
-def _matrix(path: Path, r: int) -> pd.DataFrame:
+def _matrix(path: Path, r: int) -> Columns:
     data = read_json(path)
     if not isinstance(data, dict):
         raise ProfileFormatError(path, f"expected a JSON object keyed by step, found {type(data).__name__}")
-    rows = []
+    rows = Columns()
     for step_key, kinds in data.items():
         if not isinstance(kinds, dict):
             raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}")
@@ -454,7 +478,4 @@ def _matrix(path: Path, r: int) -> pd.DataFrame:
                                  "transport": v.get("Transport Type"), "size_mb": _f(v.get("Transit Size(MB)")),
                                  "time_ms": _f(v.get("Transit Time(ms)")), "bandwidth_gbps": _f(v.get("Bandwidth(GB/s)")),
                                  "hccl_op_name": v.get("Op Name"), "rank": r, "kind": kind})
-    df = pd.DataFrame(rows) if rows else empty(LINKS)
-    if len(df):
-        df["step"] = df["step"].astype("Int64")
-    return df
+    return rows
