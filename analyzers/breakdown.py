@@ -207,20 +207,27 @@ def breakdown_with_truth(ops: pd.DataFrame | None, steps: pd.DataFrame | None, r
 
 def rank_check(sb: pd.DataFrame, rec: pd.DataFrame | None, op_ranks: set, tolerance: float) -> pd.DataFrame:
     """Per rank: where its breakdown comes from, the largest cross-check difference, consistent or not, and why."""
+    ranks = sorted({int(r) for r in sb["rank"]})
+    src = sb["source"].groupby(sb["rank"].astype("int64")).first().to_dict()  # first non-null source per rank
+    worst: dict[int, dict] = {}
+    if rec is not None and len(rec):
+        r2 = rec[rec["rel_diff"].notna()]
+        if len(r2):
+            idx = r2["rel_diff"].abs().groupby(r2["rank"].astype("int64")).idxmax()
+            worst = {int(r): rec.loc[i].to_dict() for r, i in idx.items()}
     rows = []
-    for r, g in sb.groupby("rank"):
-        src = g["source"].dropna()
-        row = {"rank": int(r), "breakdown_source": src.iloc[0] if len(src) else None, "ops": int(r) in op_ranks,
+    for r in ranks:
+        s = src.get(r)
+        row = {"rank": r, "breakdown_source": None if s is None or s != s else s, "ops": r in op_ranks,
                "max_rel_diff": np.nan, "worst_metric": None, "consistent": pd.NA, "reason": None}
-        sub = rec[rec["rank"] == r] if rec is not None and len(rec) else None
-        if sub is not None and len(sub) and sub["rel_diff"].notna().any():
-            i = sub["rel_diff"].abs().idxmax()
-            row["max_rel_diff"] = float(abs(sub.at[i, "rel_diff"]))
-            row["worst_metric"] = sub.at[i, "metric"]
+        w = worst.get(r)
+        if w is not None:
+            row["max_rel_diff"] = float(abs(w["rel_diff"]))
+            row["worst_metric"] = w["metric"]
             row["consistent"] = bool(row["max_rel_diff"] <= tolerance)
             if not row["consistent"]:
-                row["reason"] = (f"the kernels give {sub.at[i, 'metric']} {sub.at[i, 'computed_us']:.1f} us where the "
-                                 f"profiler's step trace says {sub.at[i, 'reference_us']:.1f} us "
+                row["reason"] = (f"the kernels give {w['metric']} {w['computed_us']:.1f} us where the "
+                                 f"profiler's step trace says {w['reference_us']:.1f} us "
                                  f"({row['max_rel_diff']:.1%} of the step; kernel table sampled or incomplete?)")
         elif row["breakdown_source"] == "profiler":
             row["reason"] = "no op data to cross-check the profiler's breakdown"

@@ -85,7 +85,7 @@ def _from_group_info(pgi, source: str) -> dict:
             continue
         label = g.get("group_name") or None
         e = _entry(g["global_ranks"], kind_of(label), source, label)
-        for key in {str(double_hash(str(gid))), str(gid), *([str(label)] if label else [])}:
+        for key in dict.fromkeys([str(double_hash(str(gid))), str(gid), *([str(label)] if label else [])]):  # fixed order
             out[key] = e
     return out
 
@@ -260,12 +260,12 @@ def local_to_global(links: pd.DataFrame, groups: dict) -> dict[str, dict[int, in
         return out
     known = set(out)
     self_links = links[(links["src"] == links["dst"]) & links["rank"].notna()]
-    for (g, local), sub in self_links.groupby([self_links["group"].astype(str), "src"]):
-        if g in known:
-            continue
-        owners = sub["rank"].dropna().astype(int).unique()
-        if len(owners) == 1:
-            out.setdefault(g, {})[int(local)] = int(owners[0])
+    self_links = self_links[~self_links["group"].astype(str).isin(known)]
+    if len(self_links):
+        owners = self_links.groupby([self_links["group"].astype(str), "src"])["rank"].agg(["nunique", "first"])
+        for (g, local), n, o in zip(owners.index, owners["nunique"], owners["first"]):
+            if n == 1:
+                out.setdefault(g, {})[int(local)] = int(o)
     return {g: m for g, m in out.items() if m}
 
 
@@ -286,14 +286,22 @@ def global_links(links: pd.DataFrame | None, groups: dict) -> pd.DataFrame | Non
     src_l = pd.to_numeric(df["src"], errors="coerce")
     dst_l = pd.to_numeric(df["dst"], errors="coerce")
     mapped = g.isin(list(maps))
-    src_g = [maps[gg].get(int(s)) if m and pd.notna(s) else (int(s) if pd.notna(s) else None)
-             for gg, s, m in zip(g, src_l, mapped)]
-    dst_g = [maps[gg].get(int(d)) if m and pd.notna(d) else (int(d) if pd.notna(d) else None)
-             for gg, d, m in zip(g, dst_l, mapped)]
+    table = pd.DataFrame([(gg, float(lo), gl) for gg, m in maps.items() for lo, gl in m.items()],
+                         columns=["group", "local", "global"]).astype({"group": object})
+    keys = pd.MultiIndex.from_frame(table[["group", "local"]]) if len(table) else None
+
+    def to_global(local: pd.Series) -> pd.Series:
+        """The group's global rank where the group has a mapping (null for a local rank it lacks), else as is."""
+        if keys is None:
+            return local
+        pos = keys.get_indexer(pd.MultiIndex.from_arrays([g.astype(object).to_numpy(), local.to_numpy()]))
+        got = np.where(pos >= 0, table["global"].to_numpy(dtype=float)[pos], np.nan)
+        return pd.Series(np.where(mapped.to_numpy(), got, local.to_numpy()), index=local.index)
+
     df["src_local"] = src_l.where(~done).astype("Int64")  # unknown where the reader wrote global ranks
     df["dst_local"] = dst_l.where(~done).astype("Int64")
-    df["src"] = pd.array(src_g, dtype="Int64")
-    df["dst"] = pd.array(dst_g, dtype="Int64")
+    df["src"] = to_global(src_l).astype("Int64")
+    df["dst"] = to_global(dst_l).astype("Int64")
     df["global_ranks"] = (mapped | done).to_numpy()
     return df
 

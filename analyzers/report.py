@@ -66,6 +66,28 @@ def clean(v):
     return v
 
 
+def values(s: pd.Series) -> list:
+    """A column as JSON-ready Python values (what `clean` gives for each), converted a column at a time."""
+    kind = s.dtype.kind if isinstance(s.dtype, np.dtype) else None
+    if kind in ("i", "u", "b"):
+        return s.to_numpy().tolist()
+    if kind == "f":
+        a = s.to_numpy()
+        out = a.tolist()
+        for i in np.flatnonzero(~np.isfinite(a)):
+            out[i] = None
+        return out
+    if kind is None:  # extension arrays (Int64, boolean, str): Python scalars or a missing marker
+        out = s.tolist()
+        for i in np.flatnonzero(s.isna().to_numpy()):
+            out[i] = None
+        if not (pd.api.types.is_string_dtype(s.dtype) or pd.api.types.is_integer_dtype(s.dtype)
+                or pd.api.types.is_bool_dtype(s.dtype)):
+            out = [clean(v) for v in out]
+        return out
+    return [clean(v) for v in s.tolist()]
+
+
 def records(df: pd.DataFrame | None, cols: list[str] | None = None, limit: int | None = None) -> list[dict]:
     if df is None or not len(df):
         return []
@@ -73,7 +95,8 @@ def records(df: pd.DataFrame | None, cols: list[str] | None = None, limit: int |
         df = df[[c for c in cols if c in df.columns]]
     if limit is not None:
         df = df.head(limit)
-    return [{k: clean(v) for k, v in r.items()} for r in df.to_dict("records")]
+    keys = list(df.columns)
+    return [dict(zip(keys, row)) for row in zip(*(values(df.iloc[:, i]) for i in range(df.shape[1])))]
 
 
 def rank_inputs(profile: Profile) -> dict[int, list[str]]:
@@ -92,18 +115,18 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
     ranks = []
     check = {int(r["rank"]): r for r in records(t.get("rank_check"))}
     stage_of = {int(r["rank"]): r.get("stage") for r in records(t.get("rank_stages"))}
-    by_rank = {int(r): g for r, g in sb.sort_values(["rank", "step"]).groupby("rank", sort=True)} \
-        if sb is not None and len(sb) else {}
+    by_rank: dict[int, list] = {}
+    if sb is not None and len(sb):
+        for row in records(sb.sort_values(["rank", "step"], kind="stable"), ["rank", "step", *STEP_FIELDS]):
+            by_rank.setdefault(int(row.pop("rank")), []).append(
+                {"step": int(row["step"]), **{f: row.get(f) for f in STEP_FIELDS}})
     inputs = rank_inputs(profile)
     for r in sorted(set(by_rank) | set(inputs)):  # every rank analyzed, also one whose breakdown is unknown
-        g = by_rank.get(r)
         c = check.get(r, {})
         ranks.append({"rank": r, "stage": stage_of.get(r), "inputs": inputs.get(r, []),
                       "breakdown_source": c.get("breakdown_source"),
                       "consistent": c.get("consistent"), "cross_check_max_rel_diff": c.get("max_rel_diff"),
-                      "cross_check_note": c.get("reason"),
-                      "steps": [{"step": int(row["step"]), **{f: clean(row.get(f)) for f in STEP_FIELDS}}
-                                for row in g.to_dict("records")] if g is not None else []})
+                      "cross_check_note": c.get("reason"), "steps": by_rank.get(r, [])})
     comm = []
     co = t.get("comm_ops")
     if co is not None and len(co):
