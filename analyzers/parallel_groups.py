@@ -319,7 +319,7 @@ def link_totals(links: pd.DataFrame | None) -> pd.DataFrame | None:
         return None
     df = links.dropna(subset=["src", "dst"])
     names = df["op_name"].astype(str).str.lower()
-    keep = ~names.apply(lambda n: any(w in n for w in _STAT_WORDS))
+    keep = ~names.str.contains("|".join(_STAT_WORDS), regex=True)
     df = df[keep & (names != "total op info")]
     if df.empty:
         return None

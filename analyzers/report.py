@@ -85,7 +85,7 @@ def values(s: pd.Series) -> list:
                 or pd.api.types.is_bool_dtype(s.dtype)):
             out = [clean(v) for v in out]
         return out
-    return [clean(v) for v in s.tolist()]
+    return [v if type(v) is str else clean(v) for v in s.tolist()]
 
 
 def records(df: pd.DataFrame | None, cols: list[str] | None = None, limit: int | None = None) -> list[dict]:

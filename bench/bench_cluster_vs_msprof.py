@@ -1,21 +1,25 @@
-"""Side-by-side: `msprof-analyze cluster` vs `perfbench analyze` on the same Ascend profiler data.
+"""Side-by-side: `msprof-analyze cluster` vs `perfbench analyze` on the same Ascend profiler data, up to 1,024 ranks.
 
 Both run as fresh processes (interpreter start and imports included, as a user would run them), in
 alternating order, `--repeats` times each: `msprof-analyze cluster -d DATA -m all -o OUT` and
 `perfbench analyze DATA --results RES --json` (default `--kernels auto`: the profiler's step trace is
-the breakdown, the kernels of the first and last rank its cross-check). The report gives medians of wall time, of
-CPU time (user + sys of the process and its worker processes, which does not depend on how loaded the
-shared machine is) and of peak memory (max RSS of the main process, from wait4; worker processes not
-included), and the ratios msprof / perfbench.
+the breakdown, the kernels of the first and last rank its cross-check; default `--workers`). The report gives
+medians of wall time, of CPU time (user + sys of the process and of its worker processes, which depends much
+less on how loaded the shared machine is than wall time) and of peak memory: the largest sum of the RSS of the
+process and all its descendants (worker processes included), sampled every 20 ms, and the ratios
+msprof / perfbench. For perfbench also CPU and wall seconds per rank, and the machine's load average.
 
-Data sets (copied into a temp dir, never into the repo):
+Data sets (made in a temp dir, never in the repo):
   b-level1   fixture set B level1: 2 ranks, torch_npu text export with communication data
   b-level2   fixture set B level2
-  synth-N    N ranks made from set B level1's two real ranks (rank_id rewritten in profiler_info_*.json),
-             to show how both tools scale with rank count (e.g. synth-16, synth-128)
+  synth-N    N ranks made from set B level1's two real ranks (`make_synth`): data-parallel groups of 8 with
+             their own group names and parallel_group_info, rank ids and group-local link numbers rewritten,
+             one planted slow rank and one planted slow link (`planted`). perfbench's --json output must name
+             exactly that rank as slow (group level) and that link as slow, or the benchmark fails.
 
 Usage:
-  .venv/bin/python bench/bench_cluster_vs_msprof.py [--sets b-level1,synth-16,synth-128] [--repeats 3]
+  .venv/bin/python bench/bench_cluster_vs_msprof.py [--sets b-level1,synth-16,synth-128,synth-1024] [--repeats 3]
+      [--msprof-sets b-level1,synth-16,synth-128] [--workers N]
 """
 
 from __future__ import annotations
@@ -148,62 +152,119 @@ def _slowed(link: dict, r: int, pair: str, perm: dict, g: int, slow_link: tuple[
             "Bandwidth(GB/s)": round((link.get("Bandwidth(GB/s)") or 0.0) / SLOW_LINK_FACTOR, 4)}
 
 
-def timed(cmd: list[str], timeout: float = 900) -> tuple[float, float, float]:
-    """(wall s, CPU s of the process and all its waited-for children: user + sys, peak RSS MB of the main
-    process)."""
+def timed(cmd: list[str], timeout: float = 1800) -> tuple[float, float, float, bytes]:
+    """(wall s, CPU s of the process and all its waited-for descendants: user + sys, peak MB of the summed RSS
+    of the process tree (sampled every 20 ms), stdout)."""
+    import psutil
+
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t = time.perf_counter()
+    peak = 0
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)  # `-m perfbench`: this checkout's code
-        _, status, ru = os.wait4(p.pid, 0)
+        proc = psutil.Process(p.pid)
+        status = None
+        while status is None:
+            try:
+                tree = [proc] + proc.children(recursive=True)
+                peak = max(peak, sum(_rss(q) for q in tree))
+            except psutil.Error:
+                pass
+            pid, st, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                status = st
+            elif time.perf_counter() - t > timeout:
+                p.kill()
+                raise SystemExit(f"timed out after {timeout} s: {' '.join(cmd)}")
+            else:
+                time.sleep(0.02)
         dt = time.perf_counter() - t
         rc = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        stdout = out.read()
         if rc != 0:
-            out.seek(0)
             err.seek(0)
-            raise SystemExit(f"failed ({rc}): {' '.join(cmd)}\n{out.read()[-1500:]}\n{err.read()[-1500:]}")
+            raise SystemExit(f"failed ({rc}): {' '.join(cmd)}\n{stdout[-1500:]}\n{err.read()[-1500:]}")
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), ru.ru_maxrss / 1024
+    peak = max(peak, ru.ru_maxrss * 1024)
+    return dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), peak / 2**20, stdout
+
+
+def _rss(q) -> int:
+    try:
+        return q.memory_info().rss
+    except Exception:  # noqa: BLE001 - a worker that just ended
+        return 0
+
+
+def check_planted(name: str, stdout: bytes) -> str:
+    """For synth-N: perfbench's --json names the planted slow rank (and no other rank, at group level) and the
+    planted slow link. Returns a one-line summary; exits non-zero otherwise."""
+    if not name.startswith("synth-"):
+        return ""
+    doc = json.loads(stdout)
+    rank, link = planted(int(name.split("-")[1]))
+    slow = sorted({r["rank"] for r in doc["slow_ranks"] if r.get("slow") and r.get("scope") == "group"})
+    links = sorted({(r["src"], r["dst"]) for r in doc["slow_links"] if r.get("slow") and r.get("kind") == "link"})
+    if slow != [rank] or link not in links:
+        raise SystemExit(f"{name}: planted slow rank {rank} / link {link} not found as the only ones: slow ranks "
+                         f"{slow}, slow links {links}")
+    return f"planted slow rank {rank} and slow link {link[0]}->{link[1]} found (slow links flagged: {len(links)})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sets", default="b-level1,synth-16,synth-128")
+    ap.add_argument("--sets", default="b-level1,synth-16,synth-128,synth-1024")
+    ap.add_argument("--msprof-sets", default="b-level1,synth-16,synth-128",
+                    help="sets msprof-analyze also runs on (it takes minutes per run at 1,024 ranks)")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=None, help="perfbench analyze --workers (default: its own)")
     args = ap.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="perfbench-cluster-vs-msprof-") as tmpd:
         tmp = Path(tmpd)
         for name in args.sets.split(","):
             data = make_set(name, tmp)
-            ms, pb = [], []
+            with_ms = name in args.msprof_sets.split(",")
+            ms, pb, loads, found = [], [], [], ""
             for i in range(args.repeats):
                 out = tmp / f"msprof-out-{name}-{i}"
                 res = tmp / f"pb-res-{name}-{i}"
-                order = [("m", [str(MSPROF), "cluster", "-d", str(data), "-m", "all", "-o", str(out)]),
-                         ("p", [str(PY), "-m", "perfbench", "analyze", str(data), "--results", str(res), "--json"])]
+                pcmd = [str(PY), "-m", "perfbench", "analyze", str(data), "--results", str(res), "--json"]
+                if args.workers is not None:
+                    pcmd += ["--workers", str(args.workers)]
+                order = [("p", pcmd)]
+                if with_ms:
+                    order.append(("m", [str(MSPROF), "cluster", "-d", str(data), "-m", "all", "-o", str(out)]))
                 if i % 2:
                     order.reverse()
                 for who, cmd in order:
-                    (ms if who == "m" else pb).append(timed(cmd))
+                    loads.append(os.getloadavg()[0])
+                    got = timed(cmd)
+                    (ms if who == "m" else pb).append(got[:3])
+                    if who == "p":
+                        found = check_planted(name, got[3])
                 shutil.rmtree(out, ignore_errors=True)
                 shutil.rmtree(res, ignore_errors=True)
-            m, p = statistics.median(x[0] for x in ms), statistics.median(x[0] for x in pb)
-            mc, pc = statistics.median(x[1] for x in ms), statistics.median(x[1] for x in pb)
-            mm, pm = statistics.median(x[2] for x in ms), statistics.median(x[2] for x in pb)
-            rows.append((name, m, p, mc, pc, mm, pm))
-            print(f"{name}: msprof-analyze cluster wall {['%.2f' % x[0] for x in ms]} cpu {['%.2f' % x[1] for x in ms]}; "
-                  f"perfbench analyze wall {['%.2f' % x[0] for x in pb]} cpu {['%.2f' % x[1] for x in pb]}; "
-                  f"median ratio wall {m / p:.1f}x cpu {mc / pc:.1f}x (load average {os.getloadavg()[0]:.1f})",
-                  flush=True)
+            med = [statistics.median(x[k] for x in pb) for k in range(3)]
+            mmed = [statistics.median(x[k] for x in ms) for k in range(3)] if ms else None
+            ranks = int(name.split("-")[1]) if name.startswith("synth") else 2
+            rows.append((name, ranks, mmed, med, min(loads), max(loads)))
+            print(f"{name}: perfbench analyze wall {['%.2f' % x[0] for x in pb]} cpu {['%.2f' % x[1] for x in pb]} "
+                  f"peak MB {['%.0f' % x[2] for x in pb]}"
+                  + (f"; msprof-analyze cluster wall {['%.2f' % x[0] for x in ms]} cpu {['%.2f' % x[1] for x in ms]} "
+                     f"peak MB {['%.0f' % x[2] for x in ms]}; median ratio wall {mmed[0] / med[0]:.1f}x "
+                     f"cpu {mmed[1] / med[1]:.1f}x" if ms else "")
+                  + f" (load average {min(loads):.1f}-{max(loads):.1f}) {found}", flush=True)
             shutil.rmtree(data, ignore_errors=True)
     print("\n| data | ranks | msprof-analyze cluster -m all: median wall / CPU (s) / peak MB | perfbench analyze: "
-          "median wall / CPU (s) / peak MB | ratio wall | ratio CPU |")
-    print("|---|---|---|---|---|---|")
-    for name, m, p, mc, pc, mm, pm in rows:
-        ranks = name.split("-")[1] if name.startswith("synth") else "2"
-        print(f"| {name} | {ranks} | {m:.2f} / {mc:.2f} / {mm:.0f} | {p:.2f} / {pc:.2f} / {pm:.0f} | {m / p:.1f}x "
-              f"| {mc / pc:.1f}x |")
+          "median wall / CPU (s) / peak MB | ratio wall | ratio CPU | perfbench ms per rank: wall / CPU | load |")
+    print("|---|---:|---|---|---:|---:|---|---|")
+    for name, ranks, m, p, lo, hi in rows:
+        ms_cell = f"{m[0]:.2f} / {m[1]:.2f} / {m[2]:.0f}" if m else "not run"
+        ratio = (f"{m[0] / p[0]:.1f}x", f"{m[1] / p[1]:.1f}x") if m else ("-", "-")
+        print(f"| {name} | {ranks} | {ms_cell} | {p[0]:.2f} / {p[1]:.2f} / {p[2]:.0f} | {ratio[0]} | {ratio[1]} "
+              f"| {p[0] / ranks * 1000:.1f} / {p[1] / ranks * 1000:.1f} | {lo:.1f}-{hi:.1f} |")
 
 
 if __name__ == "__main__":

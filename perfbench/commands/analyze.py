@@ -25,7 +25,12 @@ def register(sub) -> None:
     p.add_argument("--out", metavar="DIR", help="also write analysis.json and one CSV per table into DIR")
     p.add_argument("--run-id", help="run id to store the import under (default: analyze-<folder>-<hash>)")
     p.add_argument("--no-store", action="store_true", help="do not write the run into the results store")
-    p.add_argument("--workers", type=int, default=None, help="parallel rank parsers (default: min(ranks, cpus))")
+    p.add_argument("--workers", type=int, default=None,
+                   help="processes parsing the ranks (default: 1 up to a few hundred ranks, then one per ~400 ranks "
+                        "up to the number of CPUs; 1 = parse in this process)")
+    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
+                   help="show 'ranks parsed / total' on stderr while the ranks are read: auto (default) = when "
+                        "stderr is a terminal, the folder holds at least 64 ranks and --json is not given")
     p.add_argument("--trace", choices=("auto", "always", "never"), default="auto",
                    help="read trace_view.json for host step starts (Preparing) and collective sizes: "
                         "auto = only files up to 512 MB (default)")
@@ -60,8 +65,15 @@ def run(args) -> int:
         raise UserError(f"{path}: no such file or directory")
     t0 = time.time()
     read_trace = {"auto": "auto", "always": True, "never": False}[args.trace]
-    profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace,
-                                     strict=getattr(args, "strict", False), kernels=getattr(args, "kernels", "auto"))
+    if args.workers is not None and args.workers < 1:
+        raise UserError(f"--workers {args.workers}: expected a number of processes >= 1")
+    progress = Progress(getattr(args, "progress", "auto"), quiet=bool(args.json))
+    try:
+        profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace,
+                                         strict=getattr(args, "strict", False),
+                                         kernels=getattr(args, "kernels", "auto"), progress=progress)
+    finally:
+        progress.close()
     run_id = args.run_id or _run_id(path)
     store = None
     if not args.no_store:
@@ -100,6 +112,39 @@ def run(args) -> int:
         return 0
     _print(doc, analysis, wall, None if args.no_store else (run_id, args.results))
     return 0
+
+
+class Progress:
+    """'perfbench: ranks parsed 512/1024' on stderr while a cluster is read (one line, rewritten in place on a
+    terminal, at most every 0.2 s). Never on stdout, so `--json` output stays one document."""
+
+    MIN_RANKS = 64
+
+    def __init__(self, mode: str = "auto", *, quiet: bool = False, stream=None):
+        self.stream = stream or sys.stderr
+        tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.mode = mode
+        self.on = mode == "always" or (mode == "auto" and tty and not quiet)
+        self.tty = tty
+        self.last = 0.0
+        self.shown = False
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.on or (self.mode == "auto" and total < self.MIN_RANKS):
+            return
+        now = time.monotonic()
+        if done < total and now - self.last < 0.2:
+            return
+        self.last = now
+        line = f"perfbench: ranks parsed {done}/{total}"
+        self.stream.write(f"\r{line}" if self.tty else f"{line}\n")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown and self.tty:
+            self.stream.write("\n")
+            self.stream.flush()
 
 
 def _workload(profile) -> str:
