@@ -4,6 +4,7 @@ op classification. Never imports MindSpore."""
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -164,7 +165,8 @@ def read_json(path: Path):
 def rank_info(rank_dir: Path) -> dict:
     """Rank id, world size, device and config from profiler_info*.json / profiler_metadata.json."""
     info: dict = {"rank": None, "config": {}, "metadata": {}}
-    cands = sorted(rank_dir.glob("profiler_info*.json"))
+    cands = [rank_dir / n for n in sorted(os.listdir(rank_dir))  # (not Path.glob: ~10x slower per rank)
+             if n.startswith("profiler_info") and n.endswith(".json")]
     if cands:
         pi = read_json(cands[0])
         if not isinstance(pi, dict):

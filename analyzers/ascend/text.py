@@ -458,7 +458,7 @@ def _matrix(path: Path, r: int) -> Columns:
     data = read_json(path)
     if not isinstance(data, dict):
         raise ProfileFormatError(path, f"expected a JSON object keyed by step, found {type(data).__name__}")
-    rows = Columns()
+    rows: list[tuple] = []
     for step_key, kinds in data.items():
         if not isinstance(kinds, dict):
             raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}")
@@ -474,8 +474,11 @@ def _matrix(path: Path, r: int) -> Columns:
                     src, _, dst = str(pair).partition("-")
                     if not isinstance(v, dict) or not src.strip().isdigit() or not dst.strip().isdigit():
                         raise ProfileFormatError(path, f"link '{pair}' of '{key}' is not 'src-dst' with an object")
-                    rows.append({"step": step, "op_name": name, "group": group, "src": int(src), "dst": int(dst),
-                                 "transport": v.get("Transport Type"), "size_mb": _f(v.get("Transit Size(MB)")),
-                                 "time_ms": _f(v.get("Transit Time(ms)")), "bandwidth_gbps": _f(v.get("Bandwidth(GB/s)")),
-                                 "hccl_op_name": v.get("Op Name"), "rank": r, "kind": kind})
-    return rows
+                    rows.append((step, name, group, int(src), int(dst), v.get("Transport Type"),
+                                 _f(v.get("Transit Size(MB)")), _f(v.get("Transit Time(ms)")),
+                                 _f(v.get("Bandwidth(GB/s)")), v.get("Op Name"), r, kind))
+    return Columns.from_rows(MATRIX_COLUMNS, rows)
+
+
+MATRIX_COLUMNS = ("step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms", "bandwidth_gbps",
+                  "hccl_op_name", "rank", "kind")
