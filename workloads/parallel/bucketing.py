@@ -63,14 +63,17 @@ _GEN_COUNT = 0
 
 def compile_construct(lines: list[str], name: str = "construct"):
     """Turn generated source lines (a ``def construct(self, ...)``) into a function MindSpore can parse."""
+    import atexit
     import importlib.util
     import os
+    import shutil
     import sys
     import tempfile
 
     global _GEN_DIR, _GEN_COUNT
     if _GEN_DIR is None:
         _GEN_DIR = tempfile.mkdtemp(prefix=f"perfbench_gen_{os.getpid()}_")
+        atexit.register(shutil.rmtree, _GEN_DIR, True)  # the generated sources are only needed while compiling
     _GEN_COUNT += 1
     mod_name = f"perfbench_gen_{os.getpid()}_{_GEN_COUNT}"
     path = os.path.join(_GEN_DIR, mod_name + ".py")
