@@ -306,3 +306,14 @@ def test_a_union_field_is_named_by_its_key_alone():
     assert error_of(conf(name="has space")) == "name: 'has space' must be 1-64 letters, digits, '_', '.' or '-'"
     assert error_of(conf(launch={"master_port": 80})) == (
         "launch.master_port: 80 must be auto or a port number from 1024 to 65535")
+
+
+def test_slurm_rules():
+    assert ok(conf(launch={"backend": "slurm", "nodes": 2}, sweep={"world_size": [2]}))
+    assert error_of(conf(launch={"backend": "slurm", "nodes": 2, "node_rank": 1}, sweep={"world_size": [2]})) == (
+        "launch.node_rank: 1: with launch.backend slurm every node takes its rank from Slurm (SLURM_NODEID); "
+        "remove launch.node_rank")
+    assert ok(conf(launch={"backend": "slurm", "slurm": {"partition": "debug"}}))
+    assert error_of(conf(launch={"slurm": {"partition": "debug"}})) == (
+        "launch.slurm: {\"partition\": \"debug\"} is set but launch.backend is local; set launch.backend: slurm to "
+        "submit runs to Slurm")
