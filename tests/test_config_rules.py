@@ -317,3 +317,6 @@ def test_slurm_rules():
     assert error_of(conf(launch={"slurm": {"partition": "debug"}})) == (
         "launch.slurm: {\"partition\": \"debug\"} is set but launch.backend is local; set launch.backend: slurm to "
         "submit runs to Slurm")
+    # the slurm settings as written, over their defaults
+    s = ok(conf(launch={"backend": "slurm", "slurm": {"partition": "debug"}})).launch["slurm"]
+    assert s["partition"] == "debug" and s["account"] is None and s["sbatch_args"] == []
