@@ -38,6 +38,11 @@ def _set_parent_death_signal(sig: int) -> bool:
         return False
 
 
+def _ignore_further_signals() -> None:
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tag", required=True, help="the run's tag (value of PERFBENCH_RUN_TAG)")
@@ -51,15 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     child: subprocess.Popen | None = None
 
     def reap(signum, _frame):
-        if child is not None and child.poll() is None:
-            try:
-                child.kill()
-            except OSError:
-                pass
-        for _ in range(2):  # a second pass for anything msrun started while it died (e.g. `tail -f`)
-            if kill_run(args.tag, grace_s=1.0) == 0:
-                break
-        os._exit(128 + signum)
+        _ignore_further_signals()
+        try:
+            if child is not None and child.poll() is None:
+                try:
+                    child.kill()
+                except OSError:
+                    pass
+            for _ in range(2):  # a second pass for anything msrun started while it died (e.g. `tail -f`)
+                if kill_run(args.tag, grace_s=1.0) == 0:
+                    break
+        finally:
+            os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, reap)
     signal.signal(signal.SIGHUP, reap)
@@ -78,16 +86,22 @@ def warm_main() -> int:
     """Import msrun, wait for one request on stdin, then be that run's reaper and its msrun."""
     import json
 
+    # imported before any signal can arrive: imported inside the handler, it failed when the signal came
+    # while the main thread was importing ("partially initialized module"), and the run's `tail -f`
+    # processes outlived a SIGKILLed sweep
+    from perfbench.launcher import kill_run
+
     tag: list[str] = []
 
     def reap(signum, _frame):
-        if tag:
-            from perfbench.launcher import kill_run
-
-            for _ in range(2):
-                if kill_run(tag[0], grace_s=1.0) == 0:
-                    break
-        os._exit(128 + signum)
+        _ignore_further_signals()  # a second SIGTERM/SIGHUP must not interrupt this one's kill passes
+        try:
+            if tag:
+                for _ in range(2):
+                    if kill_run(tag[0], grace_s=1.0) == 0:
+                        break
+        finally:
+            os._exit(128 + signum)
 
     signal.signal(signal.SIGTERM, reap)
     signal.signal(signal.SIGHUP, reap)
