@@ -38,9 +38,35 @@ def _set_parent_death_signal(sig: int) -> bool:
         return False
 
 
-def _ignore_further_signals() -> None:
+def _arm(handler) -> None:
+    """SIGTERM and SIGHUP reap the run (the parent's death arrives as SIGTERM)."""
+    # kill_run is imported here, before any signal can arrive: imported inside the handler, it failed when a
+    # second signal came while the first handler was importing ("partially initialized module"), and the
+    # run's `tail -f` processes outlived a SIGKILLed sweep
+    import perfbench.launcher  # noqa: F401
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def _reap_and_exit(signum: int, tag: str | None, child: subprocess.Popen | None = None) -> None:
+    """Kill msrun (when it is our child) and every process carrying the run's tag, then exit 128 + signum.
+    Further SIGTERM/SIGHUP are ignored so that they cannot interrupt the kill passes."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    from perfbench.launcher import kill_run  # already imported by _arm: a lookup
+
+    try:
+        if child is not None and child.poll() is None:
+            try:
+                child.kill()
+            except OSError:
+                pass
+        for _ in range(2 if tag else 0):  # a second pass for anything msrun started while it died (`tail -f`)
+            if kill_run(tag, grace_s=1.0) == 0:
+                break
+    finally:
+        os._exit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -51,26 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     cmd = args.command[1:] if args.command[:1] == ["--"] else args.command
 
-    from perfbench.launcher import kill_run
-
     child: subprocess.Popen | None = None
 
     def reap(signum, _frame):
-        _ignore_further_signals()
-        try:
-            if child is not None and child.poll() is None:
-                try:
-                    child.kill()
-                except OSError:
-                    pass
-            for _ in range(2):  # a second pass for anything msrun started while it died (e.g. `tail -f`)
-                if kill_run(args.tag, grace_s=1.0) == 0:
-                    break
-        finally:
-            os._exit(128 + signum)
+        _reap_and_exit(signum, args.tag, child)
 
-    signal.signal(signal.SIGTERM, reap)
-    signal.signal(signal.SIGHUP, reap)
+    _arm(reap)
     _set_parent_death_signal(signal.SIGTERM)
     if os.getppid() != args.parent:  # the parent died before the death signal was armed
         reap(signal.SIGTERM, None)
@@ -86,25 +98,12 @@ def warm_main() -> int:
     """Import msrun, wait for one request on stdin, then be that run's reaper and its msrun."""
     import json
 
-    # imported before any signal can arrive: imported inside the handler, it failed when the signal came
-    # while the main thread was importing ("partially initialized module"), and the run's `tail -f`
-    # processes outlived a SIGKILLed sweep
-    from perfbench.launcher import kill_run
-
     tag: list[str] = []
 
     def reap(signum, _frame):
-        _ignore_further_signals()  # a second SIGTERM/SIGHUP must not interrupt this one's kill passes
-        try:
-            if tag:
-                for _ in range(2):
-                    if kill_run(tag[0], grace_s=1.0) == 0:
-                        break
-        finally:
-            os._exit(128 + signum)
+        _reap_and_exit(signum, tag[0] if tag else None)
 
-    signal.signal(signal.SIGTERM, reap)
-    signal.signal(signal.SIGHUP, reap)
+    _arm(reap)
     _set_parent_death_signal(signal.SIGTERM)
     from mindspore.parallel.cluster import run as msrun  # the import this spare exists for
 

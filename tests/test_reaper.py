@@ -28,6 +28,17 @@ def _tagged(tag):
     return out
 
 
+def _kill_all(tag, proc):
+    """Clean-up whatever the test's processes left, whatever the outcome."""
+    for pid in _tagged(tag):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+
+
 # tagged processes are a run's processes to the suite's watcher (tests/conftest.py), so this is in the msrun lane
 # although it starts no MindSpore (~3 s)
 @pytest.mark.msrun
@@ -53,13 +64,7 @@ def test_back_to_back_signals_still_kill_every_tagged_process():
             time.sleep(0.2)
         assert _tagged(tag) == [], "tagged processes outlived the reaper"
     finally:
-        for pid in _tagged(tag):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if reaper.poll() is None:
-            reaper.kill()
+        _kill_all(tag, reaper)
 
 
 @pytest.mark.msrun
@@ -98,10 +103,4 @@ def test_warm_reaper_survives_back_to_back_signals_and_kills_the_run(tmp_path):
         assert _tagged(tag) == [], "msrun's processes outlived the warm reaper: " + \
             (tmp_path / "msrun.out").read_text()[-2000:]
     finally:
-        for pid in _tagged(tag):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        if warm.poll() is None:
-            warm.kill()
+        _kill_all(tag, warm)
