@@ -134,19 +134,24 @@ def kill_run(tag: str, known: dict[int, float] | None = None, grace_s: float = 3
                 procs[pid] = p
         except psutil.NoSuchProcess:
             pass
-    for p in procs.values():
+    terminate(list(procs.values()), grace_s)
+    return len(procs)
+
+
+def terminate(procs: list[psutil.Process], grace_s: float, kill_wait_s: float | None = None) -> None:
+    """SIGTERM each process, SIGKILL those still alive after grace_s, then wait (kill_wait_s, default grace_s)."""
+    for p in procs:
         try:
             p.send_signal(signal.SIGTERM)
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(list(procs.values()), timeout=grace_s)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
         try:
             p.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=grace_s)
-    return len(procs)
+    psutil.wait_procs(alive, timeout=grace_s if kill_wait_s is None else kill_wait_s)
 
 
 def kill_stale(run_id: str, rounds: int = 5) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -258,19 +257,10 @@ class LocalSlurm:
                 if r.returncode != 0 or not {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING"} & set(r.stdout.split()):
                     break
                 time.sleep(0.5)
+        from perfbench.launcher import terminate
+
         procs = self._daemons()
-        for p in procs:
-            try:
-                p.send_signal(signal.SIGTERM)
-            except psutil.NoSuchProcess:
-                pass
-        _, alive = psutil.wait_procs(procs, timeout=10)
-        for p in alive:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(alive, timeout=5)
+        terminate(procs, grace_s=10, kill_wait_s=5)
         self._remove_network()
         return len(procs)
 
