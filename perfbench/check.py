@@ -7,9 +7,10 @@ The rule (also in docs/check.md), per matched settings group and metric:
 2. Effect: ratio of the pooled medians, turned so that > 1 = worse (throughput: baseline / current;
    step time, communication: current / baseline), so 2x slower steps and half the throughput weigh the
    same. Shares (comm_share) use the change in absolute points instead (5% threshold = 5 points).
-3. Noise floor: when a side has ≥ 2 repeats, the ratio of its largest to smallest repeat median; the factor
-   used is max(1 + --threshold, noise floor of either side). So repeat-to-repeat noise that was already
-   visible never counts as a change.
+3. Noise floor: when a side has ≥ 2 repeats, the ratio of its largest to smallest repeat median; when both
+   sides have ≥ 2 repeats, also the factor by which run-to-run variation alone moves the mean of the log
+   repeat medians (two-sided t bound at alpha, pooled over both sides: between_run_margin). The factor used
+   is max(1 + --threshold, those). So repeat-to-repeat noise that was already visible never counts as a change.
 4. Test: two-sided Mann–Whitney U on the pooled per-step samples, significant when p < alpha (0.05).
 5. Verdict: regression = significant and effect > factor used; improvement = significant and
    1 / effect > factor used; otherwise unchanged. Fewer than 3 samples on a side (and fewer than 3
@@ -103,6 +104,22 @@ def _median(v):
     return float(np.median(v)) if len(v) else None
 
 
+def between_run_margin(base_medians: list[float], cur_medians: list[float], alpha: float, *, log: bool) -> float:
+    """How far apart the two sides' mean repeat medians may lie from run-to-run variation alone (on the log
+    scale for ratio metrics, in points for shares): t_{1-alpha/2, df} * s * sqrt(1/n_b + 1/n_c), s = the pooled
+    standard deviation of the repeat medians around their own side's mean, df = n_b + n_c - 2. The steps of
+    one run are not independent samples of the configuration (a run shares its machine state), so the
+    per-step test alone cannot know this spread. 0 unless both sides have >= 2 repeats (df >= 2)."""
+    from scipy import stats
+
+    b, c = ([math.log(v) for v in m if v > 0] if log else list(m) for m in (base_medians, cur_medians))
+    df = len(b) + len(c) - 2
+    if len(b) < 2 or len(c) < 2:
+        return 0.0
+    ss = sum((x - float(np.mean(m))) ** 2 for m in (b, c) for x in m)
+    return float(stats.t.ppf(1 - alpha / 2, df)) * math.sqrt(ss / df) * math.sqrt(1 / len(b) + 1 / len(c))
+
+
 def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: float, alpha: float) -> dict:
     higher, unit, kind = METRICS.get(metric, (False, "", "ratio"))
     res = {"metric": metric, "unit": unit, "higher_is_better": higher, "threshold": threshold}
@@ -143,6 +160,7 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
     if kind == "share":
         change = mc - mb
         noise = max([(max(m) - min(m)) for m in (bm, cm) if len(m) >= 2] or [0.0])
+        noise = max(noise, between_run_margin(bm, cm, alpha, log=False))
     else:
         if mb == 0:  # e.g. no communication on one rank: a relative change is undefined
             if mc == 0:
@@ -164,6 +182,7 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
         ratio = mc / mb if mb > 0 and mc >= 0 else 1.0 + change
         worse_factor = (1.0 / ratio if ratio > 0 else math.inf) if higher else ratio
         noise_factor = max([max(m) / min(m) for m in (bm, cm) if len(m) >= 2 and min(m) > 0] or [1.0])
+        noise_factor = max(noise_factor, math.exp(between_run_margin(bm, cm, alpha, log=True)))
         used_factor = max(1.0 + threshold, noise_factor)
         worse = (worse_factor - 1.0) if worse_factor >= 1 else -(1.0 / worse_factor - 1.0)
         used = used_factor - 1.0

@@ -44,6 +44,7 @@ FUNCTIONS = [
     "perfbench.results.x_summarize__mutmut_*",
     "perfbench.results.x_breakdown_fractions__mutmut_*",
     "perfbench.check.x_decide_metric__mutmut_*",                 # the CI gate's decision
+    "perfbench.check.x_between_run_margin__mutmut_*",          # the gate's between-run margin
     "perfbench.check.x_parse_threshold__mutmut_*",
     "perfbench.check.x_match_groups__mutmut_*",
     "perfbench.check.x_groups_of__mutmut_*",

@@ -234,3 +234,24 @@ def test_history_metric_judges_cpu_time_while_the_pair_check_keeps_its_metrics(t
     res = run_history_check(st, "same", baseline_name="main", label="same", commit=None,
                             history_metrics=("step_cpu_s",))
     assert res["exit_code"] == 0 and res["history"]["results"][0]["verdict"] == "unchanged"
+
+
+def test_repeats_on_both_sides_set_a_between_run_margin():
+    """Two repeats a side whose medians lie a factor e^0.1 apart, the current side every sample 1.30x slower.
+    By hand: log medians {0, 0.1} on each side, pooled s = sqrt(4 * 0.05^2 / 2) = 0.0707, t(0.975, df 2) =
+    4.3027 (Student's t table), margin = 4.3027 * 0.0707 * sqrt(1/2 + 1/2) = 0.3042, factor e^0.3042 = 1.3556.
+    So +30% is inside what run-to-run variation alone gives (unchanged, although every current step is
+    slower and the range of the repeats alone, e^0.1 = 1.105, would call it a regression); +40% is beyond it."""
+    import math
+
+    jit = [0.99, 0.995, 1.0, 1.005, 1.01]
+    reps = [[100 * j for j in jit], [100 * math.exp(0.1) * j for j in jit]]
+    base = [_e("step_time_s", r) for r in reps]
+    for k, verdict in ((1.30, "unchanged"), (1.40, "regression")):
+        cur = [_e("step_time_s", [x * k for x in r]) for r in reps]
+        r = decide_metric("step_time_s", base, cur, 0.05, 0.05)
+        assert r["p_value"] < 0.001 and r["verdict"] == verdict, r
+        assert r["threshold_used"] == pytest.approx(0.3556, abs=2e-4)
+    # one current run: no margin from the repeats (df would be 1), the range floor alone
+    r = decide_metric("step_time_s", base, [_e("step_time_s", [x * 1.30 for x in reps[0]])], 0.05, 0.05)
+    assert r["threshold_used"] == pytest.approx(math.exp(0.1) - 1)
