@@ -128,6 +128,13 @@ _ALL = [
     Metric("profiler_overhead", "profiler overhead", "ratio", "lower",
            "median step time of profiled steps / median step time of unprofiled steps of the same run - 1",
            "pct", "one value per run", kind="share"),
+    Metric("capture_cost", "capture cost", "share", "lower",
+           "share of the run's training time after warm-up that the profiler's capture added: profiled steps' "
+           "extra time over the unprofiled median plus the profiler's own calls between steps (analyzers/"
+           "capture_cost.py)", "pct", "one value per run", kind="share"),
+    Metric("capture_calls_s", "capture calls s", "s", "lower",
+           "total time of the profiler's calls between steps (window start, stop and raw-file write), slowest "
+           "rank per step", "ms", "sum over steps"),
     Metric("profiled_step_time_s", "profiled step ms", "s", "lower",
            "median over profiled steps of the per-step step_time_s", "ms", "median over profiled steps"),
     Metric("reconciliation_max_rel_diff", "cross-check diff", "share", "lower",

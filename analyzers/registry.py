@@ -133,6 +133,8 @@ REGISTRY: list[AnalysisSpec] = [
                           "dropped_tokens_per_step", "ranks", "steps")),
     AnalysisSpec("checkpoint_cost", _lazy("analyzers.checkpoint_cost", "analysis"), needs=("workload_steps",),
                  metrics=("checkpoint_cost", "checkpoint_save_s")),
+    AnalysisSpec("capture_cost", _lazy("analyzers.capture_cost", "analysis"), needs=("workload_steps",),
+                 metrics=("capture_cost", "capture_calls_s")),
     AnalysisSpec("timeline", _lazy("analyzers.timeline", "analysis"), needs=("ops", "steps"), tables=("timeline",)),
     AnalysisSpec("cluster_check", _lazy("analyzers.cluster_check", "analysis"), needs=("table:step_breakdown|comm_ops",),
                  tables=("cluster_check",)),

@@ -19,7 +19,7 @@ from dashboards.components import cell_text
 
 #: metrics the grid offers besides the catalogue's key metrics (when some run has them)
 EXTRA_METRICS = ("collectives_per_step", "comm_bytes_per_step", "bubble_fraction", "expert_load_cv",
-                 "profiler_overhead")
+                 "profiler_overhead", "capture_cost")
 ID_COLUMNS = ["run_id", "sweep_id", "status", "source"]
 #: fmt -> factor from the stored value to the shown number
 DISPLAY_SCALE = {"ms": 1000.0, "pct": 100.0}

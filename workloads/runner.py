@@ -409,8 +409,11 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
             end, cpu_s = time.time(), time.process_time() - cpu0
             in_window = profiling and warmup <= step < warmup + prof_steps
-            if cap is not None:
+            capture_s = None
+            if cap is not None:  # outside the step's time: the window's stop and raw-file write happen here
+                t0 = time.perf_counter()
                 cap.prof.step()
+                capture_s = time.perf_counter() - t0
             res = dict(res)
             loss = float(res.pop("loss"))
             samples = int(res.pop("samples"))
@@ -420,6 +423,8 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             rec.update(res)
             if saved_s is not None:
                 rec["checkpoint_s"] = saved_s
+            if capture_s is not None:
+                rec["capture_s"] = capture_s  # the profiler's own call after this step
             ctx._write_step(rec)
             if summary is not None:
                 summary.record(step, loss, end - start, samples / max(end - start, 1e-9))
