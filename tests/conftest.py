@@ -59,86 +59,32 @@ def fixture_copy(tmp_path):
 MSPROF = Path(sys.executable).with_name("msprof-analyze")
 
 
-#: msprof-analyze runs that test modules declared (msprof_prefetch), with the modules that declared them
-_MSPROF_WANTED: dict[tuple, set[str]] = {}
-#: env var marking a process the session runs in the background for later tests (not the current test's)
-BACKGROUND_VAR = "PERFBENCH_TEST_BACKGROUND"
-
-
-def msprof_prefetch(*parts: str, mode: str = "all", export: str = "db") -> None:
-    """Declare, at a test module's import, a `msprof_cluster(*parts, mode=, export=)` run its tests will ask for.
-    From the first request on, the session runs the declared runs of the selected modules one after another in a
-    background thread (msprof-analyze is the fast lane's largest CPU cost: it then uses the second core while the
-    tests use the first). An undeclared run still works: it runs when asked for."""
-    _MSPROF_WANTED.setdefault((tuple(parts), mode, export), set()).add(sys._getframe(1).f_globals.get("__name__", ""))
-
-
 @pytest.fixture(scope="session")
-def msprof_cluster(tmp_path_factory, request):
+def msprof_cluster(tmp_path_factory):
     """`msprof_cluster(*fixture_parts, mode="all", export="db")` runs the real `msprof-analyze cluster -d COPY -m
     mode --export_type export` (db is its default) on a temp copy of a fixture and returns (COPY,
-    COPY/cluster_analysis_output). Each (fixture, mode, export) runs once per session: several test files compare
-    with the same output (it is msprof-analyze's slowest part of the fast lane); declared runs (msprof_prefetch)
-    are run ahead in the background. Treat both folders as read-only."""
+    COPY/cluster_analysis_output). Each (fixture, mode, export) runs once per session: several test files compare with the same output (it is
+    msprof-analyze's slowest part of the fast lane). Treat both folders as read-only."""
     import shutil
 
-    results: dict[tuple, tuple] = {}
-    events: dict[tuple, threading.Event] = {}
-    lock, stop = threading.Lock(), threading.Event()
+    done: dict[tuple, tuple[Path, Path]] = {}
 
-    def claim(key) -> bool:
-        with lock:
-            if key in events:
-                return False
-            events[key] = threading.Event()
-            return True
-
-    def execute(key, background: bool) -> None:
-        parts, mode, export = key
-        try:
+    def run(*parts: str, mode: str = "all", export: str = "db") -> tuple[Path, Path]:
+        key = (parts, mode, export)
+        if key not in done:
             if not MSPROF.exists():
-                raise RuntimeError(f"{MSPROF} not installed (pip install msprof-analyze into the venv)")
+                pytest.fail(f"{MSPROF} not installed (pip install msprof-analyze into the venv)")
             data = tmp_path_factory.mktemp(f"msprof-{mode}") / parts[-1]
             shutil.copytree(fixture_path(*parts), data)  # WAL-mode dbs: never open the originals
             cmd = [str(MSPROF), "cluster", "-d", str(data), "-m", mode, "--export_type", export]
-            env = {**os.environ, **({BACKGROUND_VAR: "msprof"} if background else {})}
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
             out = data / "cluster_analysis_output"
-            if proc.returncode != 0 or not out.is_dir():
-                raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}): "
-                                   + proc.stdout[-2000:] + proc.stderr[-2000:])
-            results[key] = ("ok", (data, out))
-        except BaseException as e:  # handed to the test that asks for this run
-            results[key] = ("error", e)
-        finally:
-            events[key].set()
+            assert out.is_dir(), proc.stdout[-2000:]
+            done[key] = (data, out)
+        return done[key]
 
-    selected = getattr(request.config, "_pb_selected_modules", set())
-    queue = [k for k, mods in _MSPROF_WANTED.items() if mods & selected]
-
-    def ahead():
-        for key in queue:
-            if stop.is_set():
-                return
-            if claim(key):
-                execute(key, background=True)
-
-    worker = threading.Thread(target=ahead, daemon=True, name="msprof-prefetch")
-    worker.start()
-
-    def run(*parts: str, mode: str = "all", export: str = "db") -> tuple[Path, Path]:
-        key = (tuple(parts), mode, export)
-        if claim(key):
-            execute(key, background=False)
-        events[key].wait()
-        status, value = results[key]
-        if status == "error":
-            pytest.fail(f"msprof-analyze: {value}", pytrace=False)
-        return value
-
-    yield run
-    stop.set()
-    worker.join()  # the run in progress finishes: no msprof-analyze outlives the session
+    return run
 
 
 # ---- one real tiny sweep per test session, shared by the end-to-end, compare/check and UI tests ----
@@ -305,8 +251,6 @@ def kill_processes(procs, grace_s: float = 3.0) -> None:
 
 
 def _background(p: psutil.Process) -> bool:
-    if _env(p, BACKGROUND_VAR):
-        return True
     tag = _env(p, TAG_VAR)
     return bool(tag) and any(tag.startswith(f"{rid}-") for rid in _BACKGROUND)
 
@@ -392,9 +336,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_collection_modifyitems(config, items):
-    """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so.
-    Also remembers which test modules were selected (msprof_cluster prefetches only their runs)."""
-    config._pb_selected_modules = {getattr(getattr(it, "module", None), "__name__", "") for it in items}
+    """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so."""
     bad = [it.nodeid for it in items
            if "sweep_store" in getattr(it, "fixturenames", ()) and not any(it.iter_markers("msrun"))]
     if bad:

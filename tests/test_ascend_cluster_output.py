@@ -9,7 +9,7 @@ import pytest
 
 import analyzers
 from perfbench.errors import ProfileFormatError
-from tests.conftest import fixture_path, msprof_prefetch
+from tests.conftest import fixture_path
 
 E = ("Ascend__msprof-analyze", "test", "resource", "advisor", "cluster_analysis_output")
 
@@ -55,9 +55,6 @@ def test_truncated_cluster_json(tmp_path):
 # ---- msprof-analyze's current outputs, generated at test time with the installed msprof-analyze ----------
 
 C1 = ("Ascend__msinsight", "test", "data", "pytorch", "db", "level1")
-for _mode, _export in [("all", "db"), ("communication_time_sum", "text"), ("communication_matrix_sum", "text"),
-                       ("cluster_time_summary", "text")]:
-    msprof_prefetch(*C1, mode=_mode, export=_export)
 
 
 def _sql(db, sql):

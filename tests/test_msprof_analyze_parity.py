@@ -28,14 +28,12 @@ import pandas as pd
 import pytest
 
 import analyzers
-from tests.conftest import fixture_path, msprof_prefetch
+from tests.conftest import fixture_path
 from tests.test_golden_ascend import COMM, DB_PARTS, PARTS
 
 ROOT = ("Ascend__msinsight", "test", "data", "pytorch")
 SETS = [("text", "level0"), ("text", "level1"), ("text", "level2"), ("db", "level0"), ("db", "level1"),
         ("db", "level2")]
-for _export, _level in SETS:
-    msprof_prefetch(*ROOT, _export, _level, mode="all")
 # the profiler's column names -> ours: the same files msprof-analyze copies (tests/test_golden_ascend.py)
 METRICS, DB_METRICS, TIME = PARTS, DB_PARTS, COMM
 DB_TIME = {"elapsed_time": "elapse_ms", "transit_time": "transit_ms", "wait_time": "wait_ms",

@@ -19,11 +19,9 @@ from analyzers.parallel_groups import (double_hash, global_links, groups_from_co
                                        groups_from_metadata, groups_from_strategy, link_totals, rank_stages,
                                        stage_of_rank)
 from analyzers.schema import Profile
-from tests.conftest import fixture_path, msprof_prefetch
+from tests.conftest import fixture_path
 
 B = ("Ascend__msinsight", "test", "data", "pytorch", "text")
-for _level in ("level1", "level2"):
-    msprof_prefetch(*B, _level, mode="communication_matrix")
 G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
 H_STRATEGY = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "parallel_strategy")
 
