@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 FUNCTIONS = [
     "analyzers.step_metrics.x__workload_part__mutmut_*",        # run record: throughput, step time
     "analyzers.step_metrics.x_samples__mutmut_*",
+    "analyzers.capture_cost.x_analysis__mutmut_*",                # what the profile cost the run
     "perfbench.results.x_baselines__mutmut_*",                   # scaling efficiency
     "perfbench.results.x_summarize__mutmut_*",
     "perfbench.results.x_breakdown_fractions__mutmut_*",
