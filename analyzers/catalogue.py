@@ -132,7 +132,7 @@ _ALL = [
            "share of the run's training time after warm-up that the profiler's capture added: profiled steps' "
            "extra time over the unprofiled median plus the profiler's own calls between steps (analyzers/"
            "capture_cost.py)", "pct", "one value per run", kind="share"),
-    Metric("capture_calls_s", "capture calls s", "s", "lower",
+    Metric("capture_calls_s", "capture calls", "s", "lower",
            "total time of the profiler's calls between steps (window start, stop and raw-file write), slowest "
            "rank per step", "ms", "sum over steps"),
     Metric("profiled_step_time_s", "profiled step ms", "s", "lower",
