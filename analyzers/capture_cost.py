@@ -17,24 +17,25 @@ unprofiled ones, or without `capture_s` in the records (runs from before it was 
 from __future__ import annotations
 
 from analyzers.registry import Output
+from analyzers.step_metrics import step_series
 
 
 def analysis(ctx) -> Output:
     ws = ctx.workload_steps
-    if ws is None or ws.empty or "capture_s" not in ws.columns or "profiled" not in ws.columns:
+    if ws is None or ws.empty or "capture_s" not in ws.columns:
         return Output()
-    nranks = ws["rank"].nunique()
-    steady = ws[ws["step"] >= ctx.warmup_steps()]
-    per = steady.groupby("step").agg(t=("step_time_s", "max"), cap=("capture_s", "max"),
-                                     prof=("profiled", "any"), ranks=("rank", "nunique"))
-    per = per[per["ranks"] == nranks]
-    on, off = per[per["prof"].astype(bool)], per[~per["prof"].astype(bool)]
-    if on.empty or off.empty or off["t"].median() <= 0:
+    warm = ctx.warmup_steps()
+    per = step_series(ws, None, None, warm)  # per step, the slowest rank; the steps every rank finished
+    if "capture_s" not in per.columns:
+        return Output()
+    prof = per["profiled"].astype(bool)
+    on, off = per.loc[prof, "step_time_s"].dropna(), per.loc[~prof, "step_time_s"].dropna()
+    if on.empty or off.empty or off.median() <= 0:
         return Output()
     # the call after the last warm-up step starts the window: it belongs to the capture too
-    before = ws[ws["step"] == ctx.warmup_steps() - 1].groupby("step")["capture_s"].max()
-    cap = float(per["cap"].fillna(0.0).sum() + before.fillna(0.0).sum())
-    m_on, m_off = float(on["t"].median()), float(off["t"].median())
+    before = ws.loc[ws["step"] == warm - 1, "capture_s"].max()
+    cap = float(per["capture_s"].fillna(0.0).sum() + (0.0 if before != before else before))
+    m_on, m_off = float(on.median()), float(off.median())
     added = len(on) * (m_on - m_off) + cap
     total = len(on) * m_on + len(off) * m_off + cap
     return Output(metrics={"capture_cost": added / total, "capture_calls_s": cap})

@@ -53,6 +53,8 @@ def _workload_part(ws: pd.DataFrame, warmup: int) -> pd.DataFrame | None:
     out["samples"] = g["samples"].sum().astype(float) if "samples" in s.columns else np.nan
     if "cpu_s" in s.columns and s["cpu_s"].notna().any():  # the rank process's CPU time in the step
         out["cpu_s"] = g["cpu_s"].max(min_count=1).astype(float)
+    if "capture_s" in s.columns:  # the profiler's call after the step (analyzers.capture_cost)
+        out["capture_s"] = g["capture_s"].max(min_count=1).astype(float)
     out["throughput"] = (out["samples"] / out["step_time_s"].where(out["step_time_s"] > 0)).where(out["samples"] > 0)
     out["profiled"] = g["profiled"].any().astype(bool) if "profiled" in s.columns else False
     for col, name in (("comm_bytes", "wl_comm_bytes"), ("collectives", "wl_collectives")):

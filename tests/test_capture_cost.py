@@ -51,3 +51,11 @@ def test_capture_cost_is_unknown_without_both_kinds_of_step_or_without_call_time
 def test_a_step_only_some_ranks_finished_does_not_count():
     rows = ROWS + [(0, 8, 5.0, False, NaN)]  # rank 1 never finished step 8
     assert capture_cost.analysis(ctx(rows)).metrics["capture_cost"] == pytest.approx(0.282 / 0.882)
+
+
+def test_a_warm_up_step_without_a_recorded_call_adds_nothing():
+    rows = [r if r[1] != 1 else r[:4] + (NaN,) for r in ROWS]  # no capture_s after the last warm-up step
+    m = capture_cost.analysis(ctx(rows)).metrics
+    # calls: 0.002 + 0.200 = 0.202; added = 2 * 0.025 + 0.202 = 0.252; total = 0.25 + 0.40 + 0.202 = 0.852
+    assert m["capture_calls_s"] == pytest.approx(0.202)
+    assert m["capture_cost"] == pytest.approx(0.252 / 0.852)
