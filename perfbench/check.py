@@ -113,9 +113,9 @@ def between_run_margin(base_medians: list[float], cur_medians: list[float], alph
     from scipy import stats
 
     b, c = ([math.log(v) for v in m if v > 0] if log else list(m) for m in (base_medians, cur_medians))
-    df = len(b) + len(c) - 2
     if len(b) < 2 or len(c) < 2:
         return 0.0
+    df = len(b) + len(c) - 2
     ss = sum((x - float(np.mean(m))) ** 2 for m in (b, c) for x in m)
     return float(stats.t.ppf(1 - alpha / 2, df)) * math.sqrt(ss / df) * math.sqrt(1 / len(b) + 1 / len(c))
 
