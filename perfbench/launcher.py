@@ -287,6 +287,11 @@ def launch(
     # compilation can take longer than that while its peer already waits in the first all-reduce.
     # perfbench's own stall timeout decides when a run is hung, so let MindSpore wait longer than it.
     env.setdefault("MS_CPU_COMM_OP_TIMEOUT", str(int(launch_cfg.get("stall_timeout_s", 180)) + 60))
+    # A worker learns that the cluster is complete from its next heartbeat to the scheduler, sent every 3-5 s
+    # by default (MS_RETRY_INTERVAL_LOWER/UPPER): every launch waited that long after its last rank registered.
+    # One heartbeat a second costs the scheduler nothing at these sizes (measured: docs/benchmarks.md).
+    env.setdefault("MS_RETRY_INTERVAL_LOWER", "1")
+    env.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
     env["PYTHONUNBUFFERED"] = "1"
     # the ranks' file barrier (workloads/runner.py) needs one name on every node of this attempt
     env["PERFBENCH_SYNC_TAG"] = tag if nodes == 1 else \

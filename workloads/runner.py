@@ -340,8 +340,12 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
 
         if os.environ.get("MS_ROLE") == "MS_SCHED":
             _write_json(pathlib.Path(cfg["output_dir"]) / "metrics" / "scheduler.startup.json", startup)
-        init()
+        from workloads.pinning import widened_for_join
+
+        with widened_for_join() as widened:  # a rank msrun pinned to one core joins on all (workloads/pinning.py)
+            init()
         startup["init"] = time.time()
+        startup["join_widened"] = widened
         rank = get_rank()
         if get_group_size() != world_size:
             raise ConfigError(f"world_size is {world_size} but msrun started {get_group_size()} ranks")
