@@ -54,34 +54,32 @@ def fixture_copy(tmp_path):
     return _copy
 
 
-# ---- msprof-analyze itself, run once per data set and mode per session --------------------------------------
-
-MSPROF = Path(sys.executable).with_name("msprof-analyze")
-
+# ---- msprof-analyze itself, run once per data set and mode per session (and kept: tests/msprof_cache.py) -------
 
 @pytest.fixture(scope="session")
 def msprof_cluster(tmp_path_factory):
     """`msprof_cluster(*fixture_parts, mode="all", export="db")` runs the real `msprof-analyze cluster -d COPY -m
     mode --export_type export` (db is its default) on a temp copy of a fixture and returns (COPY,
-    COPY/cluster_analysis_output). Each (fixture, mode, export) runs once per session: several test files compare with the same output (it is
-    msprof-analyze's slowest part of the fast lane). Treat both folders as read-only."""
-    import shutil
+    COPY/cluster_analysis_output). Each (fixture, mode, export) runs once per session, and its output is kept
+    between sessions keyed by the tool's version and the fixture's bytes (tests/msprof_cache.py;
+    PERFBENCH_MSPROF_FRESH=1 runs it again). Treat both folders as read-only."""
+    from tests.msprof_cache import run_msprof
 
     done: dict[tuple, tuple[Path, Path]] = {}
 
     def run(*parts: str, mode: str = "all", export: str = "db") -> tuple[Path, Path]:
         key = (parts, mode, export)
         if key not in done:
-            if not MSPROF.exists():
-                pytest.fail(f"{MSPROF} not installed (pip install msprof-analyze into the venv)")
-            data = tmp_path_factory.mktemp(f"msprof-{mode}") / parts[-1]
-            shutil.copytree(fixture_path(*parts), data)  # WAL-mode dbs: never open the originals
-            cmd = [str(MSPROF), "cluster", "-d", str(data), "-m", mode, "--export_type", export]
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
-            assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-            out = data / "cluster_analysis_output"
-            assert out.is_dir(), proc.stdout[-2000:]
-            done[key] = (data, out)
+            work = tmp_path_factory.mktemp(f"msprof-{mode}") / "run"
+            try:
+                r = run_msprof(fixture_path(*parts), ["cluster", "-d", "{data}", "-m", mode, "--export_type", export],
+                               work)
+            except FileNotFoundError as exc:
+                pytest.fail(str(exc))
+            assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+            out = r.data / "cluster_analysis_output"
+            assert out.is_dir(), r.stdout[-2000:]
+            done[key] = (r.data, out)
         return done[key]
 
     return run

@@ -12,7 +12,7 @@ import shutil
 import statistics
 from pathlib import Path
 
-from tests.conftest import run_perfbench
+from tests.conftest import perfbench_in_process
 
 #: breakdown parts: |perfbench - profiler| <= REL * step time; step times and per-op numbers: <= REL * value
 REL = 0.01
@@ -21,7 +21,9 @@ BREAKDOWN = ("computing_us", "communication_us", "communication_not_overlapped_u
 
 
 def analyze_json(path) -> dict:
-    return json.loads(run_perfbench("analyze", path, "--json", "--no-store").stdout)
+    """`perfbench analyze PATH --json --no-store`, the real command line run in this process (the process-level
+    behaviour, exit status and no traceback, is tested with `run_perfbench` in test_analyze_cli.py)."""
+    return json.loads(perfbench_in_process("analyze", path, "--json", "--no-store").stdout)
 
 
 def rows(path) -> list[dict]:

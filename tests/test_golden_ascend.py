@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import fixture_path, run_perfbench
+from tests.conftest import fixture_path, perfbench_in_process, run_perfbench
 from tests.golden import REL, analyze_json, check_step, close, reported_steps
 
 B = ("Ascend__msinsight", "test", "data", "pytorch", "text")
@@ -358,7 +358,7 @@ def test_b1_file_removed_from_one_rank(tmp_path, intact_b1, removed):
     ref, intact = intact_b1
     d = _copy(tmp_path, B + ("level1",))
     _remove(d, "rank1_ascend_pt", *removed)
-    p = run_perfbench("analyze", d, "--json", "--no-store")
+    p = perfbench_in_process("analyze", d, "--json", "--no-store")
     doc = json.loads(p.stdout)
     assert doc["source"]["ranks"] == len(doc["ranks"]) == 2
     _same_rank(doc, ref, 0)
@@ -453,7 +453,7 @@ def test_reference_is_labelled_with_what_it_is(tmp_path, parts, label):
     from (G's comes from MindSpore's cluster analysis files, not from a step_trace_time.csv)."""
     d = _copy(tmp_path, parts)
     assert analyze_json(d)["source"]["reference"] == [label]
-    out = " ".join(run_perfbench("analyze", d, "--no-store").stdout.split())  # rich wraps long lines
+    out = " ".join(perfbench_in_process("analyze", d, "--no-store").stdout.split())  # rich wraps long lines
     assert f"from {label}" in out
     if label != "step_trace_time.csv":
         assert "step_trace_time " not in out and "step_trace_time)" not in out

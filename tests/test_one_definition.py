@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from tests.conftest import ROOT, fixture_path, run_perfbench
+from tests.conftest import ROOT, fixture_path, perfbench_in_process
 
 TEXT = ("Ascend__msinsight", "test", "data", "pytorch", "text")
 
@@ -20,7 +20,7 @@ TEXT = ("Ascend__msinsight", "test", "data", "pytorch", "text")
 def store(tmp_path_factory):
     results = tmp_path_factory.mktemp("one_definition") / "results"
     for rid, level in (("b1", "level1"), ("b2", "level2")):
-        run_perfbench("analyze", fixture_path(*TEXT, level), "--results", results, "--run-id", rid)
+        perfbench_in_process("analyze", fixture_path(*TEXT, level), "--results", results, "--run-id", rid)
     return results
 
 
@@ -37,9 +37,9 @@ def test_every_surface_shows_the_stored_value(store):
     rec = json.loads((store / "runs" / "b1" / "run.json").read_text())
     stored = rec["metrics"]
     assert stored["step_time_s"] is not None and stored["computing_s"] is not None and stored["comm_share"] is not None
-    ls = {r["run_id"]: r for r in json.loads(run_perfbench("ls", "--results", store, "--json").stdout)}["b1"]
-    show = json.loads(run_perfbench("show", "b1", "--results", store, "--json").stdout)
-    cmp = json.loads(run_perfbench("compare", "b1", "b2", "--results", store, "--json").stdout)
+    ls = {r["run_id"]: r for r in json.loads(perfbench_in_process("ls", "--results", store, "--json").stdout)}["b1"]
+    show = json.loads(perfbench_in_process("show", "b1", "--results", store, "--json").stdout)
+    cmp = json.loads(perfbench_in_process("compare", "b1", "b2", "--results", store, "--json").stdout)
     summary_a = {m["metric"]: m["a"] for m in cmp["summary_metrics"]}
     frame = DashData(store).runs_frame().set_index("run_id")
     for name in METRICS:
@@ -89,13 +89,13 @@ def test_step_time_is_the_profilers_own_step(store):
 
 
 def test_docs_concepts_carries_the_catalogue():
-    table = run_perfbench("metrics", "--markdown").stdout.strip()
+    table = perfbench_in_process("metrics", "--markdown").stdout.strip()
     doc = (ROOT / "docs" / "concepts.md").read_text()
     assert table in doc, "docs/concepts.md is out of date: paste `perfbench metrics --markdown` into it"
 
 
 def test_metrics_json_contract():
-    doc = json.loads(run_perfbench("metrics", "--json").stdout)
+    doc = json.loads(perfbench_in_process("metrics", "--json").stdout)
     names = [m["name"] for m in doc]
     assert len(names) == len(set(names)) and "throughput" in names and "scaling_efficiency" in names
     for m in doc:

@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -19,8 +16,8 @@ import pytest
 import analyzers
 from analyzers.imbalance import RATIO_THRESHOLD, rank_imbalance
 from tests.conftest import fixture_path
+from tests.msprof_cache import run_msprof
 
-MSPROF = Path(sys.executable).with_name("msprof-analyze")
 B = ("Ascend__msinsight", "test", "data", "pytorch", "text")
 E = ("Ascend__msprof-analyze", "test", "resource", "advisor", "cluster_analysis_output")
 COLS = {"computing": "Computing", "communication": "Communication(Not Overlapped)", "free": "Free"}
@@ -44,12 +41,11 @@ def _advice(path):
 
 
 def test_b_level0_matches_msprof_analyze_advisor(tmp_path):
-    if not MSPROF.exists():
-        pytest.fail(f"{MSPROF} not installed")
-    data = tmp_path / "level0"
-    shutil.copytree(fixture_path(*B, "level0"), data)
-    proc = subprocess.run([str(MSPROF), "advisor", "all", "-d", str(data), "-l", "en", "-o", str(tmp_path / "out")],
-                          capture_output=True, text=True, timeout=600)
+    try:  # the real advisor on a temp copy (its output kept between sessions: tests/msprof_cache.py)
+        proc = run_msprof(fixture_path(*B, "level0"), ["advisor", "all", "-d", "{data}", "-l", "en", "-o", "{work}/out"],
+                          tmp_path / "advisor", timeout=600)
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))
     text = " ".join(re.sub(r"[|+\-]{2,}|\|", " ", proc.stdout).split())
     theirs = {m.group(1).lower(): float(m.group(2)) for m in re.finditer(
         r"max difference of (Computing|Communication|Free) time has reached ([\d.]+)ms", text)}

@@ -19,7 +19,7 @@ import analyzers
 from analyzers.advice import advise
 from analyzers.comm_exposure import comm_exposure
 from analyzers.stages import stage_compute_imbalance, stage_table
-from tests.conftest import fixture_path, run_perfbench
+from tests.conftest import fixture_path, perfbench_in_process
 
 G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
 
@@ -78,7 +78,7 @@ def test_g_json_has_rank_stages_and_advice_fields(tmp_path):
 
     data = tmp_path / "g"
     shutil.copytree(fixture_path(*G), data)
-    doc = json.loads(run_perfbench("analyze", data, "--json", "--no-store").stdout)
+    doc = json.loads(perfbench_in_process("analyze", data, "--json", "--no-store").stdout)
     assert {r["rank"]: r["stage"] for r in doc["ranks"]} == {r: s for r, (s, _) in _g_expected().items()}
     assert [s["stage"] for s in doc["stages"]] == [0, 1]
     for a in doc["advice"]:
@@ -93,7 +93,7 @@ def test_stage_unknown_is_null_in_json(tmp_path):
 
     data = tmp_path / "b"
     shutil.copytree(fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level0"), data)
-    doc = json.loads(run_perfbench("analyze", data, "--json", "--no-store").stdout)
+    doc = json.loads(perfbench_in_process("analyze", data, "--json", "--no-store").stdout)
     assert [r["stage"] for r in doc["ranks"]] == [None, None]
     assert doc["stages"] == []
 
@@ -157,7 +157,7 @@ def test_g_console_shows_stages(tmp_path):
 
     data = tmp_path / "g"
     shutil.copytree(fixture_path(*G), data)
-    out = run_perfbench("analyze", data, "--no-store", "--results", tmp_path / "res").stdout
+    out = perfbench_in_process("analyze", data, "--no-store", "--results", tmp_path / "res").stdout
     assert "pipeline stages" in out and "stage 1 computes 8.4x more than stage 0" in " ".join(out.split())
     head = next(line for line in out.splitlines() if "rank" in line and "stage" in line and "steps" in line)
     assert head.index("rank") < head.index("stage") < head.index("steps")
