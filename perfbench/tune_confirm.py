@@ -2,11 +2,14 @@
 
 On a shared machine one run's objective can be off by 2x (docs/benchmarks.md), and the trial with the best
 single value is biased upward for that very reason (it was selected for being high). So `confirm` takes the
-`top` best distinct trials that keep every constraint and measures each of them `rounds` more times,
-interleaved (A B C A B C ...: every candidate sees the same stretch of the machine's load), and picks the
-candidate with the best median of these fresh runs. Each run's value is its objective as the catalogue
-defines it (for throughput: the median over the run's measured steps). The trials' own values only chose the
-candidates; they do not vote, so the winner's luck in the search does not carry into the answer.
+`top` best distinct trials that keep every constraint and whose value is within `band` of the best trial's
+(a trial 30% behind is not a contender, and re-measuring it only costs runs), and measures each of them `rounds`
+more times, interleaved (A B C A B C ...: every candidate sees the same stretch of the machine's load). The pick
+is the candidate with the best median of its trial value and these fresh runs: with the default 2 rounds that is
+the middle of 3 runs, so neither one lucky trial nor one slow re-measurement decides (measured in
+docs/benchmarks.md: a single 65.4 among runs of 92-96 samples/s flipped a pick made from the fresh runs alone).
+Each run's value is its objective as the catalogue defines it (for throughput: the median over the run's
+measured steps). With fewer than 2 contenders there is nothing to decide and nothing is re-measured.
 
 With `profile_best`, the last round runs with the profiler (its profiled steps are not measured, the others
 are), so whichever candidate wins has a profiled run that `compare` explains against the default, without a
@@ -25,8 +28,9 @@ from perfbench.store import Store
 from perfbench.sweep import SweepEvents, execute_run
 
 
-def candidates(study, top: int) -> list:
-    """The `top` best finished trials with distinct settings that keep every constraint, best first."""
+def candidates(study, top: int, band: float | None = None) -> list:
+    """The `top` best finished trials with distinct settings that keep every constraint, best first; with
+    `band`, only those within that fraction of the best value (0.25: at most 25% worse)."""
     import optuna
 
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
@@ -39,7 +43,16 @@ def candidates(study, top: int) -> list:
         if key not in seen:
             seen.add(key)
             out.append(t)
+    if band is not None and out:
+        best = float(out[0].value)
+        out = [t for t in out if _within(float(t.value), best, band, maximize)]
     return out[:top]
+
+
+def _within(value: float, best: float, band: float, maximize: bool) -> bool:
+    if maximize:
+        return value >= best - band * abs(best)
+    return value <= best + band * abs(best)
 
 
 def confirm_run_id(study_id: str, trial_number: int, rnd: int, settings: dict) -> str:
@@ -52,8 +65,8 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
     import optuna
 
     conf = spec.confirm
-    cands = candidates(study, conf.top) if conf.top > 0 and conf.rounds > 0 else []
-    if not cands:
+    cands = candidates(study, conf.top, conf.band) if conf.top > 0 and conf.rounds > 0 else []
+    if len(cands) < 2:  # one contender (or none): nothing to decide between
         return None
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
     rows = {t.number: {"number": t.number, "run_id": t.user_attrs["run_id"], "settings": t.user_attrs["settings"],
@@ -71,8 +84,8 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
             v = (record.get("metrics") or {}).get(spec.objective) if record.get("status") == "ok" else None
             if v is not None and not (isinstance(v, float) and math.isnan(v)):
                 row["values"].append(float(v))
-    for row in rows.values():
-        row["median"] = statistics.median(row["values"]) if row["values"] else None
+    for row in rows.values():  # the trial's own value votes with its re-measurements
+        row["median"] = statistics.median([row["trial_value"], *row["values"]]) if row["values"] else None
     measured = [r for r in rows.values() if r["median"] is not None]
     if not measured:
         return {"candidates": list(rows.values()), "pick": None, "profiled_run": None, "rounds": conf.rounds}

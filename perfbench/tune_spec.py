@@ -12,7 +12,8 @@
       startup_trials: 3          # TPE: random trials before the model takes over
       min_steps: 2               # measured steps before the pruner may stop a trial
       profile_best: true         # profile the best (trials run without it)
-      confirm: {top: 2, rounds: 2}   # re-measure the best few interleaved, pick by median (tune_confirm.py)
+      confirm: {top: 2, rounds: 2, band: 0.25}  # re-measure the best few (within 25% of the best) interleaved,
+                                 # pick by median (tune_confirm.py)
       compile_cache: true        # MindSpore's graph compile cache, shared by trials of the same configuration
 
 Every key is optional; without the section every default applies (docs/tune.md).
@@ -42,11 +43,13 @@ class Bound(BaseModel):
 
 
 class Confirm(BaseModel):
-    """The best `top` trials re-measured `rounds` times each, interleaved; the pick is the best median
-    (perfbench/tune_confirm.py). `top: 0` or `rounds: 0` trusts the best single trial."""
+    """The best `top` trials within `band` of the best trial's value re-measured `rounds` times each, interleaved;
+    the pick is the best median of each one's trial value and re-measurements (perfbench/tune_confirm.py).
+    `top: 0` or `rounds: 0` trusts the best single trial; so does a search with one contender."""
     model_config = ConfigDict(extra="forbid")
     top: int = Field(default=2, ge=0, le=20)
     rounds: int = Field(default=2, ge=0, le=20)
+    band: float = Field(default=0.25, ge=0)  # contenders only: within this fraction of the best trial's value
 
 
 class SearchSpec(BaseModel):

@@ -43,7 +43,7 @@ def render(out, ans: dict, results) -> None:
     conf = ans.get("confirmation") or {}
     if conf.get("candidates"):
         out.print(f"confirmed: the best {len(conf['candidates'])} trials re-measured {conf['rounds']} times each, "
-                  "interleaved; the best is the best median of these runs (their trials' own values only chose them):")
+                  "interleaved; the best has the best median of its trial and these runs:")
         for c in conf["candidates"]:
             vals = ", ".join(format_value(obj, v) for v in c["values"]) or "no value"
             mark = " [bold green]← best[/bold green]" if c["number"] == conf.get("pick") else ""

@@ -20,8 +20,9 @@ def register(sub) -> None:
             "real msrun run, stored like a sweep's runs (source: tune, status ok, pruned or failed); the pruner "
             "stops trials that fall behind while they train. The optional `search:` section of the config sets "
             "strategy (tpe|random|grid), pruner (successive_halving|hyperband|none), budget (trials, minutes), "
-            "objective and constraints. At the end the best few trials are re-measured side by side, interleaved "
-            "(search.confirm: top 2, rounds 2), and the best is the best median of those runs, not one lucky run. "
+            "objective and constraints. At the end the best few trials (within 25% of the best) are re-measured "
+            "side by side, interleaved (search.confirm: top 2, rounds 2, band 0.25), and the best is the best median "
+            "of each one's trial and re-measurements, not one lucky run. "
             "The study is kept in the results folder: --resume continues a killed search. "
             "See docs/tune.md."
         ),
