@@ -311,10 +311,11 @@ def _search(study, objective, launched, trials_budget, deadline, size, rec, star
                    profile_last=spec.profile_best and cfg.profile["enabled"] and not profile_trials,
                    env_for=lambda plan: compile_cache_env(store, plan) if spec.compile_cache else None)
     rec["confirm"] = conf
-    if conf is not None and conf["pick"] is not None:
-        finalist = conf["profiled_run"]
-    else:
-        finalist = _finalist(study, cfg, store, study_id, spec, profile_trials, events, rec)
+    picked = conf is not None and conf["pick"] is not None
+    finalist = conf["profiled_run"] if picked else None
+    if finalist is None:  # no confirmation, or the last round overturned the leader it profiled
+        best = next(t for t in study.trials if t.number == conf["pick"]) if picked else best_trial(study)
+        finalist = _finalist(best, cfg, store, study_id, spec, profile_trials, events)
     rec["finalist"] = finalist
     confirm_runs = [r for c in (conf or {}).get("candidates", []) for r in c["runs"]]
     rec["runs"] = _run_ids(study) + confirm_runs + ([finalist] if finalist and finalist not in confirm_runs else [])
@@ -379,10 +380,9 @@ def _run_trial(trial, point: dict, cfg: SweepConfig, store: Store, study_id: str
     return float(value)
 
 
-def _finalist(study, cfg, store, study_id, spec, profile_trials, events, rec) -> str | None:
+def _finalist(best, cfg, store, study_id, spec, profile_trials, events) -> str | None:
     """Re-run the best trial with the profiler (trials ran without it), so that the analyzers can explain
     why it beats the default. Skipped when trials were profiled or the config disables profiling."""
-    best = best_trial(study)
     if best is None or profile_trials or not spec.profile_best or not cfg.profile["enabled"]:
         return None
     point = best.user_attrs["settings"]

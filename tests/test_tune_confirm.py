@@ -119,3 +119,25 @@ def test_confirmation_can_be_turned_off(tmp_path, conf):
     cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [8, 16]}})
     spec = SearchSpec.model_validate({"confirm": conf})
     assert confirm(study, cfg, Store(tmp_path), STUDY, spec, profile_last=False, env_for=lambda plan: None) is None
+
+
+def test_the_last_round_profiles_the_leader_and_an_overturned_leader_leaves_the_pick_unprofiled(tmp_path):
+    # going into round 2 (the last): a = median(100, 80) = 90 leads b = median(95, 84) = 89.5, so only a's
+    # round-2 run is profiled; round 2 gives a 60 and b 99: a = median(100, 80, 60) = 80, b = 95 -> b is the pick,
+    # it has no profiled run, and the search re-runs it with the profiler (perfbench/tune.py)
+    a, b = {"batch_size": 32}, {"batch_size": 16}
+    study = study_of([(a, 100.0, []), (b, 95.0, [])])
+    store = Store(tmp_path)
+    for rnd, (va, vb) in enumerate([(80.0, 84.0), (60.0, 99.0)], 1):
+        stored(store, 0, rnd, a, va)
+        stored(store, 1, rnd, b, vb)
+    cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [16, 32]}})
+    res = confirm(study, cfg, store, STUDY, SearchSpec(), profile_last=True, env_for=lambda plan: None)
+    assert res["pick"] == 1 and res["profiled_run"] is None
+    # the same runs with the leader winning: its last run is the profiled one
+    store2 = Store(tmp_path / "2")
+    for rnd, (va, vb) in enumerate([(80.0, 84.0), (92.0, 85.0)], 1):
+        stored(store2, 0, rnd, a, va)
+        stored(store2, 1, rnd, b, vb)
+    res = confirm(study, cfg, store2, STUDY, SearchSpec(), profile_last=True, env_for=lambda plan: None)
+    assert res["pick"] == 0 and res["profiled_run"] == confirm_run_id(STUDY, 0, 2, a)

@@ -152,13 +152,14 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
 
 def test_the_best_is_confirmed_by_fresh_runs_and_its_last_round_is_profiled(tmp_path):
     # 2 points; a 400 ms sleep in every step makes delay 400 far slower than delay 0 (a ~0.05 s step), whatever
-    # the load. Both are re-measured once more (top 2, rounds 1), the last round with the profiler at level
-    # light; the best's value is its re-measurement, and that run is the profiled one that explains it.
+    # the load. Both are re-measured once more (top 2, rounds 1, a band wide enough for both), the last round with
+    # the profiler at level light for the leader only; the best's value is its re-measurement, and that run is the
+    # profiled one that explains it.
     cfg = write(tmp_path, "confirm", sweep={"delay_ms": [0, 400]},
                 train={"batch_size": 4, "steps": 6, "warmup_steps": 1, "seed": 0},
                 profile={"enabled": True, "steps": 2, "level": "light"},
                 search={"strategy": "grid", "pruner": "none", "budget": {"trials": 2},
-                        "confirm": {"top": 2, "rounds": 1}})
+                        "confirm": {"top": 2, "rounds": 1, "band": 1.0}})
     res = tune(cfg, tmp_path / "r")
     assert res.returncode == 0, res.stderr[-3000:]
     ans = json.loads(res.stdout)
@@ -175,10 +176,14 @@ def test_the_best_is_confirmed_by_fresh_runs_and_its_last_round_is_profiled(tmp_
     assert starts == sorted(starts)  # measured one after the other, best candidate first
     fast = conf["candidates"][0]
     assert conf["pick"] == fast["number"] and ans["best"]["settings"]["delay_ms"] == 0
-    assert ans["best"]["value"] == pytest.approx(fast["values"][0])  # the fresh run, not the trial's own value
+    # the median of the trial's own value and its fresh run (with one round: their mean), not the trial alone
+    trial = next(t for t in ans["trials"] if t["number"] == fast["number"])
+    assert ans["best"]["value"] == pytest.approx((trial["value"] + fast["values"][0]) / 2)
     assert ans["finalist"] == fast["runs"][0]
     steps = store.read_table(ans["finalist"], "workload_steps")
-    assert int(steps["profiled"].sum()) == 2  # the last round ran with the profiler
+    assert int(steps["profiled"].sum()) == 2  # the last round ran the leader with the profiler
+    slow = store.read_table(conf["candidates"][1]["runs"][0], "workload_steps")
+    assert len(slow) and int(slow["profiled"].sum()) == 0  # and the other candidate without it
     assert ans["finalist"] in store.read_sweep(ans["study"])["runs"]
     assert our_processes(ans["study"]) == []
 
