@@ -15,8 +15,9 @@ With `profile_best`, the last round runs the leader so far (best median of its t
 the profiler (its profiled steps are not measured, the others are) and the other candidates without it: the
 winner almost always has a profiled run that `compare` explains against the default without a launch of its
 own, and no run is profiled only to lose (measured: a profiled run takes ~2.4 s longer). When the last round
-overturns the leader, the caller re-runs the pick with the profiler. Runs are stored like trials (`source: tune`, `tune.confirm_of` = the trial, `tune.round`)
-with deterministic ids, so `--resume` keeps the rounds already measured.
+overturns the leader, the caller re-runs the pick with the profiler. Runs are stored like trials
+(`source: tune`, `tune.confirm_of` = the trial, `tune.round`) with deterministic ids, so `--resume` keeps the
+rounds already measured.
 """
 
 from __future__ import annotations
