@@ -170,6 +170,8 @@ class Inject(Section):
     crash_step: int | None = Field(None, ge=0)
     hang_rank: int | None = Field(None, ge=0, description="this rank sleeps forever at hang_step")
     hang_step: int | None = Field(None, ge=0)
+    crash_at_exit_rank: int | None = Field(None, ge=0, description="this rank kills itself with SIGSEGV after it has "
+                                           "written everything (what a crash in MindSpore's teardown looks like)")
     delay_ms: float = Field(0, ge=0, description="every rank sleeps this long in every step")
     busy_ms: float = Field(0, ge=0, description="every rank burns this much CPU time in every step (a slowdown "
                                                 "that costs CPU like a code regression, unlike delay_ms's sleep)")

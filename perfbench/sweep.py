@@ -199,7 +199,8 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
         raise
     record["launch"] = {"command": result.command, "master_port": result.master_port, "returncode": result.returncode,
                         "bind_core": result.bind_core, "wall_s": round(result.wall_s, 3),
-                        "teardown_skipped": result.teardown_skipped, "startup": result.startup}
+                        "teardown_skipped": result.teardown_skipped, "startup": result.startup,
+                        "teardown_error": result.teardown_error}
     if result.slurm:
         record["slurm"] = result.slurm
     metrics, warnings = ingest_run(store, plan.run_id, rc)

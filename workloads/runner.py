@@ -445,6 +445,10 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     ctx.set_meta(os_threads=_os_threads(), finished=True)
     ctx.write_meta()
     ctx.close()
+    if (cfg.get("inject") or {}).get("crash_at_exit_rank") == rank:  # a crash in the teardown, after every write
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSEGV)
     return 0
 
 
