@@ -90,8 +90,8 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
             v = (record.get("metrics") or {}).get(spec.objective) if record.get("status") == "ok" else None
             if v is not None and not (isinstance(v, float) and math.isnan(v)):
                 row["values"].append(float(v))
-    for row in rows.values():  # the trial's own value votes with its re-measurements
-        row["median"] = statistics.median([row["trial_value"], *row["values"]]) if row["values"] else None
+    for row in rows.values():
+        row["median"] = _vote(row) if row["values"] else None
     measured = [r for r in rows.values() if r["median"] is not None]
     if not measured:
         return {"candidates": list(rows.values()), "pick": None, "profiled_run": None, "rounds": conf.rounds}
@@ -104,13 +104,14 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
             "rounds": conf.rounds}
 
 
-def _leader(rows: dict, maximize: bool) -> int:
-    """The candidate with the best median of its trial value and the re-measurements so far (first on ties:
-    candidates are ordered best trial first)."""
-    def med(r):
-        return statistics.median([r["trial_value"], *r["values"]])
+def _vote(row: dict) -> float:
+    """A candidate's value: the median of its trial's own value and its re-measurements so far."""
+    return statistics.median([row["trial_value"], *row["values"]])
 
-    return (max if maximize else min)(rows.values(), key=med)["number"]
+
+def _leader(rows: dict, maximize: bool) -> int:
+    """The candidate with the best vote so far (first on ties: candidates are ordered best trial first)."""
+    return (max if maximize else min)(rows.values(), key=_vote)["number"]
 
 
 def _measure(cfg, store: Store, study_id: str, run_id: str, trial_number: int, rnd: int, settings: dict,

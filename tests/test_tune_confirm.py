@@ -32,6 +32,13 @@ def stored(store: Store, number: int, rnd: int, settings: dict, throughput: floa
                      "tune": {"study": STUDY, "confirm_of": number, "round": rnd}})
 
 
+def stored_rounds(store: Store, a: dict, b: dict, pairs: list[tuple[float, float]]) -> None:
+    """Re-measurements of trials 0 (settings a) and 1 (settings b), one (value of 0, value of 1) pair per round."""
+    for rnd, (va, vb) in enumerate(pairs, 1):
+        stored(store, 0, rnd, a, va)
+        stored(store, 1, rnd, b, vb)
+
+
 def test_candidates_are_the_best_distinct_feasible_trials():
     a, b, c = {"batch_size": 8}, {"batch_size": 16}, {"batch_size": 32}
     study = study_of([(a, 100.0, []), (b, 120.0, [0.5]), (c, 90.0, []), (a, 95.0, [])])  # b breaks a constraint
@@ -45,9 +52,7 @@ def test_the_pick_is_the_best_median_of_trial_and_fresh_runs_not_the_luckiest_tr
     # trial 0 was lucky (150 once); re-measured side by side it gives 60, 70, 65; trial 1 (125) gives 90, 80, 100
     study = study_of([(a, 150.0, []), (b, 125.0, []), (c, 50.0, [])])
     store = Store(tmp_path)
-    for rnd, (va, vb) in enumerate([(60.0, 90.0), (70.0, 80.0), (65.0, 100.0)], 1):
-        stored(store, 0, rnd, a, va)
-        stored(store, 1, rnd, b, vb)
+    stored_rounds(store, a, b, [(60.0, 90.0), (70.0, 80.0), (65.0, 100.0)])
     cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [8, 16, 32]}})
     spec = SearchSpec.model_validate({"confirm": {"top": 3, "rounds": 3}})
     res = confirm(study, cfg, store, STUDY, spec, profile_last=True, env_for=lambda plan: None)
@@ -66,9 +71,7 @@ def test_one_slow_re_measurement_does_not_flip_the_pick(tmp_path):
     a, b = {"batch_size": 32}, {"batch_size": 16}
     study = study_of([(a, 91.5, []), (b, 83.9, [])])
     store = Store(tmp_path)
-    for rnd, (va, vb) in enumerate([(65.4, 88.0), (96.2, 90.2)], 1):
-        stored(store, 0, rnd, a, va)
-        stored(store, 1, rnd, b, vb)
+    stored_rounds(store, a, b, [(65.4, 88.0), (96.2, 90.2)])
     cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [16, 32]}})
     res = confirm(study, cfg, store, STUDY, SearchSpec(), profile_last=False, env_for=lambda plan: None)
     rows = {r["number"]: r for r in res["candidates"]}
@@ -128,16 +131,12 @@ def test_the_last_round_profiles_the_leader_and_an_overturned_leader_leaves_the_
     a, b = {"batch_size": 32}, {"batch_size": 16}
     study = study_of([(a, 100.0, []), (b, 95.0, [])])
     store = Store(tmp_path)
-    for rnd, (va, vb) in enumerate([(80.0, 84.0), (60.0, 99.0)], 1):
-        stored(store, 0, rnd, a, va)
-        stored(store, 1, rnd, b, vb)
+    stored_rounds(store, a, b, [(80.0, 84.0), (60.0, 99.0)])
     cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [16, 32]}})
     res = confirm(study, cfg, store, STUDY, SearchSpec(), profile_last=True, env_for=lambda plan: None)
     assert res["pick"] == 1 and res["profiled_run"] is None
     # the same runs with the leader winning: its last run is the profiled one
     store2 = Store(tmp_path / "2")
-    for rnd, (va, vb) in enumerate([(80.0, 84.0), (92.0, 85.0)], 1):
-        stored(store2, 0, rnd, a, va)
-        stored(store2, 1, rnd, b, vb)
+    stored_rounds(store2, a, b, [(80.0, 84.0), (92.0, 85.0)])
     res = confirm(study, cfg, store2, STUDY, SearchSpec(), profile_last=True, env_for=lambda plan: None)
     assert res["pick"] == 0 and res["profiled_run"] == confirm_run_id(STUDY, 0, 2, a)
