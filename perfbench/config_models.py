@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 from pydantic_core import PydanticCustomError
 
 from perfbench.errors import ConfigError
+from workloads.parallel.rules import validate_parallel
 
 
 def explain(message: str) -> WrapValidator:
@@ -300,37 +301,7 @@ def run_rules(run: RunConfig) -> RunConfig:
     if profile.enabled and train.warmup_steps + profile.steps > train.steps:
         raise rule(f"profile.steps ({profile.steps}) does not fit after train.warmup_steps ({train.warmup_steps}) "
                    f"within train.steps ({train.steps})")
-    stages, mbs = par.pipeline_stages, par.micro_batches
-    if ws % stages:
-        raise rule(f"pipeline_stages={stages} does not divide world_size={ws} "
-                   "(world_size = stages x data-parallel size)")
-    if stages > 1 and par.pipeline_schedule == "1f1b" and mbs < stages:
-        raise rule(f"micro_batches={mbs} is less than pipeline_stages={stages}, which 1F1B needs "
-                   "(use pipeline_schedule=gpipe or more micro-batches)")
-    if train.batch_size % mbs:
-        raise rule(f"micro_batches={mbs} does not divide train.batch_size={train.batch_size}")
-    if run.workload == "resnet50":
-        n_blocks = sum(m["layers"]) + 2  # stem and head are stages' units too
-        if stages > n_blocks:
-            raise rule(f"pipeline_stages={stages} is more than the model's {n_blocks} layers (model.layers={m['layers']})")
-    else:
-        if stages > m["num_layers"]:
-            raise rule(f"pipeline_stages={stages} is more than model.num_layers={m['num_layers']}")
-        if m["top_k"] > m["num_experts"]:
-            raise rule(f"model.top_k={m['top_k']} is more than model.num_experts={m['num_experts']}")
-        if m["hidden_size"] % m["num_heads"]:
-            raise rule(f"model.hidden_size={m['hidden_size']} is not divisible by model.num_heads={m['num_heads']}")
-        dp = ws // stages
-        if dp > 1 and m["num_experts"] % dp:
-            raise rule(f"model.num_experts={m['num_experts']} is not divisible by the data/expert-parallel size "
-                       f"{dp} (world_size={ws}, pipeline_stages={stages})")
-    if par.fusion_impl == "mindspore" and par.grad_compression != "none":
-        raise rule(f"fusion_impl=mindspore fuses MindSpore's own gradient all-reduce and cannot be combined with "
-                   f"grad_compression={par.grad_compression} (use fusion_impl=perfbench)")
-    try:  # workload-specific rules, kept next to the parallel code (no MindSpore import)
-        from workloads.parallel.rules import validate_parallel
-    except ImportError:
-        return run
+    # the parallel rules have one home, shared with the workloads and `predict` (pure Python, no MindSpore)
     problems = validate_parallel(run.workload, m, par.model_dump(), ws, train.model_dump())
     if problems:
         raise rule(problems[0])

@@ -90,7 +90,7 @@ def test_model_and_train_keys_can_be_swept():
         (cfg(launch__timeout_s="soon"), ["launch.timeout_s", "'soon'"]),
         (cfg(launch__bind_core="maybe"), ["launch.bind_core", "'maybe'"]),
         (cfg(name="has space"), ["name", "'has space'"]),
-        (cfg(parallel__fusion_impl="mindspore", parallel__grad_compression="fp16"), ["fusion_impl=mindspore", "grad_compression=fp16"]),
+        (cfg(parallel__fusion_impl="mindspore", parallel__grad_compression="fp16"), ["fusion_impl='mindspore'", "grad_compression='fp16'"]),
     ],
 )
 def test_bad_values_name_key_and_value(raw, words):
@@ -102,7 +102,9 @@ def test_bad_values_name_key_and_value(raw, words):
 def test_moe_rules():
     base = {"workload": "moe", "train": {"steps": 10, "warmup_steps": 2}, "profile": {"steps": 4}}
     assert "top_k=5" in error_of(dict(base, model={"top_k": 5, "num_experts": 4}))
-    assert "num_layers=2" in error_of(dict(base, sweep={"world_size": [4], "pipeline_stages": [4]}, parallel={"micro_batches": 4}))
+    # num_layers=2: embedding + 2 blocks + head = 4 pipeline units, so 4 stages run and 5 do not
+    assert "more than the 4 layers" in error_of(dict(base, sweep={"world_size": [5], "pipeline_stages": [5]},
+                                                   parallel={"micro_batches": 5}))
     assert "hidden_size=30" in error_of(dict(base, model={"hidden_size": 30, "num_heads": 4}))
 
 

@@ -65,7 +65,8 @@ def test_pipeline_stages_must_divide_world_size():
     par = {"pipeline_stages": 2, "micro_batches": 2}
     assert len(ok(conf(parallel=par, sweep={"world_size": [2, 4]})).plan("s")) == 2
     assert error_of(conf(parallel=par, sweep={"world_size": [3]})) == (
-        "pipeline_stages=2 does not divide world_size=3 (world_size = stages x data-parallel size) (run world_size=3)")
+        "parallel.pipeline_stages=2 does not divide world_size=3 (world_size = pipeline_stages x data-parallel size) "
+        "(run world_size=3)")
 
 
 @pytest.mark.parametrize("schedule,mbs,good", [("1f1b", 2, True), ("1f1b", 1, False), ("gpipe", 1, True)])
@@ -75,14 +76,15 @@ def test_1f1b_needs_a_micro_batch_per_stage(schedule, mbs, good):
     if good:
         assert ok(raw).parallel["micro_batches"] == mbs
     else:
-        assert error_of(raw) == ("micro_batches=1 is less than pipeline_stages=2, which 1F1B needs "
-                                 "(use pipeline_schedule=gpipe or more micro-batches) (run world_size=2)")
+        assert error_of(raw) == ("parallel.micro_batches=1 is less than parallel.pipeline_stages=2: 1F1B needs at "
+                                 "least one micro-batch per stage (use micro_batches >= 2 or pipeline_schedule='gpipe') "
+                                 "(run world_size=2)")
 
 
 def test_one_stage_takes_any_micro_batch_count_that_divides_the_batch():
     assert ok(conf(parallel={"micro_batches": 8})).parallel["micro_batches"] == 8  # gradient accumulation
     assert error_of(conf(parallel={"micro_batches": 3})) == (
-        "micro_batches=3 does not divide train.batch_size=8 (run world_size=1)")
+        "train.batch_size=8 is not divisible by parallel.micro_batches=3 (run world_size=1)")
 
 
 def test_world_size_bounds():
@@ -114,25 +116,55 @@ def test_stages_up_to_the_resnet_layers():
     assert ok(conf(model=model, parallel=par, train={"batch_size": 6}, sweep={"world_size": [6]}))
     assert error_of(conf(model=model, parallel={"pipeline_stages": 7, "micro_batches": 7}, train={"batch_size": 7},
                          sweep={"world_size": [7]})) == (
-        "pipeline_stages=7 is more than the model's 6 layers (model.layers=[1, 1, 1, 1]) (run world_size=7)")
+        "parallel.pipeline_stages=7 is more than the 6 layers workload resnet50 can be split into "
+        "(the blocks in model.layers + 2 (stem, head)) (run world_size=7)")
 
 
 def test_fusion_by_mindspore_excludes_compression():
     assert ok(conf(parallel={"fusion_impl": "mindspore"}))
     assert ok(conf(parallel={"grad_compression": "fp16"}))
     assert error_of(conf(parallel={"fusion_impl": "mindspore", "grad_compression": "fp16"})) == (
-        "fusion_impl=mindspore fuses MindSpore's own gradient all-reduce and cannot be combined with "
-        "grad_compression=fp16 (use fusion_impl=perfbench) (run world_size=1)")
+        "parallel.fusion_impl='mindspore' fuses MindSpore's own gradient all-reduce and cannot be combined with "
+        "parallel.grad_compression='fp16' (use fusion_impl='perfbench') (run world_size=1)")
 
 
 # ---- MoE ---------------------------------------------------------------------------------------------------
 
 
 def test_moe_stages_up_to_the_layers():
+    """Issue 22: config validation said 'pipeline_stages=3 is more than model.num_layers=2' while the workload's
+    partitioner splits embedding + num_layers blocks + head (num_layers + 2 units) and runs 3 stages of a 2-block
+    MoE. One rule now, the partitioner's: up to num_layers + 2 stages."""
+    from workloads.parallel.pipeline import partition  # pure Python (MindSpore only inside its functions)
+
     par = {"pipeline_stages": 2, "micro_batches": 2}
     assert ok(conf(MOE, parallel=par, sweep={"world_size": [2]}))
-    assert error_of(conf(MOE, model={"num_layers": 1}, parallel=par, sweep={"world_size": [2]})) == (
-        "pipeline_stages=2 is more than model.num_layers=1 (run world_size=2)")
+    # num_layers=1: embedding, block, head = 3 units; the MoE workload's own costs (workloads/moe/__init__.py)
+    costs = [0.25] + [1.0] * 1 + [0.5]
+    assert partition(costs, 3) == [(0, 1), (1, 2), (2, 3)]
+    par3 = {"pipeline_stages": 3, "micro_batches": 4}
+    assert ok(conf(MOE, model={"num_layers": 1, "num_experts": 3}, train={"batch_size": 8}, parallel=par3,
+                   sweep={"world_size": [3]}))
+    with pytest.raises(ValueError):
+        partition(costs, 4)
+    par4 = {"pipeline_stages": 4, "micro_batches": 4}
+    assert error_of(conf(MOE, model={"num_layers": 1}, parallel=par4, sweep={"world_size": [4]})) == (
+        "parallel.pipeline_stages=4 is more than the 3 layers workload moe can be split into "
+        "(model.num_layers + 2 (embedding, blocks, head)) (run world_size=4)")
+
+
+def test_moe_example_with_three_stages_is_valid():
+    """The issue's case: examples/moe.yaml (num_layers 2) with pipeline_stages 3 (4 units: 3 stages fit)."""
+    import yaml
+
+    from tests.conftest import ROOT
+
+    raw = yaml.safe_load((ROOT / "examples" / "moe.yaml").read_text())
+    assert raw["model"]["num_layers"] == 2
+    raw["parallel"] = {**raw.get("parallel", {}), "pipeline_stages": 3, "micro_batches": 4}
+    raw["train"] = {**raw.get("train", {}), "batch_size": 8}
+    raw["sweep"] = {"world_size": [3]}
+    assert ok(raw).parallel["pipeline_stages"] == 3
 
 
 def test_moe_top_k_up_to_the_experts():
@@ -151,14 +183,14 @@ def test_moe_experts_divide_over_the_data_parallel_ranks():
     assert ok(conf(MOE, model={"num_experts": 4}, sweep={"world_size": [1, 2, 4]}))
     assert ok(conf(MOE, model={"num_experts": 3, "top_k": 2}))  # one rank holds any number of experts
     assert error_of(conf(MOE, model={"num_experts": 3, "top_k": 2}, sweep={"world_size": [2]})) == (
-        "model.num_experts=3 is not divisible by the data/expert-parallel size 2 (world_size=2, pipeline_stages=1) "
-        "(run world_size=2)")
+        "model.num_experts=3 is not divisible by the expert-parallel size 2 (world_size / parallel.pipeline_stages): "
+        "every rank must own the same number of experts (run world_size=2)")
     # the data-parallel size is world_size / stages: 4 ranks in 2 stages hold the 6 experts 2 ways
     par = {"pipeline_stages": 2, "micro_batches": 2}
     assert ok(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [4]}))
     assert error_of(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [8]})) == (
-        "model.num_experts=6 is not divisible by the data/expert-parallel size 4 (world_size=8, pipeline_stages=2) "
-        "(run world_size=8)")
+        "model.num_experts=6 is not divisible by the expert-parallel size 4 (world_size / parallel.pipeline_stages): "
+        "every rank must own the same number of experts (run world_size=8)")
 
 
 # ---- launch and range rules ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ message per problem, each naming the key(s) and value(s); an empty list means th
 
 from __future__ import annotations
 
+from perfbench.errors import ConfigError
 from workloads.parallel.schedules import SCHEDULES
 
 
@@ -44,8 +45,6 @@ def parallel_layout(workload: str, model_cfg: dict, parallel_cfg: dict, train_cf
                     world_size: int) -> tuple[int, int, int, int, int]:
     """Validate a workload's parallel settings for this rank and return (S, M, stage, dp_index, D).
     Raises ConfigError naming every problem."""
-    from perfbench.errors import ConfigError
-
     problems = validate_parallel(workload, model_cfg, parallel_cfg, world_size, train_cfg=train_cfg)
     if problems:
         raise ConfigError("; ".join(problems))
@@ -104,6 +103,10 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
                     f"supported for workload resnet50 (the pipeline / accumulation loop reduces gradients "
                     f"itself, MindSpore's reducer lives in its one-shot train step); use fusion_impl='perfbench' "
                     f"or pipeline_stages=1 and micro_batches=1")
+    if par.get("fusion_impl", "perfbench") == "mindspore" and par.get("grad_compression", "none") != "none":
+        errs.append(f"parallel.fusion_impl='mindspore' fuses MindSpore's own gradient all-reduce and cannot be "
+                    f"combined with parallel.grad_compression={par.get('grad_compression')!r} "
+                    f"(use fusion_impl='perfbench')")
     if S > 1 and (dp or 1) > 1 and par.get("grad_compression", "none") != "none":
         errs.append(f"parallel.grad_compression={par.get('grad_compression')!r} with pipeline_stages={S} and "
                     f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "
