@@ -16,6 +16,9 @@ import math
 
 import pandas as pd
 
+from analyzers.context import Output
+from analyzers.schema import bandwidth_gbps
+
 # ---- thresholds ---------------------------------------------------------------------------
 
 #: wait / (wait + transit) of a rank's collectives above this: ranks wait for each other
@@ -237,7 +240,7 @@ def rule_bandwidth_reference(tables, summary):
         return []
     per = df.groupby(["transport", "rank"])[["size_mb", "time_ms"]].sum()
     per = per[per["time_ms"] > 0]
-    per["bw"] = per["size_mb"] / per["time_ms"]
+    per["bw"] = bandwidth_gbps(per["size_mb"], per["time_ms"])
     out = []
     for (tr, rank), r in per.iterrows():
         ref = REFERENCE_BANDWIDTH_GBPS[tr]
@@ -668,7 +671,5 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
 
 def analysis(ctx):
     """Registry entry `advice` (runs last: reads every table and metric before it)."""
-    from analyzers.registry import Output
-
     return Output(tables={"advice": advise(dict(ctx.tables, workload_steps=ctx.table("workload_steps"),
                                                 ops_for_checks=ctx.table("ops")), ctx.metrics)})

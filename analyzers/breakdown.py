@@ -32,13 +32,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers.schema import STEP_BREAKDOWN, conform, empty
+from analyzers.context import Output
+from analyzers.schema import BREAKDOWN_PARTS, STEP_BREAKDOWN, conform, empty
 
 #: a rank whose recomputed breakdown differs from the profiler's by more than this share of the step is inconsistent
 CONSISTENCY_TOLERANCE = 0.01
 
-METRICS = ["computing_us", "communication_us", "communication_not_overlapped_us", "overlapped_us", "free_us",
-           "stage_us", "bubble_us", "preparing_us"]
+METRICS = [f"{p}_us" for p in BREAKDOWN_PARTS] + ["stage_us"]
 
 
 def union_length(start: np.ndarray, end: np.ndarray) -> float:
@@ -274,8 +274,6 @@ def unknown_bubble(sb: pd.DataFrame, ops: pd.DataFrame | None, config: dict | No
 
 def analysis(ctx):
     """Registry entry `step_breakdown`."""
-    from analyzers.registry import Output
-
     p = ctx.profile
     sb, rec, check = breakdown_with_truth(p.ops if p is not None else None, p.steps if p is not None else None,
                                          p.reference_breakdown if p is not None else None)

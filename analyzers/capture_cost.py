@@ -16,7 +16,7 @@ unprofiled ones, or without `capture_s` in the records (runs from before it was 
 
 from __future__ import annotations
 
-from analyzers.registry import Output
+from analyzers.context import Output
 from analyzers.step_metrics import step_series
 
 

@@ -34,6 +34,12 @@ class Metric:
     fmt: str = "num"
     aggregation: str = "median over measured steps"
     kind: str = "ratio"
+    #: column of the per-step series (analyzers.step_metrics) the run-level value is the median of, if any
+    series: str | None = None
+    #: a key metric: the results table, `show` and the dashboard lead with it (catalogue order)
+    key: bool = False
+    #: position in what `perfbench check` tests when no --metric is given (0: not tested by default)
+    check: int = 0
 
     def worse(self, before: float, after: float) -> bool:
         """True when `after` is worse than `before` by this metric's direction."""
@@ -51,49 +57,49 @@ _ALL = [
     Metric("throughput", "samples/s", "samples/s", "higher",
            "per step: sum over ranks of the samples (tokens for LMs) the rank processed / the slowest rank's "
            "step time (workload step records); only last-stage ranks count samples in pipelines",
-           "num", _STEP),
+           "num", _STEP, series="throughput", key=True, check=1),
     Metric("step_time_s", "step ms", "s", "lower",
            "per step: max over ranks of the rank's step time (workload step records, wall clock); imported "
            "profiles without workload records: max over ranks of the profiled step window (step_us)",
-           "ms", _STEP),
+           "ms", _STEP, series="step_time_s", key=True, check=2),
     Metric("computing_s", "compute ms", "s", "lower",
            "per rank and step: union of compute-op intervals in the step window (profiler step trace "
-           "'Computing' when present)", "ms", _RANKS_MEAN),
+           "'Computing' when present)", "ms", _RANKS_MEAN, series="computing_s", key=True),
     Metric("communication_s", "comm ms", "s", "lower",
-           "per rank and step: union of communication-op intervals (step trace 'Communication')", "ms", _RANKS_MEAN),
+           "per rank and step: union of communication-op intervals (step trace 'Communication')", "ms", _RANKS_MEAN, series="communication_s"),
     Metric("communication_not_overlapped_s", "exposed comm ms", "s", "lower",
            "per rank and step: communication not hidden behind computing = |M| - |C ∩ M| (step trace "
-           "'Communication(Not Overlapped)')", "ms", _RANKS_MEAN),
+           "'Communication(Not Overlapped)')", "ms", _RANKS_MEAN, series="communication_not_overlapped_s", key=True, check=4),
     Metric("overlapped_s", "overlap ms", "s", None,
            "per rank and step: communication overlapping computing = |C ∩ M| (step trace 'Overlapped')",
-           "ms", _RANKS_MEAN),
+           "ms", _RANKS_MEAN, series="overlapped_s", key=True),
     Metric("free_s", "free ms", "s", "lower",
-           "per rank and step: step window minus (computing ∪ communication) (step trace 'Free')", "ms", _RANKS_MEAN),
+           "per rank and step: step window minus (computing ∪ communication) (step trace 'Free')", "ms", _RANKS_MEAN, series="free_s", key=True),
     Metric("preparing_s", "preparing ms", "s", "lower",
            "per rank and step: host step start to the first device op (step trace 'Preparing'); null "
-           "without host step data", "ms", _RANKS_MEAN),
+           "without host step data", "ms", _RANKS_MEAN, series="preparing_s"),
     Metric("bubble_s", "bubble ms", "s", "lower",
            "per rank and step: pipeline bubble, time in pipeline receive ops (step trace 'Bubble'); null in a "
-           "pipeline run whose receive ops cannot be identified (CPU point-to-point is a Broadcast)", "ms", _RANKS_MEAN),
+           "pipeline run whose receive ops cannot be identified (CPU point-to-point is a Broadcast)", "ms", _RANKS_MEAN, series="bubble_s"),
     Metric("comm_share", "comm share", "share", "lower",
            "per step: mean over ranks of communication_us / step_us (all communication, overlapped or not)",
-           "pct", _RANKS_MEAN, kind="share"),
+           "pct", _RANKS_MEAN, kind="share", series="comm_share", key=True, check=3),
     Metric("kernel_utilization", "compute %", "share", "higher",
            "per step: sum over ranks of computing_us / sum over ranks of step_us (the share of step time "
            "the device computes)", "pct", "per step: ratio of sums over ranks; run: median over steps",
-           kind="share"),
+           kind="share", series="kernel_utilization", key=True),
     Metric("collectives_per_step", "coll/step", "count", None,
-           "per step: mean over ranks of the number of collective / point-to-point ops", "num", _RANKS_MEAN),
+           "per step: mean over ranks of the number of collective / point-to-point ops", "num", _RANKS_MEAN, series="collectives"),
     Metric("comm_bytes_per_step", "bytes/step", "bytes", None,
            "per step: mean over ranks of the summed payload (size_bytes) of the rank's collectives", "bytes",
-           _RANKS_MEAN),
+           _RANKS_MEAN, series="comm_bytes"),
     Metric("comm_wait_ratio", "wait ratio", "share", "lower",
            "mean over collectives of wait / (wait + transit) (msprof-analyze 'Wait Time Ratio')", "pct",
            "mean over collectives and ranks", kind="share"),
     Metric("scaling_efficiency", "scaling", "share", "higher",
            "throughput(N) / (N x throughput(1)), throughput(1) = median throughput of the ok 1-rank runs with "
            "the same configuration (config_key) apart from world size and repeat; null without such a run",
-           "pct", "one value per run (against other runs)", kind="share"),
+           "pct", "one value per run (against other runs)", kind="share", key=True),
     Metric("bubble_fraction", "bubble", "share", "lower",
            "pipeline bubble / step time, mean over stages (analyzers.pipeline; from the workload's spans "
            "on CPU, the step trace's Bubble on Ascend)", "pct", "mean over stages and steps", kind="share"),
@@ -112,7 +118,7 @@ _ALL = [
     Metric("step_cpu_s", "step cpu ms", "s", "lower",
            "per step: max over ranks of the rank process's CPU time (time.process_time, all threads) during the "
            "step (workload step records, cpu_s); less stretched by a busy machine than step_time_s "
-           "(analyzers.step_metrics)", "ms", _STEP),
+           "(analyzers.step_metrics)", "ms", _STEP, series="cpu_s"),
     Metric("checkpoint_cost", "ckpt cost", "ratio", "lower",
            "median step time of measured steps that saved a checkpoint (train.checkpoint_every; the save is inside "
            "the step) / median step time of measured steps that did not, minus 1 (analyzers.checkpoint_cost)",
@@ -124,7 +130,7 @@ _ALL = [
            "coefficient of variation (std / mean) of tokens routed per expert, mean over MoE layers and "
            "measured steps", "num", "mean over layers and steps"),
     Metric("dropped_tokens_per_step", "dropped/step", "count", "lower",
-           "tokens dropped by expert capacity per step, summed over ranks", "num", _STEP),
+           "tokens dropped by expert capacity per step, summed over ranks", "num", _STEP, series="dropped_tokens"),
     Metric("profiler_overhead", "profiler overhead", "ratio", "lower",
            "median step time of profiled steps / median step time of unprofiled steps of the same run - 1",
            "pct", "one value per run", kind="share"),
@@ -148,7 +154,7 @@ _ALL = [
     Metric("measured_steps", "steps", "count", None,
            "number of steps the run-level workload metrics are computed over (after warm-up, every rank "
            "finished, unprofiled when the run has unprofiled steps)", "int", "count"),
-    Metric("samples_per_step", "samples/step", "count", None, "per step: sum over ranks of samples", "num", _STEP),
+    Metric("samples_per_step", "samples/step", "count", None, "per step: sum over ranks of samples", "num", _STEP, series="samples"),
     Metric("ranks", "ranks", "count", None, "ranks analyzed", "int", "count"),
     Metric("steps", "profiled steps", "count", None, "distinct steps in the step breakdown", "int", "count"),
 ]
@@ -156,8 +162,11 @@ _ALL = [
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
 
 #: the metrics the results table and `show` lead with, in this order
-KEY_METRICS = ("throughput", "step_time_s", "computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s",
-               "comm_share", "kernel_utilization", "scaling_efficiency")
+KEY_METRICS = tuple(m.name for m in _ALL if m.key)
+#: run-level metric -> column of the step series it is the median of
+SERIES_COLUMN = {m.name: m.series for m in _ALL if m.series}
+#: what `perfbench check` tests by default
+CHECK_DEFAULT = tuple(m.name for m in sorted((m for m in _ALL if m.check), key=lambda m: m.check))
 
 
 def metric(name: str) -> Metric:

@@ -13,7 +13,7 @@ measured step without one.
 
 from __future__ import annotations
 
-from analyzers.registry import Output
+from analyzers.context import Output
 
 
 def analysis(ctx) -> Output:

@@ -21,8 +21,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-BREAKDOWN_PARTS = ("computing_us", "communication_not_overlapped_us", "overlapped_us", "communication_us", "free_us",
-                   "bubble_us", "stage_us", "preparing_us")
+from analyzers.context import Output
+from analyzers.schema import BREAKDOWN_PARTS
+
+BREAKDOWN_COLUMNS = tuple(f"{p}_us" for p in BREAKDOWN_PARTS) + ("stage_us",)
 COMM_FIELDS = ("elapse_ms", "transit_ms", "wait_ms", "synchronization_ms", "idle_ms")
 COLUMNS = ["kind", "rank", "step", "item", "perfbench", "msprof_analyze", "diff", "rel_diff", "source"]
 
@@ -33,7 +35,7 @@ def cluster_check(step_breakdown: pd.DataFrame | None, comm_ops: pd.DataFrame | 
     ref = cluster.get("reference_breakdown")
     if ref is not None and len(ref) and step_breakdown is not None and len(step_breakdown):
         m = step_breakdown.merge(ref, on=["rank", "step"], suffixes=("", "_ms"))
-        for part in BREAKDOWN_PARTS:
+        for part in BREAKDOWN_COLUMNS:
             if part not in ref.columns or part not in step_breakdown.columns:
                 continue
             a = pd.to_numeric(m[part], errors="coerce")
@@ -68,8 +70,6 @@ def cluster_check(step_breakdown: pd.DataFrame | None, comm_ops: pd.DataFrame | 
 
 def analysis(ctx):
     """Registry entry `cluster_check` (runs only when msprof-analyze output sat beside the ranks)."""
-    from analyzers.registry import Output
-
     cluster = (ctx.profile.meta or {}).get("cluster_output") if ctx.profile is not None else None
     if not cluster:
         return Output()

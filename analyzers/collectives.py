@@ -20,6 +20,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.context import Output
+from analyzers.schema import bandwidth_gbps
+
 
 def busbw_factor(op_type: str, n) -> float:
     try:
@@ -47,7 +50,7 @@ def comm_op_stats(comm_ops: pd.DataFrame) -> pd.DataFrame:
         return co
     t_s = co["elapse_ms"].astype(float) / 1e3
     size = co["size_bytes"].astype(float)
-    co["algbw_gbps"] = (size / 1e9 / t_s).where(t_s > 0)
+    co["algbw_gbps"] = bandwidth_gbps(size / 1e9, t_s)
     factors = np.array([busbw_factor(t, n) for t, n in zip(co["op_type"], co["group_size"].astype("object"))], dtype=float)
     co["busbw_gbps"] = co["algbw_gbps"] * factors
     wait = co["wait_ms"].astype(float)
@@ -107,7 +110,7 @@ def rank_totals(comm_ops: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.Data
             bw = bw.merge(co[["rank", "step", "op_name", "group"]], on=["rank", "step", "op_name"], how="left")
         bw["group"] = bw["group"].fillna("").astype(str)
         agg = bw.groupby(keys + ["transport"], dropna=False).agg(size_mb=("size_mb", "sum"), time_ms=("time_ms", "sum"))
-        agg["bandwidth_gbps"] = (agg["size_mb"] / agg["time_ms"]).where(agg["time_ms"] > 0, 0.0)
+        agg["bandwidth_gbps"] = bandwidth_gbps(agg["size_mb"], agg["time_ms"])
         wide = agg.unstack("transport")
         wide.columns = [f"{tr}_{m}" for m, tr in wide.columns]
         t = t.merge(wide.reset_index(), on=keys, how="left")
@@ -116,8 +119,6 @@ def rank_totals(comm_ops: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.Data
 
 def analysis(ctx):
     """Registry entry `collectives`: per-op statistics with bandwidths, per type, per rank."""
-    from analyzers.registry import Output
-
     co = comm_op_stats(ctx.table("comm_ops"))
     bw = ctx.table("comm_bandwidth")
     wait = pd.to_numeric(co["wait_ratio"], errors="coerce").dropna() if "wait_ratio" in co.columns else []
@@ -125,9 +126,3 @@ def analysis(ctx):
                           "comm_rank_totals": rank_totals(co, bw) if len(co) else None},
                   metrics={"comm_wait_ratio": float(wait.mean()) if len(wait) else None})
 
-
-def links_analysis(ctx):
-    """Registry entry `links`: the per-transport bandwidth and point-to-point link tables as parsed."""
-    from analyzers.registry import Output
-
-    return Output(tables={"comm_bandwidth": ctx.table("comm_bandwidth"), "links": ctx.table("links")})

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.breakdown import union_length
+from analyzers.context import Output
 
 EXPOSURE_COLUMNS = ["rank", "step", "exposed_us", "exposed_p2p_us", "exposed_collective_us", "p2p_share", "source"]
 #: op types (analyzers.ascend.common.comm_op_type: batchSendRecv -> send, Receive-opN -> recv) that are p2p
@@ -152,8 +153,6 @@ def run_metrics(exp: pd.DataFrame | None) -> dict:
 
 def analysis(ctx):
     """Registry entry `comm_exposure`."""
-    from analyzers.registry import Output
-
     p = ctx.profile
     exp = comm_exposure(ctx.table("step_breakdown"), ctx.table("reference_breakdown"), ctx.table("ops"),
                         ctx.table("steps"), ctx.table("comm_ops"))

@@ -22,6 +22,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyzers.context import Output
+
 EXPERT_COLUMNS = [
     "step",
     "ranks",
@@ -113,7 +115,5 @@ def mean_expert_cv(experts: pd.DataFrame | None) -> float | None:
 
 def analysis(ctx):
     """Registry entry `experts`: tokens per expert and their balance (MoE workloads' step records)."""
-    from analyzers.registry import Output
-
     experts = expert_load(ctx.table("workload_steps"), warmup_steps=ctx.warmup_steps())
     return Output(tables={"experts": experts}, metrics={"expert_load_cv": mean_expert_cv(experts)})

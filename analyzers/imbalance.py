@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analyzers.context import Output
 from analyzers.parallel_groups import group_ranks
 from analyzers.stages import trusted_ranks
 
@@ -105,8 +106,6 @@ def rank_imbalance(sb: pd.DataFrame | None, groups: dict | None, rank_stages: pd
 
 def analysis(ctx):
     """Registry entry `rank_imbalance`."""
-    from analyzers.registry import Output
-
     p = ctx.profile
     groups = (p.meta or {}).get("parallel_groups") if p is not None else None
     return Output(tables={"rank_imbalance": rank_imbalance(ctx.table("step_breakdown"), groups, ctx.table("rank_stages"))})

@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.context import Output
+
 AIC_METRICS = ("cube_utilization(%)", "aic_mac_ratio", "aiv_vec_ratio", "aic_scalar_ratio", "aic_mte2_ratio")
 
 
@@ -51,7 +53,5 @@ def top_kernels(ops: pd.DataFrame, n: int = 10) -> pd.DataFrame:
 
 def analysis(ctx):
     """Registry entry `kernels`."""
-    from analyzers.registry import Output
-
     ops = ctx.table("ops")
     return Output(tables={"kernels": kernel_table(ops), "top_kernels": top_kernels(ops)})

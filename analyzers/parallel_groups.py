@@ -31,6 +31,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyzers.context import Output
+from analyzers.schema import bandwidth_gbps
+
 #: words in a group's label that name its kind (first word wins: "dp_cp" is the data-parallel gradient group)
 KIND_WORDS = {"dp": "dp", "data": "dp", "pp": "pp", "pipeline": "pp", "tp": "tp", "tensor": "tp",
               "ep": "ep", "expert": "ep", "exp": "ep", "cp": "cp", "context": "cp", "stage": "stage"}
@@ -330,7 +333,7 @@ def link_totals(links: pd.DataFrame | None) -> pd.DataFrame | None:
                    time_ms=pd.to_numeric(df["time_ms"], errors="coerce").fillna(0.0))
     out = df.groupby(["step", "group", "src", "dst"], as_index=False).agg(
         transport=("transport", "last"), size_mb=("size_mb", "sum"), time_ms=("time_ms", "sum"), ops=("op_name", "size"))
-    out["bandwidth_gbps"] = np.where(out["time_ms"].abs() > 1e-9, out["size_mb"] / out["time_ms"], 0.0)
+    out["bandwidth_gbps"] = bandwidth_gbps(out["size_mb"], out["time_ms"])
     out["step"] = out["step"].where(out["step"] >= 0).astype("Int64")
     out.insert(1, "op_name", "Total Op Info")
     return out
@@ -339,13 +342,11 @@ def link_totals(links: pd.DataFrame | None) -> pd.DataFrame | None:
 # ---- registry entry ----------------------------------------------------------------------------
 
 def analysis(ctx):
-    """Registry entry `parallel_groups`: rank_stages, links with global ranks, link_totals."""
-    from analyzers.registry import Output
-
+    """Registry entry `parallel_groups`: rank_stages, links with global ranks (as parsed where no group maps
+    them), link_totals, and the per-transport comm_bandwidth as parsed (the one writer of links and
+    comm_bandwidth)."""
     p = ctx.profile
     groups = (p.meta or {}).get("parallel_groups") or {} if p is not None else {}
     links = global_links(ctx.table("links"), groups)
-    tables = {"rank_stages": rank_stages(p) if p is not None else None, "link_totals": link_totals(links)}
-    if links is not None:
-        tables["links"] = links
-    return Output(tables=tables)
+    return Output(tables={"rank_stages": rank_stages(p) if p is not None else None, "link_totals": link_totals(links),
+                          "links": links, "comm_bandwidth": ctx.table("comm_bandwidth")})

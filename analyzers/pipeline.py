@@ -32,7 +32,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyzers.context import Output
 from analyzers.parallel_groups import stage_of_rank
+from analyzers.schema import warmup_steps
 
 #: span kinds that count as a stage doing useful work
 COMPUTE_KINDS = ("forward", "backward")
@@ -77,14 +79,6 @@ def _cfg(config: dict | None, key: str):
         return None
 
 
-def _warmup(config: dict | None) -> int:
-    train = (config or {}).get("train") if isinstance((config or {}).get("train"), dict) else {}
-    try:
-        return int(train.get("warmup_steps") or 0)
-    except (TypeError, ValueError):
-        return 0
-
-
 def _union_us(intervals: np.ndarray) -> float:
     """Total length of the union of [start, end) intervals (n x 2 array)."""
     if len(intervals) == 0:
@@ -109,7 +103,7 @@ def _from_spans(spans: pd.DataFrame, config: dict | None) -> pd.DataFrame | None
     df["start_us"] = pd.to_numeric(df["start_ts"], errors="coerce") * 1e6
     df["end_us"] = pd.to_numeric(df["end_ts"], errors="coerce") * 1e6
     df = df.dropna(subset=["start_us", "end_us", "step"])
-    warm = _warmup(config)
+    warm = warmup_steps(config)
     if warm:
         df = df[pd.to_numeric(df["step"], errors="coerce") >= warm]  # compile steps are not measured
     if "stage" not in df.columns or df["stage"].isna().all():
@@ -242,7 +236,5 @@ def mean_bubble_fraction(pipeline: pd.DataFrame | None) -> float | None:
 
 def analysis(ctx):
     """Registry entry `pipeline`: bubble per stage and step (from the workload's spans or the profile)."""
-    from analyzers.registry import Output
-
     pipe = pipeline_bubbles(ctx.profile, ctx.table("spans"), ctx.config)
     return Output(tables={"pipeline": pipe}, metrics={"bubble_fraction": mean_bubble_fraction(pipe)})

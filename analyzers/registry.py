@@ -19,62 +19,11 @@ function plus one `AnalysisSpec` line in `REGISTRY`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
-import pandas as pd
-
 from analyzers.catalogue import METRICS
-from analyzers.schema import Profile
-
-PROFILE_TABLES = ("ops", "steps", "comm_ops", "comm_bandwidth", "links")
-
-
-@dataclass
-class Context:
-    """What an analysis may read: the parsed profile (or None), the workload's own records, the run
-    config, and the tables and metrics of the analyses that ran before it."""
-
-    profile: Profile | None = None
-    workload_steps: pd.DataFrame | None = None
-    spans: pd.DataFrame | None = None
-    config: dict | None = None
-    tables: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)
-
-    def table(self, name: str) -> pd.DataFrame | None:
-        """A profile table, a workload table or an earlier analysis's table; None when missing or empty."""
-        if name in self.tables:
-            df = self.tables[name]
-        elif name in PROFILE_TABLES or name == "reference_breakdown":
-            df = getattr(self.profile, name, None) if self.profile is not None else None
-        elif name in ("workload_steps", "spans"):
-            df = getattr(self, name)
-        else:
-            df = None
-        return df if df is not None and len(df) else None
-
-    def warmup_steps(self) -> int:
-        try:
-            return int(((self.config or {}).get("train") or {}).get("warmup_steps") or 0)
-        except (TypeError, ValueError):
-            return 0
-
-    def has(self, need: str) -> bool:
-        if "|" in need:
-            return any(self.has(n) for n in need.split("|"))
-        if need == "config":
-            return bool(self.config)
-        if need.startswith("table:"):
-            return self.table(need[6:]) is not None
-        return self.table(need) is not None
-
-
-@dataclass
-class Output:
-    tables: dict = field(default_factory=dict)
-    metrics: dict = field(default_factory=dict)
-
+from analyzers.context import PROFILE_TABLES, Context, Output  # noqa: F401  (re-exported: the registry's API)
 
 @dataclass(frozen=True)
 class AnalysisSpec:
@@ -106,12 +55,9 @@ REGISTRY: list[AnalysisSpec] = [
                  metrics=("reconciliation_max_rel_diff",)),
     AnalysisSpec("kernels", _lazy("analyzers.kernels", "analysis"), needs=("ops",), tables=("kernels", "top_kernels")),
     AnalysisSpec("collectives", _lazy("analyzers.collectives", "analysis"), needs=("comm_ops",),
-                 tables=("comm_ops", "comm_types", "comm_rank_totals", "comm_bandwidth", "links"),
-                 metrics=("comm_wait_ratio",)),
-    AnalysisSpec("links", _lazy("analyzers.collectives", "links_analysis"), needs=("links|comm_bandwidth",),
-                 tables=("comm_bandwidth", "links")),
+                 tables=("comm_ops", "comm_types", "comm_rank_totals"), metrics=("comm_wait_ratio",)),
     AnalysisSpec("parallel_groups", _lazy("analyzers.parallel_groups", "analysis"), needs=(),
-                 tables=("links", "link_totals", "rank_stages")),
+                 tables=("comm_bandwidth", "links", "link_totals", "rank_stages")),
     AnalysisSpec("stages", _lazy("analyzers.stages", "analysis"), needs=("table:step_breakdown", "table:rank_stages"),
                  tables=("stages",), metrics=("stage_compute_imbalance",)),
     AnalysisSpec("comm_exposure", _lazy("analyzers.comm_exposure", "analysis"), needs=("table:step_breakdown",),
@@ -142,16 +88,32 @@ REGISTRY: list[AnalysisSpec] = [
 ]
 
 
+def writers(registry: list[AnalysisSpec]) -> dict[str, str]:
+    """{table: the one analysis that writes it}; two entries declaring one table is a bug (the table would
+    depend on registry order) and raises."""
+    out: dict[str, str] = {}
+    for spec in registry:
+        for t in spec.tables:
+            if t in out:
+                raise ValueError(f"table {t!r} is written by analyses {out[t]!r} and {spec.name!r}: "
+                                 f"one writer per table")
+            out[t] = spec.name
+    return out
+
+
+WRITERS = writers(REGISTRY)
+
+
 def register(spec: AnalysisSpec, *, before: str | None = None) -> None:
-    """Add (or replace) an analysis; `before` puts it ahead of an existing entry (default: before advice)."""
-    global REGISTRY
-    REGISTRY = [s for s in REGISTRY if s.name != spec.name]
+    """Add (or replace) an analysis; `before` puts it ahead of an existing entry (default: before advice).
+    A table another entry already writes raises (one writer per table)."""
+    global REGISTRY, WRITERS
+    new = [s for s in REGISTRY if s.name != spec.name]
     anchor = before or "advice"
-    for i, s in enumerate(REGISTRY):
-        if s.name == anchor:
-            REGISTRY.insert(i, spec)
-            return
-    REGISTRY.append(spec)
+    at = next((i for i, s in enumerate(new) if s.name == anchor), len(new))
+    new.insert(at, spec)
+    WRITERS = writers(new)
+    REGISTRY = new
 
 
 def run_all(ctx: Context, registry: list[AnalysisSpec] | None = None) -> dict[str, str]:

@@ -14,7 +14,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import pandas as pd
+
+
+def bandwidth_gbps(size, time):
+    """size / time where time > 0, NaN (unknown) otherwise: never 0.0 and never inf. The one bandwidth helper
+    of parsers and analyses. MB / ms and GB / s are both GB/s; scalars, arrays and Series (index kept) alike."""
+    size = pd.to_numeric(size, errors="coerce") if isinstance(size, pd.Series) else np.asarray(size, dtype=float)
+    time = pd.to_numeric(time, errors="coerce") if isinstance(time, pd.Series) else np.asarray(time, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(np.asarray(time, dtype=float) > 0, np.asarray(size, dtype=float) / np.asarray(time, dtype=float),
+                       np.nan)
+    if isinstance(size, pd.Series) or isinstance(time, pd.Series):
+        index = size.index if isinstance(size, pd.Series) else time.index
+        return pd.Series(out, index=index, dtype="float64")
+    return float(out) if out.ndim == 0 else out
+
 
 # ---- raw-event tables (what parsers produce) ---------------------------------------------
 
@@ -108,6 +124,25 @@ STEP_BREAKDOWN = {
     "bubble_us": "float64",  # pipeline bubble (receive waits), if known
     "stage_us": "float64",  # stage time (pipeline), if known
 }
+
+#: the parts of a step's time in the breakdown, in the order views list them: column `<part>_us` of
+#: STEP_BREAKDOWN, run-level metric `<part>_s` in analyzers.catalogue
+BREAKDOWN_PARTS = ("computing", "communication", "communication_not_overlapped", "overlapped", "free", "preparing",
+                   "bubble")
+#: the parts that tile the step (computing + exposed communication + free, with the overlap beside them): what
+#: per-rank bars and share columns show
+STEP_SHARE_PARTS = ("computing", "communication_not_overlapped", "overlapped", "free")
+
+
+def warmup_steps(config: dict | None) -> int:
+    """The run config's `train.warmup_steps` (0 when absent or not a number): steps below it are warm-up,
+    left out of every metric. The one reader of it for analyses, compare, predict and the dashboard."""
+    train = (config or {}).get("train") if isinstance(config, dict) else None
+    try:
+        return int((train if isinstance(train, dict) else {}).get("warmup_steps") or 0)
+    except (TypeError, ValueError):
+        return 0
+
 
 #: the workload's own per-step record (from workloads' metrics files)
 WORKLOAD_STEPS = {

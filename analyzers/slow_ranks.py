@@ -37,6 +37,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyzers.context import Output
+from analyzers.schema import bandwidth_gbps
+
 #: Dixon Q critical values at 95 % confidence, n = 3..10 (Rorabacher, Anal. Chem. 1991)
 DIXON_Q95 = {3: 0.970, 4: 0.829, 5: 0.710, 6: 0.625, 7: 0.568, 8: 0.526, 9: 0.493, 10: 0.466}
 #: largest group tested with Dixon's Q; bigger groups use the 3-sigma rule
@@ -285,8 +288,7 @@ def _judge_bandwidth(df: pd.DataFrame, keys: list[str], kind: str) -> pd.DataFra
     agg = agg[(agg["size_mb"] >= MIN_LINK_MB) & (agg["time_ms"] > 0)].copy()
     if agg.empty:
         return _empty(SLOW_LINK_COLUMNS)
-    # GB/s = MB/ms
-    agg["bandwidth_gbps"] = agg["size_mb"] / agg["time_ms"]
+    agg["bandwidth_gbps"] = bandwidth_gbps(agg["size_mb"], agg["time_ms"])  # GB/s = MB/ms
     agg["group_mean_gbps"] = agg.groupby(["group", "transport"])["bandwidth_gbps"].transform("mean")
     agg["n_in_group"] = agg.groupby(["group", "transport"])["bandwidth_gbps"].transform("size")
     agg["ratio"] = agg["bandwidth_gbps"] / agg["group_mean_gbps"]
@@ -332,8 +334,6 @@ def find_slow_links(links: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.Dat
 
 def analysis(ctx):
     """Registry entry `slow_ranks`: slow ranks per group (from the collectives) and slow links."""
-    from analyzers.registry import Output
-
     co = ctx.table("comm_ops")
     sr = find_slow_ranks(co) if co is not None else _empty(SLOW_RANK_COLUMNS)
     groups = (ctx.profile.meta or {}).get("parallel_groups") or {} if ctx.profile is not None else {}

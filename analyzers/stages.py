@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.context import Output
+
 STAGE_COLUMNS = ["stage", "ranks", "n_ranks", "steps", "computing_ms", "step_ms", "communication_not_overlapped_ms",
                  "free_ms", "bubble_ms", "computing_ratio", "excluded_ranks"]
 _PARTS = {"computing_ms": "computing_us", "step_ms": "step_us",
@@ -86,7 +88,5 @@ def stage_compute_imbalance(stages: pd.DataFrame | None) -> float | None:
 
 def analysis(ctx):
     """Registry entry `stages`."""
-    from analyzers.registry import Output
-
     st = stage_table(ctx.table("step_breakdown"), ctx.table("rank_stages"))
     return Output(tables={"stages": st}, metrics={"stage_compute_imbalance": stage_compute_imbalance(st)})

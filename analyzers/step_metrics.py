@@ -24,19 +24,12 @@ import math
 import numpy as np
 import pandas as pd
 
-#: run-level metric -> column of the step series it is the median of
-SERIES_COLUMN = {
-    "throughput": "throughput", "step_time_s": "step_time_s", "step_cpu_s": "cpu_s", "samples_per_step": "samples",
-    "computing_s": "computing_s", "communication_s": "communication_s",
-    "communication_not_overlapped_s": "communication_not_overlapped_s", "overlapped_s": "overlapped_s",
-    "free_s": "free_s", "preparing_s": "preparing_s", "bubble_s": "bubble_s", "comm_share": "comm_share",
-    "kernel_utilization": "kernel_utilization", "collectives_per_step": "collectives",
-    "comm_bytes_per_step": "comm_bytes", "dropped_tokens_per_step": "dropped_tokens",
-}
+from analyzers.catalogue import SERIES_COLUMN
+from analyzers.context import Output
+from analyzers.schema import BREAKDOWN_PARTS
+
 #: columns that come from the workload's records and are taken over the measured steps only
 WORKLOAD_COLUMNS = ("throughput", "step_time_s", "cpu_s", "samples", "dropped_tokens", "wl_collectives", "wl_comm_bytes")
-BREAKDOWN_PARTS = ("computing", "communication", "communication_not_overlapped", "overlapped", "free", "preparing",
-                   "bubble")
 
 
 def _workload_part(ws: pd.DataFrame, warmup: int) -> pd.DataFrame | None:
@@ -178,8 +171,6 @@ def _plain(v):
 
 def analysis(ctx):
     """Registry entry: the step series table and the run-level metrics taken from it."""
-    from analyzers.registry import Output
-
     warm = ctx.warmup_steps()
     sb = ctx.table("step_breakdown")
     series = step_series(ctx.table("workload_steps"), sb, ctx.table("comm_ops"), warm,

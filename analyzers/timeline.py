@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from analyzers.context import Output
+
 TIMELINE_COLUMNS = ["rank", "step", "kind", "start_ts", "end_ts", "ops", "top_op"]
 
 
@@ -48,6 +50,4 @@ def step_timeline(ops: pd.DataFrame, steps: pd.DataFrame, max_steps: int = 2, me
 
 def analysis(ctx):
     """Registry entry `timeline`: compact compute/communication segments of the first steps, per rank."""
-    from analyzers.registry import Output
-
     return Output(tables={"timeline": step_timeline(ctx.profile.ops, ctx.profile.steps)})

@@ -17,11 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyzers.schema import STEP_SHARE_PARTS
 from perfbench.errors import UserError
 from perfbench.store import Store, flatten_runs
-
-KEY_METRICS = ["throughput", "step_time_s", "comm_share", "computing_s", "communication_not_overlapped_s",
-               "overlapped_s", "free_s", "collectives_per_step", "bubble_fraction", "expert_load_cv"]
 
 
 #: how long one scan of the runs folder is reused (a run written meanwhile shows up on the next refresh after it)
@@ -144,8 +142,7 @@ class DashData:
             bd = bd[bd["step"] == step] if bd is not None and "step" in bd.columns else None
         if bd is None or bd.empty or "rank" not in bd.columns:
             return None
-        cols = [c for c in ("computing_us", "communication_not_overlapped_us", "overlapped_us", "free_us", "step_us")
-                if c in bd.columns]
+        cols = [c for c in (*(f"{p}_us" for p in STEP_SHARE_PARTS), "step_us") if c in bd.columns]
         out = bd.set_index("rank")[cols] / 1000.0
         out.columns = [c.replace("_us", "_ms") for c in out.columns]
         return out.reset_index()

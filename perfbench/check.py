@@ -30,12 +30,13 @@ from xml.sax.saxutils import escape, quoteattr
 
 import numpy as np
 
+from analyzers.catalogue import CHECK_DEFAULT
 from perfbench.baseline import load_baseline, resolve_target, run_entry
 from perfbench.compare import METRICS, mann_whitney_p, welch_ci
 from perfbench.errors import UserError
 from perfbench.store import FINISHED, Store
 
-DEFAULT_METRICS = ("throughput", "step_time_s", "comm_share", "communication_not_overlapped_s")
+DEFAULT_METRICS = CHECK_DEFAULT  # the catalogue's `check` field
 REQUIRED = ("throughput", "step_time_s")
 IGNORED_SETTINGS = ("repeat",)
 MIN_SAMPLES = 3

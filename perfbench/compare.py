@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.catalogue import METRICS as CATALOGUE
+from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
 from analyzers.step_metrics import run_metrics, samples, step_series
 from perfbench.errors import UserError
 from perfbench.store import Store
@@ -33,22 +34,11 @@ METRICS: dict[str, tuple[bool, str, str]] = {
     n: (CATALOGUE[n].better == "higher", CATALOGUE[n].unit, CATALOGUE[n].kind) for n in STEP_METRICS
 }
 
-BREAKDOWN_PARTS = [
-    ("computing_us", "computing"),
-    ("communication_not_overlapped_us", "communication (not overlapped)"),
-    ("overlapped_us", "overlapped"),
-    ("free_us", "free"),
-]
+_PART_LABELS = {"communication_not_overlapped": "communication (not overlapped)"}
+BREAKDOWN_PARTS = [(f"{p}_us", _PART_LABELS.get(p, p)) for p in STEP_SHARE_PARTS]
 
 
 # ---- per-step samples ------------------------------------------------------------------------
-
-def warmup_steps(record: dict) -> int:
-    try:
-        return int(((record.get("config") or {}).get("train") or {}).get("warmup_steps") or 0)
-    except (TypeError, ValueError):
-        return 0
-
 
 def run_series(store: Store, record: dict) -> pd.DataFrame:
     """The run's per-step metric series: the stored `step_metrics` table (written by the analysis), or for
@@ -58,7 +48,7 @@ def run_series(store: Store, record: dict) -> pd.DataFrame:
     if series is not None:
         return series
     return step_series(store.read_table(run_id, "workload_steps"), store.read_table(run_id, "step_breakdown"),
-                       store.read_table(run_id, "comm_ops"), warmup_steps(record))
+                       store.read_table(run_id, "comm_ops"), warmup_steps(record.get("config")))
 
 
 def step_samples(store: Store, record: dict) -> dict[str, list[float]]:
@@ -325,7 +315,7 @@ def to_markdown(cmp: Comparison) -> str:
     a, b = cmp.a["run_id"], cmp.b["run_id"]
     out = [f"# Compare `{a}` (A) → `{b}` (B)", ""]
     if cmp.metrics:
-        out += ["## Throughput and step time (per-step samples, steady state)", "",
+        out += ["## Throughput and step time (per-step samples, steady state: mean over measured steps)", "",
                 _md_table(["metric", "A mean", "B mean", "change", "95% CI of change", "p (Mann-Whitney)", "steps A/B"],
                           [[m["metric"], fmt(m["a"]), fmt(m["b"]),
                             pct(m["rel"]) if METRICS.get(m["metric"], ("", "", "ratio"))[2] != "share" or m["delta"] is None
@@ -354,7 +344,7 @@ def to_markdown(cmp: Comparison) -> str:
     else:
         out += ["none", ""]
     if cmp.summary_metrics:
-        out += ["## Run metrics (run.json)", "",
+        out += ["## Run metrics (run.json: each metric's catalogue aggregation, e.g. median over measured steps)", "",
                 _md_table(["metric", "A", "B", "change"], [[r["metric"], fmt(r["a"]), fmt(r["b"]), pct(r["rel"])]
                                                          for r in cmp.summary_metrics]), ""]
     return "\n".join(out)

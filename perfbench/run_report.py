@@ -15,16 +15,16 @@ import pandas as pd
 from rich.markup import escape
 
 from analyzers.catalogue import KEY_METRICS, METRICS, format_value, unit_label
+from analyzers.schema import BREAKDOWN_PARTS, STEP_SHARE_PARTS
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 #: the share of the step each part of the breakdown takes, shown next to its time
-BREAKDOWN = (("computing_us", "compute"), ("communication_not_overlapped_us", "exposed comm"),
-             ("overlapped_us", "overlapped"), ("free_us", "free"))
+_PART_LABELS = {"computing": "compute", "communication_not_overlapped": "exposed comm"}
+BREAKDOWN = tuple((f"{p}_us", _PART_LABELS.get(p, p)) for p in STEP_SHARE_PARTS)
 
 
 #: run-level times that are parts of the step, shown with their share of it
-STEP_PARTS = ("computing_s", "communication_s", "communication_not_overlapped_s", "overlapped_s", "free_s",
-              "preparing_s", "bubble_s", "exposed_p2p_s", "exposed_collective_s")
+STEP_PARTS = tuple(f"{p}_s" for p in BREAKDOWN_PARTS) + ("exposed_p2p_s", "exposed_collective_s")
 
 
 def _missing(v) -> bool:

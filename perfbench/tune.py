@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from analyzers.step_metrics import SERIES_COLUMN, WORKLOAD_COLUMNS
+from analyzers.catalogue import SERIES_COLUMN
+from analyzers.step_metrics import WORKLOAD_COLUMNS
 from perfbench.config import Range, SweepConfig, plan_point, short_name
 from perfbench.errors import ConfigError, UserError
 from perfbench.store import Store
 from perfbench.sweep import SweepEvents, execute_run, new_sweep_id
+from perfbench.tune_report import answer, best_trial, study_db
 from perfbench.tune_spec import SearchSpec, default_trials, direction
 
 #: objectives that exist per step while a run trains (from the workload's own step records), so the pruner
@@ -195,10 +197,6 @@ class LiveObjective:
 
 # ---- the search -------------------------------------------------------------------------------
 
-def study_db(store: Store, study_id: str) -> Path:
-    return store.root / "tune" / f"{study_id}.db"
-
-
 def latest_study(store: Store, name: str) -> dict | None:
     found = [s for s in store.list_sweeps() if s.get("kind") == "tune" and s.get("name") == name]
     return max(found, key=lambda s: s.get("created", 0)) if found else None
@@ -323,8 +321,6 @@ def _search(study, objective, launched, trials_budget, deadline, size, rec, star
     rec["invocations"][-1]["finished"] = time.time()
     rec["space_size"] = size if math.isfinite(size) else None
     rec["min_steps"] = spec.min_steps
-    from perfbench.tune_report import answer
-
     rec["answer"] = answer(store, rec, study)  # kept with the study for the dashboard's Tuning page
     store.write_sweep(rec)
     return rec
@@ -399,18 +395,6 @@ def _finalist(best, cfg, store, study_id, spec, profile_trials, events) -> str |
                          env_extra=env, extra={"tune": {"study": study_id, "of_trial": best.number, "finalist": True}},
                          skip_teardown=True)
     return run_id if record["status"] == "ok" else None
-
-
-def best_trial(study):
-    """The best finished trial that keeps every constraint (None when there is none)."""
-    import optuna
-
-    ok = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "reused" not in t.user_attrs
-          and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
-    if not ok:
-        return None
-    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
-    return pick(ok, key=lambda t: t.value)
 
 
 def _same_point(study, trial, point: dict):

@@ -8,11 +8,28 @@ Tuning page (views read it from the store; they do not open the Optuna database)
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from perfbench.store import Store
-from perfbench.tune import best_trial, study_db
 
 _STATE = {"COMPLETE": "ok", "PRUNED": "pruned", "FAIL": "failed"}
+
+
+def study_db(store: Store, study_id: str) -> Path:
+    """The study's Optuna database (written by perfbench.tune, read here)."""
+    return store.root / "tune" / f"{study_id}.db"
+
+
+def best_trial(study):
+    """The best finished trial that keeps every constraint (None when there is none)."""
+    import optuna
+
+    ok = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "reused" not in t.user_attrs
+          and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
+    if not ok:
+        return None
+    pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
+    return pick(ok, key=lambda t: t.value)
 
 
 def load_study(store: Store, rec: dict):

@@ -15,6 +15,12 @@ from perfbench.errors import ProfileFormatError
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 
+#: bytes per element of the dtypes HCCL and the op tables name (collective sizes from counts)
+DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
+               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
+#: meta["kernels_skipped"] of a rank whose kernels were not read
+SKIPPED = "not read: the profiler's step trace is the breakdown (kernels cross-checked on other ranks)"
+
 
 def norm(col: str) -> str:
     """Header key used for matching: case, spaces, underscores and BOM ignored ("Step ID" == "Step Id")."""

@@ -24,9 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.ascend.common import (OUTPUT_DIR, RankInputs, comm_op_type, device_step_windows, na_to_none,
-                                     parallel_groups, rank_info, step_of)
-from analyzers.ascend.text import DTYPE_BYTES, SKIPPED
+from analyzers.ascend.common import (DTYPE_BYTES, OUTPUT_DIR, SKIPPED, RankInputs, comm_op_type, device_step_windows,
+                                     na_to_none, parallel_groups, rank_info, step_of)
 from analyzers.parallel_groups import add_db_meta
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError

@@ -29,17 +29,16 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.ascend.common import (OUTPUT_DIR, RankInputs, categorize, comm_op_type, device_step_windows, na_to_none,
-                                     parallel_groups, rank_info, read_csv, read_json, read_small_csv, step_of)
+from analyzers.ascend.common import (DTYPE_BYTES, OUTPUT_DIR, SKIPPED, RankInputs, categorize, comm_op_type,
+                                     device_step_windows, na_to_none, parallel_groups, rank_info, read_csv, read_json,
+                                     read_small_csv, step_of)
+from analyzers.ascend.db import read_analysis_db
 from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Columns, Profile, conform, empty)
 from perfbench.errors import ProfileFormatError
 
 #: with read_trace="auto", trace_view.json files larger than this are not read (Preparing and
 #: collective sizes are then unknown); pass read_trace=True to force.
 TRACE_MAX_BYTES = 512 * 1024 * 1024
-
-DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
-               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
 
 KERNEL_REQUIRED = {"Name": "name", "Start Time(us)": "start_us", "Duration(us)": "dur_us"}
 KERNEL_OPTIONAL = {"Step Id": "step", "Type": "type", "Accelerator Core": "core_type", "Stream ID": "stream",
@@ -51,9 +50,6 @@ STEP_TRACE_REQUIRED = {"Step": "step", "Computing": "computing_us",
 STEP_TRACE_OPTIONAL = {"Stage": "stage_us", "Bubble": "bubble_us", "Preparing": "preparing_us",
                        "Communication(Not Overlapped and Exclude Receive)": "communication_not_overlapped_exclude_receive_us",
                        "Device_id": "device"}
-
-
-SKIPPED = "not read: the profiler's step trace is the breakdown (kernels cross-checked on other ranks)"
 
 #: files that make a folder's ASCEND_PROFILER_OUTPUT/ a rank (any one is enough: a rank is analyzed with what it has)
 RANK_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv", "communication.json",
@@ -111,8 +107,6 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
         else None
     adb = out / "analysis.db"
     if adb.exists() and (ref is None or comm_ops is None or links is None):  # the db export of the same analyses
-        from analyzers.ascend.db import read_analysis_db
-
         got = io.read(adb, read_analysis_db, r)
         if got is not None:
             a_co, a_cb, a_links, a_ref = got

@@ -30,7 +30,8 @@ import pandas as pd
 from analyzers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
 from analyzers.msprof.csvread import read_table, to_number, to_numbers
 from analyzers.parallel_groups import groups_from_strategy
-from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, conform, empty
+from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, bandwidth_gbps,
+                              conform, empty)
 from perfbench.errors import ProfileFormatError
 
 SOURCE = "mindspore-legacy"
@@ -413,11 +414,11 @@ def parse(path) -> Profile:
     links = conform(pd.DataFrame(links_l), LINKS) if links_l else empty(LINKS)
     if len(links):
         links["group"] = links["rank"].map(lambda r: _group_label(r, stage_of)) if stage_of else ""
-        links["bandwidth_gbps"] = np.where(links["time_ms"] > 0, links["size_mb"] / links["time_ms"], np.nan)
+        links["bandwidth_gbps"] = bandwidth_gbps(links["size_mb"], links["time_ms"])
         meta["links_note"] = "src/dst are ranks inside the communication group (as HCCL reports them)"
     bw = conform(pd.DataFrame(bw_l), COMM_BANDWIDTH) if bw_l else empty(COMM_BANDWIDTH)
     if len(bw):
-        bw["bandwidth_gbps"] = np.where(bw["time_ms"] > 0, bw["size_mb"] / bw["time_ms"], np.nan)
+        bw["bandwidth_gbps"] = bandwidth_gbps(bw["size_mb"], bw["time_ms"])
 
     rank_rows = []
     for r in ranks:

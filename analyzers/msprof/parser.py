@@ -35,7 +35,8 @@ import pandas as pd
 from analyzers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
 from analyzers.msprof.csvread import read_table, to_numbers
 from analyzers.msprof.files import device_id, device_info, summary_files
-from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, conform, empty
+from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, bandwidth_gbps,
+                              conform, empty)
 from perfbench.errors import ProfileFormatError
 
 SOURCE = "msprof"
@@ -721,13 +722,13 @@ def _assemble(path: Path, parts: list[dict], units: list[Path]) -> Profile:
         comm = empty(COMM_OPS)
     links = pd.DataFrame([x for p in parts for x in p["links"]])
     if len(links):
-        links["bandwidth_gbps"] = np.where(links["time_ms"] > 0, links["size_mb"] / links["time_ms"], np.nan)
+        links["bandwidth_gbps"] = bandwidth_gbps(links["size_mb"], links["time_ms"])
         links = conform(links, LINKS)
     else:
         links = empty(LINKS)
     bw = pd.DataFrame([x for p in parts for x in p["bw"]])
     if len(bw):
-        bw["bandwidth_gbps"] = np.where(bw["time_ms"] > 0, bw["size_mb"] / bw["time_ms"], np.nan)
+        bw["bandwidth_gbps"] = bandwidth_gbps(bw["size_mb"], bw["time_ms"])
         bw = conform(bw, COMM_BANDWIDTH)
     else:
         bw = empty(COMM_BANDWIDTH)

@@ -13,8 +13,27 @@ from perfbench.compare import compare_runs, figures, pct
 from perfbench.errors import UserError
 
 
+#: which statistic each table shows (the two differ: a mean of the steps vs the catalogue's median)
+PER_STEP_NOTE = ("mean over the measured steps of each run (the samples `perfbench check` tests); change and its "
+                 "95% CI are of the difference of the means")
+RUN_METRICS_NOTE = ("the values stored in run.json, aggregated as the metric catalogue says (`perfbench metrics`): "
+                    "median over measured steps for per-step metrics, so they differ from the means above")
+
+
+def _resolve(run_id: str | None) -> str | None:
+    """A run id, short id (`ws2-r0`) or unique prefix, as the CLI takes it (Store.get_run), to the full run id;
+    left as given when no single run matches (the page then says why)."""
+    if not run_id:
+        return run_id
+    try:
+        return data.get().store.get_run(run_id)["run_id"]
+    except UserError:
+        return run_id
+
+
 def layout(a: str | None = None, b: str | None = None, **_):
     d = data.get()
+    a, b = _resolve(a), _resolve(b)
     ok = [r["run_id"] for r in d.runs() if r.get("status") == "ok"]
     opts = [{"label": r, "value": r} for r in ok]
     return html.Div([
@@ -48,7 +67,8 @@ def body(a, b):
                            style={"display": "inline-block", "width": "49%"}),
                   html.Div(["B: ", dcc.Link(cmp.b["run_id"], href=f"/run/{cmp.b['run_id']}", id="compare-link-b")],
                            style={"display": "inline-block", "width": "49%"})], style={"margin": "10px 0"}),
-        section("Per-step metrics (steady state)", table(m, id="compare-metrics")),
+        section("Per-step metrics (steady state, mean over steps)",
+                html.Div([html.P(PER_STEP_NOTE, className="note"), table(m, id="compare-metrics")])),
         section("Settings that differ", table(pd.DataFrame(cmp.settings_diff).astype(str), id="compare-settings")
                 if cmp.settings_diff else empty("none")),
         section("Step breakdown (ms per rank-step)", table(pd.DataFrame(cmp.breakdown), id="compare-breakdown")
@@ -57,10 +77,10 @@ def body(a, b):
                 if cmp.kernels else empty("no kernels")),
         section("Collectives (per rank-step)", table(pd.DataFrame(cmp.collectives), id="compare-collectives")
                 if cmp.collectives else empty("no collectives")),
-        section("Run metrics", table(pd.DataFrame([{"metric": r["metric"], "A": _fmt(r["metric"], r["a"]),
+        section("Run metrics (stored, catalogue aggregation)", html.Div([html.P(RUN_METRICS_NOTE, className="note"), table(pd.DataFrame([{"metric": r["metric"], "A": _fmt(r["metric"], r["a"]),
                                                     "B": _fmt(r["metric"], r["b"]), "change": pct(r["rel"])}
                                                    for r in cmp.summary_metrics])
-                                     if cmp.summary_metrics else None, id="compare-summary", page_size=30)),
+                                     if cmp.summary_metrics else None, id="compare-summary", page_size=30)])),
     ]
     parts += [dcc.Graph(figure=f, id=f"compare-fig-{i}") for i, f in enumerate(figures(cmp))]
     return parts

@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
 
 from analyzers.catalogue import KEY_METRICS, METRICS
+from analyzers.schema import warmup_steps
 from dashboards import data
 from dashboards.components import TABLE_STYLE, after_paint, after_paint_input, empty, metric_card, metric_label, metric_text, section, table
 
@@ -197,7 +198,7 @@ def timeline_figure(rid: str, step: int | None) -> go.Figure:
     steps = sorted(ref["step"].dropna().unique())
     if step is None or step not in steps:
         rec = d.run(rid) or {}
-        warm = int((((rec.get("config") or {}).get("train") or {}).get("warmup_steps")) or 0)
+        warm = warmup_steps(rec.get("config"))
         later = [s for s in steps if s >= warm]
         step = (later or steps)[0]
     if src is not None:
@@ -303,7 +304,7 @@ def expert_load(rid: str) -> list[float] | None:
     if ws is None or ws.empty or "tokens_per_expert" not in ws.columns:
         return None
     rec = data.get().run(rid) or {}
-    warm = int((((rec.get("config") or {}).get("train") or {}).get("warmup_steps")) or 0)
+    warm = warmup_steps(rec.get("config"))
     total = None
     for v in ws.loc[ws["step"] >= warm, "tokens_per_expert"]:
         if isinstance(v, str):

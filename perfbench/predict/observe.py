@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from analyzers.schema import warmup_steps
 from perfbench.errors import UserError
 
 #: the settings the model knows, with the workload's defaults (docs/config.md)
@@ -103,7 +104,7 @@ def observe(store, record: dict, quantile: float | None = None, measure: str = "
     step = m.get("step_time_s")
     if measure == "cpu":
         ws = store.read_table(rid, "workload_steps")
-        warm = int(((record.get("config") or {}).get("train") or {}).get("warmup_steps") or 0)
+        warm = warmup_steps(record.get("config"))
         if ws is None or "cpu_s" not in ws or not m.get("step_cpu_s"):
             raise UserError(f"run {rid} has no per-step CPU time (cpu_s) to model")
         steady = ws[(ws["step"] >= warm) & ~ws["profiled"].astype(bool) & ws["cpu_s"].notna()]
