@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install quickstart test browser slurm slurm-up slurm-down mutation clean
+.PHONY: install quickstart lint test browser slurm slurm-up slurm-down mutation clean
 
 # Python environment with perfbench, MindSpore (CPU) and the test tools; redone when pyproject.toml changes.
 $(STAMP): pyproject.toml
@@ -41,9 +41,15 @@ slurm-up: slurm
 slurm-down:
 	$(BIN)/python tests/local_slurm.py down $(SLURM_DIR)
 
-# The whole test suite (what CI runs: .ci/run). The Slurm tests start their own two-node cluster and stop it.
+# Lint (ruff: pyflakes and pycodestyle, config in pyproject.toml) and types (mypy over analyzers/ and perfbench/).
+# A few seconds; the first step of `make test`, so CI runs it too.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# The whole test suite (what CI runs: .ci/run), after `make lint`. The Slurm tests start their own two-node cluster and stop it.
 # PERFBENCH_MSPROF_FRESH=1: the parity tests run msprof-analyze itself, never its kept output (tests/msprof_cache.py).
-test: install browser slurm
+test: install lint browser slurm
 	PERFBENCH_MSPROF_FRESH=1 $(BIN)/python -m pytest -q -ra
 
 # Mutation testing of the metric and decision code with mutmut against the fast tests (docs/testing.md).

@@ -103,7 +103,7 @@ def db_meta(con) -> dict:
     try:
         rows = con.execute("SELECT name, value FROM META_DATA WHERE name IN "
                            "('parallel_group_info', 'distributed_args')").fetchall()
-    except Exception:  # noqa: BLE001 - no META_DATA table (older exports): nothing to read
+    except Exception:
         return {}
     out = {}
     for name, value in rows:

@@ -166,7 +166,7 @@ def x_events(path: str | os.PathLike, *, with_args: bool = False, args_prefix: s
             return _x_events_duckdb(path, with_args, args_prefix, args_fields)
         except ProfileFormatError:
             raise
-        except Exception:  # noqa: BLE001 - unusual shapes DuckDB can't type: fall back to the generic reader
+        except Exception:
             if engine == "duckdb":
                 raise
     return _x_events_ijson(path, with_args, args_prefix, args_fields)

@@ -193,7 +193,7 @@ def timed(cmd: list[str], timeout: float = 1800) -> tuple[float, float, float, b
 def _rss(q) -> int:
     try:
         return q.memory_info().rss
-    except Exception:  # noqa: BLE001 - a worker that just ended
+    except Exception:
         return 0
 
 

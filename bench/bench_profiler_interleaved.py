@@ -118,7 +118,10 @@ def main(argv=None) -> int:
         r = results[level]
         print(f"{level}: wall {100 * r['wall']['median']:+.1f}%  cpu {100 * r['cpu']['median']:+.1f}%", flush=True)
     load = os.getloadavg()
-    fmt = (lambda v: f"{100 * v:+.1f}%")
+
+    def fmt(v):
+        return f"{100 * v:+.1f}%"
+
     print(f"\n{args.cycles} cycles of {args.off} unprofiled + 1 warm-up + {args.on} recorded steps per level; "
           f"load average at the end {load[0]:.1f} (2 cores); {time.time() - t0:.0f} s")
     print("| level | CPU time: recorded / unprofiled − 1 (median over cycles) | cycles (min – max) | wall time (median) "

@@ -141,8 +141,13 @@ def main(argv=None) -> int:
                "cpu_median": med(d["cpu"]) if d["cpu"] else None, "cpu": d["cpu"],
                "after_exit_median_s": med(d["after_s"]), "files": d["files"]}
         res["levels"][lv] = row
-        fmt = (lambda v: "–" if v is None else f"{100 * v:+.1f}%")
-        rounds = (lambda xs: ", ".join(fmt(x) for x in xs))
+
+        def fmt(v):
+            return "–" if v is None else f"{100 * v:+.1f}%"
+
+        def rounds(xs):
+            return ", ".join(fmt(x) for x in xs)
+
         print(f"| {lv} | {fmt(row['reported_median'])} | {rounds(d['reported'])} | {fmt(row['cpu_median'])} | "
               f"{rounds(d['cpu'])} | {fmt(row['ab_median'])} | {row['after_exit_median_s']:.1f} | "
               f"{', '.join(d['files'] or []) or '–'} |")

@@ -119,7 +119,7 @@ def main() -> None:
                 print(f"  {kind}: {float(dt):.2f} s wall, {float(cpu):.2f} s CPU, peak RSS {float(rss):.0f} MB, "
                       f"{cnt} rows (load average {os.getloadavg()[0]:.1f})", flush=True)
             results[kind] = runs
-        print(f"\n| reader | file | runs | median wall (s) | median CPU (s) | max peak RSS (MB) | rows |")
+        print("\n| reader | file | runs | median wall (s) | median CPU (s) | max peak RSS (MB) | rows |")
         print("|---|---|---|---|---|---|---|")
         for kind, runs in results.items():
             print(f"| {kind} | {size / 1e9:.2f} GB | {len(runs)} | {statistics.median(r[0] for r in runs):.2f} | "

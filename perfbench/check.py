@@ -328,7 +328,7 @@ def to_markdown(res: dict) -> str:
     lines.append("")
     for g in res["groups"]:
         if g.get("settings_differ"):
-            lines.append(f"Note: compared runs differ in settings: "
+            lines.append("Note: compared runs differ in settings: "
                          + ", ".join(f"{k}: {a} → {c}" for k, (a, c) in g["settings_differ"].items()))
         if g.get("failed_runs"):
             lines.append(f"Note: failed current runs left out: {', '.join(g['failed_runs'])}")

@@ -39,7 +39,7 @@ def environment(threads: int, bind: bool) -> dict:
         from importlib.metadata import version
 
         ms_version = version("mindspore")
-    except Exception:  # noqa: BLE001 - not installed is a fact worth recording, not an error
+    except Exception:
         ms_version = None
     return {
         "perfbench": __version__,

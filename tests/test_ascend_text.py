@@ -12,7 +12,7 @@ import pytest
 
 import analyzers
 from analyzers.ascend.text import parse_text_rank, read_kernel_details
-from perfbench.errors import ProfileFormatError, UserError
+from perfbench.errors import UserError
 from tests.conftest import fixture_path
 
 B = ("Ascend__msinsight", "test", "data", "pytorch", "text")

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 import analyzers
 from analyzers.parallel_groups import (double_hash, global_links, groups_from_communication_group,
-                                       groups_from_metadata, groups_from_strategy, link_totals, rank_stages,
+                                       groups_from_metadata, groups_from_strategy, rank_stages,
                                        stage_of_rank)
 from analyzers.schema import Profile
 from tests.conftest import fixture_path

@@ -27,7 +27,7 @@ def test_schedules_match_on_every_link_and_never_deadlock(name):
             plans = [schedule(name, S, M, s) for s in range(S)]
             for s in range(S - 1):
                 assert link_events(plans[s], "next") == link_events(plans[s + 1], "prev"), (name, S, M, s)
-            res = simulate(name, S, M)  # raises on deadlock
+            simulate(name, S, M)  # raises on deadlock
             for p in plans:
                 assert sorted(a.mb for a in p if a.op == "forward") == list(range(M))
                 assert sorted(a.mb for a in p if a.op == "backward") == list(range(M))

@@ -207,7 +207,7 @@ def test_tuning_page_shows_the_search(pruned_search):
                 try:
                     page = p.open(f"http://127.0.0.1:{port}/tuning?study={ans['study']}", "#tuning-trials td")
                     break
-                except Exception:  # noqa: BLE001 - the server is still starting
+                except Exception:
                     if time.time() > end or proc.poll() is not None:
                         raise
                     time.sleep(1)

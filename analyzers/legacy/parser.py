@@ -159,7 +159,7 @@ def _json_cell(path: Path, text: str, column: str, line: int):
         return {}
     try:
         return json.loads(text)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         raise ProfileFormatError(path, f"line {line}: column {column!r} is not valid JSON ({exc.msg})") from None
 
 

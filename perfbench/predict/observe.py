@@ -101,7 +101,6 @@ def observe(store, record: dict, quantile: float | None = None, measure: str = "
     which a busy machine stretches far less) instead of wall time. bench/bench_predict.py reports both."""
     rid = record["run_id"]
     m = record.get("metrics") or {}
-    step = m.get("step_time_s")
     if measure == "cpu":
         ws = store.read_table(rid, "workload_steps")
         warm = warmup_steps(record.get("config"))

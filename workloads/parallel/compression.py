@@ -172,7 +172,6 @@ MAX_RANK = 32  # upper bound on the PowerSGD rank per matrix
 
 def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
     import numpy as np
-    import mindspore as ms
     from mindspore import Parameter, Tensor, nn, ops
 
     from workloads.parallel.bucketing import compile_construct, emit_bucket_allreduce

@@ -53,7 +53,6 @@ def comm_bytes_per_call(impl: str, size: int, num_experts: int, capacity: int, h
 
 
 def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int, impl: str | None = None):
-    import mindspore as ms
     from mindspore import nn, ops
 
     impl = impl or default_impl(size)

@@ -199,7 +199,7 @@ class PipelineTrainer:
 
     # ------------------------------------------------------------------------------------------------------
     def _build_functions(self):
-        ms, ops = self.ms, self.ops
+        ms = self.ms
         cell, loss_fn, M, aw = self.cell, self.loss_fn, float(self.M), self.aux_weight
         wrap = ms.jit if self.jit else (lambda f: f)
 
@@ -390,7 +390,7 @@ class PipelineTrainer:
     def _reduce(self, grads):
         if self.D == 1:
             return grads
-        ms, ops, st = self.ms, self.ops, self.stage
+        ops, st = self.ops, self.stage
         shared_idx = [i for i, loc in enumerate(self.local_mask) if not loc]
         out = list(grads)
         with self.ctx.span("allreduce", stage=st):
