@@ -144,7 +144,8 @@ _ALL = [
     Metric("peak_memory_bytes", "peak mem", "bytes", "lower",
            "max over ranks of the rank's peak memory: the process's device memory where the profiler records it "
            "(Ascend memory_record APP Total Reserved, max over the profiled window), else the process's resident "
-           "high-water mark (ru_maxrss, sampled after every step by the workload: max_rss_bytes), else the "
+           "high-water mark sampled after every step by the workload (max over steps of max(max_rss_bytes = "
+           "ru_maxrss, rss_bytes = resident set then)), else the "
            "framework allocator's peak reserved (analyzers/memory.py)", "bytes", "max over ranks (each rank: max over time)"),
     Metric("memory_headroom", "mem headroom", "share", "higher",
            "1 - used / capacity, the tightest over the memories ranks share: a CPU host's memory (capacity: the "

@@ -8,7 +8,8 @@ a rank whose files lack memory data has null peaks, never 0.
 
 Tables (one writer: this analysis):
     memory              one row per rank: the peaks (bytes), when the allocator peaked, the capacity
-    memory_modules      rank, module, peak_bytes: peak reserved memory per device module (HCCL, RUNTIME, ...)
+    memory_modules      rank, module, peak_bytes: peak reserved memory per device module (HCCL, RUNTIME, ...;
+                        modules whose peak is 0 left out)
     memory_timeline     rank, component, ts_us, allocated_bytes, reserved_bytes: at most ~400 points per rank
                         and component (every local max and min kept), for the Run page's figure
     memory_live         rank, name, size_bytes, alloc_us, release_us: allocations live at the allocator's peak
@@ -104,7 +105,11 @@ def downsample(df: pd.DataFrame, col: str, n: int = TIMELINE_POINTS) -> pd.DataF
 def _workload_peaks(ws: pd.DataFrame | None) -> dict[int, float]:
     if ws is None or "max_rss_bytes" not in ws.columns:
         return {}
+    # ru_maxrss is the kernel's high-water mark, updated lazily: the resident set read at the same moment can be
+    # a little above it, so the rank's peak is the larger of the two over every sample
     s = pd.to_numeric(ws["max_rss_bytes"], errors="coerce")
+    if "rss_bytes" in ws.columns:
+        s = pd.concat([s, pd.to_numeric(ws["rss_bytes"], errors="coerce")], axis=1).max(axis=1)
     g = s.groupby(ws["rank"]).max().dropna()
     return {int(r): float(v) for r, v in g.items()}
 
@@ -252,6 +257,7 @@ def analysis(ctx: Context) -> Output:
             mm = mod[mod["rank"] == r]
             if len(mm):
                 g = pd.to_numeric(mm["reserved_bytes"], errors="coerce").groupby(mm["module"]).max().dropna()
+                g = g[g > 0]  # the ~80 modules that never reserved anything are left out
                 rmods = pd.DataFrame({"rank": r, "module": g.index, "peak_bytes": g.values})
                 mod_rows.append(rmods)
         if rr is not None and len(rr):

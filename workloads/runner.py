@@ -476,7 +476,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             rec["cpu_s"] = cpu_s  # CPU time of the whole rank process (all threads) during the step
             if mem is not None:  # max_rss_bytes: high-water mark so far; rss_bytes: resident set at step end
                 rec.update(mem)
-                peak_rss = max(peak_rss or 0, mem["max_rss_bytes"] or 0) or None
+                peak_rss = max(peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
             rec.update(res)
             if saved_s is not None:
                 rec["checkpoint_s"] = saved_s
