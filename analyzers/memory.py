@@ -38,7 +38,7 @@ TIMELINE_POINTS = 400
 MEMORY_COLUMNS = ["rank", "host", "device", "peak_bytes", "peak_source", "peak_allocated_bytes",
                   "peak_reserved_bytes", "peak_active_bytes", "peak_process_bytes", "peak_rss_bytes",
                   "framework_peak_bytes", "allocator", "peak_at_us", "live_allocations", "live_bytes",
-                  "capacity_bytes", "params"]
+                  "capacity_bytes", "params", "baseline_bytes"]
 
 
 def _num(v) -> float | None:
@@ -164,16 +164,22 @@ def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer:
         return _shares(parts, max(process or 0, held + (process - held if process and process > held else 0)))
     peak = row.get("peak_bytes")
     if model and peak:
+        base = row.get("baseline_bytes")
+        if base is not None and str(row.get("peak_source") or "").startswith("workload"):
+            parts.append(("runtime_baseline", float(base), "process resident set before the model was built "
+                          "(MindSpore imported, collectives joined; meta baseline_rss_bytes)"))
         for k, v in model.items():
             if v is not None:
                 parts.append((k, float(v), "model sizes: parameter count x 4 bytes (fp32)"
                               + (f" x {states} optimizer states" if k == "optimizer_state" else "")))
-        if alloc is not None and reserved is not None:
+        if alloc is not None and reserved is not None and row.get("allocator") != "cpu":
+            # (MindSpore's CPU pool reserves 1 GiB up front that is not resident: no fragmentation to speak of)
             parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
         rest = peak - sum(p[1] for p in parts)
-        parts.append(("activations_workspace_runtime", max(rest, 0.0),
-                      "the rest of the peak: activations, workspace, communication buffers and the runtime "
-                      "(libraries, compiled graphs); not separable without the profiler's allocations"))
+        parts.append(("activations_workspace", max(rest, 0.0),
+                      "the rest of the peak: activations, workspace, communication buffers, compiled graphs"
+                      + ("" if base is not None else " and the runtime (libraries)")
+                      + "; not separable without the profiler's allocations"))
         return _shares(parts, peak)
     return []
 
@@ -234,7 +240,7 @@ def analysis(ctx: Context) -> Output:
             hosts[r] = m["host"]
         row = {"rank": r, "host": hosts.get(r), "device": devices.get(r) or ("cpu" if m else None), **pk,
                "peak_rss_bytes": rss.get(r), "framework_peak_bytes": _num(m.get("framework_peak_allocated_bytes")),
-               "params": _num(m.get("params"))}
+               "params": _num(m.get("params")), "baseline_bytes": _num(m.get("baseline_rss_bytes"))}
         if row["peak_allocated_bytes"] is None and row["framework_peak_bytes"] is not None:
             row["peak_allocated_bytes"] = row["framework_peak_bytes"]
         if row["peak_process_bytes"] is not None:

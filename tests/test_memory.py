@@ -203,3 +203,30 @@ def test_headroom_sums_ranks_that_share_a_host():
     assert capacity_headroom(rows, {0: "a", 1: "a"}) == pytest.approx(0.4)  # device rank 2: 1 - 6/10
     assert capacity_headroom(rows[:2], {0: "a", 1: "b"}) == pytest.approx(0.7)  # 1 - 3/10
     assert capacity_headroom([{"rank": 0, "device": "cpu", "peak_bytes": 2.0, "capacity_bytes": None}], {}) is None
+
+
+@pytest.mark.msrun
+def test_every_sweep_run_records_its_memory(sweep_store):
+    """The session's real sweep (ResNet-50, 1 and 2 ranks): each rank's step records carry the OS's memory
+    samples, the meta its peak and the machine's memory, and the run's catalogue metrics follow from them."""
+    from perfbench.store import Store
+
+    mem_total = next(int(line.split()[1]) * 1024 for line in open("/proc/meminfo") if line.startswith("MemTotal:"))
+    store = Store(sweep_store, create=False)
+    rows = json.loads(run_perfbench("ls", "--results", sweep_store, "--json").stdout)
+    for row in rows:
+        rid = row["run_id"]
+        ws = store.read_table(rid, "workload_steps")
+        assert ws["max_rss_bytes"].min() > 100 * MIB and ws["rss_bytes"].min() > 100 * MIB  # MindSpore alone is ~400 MB
+        per_rank = ws.assign(p=ws[["max_rss_bytes", "rss_bytes"]].max(axis=1)).groupby("rank")["p"].max()
+        assert row["peak_memory_bytes"] == per_rank.max()
+        # both ranks run on this machine: they share its memory
+        assert row["memory_headroom"] == pytest.approx(1 - per_rank.sum() / mem_total)
+        for f in (store.artifacts_dir(rid) / "metrics").glob("rank*.meta.json"):
+            meta = json.loads(f.read_text())
+            assert meta["machine_memory_bytes"] == mem_total
+            assert meta["peak_rss_bytes"] == per_rank[meta["rank"]]
+            assert meta["framework_peak_allocated_bytes"] is None  # MindSpore's CPU API returns 0: unknown
+            assert 100 * MIB < meta["baseline_rss_bytes"] < meta["peak_rss_bytes"]
+    out = run_perfbench("show", rows[0]["run_id"], "--results", sweep_store).stdout
+    assert "What holds the peak" in out and "peak mem" in out

@@ -408,6 +408,8 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
                         "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
                         "profiler_ts_offset_us": 0.0})
 
+    # the process before the model exists (MindSpore imported, collectives joined): what attribution calls the runtime
+    ctx.set_meta(baseline_rss_bytes=memory_sample()["rss_bytes"])
     name = cfg["workload"]
     try:
         module = importlib.import_module(f"workloads.{name}")
