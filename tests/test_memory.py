@@ -17,7 +17,7 @@ import analyzers
 from analyzers.cpu.parser import read_memory_record
 from analyzers.memory import capacity_headroom, live_at
 from perfbench.errors import ProfileFormatError
-from tests.conftest import fixture_path, run_perfbench
+from tests.conftest import fixture_path, perfbench_in_process, run_perfbench
 
 MIB = 1048576
 PT = ("Ascend__msinsight", "test", "data", "pytorch")
@@ -53,10 +53,19 @@ DB_PEAKS = {
 HCCL_PEAK = 423690240
 
 
-def _memory(path):
-    p = analyzers.load_profile(path)
+def _memory(path, full: bool = False):
+    """Profile, analysis and memory table; memory needs neither kernels nor trace_view.json (faster) unless `full`."""
+    if not full and path in _CACHE:
+        return _CACHE[path]
+    p = analyzers.load_profile(path) if full else analyzers.load_profile(path, read_trace=False, kernels="none")
     a = analyzers.analyze(p)
-    return p, a, a.tables["memory"].set_index("rank")
+    out = p, a, a.tables["memory"].set_index("rank")
+    if not full:
+        _CACHE[path] = out
+    return out
+
+
+_CACHE: dict = {}
 
 
 @pytest.mark.parametrize("level", ["level0", "level1", "level2"])
@@ -132,7 +141,7 @@ def test_rank_without_memory_files_is_null_not_zero(tmp_path):
     assert mem.loc[0, "peak_allocated_bytes"] == 1261.04296875 * MIB
     for col in ("peak_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_process_bytes"):
         assert mem.loc[1, col] is None or pd.isna(mem.loc[1, col]), col
-    doc = json.loads(run_perfbench("analyze", dst, "--json", "--no-store").stdout)
+    doc = json.loads(perfbench_in_process("analyze", dst, "--json", "--no-store").stdout)
     by = {r["rank"]: r for r in doc["ranks"]}
     assert by[1]["peak_allocated_bytes"] is None and by[1]["live_at_peak"] is None
     assert by[0]["peak_allocated_bytes"] == 1261.04296875 * MIB
@@ -153,7 +162,7 @@ def test_truncated_memory_record_names_the_file_and_nulls_only_that_ranks_memory
     assert mem.loc[1, "peak_allocated_bytes"] == 1261.04296875 * MIB  # the other rank is untouched
     bd = a.tables["step_breakdown"]
     assert set(bd["rank"]) == {0, 1}  # the rest of rank 0 is analyzed
-    out = run_perfbench("analyze", dst, "--no-store")
+    out = perfbench_in_process("analyze", dst, "--no-store", "--trace", "never", "--kernels", "none")
     assert "memory_record.csv" in out.stderr and out.returncode == 0
 
 
@@ -169,7 +178,7 @@ def test_corrupt_db_memory_table_is_a_warning(tmp_path):
     con.execute("CREATE TABLE MEMORY_RECORD (junk INTEGER)")
     con.commit()
     con.close()
-    p, a, mem = _memory(dst)
+    p, a, mem = _memory(dst, full=True)
     assert any(str(db) in w and "memory tables not readable" in w for w in p.warnings)
     assert pd.isna(mem.loc[0, "peak_allocated_bytes"])
     assert mem.loc[1, "peak_allocated_bytes"] == DB_PEAKS[("level1", 1)][0]
@@ -230,3 +239,21 @@ def test_every_sweep_run_records_its_memory(sweep_store):
             assert 100 * MIB < meta["baseline_rss_bytes"] < meta["peak_rss_bytes"]
     out = run_perfbench("show", rows[0]["run_id"], "--results", sweep_store).stdout
     assert "What holds the peak" in out and "peak mem" in out
+
+
+def test_run_page_and_show_say_what_holds_the_peak(tmp_path):
+    res = tmp_path / "results"
+    perfbench_in_process("analyze", str(fixture_path(*PT, "text", "level1")), "--results", str(res), "--run-id", "mem1")
+    out = perfbench_in_process("show", "mem1", "--results", str(res)).stdout
+    assert "What holds the peak (rank 1, the largest)" in out  # rank 1's APP peak 2113.734375 MB > rank 0's
+    assert "fragmentation" in out and "communication_buffers" in out
+    from dashboards import data
+    from dashboards.pages import run
+
+    data.configure(res)
+    mem = data.get().table("mem1", "memory")
+    text = str(run.memory_section("mem1", mem))
+    assert "What holds the peak (rank 1, the largest)" in text and "run-memory-timeline" in text
+    fig = run.memory_figure(data.get().table("mem1", "memory_timeline"), mem)
+    peaks = [t for t in fig.data if t.name.endswith("PTA+GE peak")]
+    assert len(peaks) == 2 and peaks[0].y[0] == pytest.approx(1261.04296875)  # MiB, memory_record.csv line 905
