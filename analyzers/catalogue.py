@@ -150,8 +150,9 @@ _ALL = [
     Metric("memory_headroom", "mem headroom", "share", "higher",
            "1 - used / capacity, the tightest over the memories ranks share: a CPU host's memory (capacity: the "
            "machine's MemTotal the ranks record; used: sum of the peaks of the host's ranks, an upper bound since "
-           "peaks need not coincide) or a device's (used: the rank's peak; capacity: the hardware profile's "
-           "device_memory_bytes); null when the capacity is unknown (analyzers/memory.py)", "pct",
+           "peaks need not coincide) or a device's (used: the rank's peak; capacity: device_memory_bytes of the "
+           "hardware profile the run names, e.g. perfbench analyze --hardware ascend910); null when the capacity "
+           "is unknown (analyzers/memory.py)", "pct",
            "min over hosts / devices", kind="share"),
     Metric("loss_first", "first loss", "ratio", None, "mean over ranks of the loss of the first step", "num",
            "first step"),

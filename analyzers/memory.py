@@ -198,6 +198,17 @@ def _shares(parts, total) -> list[dict]:
             for k, v in merged.items()]
 
 
+def device_memory(hardware: str | None) -> float | None:
+    """A device's capacity: `device_memory_bytes` of the named hardware profile (perfbench/predict/hardware/), or
+    None without one (an imported profile does not say which hardware profile describes its device)."""
+    if not hardware:
+        return None
+    from perfbench.predict.hardware import load
+
+    v = load(str(hardware)).device_memory_bytes
+    return float(v) if v else None
+
+
 def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
     """1 - used / capacity, the tightest over the memories the ranks share: ranks on one CPU host share its
     memory (used = sum of their peaks), a device rank has its own (used = its peak)."""
@@ -205,7 +216,7 @@ def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
     for r in rows:
         if r.get("peak_bytes") is None or not r.get("capacity_bytes"):
             continue
-        key = f"host:{hosts.get(r['rank'])}" if str(r.get("device") or "cpu").lower() == "cpu" else f"rank:{r['rank']}"
+        key = f"host:{hosts.get(r['rank'])}" if str(r.get("device") or "").lower() == "cpu" else f"rank:{r['rank']}"
         groups.setdefault(key, []).append(r)
     if not groups:
         return None
@@ -231,6 +242,7 @@ def analysis(ctx: Context) -> Output:
         ranks |= set(int(r) for r in ws["rank"].unique())
     rss = _workload_peaks(ws)
     optimizer = ((ctx.config or {}).get("train") or {}).get("optimizer")
+    device_capacity = device_memory((ctx.config or {}).get("hardware"))
     rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
     for r in sorted(ranks):
         m = meta.get(r) or {}
@@ -251,7 +263,8 @@ def analysis(ctx: Context) -> Output:
             row["peak_bytes"], row["peak_source"] = row["peak_reserved_bytes"], "profiler: allocator reserved"
         else:
             row["peak_bytes"], row["peak_source"] = None, None
-        row["capacity_bytes"] = _num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else None
+        row["capacity_bytes"] = (_num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu"
+                                 else device_capacity)
         om = opm[opm["rank"] == r] if opm is not None else None
         live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
         row["live_allocations"] = None if live is None else int(len(live))

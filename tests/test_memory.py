@@ -257,3 +257,14 @@ def test_run_page_and_show_say_what_holds_the_peak(tmp_path):
     fig = run.memory_figure(data.get().table("mem1", "memory_timeline"), mem)
     peaks = [t for t in fig.data if t.name.endswith("PTA+GE peak")]
     assert len(peaks) == 2 and peaks[0].y[0] == pytest.approx(1261.04296875)  # MiB, memory_record.csv line 905
+
+
+def test_headroom_against_the_hardware_profiles_device_memory():
+    # ascend910.yaml: device_memory_bytes 34359738368 (32 GiB HBM); the largest rank's peak: rank 1's APP
+    # 2113.734375 MB (level1 memory_record.csv line 15)
+    doc = json.loads(perfbench_in_process("analyze", fixture_path(*PT, "text", "level1"), "--json", "--no-store",
+                                          "--hardware", "ascend910", "--trace", "never", "--kernels", "none").stdout)
+    assert doc["summary"]["memory_headroom"] == pytest.approx(1 - 2113.734375 * MIB / 34359738368)
+    doc = json.loads(perfbench_in_process("analyze", fixture_path(*PT, "text", "level1"), "--json", "--no-store",
+                                          "--trace", "never", "--kernels", "none").stdout)
+    assert doc["summary"].get("memory_headroom") is None
