@@ -40,22 +40,14 @@ def main(argv=None) -> int:
     import mindspore as ms
 
     import workloads.resnet50 as r50
+    from bench.bench_profiler_interleaved import run_config
     from workloads.runner import RunContext, memory_sample
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_seed(0)
     out = Path(tempfile.mkdtemp(prefix="bench_memory_sampling_"))
-    cfg = {"run_id": "bench-memory-sampling", "workload": "resnet50", "world_size": 1, "repeat": 0,
-           "output_dir": str(out),
-           "model": {"image_size": 32, "num_classes": 10, "width": args.width, "layers": [3, 4, 6, 3]},
-           "train": {"batch_size": 8, "steps": 10 ** 6, "warmup_steps": 3, "seed": 0, "lr": 0.05, "momentum": 0.9,
-                     "mode": "graph", "data": "synthetic"},
-           "profile": {"enabled": False, "steps": 0, "level": "off"},
-           "parallel": {"grad_compression": "none", "compression_ratio": 0.01, "comm_fusion": 0,
-                        "fusion_impl": "perfbench", "pipeline_stages": 1, "micro_batches": 1,
-                        "pipeline_schedule": "1f1b"},
-           "inject": {}}
+    cfg = run_config("bench-memory-sampling", out, args.width, "off")
     ctx = RunContext(cfg, 0, 1, out)
     wl = r50.build(ctx)
     step = 0
