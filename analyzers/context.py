@@ -14,7 +14,7 @@ import pandas as pd
 
 from analyzers.schema import Profile, warmup_steps
 
-PROFILE_TABLES = ("ops", "steps", "comm_ops", "comm_bandwidth", "links")
+PROFILE_TABLES = ("ops", "steps", "comm_ops", "comm_bandwidth", "links", "memory_records", "op_memory", "module_memory")
 
 
 @dataclass
@@ -26,6 +26,8 @@ class Context:
     workload_steps: pd.DataFrame | None = None
     spans: pd.DataFrame | None = None
     config: dict | None = None
+    #: the ranks' own meta files ({rank: metrics/rank{R}.meta.json}) of a launched run, else None
+    meta: dict | None = None
     tables: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
 
