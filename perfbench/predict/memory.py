@@ -1,0 +1,160 @@
+"""The memory model: peak memory of one rank for settings never run (docs/predict.md, "Memory").
+
+    peak = baseline + model states + activations + buffers
+
+* model states (ZeRO paper, Rajbhandari et al. 2020, section 5, for fp32 training): parameters 4 B, gradients 4 B,
+  optimizer state 4 B x k per parameter (k = 1 for momentum, 2 for Adam/AdamW), the sharded parts divided by the
+  data-parallel size D:
+      stage 0: 4P + 4P + 4kP        stage 1: 4P + 4P + 4kP/D        stage 2: 4P + 4P/D + 4kP/D
+  (`model_states`; where gradient sharding is emulated, as on the CPU backend, gradients count whole).
+* activations: bytes per sample kept for backward, times the samples in flight (the micro-batch, batch_size / M);
+  fitted per `recompute` setting from stored runs as (measured peak - baseline - model states - buffers) / samples.
+* buffers: communication buffers the data-parallel step adds: a flattened bucket and its all-reduced copy
+  (2 x the largest bucket's bytes, D > 1), and with ZeRO the broadcast of the updated parameters (4P, D > 1).
+* baseline: the process before the model (CPU: the MindSpore process's resident set, from the hardware profile or
+  fitted; Ascend: the device's runtime reservation from the profile).
+
+Pure Python: the formulas here, the store read in `observe_memory`.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+from perfbench.errors import UserError
+
+FP32 = 4
+STATES_PER_PARAM = {"momentum": 1, "adamw": 2}  # as workloads/optimizers.py (no MindSpore import here)
+
+
+def model_states(params: int, dp: int, zero_stage: int, states_per_param: int, grads_sharded: bool = True) -> dict:
+    """Bytes of parameters, gradients and optimizer state one rank holds (ZeRO paper, fp32)."""
+    if zero_stage not in (0, 1, 2):
+        raise UserError(f"zero_stage={zero_stage!r}: the memory model knows 0, 1, 2")
+    if dp < 1 or params < 0:
+        raise UserError(f"data-parallel size {dp} and parameter count {params} must be positive")
+    p = FP32 * params
+    grads = p / dp if zero_stage >= 2 and grads_sharded else p
+    opt = FP32 * states_per_param * params / (dp if zero_stage >= 1 else 1)
+    return {"params_bytes": float(p), "grads_bytes": float(grads), "optimizer_bytes": float(opt),
+            "total_bytes": float(p + grads + opt)}
+
+
+def buffer_bytes(params: int, dp: int, zero_stage: int, largest_bucket_bytes: float | None) -> float:
+    """Communication buffers of one data-parallel step (0 on one rank)."""
+    if dp <= 1:
+        return 0.0
+    bucket = FP32 * params if largest_bucket_bytes is None else float(largest_bucket_bytes)
+    return 2.0 * bucket + (FP32 * params if zero_stage else 0.0)
+
+
+@dataclass
+class MemoryObservation:
+    run_id: str
+    params: int
+    dp: int
+    zero_stage: int
+    states_per_param: int
+    recompute: bool
+    samples_in_flight: float
+    largest_bucket_bytes: float | None
+    peak_bytes: float  # largest rank's measured peak
+
+
+@dataclass
+class MemoryCalibration:
+    inputs: list[str]
+    baseline_bytes: float
+    baseline_source: str
+    activation_bytes_per_sample: dict  # recompute (bool) -> bytes per sample in flight
+    residual: float = 0.0  # RMS relative error on the calibration runs
+    grads_sharded: bool = False  # the measured machine: emulated (CPU) gradient sharding keeps gradients whole
+    reference: dict = field(default_factory=dict)
+
+
+def _fixed(o: MemoryObservation, grads_sharded: bool) -> float:
+    st = model_states(o.params, o.dp, o.zero_stage, o.states_per_param, grads_sharded)["total_bytes"]
+    return st + buffer_bytes(o.params, o.dp, o.zero_stage, o.largest_bucket_bytes)
+
+
+def fit_memory(obs: list[MemoryObservation], baseline_bytes: float | None = None,
+               grads_sharded: bool = False) -> MemoryCalibration:
+    """Activations per sample (per recompute setting) and, where batch sizes differ, the baseline, by least
+    squares of  peak - model states - buffers = baseline + a[recompute] x samples."""
+    if not obs:
+        raise UserError("no calibration run has a measured peak memory (peak_memory_bytes)")
+    rest = [(o.recompute, o.samples_in_flight, o.peak_bytes - _fixed(o, grads_sharded)) for o in obs]
+    groups = sorted({r for r, _, _ in rest})
+    distinct = {s for _, s, _ in rest}
+    if baseline_bytes is None and len(distinct) >= 2:
+        import numpy as np
+
+        X = [[1.0] + [s if r == g else 0.0 for g in groups] for r, s, _ in rest]
+        coef, *_ = np.linalg.lstsq(np.array(X), np.array([y for _, _, y in rest]), rcond=None)
+        base, src = float(coef[0]), f"fitted from {len(obs)} runs with {len(distinct)} batch sizes"
+        act = {g: float(c) for g, c in zip(groups, coef[1:])}
+    else:
+        if baseline_bytes is None:
+            raise UserError("the calibration runs all have the same samples in flight, so the baseline cannot be "
+                            "told from the activations: give a hardware profile with process_baseline_bytes or add "
+                            "a run with another batch_size")
+        base, src = float(baseline_bytes), "the hardware profile's process_baseline_bytes"
+        act = {g: statistics.median(y - base for r, s, y in rest if r == g) /
+               statistics.median(s for r, s, _ in rest if r == g) for g in groups}
+    cal = MemoryCalibration(inputs=[o.run_id for o in obs], baseline_bytes=base, baseline_source=src,
+                            activation_bytes_per_sample=act, grads_sharded=grads_sharded)
+    errs = [(predict_memory(cal, _settings(o))["peak_bytes"] - o.peak_bytes) / o.peak_bytes for o in obs]
+    cal.residual = math.sqrt(sum(e * e for e in errs) / len(errs))
+    ref = max(obs, key=lambda o: o.dp)
+    cal.reference = _settings(ref)
+    return cal
+
+
+def _settings(o: MemoryObservation) -> dict:
+    return {"params": o.params, "dp": o.dp, "zero_stage": o.zero_stage, "states_per_param": o.states_per_param,
+            "recompute": o.recompute, "samples_in_flight": o.samples_in_flight,
+            "largest_bucket_bytes": o.largest_bucket_bytes}
+
+
+def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
+    """Peak bytes of one rank for settings `s` (keys of `_settings`) on `hw` (None: the measured machine)."""
+    recompute = bool(s["recompute"])
+    if recompute not in cal.activation_bytes_per_sample:
+        raise UserError(f"recompute={str(recompute).lower()}: no calibration run used it, so its activations per "
+                        "sample are unknown (add such a run to --from)")
+    on_device = hw is not None and getattr(hw, "device_memory_bytes", None) is not None
+    grads_sharded = True if on_device else cal.grads_sharded
+    states = model_states(int(s["params"]), int(s["dp"]), int(s["zero_stage"]), int(s["states_per_param"]),
+                          grads_sharded)
+    act = cal.activation_bytes_per_sample[recompute] * float(s["samples_in_flight"])
+    buf = buffer_bytes(int(s["params"]), int(s["dp"]), int(s["zero_stage"]), s.get("largest_bucket_bytes"))
+    if on_device:
+        base = float(getattr(hw, "device_baseline_bytes", None) or 0.0)
+        base_src = f"{hw.name}'s device_baseline_bytes" if base else f"{hw.name}: no device baseline given (0)"
+    else:
+        base, base_src = cal.baseline_bytes, cal.baseline_source
+    peak = base + states["total_bytes"] + act + buf
+    sigma = max(cal.residual, 0.02)
+    capacity = getattr(hw, "device_memory_bytes", None) if hw is not None else None
+    return {
+        "peak_bytes": peak,
+        "interval": {"low": peak * (1 - 2 * sigma), "high": peak * (1 + 2 * sigma), "sigma_rel": sigma,
+                     "what": "peak x (1 -/+ 2 sigma), sigma = the model's RMS relative error on its calibration runs "
+                             "(at least 2%)"},
+        "parts": {"baseline_bytes": base, **{k: v for k, v in states.items() if k != "total_bytes"},
+                  "activations_bytes": act, "buffers_bytes": buf},
+        "capacity_bytes": capacity,
+        "fits": None if capacity is None else peak <= capacity,
+        "assumptions": [
+            f"model states per ZeRO stage {s['zero_stage']} (fp32: params 4 B, grads 4 B, optimizer 4 B x "
+            f"{s['states_per_param']} per parameter, sharded parts / {s['dp']})"
+            + ("" if grads_sharded else "; gradients counted whole: the CPU emulation of stage 2 all-reduces them"),
+            f"activations {cal.activation_bytes_per_sample[recompute] / 2**20:.2f} MiB per sample in flight "
+            f"(recompute={str(recompute).lower()}, fitted on the measured machine; the same bytes on any hardware)",
+            "buffers: 2 x the largest gradient bucket" + (" + the broadcast parameters (4P)" if s["zero_stage"] else "")
+            + " when data-parallel",
+            f"baseline: {base_src}",
+        ],
+    }
