@@ -141,6 +141,17 @@ _ALL = [
            "max over ranks, steps and breakdown parts of |recomputed - profiler's own| / step time "
            "(the cross-check of the profiler's step trace against the kernels)", "pct", "max over ranks and steps",
            kind="share"),
+    Metric("peak_memory_bytes", "peak mem", "bytes", "lower",
+           "max over ranks of the rank's peak memory: the process's device memory where the profiler records it "
+           "(Ascend memory_record APP Total Reserved, max over the profiled window), else the process's resident "
+           "high-water mark (ru_maxrss, sampled after every step by the workload: max_rss_bytes), else the "
+           "framework allocator's peak reserved (analyzers/memory.py)", "bytes", "max over ranks (each rank: max over time)"),
+    Metric("memory_headroom", "mem headroom", "share", "higher",
+           "1 - used / capacity, the tightest over the memories ranks share: a CPU host's memory (capacity: the "
+           "machine's MemTotal the ranks record; used: sum of the peaks of the host's ranks, an upper bound since "
+           "peaks need not coincide) or a device's (used: the rank's peak; capacity: the hardware profile's "
+           "device_memory_bytes); null when the capacity is unknown (analyzers/memory.py)", "pct",
+           "min over hosts / devices", kind="share"),
     Metric("loss_first", "first loss", "ratio", None, "mean over ranks of the loss of the first step", "num",
            "first step"),
     Metric("loss_last", "last loss", "ratio", "lower", "mean over ranks of the loss of the last step", "num",

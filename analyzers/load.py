@@ -346,12 +346,17 @@ def _rank_ids(p: Profile) -> list:
     return t["rank"].tolist() if "rank" in t else []
 
 
+#: the Profile tables merged across parts (rank-level tables, concatenated)
+MERGED_TABLES = ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links", "memory_records", "op_memory",
+                 "module_memory")
+
+
 def merge_profiles(parts: list[Profile], path) -> Profile:
     """One Profile from the parsed parts (one per rank for per-rank formats), in order. A part's tables may
     be `Columns` (analyzers.schema): runs of them become one DataFrame per table."""
     if len(parts) == 1:  # plug-in parsers may leave optional schema columns out
         p = parts[0]
-        for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
+        for name in MERGED_TABLES:
             df = getattr(p, name)
             if isinstance(df, Columns):
                 df = frames([df])[0] if len(df) else empty(TABLES[name])
@@ -372,7 +377,7 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
             seen[r] = p.path
     sources = sorted({p.source for p in parts})
     merged = Profile(source=sources[0] if len(sources) == 1 else "+".join(sources), path=str(path))
-    for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links"):
+    for name in MERGED_TABLES:
         fr = frames([getattr(p, name) for p in parts if getattr(p, name) is not None and len(getattr(p, name))])
         if fr:
             setattr(merged, name, conform(pd.concat(fr, ignore_index=True) if len(fr) > 1 else fr[0], TABLES[name]))

@@ -27,7 +27,7 @@ import pandas as pd
 from analyzers.catalogue import METRICS
 from analyzers.schema import Profile
 
-PROFILE_TABLES = ("ops", "steps", "comm_ops", "comm_bandwidth", "links")
+PROFILE_TABLES = ("ops", "steps", "comm_ops", "comm_bandwidth", "links", "memory_records", "op_memory", "module_memory")
 
 
 @dataclass
@@ -39,6 +39,8 @@ class Context:
     workload_steps: pd.DataFrame | None = None
     spans: pd.DataFrame | None = None
     config: dict | None = None
+    #: the ranks' own meta files ({rank: metrics/rank{R}.meta.json}) of a launched run, else None
+    meta: dict | None = None
     tables: dict = field(default_factory=dict)
     metrics: dict = field(default_factory=dict)
 
@@ -135,6 +137,9 @@ REGISTRY: list[AnalysisSpec] = [
                  metrics=("checkpoint_cost", "checkpoint_save_s")),
     AnalysisSpec("capture_cost", _lazy("analyzers.capture_cost", "analysis"), needs=("workload_steps",),
                  metrics=("capture_cost", "capture_calls_s")),
+    AnalysisSpec("memory", _lazy("analyzers.memory", "analysis"), needs=(),
+                 tables=("memory", "memory_modules", "memory_timeline", "memory_live", "memory_attribution"),
+                 metrics=("peak_memory_bytes", "memory_headroom")),
     AnalysisSpec("timeline", _lazy("analyzers.timeline", "analysis"), needs=("ops", "steps"), tables=("timeline",)),
     AnalysisSpec("cluster_check", _lazy("analyzers.cluster_check", "analysis"), needs=("table:step_breakdown|comm_ops",),
                  tables=("cluster_check",)),

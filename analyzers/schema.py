@@ -92,6 +92,39 @@ LINKS = {
     "bandwidth_gbps": "float64",
 }
 
+#: memory over time, one row per record the profiler wrote (per rank and component). `component` is what the
+#: numbers describe: "APP" = the whole process on the device (Ascend memory_record APP rows: only Total
+#: Reserved is given); the framework's allocator: "PTA", "GE", "PTA+GE" (torch_npu), "MINDSPORE" /
+#: "MindSpore" (MindSpore on Ascend), "cpu" (MindSpore's CPU profiler, cpu_ms_memory_record_{rank}.txt)
+MEMORY = {
+    "rank": "int64",
+    "component": "object",
+    "ts_us": "float64",
+    "allocated_bytes": "float64",  # allocator's Total Allocated (NaN where the row has none, e.g. APP)
+    "reserved_bytes": "float64",  # Total Reserved
+    "active_bytes": "float64",  # Total Active
+    "device": "object",  # e.g. NPU:0, cpu
+}
+
+#: one row per allocation the profiler recorded (Ascend operator_memory.csv / OP_MEMORY)
+OP_MEMORY = {
+    "rank": "int64",
+    "name": "object",  # op that allocated, e.g. aten::empty_strided
+    "size_bytes": "float64",
+    "alloc_us": "float64",
+    "release_us": "float64",  # NaN: not released inside the profiled window
+    "device": "object",
+}
+
+#: reserved memory per device module over time (Ascend npu_module_mem.csv / NPU_MODULE_MEM): HCCL, RUNTIME, ...
+MODULE_MEMORY = {
+    "rank": "int64",
+    "module": "object",
+    "ts_us": "float64",
+    "reserved_bytes": "float64",
+    "device": "object",
+}
+
 # ---- analysis tables (what analyses produce; also what the store keeps) ----------------------
 
 #: per rank and step, the msprof-analyze "step trace" breakdown
@@ -128,6 +161,9 @@ TABLES = {
     "comm_ops": COMM_OPS,
     "comm_bandwidth": COMM_BANDWIDTH,
     "links": LINKS,
+    "memory_records": MEMORY,
+    "op_memory": OP_MEMORY,
+    "module_memory": MODULE_MEMORY,
     "step_breakdown": STEP_BREAKDOWN,
     "workload_steps": WORKLOAD_STEPS,
 }
@@ -267,6 +303,10 @@ class Profile:
     comm_ops: pd.DataFrame = field(default_factory=lambda: empty(COMM_OPS))
     comm_bandwidth: pd.DataFrame = field(default_factory=lambda: empty(COMM_BANDWIDTH))
     links: pd.DataFrame = field(default_factory=lambda: empty(LINKS))
+    #: memory timeline, allocations and device-module memory (empty where the profiler recorded none)
+    memory_records: pd.DataFrame = field(default_factory=lambda: empty(MEMORY))
+    op_memory: pd.DataFrame = field(default_factory=lambda: empty(OP_MEMORY))
+    module_memory: pd.DataFrame = field(default_factory=lambda: empty(MODULE_MEMORY))
     #: breakdown the profiler itself wrote (step_trace_time.csv, analysis.db StepTraceTime, ...)
     reference_breakdown: pd.DataFrame | None = None
     #: free-form facts: versions, device type, parallel groups, profiler config

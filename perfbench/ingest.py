@@ -90,20 +90,20 @@ def ingest_run(store: Store, run_id: str, run_config: dict) -> tuple[dict, list[
             warnings.append(f"profile not analyzed: {exc}")
     elif run_config.get("profile", {}).get("enabled") and not steps.empty:
         warnings.append("profiling was enabled but no profiler output was found")
-    analysis = store_analysis(store, run_id, profile, steps, spans, run_config)
+    analysis = store_analysis(store, run_id, profile, steps, spans, run_config, meta=read_meta(metrics_dir))
     warnings += analysis.warnings
     return analysis.summary, warnings
 
 
 def store_analysis(store: Store | None, run_id: str, profile, workload_steps: pd.DataFrame | None,
-                   spans: pd.DataFrame | None, config: dict | None):
+                   spans: pd.DataFrame | None, config: dict | None, meta: dict | None = None):
     """Run every registered analysis and write its tables (and the parsed profile's) into the store.
     Returns the Analysis with `warnings` (the parsers' and the skipped analyses' reasons) attached."""
     import analyzers
 
     ws = workload_steps if workload_steps is not None and not workload_steps.empty else None
     sp = spans if spans is not None and not spans.empty else None
-    analysis = analyzers.analyze(profile, workload_steps=ws, spans=sp, config=config)
+    analysis = analyzers.analyze(profile, workload_steps=ws, spans=sp, config=config, meta=meta or None)
     if store is None:
         return analysis
     if ws is not None:

@@ -43,6 +43,50 @@ def _os_threads() -> int | None:
     return None
 
 
+def _machine_memory_bytes() -> int | None:
+    """The machine's total memory (MemTotal of /proc/meminfo), or None where it cannot be read."""
+    try:
+        for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def memory_sample() -> dict:
+    """This process's memory now, cheaply (~10 us: one getrusage and one small /proc read; docs/benchmarks.md):
+    `max_rss_bytes` = the OS's high-water mark of the resident set since the process started (ru_maxrss, KiB on
+    Linux), which catches peaks inside a step; `rss_bytes` = the resident set right now (/proc/self/statm).
+    A value the OS does not give is None (unknown, not 0)."""
+    import resource
+
+    out: dict = {"max_rss_bytes": None, "rss_bytes": None}
+    try:
+        out["max_rss_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024 or None
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/self/statm", "rb") as fh:
+            out["rss_bytes"] = int(fh.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def framework_peak_bytes(ms) -> int | None:
+    """MindSpore's own allocator peak (`ms.runtime.max_memory_allocated()`); on the CPU backend it returns 0,
+    which means unknown (docs/concepts.md), so 0 and errors are None."""
+    try:
+        v = int(ms.runtime.max_memory_allocated())
+    except Exception:  # noqa: BLE001 - an API a backend lacks is unknown, not a failure of the run
+        return None
+    return v if v > 0 else None
+
+
 def load_config(path: str | os.PathLike) -> dict:
     p = pathlib.Path(path)
     try:
@@ -388,6 +432,11 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
                  warmup_steps=warmup, steps=steps)
     cap = _Capture(out / "profile", warmup, prof_steps, level) if profiling else None
     summary = _Summary(ms, out / "summary") if rank == 0 else None
+    # memory of every run: sampled after each step (PERFBENCH_SAMPLE_MEMORY=0 turns it off, for
+    # bench/bench_memory_sampling.py only); the machine's memory is the capacity a CPU run's headroom is against
+    sample_memory = os.environ.get("PERFBENCH_SAMPLE_MEMORY", "1") != "0"
+    peak_rss = None
+    ctx.set_meta(machine_memory_bytes=_machine_memory_bytes(), memory_sampling=sample_memory)
     delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
     busy_s = float((cfg.get("inject") or {}).get("busy_ms") or 0) / 1000.0
     ckpt = Checkpoints(ms, wl, cfg, rank, out)
@@ -412,6 +461,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             res = wl.train_step(step)
             saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
             end, cpu_s = time.time(), time.process_time() - cpu0
+            mem = memory_sample() if sample_memory else None  # outside the step's time, like the profiler call
             in_window = profiling and warmup <= step < warmup + prof_steps
             capture_s = None
             if cap is not None:  # outside the step's time: the window's stop and raw-file write happen here
@@ -424,6 +474,9 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             rec = {"rank": rank, "step": step, "start_ts": start, "end_ts": end, "step_time_s": end - start,
                    "samples": samples, "loss": loss, "profiled": in_window}
             rec["cpu_s"] = cpu_s  # CPU time of the whole rank process (all threads) during the step
+            if mem is not None:  # max_rss_bytes: high-water mark so far; rss_bytes: resident set at step end
+                rec.update(mem)
+                peak_rss = max(peak_rss or 0, mem["max_rss_bytes"] or 0) or None
             rec.update(res)
             if saved_s is not None:
                 rec["checkpoint_s"] = saved_s
@@ -442,7 +495,8 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             summary.close()
     if cap is not None:
         cap.finish()
-    ctx.set_meta(os_threads=_os_threads(), finished=True)
+    ctx.set_meta(os_threads=_os_threads(), finished=True, peak_rss_bytes=peak_rss,
+                 framework_peak_allocated_bytes=framework_peak_bytes(ms))
     ctx.write_meta()
     ctx.close()
     if (cfg.get("inject") or {}).get("crash_at_exit_rank") == rank:  # a crash in the teardown, after every write

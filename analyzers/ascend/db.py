@@ -145,13 +145,28 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
                  for n, c, d in zip(comm["name"], comm["count"], comm["data_type"]) if c is not None}
         comm_ops["size_bytes"] = comm_ops["op_name"].map(sizes)
         comm_ops["alg_type"] = comm_ops["op_name"].map(dict(zip(comm["name"], comm["alg_type"])))
+    from analyzers.ascend.memory import no_memory
+
+    memory = no_memory()
+    if not any(w.startswith(str(dbp)) for w in io.warnings):  # a db already found damaged is not read again
+        mem = io.read(dbp, _memory, r)
+        if mem:
+            memory.update(mem)
     ranks = pd.DataFrame([{"rank": r, "host": None, "device": device, "path": str(rank_dir), "stage": pd.NA,
                            "dp_group": None, "world_size": info.get("world_size"), "inputs": io.text}])
     return Profile(source="ascend-db", path=str(rank_dir), ranks=conform(ranks, RANKS), steps=conform(steps, STEPS),
                    ops=conform(ops, OPS), comm_ops=conform(comm_ops, COMM_OPS),
                    comm_bandwidth=conform(comm_bw if comm_bw is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
                    links=conform(links if links is not None else empty(LINKS), LINKS),
-                   reference_breakdown=ref, meta=meta, warnings=io.warnings)
+                   **memory, reference_breakdown=ref, meta=meta, warnings=io.warnings)
+
+
+def _memory(dbp: Path, r: int) -> dict:
+    """MEMORY_RECORD / OP_MEMORY / NPU_MODULE_MEM of the profiler db (analyzers.ascend.memory)."""
+    from analyzers.ascend.memory import read_db_memory
+
+    with open_db(dbp) as con:
+        return read_db_memory(con, r, _tables(con), dbp)
 
 
 def _profiler_db(dbp: Path, info: dict, r: int, ref_step: int, meta: dict):

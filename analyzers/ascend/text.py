@@ -176,6 +176,9 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
             meta["op_statistic"] = stat[[c for c in ("op_type", "core_type", "count", "total_us")
                                          if c in stat]].to_dict("records")
 
+    from analyzers.ascend.memory import no_memory, read_text_memory
+
+    memory = {**no_memory(), **read_text_memory(out, r, io)}
     ranks = Columns()
     ranks.append({"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir), "stage": pd.NA,
                   "dp_group": None, "world_size": info.get("world_size"), "inputs": io.text})
@@ -189,7 +192,7 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
         if fit:
             out = {k: conform(t, tables[k][1]) for k, t in out.items()}  # (load_profile conforms merged tables)
         ref = _frame(ref) if ref is not None else None
-    return Profile(source="ascend-text", path=str(rank_dir), **out, reference_breakdown=ref, meta=meta,
+    return Profile(source="ascend-text", path=str(rank_dir), **out, **memory, reference_breakdown=ref, meta=meta,
                    warnings=io.warnings)
 
 

@@ -13,6 +13,7 @@ any other value is a path):
     overlap_fraction: 0.0            # with overlap none: measured share of communication hidden anyway
     compute_scale: 1.0               # per-rank compute time = measured x compute_scale (null: unknown)
     contention: {1: 1.0, 2: 1.3}     # measured machine: per-rank compute time vs 1 rank (shared cores)
+    device_memory_bytes: 34359738368 # memory per device (HBM); null on CPU (the machine's, recorded per run)
     sources: [...]                   # where each number comes from
 
 Bandwidths are GB/s (1e9 bytes/s) per rank and direction, latencies microseconds per ring hop.
@@ -48,6 +49,9 @@ class Hardware:
     compute_scale: float | None = 1.0
     contention: dict[int, float] = field(default_factory=dict)
     cores: int | None = None
+    #: memory one rank can use: a device's HBM, or on CPU null (the machine's memory: a run's ranks record
+    #: MemTotal and memory_headroom uses that; docs/concepts.md)
+    device_memory_bytes: int | None = None
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -81,7 +85,7 @@ class Hardware:
                            "latency_us": lk.latency_us} for lk in self.links],
                 "overlap": self.overlap, "overlap_fraction": self.overlap_fraction, "compute_scale": self.compute_scale,
                 "contention": {int(k): float(v) for k, v in self.contention.items()}, "cores": self.cores,
-                "sources": self.sources, "notes": self.notes}
+                "device_memory_bytes": self.device_memory_bytes, "sources": self.sources, "notes": self.notes}
 
 
 def from_dict(d: dict, where: str = "hardware profile") -> Hardware:
@@ -98,7 +102,9 @@ def from_dict(d: dict, where: str = "hardware profile") -> Hardware:
                         overlap_fraction=float(d.get("overlap_fraction") or 0.0),
                         compute_scale=None if scale is None else float(scale),
                         contention={int(k): float(v) for k, v in (d.get("contention") or {}).items()},
-                        cores=d.get("cores"), sources=list(d.get("sources") or []), notes=list(d.get("notes") or []))
+                        cores=d.get("cores"),
+                        device_memory_bytes=None if d.get("device_memory_bytes") is None else int(d["device_memory_bytes"]),
+                        sources=list(d.get("sources") or []), notes=list(d.get("notes") or []))
     except (KeyError, TypeError, ValueError) as exc:
         raise UserError(f"{where}: {exc.__class__.__name__ if isinstance(exc, KeyError) else ''}{exc} "
                         "(see perfbench/predict/hardware.py for the format)") from None

@@ -1,0 +1,287 @@
+"""Memory per rank: peaks, the allocations live at the peak, a timeline, and what holds the peak.
+
+Reads the profile's memory tables (analyzers.schema MEMORY / OP_MEMORY / MODULE_MEMORY: Ascend
+memory_record / operator_memory / npu_module_mem or their .db tables, MindSpore's CPU memory record), the
+workload's step records (`max_rss_bytes`: the process's resident high-water mark, sampled after every step)
+and the ranks' meta (machine memory, parameter count, MindSpore's own allocator peak). Unknown is null:
+a rank whose files lack memory data has null peaks, never 0.
+
+Tables (one writer: this analysis):
+    memory              one row per rank: the peaks (bytes), when the allocator peaked, the capacity
+    memory_modules      rank, module, peak_bytes: peak reserved memory per device module (HCCL, RUNTIME, ...)
+    memory_timeline     rank, component, ts_us, allocated_bytes, reserved_bytes: at most ~400 points per rank
+                        and component (every local max and min kept), for the Run page's figure
+    memory_live         rank, name, size_bytes, alloc_us, release_us: allocations live at the allocator's peak
+    memory_attribution  rank, part, bytes, share, source: what holds the rank's peak
+Metrics: peak_memory_bytes, memory_headroom (definitions in analyzers/catalogue.py).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from analyzers.registry import Context, Output
+
+#: the framework allocator's component in memory records, most inclusive first (torch_npu writes PTA, GE and
+#: their sum PTA+GE; MindSpore on Ascend MINDSPORE / MindSpore; MindSpore's CPU profiler "cpu")
+FRAMEWORK_COMPONENTS = ("PTA+GE", "MINDSPORE", "MindSpore", "PTA", "GE", "cpu")
+#: the whole process on the device
+PROCESS_COMPONENT = "APP"
+#: bytes per parameter value and optimizer states per parameter (fp32 training; docs/concepts.md)
+PARAM_BYTES = 4
+OPTIMIZER_STATES = {"momentum": 1, "sgd": 0, "adam": 2, "adamw": 2}
+TIMELINE_POINTS = 400
+
+MEMORY_COLUMNS = ["rank", "host", "device", "peak_bytes", "peak_source", "peak_allocated_bytes",
+                  "peak_reserved_bytes", "peak_active_bytes", "peak_process_bytes", "peak_rss_bytes",
+                  "framework_peak_bytes", "allocator", "peak_at_us", "live_allocations", "live_bytes",
+                  "capacity_bytes", "params"]
+
+
+def _num(v) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def _max(s: pd.Series) -> float | None:
+    s = pd.to_numeric(s, errors="coerce").dropna()
+    return float(s.max()) if len(s) else None
+
+
+def framework_component(components) -> str | None:
+    have = set(components)
+    return next((c for c in FRAMEWORK_COMPONENTS if c in have), None)
+
+
+def rank_peaks(rec: pd.DataFrame) -> dict:
+    """Peaks of one rank's memory records: the framework allocator's (allocated, reserved, active and when
+    allocated peaked: the first record at the maximum) and the process's (APP Total Reserved)."""
+    out = {"allocator": None, "peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_active_bytes": None,
+           "peak_at_us": None, "peak_process_bytes": None}
+    if rec is None or rec.empty:
+        return out
+    comp = framework_component(rec["component"].dropna().unique())
+    if comp is not None:
+        fw = rec[rec["component"] == comp]
+        out["allocator"] = comp
+        out["peak_allocated_bytes"] = _max(fw["allocated_bytes"])
+        out["peak_reserved_bytes"] = _max(fw["reserved_bytes"])
+        out["peak_active_bytes"] = _max(fw["active_bytes"])
+        if out["peak_allocated_bytes"] is not None:
+            out["peak_at_us"] = float(fw.loc[fw["allocated_bytes"] == out["peak_allocated_bytes"], "ts_us"].min())
+    app = rec[rec["component"] == PROCESS_COMPONENT]
+    if len(app):
+        out["peak_process_bytes"] = _max(app["reserved_bytes"])
+    return out
+
+
+def live_at(op_mem: pd.DataFrame, ts_us: float) -> pd.DataFrame:
+    """Allocations live at `ts_us`: allocated at or before it and released after it (or never, in the window)."""
+    if op_mem is None or op_mem.empty or ts_us is None:
+        return op_mem.iloc[0:0] if op_mem is not None else pd.DataFrame()
+    rel = op_mem["release_us"]
+    m = (op_mem["alloc_us"] <= ts_us) & (rel.isna() | (rel > ts_us))
+    return op_mem[m].sort_values("size_bytes", ascending=False)
+
+
+def downsample(df: pd.DataFrame, col: str, n: int = TIMELINE_POINTS) -> pd.DataFrame:
+    """At most ~n rows of a time-ordered series, keeping the first, the last, and each bucket's max and min of
+    `col` (the peak is never dropped)."""
+    if len(df) <= n:
+        return df
+    df = df.reset_index(drop=True)
+    bucket = (df.index * (n // 2) // len(df))
+    v = pd.to_numeric(df[col], errors="coerce").fillna(-1)
+    keep = set(v.groupby(bucket).idxmax()) | set(v.groupby(bucket).idxmin()) | {0, len(df) - 1}
+    return df.loc[sorted(keep)]
+
+
+def _workload_peaks(ws: pd.DataFrame | None) -> dict[int, float]:
+    if ws is None or "max_rss_bytes" not in ws.columns:
+        return {}
+    s = pd.to_numeric(ws["max_rss_bytes"], errors="coerce")
+    g = s.groupby(ws["rank"]).max().dropna()
+    return {int(r): float(v) for r, v in g.items()}
+
+
+def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer: str | None) -> list[dict]:
+    """What holds one rank's peak, as (part, bytes, source) rows. From the profile's allocations where it has
+    them (allocations live at the allocator's peak; what was allocated before the profiled window is the
+    persistent model state), from the model's own sizes otherwise (parameter count x 4 bytes for parameters
+    and gradients, x optimizer states per parameter for the optimizer). Parts that cannot be known are left
+    out, not guessed."""
+    parts: list[tuple[str, float | None, str]] = []
+    params = row.get("params")
+    states = OPTIMIZER_STATES.get(str(optimizer or "momentum").lower())
+    model = None
+    if params:
+        model = {"parameters": params * PARAM_BYTES, "gradients": params * PARAM_BYTES,
+                 "optimizer_state": None if states is None else params * PARAM_BYTES * states}
+    alloc, reserved = row.get("peak_allocated_bytes"), row.get("peak_reserved_bytes")
+    if alloc is not None and live is not None and len(live) and row.get("peak_at_us") is not None:
+        comm = live["name"].astype(str).str.contains("hcom|hccl|allreduce|allgather|broadcast", case=False, regex=True)
+        window = float(live["size_bytes"].sum())
+        persistent = max(alloc - window, 0.0)
+        if model:
+            m = sum(v for v in model.values() if v is not None)
+            for k, v in model.items():
+                if v is not None:
+                    parts.append((k, min(v, persistent * v / m) if m else None,
+                                  "model sizes (parameter count), within memory allocated before the profiled window"))
+            rest = persistent - sum(p[1] or 0 for p in parts)
+            if rest > 0:
+                parts.append(("other_persistent", rest, "allocated before the profiled window, beyond the model states"))
+        else:
+            parts.append(("model_states", persistent,
+                          "allocated before the profiled window and live at the peak: parameters, gradients, "
+                          "optimizer state (no parameter count to split them)"))
+        parts.append(("activations", float(live.loc[~comm, "size_bytes"].sum()),
+                      "allocations live at the allocator's peak (operator memory)"))
+        if comm.any():
+            parts.append(("communication_buffers", float(live.loc[comm, "size_bytes"].sum()),
+                          "communication-op allocations live at the peak"))
+        if reserved is not None:
+            parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
+        if modules is not None and len(modules):
+            hccl = modules[modules["module"].astype(str).str.upper() == "HCCL"]["peak_bytes"]
+            if len(hccl) and float(hccl.max()) > 0:
+                parts.append(("communication_buffers", float(hccl.max()), "HCCL device module, peak reserved"))
+        process = row.get("peak_process_bytes")
+        held = sum(p[1] or 0 for p in parts)
+        if process is not None and process > held:
+            parts.append(("runtime_other", process - held, "process (APP) peak minus the parts above: runtime, "
+                          "other device modules, workspace outside the allocator"))
+        return _shares(parts, max(process or 0, held + (process - held if process and process > held else 0)))
+    peak = row.get("peak_bytes")
+    if model and peak:
+        for k, v in model.items():
+            if v is not None:
+                parts.append((k, float(v), "model sizes: parameter count x 4 bytes (fp32)"
+                              + (f" x {states} optimizer states" if k == "optimizer_state" else "")))
+        if alloc is not None and reserved is not None:
+            parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
+        rest = peak - sum(p[1] for p in parts)
+        parts.append(("activations_workspace_runtime", max(rest, 0.0),
+                      "the rest of the peak: activations, workspace, communication buffers and the runtime "
+                      "(libraries, compiled graphs); not separable without the profiler's allocations"))
+        return _shares(parts, peak)
+    return []
+
+
+def _shares(parts, total) -> list[dict]:
+    merged: dict[str, list] = {}
+    for name, b, src in parts:
+        if b is None:
+            continue
+        if name in merged:
+            merged[name][0] += b
+            merged[name][1] += "; " + src
+        else:
+            merged[name] = [b, src]
+    return [{"part": k, "bytes": v[0], "share": (v[0] / total) if total else None, "source": v[1]}
+            for k, v in merged.items()]
+
+
+def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
+    """1 - used / capacity, the tightest over the memories the ranks share: ranks on one CPU host share its
+    memory (used = sum of their peaks), a device rank has its own (used = its peak)."""
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        if r.get("peak_bytes") is None or not r.get("capacity_bytes"):
+            continue
+        key = f"host:{hosts.get(r['rank'])}" if str(r.get("device") or "cpu").lower() == "cpu" else f"rank:{r['rank']}"
+        groups.setdefault(key, []).append(r)
+    if not groups:
+        return None
+    return min(1.0 - sum(r["peak_bytes"] for r in g) / g[0]["capacity_bytes"] for g in groups.values())
+
+
+def analysis(ctx: Context) -> Output:
+    prof = ctx.profile
+    meta = ctx.meta or {}
+    ws = ctx.table("workload_steps")
+    rec = ctx.table("memory_records")
+    opm = ctx.table("op_memory")
+    mod = ctx.table("module_memory")
+    ranks: set[int] = set(int(r) for r in meta)
+    devices: dict[int, str] = {}
+    hosts: dict[int, str] = {}
+    if prof is not None and len(prof.ranks):
+        for r in prof.ranks.itertuples():
+            ranks.add(int(r.rank))
+            devices[int(r.rank)] = r.device if isinstance(r.device, str) else None
+            hosts[int(r.rank)] = r.host if isinstance(r.host, str) else None
+    if ws is not None:
+        ranks |= set(int(r) for r in ws["rank"].unique())
+    rss = _workload_peaks(ws)
+    optimizer = ((ctx.config or {}).get("train") or {}).get("optimizer")
+    rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
+    for r in sorted(ranks):
+        m = meta.get(r) or {}
+        rr = rec[rec["rank"] == r] if rec is not None else None
+        pk = rank_peaks(rr)
+        if m.get("host"):
+            hosts[r] = m["host"]
+        row = {"rank": r, "host": hosts.get(r), "device": devices.get(r) or ("cpu" if m else None), **pk,
+               "peak_rss_bytes": rss.get(r), "framework_peak_bytes": _num(m.get("framework_peak_allocated_bytes")),
+               "params": _num(m.get("params"))}
+        if row["peak_allocated_bytes"] is None and row["framework_peak_bytes"] is not None:
+            row["peak_allocated_bytes"] = row["framework_peak_bytes"]
+        if row["peak_process_bytes"] is not None:
+            row["peak_bytes"], row["peak_source"] = row["peak_process_bytes"], "profiler: process (APP) reserved"
+        elif row["peak_rss_bytes"] is not None:
+            row["peak_bytes"], row["peak_source"] = row["peak_rss_bytes"], "workload: process resident high-water mark"
+        elif row["peak_reserved_bytes"] is not None:
+            row["peak_bytes"], row["peak_source"] = row["peak_reserved_bytes"], "profiler: allocator reserved"
+        else:
+            row["peak_bytes"], row["peak_source"] = None, None
+        row["capacity_bytes"] = _num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else None
+        om = opm[opm["rank"] == r] if opm is not None else None
+        live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
+        row["live_allocations"] = None if live is None else int(len(live))
+        row["live_bytes"] = None if live is None else float(live["size_bytes"].sum())
+        if live is not None and len(live):
+            live_parts.append(live[["rank", "name", "size_bytes", "alloc_us", "release_us"]])
+        rmods = None
+        if mod is not None:
+            mm = mod[mod["rank"] == r]
+            if len(mm):
+                g = pd.to_numeric(mm["reserved_bytes"], errors="coerce").groupby(mm["module"]).max().dropna()
+                rmods = pd.DataFrame({"rank": r, "module": g.index, "peak_bytes": g.values})
+                mod_rows.append(rmods)
+        if rr is not None and len(rr):
+            for comp, g in rr.groupby("component", sort=True):
+                g = g.sort_values("ts_us")
+                col = "reserved_bytes" if comp == PROCESS_COMPONENT else "allocated_bytes"
+                tl_parts.append(downsample(g, col)[["rank", "component", "ts_us", "allocated_bytes", "reserved_bytes"]])
+        elif ws is not None and "rss_bytes" in ws.columns:
+            g = ws[ws["rank"] == r]
+            if len(g):
+                tl_parts.append(pd.DataFrame({"rank": r, "component": "rss", "ts_us": g["end_ts"].astype(float) * 1e6,
+                                              "allocated_bytes": float("nan"),
+                                              "reserved_bytes": pd.to_numeric(g["rss_bytes"], errors="coerce")}))
+        for a in attribution(row, live, rmods, optimizer):
+            attr_rows.append({"rank": r, **a})
+        rows.append(row)
+    tables: dict = {}
+    metrics: dict = {}
+    if not any(r.get(k) is not None for r in rows for k in ("peak_bytes", "peak_allocated_bytes")):
+        return Output(tables={}, metrics={})
+    tables["memory"] = pd.DataFrame(rows)[MEMORY_COLUMNS]
+    if mod_rows:
+        tables["memory_modules"] = pd.concat(mod_rows, ignore_index=True)
+    if tl_parts:
+        tables["memory_timeline"] = pd.concat(tl_parts, ignore_index=True)
+    if live_parts:
+        tables["memory_live"] = pd.concat(live_parts, ignore_index=True)
+    if attr_rows:
+        tables["memory_attribution"] = pd.DataFrame(attr_rows)
+    peaks = [r["peak_bytes"] for r in rows if r["peak_bytes"] is not None]
+    metrics["peak_memory_bytes"] = max(peaks) if peaks else None
+    metrics["memory_headroom"] = capacity_headroom(rows, hosts)
+    return Output(tables=tables, metrics={k: v for k, v in metrics.items() if v is not None})
