@@ -96,7 +96,7 @@ def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
             assert got == pytest.approx(ref if rank == 0 else [s["loss"] for s in zero_runs["z0"].steps(1)],
                                         rel=2e-4, abs=2e-5), (name, rank, got)
     m0, m1 = zero_runs["z1"].meta(0), zero_runs["z1"].meta(1)
-    assert m0["optimizer"] == "adamw" and m0["optimizer_states_per_param"] == 2 and m0["zero_stage"] == 1
+    assert m0["optimizer"] == "adamw" and m0["zero_stage"] == 1
     # the two shards partition the parameters
     assert m0["zero_shard_params"] + m1["zero_shard_params"] == m0["params"]
     assert zero_runs["z2r"].meta(0)["recompute"] is True

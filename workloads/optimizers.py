@@ -2,12 +2,10 @@
 
 momentum: ``nn.Momentum`` (1 state tensor per parameter: the momentum buffer);
 adamw: ``nn.AdamWeightDecay`` (2 per parameter: moments1, moments2), the seeds' optimizer, ``train.weight_decay``.
+(States per parameter for the memory model: analyzers.memory.OPTIMIZER_STATES.)
 """
 
 from __future__ import annotations
-
-#: optimizer state tensors kept per parameter (read by perfbench.predict's memory model through the meta)
-STATES_PER_PARAM = {"momentum": 1, "adamw": 2}
 
 
 def make_optimizer(params, train: dict):

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from perfbench.errors import UserError
 
 FP32 = 4
-STATES_PER_PARAM = {"momentum": 1, "adamw": 2}  # as workloads/optimizers.py (no MindSpore import here)
 
 
 def model_states(params: int, dp: int, zero_stage: int, states_per_param: int, grads_sharded: bool = True) -> dict:
@@ -101,8 +100,9 @@ def fit_memory(obs: list[MemoryObservation], baseline_bytes: float | None = None
                             "told from the activations: give a hardware profile with process_baseline_bytes or add "
                             "a run with another batch_size")
         base, src = float(baseline_bytes), "the hardware profile's process_baseline_bytes"
-        act = {g: statistics.median(y - base for r, s, y in rest if r == g) /
-               statistics.median(s for r, s, _ in rest if r == g) for g in groups}
+        # least squares through the origin per recompute setting: a = sum(s (y - base)) / sum(s^2)
+        act = {g: sum(s * (y - base) for r, s, y in rest if r == g) / sum(s * s for r, s, _ in rest if r == g)
+               for g in groups}
     cal = MemoryCalibration(inputs=[o.run_id for o in obs], baseline_bytes=base, baseline_source=src,
                             activation_bytes_per_sample=act, grads_sharded=grads_sharded)
     errs = [(predict_memory(cal, _settings(o))["peak_bytes"] - o.peak_bytes) / o.peak_bytes for o in obs]
@@ -158,3 +158,100 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
             f"baseline: {base_src}",
         ],
     }
+
+
+# ---- from the store ------------------------------------------------------------------------------------
+
+
+def largest_bucket_bytes(comm_fusion, params: int) -> float | None:
+    """The biggest gradient bucket `comm_fusion` makes (workloads/parallel/bucketing.py): `all` = every gradient,
+    x MB = at most x MB (or all of them when smaller); 0 (one all-reduce per tensor) = unknown without the tensor
+    sizes (None: the bucket term counts as 0 and says so)."""
+    total = FP32 * params
+    if str(comm_fusion).strip().lower() == "all":
+        return float(total)
+    mb = float(comm_fusion)
+    return None if mb == 0 else float(min(mb * 2**20, total))
+
+
+def memory_settings(cfg: dict, params: int) -> dict:
+    """The memory model's settings of a run config (resolved knobs, run_config.json)."""
+    from analyzers.memory import OPTIMIZER_STATES
+
+    par, train = cfg.get("parallel") or {}, cfg.get("train") or {}
+    S = int(par.get("pipeline_stages") or 1)
+    opt = str(train.get("optimizer") or "momentum")
+    return {"params": int(params), "dp": max(1, int(cfg.get("world_size") or 1) // S),
+            "zero_stage": int(par.get("zero_stage") or 0), "states_per_param": OPTIMIZER_STATES[opt],
+            "optimizer": opt, "recompute": bool(train.get("recompute")),
+            "samples_in_flight": float(train.get("batch_size") or 1) / int(par.get("micro_batches") or 1),
+            "largest_bucket_bytes": largest_bucket_bytes(par.get("comm_fusion", 0), params),
+            "batch_size": train.get("batch_size"), "micro_batches": int(par.get("micro_batches") or 1),
+            "world_size": int(cfg.get("world_size") or 1), "comm_fusion": par.get("comm_fusion", 0)}
+
+
+def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None]:
+    """A stored ok run as a MemoryObservation, and the process's resident set before the model was built (the
+    largest rank's `rss_before_build_bytes` in its meta, or None)."""
+    from perfbench.ingest import read_meta
+
+    rid = record["run_id"]
+    peak = (record.get("metrics") or {}).get("peak_memory_bytes")
+    meta = read_meta(store.artifacts_dir(rid) / "metrics")
+    params = next((m.get("model_params") or m.get("params") for m in meta.values() if m.get("params")), None)
+    if record.get("status") != "ok" or not peak or not params:
+        raise UserError(f"run {rid} cannot calibrate the memory model: status {record.get('status')!r}, "
+                        f"peak_memory_bytes {peak!r}, parameter count {params!r} (it needs a finished sweep run "
+                        "whose ranks sampled their memory)")
+    s = memory_settings(record.get("config") or {}, params)
+    obs = MemoryObservation(run_id=rid, **{k: s[k] for k in ("params", "dp", "zero_stage", "states_per_param",
+                                                             "recompute", "samples_in_flight",
+                                                             "largest_bucket_bytes")}, peak_bytes=float(peak))
+    base = [m["rss_before_build_bytes"] for m in meta.values() if m.get("rss_before_build_bytes")]
+    return obs, (float(max(base)) if base else None)
+
+
+def calibrate_memory(store, names: list[str]) -> tuple[MemoryCalibration, dict]:
+    """Fit on stored runs (`--from`); returns the calibration and the reference run's full settings."""
+    from perfbench.predict.observe import resolve_runs
+
+    records = resolve_runs(store, names)
+    pairs = [observe_memory(store, r) for r in records]
+    bases = [b for _, b in pairs if b]
+    cal = fit_memory([o for o, _ in pairs], statistics.median(bases) if bases else None)
+    if bases:
+        cal.baseline_source = f"resident set before the model was built, median over {len(bases)} runs"
+    ref = max(records, key=lambda r: int((r.get("config") or {}).get("world_size") or 1))
+    return cal, memory_settings(ref.get("config") or {}, cal.reference["params"])
+
+
+#: `--set` keys the memory model understands (with --memory)
+MEMORY_KEYS = ("world_size", "pipeline_stages", "batch_size", "micro_batches", "comm_fusion", "zero_stage",
+               "recompute", "optimizer")
+
+
+def memory_target(ref: dict, target: dict) -> dict:
+    """The reference run's settings updated with `target` (--set values), resolved into the model's settings."""
+    from analyzers.memory import OPTIMIZER_STATES
+
+    unknown = sorted(set(target) - set(MEMORY_KEYS))
+    if unknown:
+        raise UserError(f"--set {unknown[0]}: the memory model does not know it (known: {', '.join(MEMORY_KEYS)})")
+    t = {**ref, **{k: v for k, v in target.items() if v is not None}}
+    if isinstance(t["recompute"], str):
+        if t["recompute"].lower() not in ("true", "false"):
+            raise UserError(f"--set recompute={t['recompute']!r}: expected true or false")
+        t["recompute"] = t["recompute"].lower() == "true"
+    if t["optimizer"] not in OPTIMIZER_STATES:
+        raise UserError(f"--set optimizer={t['optimizer']!r}: the memory model knows {', '.join(OPTIMIZER_STATES)}")
+    if int(t["zero_stage"]) not in (0, 1, 2):
+        raise UserError(f"--set zero_stage={t['zero_stage']!r}: expected 0, 1 or 2")
+    S = int(target.get("pipeline_stages") or 1)
+    ws = int(t["world_size"])
+    if ws % S:
+        raise UserError(f"pipeline_stages={S} must divide world_size={ws}")
+    M = int(t.get("micro_batches") or 1)
+    t.update(dp=ws // S, states_per_param=OPTIMIZER_STATES[t["optimizer"]], micro_batches=M,
+             samples_in_flight=float(t["batch_size"]) / M,
+             largest_bucket_bytes=largest_bucket_bytes(t["comm_fusion"], int(t["params"])))
+    return t

@@ -25,7 +25,7 @@ import numpy as np
 
 from perfbench.errors import ConfigError
 from workloads.data import make_image_data
-from workloads.optimizers import STATES_PER_PARAM, make_optimizer
+from workloads.optimizers import make_optimizer
 
 COMPRESSIONS = ("none", "fp16", "powersgd", "topk")
 FUSION_IMPLS = ("perfbench", "mindspore")
@@ -108,7 +108,6 @@ class ResNetWorkload:
         self.sync = None
         zero = int(par.get("zero_stage") or 0)
         zero_info = {"zero_stage": zero, "optimizer": t.get("optimizer") or "momentum",
-                     "optimizer_states_per_param": STATES_PER_PARAM[t.get("optimizer") or "momentum"],
                      "recompute": bool(t.get("recompute")), "zero_shard_params": None}
 
         if zero and ws > 1:
@@ -269,8 +268,7 @@ class ResNetPipelineWorkload:
                      bytes_per_step=sum(b for b, _ in comm),
                      collectives_per_step=(None if any(n is None for _, n in comm) else sum(n for _, n in comm)),
                      expert_comm=None, comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4,
-                     zero_stage=0, optimizer=t.get("optimizer") or "momentum", recompute=bool(t.get("recompute")),
-                     optimizer_states_per_param=STATES_PER_PARAM[t.get("optimizer") or "momentum"])
+                     zero_stage=0, optimizer=t.get("optimizer") or "momentum", recompute=bool(t.get("recompute")))
 
     def train_step(self, step: int) -> dict:
         res = self.trainer.train_step(step)
