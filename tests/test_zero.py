@@ -66,7 +66,7 @@ def test_sweep_error_names_the_key(tmp_path):
 SPECS = {
     "z0": {"parallel": {"zero_stage": 0, "comm_fusion": "all"}},
     "z1": {"parallel": {"zero_stage": 1, "comm_fusion": "all"}},
-    "z2r": {"parallel": {"zero_stage": 2, "comm_fusion": "all"}, "train": {"recompute": True}},
+    "z2r": {"parallel": {"zero_stage": 2, "comm_fusion": 0.1}, "train": {"recompute": True}},  # several broadcasts
 }
 TRAIN = {"optimizer": "adamw", "lr": 0.001, "steps": 6, "warmup_steps": 1, "weight_decay": 0.01}
 
@@ -100,3 +100,5 @@ def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
     # the two shards partition the parameters
     assert m0["zero_shard_params"] + m1["zero_shard_params"] == m0["params"]
     assert zero_runs["z2r"].meta(0)["recompute"] is True
+    # 0.1 MB buckets: the owners' broadcasts are split too (more collectives than one broadcast per owner)
+    assert zero_runs["z2r"].meta(0)["collectives_per_step"] > zero_runs["z1"].meta(0)["collectives_per_step"]

@@ -13,8 +13,9 @@ What runs on the CPU backend (ReduceScatter and Reduce are missing there, see do
   after their bucket's all-reduce.  A real ZeRO-2 reduce-scatters during backward; here backward still
   materializes every gradient first (graph mode runs backward, then the reducer), so the peak saving over
   stage 1 is only the reduced gradients no longer held through the update.
-* after the update, one ``Broadcast`` per owner (root = owner) of its updated parameters, in rank order, where
-  ZeRO's AllGather would be.  Extra traffic: P x 4 bytes per step received, each rank sends its shard.
+* after the update, in a graph call of its own (``ZeroSync``), each owner (root) broadcasts its updated parameters
+  in ``parallel.comm_fusion``-sized buckets (so one broadcast's receive buffer is at most one bucket), in rank
+  order, where ZeRO's AllGather would be.  Extra traffic: P x 4 bytes per step received, each rank sends its shard.
 
 Losses equal stage 0's: the same reduced gradients feed the same update rule, the broadcast copies it exactly.
 """
@@ -79,23 +80,28 @@ def _build_cell():
         """After the update (a graph call of its own, so it reads the updated values): every owner broadcasts its
         parameters, in owner order, and every rank assigns what it received."""
 
-        def __init__(self, params, owners: list[int], dp: int):
+        def __init__(self, params, owners: list[int], dp: int, comm_fusion=0):
             super().__init__(auto_prefix=False)
+            from workloads.parallel.bucketing import plan_buckets
+
             self.weights = params
-            self.bcasts = nn.CellList([_Broadcast(r) for r in range(dp)])
+            sizes = [int(p.size) * 4 for p in params]
+            chunks = []  # (root, parameter indices): the owner's shard in comm_fusion-sized broadcasts, so the
+            for r in range(dp):  # receive buffer of one broadcast is at most one bucket
+                idx = [i for i, o in enumerate(owners) if o == r]
+                chunks += [(r, [idx[j] for j in b]) for b in plan_buckets([sizes[i] for i in idx], comm_fusion)]
+            self.bcasts = nn.CellList([_Broadcast(r) for r, _ in chunks])
             lines = ["def construct(self):"]
             prev = None
-            for r in range(dp):
-                idx = [i for i, o in enumerate(owners) if o == r]
-                if not idx:
-                    continue
+            for c, (r, idx) in enumerate(chunks):
                 ins = ", ".join(f"self.weights[{i}]" for i in idx)
-                lines.append(f"    src{r} = ({ins},)" if prev is None else f"    src{r} = ops.depend(({ins},), {prev})")
-                lines.append(f"    got{r} = self.bcasts[{r}](src{r})")
+                lines.append(f"    src{c} = ({ins},)" if prev is None else f"    src{c} = ops.depend(({ins},), {prev})")
+                lines.append(f"    got{c} = self.bcasts[{c}](src{c})")
                 for k, i in enumerate(idx):
-                    lines.append(f"    ops.assign(self.weights[{i}], got{r}[{k}])")
-                prev = f"got{r}"
-            lines.append(f"    return {prev}[0]")
+                    lines.append(f"    a{c}_{k} = ops.assign(self.weights[{i}], got{c}[{k}])")
+                prev = f"a{c}_{len(idx) - 1}" if len(idx) == 1 else "(" + ", ".join(f"a{c}_{k}" for k in range(len(idx))) + ")"
+            self.broadcasts = len(chunks)
+            lines.append(f"    return {prev}")
             self._construct = compile_construct(lines)
 
         def construct(self):
@@ -123,9 +129,9 @@ def ZeroTrainStep(net_loss, params, owners, dp_index, dp, make_opt, reducer, sta
     return _CELLS[0](net_loss, params, owners, dp_index, dp, make_opt, reducer, stage)
 
 
-def ZeroSync(params, owners, dp):
-    """Factory for the broadcast-after-update Cell."""
+def ZeroSync(params, owners, dp, comm_fusion=0):
+    """Factory for the broadcast-after-update Cell (one Broadcast per owner and comm_fusion bucket)."""
     global _CELLS
     if _CELLS is None:
         _CELLS = _build_cell()
-    return _CELLS[1](params, owners, dp)
+    return _CELLS[1](params, owners, dp, comm_fusion)

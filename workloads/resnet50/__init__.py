@@ -121,10 +121,11 @@ class ResNetWorkload:
             owners = shard_owners(numels, ws)
             self.step_comm.extend(comm)
             mine = sum(n for n, o in zip(numels, owners) if o == ctx.rank)
-            self.step_comm.append((mine * 4, ws))  # one Broadcast per owner; this rank sends its shard
+            # the owners' broadcasts: this rank sends its shard (op count set once the sync cell exists)
             self.train = ZeroTrainStep(self.net_loss, ParameterTuple(params), owners, ctx.rank, ws,
                                        lambda ps: make_optimizer(ps, t), reducer, zero)
-            self.sync = ZeroSync(ParameterTuple(params), owners, ws)
+            self.sync = ZeroSync(ParameterTuple(params), owners, ws, par["comm_fusion"])
+            self.step_comm.append((mine * 4, self.sync.broadcasts))
             reducer_info = dict(info, fusion_impl_used="perfbench")
             zero_info["zero_shard_params"] = mine
         elif par["fusion_impl"] == "mindspore" or ws == 1:
