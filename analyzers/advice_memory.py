@@ -16,9 +16,10 @@ bound where the peak includes a process baseline) and time costs from the step's
 from __future__ import annotations
 
 import json
-import math
 
 import pandas as pd
+
+from analyzers.memory import _num
 
 #: peak above this share of the capacity: near capacity
 NEAR_CAPACITY = 0.9
@@ -34,14 +35,6 @@ RECOMPUTE_TIME_SHARE = 1.0 / 3.0
 
 COLUMNS = ["rule", "severity", "message", "evidence", "ranks", "stage", "id", "gain_ms", "gain_share", "basis",
            "symptom_of", "try", "predicted_step_ms"]
-
-
-def _num(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
 
 
 def _row(rule: str, rid: str, severity: str, message: str, evidence: str, ranks: list, basis: str,

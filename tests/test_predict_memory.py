@@ -113,3 +113,28 @@ def test_memory_target_resolves_and_rejects():
         memory_target(ref, {"zero_stage": 5})
     with pytest.raises(UserError, match="grad_compression"):
         memory_target(ref, {"grad_compression": "fp16"})
+
+
+def test_cli_memory_keys_need_memory_flag_and_the_answer_is_json(tmp_path, capsys):
+    import json
+
+    from perfbench.cli import main
+    from perfbench.store import Store
+
+    store = Store(tmp_path / "res")
+    cfg = {"workload": "resnet50", "world_size": 2, "model": {},
+           "train": {"batch_size": 8, "optimizer": "adamw", "recompute": False},
+           "parallel": {"zero_stage": 0, "comm_fusion": "all", "pipeline_stages": 1, "micro_batches": 1}}
+    store.write_run({"run_id": "m0", "sweep_id": "s", "status": "ok", "config": cfg, "settings": {}, "timings": {},
+                     "metrics": {"peak_memory_bytes": 400e6 + 16e6 + 8e6 + 8e6}})  # P = 1e6: states 16e6, buffers 8e6
+    d = store.artifacts_dir("m0") / "metrics"
+    d.mkdir(parents=True)
+    (d / "rank0.meta.json").write_text(json.dumps({"params": 1_000_000, "rss_before_build_bytes": 400e6}))
+    assert main(["predict", "--results", str(tmp_path / "res"), "--from", "m0", "--set", "zero_stage=1"]) == 2
+    assert "--set zero_stage: only the memory model knows it (add --memory)" in capsys.readouterr().err
+    assert main(["predict", "--results", str(tmp_path / "res"), "--from", "m0", "--memory", "--set", "zero_stage=1",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    # activations 8e6 / 8 samples = 1e6 per sample; stage 1: 400e6 + (4e6 + 4e6 + 4e6) + 8e6 + 8e6 + 4e6 broadcast
+    assert out["peak_bytes"] == pytest.approx(432e6) and out["settings"]["zero_stage"] == 1
+    assert out["parts"]["optimizer_bytes"] == 4e6 and out["inputs"] == ["m0"]

@@ -154,8 +154,13 @@ def _render(preds: list[dict], cal) -> None:
                   f"{b['communication_not_overlapped_s'] * 1e3:.1f}", f"{b['overlapped_s'] * 1e3:.1f}",
                   f"{b['free_s'] * 1e3:.1f}", f"{b['bubble_s'] * 1e3:.1f}", str(p["collectives"]["count"]))
     c.print(t)
+    _trailer(c, preds, keys, cal.inputs)
+
+
+def _trailer(c, preds: list[dict], keys: list[str], inputs: list[str]) -> None:
+    """Below a predictions table: the settings every row shares, the runs calibrated on, the assumptions."""
     c.print("[b]settings[/b] " + ", ".join(f"{k}={v}" for k, v in preds[0]["settings"].items() if k not in keys))
-    c.print("[b]calibrated on[/b] " + ", ".join(cal.inputs))
+    c.print("[b]calibrated on[/b] " + ", ".join(inputs))
     c.print("[b]assumptions[/b]")
     for a in dict.fromkeys(a for p in preds for a in p["assumptions"]):
         c.print(f"  - {a}")
@@ -200,11 +205,7 @@ def _memory(args, store, targets: list[dict]) -> int:
                   "-" if p["capacity_bytes"] is None else f"{p['capacity_bytes'] / mb:.0f}",
                   "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"))
     c.print(t)
-    c.print("[b]settings[/b] " + ", ".join(f"{k}={v}" for k, v in out[0]["settings"].items() if k not in keys))
-    c.print("[b]calibrated on[/b] " + ", ".join(cal.inputs))
-    c.print("[b]assumptions[/b]")
-    for a in dict.fromkeys(a for p in out for a in p["assumptions"]):
-        c.print(f"  - {a}")
+    _trailer(c, out, keys, cal.inputs)
     return 0
 
 
