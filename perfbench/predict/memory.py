@@ -10,7 +10,8 @@
 * activations: bytes per sample kept for backward, times the samples in flight (the micro-batch, batch_size / M);
   fitted per `recompute` setting from stored runs as (measured peak - baseline - model states - buffers) / samples.
 * buffers: communication buffers the data-parallel step adds: a flattened bucket and its all-reduced copy
-  (2 x the largest bucket's bytes, D > 1), and with ZeRO the broadcast of the updated parameters (4P, D > 1).
+  (2 x the largest bucket's bytes, D > 1), and with ZeRO the receive buffer of one broadcast of updated parameters
+  (the owners broadcast in buckets of the same size: one more bucket).
 * baseline: the process before the model (CPU: the MindSpore process's resident set, from the hardware profile or
   fitted; Ascend: the device's runtime reservation from the profile).
 
@@ -46,7 +47,7 @@ def buffer_bytes(params: int, dp: int, zero_stage: int, largest_bucket_bytes: fl
     if dp <= 1:
         return 0.0
     bucket = FP32 * params if largest_bucket_bytes is None else float(largest_bucket_bytes)
-    return 2.0 * bucket + (FP32 * params if zero_stage else 0.0)
+    return 2.0 * bucket + (bucket if zero_stage else 0.0)
 
 
 @dataclass
@@ -153,7 +154,7 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
             + ("" if grads_sharded else "; gradients counted whole: the CPU emulation of stage 2 all-reduces them"),
             f"activations {cal.activation_bytes_per_sample[recompute] / 2**20:.2f} MiB per sample in flight "
             f"(recompute={str(recompute).lower()}, fitted on the measured machine; the same bytes on any hardware)",
-            "buffers: 2 x the largest gradient bucket" + (" + the broadcast parameters (4P)" if s["zero_stage"] else "")
+            "buffers: 2 x the largest gradient bucket" + (" + one broadcast bucket" if s["zero_stage"] else "")
             + " when data-parallel",
             f"baseline: {base_src}",
         ],
@@ -166,7 +167,7 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
 def largest_bucket_bytes(comm_fusion, params: int) -> float | None:
     """The biggest gradient bucket `comm_fusion` makes (workloads/parallel/bucketing.py): `all` = every gradient,
     x MB = at most x MB (or all of them when smaller); 0 (one all-reduce per tensor) = unknown without the tensor
-    sizes (None: the bucket term counts as 0 and says so)."""
+    sizes (None: `buffer_bytes` then takes every gradient, 4P, an upper bound)."""
     total = FP32 * params
     if str(comm_fusion).strip().lower() == "all":
         return float(total)
