@@ -79,6 +79,11 @@ class Train(Section):
     seed: int = _int(0, 2**31 - 1, 0, "same seed = same weights and data on every rank and repeat")
     lr: float = Field(0.05, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1)
+    optimizer: Literal["momentum", "adamw"] = Field(
+        "momentum", description="momentum (nn.Momentum, 1 state per parameter) | adamw (nn.AdamWeightDecay, 2 states)")
+    weight_decay: float = Field(0.0, ge=0, description="adamw's decoupled weight decay")
+    recompute: bool = Field(False, description="recompute the activations of the model's blocks in backward "
+                            "instead of keeping them (cell.recompute())")
     mode: Literal["graph", "pynative"] = "graph"
     checkpoint_every: int = _int(0, 1_000_000, 0, "save a MindSpore checkpoint every N steps (0: never); "
                                  "`sweep --resume` continues a killed run from its last checkpoint")
@@ -112,6 +117,9 @@ class Parallel(Section):
     pipeline_stages: int = _int(1, 1024, 1, "S; world_size = S x data-parallel size")
     micro_batches: int = _int(1, 4096, 1, "M; with S = 1 it is gradient accumulation")
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    zero_stage: Literal[0, 1, 2] = Field(
+        0, description="ZeRO: 0 = replicated; 1 = optimizer state sharded over the data-parallel ranks; "
+        "2 = optimizer state and gradients sharded (CPU: emulated with AllReduce + Broadcast, docs/workloads.md)")
 
 
 class Slurm(Section):

@@ -25,15 +25,17 @@ from perfbench.config import Range, SweepConfig, plan_point, short_name
 from perfbench.errors import ConfigError, UserError
 from perfbench.store import Store
 from perfbench.sweep import SweepEvents, execute_run, new_sweep_id
+from perfbench.tune_memory import predicted_over_limit
 from perfbench.tune_report import answer, best_trial, study_db
-from perfbench.tune_spec import SearchSpec, default_trials, direction
+from perfbench.tune_spec import Bound, MemoryLimit, SearchSpec, default_trials, direction
 
 #: objectives that exist per step while a run trains (from the workload's own step records), so the pruner
 #: can judge a trial before it ends
 LIVE_OBJECTIVES = tuple(m for m, col in SERIES_COLUMN.items() if col in WORKLOAD_COLUMNS)
 #: metrics a run has without the profiler; an objective or constraint on any other metric makes every
 #: trial run with the profiler
-WORKLOAD_METRICS = LIVE_OBJECTIVES + ("collectives_per_step", "comm_bytes_per_step", "loss_first", "loss_last")
+WORKLOAD_METRICS = LIVE_OBJECTIVES + ("collectives_per_step", "comm_bytes_per_step", "loss_first", "loss_last",
+                                      "peak_memory_bytes")
 
 
 @dataclass
@@ -143,6 +145,9 @@ def constraint_values(spec: SearchSpec, metrics: dict) -> list[float]:
         if c == "loss_decreases":
             a, b = metrics.get("loss_first"), metrics.get("loss_last")
             out.append(1.0 if a is None or b is None else float(b - a))
+        elif isinstance(c, MemoryLimit):
+            v = metrics.get("peak_memory_bytes")
+            out.append(1.0 if v is None else float(v) / 1e9 - c.peak_memory_gb)
         else:
             v = metrics.get(c.metric)
             if v is None:
@@ -331,7 +336,7 @@ class _TrialFailed(Exception):
 
 
 def _metrics_needed(spec: SearchSpec) -> list[str]:
-    return [spec.objective] + [c.metric for c in spec.constraints if not isinstance(c, str)]
+    return [spec.objective] + [c.metric for c in spec.constraints if isinstance(c, Bound)]
 
 
 def _run_trial(trial, point: dict, cfg: SweepConfig, store: Store, study_id: str, spec: SearchSpec,
@@ -348,6 +353,15 @@ def _run_trial(trial, point: dict, cfg: SweepConfig, store: Store, study_id: str
                          "error": f"not run: {exc}", "settings": dict(point, workload=cfg.workload), "config": {},
                          "timings": {}, "metrics": {}, "tune": {"study": study_id, "trial": trial.number}})
         raise _TrialFailed(str(exc)) from None
+    limit = spec.memory_limit_bytes()
+    too_big = predicted_over_limit(store, study_id, plan.run_config, limit) if limit else None
+    if too_big:  # settings predicted not to fit are not run
+        trial.set_user_attr("predicted_peak_memory_bytes", too_big["peak_bytes"])
+        store.write_run({"run_id": run_id, "sweep_id": study_id, "source": "tune", "status": "failed",
+                         "error": f"not run: {too_big['reason']}", "settings": dict(point, workload=cfg.workload),
+                         "config": plan.run_config, "timings": {}, "metrics": {},
+                         "tune": {"study": study_id, "trial": trial.number, "predicted": too_big}})
+        raise _TrialFailed(too_big["reason"])
     # trials run without the profiler, except the default (trial 0): the reference the best is explained against
     keep_profile = profile_trials or (trial.number == 0 and spec.profile_best)
     if not keep_profile:

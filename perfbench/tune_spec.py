@@ -8,6 +8,7 @@
       constraints:               # a trial that breaks one is kept but cannot be the best
         - loss_decreases         # the last step's loss is below the first step's
         - {metric: comm_share, max: 0.5}
+        - {peak_memory_gb: 16}   # predicted not to fit: not run; measured above: infeasible
       seed: 0                    # sampler seed
       startup_trials: 3          # TPE: random trials before the model takes over
       min_steps: 2               # measured steps before the pruner may stop a trial
@@ -42,6 +43,13 @@ class Bound(BaseModel):
     max: float | None = None
 
 
+class MemoryLimit(BaseModel):
+    """`{peak_memory_gb: X}`: a setting predicted to need more than X GB (10^9 bytes) per rank is not run; a run
+    whose measured peak_memory_bytes exceeds it is kept but infeasible (perfbench/tune_memory.py)."""
+    model_config = ConfigDict(extra="forbid")
+    peak_memory_gb: float = Field(gt=0)
+
+
 class Confirm(BaseModel):
     """The best `top` trials within `band` of the best trial's value re-measured `rounds` times each, interleaved;
     the pick is the best median of each one's trial value and re-measurements (perfbench/tune_confirm.py).
@@ -58,13 +66,24 @@ class SearchSpec(BaseModel):
     pruner: Literal["successive_halving", "hyperband", "none"] = "successive_halving"
     budget: Budget = Field(default_factory=Budget)
     objective: str = "throughput"
-    constraints: list[Literal["loss_decreases"] | Bound] = Field(default_factory=list)
+    constraints: list[Literal["loss_decreases"] | Bound | MemoryLimit] = Field(default_factory=list)
     seed: int = 0
     startup_trials: int = Field(default=3, ge=0)
     min_steps: int = Field(default=2, ge=1)
     profile_best: bool = True
     compile_cache: bool = True
     confirm: Confirm = Field(default_factory=Confirm)
+
+    @field_validator("constraints", mode="before")
+    @classmethod
+    def _mapping(cls, v):
+        """`constraints: {peak_memory_gb: X}` (a mapping) is the list `[{peak_memory_gb: X}]`."""
+        return [v] if isinstance(v, dict) else v
+
+    def memory_limit_bytes(self) -> float | None:
+        """The tightest `peak_memory_gb` constraint, in bytes (None without one)."""
+        gb = [c.peak_memory_gb for c in self.constraints if isinstance(c, MemoryLimit)]
+        return min(gb) * 1e9 if gb else None
 
     @field_validator("objective")
     @classmethod

@@ -22,6 +22,10 @@ READERS = [
     "perfbench.predict.replay",
     "workloads.parallel.schedules",  # pipeline simulator
     "workloads.parallel.bucketing",  # gradient buckets
+    "workloads.parallel.zero",  # ZeRO shard planning (its cells import MindSpore only when built)
+    "perfbench.predict.memory",
+    "perfbench.tune_memory",
+    "analyzers.advice_memory",
 ]
 
 

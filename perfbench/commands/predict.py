@@ -30,7 +30,9 @@ examples:
 #: --set keys the model understands, with their types
 SETTABLE = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int,
             "pipeline_schedule": str, "comm_fusion": str, "grad_compression": str, "compression_ratio": float,
-            "compute_scale": float}
+            "compute_scale": float, "zero_stage": int, "recompute": str, "optimizer": str}
+#: keys only the memory model (--memory) knows
+MEMORY_ONLY = ("zero_stage", "recompute", "optimizer")
 
 
 def register(sub) -> None:
@@ -55,6 +57,11 @@ def register(sub) -> None:
                    help="what to model: wall-clock step time (step_time_s, default) or the rank's CPU time per step "
                         "(step_cpu_s: on a machine shared with other jobs, what their load stretches far less); "
                         "with cpu, step_time_s and throughput in the output are per CPU second")
+    p.add_argument("--memory", action="store_true",
+                   help="predict each rank's peak memory instead of step time (model states per ZeRO stage from the "
+                        "parameter count, activations per sample fitted from the runs, buffers, baseline; with "
+                        "--hardware ascend910 against its device capacity). --set also takes zero_stage, recompute, "
+                        "optimizer")
     p.add_argument("--save-hardware", metavar="FILE", help="write the measured machine's fitted profile to FILE")
     p.add_argument("--replay", metavar="PATH",
                    help="instead of predicting: rebuild each profiled rank's step of an Ascend profiler output from its own "
@@ -97,6 +104,11 @@ def run(args) -> int:
 
     store = Store(args.results, create=False)
     targets = parse_sets(args.sets)
+    if args.memory:
+        return _memory(args, store, targets)
+    for key in MEMORY_ONLY:
+        if any(key in t for t in targets):
+            raise UserError(f"--set {key}: only the memory model knows it (add --memory)")
     cal = calibrate(store, args.sources, args.measure)
     if args.save_hardware:
         hwmod.save(cal.machine, args.save_hardware)
@@ -142,11 +154,59 @@ def _render(preds: list[dict], cal) -> None:
                   f"{b['communication_not_overlapped_s'] * 1e3:.1f}", f"{b['overlapped_s'] * 1e3:.1f}",
                   f"{b['free_s'] * 1e3:.1f}", f"{b['bubble_s'] * 1e3:.1f}", str(p["collectives"]["count"]))
     c.print(t)
+    _trailer(c, preds, keys, cal.inputs)
+
+
+def _trailer(c, preds: list[dict], keys: list[str], inputs: list[str]) -> None:
+    """Below a predictions table: the settings every row shares, the runs calibrated on, the assumptions."""
     c.print("[b]settings[/b] " + ", ".join(f"{k}={v}" for k, v in preds[0]["settings"].items() if k not in keys))
-    c.print("[b]calibrated on[/b] " + ", ".join(cal.inputs))
+    c.print("[b]calibrated on[/b] " + ", ".join(inputs))
     c.print("[b]assumptions[/b]")
     for a in dict.fromkeys(a for p in preds for a in p["assumptions"]):
         c.print(f"  - {a}")
+
+
+def _memory(args, store, targets: list[dict]) -> int:
+    from perfbench.predict import hardware as hwmod
+    from perfbench.predict.memory import calibrate_memory, memory_target, predict_memory
+
+    cal, ref = calibrate_memory(store, args.sources)
+    hw = hwmod.load(args.hardware) if args.hardware else None
+    out = []
+    for t in targets:
+        s = memory_target(ref, t)
+        p = predict_memory(cal, s, hw)
+        p.update(settings={k: s[k] for k in ("world_size", "batch_size", "micro_batches", "comm_fusion", "zero_stage",
+                                             "recompute", "optimizer")},
+                 hardware=hw.name if hw else "measured machine", inputs=list(cal.inputs))
+        out.append(p)
+    if args.json:
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
+        return 0
+    from rich.table import Table
+
+    from perfbench.results import console
+
+    c = console()
+    keys = [k for k in out[0]["settings"] if len({repr(p["settings"][k]) for p in out}) > 1] or ["zero_stage"]
+    t = Table(title=f"predicted peak memory per rank on {out[0]['hardware']} from {len(cal.inputs)} runs")
+    for k in keys:
+        t.add_column(k.replace("_", " "))
+    for col in ("peak MB", "interval MB", "params MB", "grads MB", "optimizer MB", "activations MB", "buffers MB",
+                "baseline MB", "capacity MB", "fits"):
+        t.add_column(col, justify="right")
+    mb = 2 ** 20
+    for p in out:
+        q = p["parts"]
+        t.add_row(*[str(p["settings"][k]) for k in keys], f"{p['peak_bytes'] / mb:.0f}",
+                  f"{p['interval']['low'] / mb:.0f}-{p['interval']['high'] / mb:.0f}",
+                  *[f"{q[k] / mb:.0f}" for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
+                                                  "buffers_bytes", "baseline_bytes")],
+                  "-" if p["capacity_bytes"] is None else f"{p['capacity_bytes'] / mb:.0f}",
+                  "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"))
+    c.print(t)
+    _trailer(c, out, keys, cal.inputs)
+    return 0
 
 
 def _replay(args) -> int:

@@ -162,9 +162,12 @@ class PipelineTrainer:
         self.params = self.cell.trainable_params()
         local = local_param_filter or (lambda p: False)
         self.local_mask = [bool(local(p)) for p in self.params]
-        self.opt = optimizer(self.params) if optimizer is not None else nn.Momentum(
-            self.params, learning_rate=float(cfg["train"].get("lr", 0.05)),
-            momentum=float(cfg["train"].get("momentum", 0.9)))
+        if optimizer is None:
+            from workloads.optimizers import make_optimizer
+
+            self.opt = make_optimizer(self.params, cfg["train"])
+        else:
+            self.opt = optimizer(self.params)
         self.loss_fn = loss_fn
 
         # --- communication groups (the workload may have created them already, to build its layers) ----------

@@ -112,8 +112,36 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
                     f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "
                     f"group only); use grad_compression='none' or pipeline_stages=1")
 
+    errs += _validate_memory_knobs(workload, par, train_cfg or {}, ws, S, M)
     if workload == "moe":
         errs += _validate_moe(model_cfg, par, S, dp)
+    return errs
+
+
+def _validate_memory_knobs(workload: str, par: dict, train: dict, ws: int, S: int, M: int) -> list[str]:
+    """parallel.zero_stage and train.recompute: where the workloads implement them (workloads/parallel/zero.py)."""
+    errs: list[str] = []
+    z = par.get("zero_stage", 0)
+    if isinstance(z, bool) or z not in (0, 1, 2):
+        return [f"parallel.zero_stage must be 0, 1 or 2, got {z!r}"]
+    if z:
+        why = None
+        if workload != "resnet50":
+            why = f"workload {workload} does not shard its optimizer (only resnet50 does)"
+        elif ws < 2:
+            why = f"world_size={ws}: there is nothing to shard over one data-parallel rank"
+        elif S > 1 or M > 1:
+            why = (f"pipeline_stages={S} and micro_batches={M}: sharding is built for the plain data-parallel step "
+                   "(pipeline_stages=1, micro_batches=1)")
+        elif par.get("fusion_impl", "perfbench") != "perfbench":
+            why = f"fusion_impl={par.get('fusion_impl')!r}: sharding needs perfbench's own reducer (fusion_impl=perfbench)"
+        elif par.get("grad_compression", "none") != "none":
+            why = f"grad_compression={par.get('grad_compression')!r}: sharding reduces uncompressed gradients (use none)"
+        if why:
+            errs.append(f"parallel.zero_stage={z} is not supported with {why}")
+    if train.get("recompute") and workload != "resnet50":
+        errs.append(f"train.recompute=true is not supported for workload {workload} (only resnet50 marks its blocks "
+                    "for recompute)")
     return errs
 
 

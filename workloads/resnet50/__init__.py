@@ -25,6 +25,7 @@ import numpy as np
 
 from perfbench.errors import ConfigError
 from workloads.data import make_image_data
+from workloads.optimizers import make_optimizer
 
 COMPRESSIONS = ("none", "fp16", "powersgd", "topk")
 FUSION_IMPLS = ("perfbench", "mindspore")
@@ -55,6 +56,12 @@ def _check(cfg: dict) -> dict:
     if not isinstance(m["layers"], (list, tuple)) or not m["layers"] or any(int(n) < 1 for n in m["layers"]):
         raise ConfigError(f"model.layers must be a list of positive block counts, got {m['layers']!r}")
     return par
+
+
+def recompute_blocks(blocks) -> None:
+    """train.recompute: every bottleneck block recomputes its activations in backward (cell.recompute())."""
+    for block in blocks:
+        block.recompute()
 
 
 def _pipelined(cfg: dict) -> bool:
@@ -89,16 +96,40 @@ class ResNetWorkload:
             ms.set_auto_parallel_context(**kw)
 
         self.net = ResNet(tuple(int(n) for n in m["layers"]), int(m["width"]), int(m["num_classes"]))
+        if t.get("recompute"):
+            recompute_blocks(self.net.blocks)
         loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
         self.net_loss = nn.WithLossCell(self.net, loss)
         params = self.net.trainable_params()
-        self.opt = nn.Momentum(params, learning_rate=float(t.get("lr", 0.05)), momentum=float(t.get("momentum", 0.9)))
         shapes = [tuple(p.shape) for p in params]
         grad_bytes = [int(math.prod(s)) * 4 for s in shapes]
         self.uncompressed = int(sum(grad_bytes))
         self.step_comm = []  # (bytes, n) counted every step
+        self.sync = None
+        zero = int(par.get("zero_stage") or 0)
+        zero_info = {"zero_stage": zero, "optimizer": t.get("optimizer") or "momentum",
+                     "recompute": bool(t.get("recompute")), "zero_shard_params": None}
 
-        if par["fusion_impl"] == "mindspore" or ws == 1:
+        if zero and ws > 1:
+            from mindspore import ParameterTuple
+
+            from workloads.parallel.compression import make_reducer
+            from workloads.parallel.zero import ZeroSync, ZeroTrainStep, shard_owners
+
+            reducer, info, comm = make_reducer(par, shapes, ws)
+            numels = [int(math.prod(s)) for s in shapes]
+            owners = shard_owners(numels, ws)
+            self.step_comm.extend(comm)
+            mine = sum(n for n, o in zip(numels, owners) if o == ctx.rank)
+            # the owners' broadcasts: this rank sends its shard (op count set once the sync cell exists)
+            self.train = ZeroTrainStep(self.net_loss, ParameterTuple(params), owners, ctx.rank, ws,
+                                       lambda ps: make_optimizer(ps, t), reducer, zero)
+            self.sync = ZeroSync(ParameterTuple(params), owners, ws, par["comm_fusion"])
+            self.step_comm.append((mine * 4, self.sync.broadcasts))
+            reducer_info = dict(info, fusion_impl_used="perfbench")
+            zero_info["zero_shard_params"] = mine
+        elif par["fusion_impl"] == "mindspore" or ws == 1:
+            self.opt = make_optimizer(params, t)
             self.train = nn.TrainOneStepCell(self.net_loss, self.opt)
             impl = "mindspore" if ws > 1 else "none (world_size 1)"
             if ws > 1:
@@ -111,6 +142,7 @@ class ResNetWorkload:
 
             reducer, info, comm = make_reducer(par, shapes, ws)
             self.step_comm.extend(comm)
+            self.opt = make_optimizer(params, t)
             self.train = _CustomTrainStep(self.net_loss, self.opt, reducer)
             reducer_info = dict(info, fusion_impl_used="perfbench")
         self.train.set_train()
@@ -135,6 +167,7 @@ class ResNetWorkload:
                     # element size on the wire (read by the ingest to turn profiled shapes into bytes)
                     comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4)
         meta.update(reducer_info)
+        meta.update(zero_info)
         ctx.set_meta(**meta)
 
     def checkpoint_cell(self):
@@ -145,6 +178,8 @@ class ResNetWorkload:
         ms = self.ms
         x, y = self.data.batch(step)
         loss = self.train(ms.Tensor(x), ms.Tensor(y)).asnumpy()
+        if self.sync is not None:  # ZeRO: owners broadcast the parameters they updated
+            self.sync()
         for nbytes, n in self.step_comm:
             self.ctx.count_collective(nbytes, n)
         return {"loss": float(np.asarray(loss).reshape(-1)[0]), "samples": self.batch}
@@ -205,6 +240,8 @@ class ResNetPipelineWorkload:
         layers_cfg = tuple(int(n) for n in m["layers"])
         # every rank builds the whole net (same seed: same initial weights), then keeps its stage's layers
         net = ResNet(layers_cfg, int(m["width"]), int(m["num_classes"]))
+        if t.get("recompute"):
+            recompute_blocks(net.blocks)
         layers = pipeline_layers(net)
         costs = layer_costs(layers_cfg, int(m["width"]), int(m["image_size"]), int(m["num_classes"]))
 
@@ -231,7 +268,8 @@ class ResNetPipelineWorkload:
                      bytes_per_step_uncompressed=shared_bytes if D > 1 else 0,
                      bytes_per_step=sum(b for b, _ in comm),
                      collectives_per_step=(None if any(n is None for _, n in comm) else sum(n for _, n in comm)),
-                     expert_comm=None, comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4)
+                     expert_comm=None, comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4,
+                     zero_stage=0, optimizer=t.get("optimizer") or "momentum", recompute=bool(t.get("recompute")))
 
     def train_step(self, step: int) -> dict:
         res = self.trainer.train_step(step)
