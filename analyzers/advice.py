@@ -929,8 +929,9 @@ def _link(rows: list[dict]) -> None:
     kind of exposed_communication, wait_ratio, within-group communication rank_imbalance and
     step_time_spread (when no straggler is found); slow_rank folds wait_ratio, communication rank_imbalance,
     its own rank's step_time_spread and the collective kind of exposed_communication when its gain is at
-    least FOLD_SHARE of the exposed time; free_time folds free rank_imbalance; the largest wait_ratio
-    folds the other ranks' wait_ratio (one wait, seen on several ranks)."""
+    least FOLD_SHARE of the exposed time; free_time folds free rank_imbalance; wait_ratio left without a
+    cause folds under exposed_communication (the wait is part of that exposed time), else the largest
+    wait_ratio folds the other ranks' wait_ratio (one wait, seen on several ranks)."""
     def best(rule):
         c = [r for r in rows if r["rule"] == rule]
         return max(c, key=lambda r: r.get("gain_ms") or 0.0) if c else None
@@ -958,7 +959,11 @@ def _link(rows: list[dict]) -> None:
                 cause = slow
         r["symptom_of"] = cause["id"] if cause is not None else None
     waits = [r for r in rows if r["rule"] == "wait_ratio" and r["symptom_of"] is None]
-    if len(waits) > 1:
+    exposed = next((r for r in rows if r["rule"] == "exposed_communication" and r["symptom_of"] is None), None)
+    if exposed is not None:  # the wait is a part of the exposed communication that finding already counts
+        for r in waits:
+            r["symptom_of"] = exposed["id"]
+    elif len(waits) > 1:
         top = max(waits, key=lambda r: r.get("gain_ms") or 0.0)
         for r in waits:
             if r is not top:
@@ -1017,7 +1022,7 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
         for row in rule(tables or {}, summary or {}):
             row = {"ranks": [], "stage": None, "gain_ms": None, "basis": None, "explains": None, "try": None,
                    "predicted_step_ms": None, **row}
-            rid = f"{row['rule']}:{row.get('key', len(seen))}"
+            rid = f"{row['rule']}:{row.get('key', 'all')}"
             while rid in seen:
                 rid += "+"
             seen.add(rid)

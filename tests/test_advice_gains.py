@@ -210,3 +210,24 @@ def test_root_gains_never_exceed_step():
     assert roots["gain_ms"].sum() == pytest.approx(15.0)
     assert list(roots["rule"]) == ["slow_rank", "stage_imbalance"]
     assert list(roots["gain_ms"]) == pytest.approx([12.0, 3.0])
+
+
+def test_wait_ratio_folds_under_exposed_communication_without_a_cause():
+    out = advise({"comm_ops": _comm(), "step_breakdown": _sb(400.0, 0.0, ranks=(0, 1))}, {"step_time_s": 0.001})
+    assert list(out["rule"]) == ["exposed_communication", "wait_ratio", "wait_ratio"]
+    assert set(out["symptom_of"].dropna()) == {"exposed_communication:all"}
+
+
+def test_compare_advice_changes():
+    from perfbench.compare import advice_changes, top_findings
+
+    a = [{"id": "stage_imbalance:1", "rule": "stage_imbalance", "gain_ms": 10.0, "symptom_of": None, "message": "s"},
+         {"id": "wait_ratio:0", "rule": "wait_ratio", "gain_ms": 2.0, "symptom_of": "stage_imbalance:1", "message": "w"}]
+    b = [{"id": "small_packets:all", "rule": "small_packets", "gain_ms": 3.0, "symptom_of": None, "message": "p"},
+         {"id": "wait_ratio:0", "rule": "wait_ratio", "gain_ms": 1.0, "symptom_of": None, "message": "w"}]
+    ch = {r["id"]: r for r in advice_changes(a, b)}
+    assert [r["id"] for r in advice_changes(a, b)] == ["small_packets:all", "wait_ratio:0", "stage_imbalance:1"]
+    assert ch["small_packets:all"]["change"] == "appeared" and ch["stage_imbalance:1"]["change"] == "vanished"
+    assert ch["wait_ratio:0"] == {"id": "wait_ratio:0", "rule": "wait_ratio", "change": "both", "gain_a_ms": 2.0,
+                                  "gain_b_ms": 1.0, "cause_a": "stage_imbalance:1", "cause_b": "root", "message": "w"}
+    assert [t["id"] for t in top_findings(a)] == ["stage_imbalance:1"]
