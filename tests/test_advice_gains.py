@@ -231,3 +231,12 @@ def test_compare_advice_changes():
     assert ch["wait_ratio:0"] == {"id": "wait_ratio:0", "rule": "wait_ratio", "change": "both", "gain_a_ms": 2.0,
                                   "gain_b_ms": 1.0, "cause_a": "stage_imbalance:1", "cause_b": "root", "message": "w"}
     assert [t["id"] for t in top_findings(a)] == ["stage_imbalance:1"]
+
+
+def test_specific_cause_claims_its_time_before_the_generic_exposed_finding():
+    # exposed 3 ms per step; fusion explains 1.5 ms of it (30 hops x 0.05 ms): exposed_communication keeps the
+    # other 1.5 ms, not all 3 (which would leave fusion nothing)
+    out = advise({"comm_ops": _small(), "step_breakdown": _sb(3000.0, 0.0, ranks=(0, 1), step_us=10000.0)},
+                 {"step_time_s": 0.01})
+    roots = out[out["symptom_of"].isna()].set_index("rule")["gain_ms"]
+    assert roots.to_dict() == pytest.approx({"small_packets": 1.5, "exposed_communication": 1.5})
