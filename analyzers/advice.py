@@ -478,6 +478,12 @@ def time_budget(tables, summary) -> dict:
     return out
 
 
+def _transfer_ms(co: pd.DataFrame) -> pd.Series:
+    """Time a collective spends moving data: transit_ms, else elapse_ms - wait_ms (waiting is not its cost)."""
+    t = _num(co, "transit_ms")
+    return t if not t.isna().all() else _num(co, "elapse_ms") - _num(co, "wait_ms").fillna(0.0)
+
+
 def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     """ms per step that fusing every gradient collective of a group into one would save: the latency terms
     the collective cost model of perfbench.predict.comm (time = latency x ring hops + factor x bytes /
@@ -492,10 +498,7 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
                        "size": _num(co, "size_bytes"), "group": co.get("group", pd.Series("", index=co.index))})
     df["n"] = pd.to_numeric(co["group_size"], errors="coerce") if "group_size" in co.columns else math.nan
     df["n"] = df["n"].fillna(co["rank"].nunique() if "rank" in co.columns else math.nan)
-    t = _num(co, "transit_ms")
-    if t.isna().all():
-        t = _num(co, "elapse_ms") - _num(co, "wait_ms").fillna(0.0)
-    df["t"] = t
+    df["t"] = _transfer_ms(co)
     df["op_type"] = df["op_type"].astype(str).str.lower()
     df = df[~df["op_type"].isin(["send", "recv"])].dropna(subset=["size", "t", "n", "rank"])
     if df.empty or "step" not in co.columns:
@@ -553,9 +556,7 @@ def _compression_try(tables, summary):
     if co is None or step is None or "step" not in co.columns:
         return knob, None
     df = co[~co["op_type"].astype(str).str.lower().isin(["send", "recv"])] if "op_type" in co.columns else co
-    t = _num(df, "transit_ms")
-    if t.isna().all():
-        t = _num(df, "elapse_ms") - _num(df, "wait_ms").fillna(0.0)
+    t = _transfer_ms(df)
     n = pd.to_numeric(df["group_size"], errors="coerce") if "group_size" in df.columns else pd.Series(math.nan, index=df.index)
     n = n.fillna(co["rank"].nunique())
     f = np.array([factor(str(o).lower(), int(k)) for o, k in zip(df["op_type"], n)])
