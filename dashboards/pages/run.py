@@ -23,8 +23,6 @@ SPAN_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "allreduce": "#e4575
                "compute": "#4c78a8", "communication": "#e45756"}
 
 
-
-
 def layout(run_id: str | None = None, **_):
     d = data.get()
     rec = d.run(run_id) if run_id else None
