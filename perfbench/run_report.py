@@ -88,6 +88,9 @@ def ordered_advice(advice: pd.DataFrame | None) -> list[dict]:
         return None if _missing(v) else v
 
     recs = [{k: plain(v) for k, v in r.items()} for r in advice.to_dict("records")]
+    for r in recs:  # the store keeps a list column as its JSON text
+        if isinstance(r.get("ranks"), str) and r["ranks"].startswith("["):
+            r["ranks"] = json.loads(r["ranks"])
     if "symptom_of" in advice.columns:
         return recs
     return [dict(r, symptom_of=None, gain_ms=None, gain_share=None)

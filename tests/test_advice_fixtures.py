@@ -90,3 +90,28 @@ def test_pipeline_fixture_stage_imbalance_is_the_top_root(tmp_path):
     folded = [a for a in adv if a["rule"] in ("rank_imbalance", "wait_ratio", "pipeline_bubble")]
     assert folded and all(a["symptom_of"] == top["id"] for a in folded)
     assert not [a for a in adv if a["symptom_of"] is None and a["rule"] in ("rank_imbalance", "wait_ratio")]
+
+
+def test_advise_show_compare_read_one_ranked_list(tmp_path):
+    """`perfbench advise` on a stored import of set G: the same rows, in the same order, as the stored table;
+    the verdict is the first root; show leads with it; an unknown run id exits 2 naming it."""
+    import json
+
+    from perfbench.store import Store
+    from tests.conftest import perfbench_in_process, run_perfbench
+
+    res = tmp_path / "results"
+    perfbench_in_process("analyze", fixture_path(*G), "--results", res)
+    rid = Store(res, create=False).list_runs()[0]["run_id"]
+    doc = json.loads(perfbench_in_process("advise", rid, "--results", res, "--json").stdout)
+    stored = Store(res, create=False).read_table(rid, "advice")
+    assert [a["id"] for a in doc["advice"]] == list(stored["id"])
+    assert doc["verdict"] == "stage_imbalance:1" == doc["advice"][0]["id"]
+    assert doc["advice"][0]["ranks"] == [2, 3]
+    text = perfbench_in_process("advise", rid, "--results", res).stdout
+    assert "1. [high] saves ~54.2 ms/step" in text and "2. [low] saves" in text
+    assert text.index("symptom (rank_imbalance") < text.index("2. [low]")  # folded under the cause, not a headline
+    show = perfbench_in_process("show", rid, "--results", res).stdout
+    assert show.index("Pipeline stage 1 is the bottleneck") < show.index("Key numbers")
+    r = run_perfbench("advise", "no-such-run", "--results", res, check=False, timeout=120)
+    assert r.returncode == 2 and "no-such-run" in r.stderr and "Traceback" not in r.stderr
