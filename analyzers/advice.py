@@ -12,6 +12,7 @@ the kernels disagrees with the profiler's own numbers, analyzers.breakdown): no 
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -72,7 +73,8 @@ IMBALANCE_HIGH = 0.2
 #: msprof-analyze AicpuChecker._MIN_TASK_DURATION: an AI_CPU task longer than this (us) is worth replacing
 AICPU_MIN_TASK_US = 20.0
 
-ADVICE_COLUMNS = ["rule", "severity", "message", "evidence", "ranks", "stage"]
+ADVICE_COLUMNS = ["id", "rule", "severity", "message", "evidence", "ranks", "stage", "gain_ms", "gain_share", "basis",
+                  "symptom_of", "try", "predicted_step_ms", "explains"]
 
 
 def _t(tables: dict, name: str) -> pd.DataFrame | None:
@@ -122,7 +124,12 @@ def rule_wait_ratio(tables, summary):
         out.append(
             {
                 "rule": "wait_ratio",
+                "key": str(int(rank)),
                 "ranks": [int(rank)],
+                "gain_ms": float(r["wait_per_step"]),
+                "explains": "exposed",
+                "generic": True,
+                "basis": f"rank {rank}'s collective wait per step: comm_ops wait_ms {_fmt(r['wait'])} ms / steps",
                 "severity": "high" if r["ratio"] > WAIT_RATIO_HIGH and big else "medium",
                 "message": (
                     f"Rank {rank} spends {r['ratio']:.0%} of its collective time waiting for peers "
@@ -142,12 +149,21 @@ def rule_slow_rank(tables, summary):
     if sr is None or "slow" not in sr.columns:
         return []
     hit = sr[sr["slow"].astype(bool) & (sr.get("scope", "group") == "group")]
+    steps = _n_steps(tables)
     out = []
     for _, r in hit.iterrows():
+        late, last = float(r["mean_lateness_ms"]), float(r["last_arrivals"])
+        gain = late * last / steps if steps and pd.notna(late) and pd.notna(last) else None
         out.append(
             {
                 "rule": "slow_rank",
+                "key": f"{r['group']}:{int(r['rank'])}",
                 "ranks": [int(r["rank"])],
+                "gain_ms": gain,
+                "explains": "exposed",
+                "basis": (f"straggler lateness x collectives it delays: mean {_fmt(late)} ms late x {last:.0f} "
+                          f"collectives it arrived last at / {steps} steps" if gain is not None else
+                          "not estimated: the number of profiled steps is unknown"),
                 "severity": "high",
                 "message": (
                     f"Rank {r['rank']} is the rank the others wait for in "
@@ -171,9 +187,18 @@ def rule_slow_link(tables, summary):
     out = []
     for _, r in sl[sl["slow"].astype(bool)].iterrows():
         where = f"link {r['src']}->{r['dst']}" if r["kind"] == "link" else f"rank {r['src']}"
+        steps = _n_steps(tables)
+        ideal = r["size_mb"] / r["group_mean_gbps"] if r["group_mean_gbps"] > 0 else math.nan  # MB / (GB/s) = ms
+        gain = max(float(r["time_ms"] - ideal), 0.0) / steps if steps and pd.notna(ideal) else None
         out.append(
             {
                 "rule": "slow_link",
+                "key": f"{r['kind']}:{r['group']}:{r['transport']}:{r['src']}-{r['dst']}",
+                "gain_ms": gain,
+                "explains": "exposed",
+                "basis": (f"the link's time minus the same bytes at the group mean bandwidth: ({_fmt(r['time_ms'])} - "
+                          f"{_fmt(r['size_mb'])} MB / {_fmt(r['group_mean_gbps'])} GB/s) ms / {steps} steps"
+                          if gain is not None else "not estimated: steps or the group mean bandwidth unknown"),
                 "ranks": sorted({int(r["src"]), int(r["dst"])}),
                 "severity": "high" if r["ratio"] < 0.3 else "medium",
                 "message": (
@@ -206,9 +231,15 @@ def rule_small_packets(tables, summary):
     per_step = ok.sum() / steps / ranks
     if share < SMALL_PACKET_SHARE or time_share < SMALL_PACKET_SHARE or per_step < SMALL_PACKET_MIN_PER_STEP:
         return []
+    gain, basis = fusion_gain(co)
     return [
         {
             "rule": "small_packets",
+            "key": "all",
+            "gain_ms": gain,
+            "basis": basis,
+            "explains": "exposed",
+            "try": {"parallel.comm_fusion": "all"},
             "severity": "medium" if share < 0.5 else "high",
             "message": (
                 f"{share:.0%} of collectives ({time_share:.0%} of their time) move less than "
@@ -245,9 +276,17 @@ def rule_bandwidth_reference(tables, summary):
     for (tr, rank), r in per.iterrows():
         ref = REFERENCE_BANDWIDTH_GBPS[tr]
         if r["bw"] < BANDWIDTH_REFERENCE_RATIO * ref:
+            steps = _n_steps(tables)
+            gain = max(float(r["time_ms"] - r["size_mb"] / ref), 0.0) / steps if steps else None
             out.append(
                 {
                     "rule": "bandwidth_reference",
+                    "key": f"{tr}:{rank}",
+                    "gain_ms": gain,
+                    "explains": "exposed",
+                    "basis": (f"time minus the same bytes at the {tr} reference: ({_fmt(r['time_ms'])} - "
+                              f"{_fmt(r['size_mb'])} MB / {ref} GB/s) ms / {steps} steps" if gain is not None
+                              else "not estimated: the number of profiled steps is unknown"),
                     "ranks": [int(rank)] if pd.notna(rank) else [],
                     "severity": "medium",
                     "message": (
@@ -304,7 +343,7 @@ def _exposure_split(tables, sb: pd.DataFrame):
     return (float(per["exposed_p2p_us"].sum() / tot) if tot > 0 else None), per
 
 
-def rule_exposed_comm(tables, summary):
+def _exposed_comm_rows(tables, summary):
     r = _breakdown_share(tables, "communication_not_overlapped_us")
     if r is None:
         return []
@@ -316,7 +355,7 @@ def rule_exposed_comm(tables, summary):
             f" / sum step_us {_num(sb, 'step_us').sum():.0f}")
     sev = "high" if share > 2 * EXPOSED_COMM_SHARE else "medium"
     if p2p is None:
-        return [{"rule": "exposed_communication", "severity": sev, "ranks": [], "stage": None,
+        return [{"rule": "exposed_communication", "kind": "collective", "severity": sev, "ranks": [], "stage": None,
                  "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
                              f"{EXPOSED_COMM_SHARE:.0%}); which ops it is (pipeline send/receive or gradient "
                              f"collectives) is unknown: see comm_types."),
@@ -331,7 +370,7 @@ def rule_exposed_comm(tables, summary):
         # waiting shows as the faster stages carrying more than their share of the exposed communication
         if len(waiting) and waiting["exposed_us"].sum() / per["exposed_us"].sum() > len(waiting) / len(per):
             wp2p = waiting["exposed_p2p_us"].sum() / waiting["exposed_us"].sum() if waiting["exposed_us"].sum() > 0 else 0
-            return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in waiting.index],
+            return [{"rule": "exposed_communication", "kind": "pipeline", "severity": sev, "ranks": [int(x) for x in waiting.index],
                      "stage": None,
                      "message": (f"{share:.0%} of step time is exposed communication, most of it on the ranks of the "
                                  f"faster stages (ranks {', '.join(map(str, waiting.index))}: "
@@ -346,7 +385,7 @@ def rule_exposed_comm(tables, summary):
         stages = sorted({int(s) for s in worst["stage"] if s is not None and pd.notna(s)})
         where = (f"stage {stages[0]} (ranks {', '.join(map(str, worst.index))})" if len(stages) == 1
                  else f"ranks {', '.join(map(str, worst.index))}")
-        return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in worst.index],
+        return [{"rule": "exposed_communication", "kind": "pipeline", "severity": sev, "ranks": [int(x) for x in worst.index],
                  "stage": stages[0] if len(stages) == 1 else None,
                  "message": (f"{share:.0%} of step time is exposed communication and {p2p:.0%} of it is pipeline "
                              f"send/receive waiting, mostly on {where}: the stages wait for each other, not for "
@@ -359,7 +398,7 @@ def rule_exposed_comm(tables, summary):
     rough = sorted(int(r) for r in ex.loc[ex["source"] == "profiler (receive only)", "rank"].unique()) \
         if ex is not None and "source" in ex.columns else []
     if rough:
-        return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in worst.index],
+        return [{"rule": "exposed_communication", "kind": "collective", "severity": sev, "ranks": [int(x) for x in worst.index],
                  "stage": None,
                  "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
                              f"{EXPOSED_COMM_SHARE:.0%}), at least {p2p:.0%} of it pipeline receives; on ranks "
@@ -367,12 +406,178 @@ def rule_exposed_comm(tables, summary):
                              f"collectives, so how much is gradient all-reduce is not known without the kernels: "
                              f"check comm_types before overlapping or bucketing gradients."),
                  "evidence": f"{base}; {split}"}]
-    return [{"rule": "exposed_communication", "severity": sev, "ranks": [int(x) for x in worst.index], "stage": None,
+    return [{"rule": "exposed_communication", "kind": "collective", "severity": sev, "ranks": [int(x) for x in worst.index], "stage": None,
              "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
                          f"{EXPOSED_COMM_SHARE:.0%}), {1 - p2p:.0%} of it in collectives (most on ranks "
                          f"{', '.join(map(str, worst.index))}): overlap gradient all-reduce with backward, "
                          f"fuse/bucket gradients, compress gradients, or use fewer, larger collectives."),
              "evidence": f"{base}; {split}"}]
+
+
+# ---- gains: helpers over the run's own tables ------------------------------------------------
+
+
+def _step_ms(summary) -> float | None:
+    v = (summary or {}).get("step_time_s")
+    return float(v) * 1000.0 if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
+def _n_steps(tables) -> int | None:
+    """Profiled steps the comm_ops table covers (the divisor turning totals into per-step gains)."""
+    co = _t(tables, "comm_ops")
+    if co is None or "step" not in co.columns:
+        return None
+    n = int(pd.to_numeric(co["step"], errors="coerce").nunique())
+    return n or None
+
+
+def _stage_of(tables) -> dict[int, int]:
+    rs = _t(tables, "rank_stages")
+    return {int(r): int(s) for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s)} if rs is not None else {}
+
+
+def _budget_part(sb: pd.DataFrame | None, col: str) -> float | None:
+    """ms per step of one breakdown part: median over steps per rank, the largest rank (null when unknown)."""
+    if sb is None or col not in sb.columns or "rank" not in sb.columns:
+        return None
+    v = pd.DataFrame({"rank": sb["rank"], "v": _num(sb, col)}).dropna()
+    if v.empty:
+        return None
+    return float(v.groupby("rank")["v"].median().max()) / 1000.0
+
+
+def time_budget(tables, summary) -> dict:
+    """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication and
+    `idle` (free) time of the most exposed / most idle rank (step_breakdown medians over steps), `imbalance`
+    = the stages' computing spread (max - min, stages table) + the largest within-group computing spread
+    (rank_imbalance, groups whose ranks share a stage) or the ranks' median step-time spread (workload
+    steps), whichever is larger; and `step` (summary step_time_s). Root gains are drawn from these pools."""
+    sb = _trusted(_t(tables, "step_breakdown"))
+    out = {"exposed": _budget_part(sb, "communication_not_overlapped_us"), "idle": _budget_part(sb, "free_us"),
+           "imbalance": None, "step": _step_ms(summary)}
+    imb = []
+    st = _t(tables, "stages")
+    if st is not None and "computing_ms" in st.columns:
+        c = _num(st, "computing_ms").dropna()
+        c = c[c > 0]
+        if len(c) >= 2:
+            imb.append(float(c.max() - c.min()))
+    within = []
+    ri = _t(tables, "rank_imbalance")
+    if ri is not None and {"dimension", "spread_ms", "max_rank", "min_rank"} <= set(ri.columns):
+        stage_of = _stage_of(tables)
+        for _, r in ri[ri["dimension"] == "computing"].iterrows():
+            a, b = stage_of.get(int(r["max_rank"])), stage_of.get(int(r["min_rank"]))
+            if (a is None or b is None or a == b) and pd.notna(r["spread_ms"]):
+                within.append(float(r["spread_ms"]))
+    ws = _t(tables, "workload_steps")
+    if ws is not None and {"rank", "step_time_s"} <= set(ws.columns) and ws["rank"].nunique() > 1:
+        per = ws.groupby("rank")["step_time_s"].median()
+        within.append(float(per.max() - per.median()) * 1000.0)
+    if within:
+        imb.append(max(within))
+    if imb:
+        out["imbalance"] = float(sum(imb))
+    return out
+
+
+def _transfer_ms(co: pd.DataFrame) -> pd.Series:
+    """Time a collective spends moving data: transit_ms, else elapse_ms - wait_ms (waiting is not its cost)."""
+    t = _num(co, "transit_ms")
+    return t if not t.isna().all() else _num(co, "elapse_ms") - _num(co, "wait_ms").fillna(0.0)
+
+
+def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
+    """ms per step that fusing every gradient collective of a group into one would save: the latency terms
+    the collective cost model of perfbench.predict.comm (time = latency x ring hops + factor x bytes /
+    bandwidth) says the extra collectives pay. Latency and bandwidth are fitted on this run's own
+    collectives (least squares over transit time, or elapse - wait); removed latency per rank and step =
+    latency x (hops of all its collectives - hops of one per group). Null when the fit has no latency."""
+    import numpy as np
+
+    from perfbench.predict.comm import factor, steps
+
+    df = pd.DataFrame({"rank": co.get("rank"), "step": co.get("step"), "op_type": co.get("op_type"),
+                       "size": _num(co, "size_bytes"), "group": co.get("group", pd.Series("", index=co.index))})
+    df["n"] = pd.to_numeric(co["group_size"], errors="coerce") if "group_size" in co.columns else math.nan
+    df["n"] = df["n"].fillna(co["rank"].nunique() if "rank" in co.columns else math.nan)
+    df["t"] = _transfer_ms(co)
+    df["op_type"] = df["op_type"].astype(str).str.lower()
+    df = df[~df["op_type"].isin(["send", "recv"])].dropna(subset=["size", "t", "n", "rank"])
+    if df.empty or "step" not in co.columns:
+        return None, "not estimated: no collective with a size, a time and a step"
+    kinds = df[["op_type", "n"]].drop_duplicates()
+    hop = {(o, n): steps(o, int(n)) for o, n in zip(kinds["op_type"], kinds["n"])}
+    fac = {(o, n): factor(o, int(n)) for o, n in zip(kinds["op_type"], kinds["n"])}
+    key = list(zip(df["op_type"], df["n"]))
+    df["hops"] = [hop[k] for k in key]
+    X = np.column_stack([df["hops"].to_numpy(float), np.array([fac[k] for k in key]) * df["size"].to_numpy(float)])
+    y = df["t"].to_numpy(float)
+    if not (X[:, 0] > 0).any():
+        return None, "not estimated: no collective over more than one rank"
+    coef, *_ = np.linalg.lstsq(X, y, rcond=None)
+    lat = float(coef[0])
+    if coef[1] < 0:  # noise in the bytes term: latency alone
+        lat = float(np.dot(X[:, 0], y) / np.dot(X[:, 0], X[:, 0]))
+    if not lat > 0:
+        return None, "not estimated: this run's collectives show no latency term (fit <= 0)"
+    per = df.groupby(["rank", "step", "group"]).agg(hops=("hops", "sum"), one=("hops", "max"))
+    removed = (per["hops"] - per["one"]).groupby(level=["rank", "step"]).sum()
+    hops_per_step = float(removed.groupby(level="rank").mean().mean())
+    gain = lat * hops_per_step
+    return gain, (f"latency terms fusion removes (perfbench.predict.comm cost model, latency fitted on this run's "
+                  f"collectives): {lat * 1000:.3g} us per ring hop x {hops_per_step:.0f} hops per step per rank")
+
+
+def rule_exposed_comm(tables, summary):
+    """Exposed communication; its gain is the exposed time itself (what hiding it would save)."""
+    rows = _exposed_comm_rows(tables, summary)
+    if not rows:
+        return []
+    sb = _trusted(_t(tables, "step_breakdown"))
+    gain = _budget_part(sb, "communication_not_overlapped_us")
+    for row in rows:
+        row.update(key="all", gain_ms=gain, explains="exposed", generic=True,
+                   basis="the exposed communication per step (step_breakdown communication_not_overlapped_us, "
+                         "median per rank, the most exposed rank)")
+        if row.get("kind") == "collective":
+            row["try"], row["predicted_step_ms"] = _compression_try(tables, summary)
+    return rows
+
+
+def _compression_try(tables, summary):
+    """fp16 gradients halve the bytes term of the gradient collectives (perfbench.predict.comm): the
+    predicted step is the step minus half of the bytes time per step (fitted bandwidth), capped by the
+    exposed communication. Null prediction when the fit or the step is unknown."""
+    import numpy as np
+
+    from perfbench.predict.comm import factor
+
+    co = _t(tables, "comm_ops")
+    step = _step_ms(summary)
+    knob = {"parallel.grad_compression": "fp16"}
+    if co is None or step is None or "step" not in co.columns:
+        return knob, None
+    df = co[~co["op_type"].astype(str).str.lower().isin(["send", "recv"])] if "op_type" in co.columns else co
+    t = _transfer_ms(df)
+    n = pd.to_numeric(df["group_size"], errors="coerce") if "group_size" in df.columns else pd.Series(math.nan, index=df.index)
+    n = n.fillna(co["rank"].nunique())
+    f = np.array([factor(str(o).lower(), int(k)) for o, k in zip(df["op_type"], n)])
+    size = _num(df, "size_bytes").to_numpy(float)
+    ok = np.isfinite(size) & np.isfinite(t.to_numpy(float)) & (f > 0)
+    if ok.sum() < 2:
+        return knob, None
+    xb = f[ok] * size[ok]
+    y = t.to_numpy(float)[ok]
+    inv_bw = float(np.dot(xb, y) / np.dot(xb, xb)) if np.dot(xb, xb) > 0 else 0.0
+    if not inv_bw > 0:
+        return knob, None
+    ranks = max(int(df["rank"].nunique()), 1)
+    bytes_ms = float(inv_bw * xb.sum()) / _n_steps(tables) / ranks
+    sb = _trusted(_t(tables, "step_breakdown"))
+    exposed = _budget_part(sb, "communication_not_overlapped_us")
+    saved = 0.5 * bytes_ms if exposed is None else min(0.5 * bytes_ms, exposed)
+    return knob, step - saved
 
 
 def _bottleneck_stage(tables):
@@ -412,8 +617,14 @@ def rule_stage_imbalance(tables, summary):
                         f"(median) in exposed communication ({low['exposed_p2p_us'].sum() / low['exposed_us'].sum():.0%} "
                         f"pipeline send/receive), waiting for it.")
     ranks = [int(x) for x in str(hi["ranks"]).split(",") if x != ""]
+    mean = float(st["computing_ms"].mean())
     return [{
         "rule": "stage_imbalance",
+        "key": str(int(hi["stage"])),
+        "gain_ms": float(hi["computing_ms"]) - mean,
+        "explains": "imbalance",
+        "basis": (f"the slowest stage's compute above the stages' mean, off the critical path when the layers are "
+                  f"rebalanced: {hi['computing_ms']:.3g} - {mean:.3g} ms per step"),
         "severity": "high" if ratio > STAGE_IMBALANCE_HIGH else "medium",
         "ranks": ranks,
         "stage": int(hi["stage"]),
@@ -445,11 +656,22 @@ def rule_rank_imbalance(tables, summary):
     if ri is None or "flagged" not in ri.columns:
         return []
     out = []
+    stage_of = _stage_of(tables)
     for _, r in ri[ri["flagged"].astype(bool)].iterrows():
         group = "all ranks" if r["group"] == "all" else f"group {r['group']}"
         stage = int(str(r["group"]).split()[-1]) if r["kind"] == "stage" else None
-        out.append({
+        hi_s, lo_s = stage_of.get(int(r["max_rank"])), stage_of.get(int(r["min_rank"]))
+        cross = hi_s is not None and lo_s is not None and hi_s != lo_s
+        gain = float(r["spread_ms"]) if pd.notna(r["spread_ms"]) else None
+        row = {
             "rule": "rank_imbalance",
+            "key": f"{r['group']}:{r['dimension']}",
+            "gain_ms": gain,
+            "explains": {"computing": "imbalance", "communication": "exposed", "free": "idle"}[r["dimension"]],
+            "generic": r["dimension"] != "computing",
+            "cross_stage": cross,
+            "basis": (f"the spread between the slowest and the fastest rank of the group, which the others wait "
+                      f"for each step: {r['max_ms']:.3f} - {r['min_ms']:.3f} ms"),
             "severity": "high" if r["ratio"] > IMBALANCE_HIGH else "medium",
             "ranks": [int(r["max_rank"]), int(r["min_rank"])],
             "stage": stage,
@@ -460,7 +682,13 @@ def rule_rank_imbalance(tables, summary):
                          f"{r['max_ms']:.3f} ms - rank {int(r['min_rank'])} {r['min_ms']:.3f} ms = {r['spread_ms']:.3f} ms "
                          f"/ mean step total {r['mean_total_ms']:.3f} ms = {r['ratio']:.3f} > {0.05} "
                          f"(msprof-analyze slow-rank rule)"),
-        })
+        }
+        if cross:  # ranks of different pipeline stages do different work by design: not a data-shard problem
+            row["message"] = (f"In {group}, rank {int(r['max_rank'])} (stage {hi_s}) and rank {int(r['min_rank'])} "
+                              f"(stage {lo_s}) differ by {r['spread_ms']:.3f} ms per step in {r['dimension']} time: "
+                              f"they sit on different pipeline stages, so this is the pipeline split, not a slow "
+                              f"rank. Rebalance the layers across stages (see stage_imbalance).")
+        out.append(row)
     return out
 
 
@@ -478,6 +706,7 @@ def rule_aicpu_ops(tables, summary):
     types = long.groupby(long["type"].astype(str))["dur_us"].sum().sort_values(ascending=False).head(5)
     return [{
         "rule": "aicpu_ops",
+        "basis": "not estimated: the AI Core kernel that would replace them is not in the profile",
         "severity": "high" if share > 0.05 else "medium",
         "ranks": sorted(int(x) for x in long["rank"].unique()),
         "stage": None,
@@ -506,6 +735,7 @@ def rule_dynamic_shape(tables, summary):
     n = int(k["OP State"].astype(str).str.lower().eq("dynamic").sum())
     return [{
         "rule": "dynamic_shape",
+        "basis": "not estimated: the profile does not say what static shapes would cost",
         "severity": "medium",
         "ranks": out,
         "stage": None,
@@ -529,7 +759,11 @@ def rule_free_time(tables, summary):
     return [
         {
             "rule": "free_time",
+            "key": "all",
             "severity": "medium",
+            "gain_ms": _budget_part(sb, "free_us"),
+            "explains": "idle",
+            "basis": "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank)",
             "ranks": idle,
             "message": (
                 f"{share:.0%} of step time nothing runs on the device (> {FREE_SHARE:.0%}): the host is the "
@@ -556,17 +790,38 @@ def rule_pipeline_bubble(tables, summary):
     out = []
     # median over steps: the first profiled step often carries compile/warm-up waits
     per = pl.groupby("stage").agg(
-        frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size")
-    )
+        frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size"),
+        window=("window_us", "median"), S=("stages", "max"), M=("micro_batches", "max"),
+    ) if {"window_us", "stages", "micro_batches"} <= set(pl.columns) else pl.groupby("stage").agg(
+        frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size"))
+    step_ms = _step_ms(summary)
     for stage, r in per.iterrows():
         excess = r["frac"] - r["ideal"] if pd.notna(r["ideal"]) else math.nan
         bad = excess > BUBBLE_EXCESS if pd.notna(excess) else r["frac"] > BUBBLE_FRACTION
         if not bad:
             continue
         ideal_txt = f"ideal {r['ideal']:.0%}" if pd.notna(r["ideal"]) else "ideal unknown"
+        window = r.get("window", math.nan)
+        gain = float(excess * window / 1000.0) if pd.notna(excess) and pd.notna(window) else None
+        knob, pred = None, None
+        S, M = r.get("S", math.nan), r.get("M", math.nan)
+        if pd.notna(S) and pd.notna(M) and S > 1 and pd.notna(window):
+            from analyzers.pipeline import ideal_bubble_fraction
+
+            knob = {"parallel.micro_batches": int(2 * M)}
+            saved = (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0
+            pred = step_ms - saved if step_ms is not None else None
         out.append(
             {
                 "rule": "pipeline_bubble",
+                "key": str(int(stage)),
+                "gain_ms": gain,
+                "explains": "exposed",
+                "try": knob,
+                "predicted_step_ms": pred,
+                "basis": (f"the bubble above the ideal (S-1)/(M+S-1) times the stage's window: {excess:.3f} x "
+                          f"{window / 1000:.3g} ms (medians over steps)" if gain is not None else
+                          "not estimated: the ideal bubble (S, M) or the window is unknown"),
                 "stage": int(stage),
                 "ranks": _stage_ranks(tables, stage),
                 "severity": "medium",
@@ -592,6 +847,7 @@ def rule_expert_balance(tables, summary):
         out.append(
             {
                 "rule": "expert_imbalance",
+                "basis": "not estimated: the step time an even expert load would save is not in the tables",
                 "severity": "high" if pd.notna(mm) and mm > 2 * EXPERT_MAX_MEAN else "medium",
                 "message": (
                     f"Expert load is unbalanced (max/mean {_fmt(mm)}, CV {_fmt(cv)}): raise the auxiliary "
@@ -604,6 +860,7 @@ def rule_expert_balance(tables, summary):
         out.append(
             {
                 "rule": "dropped_tokens",
+                "basis": "not estimated: dropped tokens cost accuracy, not step time",
                 "severity": "medium",
                 "message": f"{dropped:.1%} of routed tokens are dropped by the expert capacity limit: raise capacity_factor.",
                 "evidence": f"experts: mean dropped_fraction {_fmt(dropped, 4)} over {len(ex)} steps",
@@ -626,6 +883,11 @@ def rule_step_spread(tables, summary):
             out.append(
                 {
                     "rule": "step_time_spread",
+                    "key": str(int(rank)),
+                    "gain_ms": (v - med) * 1000.0,
+                    "explains": "imbalance",
+                    "generic": True,
+                    "basis": f"rank {rank}'s median step time above the ranks' median: ({v:.4f} - {med:.4f}) s",
                     "ranks": [int(rank)],
                     "severity": "medium",
                     "message": f"Rank {rank}'s median step time {v:.4f} s is {v / med - 1:.0%} above the ranks' median {med:.4f} s.",
@@ -654,19 +916,144 @@ RULES = [
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 
+#: severity from the gain's share of the step: >= GAIN_HIGH high, >= GAIN_MEDIUM medium, else low
+#: (a finding whose gain is unknown keeps its rule's threshold label)
+GAIN_HIGH = 0.10
+GAIN_MEDIUM = 0.03
+#: exposed communication folds under a straggler only when the straggler's gain explains at least this share of it
+FOLD_SHARE = 0.5
+#: at most this many roots are shown by default (show, advise, dashboard; --all shows all)
+MAX_ROOTS = 5
+
+
+def _link(rows: list[dict]) -> None:
+    """Causes before symptoms: set `symptom_of` (the id of the explaining root) in place.
+
+    stage_imbalance folds rank_imbalance between ranks of different stages, pipeline_bubble, the pipeline
+    kind of exposed_communication, wait_ratio, within-group communication rank_imbalance and
+    step_time_spread (when no straggler is found); slow_rank folds wait_ratio, communication rank_imbalance,
+    its own rank's step_time_spread and the collective kind of exposed_communication when its gain is at
+    least FOLD_SHARE of the exposed time; free_time folds free rank_imbalance; wait_ratio left without a
+    cause folds under exposed_communication (the wait is part of that exposed time), else the largest
+    wait_ratio folds the other ranks' wait_ratio (one wait, seen on several ranks)."""
+    def best(rule):
+        c = [r for r in rows if r["rule"] == rule]
+        return max(c, key=lambda r: r.get("gain_ms") or 0.0) if c else None
+
+    stage, slow, free = best("stage_imbalance"), best("slow_rank"), best("free_time")
+    for r in rows:
+        rule, cause = r["rule"], None
+        if rule == "rank_imbalance" and r.get("cross_stage") and stage:
+            cause = stage
+        elif rule == "rank_imbalance" and r["explains"] == "exposed":
+            cause = slow or stage
+        elif rule == "rank_imbalance" and r["explains"] == "idle":
+            cause = free
+        elif rule == "pipeline_bubble":
+            cause = stage
+        elif rule == "wait_ratio":
+            cause = slow or stage
+        elif rule == "step_time_spread":
+            cause = slow if slow and r["ranks"] == slow["ranks"] else stage
+        elif rule == "exposed_communication":
+            if stage and r.get("kind") == "pipeline":
+                cause = stage
+            elif slow and slow.get("gain_ms") is not None and r.get("gain_ms") is not None \
+                    and slow["gain_ms"] >= FOLD_SHARE * r["gain_ms"]:
+                cause = slow
+        r["symptom_of"] = cause["id"] if cause is not None else None
+    waits = [r for r in rows if r["rule"] == "wait_ratio" and r["symptom_of"] is None]
+    exposed = next((r for r in rows if r["rule"] == "exposed_communication" and r["symptom_of"] is None), None)
+    if exposed is not None:  # the wait is a part of the exposed communication that finding already counts
+        for r in waits:
+            r["symptom_of"] = exposed["id"]
+    elif len(waits) > 1:
+        top = max(waits, key=lambda r: r.get("gain_ms") or 0.0)
+        for r in waits:
+            if r is not top:
+                r["symptom_of"] = top["id"]
+
+
+def _account(rows: list[dict], budget: dict) -> None:
+    """Each stretch of time explained once: root gains are drawn from their pool (`explains`: exposed,
+    idle, imbalance; time_budget) and from the step, specific causes first (largest raw gain first), then
+    the generic findings (exposed_communication, wait_ratio, step_time_spread, communication/free
+    rank_imbalance), which get what is left. A gain cut down says so in its basis."""
+    left = {k: v for k, v in budget.items() if v is not None}
+    roots = [r for r in rows if r["symptom_of"] is None and r.get("gain_ms") is not None]
+    roots.sort(key=lambda r: (bool(r.get("generic")), -r["gain_ms"]))
+    for r in roots:
+        raw, caps = max(float(r["gain_ms"]), 0.0), []
+        for pool in (r.get("explains"), "step"):
+            if pool in left and raw > left[pool]:
+                raw = left[pool]
+                caps.append(pool)
+        for pool in {r.get("explains"), "step"}:
+            if pool in left:
+                left[pool] -= raw
+        if caps:
+            r["basis"] = (f"{r['basis']}; cut to the {caps[-1]} time no larger finding explains "
+                          f"({raw:.3g} ms of {float(r['gain_ms']):.3g})")
+        r["gain_ms"] = raw
+
+
+def _order(rows: list[dict]) -> list[dict]:
+    """Roots by gain_ms descending (unknown gains last, rule order kept), each root's symptoms after it."""
+    def k(r):
+        g = r.get("gain_ms")
+        return (g is None, -(g or 0.0))
+
+    roots = sorted([r for r in rows if r["symptom_of"] is None], key=k)
+    out = []
+    for root in roots:
+        out.append(root)
+        out.extend(sorted([r for r in rows if r["symptom_of"] == root["id"]], key=k))
+    return out
+
+
+def _severity(row: dict) -> str:
+    share = row.get("gain_share")
+    if share is None:
+        return row.get("severity") or "medium"
+    return "high" if share >= GAIN_HIGH else "medium" if share >= GAIN_MEDIUM else "low"
+
 
 def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
-    """Run every rule; one row per finding (rule, severity, message, evidence), most severe first."""
+    """Run every rule; one row per finding (ADVICE_COLUMNS), with its gain, ordered causes first by gain."""
     rows: list[dict] = []
+    seen: set[str] = set()
     for rule in RULES:
         for row in rule(tables or {}, summary or {}):
-            rows.append({"ranks": [], "stage": None, **row})
-    df = pd.DataFrame(rows, columns=ADVICE_COLUMNS)
-    if df.empty:
-        return df
+            row = {"ranks": [], "stage": None, "gain_ms": None, "basis": None, "explains": None, "try": None,
+                   "predicted_step_ms": None, **row}
+            rid = f"{row['rule']}:{row.get('key', 'all')}"
+            while rid in seen:
+                rid += "+"
+            seen.add(rid)
+            row["id"] = rid
+            g = row["gain_ms"]
+            row["gain_ms"] = float(g) if g is not None and pd.notna(g) and math.isfinite(g) else None
+            rows.append(row)
+    if not rows:
+        return pd.DataFrame(columns=ADVICE_COLUMNS)
+    _link(rows)
+    _account(rows, time_budget(tables or {}, summary or {}))
+    step = _step_ms(summary)
+    for r in rows:
+        r["gain_share"] = r["gain_ms"] / step if r["gain_ms"] is not None and step else None
+        r["severity"] = _severity(r)
+        if r["basis"] is None:
+            r["basis"] = "not estimated"
+        if r["try"] is not None:
+            if r["predicted_step_ms"] is None and step is not None and r["gain_ms"] is not None \
+                    and r["symptom_of"] is None:
+                r["predicted_step_ms"] = step - r["gain_ms"]
+            r["try"] = json.dumps(r["try"], sort_keys=True)
+    df = pd.DataFrame(_order(rows), columns=ADVICE_COLUMNS)
     df["stage"] = pd.array([None if s is None or pd.isna(s) else int(s) for s in df["stage"]], dtype="Int64")
-    df["_o"] = df["severity"].map(_ORDER)
-    return df.sort_values("_o", kind="stable").drop(columns="_o").reset_index(drop=True)
+    for c in ("gain_ms", "gain_share", "predicted_step_ms"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+    return df.reset_index(drop=True)
 
 
 def analysis(ctx):

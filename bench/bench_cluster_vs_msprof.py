@@ -19,7 +19,10 @@ Data sets (made in a temp dir, never in the repo):
 
 Usage:
   .venv/bin/python bench/bench_cluster_vs_msprof.py [--sets b-level1,synth-16,synth-128,synth-1024] [--repeats 3]
-      [--msprof-sets b-level1,synth-16,synth-128] [--workers N]
+      [--msprof-sets b-level1,synth-16,synth-128] [--workers N] [--baseline ../main]
+
+--baseline DIR runs another checkout's `perfbench analyze` interleaved with this one's (what a change costs):
+  .venv/bin/python bench/bench_cluster_vs_msprof.py --sets synth-128,synth-1024 --msprof-sets none --baseline ../main
 """
 
 from __future__ import annotations
@@ -152,7 +155,7 @@ def _slowed(link: dict, r: int, pair: str, perm: dict, g: int, slow_link: tuple[
             "Bandwidth(GB/s)": round((link.get("Bandwidth(GB/s)") or 0.0) / SLOW_LINK_FACTOR, 4)}
 
 
-def timed(cmd: list[str], timeout: float = 1800) -> tuple[float, float, float, bytes]:
+def timed(cmd: list[str], timeout: float = 1800, cwd: Path = ROOT) -> tuple[float, float, float, bytes]:
     """(wall s, CPU s of the process and all its waited-for descendants: user + sys, peak MB of the summed RSS
     of the process tree (sampled every 20 ms), stdout)."""
     import psutil
@@ -161,7 +164,7 @@ def timed(cmd: list[str], timeout: float = 1800) -> tuple[float, float, float, b
     t = time.perf_counter()
     peak = 0
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=ROOT)  # `-m perfbench`: this checkout's code
+        p = subprocess.Popen(cmd, stdout=out, stderr=err, cwd=cwd)  # `-m perfbench`: the code of the checkout in cwd
         proc = psutil.Process(p.pid)
         status = None
         while status is None:
@@ -219,7 +222,12 @@ def main() -> None:
                     help="sets msprof-analyze also runs on (it takes minutes per run at 1,024 ranks)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None, help="perfbench analyze --workers (default: its own)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout of perfbench (e.g. ../main): its `perfbench analyze` (same interpreter, "
+                         "`-m perfbench` run in that folder) runs interleaved with this one on the same data, "
+                         "and the report gives this / baseline (e.g. what a change adds to analyze)")
     args = ap.parse_args()
+    base_runs: dict[str, list] = {}
     rows = []
     with tempfile.TemporaryDirectory(prefix="perfbench-cluster-vs-msprof-") as tmpd:
         tmp = Path(tmpd)
@@ -234,18 +242,26 @@ def main() -> None:
                 if args.workers is not None:
                     pcmd += ["--workers", str(args.workers)]
                 order = [("p", pcmd)]
+                if args.baseline is not None:
+                    order.append(("b", [str(PY), "-m", "perfbench", "analyze", str(data), "--results",
+                                        str(res) + "-base", "--json"]
+                                  + (["--workers", str(args.workers)] if args.workers is not None else [])))
                 if with_ms:
                     order.append(("m", [str(MSPROF), "cluster", "-d", str(data), "-m", "all", "-o", str(out)]))
                 if i % 2:
                     order.reverse()
                 for who, cmd in order:
                     loads.append(os.getloadavg()[0])
-                    got = timed(cmd)
+                    got = timed(cmd, cwd=args.baseline.resolve() if who == "b" else ROOT)
+                    if who == "b":
+                        base_runs.setdefault(name, []).append(got[:3])
+                        continue
                     (ms if who == "m" else pb).append(got[:3])
                     if who == "p":
                         found = check_planted(name, got[3])
                 shutil.rmtree(out, ignore_errors=True)
                 shutil.rmtree(res, ignore_errors=True)
+                shutil.rmtree(str(res) + "-base", ignore_errors=True)
             med = [statistics.median(x[k] for x in pb) for k in range(3)]
             mmed = [statistics.median(x[k] for x in ms) for k in range(3)] if ms else None
             ranks = int(name.split("-")[1]) if name.startswith("synth") else 2
@@ -256,6 +272,12 @@ def main() -> None:
                      f"peak MB {['%.0f' % x[2] for x in ms]}; median ratio wall {mmed[0] / med[0]:.1f}x "
                      f"cpu {mmed[1] / med[1]:.1f}x" if ms else "")
                   + f" (load average {min(loads):.1f}-{max(loads):.1f}) {found}", flush=True)
+            if name in base_runs:
+                b = base_runs[name]
+                bmed = [statistics.median(x[k] for x in b) for k in range(3)]
+                print(f"{name}: baseline {args.baseline} analyze wall {['%.2f' % x[0] for x in b]} cpu "
+                      f"{['%.2f' % x[1] for x in b]}; this / baseline: median wall {med[0] / bmed[0]:.3f}x, "
+                      f"median CPU {med[1] / bmed[1]:.3f}x, peak MB {med[2]:.0f} / {bmed[2]:.0f}", flush=True)
             shutil.rmtree(data, ignore_errors=True)
     print("\n| data | ranks | msprof-analyze cluster -m all: median wall / CPU (s) / peak MB | perfbench analyze: "
           "median wall / CPU (s) / peak MB | ratio wall | ratio CPU | perfbench ms per rank: wall / CPU | load |")

@@ -32,7 +32,7 @@ import numpy as np
 
 from analyzers.catalogue import CHECK_DEFAULT
 from perfbench.baseline import load_baseline, resolve_target, run_entry
-from perfbench.compare import METRICS, mann_whitney_p, welch_ci
+from perfbench.compare import METRICS, findings, mann_whitney_p, top_findings, welch_ci
 from perfbench.errors import UserError
 from perfbench.store import FINISHED, Store
 
@@ -249,6 +249,9 @@ def run_check(store: Store, baseline_name: str, current: str, *, threshold: floa
             vs = [m["verdict"] for m in grp["metrics"]]
             grp["status"] = ("regression" if "regression" in vs else "undecided" if "undecided" in vs
                              else "improvement" if "improvement" in vs else "unchanged")
+            # what to fix first in the current run: the same ranked advice as show / advise
+            grp["advice"] = {"run_id": ok[0]["run_id"],
+                             "top": top_findings(findings(store, store.get_run(ok[0]["run_id"])))}
         results.append(grp)
     statuses = [g["status"] for g in results]
     compared = [s for s in statuses if s != "no-baseline"]
@@ -332,6 +335,11 @@ def to_markdown(res: dict) -> str:
                          + ", ".join(f"{k}: {a} → {c}" for k, (a, c) in g["settings_differ"].items()))
         if g.get("failed_runs"):
             lines.append(f"Note: failed current runs left out: {', '.join(g['failed_runs'])}")
+        top = (g.get("advice") or {}).get("top")
+        if top and g.get("status") in ("regression", "undecided"):
+            t = top[0]
+            gain = "gain unknown" if t.get("gain_ms") is None else f"saves ~{t['gain_ms']:.3g} ms/step"
+            lines.append(f"Top finding in {g['advice']['run_id']} ({gain}): {t['message']}")
     if res["current"]["unfinished_runs"]:
         lines.append(f"Note: unfinished current runs left out: {', '.join(res['current']['unfinished_runs'])}")
     if res["unmatched_baseline_groups"]:

@@ -101,6 +101,7 @@ class Comparison:
     settings_diff: list[dict] = field(default_factory=list)
     summary_metrics: list[dict] = field(default_factory=list)
     samples: dict = field(default_factory=dict)
+    advice: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {
@@ -112,7 +113,40 @@ class Comparison:
             "collectives": self.collectives,
             "settings_diff": self.settings_diff,
             "summary_metrics": self.summary_metrics,
+            "advice": self.advice,
         }
+
+
+def findings(store: Store, rec: dict) -> list[dict]:
+    """The run's advice in its ranked order (analyzers.advice; perfbench.run_report.ordered_advice)."""
+    from perfbench.run_report import ordered_advice
+
+    rid = rec["run_id"]
+    return ordered_advice(store.read_table(rid, "advice") if "advice" in store.table_names(rid) else None)
+
+
+def top_findings(recs: list[dict], n: int = 3) -> list[dict]:
+    """The first n causes (roots) of a ranked advice list, in brief."""
+    return [{k: r.get(k) for k in ("id", "rule", "severity", "gain_ms", "gain_share", "message")}
+            for r in recs if not r.get("symptom_of")][:n]
+
+
+def advice_changes(a: list[dict], b: list[dict]) -> list[dict]:
+    """Findings (by id: rule + what it concerns) that appeared in B, vanished from A, or are in both, with
+    their gains on each side and whether each is a cause (root) there; B's rank order first, then the
+    vanished ones in A's order."""
+    ia = {r.get("id") or r["rule"]: r for r in a}
+    ib = {r.get("id") or r["rule"]: r for r in b}
+    out = []
+    for key, r in list(ib.items()) + [(k, r) for k, r in ia.items() if k not in ib]:
+        ra, rb = ia.get(key), ib.get(key)
+        out.append({"id": key, "rule": r["rule"],
+                    "change": "appeared" if ra is None else "vanished" if rb is None else "both",
+                    "gain_a_ms": ra.get("gain_ms") if ra else None, "gain_b_ms": rb.get("gain_ms") if rb else None,
+                    "cause_a": (ra.get("symptom_of") or "root") if ra else None,
+                    "cause_b": (rb.get("symptom_of") or "root") if rb else None,
+                    "message": r["message"]})
+    return out
 
 
 def _brief(rec: dict) -> dict:
@@ -281,6 +315,7 @@ def compare_runs(store: Store, run_a: str, run_b: str, *, top: int = 10, level: 
                 row[f"{col}_a"], row[f"{col}_b"] = va, vb
             cmp.collectives.append(row)
     cmp.settings_diff = settings_diff(a, b)
+    cmp.advice = advice_changes(findings(store, a), findings(store, b))
     return cmp
 
 
@@ -338,6 +373,12 @@ def to_markdown(cmp: Comparison) -> str:
                           [[r["op"]] + [f"{fmt(r[c + '_a'])} / {fmt(r[c + '_b'])}"
                                         for c in ("count", "time_ms", "bytes", "algbw_gbps", "busbw_gbps")]
                            for r in cmp.collectives]), ""]
+    if cmp.advice:
+        moved = [r for r in cmp.advice if r["change"] != "both" or r["cause_a"] == "root" or r["cause_b"] == "root"]
+        out += ["## Findings (advice; appeared / vanished / in both; gain = expected saving, ms per step)", "",
+                _md_table(["finding", "change", "gain A", "gain B", "A", "B", "message"],
+                          [[r["id"], r["change"], fmt(r["gain_a_ms"]), fmt(r["gain_b_ms"]), r["cause_a"] or "–",
+                            r["cause_b"] or "–", r["message"][:120]] for r in moved]), ""]
     out += ["## Settings that differ", ""]
     if cmp.settings_diff:
         out += [_md_table(["key", "A", "B"], [[r["key"], fmt(r["a"]), fmt(r["b"])] for r in cmp.settings_diff]), ""]

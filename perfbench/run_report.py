@@ -7,6 +7,8 @@ long text wraps; `--json` (perfbench/commands/show.py) has every row of every ta
 
 from __future__ import annotations
 
+import json
+
 import math
 from typing import Any
 
@@ -76,10 +78,76 @@ def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int |
 
 
 def ordered_advice(advice: pd.DataFrame | None) -> list[dict]:
+    """The advice table as records in its ranked order (analyzers.advice: roots by gain, each root's
+    symptoms after it). Runs stored before gains existed have no `symptom_of`: most severe first, all roots."""
     if advice is None or advice.empty:
         return []
-    recs = advice.to_dict("records")
-    return sorted(recs, key=lambda r: SEVERITY_ORDER.get(str(r.get("severity")), 9))
+    def plain(v):
+        if hasattr(v, "tolist"):  # a list column read back from parquet is a numpy array
+            return v.tolist()
+        return None if _missing(v) else v
+
+    recs = [{k: plain(v) for k, v in r.items()} for r in advice.to_dict("records")]
+    for r in recs:  # the store keeps a list column as its JSON text
+        if isinstance(r.get("ranks"), str) and r["ranks"].startswith("["):
+            r["ranks"] = json.loads(r["ranks"])
+    if "symptom_of" in advice.columns:
+        return recs
+    return [dict(r, symptom_of=None, gain_ms=None, gain_share=None)
+            for r in sorted(recs, key=lambda r: SEVERITY_ORDER.get(str(r.get("severity")), 9))]
+
+
+def advice_tree(recs: list[dict]) -> list[tuple[dict, list[dict]]]:
+    """(root, its symptoms) in rank order."""
+    roots = [(r, []) for r in recs if not r.get("symptom_of")]
+    by_id = {r.get("id"): kids for r, kids in roots}
+    for r in recs:
+        if r.get("symptom_of") and r["symptom_of"] in by_id:
+            by_id[r["symptom_of"]].append(r)
+    return roots
+
+
+def gain_text(rec: dict) -> str:
+    """'saves ~12.3 ms/step (7% of the step)' or 'gain unknown'."""
+    g = rec.get("gain_ms")
+    if g is None:
+        return "gain unknown"
+    share = rec.get("gain_share")
+    return f"saves ~{g:.3g} ms/step" + (f" ({format_value('pct', share)} of the step)" if share is not None else "")
+
+
+def try_text(rec: dict) -> str:
+    t = rec.get("try")
+    if not t:
+        return ""
+    knobs = ", ".join(f"{k}={v}" for k, v in json.loads(t).items())
+    pred = rec.get("predicted_step_ms")
+    return f"try {knobs}" + (f" (predicted step {pred:.4g} ms)" if pred is not None else "")
+
+
+def print_advice(console, recs: list[dict], show_all: bool = False, max_roots: int = 5, skip_first: bool = False) -> None:
+    """The ranked advice: each root with its gain, basis, knob and evidence, its symptoms indented under it;
+    at most `max_roots` roots unless show_all."""
+    from rich.markup import escape
+    from rich.padding import Padding
+
+    tree = advice_tree(recs)
+    shown = tree if show_all else tree[:max_roots]
+    for i, (root, kids) in enumerate(shown):
+        if skip_first and i == 0:
+            continue
+        head = f"{i + 1}. [{root.get('severity')}] {gain_text(root)}: {root['message']}"
+        console.print(Padding(escape(head), (0, 0, 0, 2), expand=False), highlight=False)
+        extra = [f"gain basis: {root['basis']}"] if root.get("basis") else []
+        extra += [try_text(root)] if root.get("try") else []
+        extra += [f"evidence: {root['evidence']}"] if root.get("evidence") else []
+        for line in extra:
+            console.print(Padding(f"[dim]{escape(line)}[/dim]", (0, 0, 0, 5), expand=False), highlight=False)
+        for k in kids:
+            console.print(Padding(escape(f"- symptom ({k['rule']}, explained by the cause above): {k['message']}"),
+                                  (0, 0, 0, 5), expand=False), highlight=False)
+    if len(tree) > len(shown):
+        console.print(f"  [dim]{len(tree) - len(shown)} more finding(s) with smaller gains: --all shows them[/dim]")
 
 
 def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
@@ -175,7 +243,7 @@ def memory_section(console, tables: dict) -> None:
 
 
 def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, short: str, top: int,
-           artifacts: str) -> None:
+           artifacts: str, show_all: bool = False) -> None:
     from rich.padding import Padding
 
     status = rec.get("status")
@@ -202,6 +270,9 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
     if advice:
         first = advice[0]
         console.print(Padding(f"[bold]{escape(str(first['message']))}[/bold]", (0, 0, 0, 2), expand=False), highlight=False)
+        console.print(Padding(escape(f"{gain_text(first)}" + (f"; {try_text(first)}" if first.get("try") else "")
+                                     + (f" (basis: {first['basis']})" if first.get("basis") else "")),
+                              (0, 0, 0, 2), expand=False), highlight=False)
         if first.get("evidence"):
             console.print(Padding(f"[dim]evidence:[/dim] {escape(str(first['evidence']))}", (0, 0, 0, 2), expand=False), highlight=False)
     elif status == "ok":
@@ -286,11 +357,8 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
                                       "min_ms": "its time ", "spread_ms": "spread", "ratio": "spread/mean"}, ""))
 
     if len(advice) > 1:
-        console.print("\n[bold]More advice[/bold]")
-        for a in advice[1:]:
-            console.print(Padding(escape(f"[{a.get('severity')}] {a['message']}"), (0, 0, 0, 2), expand=False), highlight=False)
-            if a.get("evidence"):
-                console.print(Padding(f"[dim]evidence: {escape(str(a['evidence']))}[/dim]", (0, 0, 0, 4), expand=False), highlight=False)
+        console.print("\n[bold]Advice, largest expected gain first[/bold] (symptoms under their cause)")
+        print_advice(console, advice, show_all=show_all)
 
     console.print(f"\n[dim]artifacts: {artifacts}\nall tables: perfbench show {short} --json; "
                   f"timeline: perfbench trace {short} -o {short}.json.gz[/dim]", highlight=False)

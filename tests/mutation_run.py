@@ -76,6 +76,11 @@ FUNCTIONS = [
     "perfbench.config.x__check_value__mutmut_*",                 # world size and swept values
     "perfbench.config.x__check_run__mutmut_*",
     "perfbench.config.x_parse_config__mutmut_*",
+    "analyzers.advice.x__account__mutmut_*",                    # advice: each stretch of time explained once
+    "analyzers.advice.x__order__mutmut_*",                      # ... ranked by gain, symptoms after their cause
+    "analyzers.advice.x__severity__mutmut_*",
+    "analyzers.advice.x__link__mutmut_*",
+    "analyzers.advice.x_fusion_gain__mutmut_*",
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}

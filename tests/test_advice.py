@@ -16,7 +16,9 @@ def _rules(df):
 
 def test_columns_and_empty():
     out = advise({}, {})
-    assert list(out.columns) == ["rule", "severity", "message", "evidence", "ranks", "stage"] and out.empty
+    assert list(out.columns) == ["id", "rule", "severity", "message", "evidence", "ranks", "stage", "gain_ms",
+                                 "gain_share", "basis", "symptom_of", "try", "predicted_step_ms", "explains"]
+    assert out.empty
     assert advise({"comm_ops": pd.DataFrame()}, {}).empty
 
 
@@ -38,12 +40,6 @@ def test_wait_ratio_threshold():
     assert "wait_ratio" not in _rules(advise({"comm_ops": _comm(0.9, op_type="recv")}, {}))
     # tiny absolute waits are ignored
     assert "wait_ratio" not in _rules(advise({"comm_ops": _comm(0.9, per_step_wait=A.WAIT_MIN_MS_PER_STEP / 2)}, {}))
-
-
-def test_wait_ratio_severity_uses_step_time():
-    df = _comm(0.8, per_step_wait=5.0)
-    assert set(advise({"comm_ops": df}, {"step_time_s": 0.05})["severity"]) == {"high"}  # 10 % of 50 ms
-    assert set(advise({"comm_ops": df}, {"step_time_s": 1.0})["severity"]) == {"medium"}  # 0.5 % of 1 s
 
 
 def test_slow_rank_and_slow_link_rows_are_reported():
@@ -114,12 +110,6 @@ def test_step_spread():
                        for r in range(4) for s in range(3)])
     out = advise({"workload_steps": ws}, {})
     assert _rules(out) == ["step_time_spread"] and "rank=2" in out["evidence"].iloc[0]
-
-
-def test_most_severe_first():
-    out = advise({"comm_ops": _comm(0.9), "step_breakdown": _sb(100, 500)}, {})
-    sev = list(out["severity"])
-    assert sev == sorted(sev, key={"high": 0, "medium": 1, "low": 2}.get)
 
 
 def test_on_real_legacy_cluster():

@@ -135,6 +135,28 @@ def test_run_check_end_to_end(tmp_path):
         run_check(st, "main", "same", metrics=("no_such_metric",))
 
 
+def test_check_names_the_top_finding_of_the_regressed_run(tmp_path):
+    """check reads the same ranked advice as show / advise: the first root (largest gain), not a symptom."""
+    from perfbench.check import to_markdown
+
+    st = Store(tmp_path / "results")
+    steady = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01]
+    _run(st, "base-1", "base", 1, [9.0] + steady)
+    _run(st, "slow-1", "slow", 1, [9.0] + [1.5 * t for t in steady])
+    st.write_table("slow-1", "advice", pd.DataFrame([
+        {"id": "slow_rank:g:1", "rule": "slow_rank", "severity": "high", "message": "rank 1 is late", "evidence": "e",
+         "gain_ms": 300.0, "gain_share": 0.2, "basis": "b", "symptom_of": None},
+        {"id": "wait_ratio:0", "rule": "wait_ratio", "severity": "high", "message": "rank 0 waits", "evidence": "e",
+         "gain_ms": 400.0, "gain_share": 0.27, "basis": "b", "symptom_of": "slow_rank:g:1"},
+        {"id": "free_time:all", "rule": "free_time", "severity": "low", "message": "idle", "evidence": "e",
+         "gain_ms": 10.0, "gain_share": 0.01, "basis": "b", "symptom_of": None}]))
+    save_baseline(st, "base", "main")
+    res = run_check(st, "main", "slow")
+    top = res["groups"][0]["advice"]
+    assert top["run_id"] == "slow-1" and [t["id"] for t in top["top"]] == ["slow_rank:g:1", "free_time:all"]
+    assert "Top finding in slow-1 (saves ~300 ms/step): rank 1 is late" in to_markdown(res)
+
+
 # ---- the result document of one metric (check --json), field by field -------------------------------------------
 
 

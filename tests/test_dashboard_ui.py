@@ -12,6 +12,7 @@ import sys
 import time
 import urllib.request
 
+import pandas as pd
 import pytest
 
 from perfbench.store import Store
@@ -244,11 +245,6 @@ def test_compare_page_shows_both_runs(dashboard, browser, sweep_store):
 # ---- the story at a glance (issue 11) ---------------------------------------------------------------
 
 
-def _severity_order(advice):
-    order = {"high": 0, "medium": 1, "low": 2}
-    return advice.assign(o=advice["severity"].map(order).fillna(9)).sort_values("o", kind="stable")
-
-
 @pytest.mark.msrun
 def test_run_page_opens_with_the_verdict_and_key_numbers(dashboard, browser, sweep_store):
     store = Store(sweep_store, create=False)
@@ -259,8 +255,10 @@ def test_run_page_opens_with_the_verdict_and_key_numbers(dashboard, browser, swe
     verdict = page.locator("#run-verdict").inner_text()
     advice = store.read_table(rid, "advice")
     if advice is not None and len(advice):
-        top = _severity_order(advice).iloc[0]
-        assert top["message"] in verdict and str(top["evidence"]) in verdict
+        top = advice.iloc[0]  # stored ranked: the root with the largest expected gain first (analyzers.advice)
+        roots = advice[advice["symptom_of"].isna()]
+        assert top["id"] == roots.iloc[0]["id"] and top["gain_ms"] == roots["gain_ms"].max()
+        assert top["message"] in verdict and str(top["evidence"]) in verdict and "ms/step" in verdict
     else:
         assert "no finding" in verdict
     # the verdict and the numbers come before any chart in the page
@@ -393,6 +391,47 @@ def test_slow_ranks_flagged_rows_first_and_the_verdict(synthetic, browser):
     verdict = page.locator("#run-verdict").inner_text()  # the high-severity finding leads, with its evidence
     assert "rank 3 arrives last" in verdict and "mean lateness 25 ms" in verdict
     assert "1 more finding" in verdict
+    assert p.errors == []
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def gains_store(tmp_path_factory):
+    """One run whose advice carries gains (analyzers.advice): two causes, one symptom folded under the first."""
+    root = tmp_path_factory.mktemp("gains") / "results"
+    # a run whose advice carries gains (analyzers.advice): two causes, one symptom folded under the first
+    store = Store(root)
+    store.write_run({"run_id": "syn-gains", "sweep_id": "syn", "source": "sweep", "status": "ok", "error": None,
+                     "settings": {"workload": "resnet50", "world_size": 4}, "config": {"train": {"warmup_steps": 1}},
+                     "metrics": {"step_time_s": 0.1}})
+    store.write_table("syn-gains", "advice", pd.DataFrame([
+        {"id": "stage_imbalance:1", "rule": "stage_imbalance", "severity": "high", "message": "stage 1 is the bottleneck",
+         "evidence": "stages[stage=1]", "gain_ms": 30.0, "gain_share": 0.3, "basis": "stage above the mean",
+         "symptom_of": None, "try": None, "predicted_step_ms": None},
+        {"id": "rank_imbalance:all:computing", "rule": "rank_imbalance", "severity": "high",
+         "message": "ranks of different stages differ", "evidence": "rank_imbalance[group=all]", "gain_ms": 40.0,
+         "gain_share": 0.4, "basis": "spread", "symptom_of": "stage_imbalance:1", "try": None, "predicted_step_ms": None},
+        {"id": "small_packets:all", "rule": "small_packets", "severity": "medium", "message": "fuse gradients",
+         "evidence": "comm_ops", "gain_ms": 6.0, "gain_share": 0.06, "basis": "latency terms",
+         "symptom_of": None, "try": '{"parallel.comm_fusion": "all"}', "predicted_step_ms": 94.0}]))
+    with serve(root) as base:
+        yield base
+
+
+def test_run_page_ranks_causes_by_gain_with_symptoms_collapsed(gains_store, browser):
+    base = gains_store
+    p = Page(browser)
+    page = p.open(f"{base}/run/syn-gains", "#run-advice")
+    verdict = page.locator("#run-verdict").inner_text()
+    assert "stage 1 is the bottleneck" in verdict and "saves ~30 ms/step" in verdict
+    roots = page.locator("#run-advice > li.advice-root")
+    assert roots.count() == 2  # the symptom is not a headline of its own
+    assert "stage 1 is the bottleneck" in roots.nth(0).inner_text()
+    assert "parallel.comm_fusion=all" in roots.nth(1).inner_text() and "94" in roots.nth(1).inner_text()
+    widths = [roots.nth(i).locator(".gain-bar > div").evaluate("e => e.style.width") for i in range(2)]
+    assert widths == ["100%", "20%"]  # 30 and 6 ms: bars proportional to the gain
+    details = roots.nth(0).locator("details.symptoms")
+    assert details.evaluate("e => e.open") is False and "1 symptom" in details.inner_text()
     assert p.errors == []
     page.close()
 

@@ -24,9 +24,6 @@ SPAN_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "allreduce": "#e4575
                "compute": "#4c78a8", "communication": "#e45756"}
 
 
-SEVERITY = {"high": 0, "medium": 1, "low": 2, "info": 3}
-
-
 def layout(run_id: str | None = None, **_):
     d = data.get()
     rec = d.run(run_id) if run_id else None
@@ -81,13 +78,19 @@ def settings_line(settings: dict):
     return html.Div(chips, id="run-settings", style={"fontSize": "13px", "margin": "4px 0 10px"})
 
 
-def _advice(rid: str) -> pd.DataFrame | None:
-    a = data.get().table(rid, "advice")
-    if a is None or a.empty:
-        return None
-    if "severity" in a.columns:
-        a = a.assign(_o=a["severity"].map(SEVERITY).fillna(9)).sort_values("_o", kind="stable").drop(columns="_o")
-    return a
+def _advice(rid: str) -> list[dict] | None:
+    """The stored advice in its ranked order (causes by expected gain, symptoms after their cause; older runs
+    without gains: most severe first) - the same list `perfbench show` and `perfbench advise` print."""
+    from perfbench.run_report import ordered_advice
+
+    recs = ordered_advice(data.get().table(rid, "advice"))
+    return recs or None
+
+
+def _gain(r: dict) -> str:
+    from perfbench.run_report import gain_text
+
+    return gain_text(r)
 
 
 def verdict(rid: str, rec: dict):
@@ -101,13 +104,15 @@ def verdict(rid: str, rec: dict):
     if a is None:
         return html.Div([html.B("Verdict: "), "no finding — none of the advice rules fired for this run."],
                         id="run-verdict", style={**style, "borderLeftColor": "#54a24b"})
-    top = a.iloc[0]
+    top = a[0]
     sev = str(top.get("severity") or "")
     color = {"high": "#e45756", "medium": "#f58518"}.get(sev, "#4c78a8")
     more = len(a) - 1
     return html.Div([
         html.Div([html.B("Verdict" + (f" ({sev})" if sev else "") + ": "), html.Span(str(top.get("message", "")))],
                  style={"fontSize": "16px"}),
+        html.Div(_gain(top) + (f" — basis: {top['basis']}" if top.get("basis") else ""), className="gain",
+                 style={"fontSize": "13px", "marginTop": "4px"}) if "gain_ms" in top else None,
         html.Div(["evidence: ", str(top.get("evidence") or "-")], className="evidence",
                  style={"fontSize": "13px", "color": "#444", "marginTop": "4px"}),
         html.Div(f"{more} more finding{'s' if more != 1 else ''} under “All advice”." if more else "",
@@ -255,17 +260,40 @@ def collectives_table(rid: str):
 
 
 def advice_list(rid: str):
-    """Every finding, most severe first, each with its evidence."""
+    """Every cause, largest expected gain first, its gain as a bar (share of the step), its evidence, knob,
+    and the symptoms it explains collapsed under it."""
+    from perfbench.run_report import advice_tree, try_text
+
     a = _advice(rid)
     if a is None:
         return empty("no advice")
-    text_col = next((c for c in ("message", "advice", "text", "detail") if c in a.columns), None)
-    if text_col is None:
-        return table(a, id="run-advice")
-    return html.Ul([html.Li([html.B(f"[{r['severity']}] ") if "severity" in a.columns else None, str(r[text_col]),
-                             html.Div(f"evidence: {r['evidence']}", style={"fontSize": "12px", "color": "#555"})
-                             if "evidence" in a.columns and r["evidence"] else None], style={"marginBottom": "6px"})
-                    for _, r in a.iterrows()], id="run-advice")
+    tree = advice_tree(a)
+    top = max([r.get("gain_ms") or 0.0 for r, _ in tree] + [0.0])
+
+    def bar(r):
+        g = r.get("gain_ms")
+        width = 0 if g is None or top <= 0 else max(1, round(100 * g / top))
+        return html.Div([
+            html.Div(style={"width": f"{width}%", "height": "10px", "background": "#e45756" if r.get("severity") == "high"
+                            else "#f58518" if r.get("severity") == "medium" else "#4c78a8"}),
+        ], className="gain-bar", title=_gain(r), style={"width": "240px", "background": "#eee", "display": "inline-block",
+                                                       "marginRight": "8px", "verticalAlign": "middle"})
+
+    items = []
+    for r, kids in tree:
+        items.append(html.Li([
+            bar(r), html.B(f"[{r.get('severity')}] "), html.Span(_gain(r) + ": ", className="gain"),
+            str(r.get("message", "")),
+            html.Div(f"gain basis: {r['basis']}", style={"fontSize": "12px", "color": "#555"}) if r.get("basis") else None,
+            html.Div(try_text(r), className="try", style={"fontSize": "12px", "color": "#225"}) if r.get("try") else None,
+            html.Div(f"evidence: {r['evidence']}", style={"fontSize": "12px", "color": "#555"}) if r.get("evidence") else None,
+            html.Details([html.Summary(f"{len(kids)} symptom{'s' if len(kids) != 1 else ''} this explains"),
+                          html.Ul([html.Li([html.B(f"{k['rule']}: "), str(k.get("message", "")),
+                                            html.Div(f"evidence: {k['evidence']}", style={"fontSize": "12px", "color": "#555"})
+                                            if k.get("evidence") else None]) for k in kids])],
+                         className="symptoms") if kids else None,
+        ], className="advice-root", style={"marginBottom": "8px"}))
+    return html.Ul(items, id="run-advice")
 
 
 def _optional_sections(rid: str) -> list:

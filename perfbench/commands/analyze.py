@@ -247,8 +247,11 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
         c.print(t)
     slow = [r for r in doc["slow_ranks"] if r.get("slow") and r.get("scope", "group") == "group"]
     c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))
-    for a in doc["advice"]:
-        c.print(f"[{'red' if a['severity'] == 'high' else 'yellow'}]{a['severity']}[/] {a['message']}")
+    if doc["advice"]:
+        from perfbench.run_report import print_advice
+
+        c.print("[bold]advice[/bold], largest expected gain first (symptoms under their cause):")
+        print_advice(c, [dict(a, symptom_of=a.get("symptom_of")) for a in doc["advice"]])
     c.print(f"kernel utilization {_pct(s.get('kernel_utilization'))}, comm share {_pct(s.get('comm_share'))}")
     if stored:
         c.print(f"stored as run [bold]{stored[0]}[/bold] in {stored[1]} (see `perfbench show {stored[0]}`)")

@@ -17,13 +17,17 @@ def register(sub) -> None:
         description="Show one run, most important first: the top advice (what is slow, why, what to try) with its "
                     "evidence; the key numbers with units (metric catalogue: `perfbench metrics`); the per-rank "
                     "step breakdown in ms and % of the step; the top kernels and collectives; slow ranks, slow "
-                    "links and imbalanced groups (flagged ones only, with how many were tested); other advice; why "
+                    "links and imbalanced groups (flagged ones only, with how many were tested); the advice ranked by "
+                    "expected gain (ms per step), symptoms indented under their cause, at most 5 causes (--all: "
+                    "every one); why "
                     "a failed run failed and the tail of its log. --json prints the record and every analysis table "
                     "in full.")
     p.add_argument("run", help="run id, the short id `perfbench ls` shows (e.g. ws2-r0), or a unique prefix of either")
     add_results_arg(p)
     add_json_arg(p)
     p.add_argument("--top", type=int, default=10, help="how many kernels/collectives to list (default 10)")
+    p.add_argument("--all", action="store_true",
+                   help="list every advice root (default: the 5 with the largest expected gain)")
     p.set_defaults(func=run)
 
 
@@ -47,5 +51,5 @@ def run(args) -> int:
         return 0
     tables = {name: store.read_table(rid, name) for name in names if name not in RAW_TABLES}
     render(console(), rec, row, tables, short=short_id(rec), top=args.top,
-           artifacts=str(store.run_dir(rid) / "artifacts"))
+           artifacts=str(store.run_dir(rid) / "artifacts"), show_all=args.all)
     return 0
