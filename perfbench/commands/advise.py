@@ -57,8 +57,11 @@ def run(args) -> int:
         return 2
     if not args.json:
         _print_advice(args, rec, rows)
-    from perfbench.commands.sweep import _progress_events
+    import signal
 
+    from perfbench.commands.sweep import _progress_events, _raise_interrupt
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # unwinds like Ctrl-C: the running fix's processes are killed
     err = console(stderr=True)
     try:
         tried = try_fixes(store, rec, args.try_n, repeats=args.repeats, advice=advice,
