@@ -29,6 +29,7 @@ import pandas as pd
 
 from perfbench.config import RunPlan, parse_config, plan_point, section_of, short_name
 from perfbench.errors import ConfigError, UserError
+from perfbench.history import _number as _num  # a finite number as float, else None
 from perfbench.store import Store
 
 #: run sources perfbench launched itself from a sweep config, so it can launch them again
@@ -98,16 +99,6 @@ def choose_findings(advice: pd.DataFrame | None, n: int) -> list[dict]:
     return out
 
 
-def _num(v) -> float | None:
-    if v is None:
-        return None
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
-
-
 # ---- the runs ---------------------------------------------------------------------------------------
 
 
@@ -117,7 +108,8 @@ def base_config(store: Store, record: dict):
     rc = record["config"]
     sweep = store.read_sweep(record.get("sweep_id") or "") if record.get("sweep_id") else None
     launch = dict(((sweep or {}).get("config") or {}).get("launch") or {})
-    raw = {"name": "advise", "workload": rc["workload"], "launch": launch, "sweep": {"world_size": [int(rc["world_size"])]},
+    raw = {"name": "advise", "workload": rc["workload"], "launch": launch,
+           "sweep": {"world_size": [int(rc["world_size"])]},
            **{s: dict(rc.get(s) or {}) for s in ("model", "train", "profile", "parallel", "inject")}}
     raw["launch"]["max_world_size"] = max(int(launch.get("max_world_size", 8)), int(rc["world_size"]))
     try:

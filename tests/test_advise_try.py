@@ -160,7 +160,8 @@ def test_measured_gain_with_one_run_a_side_has_no_interval_and_none_without_runs
 def test_advice_trials_are_appended_and_read_back(tmp_path):
     store = Store(tmp_path)
     assert store.read_advice_trials().empty
-    store.append_advice_trials([{"of": "a", "finding": "slow_rank:1", "measured_gain_ms": 12.5, "predicted_gain_ms": None}])
+    store.append_advice_trials([{"of": "a", "finding": "slow_rank:1", "measured_gain_ms": 12.5,
+                                 "predicted_gain_ms": None}])
     store.append_advice_trials([{"of": "b", "finding": "small_packets:all", "measured_gain_ms": None,
                                  "predicted_gain_ms": 3.0}])
     df = store.read_advice_trials()
@@ -212,7 +213,8 @@ def test_inject_straggler_and_input_delay_config():
     with pytest.raises(ConfigError, match=r"inject.input_delay_ms: -1 must be at least 0"):
         parse_config(dict(TINY, inject={"input_delay_ms": -1}))
     # a sweep axis: with and without the straggler
-    cfg = parse_config(dict(TINY, inject={"straggler_rank": 0}, sweep={"world_size": [2], "straggler_busy_ms": [0, 50]}))
+    cfg = parse_config(dict(TINY, inject={"straggler_rank": 0},
+                            sweep={"world_size": [2], "straggler_busy_ms": [0, 50]}))
     assert [p.run_config["inject"]["straggler_busy_ms"] for p in cfg.plan("s")] == [0, 50]
     from perfbench.config_models import json_schema
 

@@ -48,7 +48,8 @@ def _sweep(base: Path, name: str, inject: dict) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def straggler(tmp_path_factory):
-    return _sweep(tmp_path_factory.mktemp("advise_try"), "straggler", {"straggler_rank": 1, "straggler_busy_ms": BUSY_MS})
+    return _sweep(tmp_path_factory.mktemp("advise_try"), "straggler",
+                  {"straggler_rank": 1, "straggler_busy_ms": BUSY_MS})
 
 
 @pytest.fixture(scope="module")

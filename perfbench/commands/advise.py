@@ -98,4 +98,5 @@ def _print_advice(args, rec: dict, rows: list[dict]) -> None:
             break
         gain = r.get("gain_ms")
         out.print(f"{'' if root else '    '}({r.get('severity')}) {r.get('rule')}"
-                  f"{'' if gain is None else f' (gain {gain:.1f} ms/step)'}: {r.get('message')}", markup=False, highlight=False)
+                  f"{'' if gain is None else f' (gain {gain:.1f} ms/step)'}: {r.get('message')}",
+                  markup=False, highlight=False)
