@@ -220,3 +220,21 @@ def test_inject_straggler_and_input_delay_config():
 
     props = json_schema()["$defs"]["Inject"]["properties"]
     assert {"straggler_rank", "straggler_busy_ms", "input_delay_ms"} <= set(props)
+
+
+def test_a_knob_that_breaks_a_rule_is_stored_failed_and_nothing_is_launched(stored):
+    store, rec = stored
+    from perfbench.advise_try import try_fixes
+
+    tried = try_fixes(store, rec, 1, repeats=2,
+                      advice=advice(row("stage_imbalance:0", 20.0, {"parallel.micro_batches": 3})))
+    (fix,) = tried["fixes"]
+    assert fix["status"] == "failed" and fix["measured_gain_ms"] is None and fix["predicted_gain_ms"] == 20.0
+    assert "cannot apply the knob" in fix["error"] and "micro_batches=3 does not divide train.batch_size=4" in fix["error"]
+    assert tried["original"]["runs"] == []  # nothing to compare with: the original is not re-run
+    (run_id,) = fix["runs"]
+    stored_fix = store.read_run(run_id)
+    assert stored_fix["status"] == "failed" and stored_fix["source"] == "advise"
+    assert stored_fix["advise"]["of"] == rec["run_id"] and stored_fix["advise"]["finding"] == "stage_imbalance:0"
+    assert "micro_batches=3" in stored_fix["error"]
+    assert list(store.read_advice_trials()["status"]) == ["failed"]
