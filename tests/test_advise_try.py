@@ -195,6 +195,8 @@ def test_try_with_no_knob_in_the_advice_says_so(stored):
     store.write_table(rec["run_id"], "advice", advice(row("free_time:all", 40.0)))
     r = perfbench_in_process("advise", rec["run_id"], "--results", store.root, "--try", "1", check=False)
     assert r.returncode == 2 and "no root finding carries a knob to try" in r.stderr
+    j = perfbench_in_process("advise", rec["run_id"], "--results", store.root, "--try", "1", "--json", check=False)
+    assert j.returncode == 2 and [a["id"] for a in json.loads(j.stdout)["advice"]] == ["free_time:all"]
     with pytest.raises(CannotRerun):
         from perfbench.advise_try import try_fixes
         try_fixes(store, dict(rec, source="analyze"), 1)

@@ -47,7 +47,8 @@ def run(args) -> int:
         _print_advice(args, rec, rows)
         return 0
     # ---- --try (perfbench/advise_try.py) ----
-    from perfbench.advise_try import CannotRerun, render_tried, rerun_problem, try_fixes
+    from perfbench.advise_try import render_tried, rerun_problem, try_fixes
+    from perfbench.errors import UserError
     from perfbench.results import console
 
     problem = rerun_problem(rec)
@@ -67,7 +68,7 @@ def run(args) -> int:
         tried = try_fixes(store, rec, args.try_n, repeats=args.repeats, advice=advice,
                           events=_progress_events(err, quiet=False),
                           announce=lambda text: print(f"advise --try: {text}", file=sys.stderr, flush=True))
-    except CannotRerun as exc:
+    except UserError as exc:  # cannot re-run it, no knob to try, ...: the advice is printed all the same
         if args.json:
             _print_advice(args, rec, rows)
         print(f"perfbench: error: --try: {exc}", file=sys.stderr)
