@@ -184,6 +184,18 @@ class Inject(Section):
     delay_ms: float = Field(0, ge=0, description="every rank sleeps this long in every step")
     busy_ms: float = Field(0, ge=0, description="every rank burns this much CPU time in every step (a slowdown "
                                                 "that costs CPU like a code regression, unlike delay_ms's sleep)")
+    straggler_rank: int | None = Field(None, ge=0, description="this rank alone burns straggler_busy_ms of CPU "
+                                       "inside every step (a straggler: the other ranks wait for it in collectives)")
+    straggler_busy_ms: float = Field(0, ge=0, description="CPU time straggler_rank burns in every step")
+    input_delay_ms: float = Field(0, ge=0, description="every rank waits this long for its batch before each step's "
+                                                       "compiled step (a slow input pipeline; recorded as input_wait_s)")
+
+    @model_validator(mode="after")
+    def _straggler(self):
+        if self.straggler_busy_ms and self.straggler_rank is None:
+            raise rule(f"{self.straggler_busy_ms:g} is set but inject.straggler_rank is not: name the rank "
+                       "that straggles", "straggler_busy_ms")
+        return self
 
 
 MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel}
@@ -294,6 +306,7 @@ class RunConfig(BaseModel):
     train: Train
     profile: Profile
     parallel: Parallel
+    inject: Inject = Field(default_factory=Inject)
 
     @model_validator(mode="after")
     def _rules(self):
@@ -309,6 +322,8 @@ def run_rules(run: RunConfig) -> RunConfig:
     if profile.enabled and train.warmup_steps + profile.steps > train.steps:
         raise rule(f"profile.steps ({profile.steps}) does not fit after train.warmup_steps ({train.warmup_steps}) "
                    f"within train.steps ({train.steps})")
+    if run.inject.straggler_rank is not None and run.inject.straggler_rank >= ws:
+        raise rule(f"inject.straggler_rank ({run.inject.straggler_rank}) must be less than world_size ({ws})")
     # the parallel rules have one home, shared with the workloads and `predict` (pure Python, no MindSpore)
     problems = validate_parallel(run.workload, m, par.model_dump(), ws, train.model_dump())
     if problems:

@@ -8,6 +8,8 @@ Layout (nothing to start; plain files that pandas, DuckDB or a shell can read):
       runs/<run_id>/artifacts/         raw artifacts: msrun logs, metrics files, profiler output
       sweeps/<sweep_id>.json           a sweep's config and its run ids
       baselines/<name>.json            saved baselines for `perfbench check`
+      advice/trials.jsonl              `perfbench advise RUN --try N`: one row per tried finding, predicted
+                                       next to measured gain (read_advice_trials; docs/advice.md)
 
 Atomicity: every file is written to a temporary name in the same folder and renamed into place.
 `run.json` is the commit point of a run: tables are written first, the record with its final status
@@ -191,6 +193,35 @@ class Store:
         if not self.sweeps_dir.exists():
             return []
         return [json.loads(p.read_text()) for p in sorted(self.sweeps_dir.glob("*.json"))]
+
+    # ---- advice trials (perfbench advise --try) ----------------------------------------------
+    @property
+    def advice_trials_path(self) -> Path:
+        return self.root / "advice" / "trials.jsonl"
+
+    def append_advice_trials(self, rows: list[dict]) -> None:
+        """Add rows to the advice trials table (rewritten atomically: a reader never sees half a row)."""
+        if not rows:
+            return
+        path = self.advice_trials_path
+        old = path.read_bytes() if path.exists() else b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"
+        new = "".join(json.dumps(r, sort_keys=True, default=_json_default) + "\n" for r in rows).encode()
+        atomic_write_bytes(path, old + new)
+
+    def read_advice_trials(self) -> pd.DataFrame:
+        """Every `advise --try` result kept so far, oldest first (empty frame when none)."""
+        path = self.advice_trials_path
+        if not path.exists():
+            return pd.DataFrame()
+        rows = []
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue
+        return pd.DataFrame(rows)
 
     # ---- baselines -------------------------------------------------------------------------
     def write_baseline(self, name: str, baseline: dict) -> None:

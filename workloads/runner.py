@@ -321,6 +321,14 @@ def _burn_cpu(seconds: float) -> None:
         x += 1
 
 
+def _wait_for_batch(seconds: float) -> float:
+    """inject.input_delay_ms: the rank waits (idle, no CPU) for its next batch, as behind a slow input pipeline;
+    returns the wall time waited."""
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    return time.perf_counter() - t0
+
+
 class Checkpoints:
     """train.checkpoint_every: after every N-th step, a synchronous ``ms.save_checkpoint`` of the workload's
     ``checkpoint_cell()`` (weights and optimizer state) to ``checkpoints/rank{R}-step{S}.ckpt`` (written to a
@@ -443,6 +451,10 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     ctx.set_meta(machine_memory_bytes=_machine_memory_bytes(), memory_sampling=sample_memory)
     delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
     busy_s = float((cfg.get("inject") or {}).get("busy_ms") or 0) / 1000.0
+    inj = cfg.get("inject") or {}
+    # inject.straggler_*: this rank alone burns CPU in every step; inject.input_delay_ms: every rank waits for its batch
+    straggler_s = float(inj.get("straggler_busy_ms") or 0) / 1000.0 if inj.get("straggler_rank") == rank else 0.0
+    input_delay_s = float(inj.get("input_delay_ms") or 0) / 1000.0
     ckpt = Checkpoints(ms, wl, cfg, rank, out)
     first = ckpt.restore()  # 0, or the step after the checkpoint a resumed run continues from
     if first:
@@ -462,6 +474,9 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
                 time.sleep(delay_s)
             if busy_s:
                 _burn_cpu(busy_s)
+            if straggler_s:
+                _burn_cpu(straggler_s)
+            input_wait_s = _wait_for_batch(input_delay_s) if input_delay_s else None
             res = wl.train_step(step)
             saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
             end, cpu_s = time.time(), time.process_time() - cpu0
@@ -484,6 +499,8 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             rec.update(res)
             if saved_s is not None:
                 rec["checkpoint_s"] = saved_s
+            if input_wait_s is not None:
+                rec["input_wait_s"] = input_wait_s  # inject.input_delay_ms: inside step_time_s, before the compiled step
             if capture_s is not None:
                 rec["capture_s"] = capture_s  # the profiler's own call after this step
             ctx._write_step(rec)
