@@ -147,6 +147,10 @@ _ALL = [
     Metric("step_time_cv", "step cv", "ratio", "lower",
            "sample standard deviation / mean of the per-step step_time_s over the measured steps "
            "(analyzers.steadiness); above 10% the run is flagged unsteady", "pct", "over measured steps"),
+    Metric("step_cpu_cv", "cpu cv", "ratio", "lower",
+           "sample standard deviation / mean of the per-step step_cpu_s over the measured steps "
+           "(analyzers.steadiness); above 10% the run is flagged unsteady, also by `check --ab`", "pct",
+           "over measured steps"),
     Metric("warmup_drift", "drift", "share", None,
            "median step_time_s of the first third of the measured steps / median of the last third - 1 (> 0: "
            "still getting faster after warm-up; analyzers.steadiness); beyond 5% with warmup_drift_p < 0.05 the "

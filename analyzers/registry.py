@@ -136,7 +136,7 @@ REGISTRY: list[AnalysisSpec] = [
     AnalysisSpec("capture_cost", _lazy("analyzers.capture_cost", "analysis"), needs=("workload_steps",),
                  metrics=("capture_cost", "capture_cost_low", "capture_cost_high", "capture_calls_s")),
     AnalysisSpec("steadiness", _lazy("analyzers.steadiness", "analysis"), needs=("workload_steps",),
-                 metrics=("step_time_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread")),
+                 metrics=("step_time_cv", "step_cpu_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread")),
     AnalysisSpec("timeline", _lazy("analyzers.timeline", "analysis"), needs=("ops", "steps"), tables=("timeline",)),
     AnalysisSpec("cluster_check", _lazy("analyzers.cluster_check", "analysis"), needs=("table:step_breakdown|comm_ops",),
                  tables=("cluster_check",)),

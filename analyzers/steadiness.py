@@ -4,15 +4,18 @@ From the workload's step records, over the measured steps (after warm-up, every 
 the run has unprofiled steps: the steps the run's step_time_s is the median of):
 
     step_time_cv     sample standard deviation / mean of the per-step step_time_s (slowest rank per step)
+    step_cpu_cv      the same of the per-step step_cpu_s (the rank process's CPU time, slowest rank per step):
+                     a busy machine stretches wall time in bursts, CPU time much less (docs/check.md)
     warmup_drift     median step time of the first third of the measured steps / median of the last third - 1
                      (> 0: the run was still getting faster after its warm-up; thirds: floor(n / 3) steps each)
     warmup_drift_p   two-sided Mann-Whitney p of those two thirds (null with fewer than 3 steps a third)
     rank_cpu_spread  slowest rank's median CPU time per step / fastest rank's - 1 (ranks at two speeds: one
                      rank's threads fighting over a core); null with one rank or without cpu_s
 
-A run is **unsteady** (unsteady_reasons) when step_time_cv > MAX_CV, or warmup_drift is beyond MAX_DRIFT with
-warmup_drift_p < DRIFT_ALPHA, or rank_cpu_spread > MAX_RANK_SPREAD. `show` and `ls` warn about it; `check --ab`
-and tune's confirmation measure such a run again instead of trusting it.
+A run is **unsteady** (unsteady_reasons) when step_time_cv or step_cpu_cv > MAX_CV, or warmup_drift is beyond
+MAX_DRIFT with warmup_drift_p < DRIFT_ALPHA, or rank_cpu_spread > MAX_RANK_SPREAD. `show` and `ls` warn about it.
+`check --ab` measures a pair again when a run is unsteady by its own CPU time (`wall=False`: step_cpu_cv and
+rank_cpu_spread; on a loaded machine nearly every run's wall clock is unsteady, which the pairing is for).
 
 The interval of a run's estimate of itself (profiler_overhead, capture_cost) is `ratio_interval`: the two sets of
 step times compared on the log scale (Welch), so a cost that noise can make negative is shown with its interval
@@ -32,15 +35,20 @@ MAX_RANK_SPREAD = 0.20
 LEVEL = 0.95
 
 
-def steadiness(step_times: list[float], rank_cpu: dict[int, list[float]] | None = None) -> dict:
-    """The steadiness metrics from the measured steps' step times (in step order) and each rank's per-step CPU
-    times."""
+def cv(x: list[float]) -> float | None:
+    """Sample standard deviation / mean; None with fewer than 2 values or a mean <= 0."""
+    return float(np.std(x, ddof=1) / np.mean(x)) if len(x) >= 2 and np.mean(x) > 0 else None
+
+
+def steadiness(step_times: list[float], rank_cpu: dict[int, list[float]] | None = None,
+               step_cpu: list[float] | None = None) -> dict:
+    """The steadiness metrics from the measured steps' step times (in step order), each rank's per-step CPU
+    times, and the per-step CPU time (slowest rank)."""
     from perfbench.compare import mann_whitney_p
 
     x = [float(v) for v in step_times if v is not None and not math.isnan(v)]
-    out = {"step_time_cv": None, "warmup_drift": None, "warmup_drift_p": None, "rank_cpu_spread": None}
-    if len(x) >= 2 and np.mean(x) > 0:
-        out["step_time_cv"] = float(np.std(x, ddof=1) / np.mean(x))
+    out = {"step_time_cv": cv(x), "step_cpu_cv": cv([float(v) for v in step_cpu or [] if v == v]),
+           "warmup_drift": None, "warmup_drift_p": None, "rank_cpu_spread": None}
     k = len(x) // 3
     if k >= 1:
         first, last = x[:k], x[-k:]
@@ -54,13 +62,17 @@ def steadiness(step_times: list[float], rank_cpu: dict[int, list[float]] | None 
     return out
 
 
-def unsteady_reasons(m: dict) -> list[str]:
-    """Why a run's metrics say it is not steady enough to compare; [] when steady or unknown."""
+def unsteady_reasons(m: dict, wall: bool = True) -> list[str]:
+    """Why a run's metrics say it is not steady enough to compare; [] when steady or unknown. `wall=False`: by
+    its CPU time only (step_cpu_cv, rank_cpu_spread)."""
     why = []
-    cv, drift, p, spread = (m.get(k) for k in ("step_time_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread"))
-    if cv is not None and cv > MAX_CV:
-        why.append(f"step time CV {cv * 100:.0f}% > {MAX_CV * 100:.0f}%")
-    if drift is not None and p is not None and abs(drift) > MAX_DRIFT and p < DRIFT_ALPHA:
+    cv_w, cv_c, drift, p, spread = (m.get(k) for k in ("step_time_cv", "step_cpu_cv", "warmup_drift", "warmup_drift_p",
+                                                        "rank_cpu_spread"))
+    if wall and cv_w is not None and cv_w > MAX_CV:
+        why.append(f"step time CV {cv_w * 100:.0f}% > {MAX_CV * 100:.0f}%")
+    if cv_c is not None and cv_c > MAX_CV:
+        why.append(f"CPU time per step CV {cv_c * 100:.0f}% > {MAX_CV * 100:.0f}%")
+    if wall and drift is not None and p is not None and abs(drift) > MAX_DRIFT and p < DRIFT_ALPHA:
         why.append(f"{'slower' if drift > 0 else 'faster'} in its first third by {abs(drift) * 100:.0f}% (p={p:.2g})")
     if spread is not None and spread > MAX_RANK_SPREAD:
         why.append(f"ranks' CPU time per step {spread * 100:.0f}% apart")
@@ -107,5 +119,6 @@ def analysis(ctx):
     if "cpu_s" in ws.columns:
         mine = ws[ws["step"].isin(steps)].dropna(subset=["cpu_s"])
         rank_cpu = {int(r): [float(v) for v in g["cpu_s"]] for r, g in mine.groupby("rank")}
-    m = steadiness([float(v) for v in per["step_time_s"].dropna()], rank_cpu)
+    cpu = [float(v) for v in per["cpu_s"].dropna()] if "cpu_s" in per.columns else []
+    m = steadiness([float(v) for v in per["step_time_s"].dropna()], rank_cpu, cpu)
     return Output(metrics={k: v for k, v in m.items() if v is not None})

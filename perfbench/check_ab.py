@@ -138,10 +138,10 @@ def run_value(store: Store, rec: dict, metric: str) -> float | None:
 
 
 def unsteady(rec: dict) -> list[str]:
-    """Why a run is not steady enough to compare ([] when it is, or when it cannot tell)."""
+    """Why a run is not steady enough to compare by its own CPU time ([] when it is, or when it cannot tell)."""
     from analyzers.steadiness import unsteady_reasons
 
-    return unsteady_reasons(rec.get("metrics") or {})
+    return unsteady_reasons(rec.get("metrics") or {}, wall=False)  # by its CPU time: the wall clock is the load's
 
 
 def run_ab(store: Store, sides, *, pairs: int = 5, remeasure: int = 2, threshold: float = 0.05,

@@ -31,6 +31,19 @@ def test_drift_test_with_three_steps_a_third_and_one_rank():
     assert m["rank_cpu_spread"] is None
 
 
+def test_cpu_cv_and_the_cpu_only_verdict():
+    # cpu 0.9, 1.0, 1.1: mean 1.0, s = sqrt((.01 + 0 + .01) / 2) = .1 -> cv .1 (at the limit: steady)
+    m = steadiness([1.0, 1.0, 1.0], None, [0.9, 1.0, 1.1])
+    assert m["step_cpu_cv"] == pytest.approx(0.1)
+    assert m["step_time_cv"] == 0.0
+    # a loaded machine: wall clock unsteady, CPU time steady -> flagged for show/ls, not for check --ab
+    loaded = {"step_time_cv": 0.44, "step_cpu_cv": 0.03, "warmup_drift": 1.19, "warmup_drift_p": 0.002}
+    assert len(unsteady_reasons(loaded)) == 2
+    assert unsteady_reasons(loaded, wall=False) == []
+    assert len(unsteady_reasons({"step_cpu_cv": 0.2}, wall=False)) == 1
+    assert len(unsteady_reasons({"rank_cpu_spread": 0.5}, wall=False)) == 1
+
+
 def test_unsteady_reasons_thresholds():
     assert unsteady_reasons({}) == []
     assert unsteady_reasons({"step_time_cv": 0.10, "rank_cpu_spread": 0.20}) == []  # at the limits: steady
