@@ -9,6 +9,12 @@
 # Outputs: Markdown summary (stdout, and $GITHUB_STEP_SUMMARY when set), JUnit XML (perf-check.xml), JSON
 # (perf-check.json). PERFBENCH_HISTORY_METRIC picks the metric judged against the history (default step_cpu_s;
 # on a dedicated runner, throughput is worth gating on too: run the check once more with it).
+#
+# Pull requests (PERFBENCH_AB_BASE_REF set, e.g. origin/main): the interleaved A/B gate instead. The base ref is
+# checked out beside this checkout (git worktree), and `perfbench check --ab` runs examples/ci/ab-run.yaml from
+# the base checkout (A) and from this one (B) alternately, PERFBENCH_AB_PAIRS pairs (default 5), and decides on
+# the per-pair ratios: load that changes during the job cancels out (docs/check.md, "check --ab"). Needs no
+# baseline or history. The history gate below stays for trends on main.
 # Keep RESULTS_DIR between CI runs (cache/artifact) so the baseline survives; a baseline file is
 # self-contained (it keeps the per-step samples), so only RESULTS_DIR/baselines/ and RESULTS_DIR/history/
 # (one small JSON file per checked sweep: the series `check --history` judges against) need to be kept.
@@ -18,6 +24,27 @@ results="${1:-perfbench-results}"
 name="${2:-ci-main}"
 threshold="${PERFBENCH_THRESHOLD:-5%}"
 perfbench="${PERFBENCH:-perfbench}"
+
+if [[ -n "${PERFBENCH_AB_BASE_REF:-}" ]]; then
+  base="$(mktemp -d)/base"
+  git worktree add --detach "$base" "$PERFBENCH_AB_BASE_REF" >/dev/null
+  trap 'git worktree remove --force "$base" >/dev/null 2>&1 || true' EXIT
+  py="${PERFBENCH_PYTHON:-python}"
+  mkdir -p "$results"
+  abs_results="$(cd "$results" && pwd)"
+  set +e
+  rm -f perf-check.md
+  # `python -m perfbench` from a checkout's folder runs that checkout's perfbench and workloads
+  $perfbench check --ab --pairs "${PERFBENCH_AB_PAIRS:-5}" --threshold "$threshold" \
+    --baseline-cmd "cd '$base' && $py -m perfbench sweep '$here/ab-run.yaml' --results '$abs_results'" \
+    --candidate-cmd "cd '$here/../..' && $py -m perfbench sweep '$here/ab-run.yaml' --results '$abs_results'" \
+    --results "$results" --junit perf-check.xml --summary perf-check.md --json > perf-check.json
+  code=$?
+  cat perf-check.md
+  [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat perf-check.md >> "$GITHUB_STEP_SUMMARY"
+  rm -f perf-check.md
+  exit $code
+fi
 
 $perfbench sweep "$here/small-sweep.yaml" --results "$results"
 # the newest sweep of this config (sweep ids are <name>-<UTC timestamp>)
