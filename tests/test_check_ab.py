@@ -103,3 +103,32 @@ def test_order_alternates_and_failed_pairs_are_measured_again_within_the_budget(
     assert [r["order"] for r in res["pairs"]] == ["AB", "AB", "AB", "BA", "AB"]
     assert [bool(r.get("replaced")) for r in res["pairs"]] == [True, True, False, False, False]
     assert res["verdict"] == "undecided" and res["exit_code"] == 2
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--set", "nonsense=3"], "'nonsense' is not a key a sweep can vary"),
+    (["--set", "parallel.busy_ms=3"], "'busy_ms' is in section 'inject', not 'parallel'"),
+    (["--set", "busy_ms"], "expected KEY=VALUE"),
+    (["--set", "busy_ms=-1"], "check --ab candidate"),
+    (["--pairs", "2"], "bad --pairs 2"),
+    (["--current", "x"], "leave out --baseline, --current and --history"),
+    (["--baseline-cmd", "true"], "give both --baseline-cmd and --candidate-cmd"),
+])
+def test_ab_bad_input_is_one_line_naming_it(tmp_path, extra, says):
+    from tests.conftest import perfbench_in_process, write_yaml
+
+    cfg = write_yaml(tmp_path / "c.yaml", {"name": "c", "workload": "resnet50"})
+    r = perfbench_in_process("check", "--ab", cfg, *extra, "--results", tmp_path / "r", check=False)
+    assert r.returncode == 2
+    assert says in r.stderr and "Traceback" not in r.stderr
+
+
+def test_ab_needs_a_config_with_one_point(tmp_path):
+    from tests.conftest import perfbench_in_process, write_yaml
+
+    cfg = write_yaml(tmp_path / "c.yaml", {"name": "c", "workload": "resnet50", "sweep": {"world_size": [1, 2]}})
+    r = perfbench_in_process("check", "--ab", cfg, "--set", "busy_ms=1", "--results", tmp_path / "r", check=False)
+    assert r.returncode == 2 and "needs a config with one point" in r.stderr and "has 2" in r.stderr
+    r = perfbench_in_process("check", "--set", "busy_ms=1", "--current", "x", "--baseline", "b",
+                             "--results", tmp_path / "r", check=False)
+    assert r.returncode == 2 and "only apply with --ab" in r.stderr

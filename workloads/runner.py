@@ -330,6 +330,10 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     world_size = int(cfg["world_size"])
     train = cfg["train"]
     ms.set_device("CPU")
+    if train.get("kernel_threads"):  # before anything runs a kernel: MindSpore refuses to change it later
+        ms.device_context.cpu.op_tuning.threads_num(int(train["kernel_threads"]))
+    if train.get("dispatch_threads"):
+        ms.runtime.dispatch_threads_num(int(train["dispatch_threads"]))
     ms.set_context(mode=ms.GRAPH_MODE if train["mode"] == "graph" else ms.PYNATIVE_MODE)
     startup["imported"] = time.time()
     rank = 0
