@@ -76,3 +76,18 @@ def test_capture_cost_interval_uses_the_ratio_interval_at_both_ends():
     assert m["capture_cost_low"] == pytest.approx((0.2 * (lo - 1) + 0.232) / (0.2 * lo + 0.632))
     assert m["capture_cost_high"] == pytest.approx((0.2 * (hi - 1) + 0.232) / (0.2 * hi + 0.632))
     assert m["capture_cost_low"] < m["capture_cost"] < m["capture_cost_high"]
+
+
+def test_thread_settings_validate_and_leave_old_config_keys_alone():
+    from perfbench.config import config_key, parse_config
+    from perfbench.errors import ConfigError
+
+    base = {"name": "s", "workload": "resnet50"}
+    plan = parse_config(base).plan()[0]
+    rc = dict(plan.run_config, train={k: v for k, v in plan.run_config["train"].items()
+                                      if k not in ("kernel_threads", "dispatch_threads")})
+    assert config_key(rc) == plan.config_key  # a run stored before the keys existed keeps its key
+    set_ = parse_config(dict(base, train={"kernel_threads": 1})).plan()[0]
+    assert set_.config_key != plan.config_key and set_.run_config["train"]["kernel_threads"] == 1
+    with pytest.raises(ConfigError, match="kernel_threads"):
+        parse_config(dict(base, train={"kernel_threads": 0}))
