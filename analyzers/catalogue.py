@@ -145,10 +145,11 @@ _ALL = [
     Metric("capture_cost_high", "capture cost hi", "share", None,
            "capture_cost at the high end of that interval", "pct", "one value per run", kind="share"),
     Metric("step_time_cv", "step cv", "ratio", "lower",
-           "sample standard deviation / mean of the per-step step_time_s over the measured steps "
-           "(analyzers.steadiness); above 10% the run is flagged unsteady", "pct", "over measured steps"),
+           "robust coefficient of variation of the per-step step_time_s over the measured steps: (Q3 - Q1) / 1.349 / "
+           "median (sd / mean for normal steps; one slow step cannot move it; analyzers.steadiness); above 10% the "
+           "run is flagged unsteady", "pct", "over measured steps"),
     Metric("step_cpu_cv", "cpu cv", "ratio", "lower",
-           "sample standard deviation / mean of the per-step step_cpu_s over the measured steps "
+           "robust coefficient of variation of the per-step step_cpu_s over the measured steps, as step_time_cv "
            "(analyzers.steadiness); above 10% the run is flagged unsteady, also by `check --ab`", "pct",
            "over measured steps"),
     Metric("warmup_drift", "drift", "share", None,

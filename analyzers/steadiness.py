@@ -3,7 +3,10 @@
 From the workload's step records, over the measured steps (after warm-up, every rank finished, unprofiled when
 the run has unprofiled steps: the steps the run's step_time_s is the median of):
 
-    step_time_cv     sample standard deviation / mean of the per-step step_time_s (slowest rank per step)
+    step_time_cv     robust coefficient of variation of the per-step step_time_s (slowest rank per step):
+                     (Q3 - Q1) / 1.349 / median (numpy's linear quantiles). For normally distributed steps it is
+                     sd / mean; one slow step (a GC pause, a neighbour's burst) cannot move it, a run whose steps
+                     run at two speeds (part of them 40% slower) moves it by tens of percent
     step_cpu_cv      the same of the per-step step_cpu_s (the rank process's CPU time, slowest rank per step):
                      a busy machine stretches wall time in bursts, CPU time much less (docs/check.md)
     warmup_drift     median step time of the first third of the measured steps / median of the last third - 1
@@ -36,8 +39,11 @@ LEVEL = 0.95
 
 
 def cv(x: list[float]) -> float | None:
-    """Sample standard deviation / mean; None with fewer than 2 values or a mean <= 0."""
-    return float(np.std(x, ddof=1) / np.mean(x)) if len(x) >= 2 and np.mean(x) > 0 else None
+    """Robust coefficient of variation, (Q3 - Q1) / 1.349 / median; None with fewer than 2 values or a median <= 0."""
+    if len(x) < 2 or np.median(x) <= 0:
+        return None
+    q1, q3 = np.quantile(x, [0.25, 0.75])
+    return float((q3 - q1) / 1.349 / np.median(x))
 
 
 def steadiness(step_times: list[float], rank_cpu: dict[int, list[float]] | None = None,

@@ -12,11 +12,12 @@ from tests.test_capture_cost import ROWS, ctx
 
 
 def test_cv_drift_and_rank_spread_by_hand():
-    # x = 1.2, 1.1, 1.0, 1.0, 1.0, 1.0: mean 1.05; deviations .15, .05, -.05 x4 -> ss = .0225 + .0025 + .01 = .035
-    # s = sqrt(.035 / 5) = .083666, cv = .079682; thirds of 2 steps: median(1.2, 1.1) / median(1.0, 1.0) - 1 = .15
+    # x = 1.2, 1.1, 1.0, 1.0, 1.0, 1.0; sorted 1.0 1.0 1.0 1.0 1.1 1.2: Q1 at position 1.25 = 1.0, Q3 at 3.75 =
+    # 1.0 + .75 * .1 = 1.075; robust cv = .075 / 1.349 / median 1.0 = .055597
+    # thirds of 2 steps: median(1.2, 1.1) / median(1.0, 1.0) - 1 = .15
     # ranks: median(.5, .6, .7) = .6, median(.9, 1.0, 1.1) = 1.0 -> spread 1.0 / .6 - 1 = .6667
     m = steadiness([1.2, 1.1, 1.0, 1.0, 1.0, 1.0], {0: [0.5, 0.6, 0.7], 1: [0.9, 1.0, 1.1]})
-    assert m["step_time_cv"] == pytest.approx(0.079682, rel=1e-4)
+    assert m["step_time_cv"] == pytest.approx(0.055597, rel=1e-4)
     assert m["warmup_drift"] == pytest.approx(0.15)
     assert m["warmup_drift_p"] is None  # fewer than 3 steps a third
     assert m["rank_cpu_spread"] == pytest.approx(2 / 3)
@@ -32,9 +33,13 @@ def test_drift_test_with_three_steps_a_third_and_one_rank():
 
 
 def test_cpu_cv_and_the_cpu_only_verdict():
-    # cpu 0.9, 1.0, 1.1: mean 1.0, s = sqrt((.01 + 0 + .01) / 2) = .1 -> cv .1 (at the limit: steady)
+    # cpu 0.9, 1.0, 1.1: Q1 (position .5) .95, Q3 (1.5) 1.05 -> .1 / 1.349 / 1.0 = .074129
     m = steadiness([1.0, 1.0, 1.0], None, [0.9, 1.0, 1.1])
-    assert m["step_cpu_cv"] == pytest.approx(0.1)
+    assert m["step_cpu_cv"] == pytest.approx(0.074129, rel=1e-4)
+    # one slow step among 8 cannot make a run unsteady; half the steps 40% slower does
+    assert steadiness([1.0] * 7 + [9.0])["step_time_cv"] == 0.0
+    # 1.0 x4, 1.4 x4: Q1 1.0, Q3 1.4 (positions 1.75, 5.25), median 1.2 -> .4 / 1.349 / 1.2 = .24710
+    assert steadiness([1.0, 1.4] * 4)["step_time_cv"] == pytest.approx(0.24710, rel=1e-4)
     assert m["step_time_cv"] == 0.0
     # a loaded machine: wall clock unsteady, CPU time steady -> flagged for show/ls, not for check --ab
     loaded = {"step_time_cv": 0.44, "step_cpu_cv": 0.03, "warmup_drift": 1.19, "warmup_drift_p": 0.002}
