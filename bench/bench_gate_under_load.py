@@ -37,6 +37,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_history_sensitivity import LoadSampler  # noqa: E402  (1-minute load average every 15 s)
+
 CONFIG = """name: gate
 workload: resnet50
 model: {{image_size: 32, num_classes: 10, width: 8, layers: [3, 4, 6, 3]}}
@@ -86,17 +88,6 @@ class Hog(threading.Thread):
             if state:
                 on_time += t2 - t
         return on_time / max(1e-9, t_end - t0)
-
-
-class LoadSampler(threading.Thread):
-    def __init__(self, every: float = 15.0):
-        super().__init__(daemon=True)
-        self.every, self.samples, self.stop = every, [], threading.Event()
-
-    def run(self):
-        while not self.stop.is_set():
-            self.samples.append(os.getloadavg()[0])
-            self.stop.wait(self.every)
 
 
 def perfbench(*args, env=None) -> subprocess.CompletedProcess:

@@ -25,6 +25,19 @@ name="${2:-ci-main}"
 threshold="${PERFBENCH_THRESHOLD:-5%}"
 perfbench="${PERFBENCH:-perfbench}"
 
+# run one `perfbench check ...` (its arguments), print its Markdown summary (and add it to the job summary), exit
+# with its code
+check_and_report() {
+  set +e
+  rm -f perf-check.md
+  $perfbench check "$@" --results "$results" --junit perf-check.xml --summary perf-check.md --json > perf-check.json
+  local code=$?
+  cat perf-check.md
+  [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat perf-check.md >> "$GITHUB_STEP_SUMMARY"
+  rm -f perf-check.md
+  exit $code
+}
+
 if [[ -n "${PERFBENCH_AB_BASE_REF:-}" ]]; then
   base="$(mktemp -d)/base"
   git worktree add --detach "$base" "$PERFBENCH_AB_BASE_REF" >/dev/null
@@ -32,18 +45,10 @@ if [[ -n "${PERFBENCH_AB_BASE_REF:-}" ]]; then
   py="${PERFBENCH_PYTHON:-python}"
   mkdir -p "$results"
   abs_results="$(cd "$results" && pwd)"
-  set +e
-  rm -f perf-check.md
   # `python -m perfbench` from a checkout's folder runs that checkout's perfbench and workloads
-  $perfbench check --ab --pairs "${PERFBENCH_AB_PAIRS:-5}" --threshold "$threshold" \
+  check_and_report --ab --pairs "${PERFBENCH_AB_PAIRS:-5}" --threshold "$threshold" \
     --baseline-cmd "cd '$base' && $py -m perfbench sweep '$here/ab-run.yaml' --results '$abs_results'" \
-    --candidate-cmd "cd '$here/../..' && $py -m perfbench sweep '$here/ab-run.yaml' --results '$abs_results'" \
-    --results "$results" --junit perf-check.xml --summary perf-check.md --json > perf-check.json
-  code=$?
-  cat perf-check.md
-  [[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat perf-check.md >> "$GITHUB_STEP_SUMMARY"
-  rm -f perf-check.md
-  exit $code
+    --candidate-cmd "cd '$here/../..' && $py -m perfbench sweep '$here/ab-run.yaml' --results '$abs_results'"
 fi
 
 $perfbench sweep "$here/small-sweep.yaml" --results "$results"
@@ -57,17 +62,9 @@ if [[ "${PERFBENCH_SAVE_BASELINE:-0}" == 1 ]] || [[ ! -f "$results/baselines/$na
   exit 0
 fi
 
-set +e
 # One call: the per-pair check against the baseline on the wall-clock metrics (thresholds raised to the repeat
 # noise), and --history: record this sweep (with its commit) and judge CPU time per step against the history
 # (each run valued by its 10% fastest steps). On a shared, loaded runner CPU time per step still moves with the
 # load, so expect false alarms there (measured in docs/check.md); on a dedicated runner it is steady.
-rm -f perf-check.md
-$perfbench check --baseline "$name" --current "$sweep_id" --threshold "$threshold" --history \
-  --history-metric "${PERFBENCH_HISTORY_METRIC:-step_cpu_s}" \
-  --results "$results" --junit perf-check.xml --summary perf-check.md --json > perf-check.json
-code=$?
-cat perf-check.md
-[[ -n "${GITHUB_STEP_SUMMARY:-}" ]] && cat perf-check.md >> "$GITHUB_STEP_SUMMARY"
-rm -f perf-check.md
-exit $code
+check_and_report --baseline "$name" --current "$sweep_id" --threshold "$threshold" --history \
+  --history-metric "${PERFBENCH_HISTORY_METRIC:-step_cpu_s}"
