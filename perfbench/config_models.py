@@ -83,12 +83,13 @@ class Train(Section):
                                  "`sweep --resume` continues a killed run from its last checkpoint")
     data: Annotated[str, WrapValidator(lambda v, h: _data_folder(h(v)))] = Field(
         "synthetic", description="synthetic, or an image folder (ResNet: mindspore.dataset.ImageFolderDataset)")
-    kernel_threads: int | None = Field(None, ge=1, le=256, description=(
-        "MindSpore's CPU kernel thread pool per rank (mindspore.device_context.cpu.op_tuning.threads_num); "
-        "null: MindSpore's default (25), whatever cores the rank has"))
-    dispatch_threads: int | None = Field(None, ge=1, le=256, description=(
-        "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: "
-        "MindSpore's default (5)"))
+    kernel_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(None, description=(
+        "MindSpore's CPU kernel thread pool per rank (mindspore.device_context.cpu.op_tuning.threads_num); null: "
+        "the rank's cores (threads_per_rank); `mindspore`: leave MindSpore's default, whose thread tuning makes "
+        "steps 5-14 of every run 40-70% more expensive in CPU time (docs/benchmarks.md, Repeatability)"))
+    dispatch_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(None, description=(
+        "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: the "
+        "rank's cores (threads_per_rank); `mindspore`: MindSpore's default (5)"))
 
 
 def _data_folder(value: str) -> str:

@@ -132,3 +132,35 @@ def test_ab_needs_a_config_with_one_point(tmp_path):
     r = perfbench_in_process("check", "--set", "busy_ms=1", "--current", "x", "--baseline", "b",
                              "--results", tmp_path / "r", check=False)
     assert r.returncode == 2 and "only apply with --ab" in r.stderr
+
+
+@pytest.mark.msrun
+@pytest.mark.timeout(1800)
+def test_ab_job_with_real_runs_finds_an_injected_cpu_slowdown(tmp_path):
+    """6 tiny real runs (3 pairs, no re-measurement): the candidate burns 150 ms of CPU per step (inject.busy_ms),
+    ~8x the tiny model's own CPU time per step, so CPU time per step regresses under any load."""
+    import json
+    import xml.etree.ElementTree as ET
+
+    from tests.conftest import run_perfbench, write_yaml
+
+    cfg = write_yaml(tmp_path / "tiny.yaml", {
+        "name": "abt", "workload": "resnet50",
+        "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
+        "train": {"batch_size": 4, "steps": 8, "warmup_steps": 2, "seed": 0}, "profile": {"enabled": False}})
+    res, junit = tmp_path / "r", tmp_path / "ab.xml"
+    r = run_perfbench("check", "--ab", cfg, "--set", "inject.busy_ms=150", "--pairs", 3, "--remeasure", 0,
+                      "--results", res, "--junit", junit, "--json", check=False, timeout=1500)
+    assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
+    doc = json.loads(r.stdout)
+    assert [p["order"] for p in doc["pairs"]] == ["AB", "BA", "AB"]
+    by = {m["metric"]: m for m in doc["groups"][0]["metrics"]}
+    assert by["step_cpu_s"]["verdict"] == "regression" and by["step_cpu_s"]["n_pairs"] == 3
+    # each pair's CPU gate values differ by about the injected 150 ms (the runs' own records, not our output)
+    store = Store(res, create=False)
+    for p in doc["pairs"]:
+        a, b = (store.read_run(p[k]) for k in ("baseline_run", "candidate_run"))
+        assert a["source"] == b["source"] == "ab" and b["settings"]["busy_ms"] == 150
+        assert 0.12 < b["metrics"]["step_cpu_s"] - a["metrics"]["step_cpu_s"] < 0.30
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert int(suite.get("failures")) >= 1

@@ -96,3 +96,5 @@ def test_thread_settings_validate_and_leave_old_config_keys_alone():
     assert set_.config_key != plan.config_key and set_.run_config["train"]["kernel_threads"] == 1
     with pytest.raises(ConfigError, match="kernel_threads"):
         parse_config(dict(base, train={"kernel_threads": 0}))
+    keep = parse_config(dict(base, train={"dispatch_threads": "mindspore"})).plan()[0]
+    assert keep.run_config["train"]["dispatch_threads"] == "mindspore"

@@ -330,10 +330,17 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     world_size = int(cfg["world_size"])
     train = cfg["train"]
     ms.set_device("CPU")
-    if train.get("kernel_threads"):  # before anything runs a kernel: MindSpore refuses to change it later
-        ms.device_context.cpu.op_tuning.threads_num(int(train["kernel_threads"]))
-    if train.get("dispatch_threads"):
-        ms.runtime.dispatch_threads_num(int(train["dispatch_threads"]))
+    # MindSpore's thread pools, set before anything runs a kernel (it refuses later changes). Left at MindSpore's
+    # defaults, every run's steps 5-14 cost 40-70% more CPU time (its thread tuning; docs/benchmarks.md,
+    # "Repeatability"); set explicitly (default: the rank's cores) they do not.
+    ms_threads = {}
+    for key, setter in (("kernel_threads", ms.device_context.cpu.op_tuning.threads_num),
+                        ("dispatch_threads", ms.runtime.dispatch_threads_num)):
+        n = train.get(key)
+        n = (cfg.get("threads_per_rank") or _cpu_threads()) if n is None else n
+        if n != "mindspore":
+            setter(int(n))
+        ms_threads[key] = n
     ms.set_context(mode=ms.GRAPH_MODE if train["mode"] == "graph" else ms.PYNATIVE_MODE)
     startup["imported"] = time.time()
     rank = 0
@@ -362,7 +369,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     ctx.set_meta(rank=rank, world_size=world_size, threads=_cpu_threads(), os_threads=None, pid=os.getpid(),
                  host=socket.gethostname(), mindspore_version=ms.__version__, mode=train["mode"],
                  run_id=cfg.get("run_id"), workload=cfg["workload"],
-                 threads_per_rank=cfg.get("threads_per_rank"),
+                 threads_per_rank=cfg.get("threads_per_rank"), ms_threads=ms_threads,
                  comm_backend="mccl" if world_size > 1 else "none",
                  clock={"steps": "time.time() seconds (Unix epoch)",
                         "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
