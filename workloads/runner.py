@@ -330,14 +330,16 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     world_size = int(cfg["world_size"])
     train = cfg["train"]
     ms.set_device("CPU")
-    # MindSpore's thread pools, set before anything runs a kernel (it refuses later changes). Left at MindSpore's
-    # defaults, every run's steps 5-14 cost 40-70% more CPU time (its thread tuning; docs/benchmarks.md,
-    # "Repeatability"); set explicitly (default: the rank's cores) they do not.
+    # MindSpore's thread pools, set before anything runs a kernel (it refuses later changes). A rank pinned to one
+    # core with MindSpore's defaults spends 40-70% more CPU time in its steps 5-14 (its thread tuning); with both
+    # pools set to 1 it does not. A rank with 2 cores and both pools set to 2 burnt 5-10x the CPU time per step
+    # under load (spinning threads), so it keeps MindSpore's defaults (docs/benchmarks.md, "Repeatability").
     ms_threads = {}
+    one_core = (cfg.get("threads_per_rank") or _cpu_threads()) == 1
     for key, setter in (("kernel_threads", ms.device_context.cpu.op_tuning.threads_num),
                         ("dispatch_threads", ms.runtime.dispatch_threads_num)):
         n = train.get(key)
-        n = (cfg.get("threads_per_rank") or _cpu_threads()) if n is None else n
+        n = (1 if one_core else "mindspore") if n is None else n
         if n != "mindspore":
             setter(int(n))
         ms_threads[key] = n
