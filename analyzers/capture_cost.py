@@ -9,6 +9,10 @@ time and capture time are the slowest rank's; over the steps from warm-up on tha
     added         = n_profiled * (on - off) + sum of capture_s
     capture_cost  = added / (n_profiled * on + n_unprofiled * off + sum of capture_s)
 
+`capture_cost_low`/`_high`: the same with the profiled steps' time at either end of the 95% interval of
+on / off (analyzers.steadiness.ratio_interval, Welch on log step times): the extra time is n_profiled * off *
+(r - 1) + sum of capture_s over n_profiled * off * r + n_unprofiled * off + sum of capture_s.
+
 `profiler_overhead` (analyzers.step_metrics) is the cost per recorded step, on / off - 1; capture_cost is
 what the run as a whole paid for its profile. Unknown (not reported) without profiled steps, without
 unprofiled ones, or without `capture_s` in the records (runs from before it was recorded).
@@ -17,6 +21,7 @@ unprofiled ones, or without `capture_s` in the records (runs from before it was 
 from __future__ import annotations
 
 from analyzers.context import Output
+from analyzers.steadiness import ratio_interval
 from analyzers.step_metrics import step_series
 
 
@@ -38,4 +43,10 @@ def analysis(ctx) -> Output:
     m_on, m_off = float(on.median()), float(off.median())
     added = len(on) * (m_on - m_off) + cap
     total = len(on) * m_on + len(off) * m_off + cap
-    return Output(metrics={"capture_cost": added / total, "capture_calls_s": cap})
+    out = {"capture_cost": added / total, "capture_calls_s": cap}
+    ci = ratio_interval(list(on), list(off))
+    if ci is not None:  # the profiled steps' extra time at either end of the interval of on / off
+        for key, r in (("capture_cost_low", ci[0]), ("capture_cost_high", ci[1])):
+            a = len(on) * m_off * (r - 1) + cap
+            out[key] = a / (len(on) * m_off * r + len(off) * m_off + cap)
+    return Output(metrics=out)

@@ -138,6 +138,36 @@ _ALL = [
            "share of the run's training time after warm-up that the profiler's capture added: profiled steps' "
            "extra time over the unprofiled median plus the profiler's own calls between steps (analyzers/"
            "capture_cost.py)", "pct", "one value per run", kind="share"),
+    Metric("profiler_overhead_low", "overhead lo", "ratio", None,
+           "lower end of the 95% interval of profiler_overhead: exp(Welch interval of mean log step time of "
+           "profiled - unprofiled measured steps) - 1 (analyzers.steadiness.ratio_interval)", "pct",
+           "one value per run", kind="share"),
+    Metric("profiler_overhead_high", "overhead hi", "ratio", None,
+           "upper end of the 95% interval of profiler_overhead (as profiler_overhead_low)", "pct",
+           "one value per run", kind="share"),
+    Metric("capture_cost_low", "capture cost lo", "share", None,
+           "capture_cost with the profiled steps' extra time taken at the low end of the interval of their ratio to "
+           "the unprofiled steps (analyzers.steadiness.ratio_interval)", "pct", "one value per run", kind="share"),
+    Metric("capture_cost_high", "capture cost hi", "share", None,
+           "capture_cost at the high end of that interval", "pct", "one value per run", kind="share"),
+    Metric("step_time_cv", "step cv", "ratio", "lower",
+           "robust coefficient of variation of the per-step step_time_s over the measured steps: (Q3 - Q1) / 1.349 / "
+           "median (sd / mean for normal steps; one slow step cannot move it; analyzers.steadiness); above 10% the "
+           "run is flagged unsteady", "pct", "over measured steps"),
+    Metric("step_cpu_cv", "cpu cv", "ratio", "lower",
+           "robust coefficient of variation of the per-step step_cpu_s over the measured steps, as step_time_cv "
+           "(analyzers.steadiness); above 10% the run is flagged unsteady, also by `check --ab`", "pct",
+           "over measured steps"),
+    Metric("warmup_drift", "drift", "share", None,
+           "median step_time_s of the first third of the measured steps / median of the last third - 1 (> 0: "
+           "still getting faster after warm-up; analyzers.steadiness); beyond 5% with warmup_drift_p < 0.05 the "
+           "run is flagged unsteady", "pct", "thirds of the measured steps", kind="share"),
+    Metric("warmup_drift_p", "drift p", "ratio", None,
+           "two-sided Mann-Whitney p of the first vs the last third of the measured steps' step times "
+           "(null with fewer than 3 steps a third)", "num", "thirds of the measured steps"),
+    Metric("rank_cpu_spread", "rank cpu spread", "ratio", "lower",
+           "slowest rank's median CPU time per measured step / fastest rank's - 1 (ranks running at two speeds; "
+           "analyzers.steadiness); above 20% the run is flagged unsteady", "pct", "medians per rank"),
     Metric("capture_calls_s", "capture calls", "s", "lower",
            "total time of the profiler's calls between steps (window start, stop and raw-file write), slowest "
            "rank per step", "ms", "sum over steps"),

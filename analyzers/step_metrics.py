@@ -153,6 +153,11 @@ def run_metrics(series: pd.DataFrame, workload_steps: pd.DataFrame | None = None
             off = m["step_time_s"]
             m["profiled_step_time_s"] = on
             m["profiler_overhead"] = on / off - 1 if off else None
+            from analyzers.steadiness import ratio_interval
+
+            ci = ratio_interval(list(prof["step_time_s"]), samples(series, "step_time_s"))
+            if ci is not None and m["profiler_overhead"] is not None:
+                m["profiler_overhead_low"], m["profiler_overhead_high"] = ci[0] - 1, ci[1] - 1
     if ws is not None and not ws.empty and "loss" in ws.columns and ws["loss"].notna().any():
         by_step = ws.dropna(subset=["loss"]).groupby("step")["loss"].mean().sort_index()
         m["loss_first"], m["loss_last"] = float(by_step.iloc[0]), float(by_step.iloc[-1])

@@ -212,6 +212,71 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
     return res
 
 
+AB_METRICS = ("step_time_s", "step_cpu_s")
+MIN_PAIRS = 3
+
+
+def decide_paired(metric: str, pairs: list[tuple[float | None, float | None]], threshold: float, alpha: float) -> dict:
+    """`check --ab`: the verdict for one metric from the (baseline, candidate) values of interleaved run pairs.
+
+    d_i = ln(candidate_i / baseline_i), turned so that > 0 = worse (throughput: ln(baseline_i / candidate_i));
+    pairs missing a side or with a value <= 0 are left out. With n >= MIN_PAIRS pairs: mean d, its standard
+    error s / sqrt(n), a two-sided one-sample t-test of mean d = 0 (df = n - 1), the effect exp(mean d) (the
+    geometric mean of the per-pair ratios) with its (1 - alpha) interval exp(mean d +- t_{1-alpha/2} s/sqrt(n)),
+    and the Wilcoxon signed-rank p (reported; with n <= 5 it cannot go below 0.0625). Verdict: regression =
+    p < alpha and exp(mean d) - 1 > threshold; improvement = p < alpha and exp(-mean d) - 1 > threshold;
+    otherwise unchanged; fewer than MIN_PAIRS usable pairs: undecided. Load that drifts over the job moves both
+    runs of a pair alike and cancels in d_i; load that changes within a pair is noise the t-test sees."""
+    from scipy import stats
+
+    higher, unit, _ = METRICS.get(metric, (False, "", "ratio"))
+    res = {"metric": metric, "unit": unit, "higher_is_better": higher, "threshold": threshold, "alpha": alpha,
+           "change_kind": "relative", "basis": "pairs"}
+    ok = [(b, c) for b, c in pairs if b is not None and c is not None and b > 0 and c > 0]
+    res.update(n_pairs=len(ok), pairs_left_out=len(pairs) - len(ok),
+               baseline=float(np.median([b for b, _ in ok])) if ok else None,
+               current=float(np.median([c for _, c in ok])) if ok else None)
+    if len(ok) < MIN_PAIRS:
+        return dict(res, verdict="undecided", change=None, p_value=None,
+                    reason=f"{len(ok)} complete pair(s); need {MIN_PAIRS}")
+    d = np.array([math.log(b / c) if higher else math.log(c / b) for b, c in ok])
+    n, mean = len(d), float(d.mean())
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    tq = float(stats.t.ppf(1 - alpha / 2, n - 1))
+    if se == 0:
+        p = 1.0 if mean == 0 else 0.0
+    else:
+        p = float(2 * stats.t.sf(abs(mean / se), n - 1))
+    try:
+        p_w = float(stats.wilcoxon(d).pvalue) if np.any(d != 0) else 1.0
+    except ValueError:
+        p_w = None
+    worse = math.exp(mean) - 1.0 if mean >= 0 else -(math.exp(-mean) - 1.0)
+    lo, hi = math.exp(mean - tq * se), math.exp(mean + tq * se)
+    # change of the metric itself (candidate / baseline - 1), as in `check`; worse_by is turned by direction
+    ratio = math.exp(-mean) if higher else math.exp(mean)
+    ci = (1 / hi - 1, 1 / lo - 1) if higher else (lo - 1, hi - 1)
+    significant = p < alpha
+    if significant and worse > threshold:
+        verdict = "regression"
+    elif significant and worse < -threshold:
+        verdict = "improvement"
+    else:
+        verdict = "unchanged"
+    res.update(verdict=verdict, change=ratio - 1.0, change_ci=list(ci), worse_by=worse, mean_log_ratio=mean,
+               sd_log_ratio=sd, t=None if se == 0 else mean / se, p_value=p, p_wilcoxon=p_w, threshold_used=threshold)
+    why = []
+    if not significant:
+        why.append(f"paired t p={p:.3g} ≥ {alpha}")
+    if abs(worse) <= threshold:
+        why.append(f"|change| {abs(worse) * 100:.1f}% ≤ {threshold * 100:g}%")
+    res["reason"] = "; ".join(why) if verdict == "unchanged" else (
+        f"paired t p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}% > "
+        f"{threshold * 100:g}% over {n} pairs")
+    return res
+
+
 def run_check(store: Store, baseline_name: str, current: str, *, threshold: float = 0.05, alpha: float = 0.05,
               metrics=DEFAULT_METRICS, ignore=IGNORED_SETTINGS) -> dict:
     baseline = load_baseline(store, baseline_name)

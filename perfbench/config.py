@@ -133,7 +133,14 @@ def short_name(point: dict) -> str:
 def config_key(run_config: dict) -> str:
     """Identity of a run's configuration apart from world size, repeat and where it runs."""
     ignore = {"run_id", "world_size", "repeat", "output_dir", "threads_per_rank"}
-    return _digest({k: v for k, v in run_config.items() if k not in ignore})
+    rc = {k: v for k, v in run_config.items() if k not in ignore}
+    if isinstance(rc.get("train"), dict):  # keys added later, at their default: the same configuration as before
+        rc["train"] = {k: v for k, v in rc["train"].items() if not (k in UNSET_IS_OLD and v is None)}
+    return _digest(rc)
+
+
+#: train keys that did not exist before; unset (null) they leave a configuration's key as it was
+UNSET_IS_OLD = ("kernel_threads", "dispatch_threads")
 
 
 def section_of(key: str, workload: str) -> str:

@@ -89,6 +89,13 @@ class Train(Section):
                                  "`sweep --resume` continues a killed run from its last checkpoint")
     data: Annotated[str, WrapValidator(lambda v, h: _data_folder(h(v)))] = Field(
         "synthetic", description="synthetic, or an image folder (ResNet: mindspore.dataset.ImageFolderDataset)")
+    kernel_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(None, description=(
+        "MindSpore's CPU kernel thread pool per rank (mindspore.device_context.cpu.op_tuning.threads_num); null: 1 "
+        "for a rank pinned to one core (with MindSpore's default its steps 5-14 cost 40-70% more CPU time), "
+        "MindSpore's default otherwise; `mindspore`: always MindSpore's default (docs/benchmarks.md, Repeatability)"))
+    dispatch_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(None, description=(
+        "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: 1 for "
+        "a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"))
 
 
 def _data_folder(value: str) -> str:

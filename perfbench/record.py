@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, field_validator
 from analyzers.catalogue import METRICS
 
 STATUSES = ("planned", "running", "ok", "failed", "pruned")
-SOURCES = ("sweep", "analyze", "tune", "advise")
+SOURCES = ("sweep", "analyze", "tune", "advise", "ab")
 
 
 class RunRecord(BaseModel):
@@ -19,7 +19,7 @@ class RunRecord(BaseModel):
 
     run_id: str
     sweep_id: str | None = None
-    source: Literal["sweep", "analyze", "tune", "advise"] = "sweep"
+    source: Literal["sweep", "analyze", "tune", "advise", "ab"] = "sweep"
     status: Literal["planned", "running", "ok", "failed", "pruned"]
     error: str | None = None
     settings: dict = {}

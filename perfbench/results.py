@@ -10,6 +10,7 @@ from __future__ import annotations
 import statistics
 
 from analyzers.catalogue import KEY_METRICS, METRICS as CATALOGUE, format_value
+from analyzers.steadiness import unsteady_reasons
 from perfbench.store import short_id
 
 #: swept keys shown in tables, in this order when present
@@ -47,6 +48,7 @@ def summarize(records: list[dict], context: list[dict] | None = None) -> list[di
         for name in CATALOGUE:
             row[name] = m.get(name)
         row["scaling_efficiency"] = scaling_efficiency(r, base)
+        row["unsteady"] = unsteady_reasons(m)  # [] when steady or unknown (analyzers.steadiness)
         rows.append(row)
     return rows
 
@@ -96,10 +98,16 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
         t.add_column(CATALOGUE[name].label, justify="right", no_wrap=True)
     for r in rows:
         status = {"failed": "[red]failed[/red]", "pruned": "[yellow]pruned[/yellow]"}.get(r["status"], r["status"])
+        if r.get("unsteady"):
+            status += " [yellow]⚠[/yellow]"
         t.add_row(short_id(r) if len(sweeps) == 1 else r["run_id"], status,
                   *[fmt(r["settings"].get(k)) for k in keys], *[fmt(r.get(name), name) for name in shown])
     t.caption = ("samples/s, step ms: medians over measured steps; compute/exposed comm/overlap/free ms: the profiled "
                  "steps' breakdown (mean over ranks, median over steps); `perfbench metrics` defines every column")
+    n_bad = sum(1 for r in rows if r.get("unsteady"))
+    if n_bad:
+        t.caption += (f"\n⚠ {n_bad} run(s) not steady enough to compare (step-time CV, warm-up drift or ranks at two "
+                      "speeds: `perfbench show RUN` says which)")
     return t
 
 

@@ -18,6 +18,7 @@ from rich.markup import escape
 
 from analyzers.catalogue import KEY_METRICS, METRICS, format_value, unit_label
 from analyzers.schema import BREAKDOWN_PARTS, STEP_SHARE_PARTS
+from analyzers.steadiness import resolved, unsteady_reasons
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 #: the share of the step each part of the breakdown takes, shown next to its time
@@ -150,6 +151,11 @@ def print_advice(console, recs: list[dict], show_all: bool = False, max_roots: i
         console.print(f"  [dim]{len(tree) - len(shown)} more finding(s) with smaller gains: --all shows them[/dim]")
 
 
+#: a run's estimates of its own cost, shown with their interval (analyzers.steadiness.resolved)
+SELF_ESTIMATES = ("profiler_overhead", "capture_cost")
+INTERVAL_ENDS = tuple(f"{n}_{end}" for n in SELF_ESTIMATES for end in ("low", "high"))
+
+
 def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
     """(label, value with unit, definition) for the lead metrics, then every other known metric of the run."""
     m = dict(rec.get("metrics") or {})
@@ -159,11 +165,13 @@ def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
     names = list(KEY_METRICS) + [k for k in m if k not in KEY_METRICS]
     for name in names:
         v = m.get(name)
-        if name not in METRICS or _missing(v):
+        if name not in METRICS or _missing(v) or name in INTERVAL_ENDS:
             continue
         meta = METRICS[name]
         unit = unit_label(name)
         text = format_value(name, v) + ("" if unit in ("", "%") else f" {unit}")
+        if name in SELF_ESTIMATES:  # never a bare negative cost: with its interval, or "below what ... resolve"
+            text = resolved(v, m.get(f"{name}_low"), m.get(f"{name}_high"))
         if name in STEP_PARTS and step:
             text += f"  ({format_value('pct', v / step)} of step)"
         out.append((meta.label, text, meta.definition))
@@ -265,6 +273,11 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
             console.print("[dim]--- tail of the failing rank's log ---[/dim]")
             console.print(rec["log_tail"], markup=False, highlight=False)
 
+    why = unsteady_reasons(rec.get("metrics") or {})
+    if why:
+        console.print(f"\n[bold yellow]Not steady enough to compare:[/bold yellow] {escape('; '.join(why))} "
+                      "(analyzers/steadiness.py; measure it again before comparing it with another run)",
+                      highlight=False)
     advice = ordered_advice(tables.get("advice"))
     console.print("\n[bold]Verdict[/bold]")
     if advice:

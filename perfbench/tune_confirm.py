@@ -9,7 +9,9 @@ is the candidate with the best median of its trial value and these fresh runs: w
 the middle of 3 runs, so neither one lucky trial nor one slow re-measurement decides (measured in
 docs/benchmarks.md: a single 65.4 among runs of 92-96 samples/s flipped a pick made from the fresh runs alone).
 Each run's value is its objective as the catalogue defines it (for throughput: the median over the run's
-measured steps). With fewer than 2 contenders there is nothing to decide and nothing is re-measured.
+measured steps). A re-measurement that is unsteady by its own CPU time (analyzers.steadiness: CPU time per step CV
+or ranks' CPU spread beyond their limits) does not vote; the candidate row lists it under `unsteady`.
+With fewer than 2 contenders there is nothing to decide and nothing is re-measured.
 
 With `profile_best`, the last round runs the leader so far (best median of its trial and earlier rounds) with
 the profiler (its profiled steps are not measured, the others are) and the other candidates without it: the
@@ -25,6 +27,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from analyzers.steadiness import unsteady_reasons
 from perfbench.config import plan_point, short_name
 from perfbench.errors import ConfigError
 from perfbench.store import Store
@@ -88,6 +91,10 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
                                   events)
             row["runs"].append(run_id)
             v = (record.get("metrics") or {}).get(spec.objective) if record.get("status") == "ok" else None
+            why = unsteady_reasons(record.get("metrics") or {}, wall=False)
+            if why and v is not None:  # not steady by its own CPU time: left out of the vote, and said so
+                row.setdefault("unsteady", {})[run_id] = why
+                continue
             if v is not None and not (isinstance(v, float) and math.isnan(v)):
                 row["values"].append(float(v))
     for row in rows.values():

@@ -25,10 +25,11 @@ def study_of(values: list[tuple[dict, float, list[float]]]):
     return study
 
 
-def stored(store: Store, number: int, rnd: int, settings: dict, throughput: float | None, status="ok") -> None:
+def stored(store: Store, number: int, rnd: int, settings: dict, throughput: float | None, status="ok",
+           extra: dict | None = None) -> None:
     store.write_run({"run_id": confirm_run_id(STUDY, number, rnd, settings), "sweep_id": STUDY, "source": "tune",
                      "status": status, "settings": settings,
-                     "metrics": {"throughput": throughput} if throughput is not None else {},
+                     "metrics": dict({"throughput": throughput} if throughput is not None else {}, **(extra or {})),
                      "tune": {"study": STUDY, "confirm_of": number, "round": rnd}})
 
 
@@ -114,6 +115,22 @@ def test_a_re_measurement_without_a_value_does_not_count(tmp_path):
     rows = {r["number"]: r for r in res["candidates"]}
     assert rows[0]["values"] == [] and rows[0]["median"] is None
     assert res["pick"] == 1 and res["profiled_run"] is None
+
+
+def test_an_unsteady_re_measurement_does_not_vote(tmp_path):
+    a, b = {"batch_size": 8}, {"batch_size": 16}
+    study = study_of([(a, 100.0, []), (b, 90.0, [])])
+    store = Store(tmp_path)
+    stored(store, 0, 1, a, 40.0, extra={"rank_cpu_spread": 0.54})  # ranks at two speeds: left out
+    stored(store, 1, 1, b, 80.0, extra={"step_cpu_cv": 0.03, "step_time_cv": 0.5})  # wall clock only: votes
+    cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [8, 16]}})
+    spec = SearchSpec.model_validate({"confirm": {"top": 2, "rounds": 1}})
+    res = confirm(study, cfg, store, STUDY, spec, profile_last=False, env_for=lambda plan: None)
+    rows = {r["number"]: r for r in res["candidates"]}
+    assert rows[0]["values"] == [] and list(rows[0]["unsteady"]) == [confirm_run_id(STUDY, 0, 1, a)]
+    assert rows[0]["median"] is None  # no vote of its own left (a trial value alone is not re-measured)
+    assert rows[1]["values"] == [80.0] and rows[1]["median"] == 85.0  # median of 90, 80
+    assert res["pick"] == 1
 
 
 @pytest.mark.parametrize("conf", [{"top": 0}, {"rounds": 0}])

@@ -382,6 +382,19 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     world_size = int(cfg["world_size"])
     train = cfg["train"]
     ms.set_device("CPU")
+    # MindSpore's thread pools, set before anything runs a kernel (it refuses later changes). A rank pinned to one
+    # core with MindSpore's defaults spends 40-70% more CPU time in its steps 5-14 (its thread tuning); with both
+    # pools set to 1 it does not. A rank with 2 cores and both pools set to 2 burnt 5-10x the CPU time per step
+    # under load (spinning threads), so it keeps MindSpore's defaults (docs/benchmarks.md, "Repeatability").
+    ms_threads = {}
+    one_core = (cfg.get("threads_per_rank") or _cpu_threads()) == 1
+    for key, setter in (("kernel_threads", ms.device_context.cpu.op_tuning.threads_num),
+                        ("dispatch_threads", ms.runtime.dispatch_threads_num)):
+        n = train.get(key)
+        n = (1 if one_core else "mindspore") if n is None else n
+        if n != "mindspore":
+            setter(int(n))
+        ms_threads[key] = n
     ms.set_context(mode=ms.GRAPH_MODE if train["mode"] == "graph" else ms.PYNATIVE_MODE)
     startup["imported"] = time.time()
     rank = 0
@@ -410,7 +423,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     ctx.set_meta(rank=rank, world_size=world_size, threads=_cpu_threads(), os_threads=None, pid=os.getpid(),
                  host=socket.gethostname(), mindspore_version=ms.__version__, mode=train["mode"],
                  run_id=cfg.get("run_id"), workload=cfg["workload"],
-                 threads_per_rank=cfg.get("threads_per_rank"),
+                 threads_per_rank=cfg.get("threads_per_rank"), ms_threads=ms_threads,
                  comm_backend="mccl" if world_size > 1 else "none",
                  clock={"steps": "time.time() seconds (Unix epoch)",
                         "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
