@@ -109,6 +109,8 @@ class Parallel(Section):
     fusion_impl: Literal["perfbench", "mindspore"] = Field(
         "perfbench", description="perfbench (own bucketing) | mindspore (MindSpore's comm_fusion)")
     pipeline_stages: int = _int(1, 1024, 1, "S; world_size = S x data-parallel size")
+    tensor_parallel: int = _int(1, 1024, 1, "T (moe only): attention heads and feed-forward split over T ranks, "
+                                "Megatron-style; world_size = data-parallel x T x S")
     micro_batches: int = _int(1, 4096, 1, "M; with S = 1 it is gradient accumulation")
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
 
@@ -320,10 +322,11 @@ def run_rules(run: RunConfig) -> RunConfig:
             raise rule(f"model.top_k={m['top_k']} is more than model.num_experts={m['num_experts']}")
         if m["hidden_size"] % m["num_heads"]:
             raise rule(f"model.hidden_size={m['hidden_size']} is not divisible by model.num_heads={m['num_heads']}")
-        dp = ws // stages
+        dp = ws // (stages * par.tensor_parallel) if ws % (stages * par.tensor_parallel) == 0 else 1
         if dp > 1 and m["num_experts"] % dp:
             raise rule(f"model.num_experts={m['num_experts']} is not divisible by the data/expert-parallel size "
-                       f"{dp} (world_size={ws}, pipeline_stages={stages})")
+                       f"{dp} (world_size={ws}, pipeline_stages={stages}"
+                       + (f", tensor_parallel={par.tensor_parallel})" if par.tensor_parallel > 1 else ")"))
     if par.fusion_impl == "mindspore" and par.grad_compression != "none":
         raise rule(f"fusion_impl=mindspore fuses MindSpore's own gradient all-reduce and cannot be combined with "
                    f"grad_compression={par.grad_compression} (use fusion_impl=perfbench)")
