@@ -65,6 +65,10 @@ class MoEWorkload:
             return dispatch, combine, D, dp_index
 
         layers, costs, C = build_layers(m, tokens=tokens, seq_len=T, seed=seed, ep_for_layer=ep_for_layer, tp=tp)
+        # expert weights (each replica owns its own experts): not all-reduced over the data-parallel group.
+        # By object, not by name: the stage cell renames parameters by position ("1.moe.w1").
+        expert_ids = {id(getattr(layer.moe, n)) for layer in layers if hasattr(layer, "moe")
+                      for n in ("w1", "b1", "w2", "b2")}
         data = SyntheticTokens(int(m["vocab_size"]), T, int(t["batch_size"]), seed, dp_index, M)
 
         reducer_factory = None
@@ -77,7 +81,7 @@ class MoEWorkload:
 
         self.trainer = PipelineTrainer(
             ctx, layers, build_loss(), data.batch, samples_per_microbatch=tokens, layer_costs=costs,
-            local_param_filter=(lambda p: D > 1 and "experts" in p.name),
+            local_param_filter=(lambda p: D > 1 and id(p) in expert_ids),
             aux_weight=float(m["aux_loss_coef"]), stats_size=E + 1, dp_reducer_factory=reducer_factory,
             groups=groups)
         my_moe_layers = sum(1 for i in range(L) if lo <= i + 1 < hi)
