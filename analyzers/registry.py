@@ -106,7 +106,7 @@ REGISTRY: list[AnalysisSpec] = [
                  metrics=("reconciliation_max_rel_diff",)),
     AnalysisSpec("kernels", _lazy("analyzers.kernels", "analysis"), needs=("ops",), tables=("kernels", "top_kernels")),
     AnalysisSpec("collectives", _lazy("analyzers.collectives", "analysis"), needs=("comm_ops",),
-                 tables=("comm_ops", "comm_types", "comm_rank_totals", "comm_bandwidth", "links"),
+                 tables=("comm_ops", "comm_types", "comm_rank_totals", "comm_classes", "comm_bandwidth", "links"),
                  metrics=("comm_wait_ratio",)),
     AnalysisSpec("links", _lazy("analyzers.collectives", "links_analysis"), needs=("links|comm_bandwidth",),
                  tables=("comm_bandwidth", "links")),

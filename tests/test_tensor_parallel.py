@@ -70,3 +70,138 @@ def test_resnet_tensor_parallel_is_a_config_error():
     errs = validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(tensor_parallel=2), 2)
     assert errs == ["parallel.tensor_parallel=2: workload resnet50 has no tensor-parallel implementation (only "
                     "'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1"]
+
+
+# ---------------------------------------------------------------------------------------------- real runs
+# Two 4-rank layouts, launched together (with the session's shared MoE runs, tests/test_pipeline.py) and
+# profiled (level light, steps 1-2):
+#   dp2tp2: 2 replicas x 2 tensor-parallel slices, micro_batches 2, EP_MODEL -> must train like "ep2"
+#           (2 expert-parallel replicas holding whole layers)
+#   tp2pp2: 2 pipeline stages x 2 slices, micro_batches 2 -> must train like "ref" (one process)
+
+TP_SPECS = {"dp2tp2": (4, {"tensor_parallel": 2, "micro_batches": 2}, "ep"),
+            "tp2pp2": (4, {"tensor_parallel": 2, "pipeline_stages": 2, "micro_batches": 2}, "pp")}
+
+
+@pytest.fixture(scope="module")
+def tp_runs(tmp_path_factory):
+    import copy
+    import threading
+
+    from tests.test_pipeline import BASE, EP_MODEL, launch_run, moe_runs
+
+    shared = {}
+    t = threading.Thread(target=lambda: shared.update(moe_runs(tmp_path_factory)))
+    t.start()
+    out = tmp_path_factory.mktemp("tp_runs")
+    runs = {}
+
+    def go(name):
+        ws, par, model = TP_SPECS[name]
+        cfg = copy.deepcopy(BASE)
+        cfg.update(run_id=name, world_size=ws, output_dir=str(out / name / "artifacts"))
+        cfg["parallel"].update(par)
+        cfg["model"] = dict(cfg["model"], **(EP_MODEL if model == "ep" else {}))
+        cfg["profile"] = {"enabled": True, "steps": 2, "level": "light"}
+        runs[name] = launch_run(cfg, timeout_s=300)
+
+    threads = [threading.Thread(target=go, args=(n,)) for n in TP_SPECS]
+    for th in threads:
+        th.start()
+    for th in threads + [t]:
+        th.join()
+    for name, run in runs.items():
+        assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
+    return runs, shared
+
+
+def _losses(run, rank):
+    return [s["loss"] for s in run.steps(rank)]
+
+
+@pytest.mark.msrun
+@pytest.mark.timeout(600)
+def test_tensor_parallel_layouts_train_like_the_unsplit_model(tp_runs):
+    runs, shared = tp_runs
+    ref, ep2 = _losses(shared["ref"], 0), _losses(shared["ep2"], 0)
+    for rank in range(4):  # the tolerance of tests/test_pipeline.py's pipeline-vs-one-process comparisons
+        assert _losses(runs["tp2pp2"], rank) == pytest.approx(ref, rel=2e-4, abs=2e-5), rank
+        assert _losses(runs["dp2tp2"], rank) == pytest.approx(ep2, rel=2e-4, abs=2e-5), rank
+    # samples are counted once per replica (slice 0), like the unsplit runs
+    tot = [sum(runs["dp2tp2"].steps(r)[i]["samples"] for r in range(4)) for i in range(4)]
+    assert tot == [sum(shared["ep2"].steps(r)[i]["samples"] for r in range(2)) for i in range(4)]
+    m = runs["dp2tp2"].meta(1)
+    assert (m["tp_group"], m["dp_group"], m["tp_index"], m["dp_size"]) == ("pb_tp_s0_d0", "pb_dp_stage0_tp1", 1, 2)
+    assert m["parallel_groups"]["pb_tp_s0_d1"] == {"ranks": [2, 3], "kind": "tp", "source": "workload",
+                                                  "label": "pb_tp_s0_d1"}
+    # the expert counters: slice 0 of each replica reports them, and they add up like ep2's two ranks
+    for i in range(4):
+        a, b = runs["dp2tp2"].steps(0)[i], runs["dp2tp2"].steps(2)[i]
+        assert "tokens_per_expert" not in runs["dp2tp2"].steps(1)[i]
+        assert a["tokens_per_expert"] == shared["ep2"].steps(0)[i]["tokens_per_expert"]
+        assert b["tokens_per_expert"] == shared["ep2"].steps(1)[i]["tokens_per_expert"]
+
+
+# Hand-computed collectives per step (model MOE: H=16, E=4, L=2, seq 8, batch 8, fp32 = 4 bytes).
+# Per micro-batch (4 sequences = 32 tokens) and MoE block on a rank, each of forward, the backward's
+# re-materialized forward and backward runs 2 tensor-parallel all-reduces (g/f after/before attention: tokens x H;
+# after/before the experts: the capacity buffer E x C x H) and, with expert parallel, 2 expert collectives.
+def _dp2tp2_expected():
+    C = math.ceil(1.0 * 32 * 2 / 4)  # capacity_factor 1.0 (EP_MODEL): 16 slots per expert
+    tp = 3 * 2 * 2 * (32 * 16 + 4 * C * 16) * 4  # 3 passes x 2 blocks x 2 micro-batches
+    ep = 3 * 2 * 2 * (2 * 2 * 4 * C * 16 * 4)  # dispatch + combine: AllReduce of padded [D=2, E, C, H] each
+    # one flat gradient all-reduce of the weights a tensor-parallel rank shares with its other replica:
+    # embedding 64x16 + positions 8x16; per block: 2 LayerNorms (4 x 16), Q/K/V slice 24x16 + 24,
+    # output projection 16x8 + bias 16, router 16x4; head LayerNorm 32 + Dense 16x64 + 64 (experts stay local)
+    shared = 64 * 16 + 8 * 16 + 2 * (64 + 24 * 16 + 24 + 16 * 8 + 16 + 16 * 4) + 32 + 16 * 64 + 64
+    stats = (2 + 4 + 1) * 4  # the step's loss/aux/expert counters, one small world all-reduce
+    return {"tp": (24, tp), "ep": (24, ep), "dp": (1, shared * 4), "total": (24 + 24 + 1 + 1, tp + ep + shared * 4 + stats)}
+
+
+def _tp2pp2_expected():
+    C = math.ceil(2.0 * 32 * 2 / 4)  # capacity_factor 2.0: 32
+    tp = 3 * 1 * 2 * (32 * 16 + 4 * C * 16) * 4  # one block per stage (costs 0.25, 1, 1, 0.5 split in two)
+    p2p = 2 * 4 * 8 * 16 * 4  # 2 micro-batches' activations (stage 0) or gradients (stage 1) of [4, 8, 16]
+    return {"tp": (12, tp), "total": (12 + 2 + 1, tp + p2p + 28)}
+
+
+@pytest.mark.msrun
+@pytest.mark.timeout(600)
+def test_collectives_per_step_match_hand_counts(tp_runs):
+    runs, _ = tp_runs
+    exp = _dp2tp2_expected()
+    assert exp["total"] == (50, 284892)
+    for r in range(4):
+        for s in runs["dp2tp2"].steps(r):
+            assert (s["collectives"], s["comm_bytes"]) == exp["total"], (r, s["step"])
+        m = runs["dp2tp2"].meta(r)
+        assert (m["tp_collectives_per_step"], m["tp_comm_bytes_per_step"]) == exp["tp"]
+        assert m["expert_comm_bytes_per_step"] == exp["ep"][1]
+        assert m["bytes_per_step_uncompressed"] == exp["dp"][1]
+    exp = _tp2pp2_expected()
+    for r in range(4):
+        for s in runs["tp2pp2"].steps(r)[1:]:  # step 0 of stage 0 also sends the activation shape (9 floats)
+            assert (s["collectives"], s["comm_bytes"]) == exp["total"], (r, s["step"])
+
+
+@pytest.mark.msrun
+@pytest.mark.timeout(600)
+def test_profile_classes_tensor_parallel_and_expert_traffic(tp_runs):
+    """The CPU profile's collectives, classed by the analyzers, agree with the hand counts per step."""
+    from perfbench.ingest import load_run_profile, read_meta, read_spans, read_workload_steps, store_analysis
+
+    runs, _ = tp_runs
+    expect = {"dp2tp2": _dp2tp2_expected(), "tp2pp2": _tp2pp2_expected()}
+    for name, run in runs.items():
+        md = run.art / "metrics"
+        steps, spans = read_workload_steps(md), read_spans(md)
+        prof = load_run_profile(run.art / "profile", run.cfg, steps, read_meta(md))
+        an = store_analysis(None, name, prof, steps, spans, run.cfg)
+        cls = an.tables["comm_classes"]
+        assert cls is not None
+        for (rank, step), g in cls.groupby(["rank", "step"]):
+            got = {c: (int(n), float(b)) for c, n, b in zip(g["comm_class"], g["ops"], g["size_bytes"])}
+            assert got.get("tensor_parallel") == (expect[name]["tp"][0], float(expect[name]["tp"][1])), (name, rank, got)
+            if name == "dp2tp2":
+                assert got.get("expert_dispatch") == (expect[name]["ep"][0], float(expect[name]["ep"][1]))
+            assert None not in got, got  # every collective in the profile got a class

@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from workloads.parallel.rules import stage_layout
+from workloads.parallel.rules import layout_groups, stage_layout
 from workloads.parallel.schedules import schedule as make_schedule
 
 
@@ -77,7 +77,6 @@ def create_groups(rank: int, world: int, stages: int, tp: int = 1):
     in a cycle.
     """
     from workloads.parallel.p2p import make_link
-    from workloads.parallel.rules import layout_groups
 
     prev_link = next_link = dp_group = tp_group = None
     if world <= 1:
@@ -203,6 +202,9 @@ class PipelineTrainer:
         ctx.set_meta(pipeline_stages=self.S, micro_batches=self.M, pipeline_schedule=self.schedule_name,
                      stage=self.stage, dp_index=self.dp_index, dp_size=self.D, tensor_parallel=self.T,
                      tp_index=self.tp_index, dp_group=self.dp_group, tp_group=self.tp_group,
+                     parallel_groups={n: {"ranks": r, "kind": n.split("_")[1], "source": "workload", "label": n}
+                                      for n, r in layout_groups(self.world, self.S, self.T).items()
+                                      if not n.startswith("pb_p2p_")},
                      stage_layers=[lo, hi], stage_bounds=self.bounds,
                      p2p_impl=(self.prev_link or self.next_link).kind if (self.prev_link or self.next_link) else None,
                      stage_params=int(sum(int(np.prod(p.shape)) for p in self.params)),
