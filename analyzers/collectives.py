@@ -123,8 +123,9 @@ def analysis(ctx):
 
     co = comm_op_stats(ctx.table("comm_ops"))
     meta = (ctx.profile.meta or {}) if ctx.profile is not None else {}
-    co["comm_class"] = classify_comm_ops(co, meta.get("parallel_groups"), ctx.table("spans"),
-                                         meta.get("comm_size_classes")).to_numpy() if len(co) else pd.Series(dtype=object)
+    co["comm_class"] = pd.Series(classify_comm_ops(co, meta.get("parallel_groups"), ctx.table("spans"),
+                                                   meta.get("comm_size_classes")).to_numpy() if len(co) else [],
+                                 index=co.index, dtype=object)
     bw = ctx.table("comm_bandwidth")
     wait = pd.to_numeric(co["wait_ratio"], errors="coerce").dropna() if "wait_ratio" in co.columns else []
     return Output(tables={"comm_ops": co, "comm_types": per_type_summary(co) if len(co) else None,

@@ -422,9 +422,9 @@ def comm_class_totals(comm_ops: pd.DataFrame | None) -> pd.DataFrame | None:
     if comm_ops is None or not len(comm_ops) or "comm_class" not in comm_ops.columns:
         return None
     co = comm_ops.assign(comm_class=comm_ops["comm_class"].astype(object).where(comm_ops["comm_class"].notna(), None))
-    co = co.assign(_cls=co["comm_class"].fillna("\0"))
+    co = co.assign(_cls=co["comm_class"].fillna("(unclassified)"))
     t = co.groupby(["rank", "step", "_cls"], dropna=False).agg(
         ops=("op_name", "size"), elapse_ms=("elapse_ms", "sum"),
         size_bytes=("size_bytes", lambda s: s.sum(min_count=1))).reset_index()
-    t["comm_class"] = t["_cls"].where(t["_cls"] != "\0", None)
+    t["comm_class"] = pd.Series([None if c == "(unclassified)" else c for c in t["_cls"]], index=t.index, dtype=object)
     return t[["rank", "step", "comm_class", "ops", "elapse_ms", "size_bytes"]]

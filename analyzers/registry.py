@@ -115,7 +115,7 @@ REGISTRY: list[AnalysisSpec] = [
     AnalysisSpec("stages", _lazy("analyzers.stages", "analysis"), needs=("table:step_breakdown", "table:rank_stages"),
                  tables=("stages",), metrics=("stage_compute_imbalance",)),
     AnalysisSpec("comm_exposure", _lazy("analyzers.comm_exposure", "analysis"), needs=("table:step_breakdown",),
-                 tables=("comm_exposure",), metrics=("exposed_p2p_s", "exposed_collective_s")),
+                 tables=("comm_exposure", "comm_exposure_classes"), metrics=("exposed_p2p_s", "exposed_collective_s")),
     AnalysisSpec("rank_imbalance", _lazy("analyzers.imbalance", "analysis"), needs=("table:step_breakdown",),
                  tables=("rank_imbalance",)),
     AnalysisSpec("slow_ranks", _lazy("analyzers.slow_ranks", "analysis"), needs=("table:comm_ops|links|comm_bandwidth",),

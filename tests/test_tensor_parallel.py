@@ -205,3 +205,103 @@ def test_profile_classes_tensor_parallel_and_expert_traffic(tp_runs):
             if name == "dp2tp2":
                 assert got.get("expert_dispatch") == (expect[name]["ep"][0], float(expect[name]["ep"][1]))
             assert None not in got, got  # every collective in the profile got a class
+
+
+# ---------------------------------------------------------------------------------------------- traffic classes
+
+
+def _co(**cols):
+    import pandas as pd
+
+    n = len(next(iter(cols.values())))
+    base = {"rank": [0] * n, "step": [1] * n, "op_name": [f"op{i}" for i in range(n)], "group": ["g"] * n,
+            "op_type": ["allreduce"] * n, "start_us": [0.0] * n, "elapse_ms": [1.0] * n, "size_bytes": [8.0] * n}
+    base.update(cols)
+    return pd.DataFrame(base)
+
+
+def test_classes_from_group_kinds_hashed_names_and_op_types():
+    from analyzers.parallel_groups import classify_comm_ops, double_hash, groups_from_metadata
+
+    # torch_npu's profiler_metadata.json: the communication files name groups by double_hash(group id)
+    groups = groups_from_metadata({"parallel_group_info": {
+        "g1": {"group_name": "tp", "global_ranks": [0, 1]}, "g2": {"group_name": "dp", "global_ranks": [0, 2]},
+        "g3": {"group_name": "exp", "global_ranks": [0, 2]}, "g4": {"group_name": "pp", "global_ranks": [0, 4]},
+        "g5": {"group_name": "cp", "global_ranks": [0, 8]}}})
+    h = {k: str(double_hash(k)) for k in ("g1", "g2", "g3", "g4", "g5")}
+    co = _co(group=[h["g1"], h["g2"], h["g2"], h["g3"], h["g4"], h["g5"], "unknown", "unknown"],
+             op_type=["allreduce", "allreduce", "alltoall", "alltoallv", "broadcast", "allgather", "allreduce", "recv"])
+    assert classify_comm_ops(co, groups).tolist() == [
+        "tensor_parallel", "dp_grad", "expert_dispatch", "expert_dispatch", "pipeline_p2p", None, None, "pipeline_p2p"]
+    # without any layout: only point-to-point op types get a class, the rest stays null (no guess)
+    assert classify_comm_ops(co, None).tolist() == [None] * 7 + ["pipeline_p2p"]
+
+
+def test_classes_from_workload_spans_and_declared_sizes():
+    import pandas as pd
+
+    from analyzers.parallel_groups import classify_comm_ops, comm_class_totals
+
+    spans = pd.DataFrame({"rank": [0, 0, 1], "step": [1, 1, 1], "kind": ["allreduce", "forward", "send"],
+                          "start_ts": [10.0, 0.0, 10.0], "end_ts": [11.0, 9.0, 11.0]})
+    co = _co(rank=[0, 0, 0, 0, 1], start_us=[10.5e6, 1e6, 2e6, 3e6, 10.2e6],
+             size_bytes=[4096.0, 4096.0, 16384.0, 100.0, 4096.0])
+    co["comm_class"] = classify_comm_ops(co, None, spans, {"4096": "tensor_parallel", "16384": "expert_dispatch"})
+    # inside the gradient all-reduce span: dp_grad, whatever its size; in forward: by declared size; rank 1 sends
+    assert co["comm_class"].tolist() == ["dp_grad", "tensor_parallel", "expert_dispatch", None, "pipeline_p2p"]
+    t = comm_class_totals(co)
+    got = {(r, c): (n, b) for r, c, n, b in zip(t["rank"], t["comm_class"], t["ops"], t["size_bytes"])}
+    assert got == {(0, "dp_grad"): (1, 4096.0), (0, "tensor_parallel"): (1, 4096.0),
+                   (0, "expert_dispatch"): (1, 16384.0), (0, None): (1, 100.0), (1, "pipeline_p2p"): (1, 4096.0)}
+
+
+def test_ascend_profile_without_layout_has_null_classes():
+    import analyzers
+    from analyzers.analyze import analyze
+    from tests.conftest import fixture_path
+
+    p = analyzers.load_profile(fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level1"))
+    co = analyze(p).tables["comm_ops"]
+    assert len(co)
+    p2p = co["op_type"].astype(str).str.lower().isin(["send", "recv"])
+    assert co.loc[~p2p, "comm_class"].isna().all()
+    assert (co.loc[p2p, "comm_class"] == "pipeline_p2p").all()
+
+
+def test_exposure_by_class_hand_computed():
+    import pandas as pd
+
+    from analyzers.comm_exposure import exposure_by_class
+
+    # step window 0-100 us; compute 0-40 and 60-100; a tp all-reduce 30-50 (10 us under compute, 10 exposed)
+    # and one 50-60 (all exposed); an expert collective 70-80 (hidden)
+    ops = pd.DataFrame({"rank": [0, 0], "step": [1, 1], "category": ["compute", "compute"],
+                        "start_us": [0.0, 60.0], "dur_us": [40.0, 40.0]})
+    steps = pd.DataFrame({"rank": [0], "step": [1], "start_us": [0.0], "end_us": [100.0]})
+    co = _co(start_us=[30.0, 50.0, 70.0], elapse_ms=[0.02, 0.01, 0.01],
+             comm_class=["tensor_parallel", "tensor_parallel", "expert_dispatch"])
+    t = exposure_by_class(ops, steps, co).set_index("comm_class")
+    assert t.loc["tensor_parallel", "time_us"] == pytest.approx(30.0)
+    assert t.loc["tensor_parallel", "exposed_us"] == pytest.approx(20.0)
+    assert t.loc["expert_dispatch", "exposed_us"] == pytest.approx(0.0)
+
+
+def test_tensor_parallel_advice_share_and_try():
+    import json
+
+    import pandas as pd
+
+    from analyzers.advice_tp import TP_SHARE, advise_tp
+
+    ex = pd.DataFrame({"rank": [0, 1, 0], "step": [1, 1, 1], "comm_class": ["tensor_parallel"] * 2 + ["dp_grad"],
+                       "time_us": [0.0] * 3, "exposed_us": [30_000.0, 50_000.0, 90_000.0]})
+    steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0, 100_000.0]})
+    rows = advise_tp({"comm_exposure_classes": ex, "steps": steps}, {}, {"parallel": {"tensor_parallel": 4}})
+    assert len(rows) == 1
+    r = rows[0]
+    # (30/100 + 50/100) / 2 = 0.40: a finding (> 0.2), not yet high (> 0.4)
+    assert r["gain_share"] == pytest.approx(0.40) and r["severity"] == "medium"
+    assert r["gain_ms"] == pytest.approx(40.0) and json.loads(r["try"]) == {"parallel.tensor_parallel": 2}
+    assert "Tensor-parallel all-reduce is 40% of the step" in r["message"] and r["ranks"] == [0, 1]
+    small = ex.assign(exposed_us=[TP_SHARE * 100_000.0] * 2 + [0.0])
+    assert advise_tp({"comm_exposure_classes": small, "steps": steps}, {}) == []
