@@ -305,3 +305,30 @@ def test_tensor_parallel_advice_share_and_try():
     assert "Tensor-parallel all-reduce is 40% of the step" in r["message"] and r["ranks"] == [0, 1]
     small = ex.assign(exposed_us=[TP_SHARE * 100_000.0] * 2 + [0.0])
     assert advise_tp({"comm_exposure_classes": small, "steps": steps}, {}) == []
+
+
+# ---------------------------------------------------------------------------------------------- predict
+
+
+def test_predict_covers_tensor_parallel_bytes_per_class():
+    """predict's per-class collectives for dp2 x tp2 are the hand counts the msrun test checks the runs against."""
+    from perfbench.predict.model import predict
+    from tests.test_pipeline import EP_MODEL, PP_MODEL
+    from tests.test_predict import BW, LAT, cal
+
+    c = cal(workload="moe", model=dict(PP_MODEL, **EP_MODEL))
+    r = predict(c, {"world_size": 4, "tensor_parallel": 2, "micro_batches": 2, "batch_size": 8})
+    exp = _dp2tp2_expected()
+    by = r["collectives"]["by_class"]
+    assert (by["tensor_parallel"]["count"], by["tensor_parallel"]["bytes"]) == exp["tp"]
+    assert (by["expert_dispatch"]["count"], by["expert_dispatch"]["bytes"]) == exp["ep"]
+    # each tp all-reduce over 2 ranks: 2 ring hops x LAT + factor 1 x bytes / BW, all of it exposed
+    tp_s = 24 * 2 * LAT + exp["tp"][1] / BW
+    assert by["tensor_parallel"]["time_s"] == pytest.approx(tp_s)
+    no_tp = predict(c, {"world_size": 4, "tensor_parallel": 1, "micro_batches": 2, "batch_size": 8})
+    assert "tensor_parallel" not in no_tp["collectives"]["by_class"]
+    assert r["settings"]["tensor_parallel"] == 2
+    # the gradient all-reduce runs over D = 4 / (1 x 2) = 2 replicas, the tensors split over the 2 slices
+    assert by["dp_grad"]["bytes"] == pytest.approx(sum(c.tensor_bytes) / 2)
+    with pytest.raises(Exception, match="not a multiple of pipeline_stages=1 x tensor_parallel=3"):
+        predict(c, {"world_size": 4, "tensor_parallel": 3})
