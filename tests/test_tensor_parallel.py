@@ -332,3 +332,19 @@ def test_predict_covers_tensor_parallel_bytes_per_class():
     assert by["dp_grad"]["bytes"] == pytest.approx(sum(c.tensor_bytes) / 2)
     with pytest.raises(Exception, match="not a multiple of pipeline_stages=1 x tensor_parallel=3"):
         predict(c, {"world_size": 4, "tensor_parallel": 3})
+
+
+def test_show_lists_traffic_classes_per_rank_step():
+    import pandas as pd
+
+    from perfbench.run_report import traffic_classes
+
+    cls = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 1, 1],
+                        "comm_class": ["tensor_parallel", "tensor_parallel", None, "dp_grad"],
+                        "ops": [24, 24, 1, 2], "elapse_ms": [30.0, 50.0, 1.0, 4.0], "size_bytes": [96.0, 96.0, 8.0, 16.0]})
+    ex = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "comm_class": ["tensor_parallel"] * 2,
+                       "time_us": [30e3, 50e3], "exposed_us": [10e3, 20e3]})
+    t = traffic_classes(cls, ex).set_index("comm_class")
+    assert list(t.index) == ["tensor_parallel", "dp_grad", "unclassified"]  # by time
+    assert t.loc["tensor_parallel", "elapse_ms"] == 40.0 and t.loc["tensor_parallel", "exposed_us"] == 15e3
+    assert t.loc["unclassified", "ops"] == 1
