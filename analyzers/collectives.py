@@ -118,11 +118,19 @@ def rank_totals(comm_ops: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.Data
 
 
 def analysis(ctx):
-    """Registry entry `collectives`: per-op statistics with bandwidths, per type, per rank."""
+    """Registry entry `collectives`: per-op statistics with bandwidths and traffic class
+    (`parallel_groups.classify_comm_ops`), per type, per rank, per class."""
+    from analyzers.parallel_groups import classify_comm_ops, comm_class_totals
+
     co = comm_op_stats(ctx.table("comm_ops"))
+    meta = (ctx.profile.meta or {}) if ctx.profile is not None else {}
+    co["comm_class"] = pd.Series(classify_comm_ops(co, meta.get("parallel_groups"), ctx.table("spans"),
+                                                   meta.get("comm_size_classes")).to_numpy() if len(co) else [],
+                                 index=co.index, dtype=object)
     bw = ctx.table("comm_bandwidth")
     wait = pd.to_numeric(co["wait_ratio"], errors="coerce").dropna() if "wait_ratio" in co.columns else []
     return Output(tables={"comm_ops": co, "comm_types": per_type_summary(co) if len(co) else None,
-                          "comm_rank_totals": rank_totals(co, bw) if len(co) else None},
+                          "comm_rank_totals": rank_totals(co, bw) if len(co) else None,
+                          "comm_classes": comm_class_totals(co) if len(co) else None},
                   metrics={"comm_wait_ratio": float(wait.mean()) if len(wait) else None})
 

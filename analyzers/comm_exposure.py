@@ -20,6 +20,11 @@ Per rank and step (table `comm_exposure`):
     null when none of these is available.
 
 Run-level metrics: `exposed_p2p_s`, `exposed_collective_s` (mean over ranks and steps, seconds).
+
+Table `comm_exposure_classes` splits by traffic class (the `comm_class` the collectives analysis gives each
+collective, analyzers.parallel_groups.classify_comm_ops): per rank, step and class (null: unclassified),
+``time_us`` = |K_class| (union of the class's collectives, clipped to the step) and ``exposed_us`` =
+|K_class ∪ C| - |C| (the part no compute op overlaps), with C the rank's compute ops in the step.
 """
 
 from __future__ import annotations
@@ -141,6 +146,45 @@ def comm_exposure(sb: pd.DataFrame | None, reference: pd.DataFrame | None, ops: 
     return df[EXPOSURE_COLUMNS].reset_index(drop=True)
 
 
+CLASS_EXPOSURE_COLUMNS = ["rank", "step", "comm_class", "time_us", "exposed_us"]
+
+
+def exposure_by_class(ops: pd.DataFrame | None, steps: pd.DataFrame | None,
+                      comm_ops: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The `comm_exposure_classes` table (module docstring); None without classified collectives' times."""
+    need = {"rank", "step", "start_us", "elapse_ms", "comm_class"}
+    if comm_ops is None or not len(comm_ops) or not need <= set(comm_ops.columns):
+        return None
+    co = comm_ops.dropna(subset=["step", "start_us", "elapse_ms"])
+    if co.empty:
+        return None
+    win = {}
+    if steps is not None and len(steps):
+        win = {(int(r), int(s)): (a, b) for r, s, a, b in steps[["rank", "step", "start_us", "end_us"]].itertuples(index=False)}
+    comp: dict = {}
+    if ops is not None and len(ops) and "category" in ops.columns:
+        c = ops[(ops["category"] != "communication") & ops["step"].notna()]
+        for (r, s), g in c.groupby([c["rank"].astype(int), c["step"].astype(int)]):
+            st = g["start_us"].to_numpy(float)
+            comp[(r, s)] = (st, st + g["dur_us"].to_numpy(float))
+    rows = []
+    cls = co["comm_class"].astype(object).where(co["comm_class"].notna(), None).fillna("(unclassified)")
+    for (r, s, k), g in co.groupby([co["rank"].astype(int), co["step"].astype(int), cls]):
+        st = g["start_us"].to_numpy(float)
+        en = st + g["elapse_ms"].to_numpy(float) * 1000.0
+        cst, cen = comp.get((r, s), (np.array([]), np.array([])))
+        if (r, s) in win:
+            lo, hi = win[(r, s)]
+            st, en, cst, cen = np.clip(st, lo, hi), np.clip(en, lo, hi), np.clip(cst, lo, hi), np.clip(cen, lo, hi)
+        cu = union_length(cst, cen) if len(cst) else 0.0
+        both = union_length(np.concatenate([st, cst]), np.concatenate([en, cen]))
+        rows.append({"rank": r, "step": s, "comm_class": None if k == "(unclassified)" else k,
+                     "time_us": union_length(st, en), "exposed_us": both - cu})
+    out = pd.DataFrame(rows, columns=CLASS_EXPOSURE_COLUMNS)
+    out["comm_class"] = pd.Series([r["comm_class"] for r in rows], index=out.index, dtype=object)
+    return out
+
+
 def run_metrics(exp: pd.DataFrame | None) -> dict:
     out = {"exposed_p2p_s": None, "exposed_collective_s": None}
     if exp is None or not len(exp):
@@ -156,4 +200,6 @@ def analysis(ctx):
     p = ctx.profile
     exp = comm_exposure(ctx.table("step_breakdown"), ctx.table("reference_breakdown"), ctx.table("ops"),
                         ctx.table("steps"), ctx.table("comm_ops"))
-    return Output(tables={"comm_exposure": exp}, metrics=run_metrics(exp) if p is not None else {})
+    by_class = exposure_by_class(ctx.table("ops"), ctx.table("steps"), ctx.table("comm_ops"))
+    return Output(tables={"comm_exposure": exp, "comm_exposure_classes": by_class},
+                  metrics=run_metrics(exp) if p is not None else {})

@@ -350,3 +350,82 @@ def analysis(ctx):
     links = global_links(ctx.table("links"), groups)
     return Output(tables={"rank_stages": rank_stages(p) if p is not None else None, "link_totals": link_totals(links),
                           "links": links, "comm_bandwidth": ctx.table("comm_bandwidth")})
+
+
+# ---- traffic classes of collectives ------------------------------------------------------------
+
+#: what a collective is for: data-parallel gradient reduction, tensor-parallel activations (Megatron's f / g),
+#: pipeline point-to-point transfers, expert (MoE) dispatch / combine
+COMM_CLASSES = ("dp_grad", "tensor_parallel", "pipeline_p2p", "expert_dispatch")
+#: a group's kind -> the class of the traffic in it (cp / stage groups: no class)
+KIND_CLASS = {"dp": "dp_grad", "tp": "tensor_parallel", "pp": "pipeline_p2p", "ep": "expert_dispatch"}
+#: the workload's host spans (workloads/parallel/pipeline.py) whose collectives have one class
+SPAN_CLASS = {"allreduce": "dp_grad", "send": "pipeline_p2p", "recv": "pipeline_p2p"}
+
+
+def classify_comm_ops(comm_ops: pd.DataFrame | None, groups: dict | None = None, spans: pd.DataFrame | None = None,
+                      size_classes: dict | None = None) -> pd.Series:
+    """The traffic class of every collective (`COMM_CLASSES`, None when nothing says), first rule that applies:
+
+    1. point-to-point op types (send, recv, batchSendRecv) -> pipeline_p2p;
+    2. the op's group is a known group with a kind (profiler_metadata / db META_DATA / communication_group
+       labels, or the groups a perfbench workload names, `rules.layout_groups`): tp -> tensor_parallel,
+       ep -> expert_dispatch, pp -> pipeline_p2p, dp -> dp_grad, except an all-to-all in a dp group, which
+       is expert dispatch (MoE layouts whose experts are sharded over the data-parallel ranks);
+    3. its start lies in a workload host span of one class (`SPAN_CLASS`: the gradient all-reduce span,
+       the pipeline send / recv spans);
+    4. its payload size is one the workload declared for a class (`comm_size_classes` in the run's meta:
+       {bytes: class}, for the collectives inside the stage's compute on CPU profiles, which record no
+       group; a size two classes share is not declared).
+    """
+    if comm_ops is None or not len(comm_ops):
+        return pd.Series([], dtype=object)
+    from analyzers.ascend.common import comm_op_type
+
+    out = pd.Series([None] * len(comm_ops), index=comm_ops.index, dtype=object)
+    types = comm_ops["op_type"].astype(str).str.lower() if "op_type" in comm_ops.columns else \
+        comm_ops["op_name"].astype(str).str.rsplit("/", n=1).str[-1].map(comm_op_type)
+    out[types.isin(["send", "recv"]).to_numpy()] = "pipeline_p2p"
+    groups = groups or {}
+    if groups and "group" in comm_ops.columns:
+        for i, (g, t) in enumerate(zip(comm_ops["group"], types)):
+            if out.iat[i] is not None:
+                continue
+            e = groups.get(str(g))
+            kind = _kind(g, e) if e is not None else None
+            if kind == "dp" and t in ("alltoall", "alltoallv"):
+                out.iat[i] = "expert_dispatch"
+            elif kind in KIND_CLASS:
+                out.iat[i] = KIND_CLASS[kind]
+    if spans is not None and len(spans) and {"rank", "kind", "start_ts", "end_ts"} <= set(spans.columns) \
+            and "start_us" in comm_ops.columns:
+        sp = spans[spans["kind"].isin(list(SPAN_CLASS))]
+        by_rank = {int(r): g for r, g in sp.groupby("rank")}
+        for i, (r, st) in enumerate(zip(comm_ops["rank"], pd.to_numeric(comm_ops["start_us"], errors="coerce"))):
+            if out.iat[i] is not None or pd.isna(st) or int(r) not in by_rank:
+                continue
+            g = by_rank[int(r)]
+            hit = g[(g["start_ts"] * 1e6 <= st) & (st <= g["end_ts"] * 1e6)]
+            if len(hit):
+                out.iat[i] = SPAN_CLASS[str(hit["kind"].iloc[0])]
+    if size_classes and "size_bytes" in comm_ops.columns:
+        sc = {float(k): v for k, v in size_classes.items() if v in COMM_CLASSES}
+        size = pd.to_numeric(comm_ops["size_bytes"], errors="coerce")
+        for i, s in enumerate(size):
+            if out.iat[i] is None and pd.notna(s) and float(s) in sc:
+                out.iat[i] = sc[float(s)]
+    return out
+
+
+def comm_class_totals(comm_ops: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Table `comm_classes`: per rank, step and traffic class (null: unclassified), the collectives' count,
+    summed time and bytes."""
+    if comm_ops is None or not len(comm_ops) or "comm_class" not in comm_ops.columns:
+        return None
+    co = comm_ops.assign(comm_class=comm_ops["comm_class"].astype(object).where(comm_ops["comm_class"].notna(), None))
+    co = co.assign(_cls=co["comm_class"].fillna("(unclassified)"))
+    t = co.groupby(["rank", "step", "_cls"], dropna=False).agg(
+        ops=("op_name", "size"), elapse_ms=("elapse_ms", "sum"),
+        size_bytes=("size_bytes", lambda s: s.sum(min_count=1))).reset_index()
+    t["comm_class"] = pd.Series([None if c == "(unclassified)" else c for c in t["_cls"]], index=t.index, dtype=object)
+    return t[["rank", "step", "comm_class", "ops", "elapse_ms", "size_bytes"]]

@@ -158,6 +158,7 @@ _ABBREV = {
     "comm_fusion": "cf",
     "fusion_impl": "fi",
     "pipeline_stages": "pp",
+    "tensor_parallel": "tp",
     "micro_batches": "mb",
     "pipeline_schedule": "sch",
     "batch_size": "bs",

@@ -122,6 +122,8 @@ class Parallel(Section):
     fusion_impl: Literal["perfbench", "mindspore"] = Field(
         "perfbench", description="perfbench (own bucketing) | mindspore (MindSpore's comm_fusion)")
     pipeline_stages: int = _int(1, 1024, 1, "S; world_size = S x data-parallel size")
+    tensor_parallel: int = _int(1, 1024, 1, "T (moe only): attention heads and feed-forward split over T ranks, "
+                                "Megatron-style; world_size = data-parallel x T x S")
     micro_batches: int = _int(1, 4096, 1, "M; with S = 1 it is gradient accumulation")
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
     zero_stage: Literal[0, 1, 2] = Field(

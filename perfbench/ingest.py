@@ -67,7 +67,7 @@ def load_run_profile(root: Path, run_config: dict, steps: pd.DataFrame, meta: di
 
     m0 = meta.get(0, {})
     pmeta = {"world_size": run_config["world_size"], "run_id": run_config.get("run_id")}
-    for k in ("comm_dtype_bytes", "comm_group"):
+    for k in ("comm_dtype_bytes", "comm_group", "comm_size_classes", "parallel_groups"):
         if k in m0:
             pmeta[k] = m0[k]
     return analyzers.load_profile(root, hints={"workload_steps": steps if not steps.empty else None, "meta": pmeta})

@@ -203,6 +203,20 @@ def top_collectives(comm: pd.DataFrame, top: int) -> pd.DataFrame:
     return g.agg(**agg).reset_index().sort_values("total_elapse_ms", ascending=False).head(top)
 
 
+def traffic_classes(classes: pd.DataFrame | None, exposure: pd.DataFrame | None) -> pd.DataFrame | None:
+    """Per traffic class (analyzers.parallel_groups.COMM_CLASSES; "unclassified" where nothing says), the mean
+    over ranks and steps of the collectives per rank-step: count, bytes, time, and the part no compute overlaps."""
+    if classes is None or classes.empty or "comm_class" not in classes:
+        return None
+    name = classes["comm_class"].astype(object).where(classes["comm_class"].notna(), "unclassified")
+    per = classes.assign(comm_class=name).groupby("comm_class").agg(
+        ops=("ops", "mean"), size_bytes=("size_bytes", "mean"), elapse_ms=("elapse_ms", "mean"))
+    if exposure is not None and not exposure.empty and "exposed_us" in exposure:
+        ename = exposure["comm_class"].astype(object).where(exposure["comm_class"].notna(), "unclassified")
+        per["exposed_us"] = exposure.assign(comm_class=ename).groupby("comm_class")["exposed_us"].mean()
+    return per.reset_index().sort_values("elapse_ms", ascending=False)
+
+
 def pipeline_stages(pipe: pd.DataFrame) -> pd.DataFrame:
     """Per stage, medians over steps: window, busy, bubble (and its share) next to the ideal (S-1)/(M+S-1)."""
     cols = [c for c in ("ranks", "window_us", "busy_us", "bubble_us", "bubble_fraction", "ideal_fraction",
@@ -329,6 +343,12 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
                              "total_elapse_ms": "total", "mean_elapse_ms": "mean", "size_bytes": "size",
                              "busbw_gbps": "bus bw", "wait_ratio": "wait"},
                             f"Top collectives (by total time, all ranks and steps, top {top})"))
+
+    tc = traffic_classes(tables.get("comm_classes"), tables.get("comm_exposure_classes"))
+    if tc is not None:
+        console.print(table(tc, {"comm_class": "traffic class", "ops": "collectives", "size_bytes": "bytes",
+                                 "elapse_ms": "time", "exposed_us": "not overlapped"},
+                            "Collectives by traffic class (per rank and step, mean; profiled steps)"))
 
     pipe = tables.get("pipeline")
     if pipe is not None and not pipe.empty and "stage" in pipe:

@@ -243,7 +243,9 @@ def collectives_table(rid: str):
     c = data.get().table(rid, "comm_ops")
     if c is None or c.empty:
         return empty("no collectives recorded")
-    key = [k for k in ("op_type", "op_name") if k in c.columns][:2]
+    key = [k for k in ("comm_class", "op_type", "op_name") if k in c.columns]
+    if "comm_class" in key:
+        c = c.assign(comm_class=c["comm_class"].astype(object).where(c["comm_class"].notna(), "unclassified"))
     g = c.groupby(key)
     df = pd.DataFrame({"count": g.size()})
     if "size_bytes" in c.columns:
@@ -254,9 +256,21 @@ def collectives_table(rid: str):
         if bw in c.columns:
             df[bw] = g[bw].mean()
     df = df.reset_index().sort_values("time_ms" if "time_ms" in df.columns else "count", ascending=False)
-    return html.Div([html.P("per collective: mean over ranks and steps; algbw = bytes / time, busbw = algbw × the "
-                            "collective's bus factor (allreduce 2(n−1)/n)", style={"fontSize": "12px", "color": "#555"}),
-                     table(df, id="run-collectives")])
+    from perfbench.run_report import traffic_classes
+
+    d = data.get()
+    tc = traffic_classes(d.table(rid, "comm_classes"), d.table(rid, "comm_exposure_classes"))
+    by_class = []
+    if tc is not None:
+        if "exposed_us" in tc.columns:
+            tc["exposed_ms"] = pd.to_numeric(tc.pop("exposed_us"), errors="coerce") / 1000.0
+        by_class = [html.P("by traffic class (data-parallel gradient, tensor-parallel, pipeline p2p, expert dispatch; "
+                           "per rank and step, mean; exposed = not overlapped by compute)",
+                           style={"fontSize": "12px", "color": "#555"}), table(tc, id="run-comm-classes")]
+    return html.Div(by_class + [html.P("per collective: mean over ranks and steps; algbw = bytes / time, busbw = algbw × "
+                                       "the collective's bus factor (allreduce 2(n−1)/n)",
+                                       style={"fontSize": "12px", "color": "#555"}),
+                                table(df, id="run-collectives")])
 
 
 def advice_list(rid: str):

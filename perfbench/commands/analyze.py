@@ -227,6 +227,14 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
                       "-" if row.wait_ratio_mean != row.wait_ratio_mean else f"{row.wait_ratio_mean:.2f}",
                       "-" if row.busbw_gbps_mean != row.busbw_gbps_mean else f"{row.busbw_gbps_mean:.2f}")
         c.print(t)
+    from perfbench.run_report import table as report_table
+    from perfbench.run_report import traffic_classes
+
+    tc = traffic_classes(analysis.tables.get("comm_classes"), analysis.tables.get("comm_exposure_classes"))
+    if tc is not None:
+        c.print(report_table(tc, {"comm_class": "traffic class", "ops": "collectives", "size_bytes": "bytes",
+                                  "elapse_ms": "time", "exposed_us": "not overlapped"},
+                             "collectives by traffic class (per rank and step, mean)"))
     k = analysis.tables.get("kernels")
     if k is not None and len(k):
         t = Table(title="top kernel types by time")

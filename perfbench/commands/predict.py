@@ -28,7 +28,7 @@ examples:
 """
 
 #: --set keys the model understands, with their types
-SETTABLE = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int,
+SETTABLE = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int, "tensor_parallel": int,
             "pipeline_schedule": str, "comm_fusion": str, "grad_compression": str, "compression_ratio": float,
             "compute_scale": float, "zero_stage": int, "recompute": str, "optimizer": str}
 #: keys only the memory model (--memory) knows

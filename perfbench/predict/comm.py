@@ -15,7 +15,14 @@ gradients are cut into buckets by `comm_fusion` (the workload's own `plan_bucket
 each bucket in fp32, `fp16` in fp16 (half the bytes), `powersgd` two all-reduces (P and Q) per bucket of
 `compression_ratio` x the bytes, `topk` two all-gathers (values, indices) per bucket of ratio x the bytes.
 With pipeline stages S > 1 each stage all-reduces its 1/S of the gradients in one flat buffer over the
-D = world_size / S replicas.
+D = world_size / (S x T) replicas.
+
+Tensor parallel T > 1 (workload moe, `layout_collectives`): per micro-batch and MoE block on a rank, forward,
+the backward's re-materialized forward and backward each run 2 all-reduces over the T ranks (Megatron's g / f
+around attention: tokens x hidden; around the experts: the capacity buffer experts x capacity x hidden), and with
+D > 1 the expert dispatch / combine over the D replicas (workloads/parallel/experts.comm_bytes_per_call). The
+byte counts are the workload's own functions (workloads/parallel/tensor.py), the ones its step records use.
+Each Collective carries its traffic class (`cls`, analyzers.parallel_groups.COMM_CLASSES).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ class Collective:
     n: int  # ranks in the group
     bytes: float  # nccl-tests size convention (see module doc)
     ready_fraction: float = 1.0  # share of the backward pass done when its bucket is ready (overlap window)
+    cls: str = "dp_grad"  # traffic class (analyzers.parallel_groups.COMM_CLASSES)
 
 
 def steps(op_type: str, n: int) -> int:
@@ -76,9 +84,12 @@ def plan(settings: dict, tensor_bytes: list[float], world_size: int | None = Non
     """The gradient collectives one rank issues per step for `settings` (see the module doc)."""
     n_world = int(world_size if world_size is not None else settings["world_size"])
     S = int(settings.get("pipeline_stages") or 1)
-    D = max(1, n_world // S)
+    T = int(settings.get("tensor_parallel") or 1)
+    D = max(1, n_world // (S * T))
     if D <= 1 or not tensor_bytes:
         return []
+    if T > 1:  # approximation: every gradient tensor split over the T slices (replicated ones are not)
+        return [Collective("allreduce", D, sum(tensor_bytes) / (S * T), 1.0)]
     if S > 1:
         return [Collective("allreduce", D, sum(tensor_bytes) / S, 1.0)]
     kind = str(settings.get("grad_compression") or "none")
@@ -101,3 +112,38 @@ def plan(settings: dict, tensor_bytes: list[float], world_size: int | None = Non
     from perfbench.errors import UserError
 
     raise UserError(f"grad_compression={kind!r}: the model knows none, fp16, powersgd, topk")
+
+
+def layout_collectives(workload: str, model: dict | None, settings: dict) -> list[Collective]:
+    """The tensor-parallel and expert collectives one rank of the busiest stage issues per step (module doc);
+    [] for workloads / layouts without them or when the model config is unknown."""
+    if workload != "moe" or not model:
+        return []
+    from workloads.moe.model import capacity  # pure Python (no MindSpore at import)
+    from workloads.parallel.experts import comm_bytes_per_call
+    from workloads.parallel.pipeline import partition
+    from workloads.parallel.tensor import moe_tp_comm_per_microbatch
+
+    n = int(settings["world_size"])
+    S, T = int(settings.get("pipeline_stages") or 1), int(settings.get("tensor_parallel") or 1)
+    M = int(settings.get("micro_batches") or 1)
+    D = max(1, n // (S * T))
+    H, L, E, k = (int(model[x]) for x in ("hidden_size", "num_layers", "num_experts", "top_k"))
+    tokens = int(settings["batch_size"]) // M * int(model["seq_len"])
+    C = capacity(tokens, E, k, float(model["capacity_factor"]))
+    costs = [0.25] + [1.0] * L + [0.5]
+    blocks = max(sum(1 for i in range(L) if lo <= i + 1 < hi) for lo, hi in partition(costs, S))
+    out: list[Collective] = []
+    if T > 1:
+        both, _ = moe_tp_comm_per_microbatch(tokens, H, E, C, T)
+        attn = tokens * H * 4  # g after attention: tokens x hidden; the rest is the experts' buffer
+        experts = both - attn
+        for _ in range(3 * blocks * M):
+            out += [Collective("allreduce", T, attn, 1.0, "tensor_parallel"),
+                    Collective("allreduce", T, experts, 1.0, "tensor_parallel")]
+    if D > 1:
+        impl = "allgather+allreduce" if S == 1 and T == 1 else "allreduce+allreduce"
+        nbytes, calls = comm_bytes_per_call(impl, D, E, C, H)
+        for _ in range(3 * blocks * M):
+            out += [Collective("allreduce", D, nbytes / calls, 1.0, "expert_dispatch") for _ in range(calls)]
+    return out

@@ -55,6 +55,8 @@ class Calibration:
     residual: float = 0.0
     reference: dict = field(default_factory=dict)  # settings --set starts from
     notes: list[str] = field(default_factory=list)
+    workload: str = ""
+    model: dict = field(default_factory=dict)  # model config of the runs (comm.layout_collectives)
 
 
 # ---- fitting ---------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ def fit(obs: list[Observation]) -> Calibration:
                        cores=next((o.cpus for o in obs if o.cpus), None),
                        notes=["fitted by perfbench predict from " + ", ".join(o.run_id for o in obs)])
     cal = Calibration(inputs=[o.run_id for o in obs], batch_ref=b_ref, base_ref_s=base_ref, tensor_bytes=tensors,
-                      machine=machine, notes=notes)
+                      machine=machine, notes=notes, workload=obs[0].workload, model=dict(obs[0].model or {}))
     shares = [o.computing_s / (o.computing_s + o.free_s) for o in plain if o.computing_s + o.free_s > 0]
     cal.compute_share = _median(shares) or 1.0
     # compression compute, per kind
@@ -231,12 +233,33 @@ def per_microbatch(cal: Calibration, n: int, hw: Hardware) -> tuple[float, float
     return h, k, note
 
 
+def _by_class(colls, link) -> dict:
+    """{traffic class: {count, bytes, time_s}} of one rank's collectives per step."""
+    out: dict = {}
+    for c in colls:
+        e = out.setdefault(c.cls, {"count": 0, "bytes": 0.0, "time_s": 0.0})
+        e["count"] += 1
+        e["bytes"] += c.bytes
+        if link is not None:
+            e["time_s"] += sum(comm.cost(c, link.latency_us / 1e6, link.bandwidth_gbps * 1e9))
+    return out
+
+
 def _comm(cal: Calibration, s: dict, hw: Hardware, backward_s: float) -> dict:
     colls = comm.plan(s, cal.tensor_bytes or [])
     S = int(s.get("pipeline_stages") or 1)
-    D = max(1, int(s["world_size"]) // S)
-    out = {"count": len(colls), "bytes": sum(c.bytes for c in colls), "latency_terms": sum(comm.steps(c.op_type, c.n) for c in colls),
-           "latency_s": 0.0, "bytes_s": 0.0, "total_s": 0.0, "exposed_s": 0.0, "overlapped_s": 0.0, "link": None}
+    T = int(s.get("tensor_parallel") or 1)
+    D = max(1, int(s["world_size"]) // (S * T))
+    # tensor-parallel collectives run inside the compute, on its critical path: all exposed. Expert dispatch is
+    # reported per class but not added (the calibration's base time already holds it, as before issue 26)
+    layout = comm.layout_collectives(cal.workload, cal.model, s)
+    layout_link = hw.link(T) if T > 1 else (hw.link(int(s["world_size"])) if layout else None)
+    layout_s = sum(sum(comm.cost(c, layout_link.latency_us / 1e6, layout_link.bandwidth_gbps * 1e9))
+                   for c in layout if c.cls == "tensor_parallel")
+    out = {"count": len(colls) + len(layout), "bytes": sum(c.bytes for c in colls + layout),
+           "latency_terms": sum(comm.steps(c.op_type, c.n) for c in colls + layout),
+           "latency_s": 0.0, "bytes_s": 0.0, "total_s": layout_s, "exposed_s": layout_s, "overlapped_s": 0.0, "link": None,
+           "by_class": {**_by_class(colls, hw.link(D) if colls else None), **_by_class(layout, layout_link)}}
     if D > 1 and not cal.tensor_bytes:
         raise UserError("the calibration runs tell nothing about the gradients' sizes (no run with collectives): "
                         "add a run on 2 or more ranks to --from")
@@ -258,16 +281,19 @@ def _comm(cal: Calibration, s: dict, hw: Hardware, backward_s: float) -> dict:
         exposed = max(0.0, end - backward_s)
     else:
         exposed = total * (1.0 - hw.overlap_fraction)
-    out.update(total_s=total, exposed_s=exposed, overlapped_s=total - exposed)
+    out.update(total_s=total + layout_s, exposed_s=exposed + layout_s, overlapped_s=total - exposed)
     return out
 
 
 def _check(s: dict) -> None:
     n, S, M = int(s["world_size"]), int(s["pipeline_stages"]), int(s["micro_batches"])
-    if n < 1 or S < 1 or M < 1:
-        raise UserError(f"world_size, pipeline_stages and micro_batches must be >= 1, got {n}, {S}, {M}")
+    T = int(s.get("tensor_parallel") or 1)
+    if n < 1 or S < 1 or M < 1 or T < 1:
+        raise UserError(f"world_size, pipeline_stages, micro_batches and tensor_parallel must be >= 1, got {n}, {S}, {M}, {T}")
     if n % S:
         raise UserError(f"pipeline_stages={S} must divide world_size={n}")
+    if n % (S * T):
+        raise UserError(f"world_size={n} is not a multiple of pipeline_stages={S} x tensor_parallel={T}")
     if s["pipeline_schedule"] not in ("gpipe", "1f1b"):
         raise UserError(f"pipeline_schedule={s['pipeline_schedule']!r}: the model knows gpipe and 1f1b")
     if S > 1 and s["pipeline_schedule"] == "1f1b" and M < S:
@@ -301,7 +327,7 @@ def _step(cal: Calibration, s: dict, hw: Hardware) -> dict:
     c = _comm(cal, s, hw, last_backward)
     kind = str(s["grad_compression"])
     comp = 0.0
-    D = int(s["world_size"]) // S
+    D = int(s["world_size"]) // (S * int(s.get("tensor_parallel") or 1))
     if kind != "none" and D > 1:
         if kind in cal.compression_s_per_byte:
             comp = cal.compression_s_per_byte[kind] * sum(cal.tensor_bytes or []) * (hw.compute_scale or 1.0)
@@ -323,7 +349,7 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
     hw = hw or cal.machine
     s = dict(cal.reference or {})
     s.update({k: v for k, v in target.items() if v is not None})
-    for k in ("world_size", "micro_batches", "pipeline_stages"):
+    for k in ("world_size", "micro_batches", "pipeline_stages", "tensor_parallel"):
         s[k] = int(s.get(k) or 1)
     s.setdefault("grad_compression", "none")
     s.setdefault("comm_fusion", 0)
@@ -332,8 +358,8 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
     r = _step(cal, s, hw)
     step = r["step_time_s"]
     S = s["pipeline_stages"]
-    one = _step(cal, dict(s, world_size=S), hw)  # one replica: the scaling baseline
-    D = s["world_size"] // S
+    one = _step(cal, dict(s, world_size=S * s["tensor_parallel"]), hw)  # one replica: the scaling baseline
+    D = s["world_size"] // (S * s["tensor_parallel"])
     thr, thr1 = r["samples"] / step, one["samples"] / one["step_time_s"]
     sigma = math.sqrt(cal.noise ** 2 + cal.residual ** 2)
     assumptions = [
@@ -363,8 +389,10 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
         "comm_share": r["comm"]["total_s"] / step if step > 0 else None,
         "bubble_fraction": r["bubble_fraction"],
         "breakdown": r["breakdown"],
-        "collectives": {k: r["comm"][k] for k in ("count", "bytes", "latency_terms", "latency_s", "bytes_s", "total_s", "link")},
-        "settings": {k: s.get(k) for k in ("world_size", "batch_size", "micro_batches", "pipeline_stages", "pipeline_schedule",
+        "collectives": {k: r["comm"][k] for k in ("count", "bytes", "latency_terms", "latency_s", "bytes_s", "total_s", "link",
+                                                  "by_class")},
+        "settings": {k: s.get(k) for k in ("world_size", "batch_size", "micro_batches", "pipeline_stages", "tensor_parallel",
+                                            "pipeline_schedule",
                                             "comm_fusion", "grad_compression", "compression_ratio")},
         "hardware": hw.name,
         "inputs": list(cal.inputs),

@@ -21,7 +21,8 @@ from perfbench.errors import UserError
 
 #: the settings the model knows, with the workload's defaults (docs/config.md)
 KNOBS = {"world_size": 1, "batch_size": None, "micro_batches": 1, "pipeline_stages": 1, "pipeline_schedule": "1f1b",
-         "comm_fusion": 0, "grad_compression": "none", "compression_ratio": 0.01, "fusion_impl": "perfbench"}
+         "comm_fusion": 0, "grad_compression": "none", "compression_ratio": 0.01, "fusion_impl": "perfbench",
+         "tensor_parallel": 1}
 
 
 @dataclass
@@ -44,6 +45,7 @@ class Observation:
     grad_bytes: float | None = None
     workload: str = ""
     cpus: int | None = None  # cores of the machine the run measured
+    model: dict = field(default_factory=dict)  # the run's model config (layout_collectives needs moe's sizes)
 
     @property
     def comm_total_s(self) -> float:
@@ -68,7 +70,7 @@ def settings_of(record: dict) -> dict:
     s = {k: par.get(k, v) for k, v in KNOBS.items()}
     s["world_size"] = int(cfg.get("world_size") or (record.get("settings") or {}).get("world_size") or 1)
     s["batch_size"] = train.get("batch_size")
-    for k in ("micro_batches", "pipeline_stages"):
+    for k in ("micro_batches", "pipeline_stages", "tensor_parallel"):
         s[k] = int(s[k] or 1)
     return s
 
@@ -137,7 +139,7 @@ def _observe(store, record: dict, m: dict, samples: list[float] | None, quantile
     s = settings_of(record)
     tensor_bytes = None
     if (len(co) and str(s["comm_fusion"]) in ("0", "0.0") and s["grad_compression"] == "none"
-            and s["pipeline_stages"] == 1 and s["fusion_impl"] == "perfbench"):
+            and s["pipeline_stages"] == 1 and s["fusion_impl"] == "perfbench" and s["tensor_parallel"] == 1):
         tensor_bytes = [float(b) for b in co["size_bytes"]]
     grad = float(sum(tensor_bytes)) if tensor_bytes else None
     return Observation(
@@ -146,7 +148,7 @@ def _observe(store, record: dict, m: dict, samples: list[float] | None, quantile
         computing_s=parts["computing_s"] * scale, comm_exposed_s=parts["communication_not_overlapped_s"] * scale,
         overlapped_s=parts["overlapped_s"] * scale, free_s=parts["free_s"] * scale,
         collectives=co, tensor_bytes=tensor_bytes, grad_bytes=grad, workload=str((record.get("config") or {}).get("workload") or ""),
-        cpus=(record.get("env") or {}).get("cpus"))
+        cpus=(record.get("env") or {}).get("cpus"), model=dict((record.get("config") or {}).get("model") or {}))
 
 
 def resolve_runs(store, names: list[str]) -> list[dict]:

@@ -22,12 +22,14 @@ def capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) 
     return max(1, int(math.ceil(capacity_factor * tokens * top_k / num_experts)))
 
 
-def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer):
+def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer, tp=None):
     """Return ``(layers, costs, expert_param_names)``.
 
     ``ep_for_layer(i) -> (dispatch, combine, ep_size, ep_rank)`` gives the expert communication for MoE
     block i (block index from 0), or None to build the block with every expert local (a block that
     lives on another pipeline stage: built only so every rank draws the same initial weights).
+    ``tp = (make_f_g, T, t)``: tensor parallel over T ranks, this rank t (``workloads.parallel.tensor``;
+    ``make_f_g()`` returns a fresh pair of Megatron's f / g Cells); None: no tensor parallelism.
     """
     import mindspore as ms
     from mindspore import Parameter, Tensor, nn, ops
@@ -38,6 +40,9 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer)
     cf = float(m["capacity_factor"])
     C = capacity(tokens, E, k, cf)
     hd = H // nh
+    make_f_g, TP, tpr = tp if tp is not None and tp[1] > 1 else (None, 1, 0)
+    if TP > 1:
+        from workloads.parallel.tensor import column_slice, qkv_rows
 
     class Embedding(nn.Cell):
         def __init__(self):
@@ -50,10 +55,20 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer)
             return self.tok(ids) + self.pos
 
     class Attention(nn.Cell):
-        def __init__(self):
+        def __init__(self, index=0):
             super().__init__()
-            self.qkv = nn.Dense(H, 3 * H)
-            self.proj = nn.Dense(H, H)
+            qkv, proj = nn.Dense(H, 3 * H), nn.Dense(H, H)  # the full layers, drawn alike for every T
+            self.tp = TP > 1
+            if self.tp:  # column-parallel Q/K/V (this rank's heads), row-parallel output projection
+                rows, cols = qkv_rows(H, TP, tpr), column_slice(H, TP, tpr)
+                self.qkv_w = Parameter(Tensor(qkv.weight.asnumpy()[rows]), name=f"attn{index}.qkv_tp.weight")
+                self.qkv_b = Parameter(Tensor(qkv.bias.asnumpy()[rows]), name=f"attn{index}.qkv_tp.bias")
+                self.proj_w = Parameter(Tensor(proj.weight.asnumpy()[:, cols]), name=f"attn{index}.proj_tp.weight")
+                self.proj_b = Parameter(Tensor(proj.bias.asnumpy()), name=f"attn{index}.proj.bias")
+                self.tp_f, self.tp_g = make_f_g()
+            else:
+                self.qkv, self.proj = qkv, proj
+            self.nh = nh // TP
             mask = np.triu(np.full((T, T), -1e9, np.float32), k=1)
             self.mask = Tensor(mask)
             self.scale = 1.0 / math.sqrt(hd)
@@ -61,11 +76,18 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer)
 
         def construct(self, x):
             b = x.shape[0]
-            qkv = self.qkv(x.reshape(b * T, H)).reshape(b, T, 3, nh, hd).transpose(2, 0, 3, 1, 4)
-            q, kk, v = qkv[0], qkv[1], qkv[2]  # [b, nh, T, hd]
+            if self.tp:
+                xf = self.tp_f(x.reshape(b * T, H))
+                qkv = ops.matmul(xf, self.qkv_w.transpose(1, 0)) + self.qkv_b
+            else:
+                qkv = self.qkv(x.reshape(b * T, H))
+            qkv = qkv.reshape(b, T, 3, self.nh, hd).transpose(2, 0, 3, 1, 4)
+            q, kk, v = qkv[0], qkv[1], qkv[2]  # [b, nh / TP, T, hd]
             att = ops.matmul(q, kk.transpose(0, 1, 3, 2)) * self.scale + self.mask
             att = self.softmax(att)
-            y = ops.matmul(att, v).transpose(0, 2, 1, 3).reshape(b * T, H)
+            y = ops.matmul(att, v).transpose(0, 2, 1, 3).reshape(b * T, self.nh * hd)
+            if self.tp:
+                return (self.tp_g(ops.matmul(y, self.proj_w.transpose(1, 0))) + self.proj_b).reshape(b, T, H)
             return self.proj(y).reshape(b, T, H)
 
     class MoE(nn.Cell):
@@ -80,8 +102,14 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer)
             rng = np.random.default_rng([seed, 7919, index])
             w1 = rng.normal(0, 1 / math.sqrt(H), (E, H, F)).astype(np.float32)[r * El:(r + 1) * El]
             w2 = rng.normal(0, 1 / math.sqrt(F), (E, F, H)).astype(np.float32)[r * El:(r + 1) * El]
+            Fl = F // TP
+            self.tp = TP > 1
+            if self.tp:  # column-parallel w1 (F / T columns), row-parallel w2 (the matching rows)
+                cols = column_slice(F, TP, tpr)
+                w1, w2 = np.ascontiguousarray(w1[:, :, cols]), np.ascontiguousarray(w2[:, cols, :])
+                self.tp_f, self.tp_g = make_f_g()
             self.w1 = Parameter(Tensor(w1), name=f"experts{index}.w1")
-            self.b1 = Parameter(Tensor(np.zeros((El, 1, F), np.float32)), name=f"experts{index}.b1")
+            self.b1 = Parameter(Tensor(np.zeros((El, 1, Fl), np.float32)), name=f"experts{index}.b1")
             self.w2 = Parameter(Tensor(w2), name=f"experts{index}.w2")
             self.b2 = Parameter(Tensor(np.zeros((El, 1, H), np.float32)), name=f"experts{index}.b2")
             self.softmax = nn.Softmax(axis=-1)
@@ -108,8 +136,12 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer)
             buf = ops.matmul(disp.transpose(1, 0), xf).reshape(E, self.C, H)
             if self.dispatch is not None:
                 buf = self.dispatch(buf)  # [El, W*C, H]
-            h = self.gelu(ops.bmm(buf, self.w1) + self.b1)
-            out = ops.bmm(h, self.w2) + self.b2
+            if self.tp:
+                h = self.gelu(ops.bmm(self.tp_f(buf), self.w1) + self.b1)
+                out = self.tp_g(ops.bmm(h, self.w2)) + self.b2
+            else:
+                h = self.gelu(ops.bmm(buf, self.w1) + self.b1)
+                out = ops.bmm(h, self.w2) + self.b2
             if self.combine is not None:
                 out = self.combine(out)  # [E, C, H]
             y = ops.matmul(comb, out.reshape(E * self.C, H))
@@ -124,7 +156,7 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer)
         def __init__(self, index, ep):
             super().__init__()
             self.ln1 = nn.LayerNorm((H,))
-            self.attn = Attention()
+            self.attn = Attention(index)
             self.ln2 = nn.LayerNorm((H,))
             self.moe = MoE(index, ep)
 

@@ -1,6 +1,8 @@
 """Pipeline parallelism on a host loop: stage partitioning, GPipe / 1F1B execution, micro-batch accumulation.
 
-Layout: ``world_size = S x D``; rank r is stage ``r // D``, data-parallel replica ``r % D`` (``rules.stage_layout``).
+Layout: ``world_size = S x D x T``; rank r is stage ``r // (D*T)``, data-parallel replica ``(r % (D*T)) // T``,
+tensor-parallel slice ``r % T`` (``rules.stage_layout``; T = ``parallel.tensor_parallel``, 1 unless the workload
+splits its layers, see ``tensor.py``).
 Stage s of replica d talks to stage s+1 of replica d through a ``p2p`` link; the D replicas of a stage
 all-reduce their gradients after the flush.  With S = 1 the same loop is plain gradient accumulation over
 M micro-batches.
@@ -27,7 +29,7 @@ import math
 
 import numpy as np
 
-from workloads.parallel.rules import stage_layout
+from workloads.parallel.rules import layout_groups, stage_layout
 from workloads.parallel.schedules import schedule as make_schedule
 
 
@@ -65,37 +67,42 @@ def world_group_name() -> str:
     return GlobalComm.WORLD_COMM_GROUP
 
 
-def create_groups(rank: int, world: int, stages: int):
-    """``(prev_link, next_link, dp_group)`` of this rank; links/groups it is not part of are None.
+def create_groups(rank: int, world: int, stages: int, tp: int = 1):
+    """``(prev_link, next_link, dp_group)`` of this rank, and ``tp_group`` as a fourth item when ``tp > 1``;
+    links/groups it is not part of are None.
 
-    Pairs ``(s, d) <-> (s+1, d)`` get a p2p link; the D replicas of a stage share ``dp_group`` (the world
-    group when S = 1).  Every rank walks the same global order, so group creation cannot wait in a cycle.
+    Pairs ``(s, d, t) <-> (s+1, d, t)`` get a p2p link; the D replicas of a stage (tensor-parallel slice t)
+    share ``dp_group`` (the world group when S = 1 and T = 1); the T slices of a replica share ``tp_group``.
+    Names: ``rules.layout_groups``.  Every rank walks the same global order, so group creation cannot wait
+    in a cycle.
     """
     from workloads.parallel.p2p import make_link
 
-    prev_link = next_link = dp_group = None
+    prev_link = next_link = dp_group = tp_group = None
     if world <= 1:
-        return prev_link, next_link, dp_group
+        return (prev_link, next_link, dp_group) + ((tp_group,) if tp > 1 else ())
     from mindspore.communication import create_group
 
-    _, _, D = stage_layout(rank, world, stages)
-    for d in range(D):
+    per_stage = world // stages
+    _, _, D = stage_layout(rank, world, stages, tp)
+    for i in range(per_stage):
         for s in range(stages - 1):
-            a, b = s * D + d, (s + 1) * D + d
+            a, b = s * per_stage + i, (s + 1) * per_stage + i
             if rank == a:
                 next_link = make_link(a, b)
             elif rank == b:
                 prev_link = make_link(b, a)
-    if D > 1:
-        if stages == 1:
-            dp_group = world_group_name()
-        else:
-            for s in range(stages):
-                ranks = list(range(s * D, (s + 1) * D))
-                if rank in ranks:
-                    dp_group = f"pb_dp_stage{s}"
-                    create_group(dp_group, ranks)
-    return prev_link, next_link, dp_group
+    if D > 1 and stages == 1 and tp == 1:
+        dp_group = world_group_name()
+    for name, ranks in layout_groups(world, stages, tp).items():
+        if rank not in ranks or name.startswith("pb_p2p_"):
+            continue
+        create_group(name, ranks)
+        if name.startswith("pb_dp_"):
+            dp_group = name
+        elif name.startswith("pb_tp_"):
+            tp_group = name
+    return (prev_link, next_link, dp_group) + ((tp_group,) if tp > 1 else ())
 
 
 def _build_stage_cell(ms, nn, ops, layers, stats_size: int):
@@ -138,8 +145,10 @@ class PipelineTrainer:
         self.S = int(par.get("pipeline_stages", 1) or 1)
         self.M = int(par.get("micro_batches", 1) or 1)
         self.schedule_name = str(par.get("pipeline_schedule", "1f1b"))
+        self.T = int(par.get("tensor_parallel", 1) or 1)
         self.rank, self.world = ctx.rank, ctx.world_size
-        self.stage, self.dp_index, self.D = stage_layout(self.rank, self.world, self.S)
+        self.stage, self.dp_index, self.D = stage_layout(self.rank, self.world, self.S, self.T)
+        self.tp_index = self.rank % self.T
         self.first, self.last = self.stage == 0, self.stage == self.S - 1
         self.batch_fn = batch_fn
         self.samples_per_mb = int(samples_per_microbatch)
@@ -172,15 +181,16 @@ class PipelineTrainer:
 
         # --- communication groups (the workload may have created them already, to build its layers) ----------
         if groups is None:
-            groups = create_groups(self.rank, self.world, self.S)
-        self.prev_link, self.next_link, self.dp_group = groups
+            groups = create_groups(self.rank, self.world, self.S, self.T)
+        self.prev_link, self.next_link, self.dp_group = groups[:3]
+        self.tp_group = groups[3] if len(groups) > 3 else None
         self.world_group = world_group_name() if self.world > 1 else None
 
         # --- gradient all-reduce over the stage's data-parallel replicas ------------------------------------
         shared = [tuple(p.shape) for p, loc in zip(self.params, self.local_mask) if not loc]
         self.reducer, self.reducer_info, self.reducer_comm = None, {}, []
         if self.D > 1 and shared:
-            if dp_reducer_factory is not None and self.S == 1:
+            if dp_reducer_factory is not None and self.S == 1 and self.T == 1:
                 self.reducer, self.reducer_info, self.reducer_comm = dp_reducer_factory(shared, self.D)
             else:
                 nbytes = sum(int(math.prod(s)) * 4 for s in shared)
@@ -193,7 +203,11 @@ class PipelineTrainer:
             self._warm_up()
         self.actions = make_schedule(self.schedule_name, self.S, self.M, self.stage)
         ctx.set_meta(pipeline_stages=self.S, micro_batches=self.M, pipeline_schedule=self.schedule_name,
-                     stage=self.stage, dp_index=self.dp_index, dp_size=self.D,
+                     stage=self.stage, dp_index=self.dp_index, dp_size=self.D, tensor_parallel=self.T,
+                     tp_index=self.tp_index, dp_group=self.dp_group, tp_group=self.tp_group,
+                     parallel_groups={n: {"ranks": r, "kind": n.split("_")[1], "source": "workload", "label": n}
+                                      for n, r in layout_groups(self.world, self.S, self.T).items()
+                                      if not n.startswith("pb_p2p_")},
                      stage_layers=[lo, hi], stage_bounds=self.bounds,
                      p2p_impl=(self.prev_link or self.next_link).kind if (self.prev_link or self.next_link) else None,
                      stage_params=int(sum(int(np.prod(p.shape)) for p in self.params)),
@@ -381,10 +395,11 @@ class PipelineTrainer:
             dist.all_reduce(t, group=self.world_group)
             ctx.count_collective(t.nbytes, 1)
             vec = t.asnumpy().astype(np.float64)
-            vec[0] /= self.D  # mean over the last stage's replicas
+            vec[0] /= self.D * self.T  # mean over the last stage's replicas (the T slices hold the same loss)
         return {
             "loss": float(vec[0]),
-            "samples": self.samples_per_mb * self.M if self.last else 0,
+            # the T slices of a replica train the same samples: counted once, by slice 0
+            "samples": self.samples_per_mb * self.M if self.last and self.tp_index == 0 else 0,
             "_aux_loss_sum": float(vec[1]),
             "_stats": vec[2:2 + self.stats_size],
             "_local_stats": stats_sum[: self.stats_size],

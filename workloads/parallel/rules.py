@@ -35,22 +35,61 @@ def pipeline_units(workload: str, model_cfg: dict) -> int | None:
     return None
 
 
-def stage_layout(rank: int, world_size: int, stages: int) -> tuple[int, int, int]:
-    """(stage, dp_index, dp_size) of a rank: ranks of one stage are contiguous (stage = rank // dp_size)."""
-    dp = world_size // stages
-    return rank // dp, rank % dp, dp
+def stage_layout(rank: int, world_size: int, stages: int, tp: int = 1) -> tuple[int, int, int]:
+    """(stage, dp_index, dp_size) of a rank: ranks of one stage are contiguous; within a stage the T
+    tensor-parallel ranks of one replica are contiguous (Megatron's order, tensor parallel innermost):
+    ``rank = stage * (D * T) + dp_index * T + tp_index`` with ``D = world_size / (stages * T)``."""
+    per_stage = world_size // stages
+    return rank // per_stage, (rank % per_stage) // tp, per_stage // tp
+
+
+def tp_index(rank: int, tp: int = 1) -> int:
+    """This rank's position in its tensor-parallel group (see ``stage_layout``)."""
+    return rank % tp
+
+
+def layout_groups(world_size: int, stages: int, tp: int = 1) -> dict[str, list[int]]:
+    """Every communication group of the layout, by name -> global ranks (what ``pipeline.create_groups``
+    creates; the names carry the kind first, ``analyzers.parallel_groups.kind_of`` reads them):
+
+    * ``pb_tp_s{s}_d{d}``: the T tensor-parallel ranks of replica d on stage s (T > 1),
+    * ``pb_dp_stage{s}`` (T = 1) / ``pb_dp_stage{s}_tp{t}`` (T > 1): the D data-parallel replicas of stage s
+      (tensor-parallel slice t) - gradient all-reduce and, for the MoE workload, expert dispatch/combine;
+      with S = 1 and T = 1 this is the world group, named by MindSpore,
+    * ``pb_p2p_{a}_{b}``: pipeline neighbours (stage s, replica d, slice t) <-> (s + 1, d, t).
+    """
+    from workloads.parallel.p2p import pair_group_name
+
+    per_stage = world_size // stages
+    D = per_stage // tp
+    out: dict[str, list[int]] = {}
+    for s in range(stages):
+        base = s * per_stage
+        if tp > 1:
+            for d in range(D):
+                out[f"pb_tp_s{s}_d{d}"] = [base + d * tp + t for t in range(tp)]
+        if D > 1 and (stages > 1 or tp > 1):
+            for t in range(tp):
+                name = f"pb_dp_stage{s}" if tp == 1 else f"pb_dp_stage{s}_tp{t}"
+                out[name] = [base + d * tp + t for d in range(D)]
+    for s in range(stages - 1):
+        for i in range(per_stage):
+            a, b = s * per_stage + i, (s + 1) * per_stage + i
+            out[pair_group_name(a, b)] = [a, b]
+    return out
 
 
 def parallel_layout(workload: str, model_cfg: dict, parallel_cfg: dict, train_cfg: dict, rank: int,
                     world_size: int) -> tuple[int, int, int, int, int]:
-    """Validate a workload's parallel settings for this rank and return (S, M, stage, dp_index, D).
-    Raises ConfigError naming every problem."""
+    """Validate a workload's parallel settings for this rank and return (S, M, stage, dp_index, D)
+    (D: data-parallel size, world_size / (S x tensor_parallel)). Raises ConfigError naming every problem."""
     problems = validate_parallel(workload, model_cfg, parallel_cfg, world_size, train_cfg=train_cfg)
     if problems:
         raise ConfigError("; ".join(problems))
     S = int(parallel_cfg.get("pipeline_stages", 1) or 1)
     M = int(parallel_cfg.get("micro_batches", 1) or 1)
-    stage, dp_index, D = stage_layout(rank, world_size, S)
+    T = int(parallel_cfg.get("tensor_parallel", 1) or 1)
+    stage, dp_index, D = stage_layout(rank, world_size, S, T)
     return S, M, stage, dp_index, D
 
 
@@ -66,6 +105,9 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
     S = _int(par.get("pipeline_stages", 1))
     M = _int(par.get("micro_batches", 1))
     sched = par.get("pipeline_schedule", "1f1b")
+    T = _int(par.get("tensor_parallel", 1))
+    if T is None or T < 1:
+        errs.append(f"parallel.tensor_parallel must be a positive integer, got {par.get('tensor_parallel')!r}")
     if S is None or S < 1:
         errs.append(f"parallel.pipeline_stages must be a positive integer, got {par.get('pipeline_stages')!r}")
     if M is None or M < 1:
@@ -78,7 +120,20 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
     if ws % S != 0:
         errs.append(f"parallel.pipeline_stages={S} does not divide world_size={ws} "
                     f"(world_size = pipeline_stages x data-parallel size)")
-    dp = ws // S if ws % S == 0 else None
+    elif ws % (S * T) != 0:
+        errs.append(f"world_size={ws} is not a multiple of parallel.pipeline_stages={S} x "
+                    f"parallel.tensor_parallel={T} (world_size = data-parallel x tensor-parallel x pipeline stages)")
+    dp = ws // (S * T) if ws % (S * T) == 0 else None
+    if T > 1 and workload != "moe":
+        errs.append(f"parallel.tensor_parallel={T}: workload {workload} has no tensor-parallel implementation "
+                    f"(only 'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1")
+    if T > 1 and par.get("grad_compression", "none") != "none":
+        errs.append(f"parallel.grad_compression={par.get('grad_compression')!r} with parallel.tensor_parallel={T} is "
+                    f"not supported (compression runs on the world group only); use grad_compression='none'")
+    if T > 1 and par.get("comm_fusion", 0) not in (0, None):
+        errs.append(f"parallel.comm_fusion={par.get('comm_fusion')!r} with parallel.tensor_parallel={T} is not "
+                    f"supported (the data-parallel gradients of a tensor-parallel layout go in one flat all-reduce "
+                    f"per group); use comm_fusion=0")
     if S > 1 and sched == "1f1b" and M < S:
         errs.append(f"parallel.micro_batches={M} is less than parallel.pipeline_stages={S}: 1F1B needs at least "
                     f"one micro-batch per stage (use micro_batches >= {S} or pipeline_schedule='gpipe')")
@@ -114,7 +169,7 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
 
     errs += _validate_memory_knobs(workload, par, train_cfg or {}, ws, S, M)
     if workload == "moe":
-        errs += _validate_moe(model_cfg, par, S, dp)
+        errs += _validate_moe(model_cfg, par, S, dp, T)
     return errs
 
 
@@ -145,7 +200,7 @@ def _validate_memory_knobs(workload: str, par: dict, train: dict, ws: int, S: in
     return errs
 
 
-def _validate_moe(m: dict, par: dict, S: int, dp: int | None) -> list[str]:
+def _validate_moe(m: dict, par: dict, S: int, dp: int | None, T: int = 1) -> list[str]:
     errs: list[str] = []
     need = ("vocab_size", "seq_len", "hidden_size", "num_layers", "num_heads", "num_experts", "top_k",
             "capacity_factor", "aux_loss_coef")
@@ -169,11 +224,22 @@ def _validate_moe(m: dict, par: dict, S: int, dp: int | None) -> list[str]:
         return errs
     if ints["hidden_size"] % ints["num_heads"]:
         errs.append(f"model.hidden_size={ints['hidden_size']} is not divisible by model.num_heads={ints['num_heads']}")
+    if T > 1:
+        F = _int(m.get("ffn_hidden_size") or 2 * ints["hidden_size"])
+        if ints["num_heads"] % T:
+            errs.append(f"parallel.tensor_parallel={T} does not divide model.num_heads={ints['num_heads']} "
+                        f"(every tensor-parallel rank owns num_heads / T attention heads)")
+        if ints["hidden_size"] % T:
+            errs.append(f"parallel.tensor_parallel={T} does not divide model.hidden_size={ints['hidden_size']}")
+        if F is None or F % T:
+            errs.append(f"parallel.tensor_parallel={T} does not divide the feed-forward size "
+                        f"model.ffn_hidden_size={F} (default 2 x hidden_size)")
     if ints["top_k"] > ints["num_experts"]:
         errs.append(f"model.top_k={ints['top_k']} is more than model.num_experts={ints['num_experts']}")
     if dp and ints["num_experts"] % dp:
         errs.append(f"model.num_experts={ints['num_experts']} is not divisible by the expert-parallel size {dp} "
-                    f"(world_size / parallel.pipeline_stages): every rank must own the same number of experts")
+                    f"(world_size / (parallel.pipeline_stages x parallel.tensor_parallel)): every rank must own the "
+                    f"same number of experts")
     if par.get("fusion_impl", "perfbench") == "mindspore" and (dp or 1) > 1:
         errs.append("parallel.fusion_impl='mindspore' is not supported for workload moe (MindSpore's gradient "
                     "reducer would all-reduce the expert weights, which each rank owns alone); use 'perfbench'")
