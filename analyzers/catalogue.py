@@ -125,6 +125,10 @@ _ALL = [
            "measured steps", "num", "mean over layers and steps"),
     Metric("dropped_tokens_per_step", "dropped/step", "count", "lower",
            "tokens dropped by expert capacity per step, summed over ranks", "num", _STEP),
+    Metric("skipped_steps", "skipped steps", "count", "lower",
+           "steps after warm-up whose optimizer update was skipped because the fp16 gradients overflowed "
+           "(train.precision fp16, dynamic loss scaling; workload step records `overflow`, a step counts when "
+           "any rank skipped it); null for runs without loss scaling", "int", "count over steps after warm-up"),
     Metric("profiler_overhead", "profiler overhead", "ratio", "lower",
            "median step time of profiled steps / median step time of unprofiled steps of the same run - 1",
            "pct", "one value per run", kind="share"),

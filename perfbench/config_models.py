@@ -83,6 +83,20 @@ class Train(Section):
                                  "`sweep --resume` continues a killed run from its last checkpoint")
     data: Annotated[str, WrapValidator(lambda v, h: _data_folder(h(v)))] = Field(
         "synthetic", description="synthetic, or an image folder (ResNet: mindspore.dataset.ImageFolderDataset)")
+    precision: Annotated[Literal["fp32", "fp16", "bf16"], WrapValidator(lambda v, h: _cpu_precision(h(v)))] = Field(
+        "fp32", description="fp32 | fp16 (MindSpore AMP O2 + dynamic loss scaling) | bf16 (Ascend only: the CPU "
+        "backend has no bf16 MatMul/Conv2D kernels)")
+    loss_scale: float = Field(2.0 ** 16, ge=1, le=2.0 ** 64, description="fp16: initial dynamic loss scale")
+    loss_scale_window: int = _int(1, 1_000_000, 1000, "fp16: steps without overflow before the loss scale doubles")
+
+
+def _cpu_precision(value: str) -> str:
+    if value == "bf16":  # workloads/runner.py runs on the CPU backend only
+        raise PydanticCustomError("invalid", "cannot run on the MindSpore CPU backend perfbench launches: it has no "
+                                  "bf16 kernels for MatMul, Conv2D, BatchNorm, Softmax or the loss (only Add, Mul, "
+                                  "Cast); use fp16 or fp32 here (bf16 is the usual choice on Ascend, "
+                                  "docs/workloads.md)")
+    return value
 
 
 def _data_folder(value: str) -> str:
@@ -111,6 +125,9 @@ class Parallel(Section):
     pipeline_stages: int = _int(1, 1024, 1, "S; world_size = S x data-parallel size")
     micro_batches: int = _int(1, 4096, 1, "M; with S = 1 it is gradient accumulation")
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    overlap_grad_comm: bool = Field(False, description="true: all-reduce each gradient bucket asynchronously as soon "
+                                    "as backward produced it (PyNative hooks), waited before the optimizer; false: "
+                                    "all-reduce after the whole backward")
 
 
 class Slurm(Section):
@@ -175,6 +192,9 @@ class Inject(Section):
     delay_ms: float = Field(0, ge=0, description="every rank sleeps this long in every step")
     busy_ms: float = Field(0, ge=0, description="every rank burns this much CPU time in every step (a slowdown "
                                                 "that costs CPU like a code regression, unlike delay_ms's sleep)")
+    overflow_step: int | None = Field(None, ge=0, description="train.precision fp16: the loss is scaled by a further "
+                                      "1e30 at this step, so its gradients overflow: the update is skipped and the "
+                                      "loss scale halves")
 
 
 MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel}
