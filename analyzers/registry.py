@@ -130,7 +130,7 @@ REGISTRY: list[AnalysisSpec] = [
                           "overlapped_s", "free_s", "preparing_s", "bubble_s", "comm_share", "kernel_utilization",
                           "collectives_per_step", "comm_bytes_per_step", "measured_steps", "samples_per_step",
                           "profiler_overhead", "profiled_step_time_s", "loss_first", "loss_last",
-                          "dropped_tokens_per_step", "ranks", "steps")),
+                          "dropped_tokens_per_step", "skipped_steps", "ranks", "steps")),
     AnalysisSpec("checkpoint_cost", _lazy("analyzers.checkpoint_cost", "analysis"), needs=("workload_steps",),
                  metrics=("checkpoint_cost", "checkpoint_save_s")),
     AnalysisSpec("capture_cost", _lazy("analyzers.capture_cost", "analysis"), needs=("workload_steps",),
