@@ -30,7 +30,7 @@ examples:
 #: --set keys the model understands, with their types
 SETTABLE = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int,
             "pipeline_schedule": str, "comm_fusion": str, "grad_compression": str, "compression_ratio": float,
-            "compute_scale": float}
+            "compute_scale": float, "precision": str, "overlap_grad_comm": "bool"}
 
 
 def register(sub) -> None:
@@ -75,6 +75,13 @@ def parse_sets(sets: list[str]) -> list[dict]:
             raise UserError(f"--set {key}: unknown setting (known: {', '.join(SETTABLE)})")
         vals = []
         for v in value.split(","):
+            if SETTABLE[key] == "bool":
+                if v.strip().lower() not in ("true", "false"):
+                    raise UserError(f"--set {key}={v!r}: expected true or false")
+                vals.append(v.strip().lower() == "true")
+                continue
+            if key == "precision" and v.strip() not in ("fp32", "fp16", "bf16"):
+                raise UserError(f"--set precision={v!r}: expected fp32, fp16 or bf16")
             try:
                 vals.append(SETTABLE[key](v.strip()))
             except ValueError:
