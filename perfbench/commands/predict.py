@@ -13,7 +13,8 @@ calibrated on stored runs (--from). The model (docs/predict.md): per-rank time o
 the runs' step times and profiled breakdown, scaled by samples per replica, plus a fixed cost per extra
 micro-batch; one cost per collective, latency x ring hops + algorithm factor (all-reduce 2(n-1)/n,
 all-gather (n-1)/n, broadcast 1) x bytes / bandwidth, with the buckets comm_fusion makes and the bytes
-compression sends (fp16: half; powersgd/topk: compression_ratio); the overlap of buckets with backward;
+compression sends (fp16: half; powersgd/topk: compression_ratio); the overlap of buckets with backward
+(overlap_grad_comm); compute per precision (precision: fp32/fp16/bf16, gradients stay fp32);
 pipelines through the GPipe/1F1B schedule simulator. Latency and bandwidth are fitted from the runs'
 own collectives, or taken from a hardware profile (--hardware ascend910: published Ascend 910 HCCS/RoCE
 figures, cited in the file), so a CPU-measured job can be projected onto another machine; every
@@ -23,6 +24,7 @@ examples:
   perfbench predict --from quickstart-20261123-101500 --set world_size=8
   perfbench predict --from SWEEP --set comm_fusion=all --set grad_compression=fp16 --json
   perfbench predict --from SWEEP --set world_size=1,2,4,8,16 --hardware ascend910
+  perfbench predict --from SWEEP --set overlap_grad_comm=false,true --set precision=fp16
   perfbench predict --from SWEEP --save-hardware my-machine.yaml      # write the fitted machine profile
   perfbench predict --replay ../shared/fixtures/ascend/.../level1      # replay check on an Ascend profile
 """
