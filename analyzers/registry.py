@@ -131,6 +131,8 @@ REGISTRY: list[AnalysisSpec] = [
                           "collectives_per_step", "comm_bytes_per_step", "measured_steps", "samples_per_step",
                           "profiler_overhead", "profiled_step_time_s", "loss_first", "loss_last",
                           "dropped_tokens_per_step", "skipped_steps", "ranks", "steps")),
+    AnalysisSpec("grad_overlap", _lazy("analyzers.grad_overlap", "analysis"), needs=("spans",),
+                 metrics=("grad_comm_wait_s", "grad_buckets_early")),
     AnalysisSpec("checkpoint_cost", _lazy("analyzers.checkpoint_cost", "analysis"), needs=("workload_steps",),
                  metrics=("checkpoint_cost", "checkpoint_save_s")),
     AnalysisSpec("capture_cost", _lazy("analyzers.capture_cost", "analysis"), needs=("workload_steps",),

@@ -111,3 +111,27 @@ def test_precision_scales_compute_but_not_the_gradient_bytes():
 def test_a_precision_the_hardware_lacks_is_a_user_error():
     with pytest.raises(UserError, match="precision='bf16': test has no kernels for it"):
         predict(cal(), {"precision": "bf16"}, hw(precisions=["fp32", "fp16"]))
+
+
+# ---- grad_overlap: the overlapped run's own spans ---------------------------------------------------------
+
+
+def test_grad_overlap_metrics_from_spans_by_hand():
+    from analyzers.grad_overlap import analysis
+    from analyzers.registry import Context
+
+    rows = []
+    for step in (0, 1, 2):  # step 0 is warm-up
+        for rank in (0, 1):
+            t = 100.0 * step
+            wait = 0.2 if rank == 0 else 0.4
+            rows += [{"rank": rank, "step": step, "kind": "backward", "start_ts": t, "end_ts": t + 1.0},
+                     {"rank": rank, "step": step, "kind": "allreduce_wait", "start_ts": t + 1.0, "end_ts": t + 1.0 + wait}]
+            # 4 buckets: 3 issued during backward, the last one after it
+            rows += [{"rank": rank, "step": step, "kind": "allreduce", "start_ts": t + s, "end_ts": t + 1.5}
+                     for s in (0.3, 0.6, 0.9, 1.05)]
+    out = analysis(Context(spans=pd.DataFrame(rows), config={"train": {"warmup_steps": 1}}))
+    assert out.metrics["grad_comm_wait_s"] == pytest.approx((0.2 + 0.4) / 2)
+    assert out.metrics["grad_buckets_early"] == pytest.approx(0.75)
+    none = analysis(Context(spans=pd.DataFrame([r for r in rows if r["kind"] != "allreduce_wait"]), config={}))
+    assert none.metrics == {}  # a run without overlap: unknown, not 0

@@ -24,16 +24,25 @@ PYN = {"train": {"mode": "pynative", "steps": 5, "warmup_steps": 1}, "profile": 
        "parallel": {"comm_fusion": 0.1}}
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def _launch(tmp_path_factory, *specs):
     out = tmp_path_factory.mktemp("precov")
     got = {}
-    for name, over in (("fp16", FP16), ("overlap", {**PYN, "parallel": {**PYN["parallel"], "overlap_grad_comm": True}}),
-                       ("after", PYN)):
+    for name, over in specs:
         run = launch(out, name, over)
         assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
         got[name] = run
     return got
+
+
+@pytest.fixture(scope="module")
+def fp16_run(tmp_path_factory):
+    return _launch(tmp_path_factory, ("fp16", FP16))["fp16"]
+
+
+@pytest.fixture(scope="module")
+def overlap_runs(tmp_path_factory):
+    return _launch(tmp_path_factory, ("overlap", {**PYN, "parallel": {**PYN["parallel"], "overlap_grad_comm": True}}),
+                   ("after", PYN))
 
 
 def expected_scales(steps: int, overflow_at: int, start: float = 1024.0, window: int = 3) -> list[float]:
@@ -52,8 +61,8 @@ def expected_scales(steps: int, overflow_at: int, start: float = 1024.0, window:
 
 @pytest.mark.msrun
 @pytest.mark.timeout(600)
-def test_fp16_loss_scaling_trains_records_its_scale_and_skips_the_overflowed_step(runs):
-    run = runs["fp16"]
+def test_fp16_loss_scaling_trains_records_its_scale_and_skips_the_overflowed_step(fp16_run):
+    run = fp16_run
     assert expected_scales(STEPS, OVERFLOW_AT)[:8] == [1024, 1024, 1024, 2048, 2048, 2048, 4096, 2048]
     for rank in (0, 1):
         steps = run.steps(rank)
@@ -70,8 +79,8 @@ def test_fp16_loss_scaling_trains_records_its_scale_and_skips_the_overflowed_ste
 
 @pytest.mark.msrun
 @pytest.mark.timeout(600)
-def test_overlapped_all_reduce_is_issued_during_backward_and_gives_the_same_training(runs):
-    on, off = runs["overlap"], runs["after"]
+def test_overlapped_all_reduce_is_issued_during_backward_and_gives_the_same_training(overlap_runs):
+    on, off = overlap_runs["overlap"], overlap_runs["after"]
     for rank in (0, 1):
         meta = on.meta(rank)
         assert meta["overlap_grad_comm"] is True and meta["buckets"] > 2

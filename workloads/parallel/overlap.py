@@ -39,6 +39,7 @@ class OverlapTrainStep:
                      "compression_ratio_measured": 1.0, "overlap_impl": "pynative hooks + async all_reduce"}
         self.comm = [(sum(nbytes), len(self.buckets))]
         self._all_reduce = mint.distributed.all_reduce
+        self._net_loss = net_loss
         self._grad_fn = ms.value_and_grad(net_loss, None, self.params)
         for i, p in enumerate(self.params):
             p.register_hook(self._hook(i))
@@ -67,6 +68,7 @@ class OverlapTrainStep:
         self._issued.append((k, buf, handle, time.time()))
 
     def set_train(self, mode: bool = True):
+        self._net_loss.set_train(mode)  # BatchNorm: batch statistics while training
         return self
 
     def __call__(self, x, y):
