@@ -131,6 +131,19 @@ _ALL = [
            "measured steps", "num", "mean over layers and steps"),
     Metric("dropped_tokens_per_step", "dropped/step", "count", "lower",
            "tokens dropped by expert capacity per step, summed over ranks", "num", _STEP, series="dropped_tokens"),
+    Metric("skipped_steps", "skipped steps", "count", "lower",
+           "steps after warm-up whose optimizer update was skipped because the fp16 gradients overflowed "
+           "(train.precision fp16, dynamic loss scaling; workload step records `overflow`, a step counts when "
+           "any rank skipped it); null for runs without loss scaling", "int", "count over steps after warm-up"),
+    Metric("grad_comm_wait_s", "grad comm wait ms", "s", "lower",
+           "parallel.overlap_grad_comm: per rank and step, host time after backward returned until the last "
+           "asynchronous gradient all-reduce completed (workload span allreduce_wait; the exposed gradient "
+           "communication, an upper bound: PyNative kernels still queued count too; analyzers.grad_overlap)",
+           "ms", _RANKS_MEAN),
+    Metric("grad_buckets_early", "buckets early", "share", "higher",
+           "parallel.overlap_grad_comm: per rank and step, share of gradient buckets whose all-reduce was issued "
+           "before backward ended (workload spans allreduce vs backward; analyzers.grad_overlap)", "pct",
+           _RANKS_MEAN, kind="share"),
     Metric("profiler_overhead", "profiler overhead", "ratio", "lower",
            "median step time of profiled steps / median step time of unprofiled steps of the same run - 1",
            "pct", "one value per run", kind="share"),

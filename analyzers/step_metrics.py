@@ -161,6 +161,10 @@ def run_metrics(series: pd.DataFrame, workload_steps: pd.DataFrame | None = None
     if ws is not None and not ws.empty and "loss" in ws.columns and ws["loss"].notna().any():
         by_step = ws.dropna(subset=["loss"]).groupby("step")["loss"].mean().sort_index()
         m["loss_first"], m["loss_last"] = float(by_step.iloc[0]), float(by_step.iloc[-1])
+    if ws is not None and not ws.empty and "overflow" in ws.columns and ws["overflow"].notna().any():
+        after = set(series["step"]) if "step" in series else set()  # the series holds the steps after warm-up
+        hit = ws[ws["step"].isin(after) & ws["overflow"].fillna(False).astype(bool)]
+        m["skipped_steps"] = int(hit["step"].nunique())
     m["ranks"] = ranks
     m["steps"] = int(step_breakdown["step"].nunique()) if step_breakdown is not None and len(step_breakdown) else None
     return {k: _plain(v) for k, v in m.items() if not (v is None and k not in SERIES_COLUMN)}

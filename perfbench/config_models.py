@@ -96,6 +96,20 @@ class Train(Section):
     dispatch_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(None, description=(
         "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: 1 for "
         "a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"))
+    precision: Annotated[Literal["fp32", "fp16", "bf16"], WrapValidator(lambda v, h: _cpu_precision(h(v)))] = Field(
+        "fp32", description="fp32 | fp16 (MindSpore AMP O2 + dynamic loss scaling) | bf16 (Ascend only: the CPU "
+        "backend has no bf16 MatMul/Conv2D kernels)")
+    loss_scale: float = Field(2.0 ** 16, ge=1, le=2.0 ** 64, description="fp16: initial dynamic loss scale")
+    loss_scale_window: int = _int(1, 1_000_000, 1000, "fp16: steps without overflow before the loss scale doubles")
+
+
+def _cpu_precision(value: str) -> str:
+    if value == "bf16":  # workloads/runner.py runs on the CPU backend only
+        raise PydanticCustomError("invalid", "cannot run on the MindSpore CPU backend perfbench launches: it has no "
+                                  "bf16 kernels for MatMul, Conv2D, BatchNorm, Softmax or the loss (only Add, Mul, "
+                                  "Cast); use fp16 or fp32 here (bf16 is the usual choice on Ascend, "
+                                  "docs/workloads.md)")
+    return value
 
 
 def _data_folder(value: str) -> str:
@@ -129,6 +143,9 @@ class Parallel(Section):
     zero_stage: Literal[0, 1, 2] = Field(
         0, description="ZeRO: 0 = replicated; 1 = optimizer state sharded over the data-parallel ranks; "
         "2 = optimizer state and gradients sharded (CPU: emulated with AllReduce + Broadcast, docs/workloads.md)")
+    overlap_grad_comm: bool = Field(False, description="true: all-reduce each gradient bucket asynchronously as soon "
+                                    "as backward produced it (PyNative hooks), waited before the optimizer; false: "
+                                    "all-reduce after the whole backward")
 
 
 class Slurm(Section):
@@ -205,6 +222,9 @@ class Inject(Section):
             raise rule(f"{self.straggler_busy_ms:g} is set but inject.straggler_rank is not: name the rank "
                        "that straggles", "straggler_busy_ms")
         return self
+    overflow_step: int | None = Field(None, ge=0, description="train.precision fp16: the loss is scaled by a further "
+                                      "1e30 at this step, so its gradients overflow: the update is skipped and the "
+                                      "loss scale halves")
 
 
 MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel}

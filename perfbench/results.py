@@ -79,7 +79,7 @@ def fmt(v, kind: str = "") -> str:
 
 #: catalogue metrics shown in the table when any run has them
 OPTIONAL_COLUMNS = ("collectives_per_step", "comm_bytes_per_step", "bubble_fraction", "expert_load_cv",
-                    "dropped_tokens_per_step")
+                    "dropped_tokens_per_step", "skipped_steps", "grad_comm_wait_s")
 
 
 def render_table(rows: list[dict], title: str | None = None, wide: bool = False):

@@ -134,11 +134,14 @@ class RunContext:
         try:
             yield
         finally:
-            end = time.time()
-            rec = {"rank": self.rank, "step": self.step, "kind": kind, "mb": mb, "stage": stage,
-                   "start_ts": start, "end_ts": end}
-            self._spans.write(json.dumps(rec) + "\n")
-            self._spans.flush()
+            self.add_span(kind, start, time.time(), mb, stage)
+
+    def add_span(self, kind: str, start: float, end: float, mb: int | None = None, stage: int | None = None) -> None:
+        """A span timed by the workload itself (time.time() seconds), e.g. from an asynchronous handle."""
+        rec = {"rank": self.rank, "step": self.step, "kind": kind, "mb": mb, "stage": stage,
+               "start_ts": start, "end_ts": end}
+        self._spans.write(json.dumps(rec) + "\n")
+        self._spans.flush()
 
     def set_meta(self, **kv) -> None:
         """Merged into metrics/rank{R}.meta.json (written after step 0 and at the end)."""

@@ -13,7 +13,8 @@ calibrated on stored runs (--from). The model (docs/predict.md): per-rank time o
 the runs' step times and profiled breakdown, scaled by samples per replica, plus a fixed cost per extra
 micro-batch; one cost per collective, latency x ring hops + algorithm factor (all-reduce 2(n-1)/n,
 all-gather (n-1)/n, broadcast 1) x bytes / bandwidth, with the buckets comm_fusion makes and the bytes
-compression sends (fp16: half; powersgd/topk: compression_ratio); the overlap of buckets with backward;
+compression sends (fp16: half; powersgd/topk: compression_ratio); the overlap of buckets with backward
+(overlap_grad_comm); compute per precision (precision: fp32/fp16/bf16, gradients stay fp32);
 pipelines through the GPipe/1F1B schedule simulator. Latency and bandwidth are fitted from the runs'
 own collectives, or taken from a hardware profile (--hardware ascend910: published Ascend 910 HCCS/RoCE
 figures, cited in the file), so a CPU-measured job can be projected onto another machine; every
@@ -23,6 +24,7 @@ examples:
   perfbench predict --from quickstart-20261123-101500 --set world_size=8
   perfbench predict --from SWEEP --set comm_fusion=all --set grad_compression=fp16 --json
   perfbench predict --from SWEEP --set world_size=1,2,4,8,16 --hardware ascend910
+  perfbench predict --from SWEEP --set overlap_grad_comm=false,true --set precision=fp16
   perfbench predict --from SWEEP --save-hardware my-machine.yaml      # write the fitted machine profile
   perfbench predict --replay ../shared/fixtures/ascend/.../level1      # replay check on an Ascend profile
 """
@@ -30,7 +32,8 @@ examples:
 #: --set keys the model understands, with their types
 SETTABLE = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int, "tensor_parallel": int,
             "pipeline_schedule": str, "comm_fusion": str, "grad_compression": str, "compression_ratio": float,
-            "compute_scale": float, "zero_stage": int, "recompute": str, "optimizer": str}
+            "compute_scale": float, "zero_stage": int, "recompute": str, "optimizer": str,
+            "precision": str, "overlap_grad_comm": "bool"}
 #: keys only the memory model (--memory) knows
 MEMORY_ONLY = ("zero_stage", "recompute", "optimizer")
 
@@ -82,6 +85,13 @@ def parse_sets(sets: list[str]) -> list[dict]:
             raise UserError(f"--set {key}: unknown setting (known: {', '.join(SETTABLE)})")
         vals = []
         for v in value.split(","):
+            if SETTABLE[key] == "bool":
+                if v.strip().lower() not in ("true", "false"):
+                    raise UserError(f"--set {key}={v!r}: expected true or false")
+                vals.append(v.strip().lower() == "true")
+                continue
+            if key == "precision" and v.strip() not in ("fp32", "fp16", "bf16"):
+                raise UserError(f"--set precision={v!r}: expected fp32, fp16 or bf16")
             try:
                 vals.append(SETTABLE[key](v.strip()))
             except ValueError:

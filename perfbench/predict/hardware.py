@@ -12,6 +12,8 @@ any other value is a path):
     overlap: window | none           # window: buckets all-reduce while backward runs (separate stream)
     overlap_fraction: 0.0            # with overlap none: measured share of communication hidden anyway
     compute_scale: 1.0               # per-rank compute time = measured x compute_scale (null: unknown)
+    precisions: [fp32, fp16]         # train.precision values the backend has kernels for (absent: not known)
+    precision_scale: {fp16: 1.1}     # per-rank compute in that precision / in fp32 (absent: not known)
     contention: {1: 1.0, 2: 1.3}     # measured machine: per-rank compute time vs 1 rank (shared cores)
     device_memory_bytes: 34359738368 # memory per device (HBM); null on CPU (the machine's, recorded per run)
     sources: [...]                   # where each number comes from
@@ -47,6 +49,10 @@ class Hardware:
     overlap: str = "none"
     overlap_fraction: float = 0.0
     compute_scale: float | None = 1.0
+    #: train.precision values the backend has kernels for (None: not known, every one allowed)
+    precisions: list[str] | None = None
+    #: per-rank compute time in a precision / in fp32 (measured machine: fitted from runs in that precision)
+    precision_scale: dict[str, float] = field(default_factory=dict)
     contention: dict[int, float] = field(default_factory=dict)
     cores: int | None = None
     #: memory one rank can use: a device's HBM, or on CPU null (the machine's memory: a run's ranks record
@@ -84,6 +90,7 @@ class Hardware:
                 "links": [{"transport": lk.transport, "max_ranks": lk.max_ranks, "bandwidth_gbps": lk.bandwidth_gbps,
                            "latency_us": lk.latency_us} for lk in self.links],
                 "overlap": self.overlap, "overlap_fraction": self.overlap_fraction, "compute_scale": self.compute_scale,
+                "precisions": self.precisions, "precision_scale": dict(self.precision_scale),
                 "contention": {int(k): float(v) for k, v in self.contention.items()}, "cores": self.cores,
                 "device_memory_bytes": self.device_memory_bytes, "sources": self.sources, "notes": self.notes}
 
@@ -101,6 +108,8 @@ def from_dict(d: dict, where: str = "hardware profile") -> Hardware:
         return Hardware(name=str(d["name"]), kind=str(d.get("kind", "spec")), links=links, overlap=overlap,
                         overlap_fraction=float(d.get("overlap_fraction") or 0.0),
                         compute_scale=None if scale is None else float(scale),
+                        precisions=None if d.get("precisions") is None else [str(x) for x in d["precisions"]],
+                        precision_scale={str(k): float(v) for k, v in (d.get("precision_scale") or {}).items()},
                         contention={int(k): float(v) for k, v in (d.get("contention") or {}).items()},
                         cores=d.get("cores"),
                         device_memory_bytes=None if d.get("device_memory_bytes") is None else int(d["device_memory_bytes"]),

@@ -49,6 +49,7 @@ class Calibration:
     per_microbatch_s: dict = field(default_factory=dict)  # world size -> extra time per micro-batch beyond the first
     microbatch_fixed_s: dict = field(default_factory=dict)  # world size -> fixed cost of the micro-batch path (M > 1)
     compression_s_per_byte: dict = field(default_factory=dict)  # kind -> s per fp32 gradient byte
+    precision: str = "fp32"  # the precision base_ref was measured in
     tensor_bytes: list[float] | None = None  # fp32 gradient tensors, backward order
     machine: Hardware | None = None  # the measured machine, fitted
     noise: float = 0.0
@@ -126,9 +127,15 @@ def fit(obs: list[Observation]) -> Calibration:
         overlap_fraction = _median(fr) or 0.0
         notes.append(f"collectives on this machine: {lat * 1e6:.1f} us per ring hop, {bw / 1e9:.3g} GB/s ({how})")
     # per-rank time outside collectives
-    plain = [o for o in obs if o.settings["micro_batches"] == 1 and o.settings["pipeline_stages"] == 1]
-    if not plain:
+    every_plain = [o for o in obs if o.settings["micro_batches"] == 1 and o.settings["pipeline_stages"] == 1]
+    if not every_plain:
         raise UserError("the calibration needs at least one run with micro_batches 1 and pipeline_stages 1")
+    # base_ref: runs in one precision (fp32 when there are such) whose profile sees their communication
+    # (an overlapped run's asynchronous all-reduces are not in the CPU profile: its exposed share is unknown)
+    precs = {o.settings.get("precision", "fp32") for o in every_plain}
+    ref_prec = "fp32" if "fp32" in precs else sorted(precs)[0]
+    plain = [o for o in every_plain if o.settings.get("precision", "fp32") == ref_prec
+             and not o.settings.get("overlap_grad_comm")] or every_plain
     uncompressed = [o for o in plain if o.settings["grad_compression"] == "none"] or plain
     b_ref = float(_median([o.settings["batch_size"] for o in uncompressed]) or 1)
 
@@ -148,7 +155,23 @@ def fit(obs: list[Observation]) -> Calibration:
                        cores=next((o.cpus for o in obs if o.cpus), None),
                        notes=["fitted by perfbench predict from " + ", ".join(o.run_id for o in obs)])
     cal = Calibration(inputs=[o.run_id for o in obs], batch_ref=b_ref, base_ref_s=base_ref, tensor_bytes=tensors,
-                      machine=machine, notes=notes, workload=obs[0].workload, model=dict(obs[0].model or {}))
+                      machine=machine, notes=notes, workload=obs[0].workload, model=dict(obs[0].model or {}), precision=ref_prec)
+    # compute per precision: a precision's per-rank time outside collectives against the reference's, same
+    # world size and batch (median over the runs of each)
+    machine.precisions = ["fp32", "fp16"]  # what perfbench's CPU backend has kernels for (no bf16 MatMul/Conv2D)
+    for p in sorted(precs - {ref_prec}):
+        ratios = []
+        for o in every_plain:
+            if o.settings.get("precision") != p or o.settings["grad_compression"] != "none":
+                continue
+            same = [base_obs(r) for r in uncompressed if r.settings["world_size"] == o.settings["world_size"]
+                    and r.settings["batch_size"] == o.settings["batch_size"]]
+            if same and statistics.median(same) > 0:
+                ratios.append(base_obs(o) / statistics.median(same))
+        if ratios:
+            machine.precision_scale[p] = statistics.median(ratios) * machine.precision_scale.get(ref_prec, 1.0)
+            notes.append(f"{p}: per-rank compute {machine.precision_scale[p]:.2f} x {ref_prec}'s, from {len(ratios)} "
+                         f"run(s) against {ref_prec} runs of the same world size and batch")
     shares = [o.computing_s / (o.computing_s + o.free_s) for o in plain if o.computing_s + o.free_s > 0]
     cal.compute_share = _median(shares) or 1.0
     # compression compute, per kind
@@ -197,6 +220,7 @@ def _base(cal: Calibration, s: dict, hw: Hardware) -> tuple[float, list[str]]:
     if note:
         why.append(note)
     scale = hw.compute_scale if hw.compute_scale is not None else 1.0
+    scale *= _precision_factor(cal, s, hw, why)
     extra = 0.0
     if M > 1:
         h, k, note = per_microbatch(cal, n, hw)
@@ -204,6 +228,24 @@ def _base(cal: Calibration, s: dict, hw: Hardware) -> tuple[float, list[str]]:
             why.append(note)
         extra = k + (M - 1) * h
     return scale * (cont * cal.base_ref_s * B / cal.batch_ref + extra), why
+
+
+def _precision_factor(cal: Calibration, s: dict, hw: Hardware, why: list[str]) -> float:
+    """Per-rank compute in the target precision relative to the calibration's (hardware's precision_scale)."""
+    want, have = str(s.get("precision") or cal.precision), cal.precision
+    if hw.precisions is not None and want not in hw.precisions:
+        raise UserError(f"precision={want!r}: {hw.name} has no kernels for it (it runs {', '.join(hw.precisions)})"
+                        + ("; the MindSpore CPU backend lacks bf16 MatMul/Conv2D (bf16 needs e.g. Ascend 910B)"
+                           if want == "bf16" else ""))
+    if want == have:
+        return 1.0
+    a, b = hw.precision_scale.get(want), hw.precision_scale.get(have, 1.0 if have == "fp32" else None)
+    if a is None or b is None:
+        why.append(f"precision {want}: {hw.name} has no measured compute factor against {have}, so per-rank compute "
+                   f"is kept as measured in {have} (a run in {want} among --from fits it)")
+        return 1.0
+    why.append(f"precision {want}: per-rank compute x {a / b:.2f} against {have} ({hw.name}'s precision_scale)")
+    return a / b
 
 
 def _microbatch_fit(pts: list[tuple[int, float]]) -> tuple[float, float]:
@@ -274,13 +316,14 @@ def _comm(cal: Calibration, s: dict, hw: Hardware, backward_s: float) -> dict:
         out["bytes_s"] += byt
         times.append((c.ready_fraction, lat + byt))
     total = out["latency_s"] + out["bytes_s"]
-    if hw.overlap == "window":
+    ov = s.get("overlap_grad_comm")  # None: what the hardware does by itself
+    if ov is True or (ov is None and hw.overlap == "window"):
         end = 0.0
         for ready, t in times:  # buckets in backward order; the comm stream runs one at a time
             end = max(end, ready * backward_s) + t
         exposed = max(0.0, end - backward_s)
-    else:
-        exposed = total * (1.0 - hw.overlap_fraction)
+    else:  # after the whole backward: only what the hardware hid anyway (measured share) is not exposed
+        exposed = total * (1.0 - (hw.overlap_fraction if hw.overlap == "none" else 0.0))
     out.update(total_s=total + layout_s, exposed_s=exposed + layout_s, overlapped_s=total - exposed)
     return out
 
@@ -355,6 +398,9 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
     s.setdefault("comm_fusion", 0)
     s.setdefault("pipeline_schedule", "1f1b")
     s.setdefault("batch_size", cal.batch_ref)
+    s.setdefault("precision", cal.precision)
+    if "overlap_grad_comm" not in target:  # not asked: what the hardware does by itself
+        s["overlap_grad_comm"] = None if hw is not cal.machine else s.get("overlap_grad_comm")
     r = _step(cal, s, hw)
     step = r["step_time_s"]
     S = s["pipeline_stages"]
@@ -369,8 +415,10 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
         f"x bytes / bandwidth; link for {D} ranks: " + (f"{r['comm']['link']['transport']} {r['comm']['link']['bandwidth_gbps']:.3g} GB/s, "
                                                        f"{r['comm']['link']['latency_us']:.3g} us/hop" if r["comm"]["link"] else "none"),
         ("communication overlaps backward: a bucket starts when backward has produced it (gradients ready in backward order, "
-         "forward:backward 1:2)") if hw.overlap == "window" else
-        f"communication does not overlap compute (measured hidden share {hw.overlap_fraction:.0%})",
+         "forward:backward 1:2)") if _overlaps(s, hw) else
+        f"communication does not overlap compute (measured hidden share {hw.overlap_fraction if hw.overlap == 'none' else 0:.0%})",
+        f"precision {s.get('precision') or cal.precision}: gradients are all-reduced in fp32 whatever the compute "
+        "precision (MindSpore AMP O2 keeps fp32 weights and gradients; only grad_compression=fp16 halves the bytes)",
         "gradient buckets as the workload plans them (workloads/parallel/bucketing.plan_buckets) over the measured tensor sizes",
     ]
     if hw is not cal.machine and hw.compute_scale is None:
@@ -393,11 +441,17 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
                                                   "by_class")},
         "settings": {k: s.get(k) for k in ("world_size", "batch_size", "micro_batches", "pipeline_stages", "tensor_parallel",
                                             "pipeline_schedule",
-                                            "comm_fusion", "grad_compression", "compression_ratio")},
+                                            "comm_fusion", "grad_compression", "compression_ratio", "precision",
+                                            "overlap_grad_comm")},
         "hardware": hw.name,
         "inputs": list(cal.inputs),
         "assumptions": assumptions,
     }
+
+
+def _overlaps(s: dict, hw: Hardware) -> bool:
+    ov = s.get("overlap_grad_comm")
+    return ov is True or (ov is None and hw.overlap == "window")
 
 
 def calibrate(store, names: list[str], measure: str = "wall") -> Calibration:

@@ -22,7 +22,9 @@ from perfbench.errors import UserError
 #: the settings the model knows, with the workload's defaults (docs/config.md)
 KNOBS = {"world_size": 1, "batch_size": None, "micro_batches": 1, "pipeline_stages": 1, "pipeline_schedule": "1f1b",
          "comm_fusion": 0, "grad_compression": "none", "compression_ratio": 0.01, "fusion_impl": "perfbench",
-         "tensor_parallel": 1}
+         "tensor_parallel": 1, "overlap_grad_comm": False, "precision": "fp32"}
+#: the knobs above that live in the run config's `train` section (the others are in `parallel`)
+TRAIN_KNOBS = ("precision",)
 
 
 @dataclass
@@ -67,7 +69,7 @@ def settings_of(record: dict) -> dict:
     cfg = record.get("config") or {}
     par = cfg.get("parallel") or {}
     train = cfg.get("train") or {}
-    s = {k: par.get(k, v) for k, v in KNOBS.items()}
+    s = {k: (train if k in TRAIN_KNOBS else par).get(k, v) for k, v in KNOBS.items()}
     s["world_size"] = int(cfg.get("world_size") or (record.get("settings") or {}).get("world_size") or 1)
     s["batch_size"] = train.get("batch_size")
     for k in ("micro_batches", "pipeline_stages", "tensor_parallel"):

@@ -168,6 +168,7 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
                     f"group only); use grad_compression='none' or pipeline_stages=1")
 
     errs += _validate_memory_knobs(workload, par, train_cfg or {}, ws, S, M)
+    errs += _validate_precision_overlap(workload, par, S, M, dp, train_cfg or {})
     if workload == "moe":
         errs += _validate_moe(model_cfg, par, S, dp, T)
     return errs
@@ -197,6 +198,42 @@ def _validate_memory_knobs(workload: str, par: dict, train: dict, ws: int, S: in
     if train.get("recompute") and workload != "resnet50":
         errs.append(f"train.recompute=true is not supported for workload {workload} (only resnet50 marks its blocks "
                     "for recompute)")
+    return errs
+
+
+def _validate_precision_overlap(workload: str, par: dict, S: int, M: int, dp: int | None, train: dict) -> list[str]:
+    """train.precision and parallel.overlap_grad_comm: where they are built (resnet50's one-shot train step)."""
+    errs: list[str] = []
+    prec = train.get("precision", "fp32")
+    if prec == "fp16":  # bf16 is refused by the field itself (perfbench/config_models.py Train.precision)
+        if workload != "resnet50" or S > 1 or M > 1:
+            errs.append(f"train.precision='fp16' is built for workload resnet50 without pipeline or micro-batches "
+                        f"(got workload={workload}, pipeline_stages={S}, micro_batches={M}); use precision='fp32'")
+        elif (dp or 1) > 1 and par.get("fusion_impl", "perfbench") == "mindspore":
+            errs.append("train.precision='fp16' with parallel.fusion_impl='mindspore' is not supported (the loss-scaled "
+                        "train step reduces gradients with perfbench's buckets); use fusion_impl='perfbench'")
+    if par.get("overlap_grad_comm"):
+        what = "parallel.overlap_grad_comm=true"
+        if workload != "resnet50" or S > 1 or M > 1:
+            errs.append(f"{what} is built for workload resnet50 without pipeline or micro-batches (got "
+                        f"workload={workload}, pipeline_stages={S}, micro_batches={M}); use overlap_grad_comm=false")
+        if par.get("grad_compression", "none") != "none":
+            errs.append(f"{what} cannot be combined with parallel.grad_compression="
+                        f"{par.get('grad_compression')!r} (compression needs every gradient before it starts); "
+                        f"use grad_compression='none'")
+        if par.get("fusion_impl", "perfbench") == "mindspore":
+            errs.append(f"{what} needs parallel.fusion_impl='perfbench' (the hooks issue perfbench's buckets)")
+        if train.get("mode", "graph") != "pynative":
+            errs.append(f"{what} needs train.mode='pynative' (got {train.get('mode', 'graph')!r}): the MindSpore CPU "
+                        f"backend runs a compiled graph's kernels one after another, so only PyNative's asynchronous "
+                        f"all-reduce can overlap backward")
+        if prec == "fp16":
+            errs.append(f"{what} with train.precision='fp16' is not built (the loss-scaled step all-reduces after "
+                        f"backward); use precision='fp32' or overlap_grad_comm=false")
+    if int(par.get("zero_stage") or 0) and (prec == "fp16" or par.get("overlap_grad_comm")):
+        errs.append(f"parallel.zero_stage={par.get('zero_stage')} with train.precision={prec!r} / "
+                    f"parallel.overlap_grad_comm={bool(par.get('overlap_grad_comm'))} is not built (the sharded step "
+                    f"reduces and updates in fp32 after backward); use zero_stage=0 or fp32 without overlap")
     return errs
 
 

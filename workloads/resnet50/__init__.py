@@ -95,11 +95,16 @@ class ResNetWorkload:
                 kw["comm_fusion"] = {"allreduce": {"mode": "size", "config": max(1, int(round(fusion_mb)))}}
             ms.set_auto_parallel_context(**kw)
 
+        from workloads.parallel.precision import apply_precision
+
+        self.precision = str(t.get("precision", "fp32"))
+        self.overflow_step = (cfg.get("inject") or {}).get("overflow_step")
         self.net = ResNet(tuple(int(n) for n in m["layers"]), int(m["width"]), int(m["num_classes"]))
         if t.get("recompute"):
             recompute_blocks(self.net.blocks)
         loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-        self.net_loss = nn.WithLossCell(self.net, loss)
+        # AMP O2 for fp16 (weights and gradients stay fp32, the loss runs on fp32 logits)
+        self.net_loss = nn.WithLossCell(apply_precision(self.net, self.precision), loss)
         params = self.net.trainable_params()
         shapes = [tuple(p.shape) for p in params]
         grad_bytes = [int(math.prod(s)) * 4 for s in shapes]
@@ -109,6 +114,7 @@ class ResNetWorkload:
         zero = int(par.get("zero_stage") or 0)
         zero_info = {"zero_stage": zero, "optimizer": t.get("optimizer") or "momentum",
                      "recompute": bool(t.get("recompute")), "zero_shard_params": None}
+        self.overlap = bool(par.get("overlap_grad_comm")) and ws > 1
 
         if zero and ws > 1:
             from mindspore import ParameterTuple
@@ -128,6 +134,26 @@ class ResNetWorkload:
             self.step_comm.append((mine * 4, self.sync.broadcasts))
             reducer_info = dict(info, fusion_impl_used="perfbench")
             zero_info["zero_shard_params"] = mine
+        elif self.precision == "fp16":
+            from workloads.parallel.precision import LossScaleTrainStep
+
+            reducer, reducer_info = None, {"fusion_impl_used": "none (world_size 1)"}
+            if ws > 1:
+                from workloads.parallel.compression import make_reducer
+
+                reducer, info, comm = make_reducer(par, shapes, ws)
+                self.step_comm.extend(comm)
+                reducer_info = dict(info, fusion_impl_used="perfbench")
+            self.opt = make_optimizer(params, t)
+            self.train = LossScaleTrainStep(self.net_loss, self.opt, reducer, float(t.get("loss_scale", 2.0 ** 16)),
+                                            int(t.get("loss_scale_window", 1000)))
+        elif self.overlap:
+            from workloads.parallel.overlap import OverlapTrainStep
+
+            self.opt = make_optimizer(params, t)
+            self.train = OverlapTrainStep(ctx, self.net_loss, self.opt, shapes, par["comm_fusion"], ws)
+            self.step_comm.extend(self.train.comm)
+            reducer_info = dict(self.train.info, fusion_impl_used="perfbench")
         elif par["fusion_impl"] == "mindspore" or ws == 1:
             self.opt = make_optimizer(params, t)
             self.train = nn.TrainOneStepCell(self.net_loss, self.opt)
@@ -152,7 +178,7 @@ class ResNetWorkload:
             size = int(m["image_size"])
             x = np.zeros((self.batch, 3, size, size), np.float32)
             y = np.zeros((self.batch,), np.int32)
-            self.train.compile(ms.Tensor(x), ms.Tensor(y))
+            self.train.compile(ms.Tensor(x), ms.Tensor(y), *self._extra_args(-1))
             compile_s = time.time() - t0
             ctx.set_meta(compile_s=compile_s, compile_barrier_wait_s=ctx.barrier("compiled"))
         ratio_used = par["grad_compression"] in ("powersgd", "topk")
@@ -163,8 +189,10 @@ class ResNetWorkload:
                     bytes_per_step=sum(b for b, _ in self.step_comm),
                     collectives_per_step=(None if any(n is None for _, n in self.step_comm)
                                           else sum(n for _, n in self.step_comm)),
-                    expert_comm=None,
-                    # element size on the wire (read by the ingest to turn profiled shapes into bytes)
+                    expert_comm=None, precision=self.precision, overlap_grad_comm=self.overlap,
+                    loss_scale_init=float(t.get("loss_scale", 2.0 ** 16)) if self.precision == "fp16" else None,
+                    # element size on the wire (read by the ingest to turn profiled shapes into bytes); AMP keeps
+                    # fp32 gradients, so train.precision does not change it
                     comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4)
         meta.update(reducer_info)
         meta.update(zero_info)
@@ -177,12 +205,28 @@ class ResNetWorkload:
     def train_step(self, step: int) -> dict:
         ms = self.ms
         x, y = self.data.batch(step)
-        loss = self.train(ms.Tensor(x), ms.Tensor(y)).asnumpy()
-        if self.sync is not None:  # ZeRO: owners broadcast the parameters they updated
+        out = self.train(ms.Tensor(x), ms.Tensor(y), *self._extra_args(step))
+        extra = {}
+        if self.precision == "fp16":
+            loss, scale, overflow = out
+            extra = {"loss_scale": float(scale.asnumpy()), "overflow": bool(overflow.asnumpy())}
+        else:
+            loss = out
+        loss = np.asarray(loss.asnumpy())  # the step has run: the ZeRO owners broadcast what they updated
+        if self.sync is not None:
             self.sync()
         for nbytes, n in self.step_comm:
             self.ctx.count_collective(nbytes, n)
-        return {"loss": float(np.asarray(loss).reshape(-1)[0]), "samples": self.batch}
+        return {"loss": float(loss.reshape(-1)[0]), "samples": self.batch, **extra}
+
+    def _extra_args(self, step: int) -> tuple:
+        """fp16: the loss-scale boost of this step (inject.overflow_step forces an overflow)."""
+        if self.precision != "fp16":
+            return ()
+        from workloads.parallel.precision import OVERFLOW_BOOST
+
+        boost = OVERFLOW_BOOST if self.overflow_step is not None and step == int(self.overflow_step) else 1.0
+        return (self.ms.Tensor(boost, self.ms.float32),)
 
 
 def _CustomTrainStep(net_loss, opt, reducer):
