@@ -2,7 +2,7 @@
 
 `advise_tp(tables, summary, config=None) -> list[dict]` returns advice rows with the usual columns
 (`analyzers.advice.ADVICE_COLUMNS`: rule, severity, message, evidence, ranks, stage, and the ranking columns of
-docs/prompts' advice contract: id, gain_ms, gain_share, basis, symptom_of, try, predicted_step_ms). The lead
+the advice contract of issue 23: id, gain_ms, gain_share, basis, symptom_of, try, predicted_step_ms). The lead
 wires it into the advice ranking.
 
 Input: `comm_exposure_classes` (per rank, step and traffic class: exposed_us, time_us; analyzers.comm_exposure)
