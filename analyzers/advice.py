@@ -495,7 +495,7 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     latency x (hops of all its collectives - hops of one per group). Null when the fit has no latency."""
     import numpy as np
 
-    from perfbench.predict.comm import factor, steps
+    from analyzers.collectives import factor, steps
 
     df = pd.DataFrame({"rank": co.get("rank"), "step": co.get("step"), "op_type": co.get("op_type"),
                        "size": _num(co, "size_bytes"), "group": co.get("group", pd.Series("", index=co.index))})
@@ -551,7 +551,7 @@ def _compression_try(tables, summary):
     exposed communication. Null prediction when the fit or the step is unknown."""
     import numpy as np
 
-    from perfbench.predict.comm import factor
+    from analyzers.collectives import factor
 
     co = _t(tables, "comm_ops")
     step = _step_ms(summary)

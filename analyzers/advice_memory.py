@@ -48,14 +48,13 @@ def knob_options(peak: float, params: int, config: dict, summary: dict) -> list[
     """Each knob that frees memory from the current settings: {try, saving_bytes, time_cost_ms, how}, cheapest
     (least time) first."""
     from analyzers.memory import OPTIMIZER_STATES
-    from perfbench.predict.memory import model_states
+    from workloads.parallel.layout_math import model_states
 
     par, train = config.get("parallel") or {}, config.get("train") or {}
     S = int(par.get("pipeline_stages") or 1)
     D = max(1, int(config.get("world_size") or 1) // S)
     k = OPTIMIZER_STATES.get(str(train.get("optimizer") or "momentum"), 1)
     zero = int(par.get("zero_stage") or 0)
-    step_ms = (_num(summary.get("step_time_s")) or 0.0) * 1e3
     compute_ms = (_num(summary.get("computing_s")) or _num(summary.get("step_time_s")) or 0.0) * 1e3
     out = []
     if D > 1 and zero < 2:

@@ -21,7 +21,7 @@ unprofiled ones, or without `capture_s` in the records (runs from before it was 
 from __future__ import annotations
 
 from analyzers.context import Output
-from analyzers.steadiness import ratio_interval
+from analyzers.stats import ratio_interval
 from analyzers.step_metrics import step_series
 
 

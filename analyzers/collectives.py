@@ -41,6 +41,23 @@ def busbw_factor(op_type: str, n) -> float:
     return float("nan")
 
 
+def steps(op_type: str, n: int) -> int:
+    """Sequential hops of the ring algorithm: the number of latency terms one collective pays."""
+    if n <= 1:
+        return 0
+    t = op_type.lower()
+    if t == "allreduce":
+        return 2 * (n - 1)
+    if t in ("allgather", "reducescatter", "alltoall", "alltoallv"):
+        return n - 1
+    return 1
+
+
+def factor(op_type: str, n: int) -> float:
+    f = busbw_factor(op_type, n)
+    return 0.0 if f != f else f  # NaN (unknown op) -> bytes term ignored
+
+
 def comm_op_stats(comm_ops: pd.DataFrame) -> pd.DataFrame:
     """comm_ops with `algbw_gbps`, `busbw_gbps`, `wait_ratio`, `sync_ratio` added."""
     co = comm_ops.copy()

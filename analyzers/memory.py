@@ -198,17 +198,6 @@ def _shares(parts, total) -> list[dict]:
             for k, v in merged.items()]
 
 
-def device_memory(hardware: str | None) -> float | None:
-    """A device's capacity: `device_memory_bytes` of the named hardware profile (perfbench/predict/hardware/), or
-    None without one (an imported profile does not say which hardware profile describes its device)."""
-    if not hardware:
-        return None
-    from perfbench.predict.hardware import load
-
-    v = load(str(hardware)).device_memory_bytes
-    return float(v) if v else None
-
-
 def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
     """1 - used / capacity, the tightest over the memories the ranks share: ranks on one CPU host share its
     memory (used = sum of their peaks), a device rank has its own (used = its peak)."""
@@ -242,7 +231,10 @@ def analysis(ctx: Context) -> Output:
         ranks |= set(int(r) for r in ws["rank"].unique())
     rss = _workload_peaks(ws)
     optimizer = ((ctx.config or {}).get("train") or {}).get("optimizer")
-    device_capacity = device_memory((ctx.config or {}).get("hardware"))
+    # the device's capacity: `device_memory_bytes` of the hardware profile the caller named (perfbench analyze
+    # --hardware resolves it from perfbench/predict/hardware/); None without one (an imported profile does not say
+    # which hardware profile describes its device)
+    device_capacity = _num((ctx.config or {}).get("device_memory_bytes"))
     rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
     for r in sorted(ranks):
         m = meta.get(r) or {}

@@ -380,11 +380,10 @@ def classify_comm_ops(comm_ops: pd.DataFrame | None, groups: dict | None = None,
     """
     if comm_ops is None or not len(comm_ops):
         return pd.Series([], dtype=object)
-    from analyzers.ascend.common import comm_op_type
-
     out = pd.Series([None] * len(comm_ops), index=comm_ops.index, dtype=object)
+    # op_type is a schema column of comm_ops (analyzers/schema.py): every parser fills it from the op name
     types = comm_ops["op_type"].astype(str).str.lower() if "op_type" in comm_ops.columns else \
-        comm_ops["op_name"].astype(str).str.rsplit("/", n=1).str[-1].map(comm_op_type)
+        pd.Series([""] * len(comm_ops), index=comm_ops.index)
     out[types.isin(["send", "recv"]).to_numpy()] = "pipeline_p2p"
     groups = groups or {}
     if groups and "group" in comm_ops.columns:

@@ -35,7 +35,6 @@ MAX_CV = 0.10
 MAX_DRIFT = 0.05
 DRIFT_ALPHA = 0.05
 MAX_RANK_SPREAD = 0.20
-LEVEL = 0.95
 
 
 def cv(x: list[float]) -> float | None:
@@ -50,7 +49,7 @@ def steadiness(step_times: list[float], rank_cpu: dict[int, list[float]] | None 
                step_cpu: list[float] | None = None) -> dict:
     """The steadiness metrics from the measured steps' step times (in step order), each rank's per-step CPU
     times, and the per-step CPU time (slowest rank)."""
-    from perfbench.compare import mann_whitney_p
+    from analyzers.stats import mann_whitney_p
 
     x = [float(v) for v in step_times if v is not None and not math.isnan(v)]
     out = {"step_time_cv": cv(x), "step_cpu_cv": cv([float(v) for v in step_cpu or [] if v == v]),
@@ -83,17 +82,6 @@ def unsteady_reasons(m: dict, wall: bool = True) -> list[str]:
     if spread is not None and spread > MAX_RANK_SPREAD:
         why.append(f"ranks' CPU time per step {spread * 100:.0f}% apart")
     return why
-
-
-def ratio_interval(on: list[float], off: list[float], level: float = LEVEL) -> tuple[float, float] | None:
-    """Interval of median(on) / median(off) from the log step times: exp(Welch interval of mean(log on) -
-    mean(log off)). None with fewer than 2 values a side or a value <= 0."""
-    from perfbench.compare import welch_ci
-
-    if len(on) < 2 or len(off) < 2 or min(on) <= 0 or min(off) <= 0:
-        return None
-    ci = welch_ci([math.log(v) for v in off], [math.log(v) for v in on], level)
-    return None if ci is None else (math.exp(ci[0]), math.exp(ci[1]))
 
 
 def resolved(value, low, high, fmt=lambda v: f"{v * 100:+.1f}%") -> str:

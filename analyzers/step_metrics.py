@@ -153,7 +153,7 @@ def run_metrics(series: pd.DataFrame, workload_steps: pd.DataFrame | None = None
             off = m["step_time_s"]
             m["profiled_step_time_s"] = on
             m["profiler_overhead"] = on / off - 1 if off else None
-            from analyzers.steadiness import ratio_interval
+            from analyzers.stats import ratio_interval
 
             ci = ratio_interval(list(prof["step_time_s"]), samples(series, "step_time_s"))
             if ci is not None and m["profiler_overhead"] is not None:

@@ -56,7 +56,6 @@ def main(argv=None) -> int:
         wl.train_step(step)
         step += 1
     rows = []
-    t_prev = time.perf_counter()
     for c in range(args.cycles):
         order = (False, True) if c % 2 == 0 else (True, False)
         for sampling in order:

@@ -9,7 +9,7 @@ fix 1, fix 2, ... as `tune`'s confirmation interleaves its candidates). The prof
 
 A fix's measured gain is mean(original step ms) - mean(fix step ms) over the rounds, each run's step ms being
 its stored `step_time_s` (the catalogue's one definition: median over measured steps of the slowest rank's step
-time). Its interval is the Welch 95% interval of that difference (perfbench.compare.welch_ci), null with fewer
+time). Its interval is the Welch 95% interval of that difference (analyzers.stats.welch_ci), null with fewer
 than 2 ok runs a side. A fix run that fails is stored failed with its reason and the others go on.
 
 Runs are stored with `source: advise` and `advise: {of, finding, try, round}` (`finding` null and `try` {} for
@@ -151,7 +151,7 @@ def plan_change(cfg, record: dict, change: dict, run_id: str, repeat: int) -> Ru
 def measured_gain(base_ms: list[float], fix_ms: list[float]) -> dict:
     """Measured gain of a fix in ms/step: mean(base) - mean(fix), with the Welch 95% interval of that difference
     (null with fewer than 2 values a side); every part null when a side has no value."""
-    from perfbench.compare import welch_ci
+    from analyzers.stats import welch_ci
 
     if not base_ms or not fix_ms:
         return {"gain_ms": None, "low_ms": None, "high_ms": None, "n_base": len(base_ms), "n_fix": len(fix_ms)}

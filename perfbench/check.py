@@ -32,7 +32,8 @@ import numpy as np
 
 from analyzers.catalogue import CHECK_DEFAULT
 from perfbench.baseline import load_baseline, resolve_target, run_entry
-from perfbench.compare import METRICS, findings, mann_whitney_p, top_findings, welch_ci
+from analyzers.stats import mann_whitney_p, welch_ci
+from perfbench.compare import METRICS, findings, top_findings
 from perfbench.errors import UserError
 from perfbench.store import FINISHED, Store
 

@@ -23,6 +23,7 @@ and flagged.
 from __future__ import annotations
 
 import os
+from typing import Any
 import subprocess
 import time
 
@@ -155,7 +156,7 @@ def run_ab(store: Store, sides, *, pairs: int = 5, remeasure: int = 2, threshold
     while store.read_sweep(ab_id) is not None:
         time.sleep(1.0)
         ab_id = new_sweep_id(f"{name}-ab")
-    job = {"sweep_id": ab_id, "kind": "ab", "name": name, "created": time.time(), "runs": [], "invocations": [],
+    job: dict[str, Any] = {"sweep_id": ab_id, "kind": "ab", "name": name, "created": time.time(), "runs": [], "invocations": [],
            "ab": {"baseline": sides.settings("baseline"), "candidate": sides.settings("candidate"), "pairs": pairs}}
     store.write_sweep(job)
     rows, extra_left = [], remeasure

@@ -22,6 +22,7 @@ import pandas as pd
 
 from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
+from analyzers.stats import mann_whitney_p, welch_ci
 from analyzers.step_metrics import run_metrics, samples, step_series
 from perfbench.errors import UserError
 from perfbench.store import Store
@@ -60,33 +61,6 @@ def step_samples(store: Store, record: dict) -> dict[str, list[float]]:
 
 
 # ---- statistics ----------------------------------------------------------------------------
-
-def welch_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Confidence interval of mean(b) - mean(a) (Welch). None with fewer than 2 samples a side."""
-    from scipy import stats
-
-    a_, b_ = np.asarray(a, float), np.asarray(b, float)
-    if len(a_) < 2 or len(b_) < 2:
-        return None
-    va, vb = a_.var(ddof=1) / len(a_), b_.var(ddof=1) / len(b_)
-    diff = b_.mean() - a_.mean()
-    se = math.sqrt(va + vb)
-    if se == 0:
-        return (diff, diff)
-    dof = (va + vb) ** 2 / ((va**2 / (len(a_) - 1) if len(a_) > 1 else 0) + (vb**2 / (len(b_) - 1) if len(b_) > 1 else 0))
-    q = stats.t.ppf(0.5 + level / 2, dof)
-    return (diff - q * se, diff + q * se)
-
-
-def mann_whitney_p(a: list[float], b: list[float]) -> float | None:
-    from scipy import stats
-
-    if len(a) < 2 or len(b) < 2:
-        return None
-    if np.ptp(np.concatenate([a, b])) == 0:
-        return 1.0
-    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
-
 
 # ---- comparison ----------------------------------------------------------------------------
 

@@ -135,7 +135,7 @@ def test_moe_stages_up_to_the_layers():
     """Issue 22: config validation said 'pipeline_stages=3 is more than model.num_layers=2' while the workload's
     partitioner splits embedding + num_layers blocks + head (num_layers + 2 units) and runs 3 stages of a 2-block
     MoE. One rule now, the partitioner's: up to num_layers + 2 stages."""
-    from workloads.parallel.pipeline import partition  # pure Python (MindSpore only inside its functions)
+    from workloads.parallel.layout_math import partition
 
     par = {"pipeline_stages": 2, "micro_batches": 2}
     assert ok(conf(MOE, parallel=par, sweep={"world_size": [2]}))

@@ -2,9 +2,9 @@
 functions included: a module may import its own layer and the layers its layer lists in ALLOWED, nothing else.
 
     base       perfbench (the package), perfbench.errors, perfbench.startup: import nothing of the project
-    planning   workloads.parallel.{rules,schedules,bucketing}: pure parallel planners (no MindSpore at import)
+    planning   workloads.parallel.{rules,schedules,bucketing,layout_math}: pure parallel planners (no MindSpore at import)
     workloads  the rest of workloads/ (MindSpore): base and planning only
-    analyzers  analyzers/: base only (parsers, schema, analyses, catalogue)
+    analyzers  analyzers/: base and planning (parsers, schema, analyses, catalogue)
     core       the rest of perfbench/ (store, runs, compare/check, tune, predict, views)
     top        perfbench.cli, perfbench.__main__, perfbench.commands.*, dashboards.*
 
@@ -21,13 +21,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("perfbench", "analyzers", "workloads", "dashboards")
 BASE = {"perfbench", "perfbench.errors", "perfbench.startup"}
-PLANNING = {"workloads.parallel.rules", "workloads.parallel.schedules", "workloads.parallel.bucketing"}
+PLANNING = {"workloads.parallel.rules", "workloads.parallel.schedules", "workloads.parallel.bucketing",
+            "workloads.parallel.layout_math"}
 TOP = ("perfbench.cli", "perfbench.__main__", "perfbench.commands", "dashboards")
 ALLOWED = {
     "base": {"base"},
     "planning": {"base", "planning"},
     "workloads": {"base", "planning", "workloads"},
-    "analyzers": {"base", "analyzers"},
+    "analyzers": {"base", "planning", "analyzers"},
     "core": {"base", "planning", "analyzers", "core"},
     "top": {"base", "planning", "analyzers", "core", "top"},
 }

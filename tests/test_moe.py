@@ -51,7 +51,8 @@ def _reference_moe(x, wr, w1, b1, w2, b2, k, cap):
 def test_moe_layer_matches_numpy_reference(capacity_factor):
     import mindspore as ms
 
-    from workloads.moe.model import build_layers, capacity
+    from workloads.moe.model import build_layers
+    from workloads.parallel.layout_math import capacity
 
     ms.set_context(mode=ms.PYNATIVE_MODE)
     ms.set_seed(1)

@@ -237,7 +237,7 @@ def test_metric_delta_by_hand():
 
 
 def test_welch_ci_needs_two_samples_a_side():
-    from perfbench.compare import welch_ci
+    from analyzers.stats import welch_ci
 
     assert welch_ci([1, 2], [3, 5]) is not None and welch_ci([1, 2], [3]) is None and welch_ci([1], [3, 4]) is None
     lo, hi = welch_ci([1, 2], [3, 5])
@@ -353,7 +353,8 @@ def test_reconcile_edges():
 
 
 def test_mann_whitney_p_edges():
-    from perfbench.compare import mann_whitney_p, metric_delta
+    from analyzers.stats import mann_whitney_p
+    from perfbench.compare import metric_delta
 
     assert mann_whitney_p([1.0], [1.0, 2.0, 3.0]) is None and mann_whitney_p([1.0, 2.0, 3.0], [1.0]) is None
     assert mann_whitney_p([1.0, 2.0], [3.0, 4.0]) == pytest.approx(1 / 3)  # 2 vs 2 separated: 2 x 1/6

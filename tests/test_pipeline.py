@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from analyzers.pipeline import ideal_bubble_fraction, pipeline_bubbles
-from workloads.parallel.pipeline import partition
+from workloads.parallel.layout_math import partition
 from workloads.parallel.rules import stage_layout, validate_parallel
 from workloads.parallel.schedules import Action, link_events, schedule, simulate
 

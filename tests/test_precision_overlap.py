@@ -13,7 +13,7 @@ from analyzers.step_metrics import run_metrics, step_series
 from perfbench.errors import UserError
 from perfbench.predict.hardware import Hardware, Link
 from perfbench.predict.model import predict
-from tests.test_config_rules import MOE, RESNET, conf, error_of, ok
+from tests.test_config_rules import MOE, conf, error_of, ok
 from tests.test_predict import BW, LAT, MB, cal
 
 # ---- config: errors name the key, the value and the reason, before anything launches ----------------------

@@ -7,7 +7,8 @@ import math
 import pytest
 
 from analyzers import capture_cost
-from analyzers.steadiness import ratio_interval, resolved, steadiness, unsteady_reasons
+from analyzers.stats import ratio_interval
+from analyzers.steadiness import resolved, steadiness, unsteady_reasons
 from tests.test_capture_cost import ROWS, ctx
 
 

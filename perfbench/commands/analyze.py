@@ -84,11 +84,13 @@ def run(args) -> int:
         store = Store(args.results)
         store.reset_run(run_id)
     hw = getattr(args, "hardware", None)
+    hw_config = None
     if hw:
         from perfbench.predict.hardware import load
 
-        load(hw)  # a wrong name is a user error before anything is stored
-    analysis = store_analysis(store, run_id, profile, None, None, {"hardware": hw} if hw else None)
+        capacity = load(hw).device_memory_bytes  # a wrong name is a user error before anything is stored
+        hw_config = {"hardware": hw, "device_memory_bytes": float(capacity) if capacity else None}
+    analysis = store_analysis(store, run_id, profile, None, None, hw_config)
     doc = build_document(profile, analysis)
     wall = time.time() - t0
     doc["run_id"] = None if args.no_store else run_id
@@ -99,7 +101,7 @@ def run(args) -> int:
             "run_id": run_id, "sweep_id": None, "source": "analyze", "status": "ok", "error": None,
             "settings": {"workload": _workload(profile), "world_size": n_ranks, "repeat": 0},
             "config": {"path": str(path.resolve()), "format": profile.source, "producer": profile.meta.get("producer"),
-                       **({"hardware": hw} if hw else {})},
+                       **(hw_config or {})},
             "env": {"perfbench": _version(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "host": platform.node()},
             "timings": {"started": t0, "finished": time.time(), "wall_s": wall},

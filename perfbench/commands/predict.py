@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import json
 
 from perfbench.cli import add_json_arg, add_results_arg
@@ -30,7 +32,7 @@ examples:
 """
 
 #: --set keys the model understands, with their types
-SETTABLE = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int, "tensor_parallel": int,
+SETTABLE: dict[str, Any] = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int, "tensor_parallel": int,
             "pipeline_schedule": str, "comm_fusion": str, "grad_compression": str, "compression_ratio": float,
             "compute_scale": float, "zero_stage": int, "recompute": str, "optimizer": str,
             "precision": str, "overlap_grad_comm": "bool"}

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzers.collectives import busbw_factor
+from analyzers.collectives import busbw_factor, factor, steps  # noqa: F401  (the cost model's terms)
 from workloads.parallel.bucketing import parse_fusion, plan_buckets  # pure Python (no MindSpore)
 
 
@@ -40,23 +40,6 @@ class Collective:
     bytes: float  # nccl-tests size convention (see module doc)
     ready_fraction: float = 1.0  # share of the backward pass done when its bucket is ready (overlap window)
     cls: str = "dp_grad"  # traffic class (analyzers.parallel_groups.COMM_CLASSES)
-
-
-def steps(op_type: str, n: int) -> int:
-    """Sequential hops of the ring algorithm: the number of latency terms one collective pays."""
-    if n <= 1:
-        return 0
-    t = op_type.lower()
-    if t == "allreduce":
-        return 2 * (n - 1)
-    if t in ("allgather", "reducescatter", "alltoall", "alltoallv"):
-        return n - 1
-    return 1
-
-
-def factor(op_type: str, n: int) -> float:
-    f = busbw_factor(op_type, n)
-    return 0.0 if f != f else f  # NaN (unknown op) -> bytes term ignored
 
 
 def cost(c: Collective, latency_s: float, bandwidth_Bps: float) -> tuple[float, float]:
@@ -119,10 +102,7 @@ def layout_collectives(workload: str, model: dict | None, settings: dict) -> lis
     [] for workloads / layouts without them or when the model config is unknown."""
     if workload != "moe" or not model:
         return []
-    from workloads.moe.model import capacity  # pure Python (no MindSpore at import)
-    from workloads.parallel.experts import comm_bytes_per_call
-    from workloads.parallel.pipeline import partition
-    from workloads.parallel.tensor import moe_tp_comm_per_microbatch
+    from workloads.parallel.layout_math import capacity, comm_bytes_per_call, moe_tp_comm_per_microbatch, partition
 
     n = int(settings["world_size"])
     S, T = int(settings.get("pipeline_stages") or 1), int(settings.get("tensor_parallel") or 1)

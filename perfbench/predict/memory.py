@@ -25,21 +25,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from perfbench.errors import UserError
+from workloads.parallel.layout_math import FP32, model_states
 
-FP32 = 4
-
-
-def model_states(params: int, dp: int, zero_stage: int, states_per_param: int, grads_sharded: bool = True) -> dict:
-    """Bytes of parameters, gradients and optimizer state one rank holds (ZeRO paper, fp32)."""
-    if zero_stage not in (0, 1, 2):
-        raise UserError(f"zero_stage={zero_stage!r}: the memory model knows 0, 1, 2")
-    if dp < 1 or params < 0:
-        raise UserError(f"data-parallel size {dp} and parameter count {params} must be positive")
-    p = FP32 * params
-    grads = p / dp if zero_stage >= 2 and grads_sharded else p
-    opt = FP32 * states_per_param * params / (dp if zero_stage >= 1 else 1)
-    return {"params_bytes": float(p), "grads_bytes": float(grads), "optimizer_bytes": float(opt),
-            "total_bytes": float(p + grads + opt)}
 
 
 def buffer_bytes(params: int, dp: int, zero_stage: int, largest_bucket_bytes: float | None) -> float:

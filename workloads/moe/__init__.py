@@ -27,8 +27,9 @@ class MoEWorkload:
         import mindspore as ms
 
         from workloads.moe.model import SyntheticTokens, build_layers, build_loss
-        from workloads.parallel.experts import build_expert_comm, comm_bytes_per_call, default_impl
-        from workloads.parallel.pipeline import PipelineTrainer, create_groups, partition
+        from workloads.parallel.experts import build_expert_comm, default_impl
+        from workloads.parallel.layout_math import comm_bytes_per_call, partition
+        from workloads.parallel.pipeline import PipelineTrainer, create_groups
 
         cfg = ctx.config
         m, t, par = cfg["model"], cfg["train"], dict(cfg["parallel"])
@@ -88,7 +89,7 @@ class MoEWorkload:
         nbytes, n = comm_bytes_per_call(impl, D, E, C, H)
         # per micro-batch and MoE layer: forward, re-materialized forward, backward (each 2 collectives)
         self.expert_comm_step = (3 * nbytes * my_moe_layers * M, 3 * n * my_moe_layers * M)
-        from workloads.parallel.tensor import moe_tp_comm_per_microbatch
+        from workloads.parallel.layout_math import moe_tp_comm_per_microbatch
 
         tb, tn = moe_tp_comm_per_microbatch(tokens, H, E, C, TP)
         # per micro-batch and block: g forward, g in the re-materialized forward, f backward (2 all-reduces each)

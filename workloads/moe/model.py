@@ -17,9 +17,7 @@ import math
 
 import numpy as np
 
-
-def capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) -> int:
-    return max(1, int(math.ceil(capacity_factor * tokens * top_k / num_experts)))
+from workloads.parallel.layout_math import capacity
 
 
 def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer, tp=None):

@@ -38,20 +38,6 @@ def default_impl(size: int, world_group: bool = True) -> str:
     return "allgather+allreduce" if world_group else "allreduce+allreduce"
 
 
-def comm_bytes_per_call(impl: str, size: int, num_experts: int, capacity: int, hidden: int,
-                        itemsize: int = 4) -> tuple[int, int]:
-    """Bytes this rank puts into collectives for one dispatch + one combine (forward), and their count."""
-    buf = num_experts * capacity * hidden * itemsize
-    if impl == "local" or size == 1:
-        return 0, 0
-    if impl == "alltoall":
-        return 2 * buf * (size - 1) // size, 2
-    if impl == "allreduce+allreduce":  # two AllReduces of padded [W, E, C, H] buffers
-        return 2 * size * buf, 2
-    # allgather: own buffer; allreduce of the padded [W, E, C, H] buffer
-    return buf + size * buf, 2
-
-
 def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int, impl: str | None = None):
     from mindspore import nn, ops
 

@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads.parallel.rules import pair_group_name
+
 
 def native_p2p_available() -> bool:
     """True where MindSpore has real Send/Receive (not on the CPU backend)."""
     import mindspore as ms
 
     return ms.get_context("device_target") in ("Ascend", "GPU")
-
-
-def pair_group_name(a: int, b: int) -> str:
-    lo, hi = sorted((a, b))
-    return f"pb_p2p_{lo}_{hi}"
 
 
 class _Link:

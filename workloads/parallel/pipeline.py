@@ -29,36 +29,9 @@ import math
 
 import numpy as np
 
+from workloads.parallel.layout_math import partition
 from workloads.parallel.rules import layout_groups, stage_layout
 from workloads.parallel.schedules import schedule as make_schedule
-
-
-def partition(costs: list[float], stages: int) -> list[tuple[int, int]]:
-    """Split layers with the given costs into ``stages`` contiguous non-empty ranges minimizing the largest
-    stage cost (linear partition, exact DP). Returns ``[(start, end), ...]`` with ``end`` exclusive."""
-    n = len(costs)
-    if stages < 1 or stages > n:
-        raise ValueError(f"cannot split {n} layers into {stages} non-empty stages")
-    pre = [0.0]
-    for c in costs:
-        pre.append(pre[-1] + float(c))
-    INF = float("inf")
-    # best[k][i]: minimal max-cost splitting the first i layers into k stages; cut[k][i] the last split point
-    best = [[INF] * (n + 1) for _ in range(stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(stages + 1)]
-    best[0][0] = 0.0
-    for k in range(1, stages + 1):
-        for i in range(k, n + 1):
-            for j in range(k - 1, i):
-                v = max(best[k - 1][j], pre[i] - pre[j])
-                if v < best[k][i] - 1e-12:
-                    best[k][i], cut[k][i] = v, j
-    bounds, i = [], n
-    for k in range(stages, 0, -1):
-        j = cut[k][i]
-        bounds.append((j, i))
-        i = j
-    return bounds[::-1]
 
 
 def world_group_name() -> str:

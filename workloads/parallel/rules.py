@@ -58,8 +58,6 @@ def layout_groups(world_size: int, stages: int, tp: int = 1) -> dict[str, list[i
       with S = 1 and T = 1 this is the world group, named by MindSpore,
     * ``pb_p2p_{a}_{b}``: pipeline neighbours (stage s, replica d, slice t) <-> (s + 1, d, t).
     """
-    from workloads.parallel.p2p import pair_group_name
-
     per_stage = world_size // stages
     D = per_stage // tp
     out: dict[str, list[int]] = {}
@@ -281,3 +279,8 @@ def _validate_moe(m: dict, par: dict, S: int, dp: int | None, T: int = 1) -> lis
         errs.append("parallel.fusion_impl='mindspore' is not supported for workload moe (MindSpore's gradient "
                     "reducer would all-reduce the expert weights, which each rank owns alone); use 'perfbench'")
     return errs
+
+
+def pair_group_name(a: int, b: int) -> str:
+    lo, hi = sorted((a, b))
+    return f"pb_p2p_{lo}_{hi}"

@@ -70,11 +70,3 @@ def column_slice(size: int, tp: int, t: int) -> slice:
     return slice(t * n, (t + 1) * n)
 
 
-def moe_tp_comm_per_microbatch(tokens: int, hidden: int, num_experts: int, capacity: int, tp: int,
-                               itemsize: int = 4) -> tuple[int, int]:
-    """Bytes this rank puts into tensor-parallel all-reduces for one forward of one MoE block, and their count:
-    g after attention (``tokens x H``) and g after the experts (the expert buffer ``E x C x H``: the experts run
-    on the dispatched capacity buffer).  The backward moves the same (f, same shapes)."""
-    if tp <= 1:
-        return 0, 0
-    return (tokens * hidden + num_experts * capacity * hidden) * itemsize, 2

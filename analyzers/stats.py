@@ -1,0 +1,48 @@
+"""The two-sample statistics perfbench decides with: the Welch interval of a difference of means and the
+Mann-Whitney U test's p-value (scipy), shared by compare/check (perfbench/) and the analyses that judge a run
+against itself (analyzers/steadiness.py)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+#: confidence level of the intervals a run gives of its own estimates (profiler_overhead, capture_cost)
+LEVEL = 0.95
+
+
+def welch_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Confidence interval of mean(b) - mean(a) (Welch). None with fewer than 2 samples a side."""
+    from scipy import stats
+
+    a_, b_ = np.asarray(a, float), np.asarray(b, float)
+    if len(a_) < 2 or len(b_) < 2:
+        return None
+    va, vb = a_.var(ddof=1) / len(a_), b_.var(ddof=1) / len(b_)
+    diff = b_.mean() - a_.mean()
+    se = math.sqrt(va + vb)
+    if se == 0:
+        return (diff, diff)
+    dof = (va + vb) ** 2 / ((va**2 / (len(a_) - 1) if len(a_) > 1 else 0) + (vb**2 / (len(b_) - 1) if len(b_) > 1 else 0))
+    q = stats.t.ppf(0.5 + level / 2, dof)
+    return (diff - q * se, diff + q * se)
+
+
+def mann_whitney_p(a: list[float], b: list[float]) -> float | None:
+    from scipy import stats
+
+    if len(a) < 2 or len(b) < 2:
+        return None
+    if np.ptp(np.concatenate([a, b])) == 0:
+        return 1.0
+    return float(stats.mannwhitneyu(a, b, alternative="two-sided").pvalue)
+
+
+def ratio_interval(on: list[float], off: list[float], level: float = LEVEL) -> tuple[float, float] | None:
+    """Interval of median(on) / median(off) from the log step times: exp(Welch interval of mean(log on) -
+    mean(log off)). None with fewer than 2 values a side or a value <= 0."""
+    if len(on) < 2 or len(off) < 2 or min(on) <= 0 or min(off) <= 0:
+        return None
+    ci = welch_ci([math.log(v) for v in off], [math.log(v) for v in on], level)
+    return None if ci is None else (math.exp(ci[0]), math.exp(ci[1]))
