@@ -144,13 +144,15 @@ _ALL = [
     Metric("peak_memory_bytes", "peak mem", "bytes", "lower",
            "max over ranks of the rank's peak memory: the process's device memory where the profiler records it "
            "(Ascend memory_record APP Total Reserved, max over the profiled window), else the process's resident "
-           "high-water mark (ru_maxrss, sampled after every step by the workload: max_rss_bytes), else the "
+           "high-water mark sampled after every step by the workload (max over steps of max(max_rss_bytes = "
+           "ru_maxrss, rss_bytes = resident set then)), else the "
            "framework allocator's peak reserved (analyzers/memory.py)", "bytes", "max over ranks (each rank: max over time)"),
     Metric("memory_headroom", "mem headroom", "share", "higher",
            "1 - used / capacity, the tightest over the memories ranks share: a CPU host's memory (capacity: the "
            "machine's MemTotal the ranks record; used: sum of the peaks of the host's ranks, an upper bound since "
-           "peaks need not coincide) or a device's (used: the rank's peak; capacity: the hardware profile's "
-           "device_memory_bytes); null when the capacity is unknown (analyzers/memory.py)", "pct",
+           "peaks need not coincide) or a device's (used: the rank's peak; capacity: device_memory_bytes of the "
+           "hardware profile the run names, e.g. perfbench analyze --hardware ascend910); null when the capacity "
+           "is unknown (analyzers/memory.py)", "pct",
            "min over hosts / devices", kind="share"),
     Metric("loss_first", "first loss", "ratio", None, "mean over ranks of the loss of the first step", "num",
            "first step"),

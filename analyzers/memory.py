@@ -8,7 +8,8 @@ a rank whose files lack memory data has null peaks, never 0.
 
 Tables (one writer: this analysis):
     memory              one row per rank: the peaks (bytes), when the allocator peaked, the capacity
-    memory_modules      rank, module, peak_bytes: peak reserved memory per device module (HCCL, RUNTIME, ...)
+    memory_modules      rank, module, peak_bytes: peak reserved memory per device module (HCCL, RUNTIME, ...;
+                        modules whose peak is 0 left out)
     memory_timeline     rank, component, ts_us, allocated_bytes, reserved_bytes: at most ~400 points per rank
                         and component (every local max and min kept), for the Run page's figure
     memory_live         rank, name, size_bytes, alloc_us, release_us: allocations live at the allocator's peak
@@ -37,7 +38,7 @@ TIMELINE_POINTS = 400
 MEMORY_COLUMNS = ["rank", "host", "device", "peak_bytes", "peak_source", "peak_allocated_bytes",
                   "peak_reserved_bytes", "peak_active_bytes", "peak_process_bytes", "peak_rss_bytes",
                   "framework_peak_bytes", "allocator", "peak_at_us", "live_allocations", "live_bytes",
-                  "capacity_bytes", "params"]
+                  "capacity_bytes", "params", "baseline_bytes"]
 
 
 def _num(v) -> float | None:
@@ -104,7 +105,11 @@ def downsample(df: pd.DataFrame, col: str, n: int = TIMELINE_POINTS) -> pd.DataF
 def _workload_peaks(ws: pd.DataFrame | None) -> dict[int, float]:
     if ws is None or "max_rss_bytes" not in ws.columns:
         return {}
+    # ru_maxrss is the kernel's high-water mark, updated lazily: the resident set read at the same moment can be
+    # a little above it, so the rank's peak is the larger of the two over every sample
     s = pd.to_numeric(ws["max_rss_bytes"], errors="coerce")
+    if "rss_bytes" in ws.columns:
+        s = pd.concat([s, pd.to_numeric(ws["rss_bytes"], errors="coerce")], axis=1).max(axis=1)
     g = s.groupby(ws["rank"]).max().dropna()
     return {int(r): float(v) for r, v in g.items()}
 
@@ -159,16 +164,22 @@ def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer:
         return _shares(parts, max(process or 0, held + (process - held if process and process > held else 0)))
     peak = row.get("peak_bytes")
     if model and peak:
+        base = row.get("baseline_bytes")
+        if base is not None and str(row.get("peak_source") or "").startswith("workload"):
+            parts.append(("runtime_baseline", float(base), "process resident set before the model was built "
+                          "(MindSpore imported, collectives joined; meta baseline_rss_bytes)"))
         for k, v in model.items():
             if v is not None:
                 parts.append((k, float(v), "model sizes: parameter count x 4 bytes (fp32)"
                               + (f" x {states} optimizer states" if k == "optimizer_state" else "")))
-        if alloc is not None and reserved is not None:
+        if alloc is not None and reserved is not None and row.get("allocator") != "cpu":
+            # (MindSpore's CPU pool reserves 1 GiB up front that is not resident: no fragmentation to speak of)
             parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
         rest = peak - sum(p[1] for p in parts)
-        parts.append(("activations_workspace_runtime", max(rest, 0.0),
-                      "the rest of the peak: activations, workspace, communication buffers and the runtime "
-                      "(libraries, compiled graphs); not separable without the profiler's allocations"))
+        parts.append(("activations_workspace", max(rest, 0.0),
+                      "the rest of the peak: activations, workspace, communication buffers, compiled graphs"
+                      + ("" if base is not None else " and the runtime (libraries)")
+                      + "; not separable without the profiler's allocations"))
         return _shares(parts, peak)
     return []
 
@@ -187,6 +198,17 @@ def _shares(parts, total) -> list[dict]:
             for k, v in merged.items()]
 
 
+def device_memory(hardware: str | None) -> float | None:
+    """A device's capacity: `device_memory_bytes` of the named hardware profile (perfbench/predict/hardware/), or
+    None without one (an imported profile does not say which hardware profile describes its device)."""
+    if not hardware:
+        return None
+    from perfbench.predict.hardware import load
+
+    v = load(str(hardware)).device_memory_bytes
+    return float(v) if v else None
+
+
 def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
     """1 - used / capacity, the tightest over the memories the ranks share: ranks on one CPU host share its
     memory (used = sum of their peaks), a device rank has its own (used = its peak)."""
@@ -194,7 +216,7 @@ def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
     for r in rows:
         if r.get("peak_bytes") is None or not r.get("capacity_bytes"):
             continue
-        key = f"host:{hosts.get(r['rank'])}" if str(r.get("device") or "cpu").lower() == "cpu" else f"rank:{r['rank']}"
+        key = f"host:{hosts.get(r['rank'])}" if str(r.get("device") or "").lower() == "cpu" else f"rank:{r['rank']}"
         groups.setdefault(key, []).append(r)
     if not groups:
         return None
@@ -220,6 +242,7 @@ def analysis(ctx: Context) -> Output:
         ranks |= set(int(r) for r in ws["rank"].unique())
     rss = _workload_peaks(ws)
     optimizer = ((ctx.config or {}).get("train") or {}).get("optimizer")
+    device_capacity = device_memory((ctx.config or {}).get("hardware"))
     rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
     for r in sorted(ranks):
         m = meta.get(r) or {}
@@ -229,7 +252,7 @@ def analysis(ctx: Context) -> Output:
             hosts[r] = m["host"]
         row = {"rank": r, "host": hosts.get(r), "device": devices.get(r) or ("cpu" if m else None), **pk,
                "peak_rss_bytes": rss.get(r), "framework_peak_bytes": _num(m.get("framework_peak_allocated_bytes")),
-               "params": _num(m.get("params"))}
+               "params": _num(m.get("params")), "baseline_bytes": _num(m.get("baseline_rss_bytes"))}
         if row["peak_allocated_bytes"] is None and row["framework_peak_bytes"] is not None:
             row["peak_allocated_bytes"] = row["framework_peak_bytes"]
         if row["peak_process_bytes"] is not None:
@@ -240,7 +263,8 @@ def analysis(ctx: Context) -> Output:
             row["peak_bytes"], row["peak_source"] = row["peak_reserved_bytes"], "profiler: allocator reserved"
         else:
             row["peak_bytes"], row["peak_source"] = None, None
-        row["capacity_bytes"] = _num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else None
+        row["capacity_bytes"] = (_num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu"
+                                 else device_capacity)
         om = opm[opm["rank"] == r] if opm is not None else None
         live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
         row["live_allocations"] = None if live is None else int(len(live))
@@ -252,6 +276,7 @@ def analysis(ctx: Context) -> Output:
             mm = mod[mod["rank"] == r]
             if len(mm):
                 g = pd.to_numeric(mm["reserved_bytes"], errors="coerce").groupby(mm["module"]).max().dropna()
+                g = g[g > 0]  # the ~80 modules that never reserved anything are left out
                 rmods = pd.DataFrame({"rank": r, "module": g.index, "peak_bytes": g.values})
                 mod_rows.append(rmods)
         if rr is not None and len(rr):

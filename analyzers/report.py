@@ -9,7 +9,13 @@
       "summary": {...run metrics...},
       "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "inputs" (files read), "steps": [{"step", "step_us", "computing_us", "communication_us",
                  "communication_not_overlapped_us", "overlapped_us", "free_us", "preparing_us",
-                 "bubble_us", "stage_us"}]}],
+                 "bubble_us", "stage_us"}],
+                 "peak_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_active_bytes",
+                 "peak_process_bytes", "peak_rss_bytes", "allocator", "peak_at_us" (memory; null when unknown),
+                 "module_peak_bytes": {"HCCL": bytes, ...}, "live_at_peak": [{"name", "size_bytes", "alloc_us",
+                 "release_us"}] (largest 50)}],
+      "memory": [... the memory table, one row per rank ...], "memory_attribution": [{"rank", "part", "bytes",
+                 "share", "source"}],
       "communication": [{"rank", "step", "op_name", "op_type", "group", "group_size", "elapse_ms",
                          "transit_ms", "wait_ms", "synchronization_ms", "idle_ms", "wait_ratio",
                          "size_bytes", "algbw_gbps", "busbw_gbps", "bandwidth": {"HCCS": GB/s, ...},
@@ -109,6 +115,12 @@ def rank_inputs(profile: Profile) -> dict[int, list[str]]:
             for r, i in zip(rk["rank"], col)}
 
 
+#: memory fields on each `ranks[]` entry (analyzers/memory.py; null where the rank's files lack memory data)
+MEMORY_FIELDS = ["peak_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_active_bytes", "peak_process_bytes",
+                 "peak_rss_bytes", "allocator", "peak_at_us"]
+LIVE_LIMIT = 50  # allocations live at the peak listed per rank (largest first; the `memory_live` table has all)
+
+
 def build_document(profile: Profile, analysis: Analysis) -> dict:
     t = analysis.tables
     sb = t.get("step_breakdown")
@@ -121,12 +133,21 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
             by_rank.setdefault(int(row.pop("rank")), []).append(
                 {"step": int(row["step"]), **{f: row.get(f) for f in STEP_FIELDS}})
     inputs = rank_inputs(profile)
+    mem = {int(m["rank"]): m for m in records(t.get("memory"))}
+    mods: dict[int, dict] = {}
+    for m in records(t.get("memory_modules")):
+        mods.setdefault(int(m["rank"]), {})[m["module"]] = m["peak_bytes"]
+    live: dict[int, list] = {}
+    for m in records(t.get("memory_live")):
+        live.setdefault(int(m.pop("rank")), []).append(m)
     for r in sorted(set(by_rank) | set(inputs)):  # every rank analyzed, also one whose breakdown is unknown
         c = check.get(r, {})
         ranks.append({"rank": r, "stage": stage_of.get(r), "inputs": inputs.get(r, []),
                       "breakdown_source": c.get("breakdown_source"),
                       "consistent": c.get("consistent"), "cross_check_max_rel_diff": c.get("max_rel_diff"),
-                      "cross_check_note": c.get("reason"), "steps": by_rank.get(r, [])})
+                      "cross_check_note": c.get("reason"), "steps": by_rank.get(r, []),
+                      **{f: mem.get(r, {}).get(f) for f in MEMORY_FIELDS},
+                      "module_peak_bytes": mods.get(r), "live_at_peak": live.get(r, [])[:LIVE_LIMIT] if r in live else None})
     comm = []
     co = t.get("comm_ops")
     if co is not None and len(co):
@@ -159,6 +180,8 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
         "comm_exposure": records(t.get("comm_exposure")),
         "rank_imbalance": records(t.get("rank_imbalance")),
         "kernels": records(t.get("kernels"), limit=20),
+        "memory": records(t.get("memory")),
+        "memory_attribution": records(t.get("memory_attribution")),
         "reconciliation": records(t.get("reconciliation")),
         "cluster_check": records(t.get("cluster_check")),
         "slow_ranks": records(t.get("slow_ranks")),

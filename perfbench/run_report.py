@@ -147,6 +147,33 @@ def flagged(df: pd.DataFrame | None, col: str = "slow") -> tuple[pd.DataFrame, i
     return df[df[col].fillna(False).astype(bool)], len(df)
 
 
+def peak_holders(attr: pd.DataFrame | None, mem: pd.DataFrame | None) -> tuple[int | None, pd.DataFrame]:
+    """The rank with the largest peak and what holds it (analyzers/memory.py memory_attribution), largest first."""
+    if attr is None or attr.empty or mem is None or mem.empty:
+        return None, pd.DataFrame()
+    peaks = pd.to_numeric(mem["peak_bytes"], errors="coerce")
+    rank = int(mem.loc[peaks.idxmax(), "rank"]) if peaks.notna().any() else int(attr["rank"].iloc[0])
+    rows = attr[attr["rank"] == rank].sort_values("bytes", ascending=False)
+    return rank, rows
+
+
+def memory_section(console, tables: dict) -> None:
+    """Per-rank memory peaks, then what holds the largest rank's peak (bytes and share)."""
+    mem = tables.get("memory")
+    if mem is None or mem.empty:
+        return
+    console.print()
+    console.print(table(mem, {"rank": "rank", "peak_bytes": "peak", "peak_allocated_bytes": "allocated",
+                              "peak_reserved_bytes": "reserved", "peak_process_bytes": "process (device)",
+                              "peak_rss_bytes": "process RSS", "live_bytes": "live at peak",
+                              "capacity_bytes": "capacity"},
+                        "Memory per rank (peaks; - = unknown: the rank's files lack the data)"))
+    rank, rows = peak_holders(tables.get("memory_attribution"), mem)
+    if rank is not None and len(rows):
+        console.print(table(rows, {"part": "part", "bytes": "bytes", "share": "share", "source": "from"},
+                            f"What holds the peak (rank {rank}, the largest)"))
+
+
 def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, short: str, top: int,
            artifacts: str) -> None:
     from rich.padding import Padding
@@ -202,6 +229,8 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
         console.print()
         console.print(table(rank_breakdown(bd), heads,
                             "Per-rank step breakdown (median over profiled steps; share of the step)"))
+
+    memory_section(console, tables)
 
     kern = tables.get("top_kernels")
     if kern is not None and not kern.empty:

@@ -408,6 +408,8 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
                         "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
                         "profiler_ts_offset_us": 0.0})
 
+    # the process before the model exists (MindSpore imported, collectives joined): what attribution calls the runtime
+    ctx.set_meta(baseline_rss_bytes=memory_sample()["rss_bytes"])
     name = cfg["workload"]
     try:
         module = importlib.import_module(f"workloads.{name}")
@@ -478,7 +480,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             rec["cpu_s"] = cpu_s  # CPU time of the whole rank process (all threads) during the step
             if mem is not None:  # max_rss_bytes: high-water mark so far; rss_bytes: resident set at step end
                 rec.update(mem)
-                peak_rss = max(peak_rss or 0, mem["max_rss_bytes"] or 0) or None
+                peak_rss = max(peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
             rec.update(res)
             if saved_s is not None:
                 rec["checkpoint_s"] = saved_s

@@ -79,44 +79,43 @@ def read_text_memory(out_dir: Path, r: int, io: RankInputs) -> dict:
     return {} if damaged else got
 
 
+#: (schema key, db table, SELECT over it aliased `t` with `{name}` for a STRING_IDS-named column, schema)
+DB_QUERIES = (
+    ("memory_records", "MEMORY_RECORD", "SELECT {name} AS component, t.timestamp / 1000.0 AS ts_us, "
+     "t.totalAllocated AS allocated_bytes, t.totalReserved AS reserved_bytes, t.totalActive AS active_bytes, "
+     "t.deviceId AS device FROM MEMORY_RECORD t", "component", MEMORY),
+    ("op_memory", "OP_MEMORY", "SELECT {name} AS name, t.size AS size_bytes, t.allocationTime / 1000.0 AS alloc_us, "
+     "t.releaseTime / 1000.0 AS release_us, t.deviceId AS device FROM OP_MEMORY t", "name", OP_MEMORY),
+    ("module_memory", "NPU_MODULE_MEM", "SELECT {name} AS module, t.timestampNs / 1000.0 AS ts_us, "
+     "t.totalReserved AS reserved_bytes, t.deviceId AS device FROM NPU_MODULE_MEM t", "moduleId", MODULE_MEMORY),
+)
+
+
 def read_db_memory(con, r: int, tables: set[str], path: Path) -> dict:
-    """The same tables from an open profiler db (`tables`: the names it has). A damaged memory table raises
-    ProfileFormatError naming the db and the table."""
+    """The same tables from an open profiler db (`tables`: the names it has): component and op names through
+    STRING_IDS, module names through ENUM_MODULE. A damaged memory table raises ProfileFormatError naming the db."""
     import sqlite3
 
     got: dict = {}
     try:
-        if "MEMORY_RECORD" in tables:
-            df = pd.read_sql_query(
-                "SELECT s.value AS component, m.timestamp / 1000.0 AS ts_us, m.totalAllocated AS allocated_bytes, "
-                "m.totalReserved AS reserved_bytes, m.totalActive AS active_bytes, m.deviceId AS device "
-                "FROM MEMORY_RECORD m LEFT JOIN STRING_IDS s ON s.id = m.component", con)
+        for key, table, sql, id_col, schema in DB_QUERIES:
+            if table not in tables:
+                continue
+            names = "ENUM_MODULE" if table == "NPU_MODULE_MEM" else "STRING_IDS"
+            if names in tables:
+                sql = sql.format(name="s.value" if names == "STRING_IDS" else "s.name") + \
+                    f" LEFT JOIN {names} s ON s.id = t.{id_col}"
+            else:
+                sql = sql.format(name=f"CAST(t.{id_col} AS TEXT)")
+            df = pd.read_sql_query(sql, con)
             df.insert(0, "rank", r)
             df["device"] = "NPU:" + df["device"].astype("Int64").astype(str)
-            got["memory_records"] = conform(df, MEMORY)
-        if "OP_MEMORY" in tables:
-            df = pd.read_sql_query(
-                "SELECT s.value AS name, o.size AS size_bytes, o.allocationTime / 1000.0 AS alloc_us, "
-                "o.releaseTime / 1000.0 AS release_us, o.deviceId AS device "
-                "FROM OP_MEMORY o LEFT JOIN STRING_IDS s ON s.id = o.name", con)
-            df.insert(0, "rank", r)
-            df["device"] = "NPU:" + df["device"].astype("Int64").astype(str)
-            got["op_memory"] = conform(df, OP_MEMORY)
-        if "NPU_MODULE_MEM" in tables:
-            mod = "e.name" if "ENUM_MODULE" in tables else "CAST(n.moduleId AS TEXT)"
-            join = "LEFT JOIN ENUM_MODULE e ON e.id = n.moduleId" if "ENUM_MODULE" in tables else ""
-            df = pd.read_sql_query(
-                f"SELECT {mod} AS module, n.timestampNs / 1000.0 AS ts_us, n.totalReserved AS reserved_bytes, "
-                f"n.deviceId AS device FROM NPU_MODULE_MEM n {join}", con)
-            df.insert(0, "rank", r)
-            df["device"] = "NPU:" + df["device"].astype("Int64").astype(str)
-            got["module_memory"] = conform(df, MODULE_MEMORY)
+            for c in df.columns:  # float64 like the text export (bytes exact; µs at 0.25 µs, as elsewhere)
+                if c.endswith(("_bytes", "_us")):
+                    df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
+            got[key] = conform(df, schema)
     except (sqlite3.DatabaseError, pd.errors.DatabaseError) as exc:
         raise ProfileFormatError(path, f"memory tables not readable ({exc})") from None
-    for k, df in got.items():  # float64 like the text export (numbers are exact: bytes < 2**53)
-        for c in df.columns:
-            if c.endswith("_bytes") or c.endswith("_us"):
-                df[c] = pd.to_numeric(df[c], errors="coerce").astype("float64")
     return got
 
 

@@ -214,6 +214,24 @@ def fill_wait_from_alignment(comm_ops: pd.DataFrame) -> pd.DataFrame:
     return df.drop(columns="_nth")
 
 
+def read_memory_record(path: Path, rank: int) -> pd.DataFrame:
+    """`FRAMEWORK/cpu_ms_memory_record_{rank}.txt` (written with profile_memory=True): `Timestamp(ns),Total
+    Allocated(Byte),Total Reserved(Byte),Total Active(Byte)`, one row per allocation or free of MindSpore's CPU
+    allocator -> schema MEMORY rows (component "cpu"). A damaged file raises ProfileFormatError naming it."""
+    from analyzers.ascend.common import read_csv
+    from analyzers.schema import MEMORY
+
+    df = read_csv(path, {"Timestamp(ns)": "ts_ns", "Total Allocated(Byte)": "allocated_bytes"},
+                  {"Total Reserved(Byte)": "reserved_bytes", "Total Active(Byte)": "active_bytes"},
+                  numeric=("ts_ns", "allocated_bytes", "reserved_bytes", "active_bytes"))
+    out = pd.DataFrame({"rank": rank, "component": "cpu", "ts_us": df["ts_ns"] / 1e3,
+                        "allocated_bytes": df["allocated_bytes"],
+                        "reserved_bytes": df["reserved_bytes"] if "reserved_bytes" in df else float("nan"),
+                        "active_bytes": df["active_bytes"] if "active_bytes" in df else float("nan"),
+                        "device": "cpu"})
+    return conform(out, MEMORY)
+
+
 def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: dict | None = None) -> Profile:
     """Read every rank's CPU profile under `path` into one Profile."""
     root = Path(path)
@@ -223,7 +241,8 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
     if not rank_dirs:
         raise ProfileFormatError(root, "no MindSpore CPU profiler output found (expected */FRAMEWORK/cpu_op_* files)")
     meta = dict(meta or {})
-    frames, shapes_by_rank, rank_rows = [], {}, []
+    frames, shapes_by_rank, rank_rows, mem_frames, warnings = [], {}, [], [], []
+    bad_memory: set[int] = set()
     seen: dict[int, Path] = {}
     for d in rank_dirs:
         rank = rank_of(d)
@@ -239,6 +258,13 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
         else:
             raise ProfileFormatError(d, f"neither FRAMEWORK/{ts_file.name} nor ASCEND_PROFILER_OUTPUT/trace_view.json is there")
         frames.append(df)
+        mem_file = d / "FRAMEWORK" / f"cpu_ms_memory_record_{rank}.txt"
+        if mem_file.exists():
+            try:
+                mem_frames.append(read_memory_record(mem_file, rank))
+            except ProfileFormatError as exc:  # the rank's memory is unknown; its ops are analyzed as before
+                warnings.append(f"{exc.path}: {exc.problem} (ignored: the rank's memory is unknown, the rest is analyzed)")
+                bad_memory.add(rank)
         shapes_by_rank[rank] = read_shapes(d / "FRAMEWORK" / f"cpu_framework_{rank}.txt")
         rank_rows.append({"rank": rank, "host": d.name.split("_")[0], "device": "cpu", "path": str(d)})
     ops = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["rank", "name", "start_us", "dur_us", "stream"])
@@ -281,6 +307,10 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
     ranks = pd.DataFrame(rank_rows).drop_duplicates("rank")
     ranks["world_size"] = world_size
     meta.setdefault("device_type", "CPU")
+    from analyzers.schema import MEMORY, empty
+
+    memory = pd.concat(mem_frames, ignore_index=True) if mem_frames else empty(MEMORY)
+    memory = memory[~memory["rank"].isin(bad_memory)].sort_values(["rank", "ts_us"], kind="stable")
     return Profile(
         source="mindspore-cpu",
         path=str(root),
@@ -288,5 +318,7 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
         steps=conform(steps, STEPS),
         ops=conform(ops, OPS),
         comm_ops=conform(comm_ops, COMM_OPS),
+        memory_records=conform(memory, MEMORY),
         meta=meta,
+        warnings=warnings,
     )

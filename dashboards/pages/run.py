@@ -283,6 +283,9 @@ def _optional_sections(rid: str) -> list:
                               "xaxis": {"title": {"text": "expert"}}, "height": 340}}
         out.append(section("Expert load", dcc.Graph(id="run-experts", figure=fig) if fig else None,
                            table(ex, id="run-experts-table") if ex is not None and not ex.empty else None))
+    mem = d.table(rid, "memory")
+    if mem is not None and not mem.empty:
+        out.append(memory_section(rid, mem))
     pp = d.table(rid, "pipeline")
     if pp is not None and not pp.empty:
         fig = go.Figure()
@@ -295,6 +298,44 @@ def _optional_sections(rid: str) -> list:
         out.append(section("Pipeline bubble per stage", dcc.Graph(id="run-pipeline", figure=fig) if fig.data else None,
                            table(pp, id="run-pipeline-table")))
     return out
+
+
+def memory_figure(tl: pd.DataFrame | None, mem: pd.DataFrame) -> go.Figure:
+    """Memory over time per rank (ms since the rank's first record), one line per rank and component (framework
+    allocator: allocated; APP and the workload's RSS samples: reserved / resident), the peak marked."""
+    fig = go.Figure()
+    if tl is None or tl.empty:
+        return fig
+    for (rank, comp), g in tl.groupby(["rank", "component"], sort=True):
+        y = g["allocated_bytes"] if g["allocated_bytes"].notna().any() else g["reserved_bytes"]
+        t0 = tl.loc[tl["rank"] == rank, "ts_us"].min()
+        x = (g["ts_us"] - t0) / 1000.0
+        fig.add_trace(go.Scatter(x=x, y=y / 2**20, mode="lines", name=f"rank {rank} {comp}"))
+        if y.notna().any():
+            i = y.idxmax()
+            fig.add_trace(go.Scatter(x=[x[i]], y=[y[i] / 2**20], mode="markers+text", text=["peak"],
+                                     textposition="top center", marker={"size": 10, "symbol": "x"},
+                                     name=f"rank {rank} {comp} peak", showlegend=False))
+    fig.update_layout(title="memory per rank over time (peak marked)", xaxis_title="ms since the rank's first record",
+                      yaxis_title="MiB", height=360)
+    return fig
+
+
+def memory_section(rid: str, mem: pd.DataFrame):
+    """What holds the peak (the largest rank's parts, bytes and share), per-rank peaks and the timeline."""
+    from perfbench.run_report import peak_holders
+
+    d = data.get()
+    rank, parts = peak_holders(d.table(rid, "memory_attribution"), mem)
+    fig = memory_figure(d.table(rid, "memory_timeline"), mem)
+    cols = [c for c in ("rank", "peak_bytes", "peak_source", "peak_allocated_bytes", "peak_reserved_bytes",
+                        "peak_process_bytes", "peak_rss_bytes", "live_bytes", "capacity_bytes") if c in mem.columns]
+    return section("Memory",
+                   html.H4(f"What holds the peak (rank {rank}, the largest)") if rank is not None else None,
+                   table(parts[["part", "bytes", "share", "source"]], id="run-memory-attribution")
+                   if rank is not None and len(parts) else None,
+                   table(mem[cols], id="run-memory-table"),
+                   dcc.Graph(id="run-memory-timeline", figure=fig) if fig.data else None)
 
 
 def expert_load(rid: str) -> list[float] | None:

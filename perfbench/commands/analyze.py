@@ -40,6 +40,10 @@ def register(sub) -> None:
                         "tables. auto (default): every rank up to 2 ranks; in larger clusters the first and the "
                         "last rank plus every rank without a step trace. all: every rank. none: only ranks "
                         "without a step trace")
+    p.add_argument("--hardware", metavar="NAME",
+                   help="hardware profile (perfbench/predict/hardware/*.yaml name, or a YAML path) whose "
+                        "device_memory_bytes is each device's capacity for memory_headroom, e.g. ascend910 "
+                        "(32 GiB); without it an imported profile's headroom is unknown (null)")
     p.add_argument("--strict", action="store_true",
                    help="treat any warning (a missing or damaged file on some rank, a rank that cannot be read) "
                         "as an error: exit 2. Without it every rank is analyzed with what it has and the "
@@ -79,7 +83,12 @@ def run(args) -> int:
     if not args.no_store:
         store = Store(args.results)
         store.reset_run(run_id)
-    analysis = store_analysis(store, run_id, profile, None, None, None)
+    hw = getattr(args, "hardware", None)
+    if hw:
+        from perfbench.predict.hardware import load
+
+        load(hw)  # a wrong name is a user error before anything is stored
+    analysis = store_analysis(store, run_id, profile, None, None, {"hardware": hw} if hw else None)
     doc = build_document(profile, analysis)
     wall = time.time() - t0
     doc["run_id"] = None if args.no_store else run_id
@@ -89,7 +98,8 @@ def run(args) -> int:
         record = {
             "run_id": run_id, "sweep_id": None, "source": "analyze", "status": "ok", "error": None,
             "settings": {"workload": _workload(profile), "world_size": n_ranks, "repeat": 0},
-            "config": {"path": str(path.resolve()), "format": profile.source, "producer": profile.meta.get("producer")},
+            "config": {"path": str(path.resolve()), "format": profile.source, "producer": profile.meta.get("producer"),
+                       **({"hardware": hw} if hw else {})},
             "env": {"perfbench": _version(), "python": platform.python_version(), "cpus": os.cpu_count(),
                     "host": platform.node()},
             "timings": {"started": t0, "finished": time.time(), "wall_s": wall},
