@@ -193,7 +193,7 @@ def memory_settings(cfg: dict, params: int) -> dict:
 
 def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None]:
     """A stored ok run as a MemoryObservation, and the process's resident set before the model was built (the
-    largest rank's `rss_before_build_bytes` in its meta, or None)."""
+    largest rank's `baseline_rss_bytes` in its meta, or None)."""
     from perfbench.ingest import read_meta
 
     rid = record["run_id"]
@@ -208,7 +208,10 @@ def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None
     obs = MemoryObservation(run_id=rid, **{k: s[k] for k in ("params", "dp", "zero_stage", "states_per_param",
                                                              "recompute", "samples_in_flight",
                                                              "largest_bucket_bytes")}, peak_bytes=float(peak))
-    base = [m["rss_before_build_bytes"] for m in meta.values() if m.get("rss_before_build_bytes")]
+    # baseline_rss_bytes (workloads/runner.py); rss_before_build_bytes: the same sample under its first name, in
+    # the runs of docs/benchmarks.md "Memory knobs"
+    base = [m.get("baseline_rss_bytes") or m.get("rss_before_build_bytes") for m in meta.values()]
+    base = [b for b in base if b]
     return obs, (float(max(base)) if base else None)
 
 
