@@ -153,7 +153,9 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
             f"{s['states_per_param']} per parameter, sharded parts / {s['dp']})"
             + ("" if grads_sharded else "; gradients counted whole: the CPU emulation of stage 2 all-reduces them"),
             f"activations {cal.activation_bytes_per_sample[recompute] / 2**20:.2f} MiB per sample in flight "
-            f"(recompute={str(recompute).lower()}, fitted on the measured machine; the same bytes on any hardware)",
+            f"(recompute={str(recompute).lower()}, fitted on the measured machine as the rest of its peak, so it also "
+            "holds what the model does not name, e.g. MindSpore's compile-time and pool memory on CPU; carried as it "
+            "is to other hardware, where it is an upper bound)",
             "buffers: 2 x the largest gradient bucket" + (" + one broadcast bucket" if s["zero_stage"] else "")
             + " when data-parallel",
             f"baseline: {base_src}",
