@@ -131,7 +131,7 @@ def test_cli_memory_keys_need_memory_flag_and_the_answer_is_json(tmp_path, capsy
                      "metrics": {"peak_memory_bytes": 400e6 + 16e6 + 8e6 + 8e6}})  # P = 1e6: states 16e6, buffers 8e6
     d = store.artifacts_dir("m0") / "metrics"
     d.mkdir(parents=True)
-    (d / "rank0.meta.json").write_text(json.dumps({"params": 1_000_000, "rss_before_build_bytes": 400e6}))
+    (d / "rank0.meta.json").write_text(json.dumps({"params": 1_000_000, "baseline_rss_bytes": 400e6}))
     assert main(["predict", "--results", str(tmp_path / "res"), "--from", "m0", "--set", "zero_stage=1"]) == 2
     assert "--set zero_stage: only the memory model knows it (add --memory)" in capsys.readouterr().err
     assert main(["predict", "--results", str(tmp_path / "res"), "--from", "m0", "--memory", "--set", "zero_stage=1",

@@ -53,7 +53,7 @@ def _store_trial(store, rid, cfg, peak):
     d = store.artifacts_dir(rid) / "metrics"
     d.mkdir(parents=True, exist_ok=True)
     for r in (0, 1):
-        (d / f"rank{r}.meta.json").write_text(json.dumps({"rank": r, "params": P, "rss_before_build_bytes": 400e6}))
+        (d / f"rank{r}.meta.json").write_text(json.dumps({"rank": r, "params": P, "baseline_rss_bytes": 400e6}))
 
 
 def test_a_point_predicted_above_the_limit_is_not_run(tmp_path):

@@ -441,8 +441,6 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
         if e.name and e.name.startswith(f"workloads.{name}"):
             raise ConfigError(f"unknown workload {name!r} (no module workloads.{name})") from None
         raise
-    # the process before the model exists (MindSpore imported, communication up): the memory model's baseline
-    ctx.set_meta(rss_before_build_bytes=memory_sample()["rss_bytes"])
     wl = module.build(ctx)
     startup["built"] = time.time()
     ctx.set_meta(startup=startup)

@@ -140,7 +140,9 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
             f"{s['states_per_param']} per parameter, sharded parts / {s['dp']})"
             + ("" if grads_sharded else "; gradients counted whole: the CPU emulation of stage 2 all-reduces them"),
             f"activations {cal.activation_bytes_per_sample[recompute] / 2**20:.2f} MiB per sample in flight "
-            f"(recompute={str(recompute).lower()}, fitted on the measured machine; the same bytes on any hardware)",
+            f"(recompute={str(recompute).lower()}, fitted on the measured machine as the rest of its peak, so it also "
+            "holds what the model does not name, e.g. MindSpore's compile-time and pool memory on CPU; carried as it "
+            "is to other hardware, where it is an upper bound)",
             "buffers: 2 x the largest gradient bucket" + (" + one broadcast bucket" if s["zero_stage"] else "")
             + " when data-parallel",
             f"baseline: {base_src}",
@@ -180,7 +182,7 @@ def memory_settings(cfg: dict, params: int) -> dict:
 
 def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None]:
     """A stored ok run as a MemoryObservation, and the process's resident set before the model was built (the
-    largest rank's `rss_before_build_bytes` in its meta, or None)."""
+    largest rank's `baseline_rss_bytes` in its meta, or None)."""
     from perfbench.ingest import read_meta
 
     rid = record["run_id"]
@@ -195,7 +197,10 @@ def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None
     obs = MemoryObservation(run_id=rid, **{k: s[k] for k in ("params", "dp", "zero_stage", "states_per_param",
                                                              "recompute", "samples_in_flight",
                                                              "largest_bucket_bytes")}, peak_bytes=float(peak))
-    base = [m["rss_before_build_bytes"] for m in meta.values() if m.get("rss_before_build_bytes")]
+    # baseline_rss_bytes (workloads/runner.py); rss_before_build_bytes: the same sample under its first name, in
+    # the runs of docs/benchmarks.md "Memory knobs"
+    base = [m.get("baseline_rss_bytes") or m.get("rss_before_build_bytes") for m in meta.values()]
+    base = [b for b in base if b]
     return obs, (float(max(base)) if base else None)
 
 
