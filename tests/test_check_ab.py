@@ -156,11 +156,14 @@ def test_ab_job_with_real_runs_finds_an_injected_cpu_slowdown(tmp_path):
     assert [p["order"] for p in doc["pairs"]] == ["AB", "BA", "AB"]
     by = {m["metric"]: m for m in doc["groups"][0]["metrics"]}
     assert by["step_cpu_s"]["verdict"] == "regression" and by["step_cpu_s"]["n_pairs"] == 3
-    # each pair's CPU gate values differ by about the injected 150 ms (the runs' own records, not our output)
+    # each pair's fastest measured steps differ by about the injected 150 ms of CPU (the runs' own step records, not
+    # our output; fastest, because a loaded machine inflates some steps' CPU time: seen 19 -> 96 ms in a clean run)
     store = Store(res, create=False)
     for p in doc["pairs"]:
         a, b = (store.read_run(p[k]) for k in ("baseline_run", "candidate_run"))
         assert a["source"] == b["source"] == "ab" and b["settings"]["busy_ms"] == 150
-        assert 0.12 < b["metrics"]["step_cpu_s"] - a["metrics"]["step_cpu_s"] < 0.30
+        fastest = [float(ws.loc[ws["step"] >= 2, "cpu_s"].min())
+                   for ws in (store.read_table(r["run_id"], "workload_steps") for r in (a, b))]
+        assert 0.12 < fastest[1] - fastest[0] < 0.20
     suite = ET.parse(junit).getroot().find("testsuite")
     assert int(suite.get("failures")) >= 1

@@ -192,7 +192,9 @@ def test_ls_row_carries_every_field_of_the_record():
     unknown = {name: None for name in METRICS}  # every catalogue metric is a field; unknown ones are null
     assert row == {"run_id": "r2", "sweep_id": "sw", "source": "sweep", "status": "ok", "error": "none really",
                    "settings": {"world_size": 2}, **unknown, **metrics,
-                   "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0))}
+                   "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0)), "unsteady": []}
+    (row,) = summarize([dict(rec, metrics=dict(metrics, rank_cpu_spread=0.5))])  # ranks at two speeds: said why
+    assert row["unsteady"] == ["ranks' CPU time per step 50% apart"]
     (row,) = summarize([rec])  # without the context there is no 1-rank run
     assert row["scaling_efficiency"] is None
     (row,) = summarize([{"run_id": "x", "status": "ok", "metrics": None}])  # a bare record: unknowns, no crash
