@@ -897,6 +897,41 @@ def rule_step_spread(tables, summary):
     return out
 
 
+def _from_module_rows(rows, explains: str | None) -> list[dict]:
+    """Rows of the rule modules that return finished advice rows (analyzers/advice_memory.py,
+    analyzers/advice_tp.py) in the form a rule here returns: `key` from their id, `try` as a dict; `advise()`
+    gives them their id, links, accounting, severity and place like any other rule's."""
+    out = []
+    for r in rows:
+        r = {k: v for k, v in dict(r).items() if k not in ("gain_share", "symptom_of")}
+        rid = str(r.pop("id", "") or "")
+        r["key"] = rid.partition(":")[2] or "all"
+        t = r.get("try")
+        r["try"] = json.loads(t) if isinstance(t, str) else (t or None)
+        r.setdefault("explains", explains)
+        out.append(r)
+    return out
+
+
+def rule_memory(tables, summary):
+    """Near capacity (the cheapest knob that fits) and fragmentation (analyzers/advice_memory.py): memory, not
+    time, so no gain: they sort after the findings with one."""
+    from analyzers.advice_memory import advise_memory
+
+    df = advise_memory(tables, summary, tables.get(CONFIG_KEY))
+    return _from_module_rows(df.to_dict("records"), None) if len(df) else []
+
+
+def rule_tensor_parallel(tables, summary):
+    """Exposed tensor-parallel all-reduce (analyzers/advice_tp.py): its gain is exposed communication time."""
+    from analyzers.advice_tp import advise_tp
+
+    return _from_module_rows(advise_tp(tables, summary, tables.get(CONFIG_KEY)), "exposed")
+
+
+#: where `analysis()` hands the run config to the rules that need it (memory, tensor parallel)
+CONFIG_KEY = "_config"
+
 RULES = [
     rule_stage_imbalance,
     rule_rank_imbalance,
@@ -912,6 +947,8 @@ RULES = [
     rule_step_spread,
     rule_aicpu_ops,
     rule_dynamic_shape,
+    rule_tensor_parallel,
+    rule_memory,
 ]
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
@@ -1059,4 +1096,5 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
 def analysis(ctx):
     """Registry entry `advice` (runs last: reads every table and metric before it)."""
     return Output(tables={"advice": advise(dict(ctx.tables, workload_steps=ctx.table("workload_steps"),
-                                                ops_for_checks=ctx.table("ops")), ctx.metrics)})
+                                                ops_for_checks=ctx.table("ops"), steps=ctx.table("steps"),
+                                                **{CONFIG_KEY: ctx.config}), ctx.metrics)})

@@ -240,3 +240,30 @@ def test_specific_cause_claims_its_time_before_the_generic_exposed_finding():
                  {"step_time_s": 0.01})
     roots = out[out["symptom_of"].isna()].set_index("rule")["gain_ms"]
     assert roots.to_dict() == pytest.approx({"small_packets": 1.5, "exposed_communication": 1.5})
+
+
+def test_memory_and_tensor_parallel_findings_join_the_one_ranking():
+    # tensor parallel: ranks 0 and 1 expose 30 and 50 ms of tensor-parallel all-reduce in a 100 ms step ->
+    # gain (30 + 50) / 2 = 40 ms, share 0.40 -> high (>= GAIN_HIGH 0.10); try halves T = 4.
+    # memory: 30 GiB of 32 GiB on rank 0 (> 90%), 1e9 parameters, AdamW on 8 ranks: ZeRO stage 1 saves
+    # 16e9 - 9e9 = 7e9 B (tests/test_advice_memory.py) -> a root with no gain (memory, not time), ranked after
+    # the tensor-parallel finding, its knob kept as the try.
+    GiB = 2 ** 30
+    ex = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "comm_class": ["tensor_parallel"] * 2,
+                       "time_us": [0.0, 0.0], "exposed_us": [30_000.0, 50_000.0]})
+    steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0] * 2})
+    mem = pd.DataFrame([{"rank": 0, "peak_bytes": 30 * GiB, "capacity_bytes": 32 * GiB, "params": 1_000_000_000,
+                         "peak_allocated_bytes": None, "peak_reserved_bytes": None}])
+    config = {"world_size": 8, "train": {"optimizer": "adamw", "recompute": False},
+              "parallel": {"zero_stage": 0, "pipeline_stages": 1, "tensor_parallel": 4}}
+    out = advise({"comm_exposure_classes": ex, "steps": steps, "memory": mem, A.CONFIG_KEY: config},
+                 {"step_time_s": 0.1, "computing_s": 0.06, "communication_not_overlapped_s": 0.02})
+    assert list(out["rule"])[:2] == ["tensor_parallel_comm", "memory_near_capacity"]
+    tp, m = out.iloc[0], out.iloc[1]
+    assert tp["id"] == "tensor_parallel_comm:run" and tp["gain_ms"] == pytest.approx(40.0)
+    assert tp["gain_share"] == pytest.approx(0.40) and tp["severity"] == "high"
+    assert json.loads(tp["try"]) == {"parallel.tensor_parallel": 2}
+    assert tp["predicted_step_ms"] == pytest.approx(100.0 - 40.0)
+    assert m["id"] == "memory_near_capacity:0"
+    assert m["gain_ms"] is None or math.isnan(m["gain_ms"])
+    assert json.loads(m["try"]) == {"parallel.zero_stage": 1} and m["symptom_of"] is None
