@@ -116,7 +116,7 @@ def test_plan_change_refuses_knobs_it_cannot_apply(stored):
         plan_change(cfg, rec, {"parallel.comm_fuson": "all"}, "x", 1)
     with pytest.raises(ConfigError, match=r"'train.comm_fusion': 'comm_fusion' is a key of parallel"):
         undotted({"train.comm_fusion": 4}, "resnet50")
-    with pytest.raises(ConfigError, match="micro_batches=3 does not divide train.batch_size=4"):
+    with pytest.raises(ConfigError, match=r"train.batch_size=4 is not divisible by parallel.micro_batches=3"):
         plan_change(cfg, rec, {"parallel.micro_batches": 3}, "x", 1)
 
 
@@ -232,7 +232,7 @@ def test_a_knob_that_breaks_a_rule_is_stored_failed_and_nothing_is_launched(stor
                       advice=advice(row("stage_imbalance:0", 20.0, {"parallel.micro_batches": 3})))
     (fix,) = tried["fixes"]
     assert fix["status"] == "failed" and fix["measured_gain_ms"] is None and fix["predicted_gain_ms"] == 20.0
-    assert "cannot apply the knob" in fix["error"] and "micro_batches=3 does not divide train.batch_size=4" in fix["error"]
+    assert "cannot apply the knob" in fix["error"] and "train.batch_size=4 is not divisible by parallel.micro_batches=3" in fix["error"]
     assert tried["original"]["runs"] == []  # nothing to compare with: the original is not re-run
     (run_id,) = fix["runs"]
     stored_fix = store.read_run(run_id)

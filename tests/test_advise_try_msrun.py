@@ -7,8 +7,7 @@
 - `advise STRAGGLER --try 2 --repeats 1` on hand-made advice rows (the contract's columns): a fix that crashes is
   stored failed with its reason and the next fix still runs; removing the straggler measures a gain.
 
-The two top-finding tests need the gain ranking (issue 23 items 1-2, branch advice): on a store whose advice
-table has no `gain_ms` column yet they are expected failures, and they assert for real once it has.
+The top finding is the first root of the stored ranked advice (analyzers/advice.py).
 """
 
 from __future__ import annotations
@@ -65,8 +64,7 @@ def _steps(results, rec) -> pd.DataFrame:
 def _top_root(results, rec) -> pd.Series:
     adv = Store(results).read_table(rec["run_id"], "advice")
     assert adv is not None and len(adv), "no advice at all"
-    if "gain_ms" not in adv.columns:
-        pytest.xfail("the gain ranking (issue 23 items 1-2, branch advice) is not merged: advice has no gain_ms")
+    assert "gain_ms" in adv.columns and "symptom_of" in adv.columns
     roots = adv[adv["symptom_of"].isna()]
     return roots.iloc[0]
 
@@ -94,14 +92,12 @@ def test_input_delay_waits_before_every_step(input_delay):
 
 
 def test_straggler_is_the_top_finding(straggler):
-    """Expected to pass once the gain ranking is merged (xfail before)."""
     top = _top_root(*straggler)
     assert top["rule"] == "slow_rank" and 1 in list(json.loads(top["ranks"]) if isinstance(top["ranks"], str)
                                                    else top["ranks"])
 
 
 def test_input_delay_is_the_top_finding(input_delay):
-    """Expected to pass once the gain ranking is merged (xfail before)."""
     assert _top_root(*input_delay)["rule"] == "free_time"
 
 
@@ -114,8 +110,9 @@ UNSTRAGGLE = {"inject.straggler_busy_ms": 0}
 
 
 def _hand_advice(step_ms: float) -> pd.DataFrame:
-    """Advice rows by hand (TODO after merging branch advice: use the run's real ranking where a finding carries
-    a knob perfbench can change; the crash row stays hand-made, no real finding proposes a crash)."""
+    """Advice rows by hand: no real finding proposes a crash (the failing fix) or names the injection knob, so the
+    whole --try path is driven by rows of the contract's columns; the real ranking's knobs are tried on the
+    quickstart (docs/advice.md)."""
     def row(id_, gain, change, symptom_of=None):
         return {"rule": id_.split(":")[0], "severity": "high", "message": id_, "evidence": "hand", "ranks": [],
                 "stage": None, "id": id_, "gain_ms": gain, "gain_share": gain / step_ms, "basis": "hand-made",
