@@ -239,9 +239,15 @@ def _world(ranks_df) -> int | None:
     return int(ws.max()) if len(ws) else None
 
 
-def rank_stages(profile) -> pd.DataFrame:
-    """Table `rank_stages`: rank, stage (null when unknown), stage_source."""
+def rank_stages(profile, workload_meta: dict | None = None) -> pd.DataFrame:
+    """Table `rank_stages`: rank, stage (null when unknown), stage_source. Where the profile does not say (a
+    perfbench run's CPU profile records no layout), the stage each rank's own meta names (`stage`, written by the
+    workloads' pipeline trainer) is used, source "workload"."""
     stage_of, src = stage_of_rank(profile)
+    if not stage_of and workload_meta:
+        stage_of = {int(r): int(m["stage"]) for r, m in workload_meta.items()
+                    if isinstance(m, dict) and m.get("stage") is not None and int(m.get("pipeline_stages") or 1) > 1}
+        src = "workload" if stage_of else None
     ranks = sorted(int(r) for r in profile.ranks["rank"]) if len(profile.ranks) else sorted(stage_of)
     return pd.DataFrame({"rank": pd.Series(ranks, dtype="int64"),
                          "stage": pd.array([stage_of.get(r) for r in ranks], dtype="Int64"),
@@ -348,7 +354,8 @@ def analysis(ctx):
     p = ctx.profile
     groups = (p.meta or {}).get("parallel_groups") or {} if p is not None else {}
     links = global_links(ctx.table("links"), groups)
-    return Output(tables={"rank_stages": rank_stages(p) if p is not None else None, "link_totals": link_totals(links),
+    return Output(tables={"rank_stages": rank_stages(p, ctx.meta) if p is not None else None,
+                          "link_totals": link_totals(links),
                           "links": links, "comm_bandwidth": ctx.table("comm_bandwidth")})
 
 

@@ -187,3 +187,19 @@ def test_gradient_time_on_every_stage_is_still_called_gradient_time():
     msg = adv[adv["rule"] == "exposed_communication"].iloc[0]["message"]
     assert "overlap gradient all-reduce with backward" in msg
     assert "stage_imbalance" in set(adv["rule"])
+
+
+def test_rank_stages_from_the_workloads_meta_when_the_profile_has_no_layout():
+    """A perfbench pipeline run's CPU profile records no layout: each rank's meta names its stage (the pipeline
+    trainer's `stage`), so the stage table, and with it the stage imbalance advice, exists for those runs too."""
+    from analyzers.parallel_groups import rank_stages
+    from analyzers.schema import Profile
+
+    prof = Profile(source="mindspore-cpu", path="-", ranks=pd.DataFrame({"rank": [0, 1, 2, 3]}))
+    meta = {r: {"stage": r // 2, "pipeline_stages": 2} for r in range(4)}
+    t = rank_stages(prof, meta)
+    assert t["stage"].tolist() == [0, 0, 1, 1] and set(t["stage_source"]) == {"workload"}
+    # no pipeline (one stage): the meta's stage 0 says nothing about a layout
+    flat = rank_stages(prof, {r: {"stage": 0, "pipeline_stages": 1} for r in range(4)})
+    assert flat["stage"].isna().all() and flat["stage_source"].isna().all()
+    assert rank_stages(prof)["stage"].isna().all()
