@@ -26,7 +26,7 @@ browser:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
 
-# Debian's Slurm and munge for the two-node Slurm tests (tests/test_slurm.py starts and stops its own cluster).
+# Debian's Slurm and munge for the two-node Slurm tests (tests/slurm/test_slurm.py starts and stops its own cluster).
 # Without root or apt-get it says so and succeeds: those tests then skip with the reason.
 slurm:
 	@test -x $(BIN)/python || { echo "run \`make install\` first"; exit 1; }

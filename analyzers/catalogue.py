@@ -4,7 +4,7 @@
 definitions and formats from here; nothing else defines a metric. `perfbench metrics [--json]` prints it.
 
 Per-step metrics are first computed per step (combining ranks as `aggregation` says, see
-analyzers.step_metrics), and the run's value is the median over the run's measured steps: the same
+analyzers.analyses.step_metrics), and the run's value is the median over the run's measured steps: the same
 per-step samples feed `compare`'s intervals and `check`'s tests, so every surface shows one number.
 
 Fields:
@@ -34,7 +34,7 @@ class Metric:
     fmt: str = "num"
     aggregation: str = "median over measured steps"
     kind: str = "ratio"
-    #: column of the per-step series (analyzers.step_metrics) the run-level value is the median of, if any
+    #: column of the per-step series (analyzers.analyses.step_metrics) the run-level value is the median of, if any
     series: str | None = None
     #: a key metric: the results table, `show` and the dashboard lead with it (catalogue order)
     key: bool = False
@@ -101,27 +101,27 @@ _ALL = [
            "the same configuration (config_key) apart from world size and repeat; null without such a run",
            "pct", "one value per run (against other runs)", kind="share", key=True),
     Metric("bubble_fraction", "bubble", "share", "lower",
-           "pipeline bubble / step time, mean over stages (analyzers.pipeline; from the workload's spans "
+           "pipeline bubble / step time, mean over stages (analyzers.analyses.pipeline; from the workload's spans "
            "on CPU, the step trace's Bubble on Ascend)", "pct", "mean over stages and steps", kind="share"),
     Metric("stage_compute_imbalance", "stage imbalance", "ratio", "lower",
            "max over pipeline stages / min over stages of the stage's computing time (stage: mean over its "
            "ranks of the rank's mean computing_us per step; ranks marked inconsistent left out; "
-           "analyzers.stages); 1.0 = balanced, null without two stages", "num", "one value per run"),
+           "analyzers.analyses.stages); 1.0 = balanced, null without two stages", "num", "one value per run"),
     Metric("exposed_p2p_s", "exposed p2p ms", "s", "lower",
            "per rank and step: the part of communication_not_overlapped during which a pipeline point-to-point "
            "op (send, receive, batchSendRecv, Receive-opN) runs (op timeline; else the step trace's "
            "Communication(Not Overlapped) - Communication(Not Overlapped and Exclude Receive); "
-           "analyzers.comm_exposure)", "ms", "mean over ranks and steps"),
+           "analyzers.analyses.comm_exposure)", "ms", "mean over ranks and steps"),
     Metric("exposed_collective_s", "exposed coll ms", "s", "lower",
            "per rank and step: communication_not_overlapped minus exposed_p2p (gradient and other "
-           "collectives; analyzers.comm_exposure)", "ms", "mean over ranks and steps"),
+           "collectives; analyzers.analyses.comm_exposure)", "ms", "mean over ranks and steps"),
     Metric("step_cpu_s", "step cpu ms", "s", "lower",
            "per step: max over ranks of the rank process's CPU time (time.process_time, all threads) during the "
            "step (workload step records, cpu_s); less stretched by a busy machine than step_time_s "
-           "(analyzers.step_metrics)", "ms", _STEP, series="cpu_s"),
+           "(analyzers.analyses.step_metrics)", "ms", _STEP, series="cpu_s"),
     Metric("checkpoint_cost", "ckpt cost", "ratio", "lower",
            "median step time of measured steps that saved a checkpoint (train.checkpoint_every; the save is inside "
-           "the step) / median step time of measured steps that did not, minus 1 (analyzers.checkpoint_cost)",
+           "the step) / median step time of measured steps that did not, minus 1 (analyzers.analyses.checkpoint_cost)",
            "pct", "medians over measured steps with / without a save"),
     Metric("checkpoint_save_s", "ckpt save ms", "s", "lower",
            "duration of one synchronous MindSpore save_checkpoint, slowest rank, median over the run's saves "
@@ -138,11 +138,11 @@ _ALL = [
     Metric("grad_comm_wait_s", "grad comm wait ms", "s", "lower",
            "parallel.overlap_grad_comm: per rank and step, host time after backward returned until the last "
            "asynchronous gradient all-reduce completed (workload span allreduce_wait; the exposed gradient "
-           "communication, an upper bound: PyNative kernels still queued count too; analyzers.grad_overlap)",
+           "communication, an upper bound: PyNative kernels still queued count too; analyzers.analyses.grad_overlap)",
            "ms", _RANKS_MEAN),
     Metric("grad_buckets_early", "buckets early", "share", "higher",
            "parallel.overlap_grad_comm: per rank and step, share of gradient buckets whose all-reduce was issued "
-           "before backward ended (workload spans allreduce vs backward; analyzers.grad_overlap)", "pct",
+           "before backward ended (workload spans allreduce vs backward; analyzers.analyses.grad_overlap)", "pct",
            _RANKS_MEAN, kind="share"),
     Metric("profiler_overhead", "profiler overhead", "ratio", "lower",
            "median step time of profiled steps / median step time of unprofiled steps of the same run - 1",
@@ -150,37 +150,37 @@ _ALL = [
     Metric("capture_cost", "capture cost", "share", "lower",
            "share of the run's training time after warm-up that the profiler's capture added: profiled steps' "
            "extra time over the unprofiled median plus the profiler's own calls between steps (analyzers/"
-           "capture_cost.py)", "pct", "one value per run", kind="share"),
+           "analyses/capture_cost.py)", "pct", "one value per run", kind="share"),
     Metric("profiler_overhead_low", "overhead lo", "ratio", None,
            "lower end of the 95% interval of profiler_overhead: exp(Welch interval of mean log step time of "
-           "profiled - unprofiled measured steps) - 1 (analyzers.steadiness.ratio_interval)", "pct",
+           "profiled - unprofiled measured steps) - 1 (analyzers.analyses.steadiness.ratio_interval)", "pct",
            "one value per run", kind="share"),
     Metric("profiler_overhead_high", "overhead hi", "ratio", None,
            "upper end of the 95% interval of profiler_overhead (as profiler_overhead_low)", "pct",
            "one value per run", kind="share"),
     Metric("capture_cost_low", "capture cost lo", "share", None,
            "capture_cost with the profiled steps' extra time taken at the low end of the interval of their ratio to "
-           "the unprofiled steps (analyzers.steadiness.ratio_interval)", "pct", "one value per run", kind="share"),
+           "the unprofiled steps (analyzers.analyses.steadiness.ratio_interval)", "pct", "one value per run", kind="share"),
     Metric("capture_cost_high", "capture cost hi", "share", None,
            "capture_cost at the high end of that interval", "pct", "one value per run", kind="share"),
     Metric("step_time_cv", "step cv", "ratio", "lower",
            "robust coefficient of variation of the per-step step_time_s over the measured steps: (Q3 - Q1) / 1.349 / "
-           "median (sd / mean for normal steps; one slow step cannot move it; analyzers.steadiness); above 10% the "
+           "median (sd / mean for normal steps; one slow step cannot move it; analyzers.analyses.steadiness); above 10% the "
            "run is flagged unsteady", "pct", "over measured steps"),
     Metric("step_cpu_cv", "cpu cv", "ratio", "lower",
            "robust coefficient of variation of the per-step step_cpu_s over the measured steps, as step_time_cv "
-           "(analyzers.steadiness); above 10% the run is flagged unsteady, also by `check --ab`", "pct",
+           "(analyzers.analyses.steadiness); above 10% the run is flagged unsteady, also by `check --ab`", "pct",
            "over measured steps"),
     Metric("warmup_drift", "drift", "share", None,
            "median step_time_s of the first third of the measured steps / median of the last third - 1 (> 0: "
-           "still getting faster after warm-up; analyzers.steadiness); beyond 5% with warmup_drift_p < 0.05 the "
+           "still getting faster after warm-up; analyzers.analyses.steadiness); beyond 5% with warmup_drift_p < 0.05 the "
            "run is flagged unsteady", "pct", "thirds of the measured steps", kind="share"),
     Metric("warmup_drift_p", "drift p", "ratio", None,
            "two-sided Mann-Whitney p of the first vs the last third of the measured steps' step times "
            "(null with fewer than 3 steps a third)", "num", "thirds of the measured steps"),
     Metric("rank_cpu_spread", "rank cpu spread", "ratio", "lower",
            "slowest rank's median CPU time per measured step / fastest rank's - 1 (ranks running at two speeds; "
-           "analyzers.steadiness); above 20% the run is flagged unsteady", "pct", "medians per rank"),
+           "analyzers.analyses.steadiness); above 20% the run is flagged unsteady", "pct", "medians per rank"),
     Metric("capture_calls_s", "capture calls", "s", "lower",
            "total time of the profiler's calls between steps (window start, stop and raw-file write), slowest "
            "rank per step", "ms", "sum over steps"),
@@ -195,13 +195,13 @@ _ALL = [
            "(Ascend memory_record APP Total Reserved, max over the profiled window), else the process's resident "
            "high-water mark sampled after every step by the workload (max over steps of max(max_rss_bytes = "
            "ru_maxrss, rss_bytes = resident set then)), else the "
-           "framework allocator's peak reserved (analyzers/memory.py)", "bytes", "max over ranks (each rank: max over time)"),
+           "framework allocator's peak reserved (analyzers/analyses/memory.py)", "bytes", "max over ranks (each rank: max over time)"),
     Metric("memory_headroom", "mem headroom", "share", "higher",
            "1 - used / capacity, the tightest over the memories ranks share: a CPU host's memory (capacity: the "
            "machine's MemTotal the ranks record; used: sum of the peaks of the host's ranks, an upper bound since "
            "peaks need not coincide) or a device's (used: the rank's peak; capacity: device_memory_bytes of the "
            "hardware profile the run names, e.g. perfbench analyze --hardware ascend910); null when the capacity "
-           "is unknown (analyzers/memory.py)", "pct",
+           "is unknown (analyzers/analyses/memory.py)", "pct",
            "min over hosts / devices", kind="share"),
     Metric("loss_first", "first loss", "ratio", None, "mean over ranks of the loss of the first step", "num",
            "first step"),

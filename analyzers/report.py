@@ -115,7 +115,7 @@ def rank_inputs(profile: Profile) -> dict[int, list[str]]:
             for r, i in zip(rk["rank"], col)}
 
 
-#: memory fields on each `ranks[]` entry (analyzers/memory.py; null where the rank's files lack memory data)
+#: memory fields on each `ranks[]` entry (analyzers/analyses/memory.py; null where the rank's files lack memory data)
 MEMORY_FIELDS = ["peak_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_active_bytes", "peak_process_bytes",
                  "peak_rss_bytes", "allocator", "peak_at_us"]
 LIVE_LIMIT = 50  # allocations live at the peak listed per rank (largest first; the `memory_live` table has all)

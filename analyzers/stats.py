@@ -1,6 +1,6 @@
 """The two-sample statistics perfbench decides with: the Welch interval of a difference of means and the
 Mann-Whitney U test's p-value (scipy), shared by compare/check (perfbench/) and the analyses that judge a run
-against itself (analyzers/steadiness.py)."""
+against itself (analyzers/analyses/steadiness.py)."""
 
 from __future__ import annotations
 

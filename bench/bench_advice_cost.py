@@ -1,5 +1,5 @@
 """What ranking and gains (issue 23) add to `perfbench analyze`, in process: CPU time of
-analyzers.advice.advise() of this checkout vs the one in a baseline checkout (default ../main), on the same
+analyzers.analyses.advice.advise() of this checkout vs the one in a baseline checkout (default ../main), on the same
 tables of bench_cluster_vs_msprof's synthetic clusters (synth-128, synth-1024), medians of 5 calls each,
 against the in-process CPU time of the whole analysis (parsing workers not counted: the share is an upper bound).
 
@@ -14,7 +14,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cluster_vs_msprof import make_synth
 import analyzers
-from analyzers.advice import advise
+from analyzers.analyses.advice import advise
 spec = importlib.util.spec_from_file_location("main_advice", str(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "main") / "analyzers" / "advice.py"))
 old = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(old)

@@ -4,10 +4,10 @@ Runs `perfbench sweep examples/quickstart.yaml` as it ships (real msrun, real Mi
 `profile.level`), with `repeats: N` added, into one results folder, and reads each run's record:
 
   * profiler_overhead: median step time of the profiled steps / of the unprofiled measured steps - 1 (the cost
-                       per recorded step; analyzers/step_metrics.py);
+                       per recorded step; analyzers/analyses/step_metrics.py);
   * capture_cost:      the share of the run's training time after warm-up that the capture added: the profiled
                        steps' extra time over the unprofiled median plus the profiler's calls between steps
-                       (window start, stop and raw-file write; analyzers/capture_cost.py);
+                       (window start, stop and raw-file write; analyzers/analyses/capture_cost.py);
   * capture_calls_s:   those calls' total time.
 
 Medians per world size over the repeats (the runs of one repeat are adjacent in time).

@@ -31,7 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfbench.launcher import free_port  # noqa: E402
+from perfbench.run.launcher import free_port  # noqa: E402
 
 SCRIPT = """
 import json, os, time

@@ -4,13 +4,13 @@ many injected 10% slowdowns it catches and how many clean runs it flags.
 1. History (`--history` clean runs, one sweep): the tiny CI model on 1 rank (narrow ResNet-50 layout, width 8,
    32x32, batch 4, `--steps` steps of which 10 warm-up, no profiler). Each run becomes one history point.
 2. Calibration: the injected slowdown is `inject.busy_ms` = 10% of the history's median gate value of
-   `step_cpu_s` (the 10th percentile of the per-step CPU time, perfbench.history.gate_value): on an idle machine
+   `step_cpu_s` (the 10th percentile of the per-step CPU time, perfbench.regress.history.gate_value): on an idle machine
    that many ms of extra work per step is a 10% throughput loss. `busy_ms` burns CPU in the rank, as slower
    code would (`inject.delay_ms` sleeps: it costs wall time but no CPU time, so a CPU-time gate cannot see it).
 3. Trials (one more sweep, `busy_ms` in {0, X}, `--trials` x `--current` repeats, repeats the outer loop so
    clean and slowed runs alternate in time and share the machine's load): trial k's current entry is the k-th
    `--current` clean runs (false-alarm trial) or slowed runs (detection trial), judged against the fixed history
-   by perfbench.check.judge_series (the code of `check --history`): E-Divisive + prediction test + per-step
+   by perfbench.regress.check.judge_series (the code of `check --history`): E-Divisive + prediction test + per-step
    Mann-Whitney, threshold 5%, alpha 0.05. Every trial's current runs are its own; none is reused.
    `--history-mode spread` judges the same trials against a history whose points span the whole session (the
    history runs plus all clean trial runs except the trial's own, in time order), as a CI history spans days of
@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analyzers.catalogue import METRICS as CATALOGUE  # noqa: E402
-from perfbench.check import judge_series  # noqa: E402
-from perfbench.compare import step_samples  # noqa: E402
-from perfbench.history import Point, Series, gate_value  # noqa: E402
+from perfbench.regress.check import judge_series  # noqa: E402
+from perfbench.regress.compare import step_samples  # noqa: E402
+from perfbench.regress.history import Point, Series, gate_value  # noqa: E402
 from perfbench.store import Store  # noqa: E402
 
 SWEEP = """name: {name}

@@ -4,7 +4,7 @@
         [--out bench_pp.json]
 
 Runs each configuration through the real launcher (msrun, one at a time), reads the spans and computes the
-bubble per stage with ``analyzers.pipeline.pipeline_bubbles`` over the post-warm-up steps; prints medians
+bubble per stage with ``analyzers.analyses.pipeline.pipeline_bubbles`` over the post-warm-up steps; prints medians
 over steps, the ideal, and the ratio measured/ideal, plus the median step time.
 """
 
@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from analyzers.pipeline import ideal_bubble_fraction, pipeline_bubbles  # noqa: E402
-from perfbench import launcher  # noqa: E402
+from analyzers.analyses.pipeline import ideal_bubble_fraction, pipeline_bubbles  # noqa: E402
+from perfbench.run import launcher  # noqa: E402
 
 MODEL = {"vocab_size": 64, "seq_len": 16, "hidden_size": 32, "num_layers": 2, "num_heads": 2, "num_experts": 4,
          "top_k": 2, "capacity_factor": 1.25, "aux_loss_coef": 0.01}

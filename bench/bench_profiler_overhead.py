@@ -1,7 +1,7 @@
 """Profiler overhead per `profile.level` on the quickstart's own runs (real msrun, real MindSpore profiler).
 
 For each round, one run per level (`off` = profiler disabled, then each profiled level, their order
-rotated from round to round), launched back to back through perfbench.launcher with the quickstart's model and schedule (ResNet-50 3-4-6-3 width 16,
+rotated from round to round), launched back to back through perfbench.run.launcher with the quickstart's model and schedule (ResNet-50 3-4-6-3 width 16,
 32x32, batch 8 per rank, 14 steps, 3 warm-up, 4 profiled). Per run:
   * reported:  the run's own `profiler_overhead` as ingest reports it = median step time of the profiled
                steps / median step time of the unprofiled measured steps of the same run - 1
@@ -17,7 +17,7 @@ rotated from round to round), launched back to back through perfbench.launcher w
                profiled): its spread is the estimator's own noise floor at the load of the moment;
   * after:     wall seconds from the last step's end to the last rank's exit (MindSpore's own parse runs
                there at `default`/`full`; never inside the training loop);
-  * files:     what the level wrote per rank (FRAMEWORK/cpu_op_* is what analyzers.cpu reads).
+  * files:     what the level wrote per rank (FRAMEWORK/cpu_op_* is what analyzers.parsers.cpu reads).
 Medians over rounds.
 
     .venv/bin/python bench/bench_profiler_overhead.py --world-size 1 --rounds 5
@@ -37,7 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfbench import launcher  # noqa: E402
+from perfbench.run import launcher  # noqa: E402
 from workloads.runner import PROFILE_LEVELS  # noqa: E402
 
 

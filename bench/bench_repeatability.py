@@ -5,7 +5,7 @@
    `--runs` times each (one sweep of the two points; repeats are the outer loop, so A B A B ...).
 
 For each set: per run the median step time, the median CPU time per step (`step_cpu_s`, the slowest rank's
-process CPU time) and the steadiness record (analyzers.steadiness: step-time CV within the run, warm-up drift,
+process CPU time) and the steadiness record (analyzers.analyses.steadiness: step-time CV within the run, warm-up drift,
 ranks' CPU spread); over the runs the coefficient of variation (sample sd / mean) of the per-run medians.
 While the runs train, a sampler reads every rank's threads from /proc/<pid>/task/*/stat every `--every` s (CPU
 time utime+stime, the core each thread last ran on, its name) and /proc/<pid>/task/*/status (allowed CPUs), and
@@ -36,7 +36,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from perfbench.compare import step_samples  # noqa: E402
+from perfbench.regress.compare import step_samples  # noqa: E402
 from perfbench.store import Store  # noqa: E402
 
 CLK = os.sysconf("SC_CLK_TCK")

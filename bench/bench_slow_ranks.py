@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import psutil
 
-from analyzers.slow_ranks import find_slow_links, find_slow_ranks
+from analyzers.analyses.slow_ranks import find_slow_links, find_slow_ranks
 
 
 def make_comm_ops(ranks: int, ops: int, steps: int, slow: int, seed: int = 0) -> pd.DataFrame:

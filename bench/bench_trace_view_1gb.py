@@ -5,11 +5,11 @@ Generates the file in a temp dir (never in the repo) by replicating the real eve
 shifting every copy's timestamps past the previous copy, until it reaches --size-gb. Then, each in a
 fresh process (so peak RSS is that reader's own), measures:
 
-  x_events   analyzers.trace_view.x_events (DuckDB streaming reader): all X events as a DataFrame
+  x_events   analyzers.parsers.trace_view.x_events (DuckDB streaming reader): all X events as a DataFrame
              plus pid/tid names; what the Ascend parser uses
-  rank       analyzers.ascend.text.parse_text_rank(read_trace=True) on a rank folder whose
+  rank       analyzers.parsers.ascend.text.parse_text_rank(read_trace=True) on a rank folder whose
              trace_view.json is the big file (kernel_details etc. from the same fixture rank)
-  iter       analyzers.trace_view.iter_events (ijson, one event at a time): constant memory
+  iter       analyzers.parsers.trace_view.iter_events (ijson, one event at a time): constant memory
 
 Targets: under 20 s and under 2 GB peak RSS for x_events on 1 GB.
 
@@ -39,15 +39,15 @@ import resource, sys, time
 t = time.perf_counter()
 kind, path = sys.argv[1], sys.argv[2]
 if kind == "x_events":
-    from analyzers.trace_view import x_events
+    from analyzers.parsers.trace_view import x_events
     te = x_events(path)
     n = len(te.x)
 elif kind == "rank":
-    from analyzers.ascend.text import parse_text_rank
+    from analyzers.parsers.ascend.text import parse_text_rank
     p = parse_text_rank(path, read_trace=True)
     n = len(p.ops)
 else:
-    from analyzers.trace_view import iter_events
+    from analyzers.parsers.trace_view import iter_events
     n = sum(1 for _ in iter_events(path))
 dt = time.perf_counter() - t
 ru = resource.getrusage(resource.RUSAGE_SELF)

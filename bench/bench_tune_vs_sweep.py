@@ -91,7 +91,7 @@ def verify(py: str, tmp: Path, settings: list[dict], repeats: int) -> dict[tuple
 
 
 def training_share(store, run_ids: list[str], wall_s: float) -> float:
-    from perfbench.tune_report import wall_split
+    from perfbench.tune.report import wall_split
 
     return wall_split(store, run_ids, wall_s)["training_share"]
 

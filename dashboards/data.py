@@ -155,9 +155,9 @@ class DashData:
 
     def scaling(self, df: pd.DataFrame | None = None) -> pd.DataFrame:
         """Mean throughput per (other settings, world_size) with its scaling efficiency: the mean over the
-        group's runs of perfbench.results.scaling_efficiency (the catalogue's one definition: against the
+        group's runs of perfbench.views.results.scaling_efficiency (the catalogue's one definition: against the
         1-rank runs of the same config_key); ideal = N x the 1-rank baseline throughput."""
-        from perfbench.results import baselines, scaling_efficiency
+        from perfbench.views.results import baselines, scaling_efficiency
 
         df = self.runs_frame() if df is None else df
         if df.empty or "settings.world_size" not in df.columns or "metrics.throughput" not in df.columns:

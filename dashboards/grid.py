@@ -29,15 +29,15 @@ _cache: dict = {}
 
 
 def _efficiency(df: pd.DataFrame) -> pd.Series:
-    """Each run's scaling efficiency by the one definition (perfbench.results), against the whole store."""
-    from perfbench import results
+    """Each run's scaling efficiency by the one definition (perfbench.views.results), against the whole store."""
+    from perfbench.views import results
 
     recs = data.get().runs()
     fn = getattr(results, "scaling_efficiency", None)
     base = results.baselines(recs)
     if fn is not None:
         eff = {r["run_id"]: fn(r, base) for r in recs}
-    else:  # perfbench.results before it exposed the function: its summarize() row carries the same number
+    else:  # perfbench.views.results before it exposed the function: its summarize() row carries the same number
         eff = {row["run_id"]: row.get("scaling_efficiency") for row in results.summarize(recs)}
     return df["run_id"].map(eff).astype(float)
 

@@ -100,8 +100,8 @@ class Store:
 
     def write_run(self, record: dict) -> None:
         """Write (or replace) a run record atomically, after checking it against the typed record
-        (perfbench.record.RunRecord: known status and source, catalogued metrics only)."""
-        from perfbench.record import RunRecord
+        (perfbench.run.record.RunRecord: known status and source, catalogued metrics only)."""
+        from perfbench.run.record import RunRecord
 
         RunRecord.model_validate(record)
         atomic_write_json(self.run_dir(record["run_id"]) / "run.json", record)

@@ -13,7 +13,7 @@ they are left out of N and reported. Mutants no test reaches ("no tests") count 
 nothing checks is exactly what this is meant to find. Timeouts count as killed (the mutant hung).
 
     python tests/mutation_run.py [--max-children 2] [--resume] [--budget SECONDS] [--report-only] [--rerun-survivors]
-                                [--only perfbench.config]
+                                [--only perfbench.run.config]
 """
 
 from __future__ import annotations
@@ -38,49 +38,49 @@ ROOT = Path(__file__).resolve().parents[1]
 #: mutants are run and scored: the conclusions users act on, within a budget of ~1500 mutants (2 slow cores).
 #: Registry glue, parsing helpers and rendering stay out.
 FUNCTIONS = [
-    "analyzers.step_metrics.x__workload_part__mutmut_*",        # run record: throughput, step time
-    "analyzers.step_metrics.x_samples__mutmut_*",
-    "analyzers.capture_cost.x_analysis__mutmut_*",                # what the profile cost the run
-    "perfbench.results.x_baselines__mutmut_*",                   # scaling efficiency
-    "perfbench.results.x_summarize__mutmut_*",
-    "perfbench.results.x_breakdown_fractions__mutmut_*",
-    "perfbench.check.x_decide_metric__mutmut_*",                 # the CI gate's decision
-    "perfbench.check.x_between_run_margin__mutmut_*",          # the gate's between-run margin
-    "perfbench.check.x_parse_threshold__mutmut_*",
-    "perfbench.check.x_match_groups__mutmut_*",
-    "perfbench.check.x_groups_of__mutmut_*",
-    "perfbench.check.x_group_key__mutmut_*",
-    "perfbench.compare.x_metric_delta__mutmut_*",                # compare's statistics
-    "perfbench.compare.x_welch_ci__mutmut_*",
-    "perfbench.compare.x_mann_whitney_p__mutmut_*",
-    "perfbench.compare.x_settings_diff__mutmut_*",
+    "analyzers.analyses.step_metrics.x__workload_part__mutmut_*",        # run record: throughput, step time
+    "analyzers.analyses.step_metrics.x_samples__mutmut_*",
+    "analyzers.analyses.capture_cost.x_analysis__mutmut_*",                # what the profile cost the run
+    "perfbench.views.results.x_baselines__mutmut_*",                   # scaling efficiency
+    "perfbench.views.results.x_summarize__mutmut_*",
+    "perfbench.views.results.x_breakdown_fractions__mutmut_*",
+    "perfbench.regress.check.x_decide_metric__mutmut_*",                 # the CI gate's decision
+    "perfbench.regress.check.x_between_run_margin__mutmut_*",          # the gate's between-run margin
+    "perfbench.regress.check.x_parse_threshold__mutmut_*",
+    "perfbench.regress.check.x_match_groups__mutmut_*",
+    "perfbench.regress.check.x_groups_of__mutmut_*",
+    "perfbench.regress.check.x_group_key__mutmut_*",
+    "perfbench.regress.compare.x_metric_delta__mutmut_*",                # compare's statistics
+    "analyzers.stats.x_welch_ci__mutmut_*",
+    "analyzers.stats.x_mann_whitney_p__mutmut_*",
+    "perfbench.regress.compare.x_settings_diff__mutmut_*",
     "analyzers.catalogue.xǁMetricǁworse__mutmut_*",  # metric directions
     "analyzers.catalogue.x_metric__mutmut_*",
-    "analyzers.breakdown.x_union_length__mutmut_*",              # breakdown and its reconciliation
-    "analyzers.breakdown.x_reconcile__mutmut_*",
-    "analyzers.collectives.x_busbw_factor__mutmut_*",            # bandwidth
-    "analyzers.collectives.x_comm_op_stats__mutmut_*",
-    "analyzers.slow_ranks.x__outlier_test__mutmut_*",            # slow ranks
-    "analyzers.slow_ranks.x_sign_test_p__mutmut_*",
-    "analyzers.slow_ranks.x__judge__mutmut_*",
-    "analyzers.pipeline.x_ideal_bubble_fraction__mutmut_*",      # pipeline bubble
-    "analyzers.pipeline.x_mean_bubble_fraction__mutmut_*",
-    "analyzers.experts.x_expert_load__mutmut_*",                 # expert load
-    "analyzers.experts.x_mean_expert_cv__mutmut_*",
-    "perfbench.config_models.x_run_rules__mutmut_*",             # config validation: rules across keys
-    "perfbench.config_models.x_range_rules__mutmut_*",
-    "perfbench.config_models.x_range_ends__mutmut_*",
-    "perfbench.config_models.x_launch_rules__mutmut_*",
-    "perfbench.config_models.x__data_folder__mutmut_*",
-    "perfbench.config_models.x_config_error__mutmut_*",          # the one-line error naming key and value
-    "perfbench.config.x__check_value__mutmut_*",                 # world size and swept values
-    "perfbench.config.x__check_run__mutmut_*",
-    "perfbench.config.x_parse_config__mutmut_*",
-    "analyzers.advice.x__account__mutmut_*",                    # advice: each stretch of time explained once
-    "analyzers.advice.x__order__mutmut_*",                      # ... ranked by gain, symptoms after their cause
-    "analyzers.advice.x__severity__mutmut_*",
-    "analyzers.advice.x__link__mutmut_*",
-    "analyzers.advice.x_fusion_gain__mutmut_*",
+    "analyzers.analyses.breakdown.x_union_length__mutmut_*",              # breakdown and its reconciliation
+    "analyzers.analyses.breakdown.x_reconcile__mutmut_*",
+    "analyzers.analyses.collectives.x_busbw_factor__mutmut_*",            # bandwidth
+    "analyzers.analyses.collectives.x_comm_op_stats__mutmut_*",
+    "analyzers.analyses.slow_ranks.x__outlier_test__mutmut_*",            # slow ranks
+    "analyzers.analyses.slow_ranks.x_sign_test_p__mutmut_*",
+    "analyzers.analyses.slow_ranks.x__judge__mutmut_*",
+    "analyzers.analyses.pipeline.x_ideal_bubble_fraction__mutmut_*",      # pipeline bubble
+    "analyzers.analyses.pipeline.x_mean_bubble_fraction__mutmut_*",
+    "analyzers.analyses.experts.x_expert_load__mutmut_*",                 # expert load
+    "analyzers.analyses.experts.x_mean_expert_cv__mutmut_*",
+    "perfbench.run.config_models.x_run_rules__mutmut_*",             # config validation: rules across keys
+    "perfbench.run.config_models.x_range_rules__mutmut_*",
+    "perfbench.run.config_models.x_range_ends__mutmut_*",
+    "perfbench.run.config_models.x_launch_rules__mutmut_*",
+    "perfbench.run.config_models.x__data_folder__mutmut_*",
+    "perfbench.run.config_models.x_config_error__mutmut_*",          # the one-line error naming key and value
+    "perfbench.run.config.x__check_value__mutmut_*",                 # world size and swept values
+    "perfbench.run.config.x__check_run__mutmut_*",
+    "perfbench.run.config.x_parse_config__mutmut_*",
+    "analyzers.analyses.advice.x__account__mutmut_*",                    # advice: each stretch of time explained once
+    "analyzers.analyses.advice.x__order__mutmut_*",                      # ... ranked by gain, symptoms after their cause
+    "analyzers.analyses.advice.x__severity__mutmut_*",
+    "analyzers.analyses.advice.x__link__mutmut_*",
+    "analyzers.analyses.advice.x_fusion_gain__mutmut_*",
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
@@ -192,7 +192,7 @@ def main() -> int:
                          "(and the mutants it did not reach)")
     ap.add_argument("--only", action="append", metavar="PREFIX",
                     help="run and score only the FUNCTIONS that start with PREFIX (repeatable), e.g. "
-                         "--only perfbench.config (a quick check of one module; the score is for them only)")
+                         "--only perfbench.run.config (a quick check of one module; the score is for them only)")
     ap.add_argument("--output", default=str(ROOT / "mutation.json"))
     ap.add_argument("--budget", type=float, default=0, metavar="S",
                     help="stop mutmut after S seconds and report what it checked (unchecked mutants are counted apart)")
@@ -215,7 +215,7 @@ def main() -> int:
         cfg = _config()
         print(f"mutmut over {len(cfg['only_mutate'])} modules with {len(cfg['pytest_add_cli_args_test_selection'])} "
               f"fast test files, {args.max_children} at a time (log: mutation.log) ...", flush=True)
-        env = dict(os.environ, PERFBENCH_MUTATION="1")  # tests/test_properties.py: fewer Hypothesis examples
+        env = dict(os.environ, PERFBENCH_MUTATION="1")  # tests/unit/test_properties.py: fewer Hypothesis examples
         t0 = time.time()
         with open(ROOT / "mutation.log", "w") as log:
             proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),

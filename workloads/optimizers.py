@@ -2,7 +2,7 @@
 
 momentum: ``nn.Momentum`` (1 state tensor per parameter: the momentum buffer);
 adamw: ``nn.AdamWeightDecay`` (2 per parameter: moments1, moments2), the seeds' optimizer, ``train.weight_decay``.
-(States per parameter for the memory model: analyzers.memory.OPTIMIZER_STATES.)
+(States per parameter for the memory model: analyzers.analyses.memory.OPTIMIZER_STATES.)
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ keeps a rank's MindSpore threads on its core while it trains (docs/workloads.md)
 `init()`, is slow on one core: the worker's TCP client gives a new connection to the scheduler a few tens of
 milliseconds to be marked connected by its event-loop thread, and on a single core shared with the process's
 other threads it often is not, so the worker retries every 0.5 s. Measured on this machine, idle, bare
-`init()` of 2 ranks (tests/test_pinning.py names the command; docs/benchmarks.md "Cluster join"): pinned
+`init()` of 2 ranks (tests/unit/test_pinning.py names the command; docs/benchmarks.md "Cluster join"): pinned
 14-31 s per rank and 27-42 s per launch; the same ranks joining on both cores 1-8 s and 9-15 s.
 
 So the runner widens every thread of the process to its parent's CPU set (msrun's, which `--bind_core` leaves

@@ -247,10 +247,10 @@ class _Summary:
 
 #: `profile.level`: what the MindSpore profiler records on each profiled step and whether MindSpore's own
 #: parser runs. On the CPU backend the profiler records op start/duration (FRAMEWORK/cpu_op_*, what
-#: analyzers.cpu reads); memory and shapes are extras. MindSpore's parser (ASCEND_PROFILER_OUTPUT/
+#: analyzers.parsers.cpu reads); memory and shapes are extras. MindSpore's parser (ASCEND_PROFILER_OUTPUT/
 #: trace_view.json, for MindStudio Insight) never runs inside the training loop: at most once, after the
 #: last step ("exit"). docs/benchmarks.md has the measured cost of each level.
-PROFILE_LEVELS = {  # the same names as perfbench.config.PROFILE_LEVELS (tests/test_config.py checks it)
+PROFILE_LEVELS = {  # the same names as perfbench.run.config.PROFILE_LEVELS (tests/unit/test_config.py checks it)
     "off": None,
     "light": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": None},
     "default": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": "exit"},
@@ -262,7 +262,7 @@ class _Capture:
     """The MindSpore profiler over steps [warmup_steps, warmup_steps + active) at one `profile.level`.
 
     At the end of the window MindSpore only stops recording and writes its raw FRAMEWORK files (what
-    analyzers.cpu parses); its own parse (trace_view.json) is deferred to `finish()`, after the last step.
+    analyzers.parsers.cpu parses); its own parse (trace_view.json) is deferred to `finish()`, after the last step.
     """
 
     def __init__(self, profile_dir: pathlib.Path, warmup_steps: int, active: int, level: str = "default"):

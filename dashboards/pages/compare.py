@@ -9,7 +9,7 @@ from dash import Input, Output, State, callback, dcc, html, no_update
 from analyzers.catalogue import METRICS, format_value, unit_label
 from dashboards import data
 from dashboards.components import empty, section, table
-from perfbench.compare import compare_runs, figures, pct
+from perfbench.regress.compare import compare_runs, figures, pct
 from perfbench.errors import UserError
 
 

@@ -1,6 +1,6 @@
 """History page (`/history?metric=throughput`): a metric's series per configuration, one point per run of
 every checked (`check --history`) or baselined sweep, labelled with its commit or label, and the change
-points E-Divisive found (perfbench.history.series_with_change_points, the same data as `perfbench history`)."""
+points E-Divisive found (perfbench.regress.history.series_with_change_points, the same data as `perfbench history`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dash import dcc, html
 from analyzers.catalogue import METRICS, metric
 from dashboards import data
 from dashboards.components import empty, section
-from perfbench.history import series_with_change_points
+from perfbench.regress.history import series_with_change_points
 
 
 def layout(metric_name: str | None = None, **query):
@@ -36,7 +36,7 @@ def layout(metric_name: str | None = None, **query):
 
 
 def figure(s: dict, name: str) -> go.Figure:
-    # the gate values (perfbench.history.gate_value), the values the change points were found in
+    # the gate values (perfbench.regress.history.gate_value), the values the change points were found in
     pts = [dict(p, value=p["gate"]) for p in s["points"] if p.get("gate") is not None]
     x = list(range(len(pts)))
     hover = [f"{p['ref']}<br>{p['run_id']}<br>{time.strftime('%Y-%m-%d %H:%M', time.localtime(p['time']))}" for p in pts]

@@ -61,7 +61,7 @@ def layout(run_id: str | None = None, **_):
 
 
 def _trace_download(rid: str) -> list:
-    """A button that downloads the run's merged, clock-aligned trace (perfbench.trace; opens in Perfetto)."""
+    """A button that downloads the run's merged, clock-aligned trace (perfbench.views.trace; opens in Perfetto)."""
     return [" · ", html.Button("download merged trace (.json.gz)", id="run-trace-button", n_clicks=0,
                                title="one Chrome-trace / Perfetto file: a process per rank, compute and "
                                      "collective tracks, step markers, flow arrows per collective; open it in "
@@ -81,14 +81,14 @@ def settings_line(settings: dict):
 def _advice(rid: str) -> list[dict] | None:
     """The stored advice in its ranked order (causes by expected gain, symptoms after their cause; older runs
     without gains: most severe first) - the same list `perfbench show` and `perfbench advise` print."""
-    from perfbench.run_report import ordered_advice
+    from perfbench.views.run_report import ordered_advice
 
     recs = ordered_advice(data.get().table(rid, "advice"))
     return recs or None
 
 
 def _gain(r: dict) -> str:
-    from perfbench.run_report import gain_text
+    from perfbench.views.run_report import gain_text
 
     return gain_text(r)
 
@@ -256,7 +256,7 @@ def collectives_table(rid: str):
         if bw in c.columns:
             df[bw] = g[bw].mean()
     df = df.reset_index().sort_values("time_ms" if "time_ms" in df.columns else "count", ascending=False)
-    from perfbench.run_report import traffic_classes
+    from perfbench.views.run_report import traffic_classes
 
     d = data.get()
     tc = traffic_classes(d.table(rid, "comm_classes"), d.table(rid, "comm_exposure_classes"))
@@ -276,7 +276,7 @@ def collectives_table(rid: str):
 def advice_list(rid: str):
     """Every cause, largest expected gain first, its gain as a bar (share of the step), its evidence, knob,
     and the symptoms it explains collapsed under it."""
-    from perfbench.run_report import advice_tree, try_text
+    from perfbench.views.run_report import advice_tree, try_text
 
     a = _advice(rid)
     if a is None:
@@ -366,7 +366,7 @@ def memory_figure(tl: pd.DataFrame | None, mem: pd.DataFrame) -> go.Figure:
 
 def memory_section(rid: str, mem: pd.DataFrame):
     """What holds the peak (the largest rank's parts, bytes and share), per-rank peaks and the timeline."""
-    from perfbench.run_report import peak_holders
+    from perfbench.views.run_report import peak_holders
 
     d = data.get()
     rank, parts = peak_holders(d.table(rid, "memory_attribution"), mem)
@@ -419,7 +419,7 @@ def _charts(step, _painted, rid):
 @callback(Output("run-trace-download", "data"), Input("run-trace-button", "n_clicks"), State("run-id", "data"),
           prevent_initial_call=True)
 def _download_trace(_n, rid):
-    from perfbench.trace import write_trace
+    from perfbench.views.trace import write_trace
 
     def write(buf):
         write_trace(data.get().store, rid, buf, compress=True)

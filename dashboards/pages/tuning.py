@@ -1,7 +1,7 @@
 """Tuning page (`/tuning?study=ID`): the answer of a `perfbench tune` search as stored with its study
-(perfbench.tune_report.answer): best settings and gain over the default, every trial with its status, each
+(perfbench.tune.report.answer): best settings and gain over the default, every trial with its status, each
 axis's importance, the optimization history, and why the best beats the default (breakdown and
-collective deltas from perfbench.compare). Reads the store only; recomputes nothing."""
+collective deltas from perfbench.regress.compare). Reads the store only; recomputes nothing."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`perfbench advise RUN [--all] [--json] [--try N [--repeats R]]`: the ranked advice of a stored run: each
 finding with the step time a fix is expected to save (gain_ms, its share of the step and how it was estimated),
-causes first and their symptoms under them, the setting to try where perfbench can change it (analyzers.advice,
-docs/advice.md); with --try, its best knobs proven by real runs (perfbench/advise_try.py)."""
+causes first and their symptoms under them, the setting to try where perfbench can change it (analyzers.analyses.advice,
+docs/advice.md); with --try, its best knobs proven by real runs (perfbench/run/advise_try.py)."""
 
 from __future__ import annotations
 
@@ -49,10 +49,10 @@ def run(args) -> int:
     if not args.try_n:
         _print_advice(args, rec, table)
         return 0
-    # ---- --try (perfbench/advise_try.py) ----
-    from perfbench.advise_try import render_tried, rerun_problem, try_fixes
+    # ---- --try (perfbench/run/advise_try.py) ----
+    from perfbench.run.advise_try import render_tried, rerun_problem, try_fixes
     from perfbench.errors import UserError
-    from perfbench.results import console
+    from perfbench.views.results import console
 
     problem = rerun_problem(rec)
     if problem:
@@ -77,7 +77,7 @@ def run(args) -> int:
         print(f"perfbench: error: --try: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        from perfbench.run_report import ordered_advice
+        from perfbench.views.run_report import ordered_advice
 
         print(json.dumps({"run_id": rid, "advice": ordered_advice(table), "tried": tried}, indent=2, default=str))
     else:
@@ -86,8 +86,8 @@ def run(args) -> int:
 
 
 def _print_advice(args, rec: dict, table) -> None:
-    from perfbench.results import console
-    from perfbench.run_report import advice_tree, ordered_advice, print_advice
+    from perfbench.views.results import console
+    from perfbench.views.run_report import advice_tree, ordered_advice, print_advice
     from perfbench.store import short_id
 
     rid = rec["run_id"]

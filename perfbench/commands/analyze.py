@@ -61,7 +61,7 @@ def run(args) -> int:
     import analyzers
     from analyzers.report import build_document, dumps
     from perfbench.errors import UserError
-    from perfbench.ingest import store_analysis
+    from perfbench.run.ingest import store_analysis
     from perfbench.store import Store, atomic_write_bytes
 
     path = Path(args.path)
@@ -229,8 +229,8 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
                       "-" if row.wait_ratio_mean != row.wait_ratio_mean else f"{row.wait_ratio_mean:.2f}",
                       "-" if row.busbw_gbps_mean != row.busbw_gbps_mean else f"{row.busbw_gbps_mean:.2f}")
         c.print(t)
-    from perfbench.run_report import table as report_table
-    from perfbench.run_report import traffic_classes
+    from perfbench.views.run_report import table as report_table
+    from perfbench.views.run_report import traffic_classes
 
     tc = traffic_classes(analysis.tables.get("comm_classes"), analysis.tables.get("comm_exposure_classes"))
     if tc is not None:
@@ -258,7 +258,7 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     slow = [r for r in doc["slow_ranks"] if r.get("slow") and r.get("scope", "group") == "group"]
     c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))
     if doc["advice"]:
-        from perfbench.run_report import print_advice
+        from perfbench.views.run_report import print_advice
 
         c.print("[bold]advice[/bold], largest expected gain first (symptoms under their cause):")
         print_advice(c, [dict(a, symptom_of=a.get("symptom_of")) for a in doc["advice"]])

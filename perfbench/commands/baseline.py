@@ -33,8 +33,8 @@ def register(subparsers) -> None:
 
 
 def save(args) -> int:
-    from perfbench import history
-    from perfbench.baseline import save_baseline
+    from perfbench.regress import history
+    from perfbench.regress.baseline import save_baseline
     from perfbench.store import Store
 
     store = Store(args.results, create=False)
@@ -70,7 +70,7 @@ def list_(args) -> int:
 
 
 def show(args) -> int:
-    from perfbench.baseline import load_baseline
+    from perfbench.regress.baseline import load_baseline
     from perfbench.store import Store
 
     b = load_baseline(Store(args.results, create=False), args.name)

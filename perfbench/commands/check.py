@@ -69,7 +69,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from perfbench.check import (DEFAULT_METRICS, IGNORED_SETTINGS, parse_threshold, run_check, run_history_check,
+    from perfbench.regress.check import (DEFAULT_METRICS, IGNORED_SETTINGS, parse_threshold, run_check, run_history_check,
                                  to_junit, to_markdown)
     from perfbench.store import Store
 
@@ -114,9 +114,9 @@ def emit(args, res: dict, md: str, junit: str) -> int:
 
 
 def run_ab_cli(args) -> int:
-    from perfbench.check import AB_METRICS, parse_threshold, to_junit
-    from perfbench.check_ab import CommandSides, SettingsSides, ab_markdown, run_ab
-    from perfbench.config import load_config
+    from perfbench.regress.check import AB_METRICS, parse_threshold, to_junit
+    from perfbench.regress.ab import CommandSides, SettingsSides, ab_markdown, run_ab
+    from perfbench.run.config import load_config
     from perfbench.store import Store
 
     if args.baseline or args.current or args.history:

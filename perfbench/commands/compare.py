@@ -23,7 +23,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from perfbench.compare import compare_runs, to_html, to_markdown
+    from perfbench.regress.compare import compare_runs, to_html, to_markdown
     from perfbench.store import Store
 
     store = Store(args.results, create=False)

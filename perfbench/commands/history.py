@@ -28,7 +28,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from perfbench import history
+    from perfbench.regress import history
     from analyzers.catalogue import METRICS
     from perfbench.errors import UserError
     from perfbench.store import Store

@@ -14,14 +14,14 @@ def register(sub) -> None:
     add_results_arg(p)
     add_json_arg(p)
     p.add_argument("--sweep", help="only runs of this sweep id")
-    from perfbench.record import STATUSES
+    from perfbench.run.record import STATUSES
 
     p.add_argument("--status", choices=STATUSES, help="only runs with this status")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from perfbench.results import console, render_table, summarize
+    from perfbench.views.results import console, render_table, summarize
     from perfbench.store import Store
 
     store = Store(args.results, create=False)

@@ -37,7 +37,7 @@ def run(args) -> int:
         return 0
     from rich.table import Table
 
-    from perfbench.results import console
+    from perfbench.views.results import console
 
     t = Table(title="perfbench metrics (analyzers/catalogue.py)", show_lines=True)
     for col in ("metric", "unit", "better", "definition"):

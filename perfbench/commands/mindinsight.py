@@ -26,7 +26,7 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from perfbench.mindinsight import MindInsight, ensure_venv
+    from perfbench.run.mindinsight import MindInsight, ensure_venv
     from perfbench.store import Store
 
     log = lambda m: print(m, file=sys.stderr)  # noqa: E731

@@ -146,7 +146,7 @@ def run(args) -> int:
 def _render(preds: list[dict], cal) -> None:
     from rich.table import Table
 
-    from perfbench.results import console
+    from perfbench.views.results import console
 
     c = console()
     keys = [k for k in preds[0]["settings"] if len({repr(p["settings"][k]) for p in preds}) > 1] or ["world_size"]
@@ -197,7 +197,7 @@ def _memory(args, store, targets: list[dict]) -> int:
         return 0
     from rich.table import Table
 
-    from perfbench.results import console
+    from perfbench.views.results import console
 
     c = console()
     keys = [k for k in out[0]["settings"] if len({repr(p["settings"][k]) for p in out}) > 1] or ["zero_stage"]
@@ -230,7 +230,7 @@ def _replay(args) -> int:
         return 0
     from rich.table import Table
 
-    from perfbench.results import console
+    from perfbench.views.results import console
 
     t = Table(title=f"replay of {args.replay}")
     for col in ("rank", "step", "measured ms", "replay ms", "error", "kernels+comm only ms", "error", "modelled comm ms", "error"):

@@ -1,4 +1,4 @@
-"""`perfbench schema`: the sweep YAML's JSON Schema, generated from the config models (perfbench/config_models.py)."""
+"""`perfbench schema`: the sweep YAML's JSON Schema, generated from the config models (perfbench/run/config_models.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perfbench.config_models import json_schema
+    from perfbench.run.config_models import json_schema
 
     text = json.dumps(json_schema(), indent=2) + "\n"
     if args.output:

@@ -32,8 +32,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perfbench.results import console, summarize
-    from perfbench.run_report import render
+    from perfbench.views.results import console, summarize
+    from perfbench.views.run_report import render
     from perfbench.store import Store, short_id
 
     store = Store(args.results, create=False)

@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perfbench.config import load_config
+    from perfbench.run.config import load_config
 
     cfg = load_config(args.config)
     if args.dry_run:
@@ -38,9 +38,9 @@ def run(args) -> int:
 
     from rich.console import Console
 
-    from perfbench.results import console, render_table, summarize
+    from perfbench.views.results import console, render_table, summarize
     from perfbench.store import Store
-    from perfbench.sweep import resolve_results_dir, run_sweep
+    from perfbench.run.sweep import resolve_results_dir, run_sweep
 
     # SIGTERM (CI cancel, kill) unwinds like Ctrl-C: the running run's processes are killed and it
     # stays "running" in the store, so `--resume` re-runs it; finished runs are already committed.
@@ -85,7 +85,7 @@ def _dry_run(cfg, args) -> int:
         return 0
     from rich.table import Table
 
-    from perfbench.results import console
+    from perfbench.views.results import console
 
     t = Table(title=f"{len(plans)} planned runs of sweep {cfg.name} ({cfg.workload})")
     keys = list(plans[0].settings) if plans else []
@@ -99,7 +99,7 @@ def _dry_run(cfg, args) -> int:
 
 
 def _progress_events(console, quiet: bool):
-    from perfbench.sweep import SweepEvents
+    from perfbench.run.sweep import SweepEvents
 
     interactive = console.is_terminal
     state = {"status": None}

@@ -30,7 +30,7 @@ def register(sub) -> None:
 
 def run(args) -> int:
     from perfbench.store import Store
-    from perfbench.trace import write_trace
+    from perfbench.views.trace import write_trace
 
     summary = write_trace(Store(args.results, create=False), args.run, args.output, align=args.align)
     if args.json:

@@ -36,14 +36,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from perfbench.config import load_config
+    from perfbench.run.config import load_config
 
     cfg = load_config(args.config)
     from rich.console import Console
 
     from perfbench.store import Store
-    from perfbench.sweep import resolve_results_dir
-    from perfbench.tune import run_tune
+    from perfbench.run.sweep import resolve_results_dir
+    from perfbench.tune.search import run_tune
 
     signal.signal(signal.SIGTERM, _raise_interrupt)  # unwinds like Ctrl-C: the running trial's processes are killed
     results = resolve_results_dir(args.results, cfg, cli_given=args.results != DEFAULT_RESULTS)
@@ -60,8 +60,8 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(ans, indent=2, default=str))
     else:
-        from perfbench.results import console
-        from perfbench.tune_view import render
+        from perfbench.views.results import console
+        from perfbench.views.tune import render
 
         render(console(), ans, results)
     return 0 if ans["best"] is not None else 1
@@ -72,7 +72,7 @@ def _raise_interrupt(signum, frame):
 
 
 def _events(console):
-    from perfbench.tune import TuneEvents
+    from perfbench.tune.search import TuneEvents
 
     t0 = {}
 

@@ -1,11 +1,11 @@
 """The collectives a data-parallel setting issues per step, and what each costs.
 
-Cost of one collective over n ranks moving `bytes` (the nccl-tests convention of analyzers.collectives:
+Cost of one collective over n ranks moving `bytes` (the nccl-tests convention of analyzers.analyses.collectives:
 all-reduce/broadcast: the buffer; all-gather: the gathered output):
 
     t = latency x steps(op, n) + factor(op, n) x bytes / bandwidth
 
-    factor  (analyzers.collectives.busbw_factor)   all-reduce 2(n-1)/n; all-gather, reduce-scatter,
+    factor  (analyzers.analyses.collectives.busbw_factor)   all-reduce 2(n-1)/n; all-gather, reduce-scatter,
                                                     all-to-all (n-1)/n; broadcast, send/recv 1
     steps   (ring algorithm's sequential hops)      all-reduce 2(n-1); all-gather, reduce-scatter,
                                                     all-to-all n-1; broadcast, send/recv 1
@@ -22,14 +22,14 @@ the backward's re-materialized forward and backward each run 2 all-reduces over 
 around attention: tokens x hidden; around the experts: the capacity buffer experts x capacity x hidden), and with
 D > 1 the expert dispatch / combine over the D replicas (workloads/parallel/experts.comm_bytes_per_call). The
 byte counts are the workload's own functions (workloads/parallel/tensor.py), the ones its step records use.
-Each Collective carries its traffic class (`cls`, analyzers.parallel_groups.COMM_CLASSES).
+Each Collective carries its traffic class (`cls`, analyzers.analyses.parallel_groups.COMM_CLASSES).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzers.collectives import busbw_factor, factor, steps  # noqa: F401  (the cost model's terms)
+from analyzers.analyses.collectives import busbw_factor, factor, steps  # noqa: F401  (the cost model's terms)
 from workloads.parallel.bucketing import parse_fusion, plan_buckets  # pure Python (no MindSpore)
 
 
@@ -39,7 +39,7 @@ class Collective:
     n: int  # ranks in the group
     bytes: float  # nccl-tests size convention (see module doc)
     ready_fraction: float = 1.0  # share of the backward pass done when its bucket is ready (overlap window)
-    cls: str = "dp_grad"  # traffic class (analyzers.parallel_groups.COMM_CLASSES)
+    cls: str = "dp_grad"  # traffic class (analyzers.analyses.parallel_groups.COMM_CLASSES)
 
 
 def cost(c: Collective, latency_s: float, bandwidth_Bps: float) -> tuple[float, float]:

@@ -166,7 +166,7 @@ def largest_bucket_bytes(comm_fusion, params: int) -> float | None:
 
 def memory_settings(cfg: dict, params: int) -> dict:
     """The memory model's settings of a run config (resolved knobs, run_config.json)."""
-    from analyzers.memory import OPTIMIZER_STATES
+    from analyzers.analyses.memory import OPTIMIZER_STATES
 
     par, train = cfg.get("parallel") or {}, cfg.get("train") or {}
     S = int(par.get("pipeline_stages") or 1)
@@ -183,7 +183,7 @@ def memory_settings(cfg: dict, params: int) -> dict:
 def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None]:
     """A stored ok run as a MemoryObservation, and the process's resident set before the model was built (the
     largest rank's `baseline_rss_bytes` in its meta, or None)."""
-    from perfbench.ingest import read_meta
+    from perfbench.run.ingest import read_meta
 
     rid = record["run_id"]
     peak = (record.get("metrics") or {}).get("peak_memory_bytes")
@@ -225,7 +225,7 @@ MEMORY_KEYS = ("world_size", "pipeline_stages", "batch_size", "micro_batches", "
 
 def memory_target(ref: dict, target: dict) -> dict:
     """The reference run's settings updated with `target` (--set values), resolved into the model's settings."""
-    from analyzers.memory import OPTIMIZER_STATES
+    from analyzers.analyses.memory import OPTIMIZER_STATES
 
     unknown = sorted(set(target) - set(MEMORY_KEYS))
     if unknown:

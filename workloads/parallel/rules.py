@@ -50,7 +50,7 @@ def tp_index(rank: int, tp: int = 1) -> int:
 
 def layout_groups(world_size: int, stages: int, tp: int = 1) -> dict[str, list[int]]:
     """Every communication group of the layout, by name -> global ranks (what ``pipeline.create_groups``
-    creates; the names carry the kind first, ``analyzers.parallel_groups.kind_of`` reads them):
+    creates; the names carry the kind first, ``analyzers.analyses.parallel_groups.kind_of`` reads them):
 
     * ``pb_tp_s{s}_d{d}``: the T tensor-parallel ranks of replica d on stage s (T > 1),
     * ``pb_dp_stage{s}`` (T = 1) / ``pb_dp_stage{s}_tp{t}`` (T > 1): the D data-parallel replicas of stage s
@@ -203,7 +203,7 @@ def _validate_precision_overlap(workload: str, par: dict, S: int, M: int, dp: in
     """train.precision and parallel.overlap_grad_comm: where they are built (resnet50's one-shot train step)."""
     errs: list[str] = []
     prec = train.get("precision", "fp32")
-    if prec == "fp16":  # bf16 is refused by the field itself (perfbench/config_models.py Train.precision)
+    if prec == "fp16":  # bf16 is refused by the field itself (perfbench/run/config_models.py Train.precision)
         if workload != "resnet50" or S > 1 or M > 1:
             errs.append(f"train.precision='fp16' is built for workload resnet50 without pipeline or micro-batches "
                         f"(got workload={workload}, pipeline_stages={S}, micro_batches={M}); use precision='fp32'")

@@ -1,0 +1,126 @@
+"""Memory advice: near capacity -> the cheapest knob that fits; reserved far above allocated -> fragmentation.
+
+`advise_memory(tables, summary, config=None) -> DataFrame` returns advice rows with the columns of the advice
+contract (`rule, severity, message, evidence, ranks, stage, id, gain_ms, gain_share, basis, symptom_of, try,
+predicted_step_ms`); `gain_ms` is null (a memory fix buys room, not time), `try` is JSON text of the knob
+('{"parallel.zero_stage": 1}') and the message carries the predicted saving and the time it costs.
+
+Inputs: the `memory` table (analyzers/analyses/memory.py: per rank `peak_bytes`, `capacity_bytes`, `params`,
+`peak_allocated_bytes`, `peak_reserved_bytes`), the run's `step_time_s` and `computing_s` from `summary`, and the
+run config (`parallel`, `train`, `world_size`) for the knobs' current values. Savings come from the memory model
+(perfbench/predict/memory.py: ZeRO-paper model states; recompute keeps the activations of block inputs only,
+taken as RECOMPUTE_KEEPS of the activations, the activations being the peak minus the model states: an upper
+bound where the peak includes a process baseline) and time costs from the step's own parts (below).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from analyzers.analyses.memory import _num
+
+#: peak above this share of the capacity: near capacity
+NEAR_CAPACITY = 0.9
+#: a knob "fits" when the predicted peak is at most this share of the capacity
+FIT_TARGET = 0.85
+#: reserved - allocated above this share of reserved, and above FRAGMENTATION_MIN_BYTES: fragmentation
+FRAGMENTATION_SHARE = 0.3
+FRAGMENTATION_MIN_BYTES = 256 << 20
+#: share of the activations recompute still keeps (block inputs), and the extra compute it costs: one more
+#: forward pass, forward being 1/3 of forward+backward (perfbench/predict/model.py FWD_SHARE)
+RECOMPUTE_KEEPS = 0.3
+RECOMPUTE_TIME_SHARE = 1.0 / 3.0
+
+COLUMNS = ["rule", "severity", "message", "evidence", "ranks", "stage", "id", "gain_ms", "gain_share", "basis",
+           "symptom_of", "try", "predicted_step_ms"]
+
+
+def _row(rule: str, rid: str, severity: str, message: str, evidence: str, ranks: list, basis: str,
+         try_: dict | None) -> dict:
+    return {"rule": rule, "severity": severity, "message": message, "evidence": evidence, "ranks": ranks,
+            "stage": None, "id": rid, "gain_ms": None, "gain_share": None, "basis": basis, "symptom_of": None,
+            "try": json.dumps(try_) if try_ else None, "predicted_step_ms": None}
+
+
+def knob_options(peak: float, params: int, config: dict, summary: dict) -> list[dict]:
+    """Each knob that frees memory from the current settings: {try, saving_bytes, time_cost_ms, how}, cheapest
+    (least time) first."""
+    from analyzers.analyses.memory import OPTIMIZER_STATES
+    from workloads.parallel.layout_math import model_states
+
+    par, train = config.get("parallel") or {}, config.get("train") or {}
+    S = int(par.get("pipeline_stages") or 1)
+    D = max(1, int(config.get("world_size") or 1) // S)
+    k = OPTIMIZER_STATES.get(str(train.get("optimizer") or "momentum"), 1)
+    zero = int(par.get("zero_stage") or 0)
+    compute_ms = (_num(summary.get("computing_s")) or _num(summary.get("step_time_s")) or 0.0) * 1e3
+    out = []
+    if D > 1 and zero < 2:
+        now = model_states(params, D, zero, k)["total_bytes"]
+        nxt = model_states(params, D, zero + 1, k)["total_bytes"]
+        # the owners' broadcast moves every parameter once per step (4P bytes): cost ~ its share of a
+        # data-parallel all-reduce of the gradients (2(D-1)/D x 4P), taken from the step's exposed communication
+        comm_ms = (_num(summary.get("communication_not_overlapped_s")) or 0.0) * 1e3
+        cost = comm_ms * D / (2 * (D - 1)) if comm_ms else None
+        out.append({"try": {"parallel.zero_stage": zero + 1}, "saving_bytes": now - nxt, "time_cost_ms": cost,
+                    "how": f"ZeRO stage {zero + 1}: shards {'optimizer state' if zero == 0 else 'gradients'} over {D} "
+                           "data-parallel ranks, adds a broadcast of the parameters each step"})
+    acts = max(0.0, peak - model_states(params, D, zero, k)["total_bytes"])
+    if not train.get("recompute"):
+        out.append({"try": {"train.recompute": True}, "saving_bytes": acts * (1 - RECOMPUTE_KEEPS),
+                    "time_cost_ms": compute_ms * RECOMPUTE_TIME_SHARE,
+                    "how": "recompute the blocks' activations in backward (one more forward)"})
+    return sorted(out, key=lambda o: (o["time_cost_ms"] is None, o["time_cost_ms"] or 0.0))
+
+
+def advise_memory(tables: dict, summary: dict, config: dict | None = None) -> pd.DataFrame:
+    mem = tables.get("memory")
+    rows: list[dict] = []
+    if mem is None or not len(mem):
+        return pd.DataFrame(columns=COLUMNS)
+    config = config or {}
+    for r in mem.to_dict("records"):
+        rank = int(r["rank"])
+        peak, cap = _num(r.get("peak_bytes")), _num(r.get("capacity_bytes"))
+        if peak and cap and peak > NEAR_CAPACITY * cap:
+            rows.append(_near_capacity(rank, peak, cap, r, config, summary))
+        alloc, res = _num(r.get("peak_allocated_bytes")), _num(r.get("peak_reserved_bytes"))
+        if alloc is not None and res and res - alloc > max(FRAGMENTATION_SHARE * res, FRAGMENTATION_MIN_BYTES):
+            rows.append(_row(
+                "memory_fragmentation", f"memory_fragmentation:{rank}", "medium",
+                f"rank {rank}: the allocator reserved {res / 2**30:.2f} GiB but at most {alloc / 2**30:.2f} GiB was "
+                f"allocated ({(res - alloc) / 2**30:.2f} GiB, {(res - alloc) / res:.0%} of reserved, held but unused): "
+                "fragmentation or a pool sized larger than needed; the headroom is smaller than the allocations say",
+                f"memory[rank={rank}]: peak_reserved_bytes {res:.0f} - peak_allocated_bytes {alloc:.0f} = "
+                f"{res - alloc:.0f} > {FRAGMENTATION_SHARE:.0%} of reserved", [rank],
+                "reserved minus allocated at their peaks (the profiler's own numbers)", None))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _near_capacity(rank: int, peak: float, cap: float, r: dict, config: dict, summary: dict) -> dict:
+    params = _num(r.get("params"))
+    ev = f"memory[rank={rank}]: peak_bytes {peak:.0f} / capacity_bytes {cap:.0f} = {peak / cap:.1%}"
+    head = f"rank {rank}: peak memory {peak / 2**30:.2f} GiB is {peak / cap:.0%} of its {cap / 2**30:.1f} GiB"
+    if not params:
+        return _row("memory_near_capacity", f"memory_near_capacity:{rank}", "high",
+                    head + "; the parameter count is unknown, so no knob's saving can be predicted", ev, [rank],
+                    "no parameter count in the memory table", None)
+    options = knob_options(peak, int(params), config, summary)
+    fits = [o for o in options if peak - o["saving_bytes"] <= FIT_TARGET * cap]
+    pick = fits[0] if fits else (max(options, key=lambda o: o["saving_bytes"]) if options else None)
+    if pick is None:
+        return _row("memory_near_capacity", f"memory_near_capacity:{rank}", "high",
+                    head + "; zero_stage is at 2 (or one data-parallel rank) and recompute is on: fewer samples "
+                    "per micro-batch (parallel.micro_batches) or more ranks are left", ev, [rank],
+                    "memory model: no knob left", None)
+    cost = "unknown time cost" if pick["time_cost_ms"] is None else f"~{pick['time_cost_ms']:.0f} ms more per step"
+    verdict = "fits" if pick in fits else "still does not fit; the largest saving"
+    msg = (f"{head}: try {', '.join(f'{k}={v}' for k, v in pick['try'].items())} ({pick['how']}): predicted "
+           f"saving {pick['saving_bytes'] / 2**30:.2f} GiB -> {(peak - pick['saving_bytes']) / 2**30:.2f} GiB "
+           f"({verdict}), {cost}")
+    return _row("memory_near_capacity", f"memory_near_capacity:{rank}", "high", msg, ev, [rank],
+                "memory model (perfbench/predict/memory.py): ZeRO-paper model states from the parameter count; "
+                "cheapest knob by predicted time cost that brings the peak under "
+                f"{FIT_TARGET:.0%} of capacity", pick["try"])

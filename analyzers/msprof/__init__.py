@@ -1,8 +1,0 @@
-"""msprof output: `mindstudio_profiler_output/` summaries and the older `device_N/timeline/` JSON export."""
-
-from analyzers.msprof.parser import SOURCE, detect, parse
-
-#: load_profile parses each claimed folder (a PROF_* job = normally one device) separately, in parallel
-PER_RANK = True
-
-__all__ = ["SOURCE", "PER_RANK", "detect", "parse"]

@@ -1,0 +1,342 @@
+"""Helpers shared by the Ascend text and .db parsers: header-by-name CSV reading, rank identity,
+op classification. Never imports MindSpore."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfbench.errors import ProfileFormatError
+
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+
+#: bytes per element of the dtypes HCCL and the op tables name (collective sizes from counts)
+DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
+               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
+#: meta["kernels_skipped"] of a rank whose kernels were not read
+SKIPPED = "not read: the profiler's step trace is the breakdown (kernels cross-checked on other ranks)"
+
+
+def norm(col: str) -> str:
+    """Header key used for matching: case, spaces, underscores and BOM ignored ("Step ID" == "Step Id")."""
+    return re.sub(r"[\s_\ufeff]+", "", str(col)).lower()
+
+
+def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | None = None,
+             numeric: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Read a profiler CSV by header name.
+
+    `required` / `optional` map a header as the profiler writes it (matched with `norm`) to our column
+    name. Unknown extra columns are kept under their original header. `numeric` lists *our* names to
+    convert to float (trailing tabs/spaces stripped, "N/A" -> NaN). A missing required column or a
+    non-numeric value in a required numeric column raises ProfileFormatError naming file and column.
+    """
+    optional = optional or {}
+    try:
+        df = pd.read_csv(path, keep_default_na=False, na_values=["", "N/A", "NA", "nan", "None"], encoding="utf-8-sig",
+                         on_bad_lines="error", low_memory=False)
+    except pd.errors.EmptyDataError:
+        raise ProfileFormatError(path, "file is empty (no header line)") from None
+    except pd.errors.ParserError as exc:
+        raise ProfileFormatError(path, f"corrupt CSV ({str(exc).splitlines()[0][:200]})") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileFormatError(path, f"not a text CSV file ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    _check_complete(path, df)
+    by_norm = {norm(c): c for c in df.columns}
+    rename = {}
+    for src, dst in {**required, **optional}.items():
+        orig = by_norm.get(norm(src))
+        if orig is not None:
+            rename[orig] = dst
+        elif src in required:
+            found = ", ".join(str(c) for c in list(df.columns)[:12])
+            raise ProfileFormatError(path, f"missing required column '{src}' (header has: {found})")
+    df = df.rename(columns=rename)
+    for col in numeric:
+        if col not in df.columns:
+            continue
+        if pd.api.types.is_numeric_dtype(df[col]) and not pd.api.types.is_bool_dtype(df[col]):
+            conv = df[col].astype("float64")
+        else:
+            s = df[col].astype(str).str.strip().str.strip('"').str.strip()
+            s = s.where(~s.isin(["", "N/A", "NA", "nan", "None", "-", "<NA>"]), None)
+            conv = pd.to_numeric(s, errors="coerce").astype("float64")
+        if col in required.values():
+            bad = conv.isna()
+            if bad.any():
+                i = int(np.flatnonzero(bad.to_numpy())[0])
+                raw = df[col].iloc[i]
+                src = next(k for k, v in required.items() if v == col)
+                what = ("is empty (file truncated?)" if raw is None or (isinstance(raw, float) and np.isnan(raw))
+                        or str(raw).strip() in ("", "nan", "<NA>") else f"is not a number: {str(raw)[:40]!r}")
+                raise ProfileFormatError(path, f"line {i + 2}: column '{src}' {what}")
+        df[col] = conv
+    return df
+
+
+_NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
+_INTEGER = re.compile(r"\d+")
+
+
+def read_small_csv(path: Path, required: dict[str, str], optional: dict[str, str], numeric: tuple[str, ...],
+                   integer: tuple[str, ...] = ()):
+    """A small, regular profiler CSV (a step trace: a few rows) as a `Columns`, without pandas; None when
+    the file is anything but plain (an unknown, repeated or missing header, a row of another width, an
+    empty, N/A or malformed cell, no data row): then `read_csv` reads it and reports its problems.
+
+    Headers as in `read_csv`. `numeric` (our names) are read as float (Python's float(): correctly rounded,
+    the exact number the profiler wrote; pandas' own parser is off by one ulp for ~7% of such numbers),
+    `integer` as int; a file with any other column is left to `read_csv`. Same columns, order and values
+    as `read_csv` gives for such a file."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = [r for r in csv.reader(fh) if r]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if len(rows) < 2:
+        return None
+    by_norm = {norm(k): v for k, v in {**required, **optional}.items()}
+    names = [by_norm.get(norm(h)) for h in rows[0]]
+    if None in names or len(set(names)) != len(names) or not set(required.values()) <= set(names) \
+            or not set(names) <= set(numeric) | set(integer):
+        return None
+    from analyzers.schema import Columns
+
+    cols: dict[str, list] = {n: [] for n in names}
+    for row in rows[1:]:
+        if len(row) != len(names):
+            return None
+        for n, cell in zip(names, row):
+            if n in numeric:
+                if not _NUMBER.fullmatch(cell):
+                    return None
+                cols[n].append(float(cell))
+            elif not _INTEGER.fullmatch(cell):
+                return None
+            else:
+                cols[n].append(int(cell))
+    return Columns(cols, len(rows) - 1)
+
+
+def _check_complete(path: Path, df: pd.DataFrame) -> None:
+    """A CSV the profiler finished has every field in its last row (a cut file usually does not)."""
+    import csv
+
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, 2)
+            size = fh.tell()
+            fh.seek(max(0, size - 65536))
+            tail = fh.read()
+    except OSError:
+        return
+    if not size or tail.endswith((b"\n", b"\r")) or not len(df):
+        return
+    last = tail.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
+    fields = next(csv.reader([last]), [])
+    if len(fields) < len(df.columns):
+        raise ProfileFormatError(path, f"line {len(df) + 1} has {len(fields)} of {len(df.columns)} fields "
+                                       "(file truncated?)")
+
+
+def read_json(path: Path):
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    if not data.strip():
+        raise ProfileFormatError(path, "file is empty")
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as exc:
+        at_end = exc.pos >= len(data.rstrip()) - 1 or exc.msg.startswith("Unterminated string")
+        what = "truncated JSON (file ends before the document does)" if at_end else "corrupt JSON"
+        raise ProfileFormatError(path, f"{what}: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except UnicodeDecodeError as exc:
+        raise ProfileFormatError(path, f"not a UTF-8 JSON file ({exc.reason})") from None
+
+
+# ---- rank identity -----------------------------------------------------------------------------
+
+def rank_info(rank_dir: Path) -> dict:
+    """Rank id, world size, device and config from profiler_info*.json / profiler_metadata.json."""
+    info: dict = {"rank": None, "config": {}, "metadata": {}}
+    cands = [rank_dir / n for n in sorted(os.listdir(rank_dir))  # (not Path.glob: ~10x slower per rank)
+             if n.startswith("profiler_info") and n.endswith(".json")]
+    if cands:
+        pi = read_json(cands[0])
+        if not isinstance(pi, dict):
+            raise ProfileFormatError(cands[0], "expected a JSON object")
+        info["profiler_info"] = pi
+        r = pi.get("rank_id")
+        try:
+            r = int(r) if r is not None and str(r).strip() != "" else None
+        except ValueError:
+            r = None
+        if r is not None and r >= 0:
+            info["rank"] = r
+        if info["rank"] is None:
+            m = re.search(r"profiler_info_(\d+)\.json$", cands[0].name)
+            if m:
+                info["rank"] = int(m.group(1))
+        if "rank_size" in pi:
+            info["world_size"] = pi.get("rank_size")
+        info["config"] = pi.get("config") or {}
+        for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
+            if k in pi:
+                info[k] = pi[k]
+    md_path = rank_dir / "profiler_metadata.json"
+    if md_path.exists():
+        md = read_json(md_path)
+        if isinstance(md, dict):
+            info["metadata"] = md
+            dist = md.get("distributed_args") or {}
+            if info["rank"] is None and isinstance(dist.get("rank"), int):
+                info["rank"] = dist["rank"]
+            if dist.get("world_size"):
+                info["world_size"] = dist.get("world_size")
+    return info
+
+
+def parallel_groups(metadata: dict) -> dict:
+    """Parallel groups from profiler_metadata.json (analyzers.analyses.parallel_groups.groups_from_metadata)."""
+    from analyzers.analyses.parallel_groups import groups_from_metadata
+
+    return groups_from_metadata(metadata)
+
+
+# ---- op classification -------------------------------------------------------------------------
+
+_COMM_TYPES = [  # order matters: longer names first
+    ("reducescatter", "reducescatter"),
+    ("allgather", "allgather"),
+    ("allreduce", "allreduce"),
+    ("alltoallv", "alltoallv"),
+    ("alltoall", "alltoall"),
+    ("broadcast", "broadcast"),
+    ("batchsendrecv", "send"),
+    ("receive", "recv"),
+    ("recv", "recv"),
+    ("send", "send"),
+    ("reduce", "reduce"),
+    ("barrier", "barrier"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+]
+
+
+def comm_op_type(name: str) -> str:
+    """allreduce | allgather | ... from an HCCL op name like hcom_allReduce__586_0_1 or AllReduce-op2."""
+    key = re.sub(r"[^a-z]", "", str(name).lower())
+    for needle, typ in _COMM_TYPES:
+        if needle in key:
+            return typ
+    return "other"
+
+
+_COMM_NAME = re.compile(r"^(hcom_|hccl|lccl)|^(allreduce|allgather|reducescatter|alltoallv?|broadcast|send|receive|recv)"
+                        r"(-op\d+|_\d|$)", re.IGNORECASE)
+
+
+def is_comm_name(name: str) -> bool:
+    return bool(_COMM_NAME.match(str(name)))
+
+
+def categorize(names: pd.Series, core: pd.Series | None, types: pd.Series | None) -> pd.Series:
+    """'communication' for HCCL ops (core type HCCL/COMMUNICATION, or an hcom_*/AllReduce-opN name), else
+    'compute'. A known non-HCCL core type wins over the name (BroadcastTo on AI_VECTOR_CORE is compute)."""
+    by_name = names.astype(str).str.match(_COMM_NAME)
+    if core is not None:
+        c = core.astype(str).str.upper()
+        known = core.notna() & ~c.isin(["", "N/A", "NA", "NONE", "NAN"])
+        comm = c.isin(["HCCL", "COMMUNICATION", "LCCL"]) | (~known & by_name) | names.astype(str).str.startswith("hcom_")
+    else:
+        comm = by_name
+    if types is not None:
+        comm |= types.astype(str).str.lower().str.startswith("hcom_")
+    return pd.Series(np.where(comm, "communication", "compute"), index=names.index, dtype="object")
+
+
+def step_of(key: str):
+    """'step50' -> 50; 'step' / '' -> None."""
+    m = re.search(r"(\d+)$", str(key))
+    return int(m.group(1)) if m else None
+
+
+TRANSPORTS = ("HCCS", "RDMA", "SDMA", "PCIE", "SIO")
+
+
+def device_step_windows(step: pd.Series, start: pd.Series, end: pd.Series) -> pd.DataFrame:
+    """Step windows on the device clock, as the Ascend profiler's step_trace_time defines them: a step
+    starts at its first device op and lasts until the next step's first op (the gap before the next
+    step is this step's Free time); the last step ends at its last op's end. Columns: step, start_us, end_us."""
+    st = pd.to_numeric(pd.Series(step), errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    s = np.asarray(start, dtype=float)
+    e = np.asarray(end, dtype=float)
+    ok = ~np.isnan(st)
+    st, s, e = st[ok], s[ok], e[ok]
+    if not len(st):
+        return pd.DataFrame({"step": pd.Series(dtype="int64"), "start_us": pd.Series(dtype=float),
+                             "end_us": pd.Series(dtype=float)})
+    ids, inv = np.unique(st, return_inverse=True)
+    first = np.full(len(ids), np.inf)
+    last = np.full(len(ids), -np.inf)
+    np.minimum.at(first, inv, s)
+    np.maximum.at(last, inv, e)
+    order = np.argsort(first, kind="stable")
+    ids, first, last = ids[order], first[order], last[order]
+    nxt = np.append(first[1:], np.nan)
+    end_w = np.where(~np.isnan(nxt) & (nxt >= last), nxt, last)
+    return pd.DataFrame({"step": ids.astype("int64"), "start_us": first, "end_us": end_w})
+
+
+# ---- what a rank was read from --------------------------------------------------------------------
+
+_NA_TEXT = ("", "N/A", "NA", "NAN", "NONE", "NULL", "<NA>")
+
+
+def na_to_none(col: pd.Series) -> pd.Series:
+    """A text column with the profiler's "N/A" (and empty cells) as None. Both the text and the db
+    exports write "N/A" where a level or version records no value (level-0 kernel types, core types):
+    one rule for both, so analyses fall back the same way (e.g. the kernel name for an unknown type)."""
+    col = col.astype(object)
+    bad = col.isna() | col.astype(str).str.strip().str.upper().isin(_NA_TEXT)
+    return col.where(~bad, None)
+
+
+class RankInputs:
+    """The files one rank was read from and the problems met, for `ranks.inputs` and `Profile.warnings`.
+
+    `read(path, fn, *args)` calls `fn(path, *args)`; a damaged file (ProfileFormatError) becomes a
+    warning naming the file and the result is None, so the rank keeps what its other files give."""
+
+    def __init__(self) -> None:
+        self.used: list[str] = []
+        self.warnings: list[str] = []
+
+    def read(self, path: Path, fn, *args, label: str | None = None, **kw):
+        try:
+            out = fn(path, *args, **kw)
+        except ProfileFormatError as exc:
+            self.warnings.append(f"{exc.path}: {exc.problem} (ignored: the rank is analyzed without it)")
+            return None
+        self.add(label or path.name)
+        return out
+
+    def add(self, name: str) -> None:
+        if name not in self.used:
+            self.used.append(name)
+
+    @property
+    def text(self) -> str:
+        return ",".join(self.used)

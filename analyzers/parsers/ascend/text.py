@@ -1,0 +1,481 @@
+"""Parser for one rank of the Ascend profiler *text* export (MindSpore `*_ascend_ms`, torch_npu `*_ascend_pt`).
+
+Reads, from `<rank_dir>/ASCEND_PROFILER_OUTPUT/`:
+
+* kernel_details.csv   -> ops (every device kernel; HCCL rows are category "communication")
+* step_trace_time.csv  -> reference_breakdown (what the profiler itself computed; used for reconciliation)
+* communication.json   -> comm_ops (+ comm_bandwidth per transport)
+* communication_matrix.json -> links
+* op_statistic.csv     -> meta["op_statistic"] (cross-check for the kernels analysis)
+* trace_view.json      -> host step starts (ProfilerStep#N, for Preparing) and collective sizes
+                          (HCCL op `count` x `data_type`); streamed, skipped above `TRACE_MAX_BYTES`
+                          when read_trace="auto"
+and `<rank_dir>/profiler_info*.json`, `profiler_metadata.json` for rank id and parallel groups.
+
+and, when step_trace_time.csv or the communication files are missing, `analysis.db` (StepTraceTime,
+CommAnalyzer*: the db export of the same analyses).
+
+Every file is optional: a rank holding only step_trace_time.csv and the communication files is a rank
+(its breakdown is the profiler's, its kernels unknown). A damaged file becomes a warning naming it and
+the rank is analyzed with the rest; `ranks.inputs` lists the files used. Headers are matched by name;
+unknown columns are kept.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analyzers.parsers.ascend.common import (DTYPE_BYTES, OUTPUT_DIR, SKIPPED, RankInputs, categorize, comm_op_type,
+                                     device_step_windows, na_to_none, parallel_groups, rank_info, read_csv, read_json,
+                                     read_small_csv, step_of)
+from analyzers.parsers.ascend.db import read_analysis_db
+from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Columns, Profile, conform, empty)
+from perfbench.errors import ProfileFormatError
+
+#: with read_trace="auto", trace_view.json files larger than this are not read (Preparing and
+#: collective sizes are then unknown); pass read_trace=True to force.
+TRACE_MAX_BYTES = 512 * 1024 * 1024
+
+KERNEL_REQUIRED = {"Name": "name", "Start Time(us)": "start_us", "Duration(us)": "dur_us"}
+KERNEL_OPTIONAL = {"Step Id": "step", "Type": "type", "Accelerator Core": "core_type", "Stream ID": "stream",
+                   "Device_id": "device", "Task Type": "task_type"}
+
+STEP_TRACE_REQUIRED = {"Step": "step", "Computing": "computing_us",
+                       "Communication(Not Overlapped)": "communication_not_overlapped_us",
+                       "Overlapped": "overlapped_us", "Communication": "communication_us", "Free": "free_us"}
+STEP_TRACE_OPTIONAL = {"Stage": "stage_us", "Bubble": "bubble_us", "Preparing": "preparing_us",
+                       "Communication(Not Overlapped and Exclude Receive)": "communication_not_overlapped_exclude_receive_us",
+                       "Device_id": "device"}
+
+#: files that make a folder's ASCEND_PROFILER_OUTPUT/ a rank (any one is enough: a rank is analyzed with what it has)
+RANK_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv", "communication.json",
+              "communication_matrix.json", "analysis.db")
+
+
+def is_text_rank(d: Path) -> bool:
+    out = d / OUTPUT_DIR
+    return out.is_dir() and any((out / f).exists() for f in RANK_FILES)
+
+
+def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto", fit: bool = True,
+                    read_kernels: bool = True, columns: bool = False) -> Profile:
+    """One rank's text export as a Profile, from whatever of its files are there and readable.
+
+    Each file is optional: a missing file leaves its tables empty, a damaged one becomes a warning
+    naming it (`Profile.warnings`) and the rank keeps what its other files give. `ranks.inputs` lists the
+    files used. Only a rank with no readable file at all is an error. `read_kernels=False` skips
+    kernel_details.csv and trace_view.json when the profiler's step trace is there (a large cluster's
+    ranks beyond the cross-check sample, see analyzers.parsers.load). `fit=False` leaves tables
+    unconformed (load_profile conforms once after merging many ranks); `columns=True` (with fit=False) leaves
+    the small tables (ranks, communication, links, the step trace) as `Columns`, which load_profile turns
+    into one DataFrame per table across ranks."""
+    rank_dir = Path(rank_dir)
+    if rank_dir.name == OUTPUT_DIR:
+        rank_dir = rank_dir.parent
+    out = rank_dir / OUTPUT_DIR
+    info = rank_info(rank_dir)
+    r = info["rank"] if info["rank"] is not None else (rank if rank is not None else 0)
+    meta: dict = {"format": "ascend-text", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
+                  "parallel_groups": parallel_groups(info.get("metadata", {})),
+                  "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
+                  "files_present": sorted(f for f in RANK_FILES if (out / f).exists())}
+    for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
+        if k in info:
+            meta[k] = info[k]
+    meta["producer"] = "mindspore" if rank_dir.name.endswith("_ascend_ms") else (
+        "torch_npu" if rank_dir.name.endswith("_ascend_pt") else "unknown")
+    io = RankInputs()
+
+    kd, tv, st = out / "kernel_details.csv", out / "trace_view.json", out / "step_trace_time.csv"
+    ref = io.read(st, _step_trace, r) if st.exists() else None
+    skip = not read_kernels and ref is not None
+    if skip:
+        meta["kernels_skipped"] = SKIPPED
+    ops = io.read(kd, _kernel_details, r) if kd.exists() and not skip else None
+    if ref is not None:
+        meta["reference_source"] = "step_trace_time.csv"
+    comm_ops = comm_bw = None
+    if (out / "communication.json").exists():
+        got = io.read(out / "communication.json", _communication, r)
+        if got is not None:
+            comm_ops, comm_bw = got
+    links = io.read(out / "communication_matrix.json", _matrix, r) if (out / "communication_matrix.json").exists() \
+        else None
+    adb = out / "analysis.db"
+    if adb.exists() and (ref is None or comm_ops is None or links is None):  # the db export of the same analyses
+        got = io.read(adb, read_analysis_db, r)
+        if got is not None:
+            a_co, a_cb, a_links, a_ref = got
+            if ref is None and a_ref is not None:
+                ref, meta["reference_source"] = a_ref, "analysis.db StepTraceTime"
+            if comm_ops is None and a_co is not None and len(a_co):
+                comm_ops, comm_bw = a_co, a_cb
+            if links is None and len(a_links):
+                links = a_links
+
+    trace = None
+    if skip:
+        pass
+    elif tv.exists() and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
+                        or (ops is None and read_trace != False)):  # noqa: E712
+        trace = io.read(tv, _trace_facts, r, full=ops is None)
+    elif tv.exists():
+        meta["trace_view_skipped"] = f"{tv.stat().st_size / 1e9:.2f} GB > read limit; Preparing and sizes unknown"
+    if ops is None and trace is not None and trace["device_ops"] is not None:
+        ops = trace["device_ops"]
+    if ops is not None and trace is not None and not (ops["category"] == "communication").any() \
+            and len(trace["hccl_ops"]):  # communication rows missing from kernel_details (some exports)
+        ops = pd.concat([ops, trace["hccl_ops"]], ignore_index=True)
+    if not io.used:
+        problems = "; ".join(io.warnings) if io.warnings else "none of " + ", ".join(RANK_FILES) + " found"
+        raise ProfileFormatError(out, f"no readable profiler data ({problems})")
+
+    if ops is None:
+        ops, steps = (Columns(), Columns()) if columns else (empty(OPS), empty(STEPS))
+    else:
+        if ops["step"].notna().any():
+            ops["step"] = ops["step"].astype("Int64")
+        else:  # one profiled step and no Step Id column: the step trace names it
+            one = int(_frame(ref)["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
+            ops["step"] = pd.array([one] * len(ops), dtype="Int64")
+        # steps: device span of the ops of each step
+        steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
+        steps.insert(0, "rank", r)
+        if trace is not None and trace["host_steps"]:
+            hs = trace["host_steps"]
+            steps["host_start_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[0])
+            steps["host_end_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[1])
+
+    if comm_ops is None:
+        comm_ops, comm_bw = _comm_from_ops(ops, r), Columns()
+        meta["comm_source"] = "kernel_details (elapse only)" if len(comm_ops) else "none"
+    else:
+        meta["comm_source"] = "communication.json" if "communication.json" in io.used else "analysis.db CommAnalyzer*"
+    if trace is not None and len(comm_ops):
+        comm_ops = _frame(comm_ops, COMM_OPS)
+        size = comm_ops["op_name"].map(trace["hccl_sizes"])
+        comm_ops["size_bytes"] = comm_ops["size_bytes"].fillna(size) if "size_bytes" in comm_ops else size
+        comm_ops["alg_type"] = comm_ops["op_name"].map(trace["hccl_alg"])
+    if links is None:
+        links = Columns()
+
+    if (out / "op_statistic.csv").exists() and not skip:  # the kernels' cross-check: read with the kernels
+        stat = io.read(out / "op_statistic.csv", read_csv, {"OP Type": "op_type", "Total Time(us)": "total_us"},
+                       {"Core Type": "core_type", "Count": "count"}, numeric=("total_us", "count"))
+        if stat is not None:
+            meta["op_statistic"] = stat[[c for c in ("op_type", "core_type", "count", "total_us")
+                                         if c in stat]].to_dict("records")
+
+    from analyzers.parsers.ascend.memory import no_memory, read_text_memory
+
+    memory = {**no_memory(), **read_text_memory(out, r, io)}
+    ranks = Columns()
+    ranks.append({"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir), "stage": pd.NA,
+                  "dp_group": None, "world_size": info.get("world_size"), "inputs": io.text})
+    tables = {"ranks": (ranks, RANKS), "steps": (steps, STEPS), "ops": (ops, OPS), "comm_ops": (comm_ops, COMM_OPS),
+              "comm_bandwidth": (comm_bw if comm_bw is not None else Columns(), COMM_BANDWIDTH),
+              "links": (links, LINKS)}
+    if columns:
+        out = {k: t for k, (t, _) in tables.items()}
+    else:
+        out = {k: _frame(t, schema) for k, (t, schema) in tables.items()}
+        if fit:
+            out = {k: conform(t, tables[k][1]) for k, t in out.items()}  # (load_profile conforms merged tables)
+        ref = _frame(ref) if ref is not None else None
+    return Profile(source="ascend-text", path=str(rank_dir), **out, **memory, reference_breakdown=ref, meta=meta,
+                   warnings=io.warnings)
+
+
+def _frame(t, schema: dict | None = None) -> pd.DataFrame:
+    """A table as a DataFrame: Columns built (an empty one as the schema's empty table), a DataFrame as is."""
+    if not isinstance(t, Columns):
+        return t
+    if not len(t) and schema is not None:
+        return empty(schema)
+    return t.frame({"step": "Int64"} if schema is not None and schema.get("step") == "Int64" else None)
+
+
+def _device(ops, info: dict):
+    if isinstance(ops, pd.DataFrame) and "device" in ops.columns and ops["device"].notna().any():
+        return str(ops["device"].dropna().iloc[0])
+    return None
+
+
+def read_kernel_details(path: str | Path, rank: int = 0) -> pd.DataFrame:
+    """kernel_details.csv (any header variant) as OPS rows plus the file's extra columns."""
+    return _kernel_details(Path(path), rank)
+
+
+def _kernel_details(path: Path, r: int) -> pd.DataFrame:
+    df = read_csv(path, KERNEL_REQUIRED, KERNEL_OPTIONAL, numeric=("start_us", "dur_us", "step"))
+    for c in ("type", "core_type", "name", "stream", "device"):
+        if c in df.columns:  # text columns even when every cell was N/A (inferred as float NaN)
+            df[c] = na_to_none(df[c])
+    if "stream" in df.columns:
+        df["stream"] = df["stream"].map(lambda v: None if v is None else str(v))
+    df["category"] = categorize(df["name"], df.get("core_type"), df.get("type"))
+    if "type" not in df.columns:
+        df["type"] = None
+    # comm ops: normalized collective type when the profiler left Type empty / N/A
+    comm = df["category"] == "communication"
+    if comm.any():
+        df.loc[comm, "type"] = df.loc[comm, "type"].fillna(df.loc[comm, "name"].map(comm_op_type))
+    if "step" not in df.columns:
+        df["step"] = np.nan
+    df.insert(0, "rank", r)
+    # AI Core metrics: keep numeric where they are numeric
+    for c in df.columns:
+        if (c.startswith(("aic_", "aiv_", "cube_utilization")) or c in ("Wait Time(us)", "Block Dim", "Block Num",
+                                                                         "Mix Block Dim", "Mix Block Num")) \
+                and not pd.api.types.is_numeric_dtype(df[c]):
+            df[c] = pd.to_numeric(df[c].astype(str).str.strip().replace({"N/A": None}), errors="coerce")
+    return df
+
+
+_STEP_RE = re.compile(r"ProfilerStep#(\d+)")
+
+
+def _trace_facts(path: Path, r: int, full: bool = False) -> dict:
+    """Host step windows, HCCL op sizes/algorithms, and (fallback, `full`) device ops from trace_view.json."""
+    from analyzers.parsers.trace_view import SMALL_FILE_BYTES, x_events
+
+    if path.stat().st_size < SMALL_FILE_BYTES:
+        return _facts_from(_small_trace(path, full), r)
+    return _facts_from(x_events(path, args_prefix="hcom_", args_fields=("count", "data_type", "alg_type")), r)
+
+
+def _small_trace(path: Path, full: bool = True):
+    """A small trace in one read with orjson (several times faster than streaming for a few MB). Without
+    `full`, only the X events the facts need (ProfilerStep#N, hcom_*) are kept."""
+    from analyzers.parsers.trace_view import TraceEvents
+
+    try:
+        import orjson
+
+        loads = orjson.loads
+        errors = (orjson.JSONDecodeError,)
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        import json
+
+        loads = json.loads
+        errors = (json.JSONDecodeError,)
+    try:
+        data = loads(path.read_bytes())
+    except errors as exc:
+        raise ProfileFormatError(path, f"truncated or corrupt JSON ({str(exc)[:160]})") from None
+    except OSError as exc:
+        raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    if isinstance(data, dict):
+        data = data.get("traceEvents")
+    if not isinstance(data, list):
+        raise ProfileFormatError(path, "not a Chrome-trace JSON array")
+    pn: dict = {}
+    tn: dict = {}
+    cols: dict = {"name": [], "pid": [], "tid": [], "ts": [], "dur": [], "cat": [], "args": []}
+    for ev in data:
+        if not isinstance(ev, dict):
+            continue
+        ph = ev.get("ph")
+        if ph == "M":
+            a = ev.get("args") or {}
+            if isinstance(a, dict) and "name" in a:
+                if ev.get("name") == "process_name":
+                    pn[str(ev.get("pid"))] = str(a["name"])
+                elif ev.get("name") == "thread_name":
+                    tn[(str(ev.get("pid")), str(ev.get("tid")))] = str(a["name"])
+        elif ph == "X":
+            name = ev.get("name")
+            if not full and not (isinstance(name, str) and name.startswith(("ProfilerStep#", "hcom_"))):
+                continue
+            cols["name"].append(name)
+            cols["pid"].append(str(ev.get("pid")))
+            cols["tid"].append(str(ev.get("tid")))
+            try:
+                cols["ts"].append(float(ev.get("ts")))
+            except (TypeError, ValueError):
+                cols["ts"].append(np.nan)
+            try:
+                cols["dur"].append(float(ev.get("dur", 0.0)))
+            except (TypeError, ValueError):
+                cols["dur"].append(np.nan)
+            cols["cat"].append(ev.get("cat"))
+            cols["args"].append(ev.get("args") if isinstance(name, str) and name.startswith("hcom_") else None)
+    return TraceEvents(pd.DataFrame(cols), pn, tn)
+
+
+def _facts_from(te, r: int) -> dict:
+
+    x = te.x
+    facts: dict = {"host_steps": {}, "hccl_sizes": {}, "hccl_alg": {}, "device_ops": None, "hccl_ops": empty(OPS)}
+    steps = x[x["name"].astype(str).str.startswith("ProfilerStep#")]
+    for name, ts, dur in zip(steps["name"], steps["ts"], steps["dur"]):
+        m = _STEP_RE.match(name)
+        if m:
+            s = int(m.group(1))
+            lo, hi = facts["host_steps"].get(s, (np.inf, -np.inf))
+            facts["host_steps"][s] = (min(lo, ts), max(hi, ts + dur))
+    hccl_pids = [p for p, n in te.process_names.items() if n == "HCCL"]
+    comm_tids = {k for k, n in te.thread_names.items() if k[0] in hccl_pids and "Communication" in n}
+    if hccl_pids:
+        hx = x[x["pid"].isin(hccl_pids)]
+        top = hx[[(p, t) in comm_tids for p, t in zip(hx["pid"], hx["tid"])]] if comm_tids else hx.iloc[0:0]
+        if len(top):
+            for name, a in zip(top["name"], top["args"]):
+                if not isinstance(a, dict):
+                    continue
+                cnt, dt = a.get("count"), str(a.get("data_type", "")).upper()
+                if cnt is not None and dt in DTYPE_BYTES:
+                    try:
+                        facts["hccl_sizes"][name] = float(cnt) * DTYPE_BYTES[dt]
+                    except (TypeError, ValueError):
+                        pass
+                if a.get("alg_type"):
+                    facts["hccl_alg"][name] = a.get("alg_type")
+            facts["hccl_ops"] = pd.DataFrame({
+                "rank": r, "step": np.nan, "name": top["name"].to_numpy(), "type": top["name"].map(comm_op_type).to_numpy(),
+                "category": "communication", "start_us": top["ts"].to_numpy(), "dur_us": top["dur"].to_numpy(),
+                "stream": top["tid"].to_numpy(), "core_type": "HCCL"})
+    hw = [p for p, n in te.process_names.items() if n == "Ascend Hardware"]
+    if hw:
+        d = x[x["pid"].isin(hw)]
+        d = d[~d["name"].isin(["PROFILING_ENABLE", "PROFILING_DISABLE"])]
+        facts["device_ops"] = pd.DataFrame({
+            "rank": r, "step": np.nan, "name": d["name"].to_numpy(), "type": None,
+            "category": categorize(d["name"], None, None).to_numpy(), "start_us": d["ts"].to_numpy(),
+            "dur_us": d["dur"].to_numpy(), "stream": d["tid"].to_numpy(), "core_type": None})
+        if facts["host_steps"] and len(facts["device_ops"]):
+            # device ops have no step id in the trace: assign by host step window order
+            facts["device_ops"]["step"] = _assign_by_windows(facts["device_ops"]["start_us"], facts["host_steps"])
+    return facts
+
+
+def _assign_by_windows(ts: pd.Series, windows: dict[int, tuple[float, float]]) -> np.ndarray:
+    order = sorted(windows.items(), key=lambda kv: kv[1][0])
+    starts = np.array([w[0] for _, w in order])
+    ids = np.array([s for s, _ in order], dtype=float)
+    idx = np.searchsorted(starts, ts.to_numpy(), side="right") - 1
+    out = np.where(idx >= 0, ids[np.clip(idx, 0, None)], np.nan)
+    return out
+
+
+_STEP_TRACE_NUMERIC = tuple(v for v in {**STEP_TRACE_REQUIRED, **STEP_TRACE_OPTIONAL}.values()
+                            if v not in ("step", "device"))
+
+
+def _step_trace(path: Path, r: int):
+    """step_trace_time.csv with a `rank` column: `Columns` for a plain file (the usual case), else a DataFrame."""
+    cols = read_small_csv(path, STEP_TRACE_REQUIRED, STEP_TRACE_OPTIONAL, _STEP_TRACE_NUMERIC, ("step", "device"))
+    if cols is not None:
+        return Columns({"rank": [r] * len(cols), **cols.data}, len(cols))
+    df = read_csv(path, STEP_TRACE_REQUIRED, STEP_TRACE_OPTIONAL, numeric=_STEP_TRACE_NUMERIC)
+    df["step"] = df["step"].map(lambda s: step_of(s) if step_of(s) is not None else 0).astype("int64")
+    df.insert(0, "rank", r)
+    return df
+
+
+def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ProfileFormatError(path, f"expected a JSON object keyed by step, found {type(data).__name__}")
+    rows, bw = Columns(), Columns()
+    moved: dict[str, float] = {}  # payload moved by this rank per op name (sum over device-to-device transports)
+    for step_key, kinds in data.items():
+        if not isinstance(kinds, dict):
+            raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}, found {type(kinds).__name__}")
+        step = step_of(step_key)
+        for kind, ops in kinds.items():
+            if not isinstance(ops, dict):
+                raise ProfileFormatError(path, f"'{step_key}/{kind}' should be an object of ops")
+            for key, op in ops.items():
+                if key == "Total Op Info":
+                    continue
+                if not isinstance(op, dict) or "Communication Time Info" not in op:
+                    raise ProfileFormatError(path, f"op '{key}' in '{step_key}/{kind}' has no 'Communication Time Info'")
+                name, _, group = key.partition("@")
+                t = op.get("Communication Time Info") or {}
+                try:
+                    rows.append({
+                        "rank": r, "step": step, "op_name": name, "op_type": comm_op_type(name), "group": group,
+                        "group_size": pd.NA, "start_us": _f(t.get("Start Timestamp(us)")),
+                        "elapse_ms": _f(t["Elapse Time(ms)"]), "transit_ms": _f(t.get("Transit Time(ms)")),
+                        "wait_ms": _f(t.get("Wait Time(ms)")), "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
+                        "idle_ms": _f(t.get("Idle Time(ms)")), "size_bytes": np.nan, "kind": kind,
+                        "wait_ratio": _f(t.get("Wait Time Ratio")),
+                        "synchronization_ratio": _f(t.get("Synchronization Time Ratio"))})
+                except KeyError as exc:
+                    raise ProfileFormatError(path, f"op '{key}': missing {exc.args[0]!r}") from None
+                for transport, b in (op.get("Communication Bandwidth Info") or {}).items():
+                    if not isinstance(b, dict):
+                        continue
+                    size, tm = _f(b.get("Transit Size(MB)")), _f(b.get("Transit Time(ms)"))
+                    if not (size or tm):
+                        continue
+                    bw.append({"rank": r, "step": step, "op_name": name, "transport": transport, "size_mb": size,
+                               "time_ms": tm, "bandwidth_gbps": _f(b.get("Bandwidth(GB/s)")),
+                               "large_packet_ratio": _f(b.get("Large Packet Ratio")), "group": group})
+                    if transport in MOVED_TRANSPORTS and size == size:
+                        moved[name] = moved.get(name, 0.0) + size
+    if len(rows) and len(bw):  # SDMA aggregates HCCS/PCIE/SIO: not counted again
+        rows.data["transit_bytes"] = [moved.get(name, 0.0) * 1e6 for name in rows.data["op_name"]]
+    return rows, bw
+
+
+#: transports between devices whose sizes add up to what a rank moved in an op (SDMA aggregates HCCS/PCIE/SIO)
+MOVED_TRANSPORTS = ("HCCS", "PCIE", "SIO", "RDMA")
+
+
+def _f(v) -> float:
+    if v is None or v == "":
+        return float("nan")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _comm_from_ops(ops, r: int):
+    if not isinstance(ops, pd.DataFrame) or not len(ops):
+        return Columns()
+    c = ops[ops["category"] == "communication"]
+    if not len(c):
+        return Columns()
+    return pd.DataFrame({
+        "rank": r, "step": c["step"].astype("Int64").to_numpy(), "op_name": c["name"].to_numpy(),
+        "op_type": c["name"].map(comm_op_type).to_numpy(), "group": "", "group_size": pd.NA,
+        "start_us": c["start_us"].to_numpy(), "elapse_ms": (c["dur_us"] / 1000.0).to_numpy(),
+        "transit_ms": np.nan, "wait_ms": np.nan, "synchronization_ms": np.nan, "idle_ms": np.nan,
+        "size_bytes": np.nan})
+
+
+def _matrix(path: Path, r: int) -> Columns:
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise ProfileFormatError(path, f"expected a JSON object keyed by step, found {type(data).__name__}")
+    rows: list[tuple] = []
+    for step_key, kinds in data.items():
+        if not isinstance(kinds, dict):
+            raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}")
+        step = step_of(step_key)
+        for kind, ops in kinds.items():
+            if not isinstance(ops, dict):
+                raise ProfileFormatError(path, f"'{step_key}/{kind}' should be an object of ops")
+            for key, links in ops.items():
+                if key == "Total Op Info" or not isinstance(links, dict):
+                    continue
+                name, _, group = key.partition("@")
+                for pair, v in links.items():
+                    src, _, dst = str(pair).partition("-")
+                    if not isinstance(v, dict) or not src.strip().isdigit() or not dst.strip().isdigit():
+                        raise ProfileFormatError(path, f"link '{pair}' of '{key}' is not 'src-dst' with an object")
+                    rows.append((step, name, group, int(src), int(dst), v.get("Transport Type"),
+                                 _f(v.get("Transit Size(MB)")), _f(v.get("Transit Time(ms)")),
+                                 _f(v.get("Bandwidth(GB/s)")), v.get("Op Name"), r, kind))
+    return Columns.from_rows(MATRIX_COLUMNS, rows)
+
+
+MATRIX_COLUMNS = ("step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms", "bandwidth_gbps",
+                  "hccl_op_name", "rank", "kind")

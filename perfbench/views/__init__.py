@@ -1,0 +1,1 @@
+"""Rendering for people: `show`'s report, the results table, `tune`'s terminal view, the merged trace."""

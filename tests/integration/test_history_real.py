@@ -1,0 +1,101 @@
+"""The history gate on real histories: short real 1-rank sweeps (tiny ResNet) where a slowdown is injected
+(`inject.delay_ms`) from one point on, a drift, and a clean history. The injected delay is "the code change":
+it is left out of the configuration (--ignore-setting delay_ms) so all points form one series."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from perfbench.store import Store
+from tests.support import run_perfbench, write_yaml
+
+pytestmark = pytest.mark.msrun
+
+TINY = {
+    "workload": "resnet50",
+    "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
+    "train": {"batch_size": 4, "steps": 10, "warmup_steps": 2},
+    "profile": {"enabled": False, "steps": 1},
+    "launch": {"timeout_s": 300, "stall_timeout_s": 120},
+}
+# several times the tiny model's step time (~10 ms idle): on this shared machine whole runs get 2-10x slower
+# under load, and a sleep is the one part of a step that load does not stretch
+SLOW_MS = 150
+DRIFT_MS = [40, 80, 120, 160]
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    """Runs by kind: 4 clean and 4 slowed (interleaved in time), then 4 drifting ones."""
+    base = tmp_path_factory.mktemp("history_pool")
+    results = base / "pool"
+    step = write_yaml(base / "step.yaml", dict(TINY, name="step", sweep={"delay_ms": [0, SLOW_MS]}, repeats=4))
+    drift = write_yaml(base / "drift.yaml", dict(TINY, name="drift", sweep={"delay_ms": DRIFT_MS}))
+    run_perfbench("sweep", step, "--results", results, timeout=900)
+    run_perfbench("sweep", drift, "--results", results, timeout=600)
+    runs = Store(results).list_runs()
+    assert all(r["status"] == "ok" for r in runs), [(r["run_id"], r.get("error")) for r in runs]
+    by = lambda d: sorted((r for r in runs if r["settings"]["delay_ms"] == d), key=lambda r: r["settings"]["repeat"])  # noqa: E731
+    return {"results": results, "clean": by(0), "slow": by(SLOW_MS), "drift": [by(d)[0] for d in DRIFT_MS]}
+
+
+def history_of(pool, tmp_path, runs: list[dict]):
+    """A results dir whose history holds `runs` in this order, labelled c00, c01, ... (the pool's store is
+    copied so each scenario has its own history)."""
+    import shutil
+
+    results = tmp_path / "results"
+    shutil.copytree(pool["results"], results, ignore=shutil.ignore_patterns("history"))
+    for i, r in enumerate(runs):
+        run_perfbench("history", "--add", r["run_id"], "--label", f"c{i:02d}", "--results", results)
+    return results
+
+
+def check(results, run: dict, label: str):
+    r = run_perfbench("check", "--history", "--current", run["run_id"], "--label", label, "--ignore-setting", "delay_ms",
+                      "--metric", "throughput", "--metric", "step_time_s", "--threshold", "20%",
+                      "--results", results, "--json", check=False)
+    assert r.returncode in (0, 1, 2), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_slowdown_from_one_point_on_is_found_where_it_began(pool, tmp_path):
+    results = history_of(pool, tmp_path, pool["clean"] + pool["slow"][:2])  # c00-c03 clean, c04-c05 slowed
+    code, res = check(results, pool["slow"][2], "c06")
+    assert code == 1 and res["verdict"] == "regression", res["history"]
+    for j in res["history"]["results"]:
+        assert j["verdict"] == "regression", j
+        assert j["began_at"] == "c04" and j["method"] == "e-divisive", j  # the first slowed run
+        assert j["confidence"] >= 0.9
+    # `perfbench history` shows the same change point
+    shown = json.loads(run_perfbench("history", "--metric", "step_time_s", "--ignore-setting", "delay_ms",
+                                     "--results", results, "--json").stdout)
+    (ser,) = shown
+    assert [c["began_at"] for c in ser["change_points"]] == ["c04"]
+    assert [p["ref"] for p in ser["points"]] == [f"c{i:02d}" for i in range(7)]
+
+
+def test_a_new_slowdown_at_the_current_commit_is_flagged_at_once(pool, tmp_path):
+    results = history_of(pool, tmp_path, pool["clean"])
+    code, res = check(results, pool["slow"][0], "new")
+    assert code == 1, res["history"]
+    tp = next(j for j in res["history"]["results"] if j["metric"] == "throughput")
+    assert tp["verdict"] == "regression" and tp["began_at"] == "new"
+
+
+def test_drift_is_found_within_the_drift(pool, tmp_path):
+    results = history_of(pool, tmp_path, pool["clean"] + pool["drift"][:3])  # c04-c06 drift by 3, 6, 9 ms
+    code, res = check(results, pool["drift"][3], "c07")
+    assert code == 1, res["history"]
+    for j in res["history"]["results"]:
+        assert j["verdict"] == "regression", j
+        assert j["began_at"] in ("c04", "c05", "c06"), j  # somewhere in the drift, not in the clean part
+
+
+def test_a_clean_history_raises_nothing(pool, tmp_path):
+    results = history_of(pool, tmp_path, pool["clean"][:3])
+    code, res = check(results, pool["clean"][3], "c03")
+    assert code == 0 and res["verdict"] == "unchanged", res["history"]
+    assert all(j["change_points"] == [] for j in res["history"]["results"])

@@ -1,0 +1,211 @@
+"""Helpers the tests share: where the repo and the shared fixtures are, running the CLI (in a subprocess or in
+process), writing configs, free ports, and finding the processes a test session started. Test modules import
+them from here; tests/conftest.py keeps the fixtures and hooks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import psutil
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# ../shared/fixtures beside the checkout (also found from a copy of the tree one level down, e.g. mutmut's mutants/)
+FIXTURES = next((p / "shared" / "fixtures" / "ascend" for p in (ROOT.parent, ROOT.parent.parent)
+                 if (p / "shared" / "fixtures" / "ascend").is_dir()), ROOT.parent / "shared" / "fixtures" / "ascend").resolve()
+
+
+def fixture_path(*parts: str) -> Path:
+    """Path to a real fixture under ../shared/fixtures/ascend; fails loudly if it is missing."""
+    p = FIXTURES.joinpath(*parts)
+    if not p.exists():
+        raise FileNotFoundError(f"fixture {p} is missing (is ../shared/fixtures beside the checkout?)")
+    return p
+
+
+TINY_SWEEP = {
+    "name": "tiny",
+    "workload": "resnet50",
+    # the real ResNet-50 layout (bottleneck blocks 3-4-6-3), narrow and on small images so CPU steps are short
+    "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [3, 4, 6, 3]},
+    "train": {"batch_size": 4, "steps": 9, "warmup_steps": 2, "seed": 0},
+    "profile": {"enabled": True, "steps": 3},
+    "launch": {"timeout_s": 600, "stall_timeout_s": 240},
+    "sweep": {"world_size": [1, 2]},
+    "repeats": 2,
+}
+
+
+def free_port(lo: int | None = None, hi: int | None = None) -> int:
+    """A free TCP port on 127.0.0.1, chosen by the OS at run time (or the first free one in [lo, hi)).
+    msrun launches take `master_port: "auto"`, which the launcher resolves the same way."""
+    import socket
+
+    if lo is None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+    for port in range(lo, hi):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError(f"no free port in {lo}-{hi - 1}")
+
+
+def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None):
+    """Run the real `perfbench` CLI in a subprocess (as a user would) and return the CompletedProcess."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "perfbench", *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, cwd=cwd or ROOT)
+    if check and r.returncode != 0:
+        raise AssertionError(f"perfbench {' '.join(map(str, args))} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
+    return r
+
+
+def perfbench_in_process(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """The real `perfbench` command line run in this process (perfbench.cli.main), returned like `run_perfbench`'s
+    CompletedProcess: the same code without ~1 s of CPU for a new interpreter and its imports per call. An
+    unhandled exception (what a user would see as a traceback) propagates and fails the test. Keep
+    `run_perfbench` where the process itself is under test (`python -m perfbench`, exit status, stderr)."""
+    import contextlib
+    import io
+
+    from perfbench.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main([str(a) for a in args])
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code if isinstance(exc.code, int) else 2
+    r = subprocess.CompletedProcess(["perfbench", *map(str, args)], code, out.getvalue(), err.getvalue())
+    if check and code != 0:
+        raise AssertionError(f"perfbench {' '.join(map(str, args))} exited {code}\nstdout:\n{r.stdout[-3000:]}\n"
+                             f"stderr:\n{r.stderr[-3000:]}")
+    return r
+
+
+def write_yaml(path: Path, obj: dict) -> Path:
+    import yaml
+
+    path.write_text(yaml.safe_dump(obj, sort_keys=False))
+    return path
+
+
+SESSION_VAR = "PERFBENCH_TEST_SESSION"
+
+
+from perfbench.run.launcher import TAG_VAR  # noqa: E402  every process of one msrun launch carries it
+
+
+os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # fresh per session: only our descendants
+
+
+_BACKGROUND: set[str] = set()  # run ids whose msrun launch may outlive the test that queued it
+
+
+def background_launch(run_id: str) -> None:
+    """Declare that the msrun launch of `run_id` runs in the background for later tests (prefetch)."""
+    _BACKGROUND.add(run_id)
+
+
+def session_processes(exclude: set | frozenset = frozenset()) -> list[psutil.Process]:
+    """Live processes started by this test session (found by SESSION_VAR, wherever they were reparented),
+    except those in `exclude` ((pid, create_time) pairs of an earlier snapshot)."""
+    me, mark, out = os.getpid(), os.environ[SESSION_VAR], []
+    for p in psutil.process_iter(["create_time"]):
+        try:
+            if p.pid == me or (p.pid, p.info["create_time"]) in exclude:
+                continue
+            if p.environ().get(SESSION_VAR) == mark and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+            continue
+    return out
+
+
+def _snapshot() -> set:
+    out = set()
+    for p in session_processes():
+        try:
+            out.add((p.pid, p.create_time()))
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def _env(p: psutil.Process, var: str) -> str | None:
+    try:
+        return p.environ().get(var)
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+
+
+def _is_msrun(p: psutil.Process) -> bool:
+    try:
+        return _env(p, TAG_VAR) is not None or any("msrun" in os.path.basename(a) for a in p.cmdline()[:2])
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return False
+
+
+def _describe(procs) -> str:
+    out = []
+    for p in procs:
+        try:
+            out.append(f"pid {p.pid}: {' '.join(p.cmdline())[:160]}")
+        except psutil.Error:
+            out.append(f"pid {p.pid}")
+    return "; ".join(out)
+
+
+def kill_processes(procs, grace_s: float = 3.0) -> None:
+    for p in procs:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+def _background(p: psutil.Process) -> bool:
+    tag = _env(p, TAG_VAR)
+    return bool(tag) and any(tag.startswith(f"{rid}-") for rid in _BACKGROUND)
+
+
+class _MsrunWatcher(threading.Thread):
+    """Polls the session's processes while a fast-lane test runs; remembers any msrun it sees."""
+
+    def __init__(self, before: set):
+        super().__init__(daemon=True)
+        self.before, self.seen, self._stop_ev = before, {}, threading.Event()
+
+    def run(self):
+        while not self._stop_ev.wait(0.25):
+            self.scan()
+
+    def scan(self):
+        for p in session_processes(self.before):
+            if p.pid not in self.seen and _is_msrun(p):
+                self.seen[p.pid] = _describe([p])
+
+    def stop(self):
+        self._stop_ev.set()
+        self.join(5)
+        self.scan()

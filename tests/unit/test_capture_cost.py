@@ -1,0 +1,61 @@
+"""The capture-cost analysis on hand-written step records (values worked out by hand)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analyzers.analyses import capture_cost
+from analyzers.registry import Context
+
+NaN = math.nan
+
+
+def ctx(rows, warmup=2):
+    df = pd.DataFrame(rows, columns=["rank", "step", "step_time_s", "profiled", "capture_s"])
+    return Context(workload_steps=df, config={"train": {"warmup_steps": warmup}})
+
+
+ROWS = [  # 2 ranks, warm-up 2 (steps 0-1), profiled steps 2-3, then 4 unprofiled steps
+    (0, 0, 9.0, False, 0.001), (1, 0, 9.0, False, 0.001),    # warm-up: its call is not the capture's
+    (0, 1, 0.10, False, 0.020), (1, 1, 0.10, False, 0.030),  # the call after it starts the window: 0.030
+    (0, 2, 0.11, True, 0.001), (1, 2, 0.12, True, 0.002),    # profiled: 0.12, call 0.002
+    (0, 3, 0.12, True, 0.100), (1, 3, 0.13, True, 0.200),    # profiled: 0.13, call (stop + write) 0.200
+    (0, 4, 0.10, False, NaN), (1, 4, 0.09, False, NaN),      # 0.10
+    (0, 5, 0.11, False, NaN), (1, 5, 0.10, False, NaN),      # 0.11
+    (0, 6, 0.09, False, NaN), (1, 6, 0.10, False, NaN),      # 0.10
+    (0, 7, 0.10, False, NaN), (1, 7, 0.10, False, NaN),      # 0.10
+]
+
+
+def test_capture_cost_counts_the_profiled_steps_extra_and_the_calls_between_steps():
+    m = capture_cost.analysis(ctx(ROWS)).metrics
+    # on = median(0.12, 0.13) = 0.125; off = median(0.10, 0.11, 0.10, 0.10) = 0.10
+    # calls: 0.030 (starts the window) + 0.002 + 0.200 = 0.232
+    # added = 2 * 0.025 + 0.232 = 0.282; total = 2 * 0.125 + 4 * 0.10 + 0.232 = 0.882
+    assert m["capture_calls_s"] == pytest.approx(0.232)
+    assert m["capture_cost"] == pytest.approx(0.282 / 0.882)
+
+
+def test_capture_cost_is_unknown_without_both_kinds_of_step_or_without_call_times():
+    unprofiled = [r[:3] + (False,) + r[4:] for r in ROWS]
+    assert capture_cost.analysis(ctx(unprofiled)).metrics == {}
+    all_profiled = [r[:3] + (True,) + r[4:] for r in ROWS]
+    assert capture_cost.analysis(ctx(all_profiled)).metrics == {}
+    old = pd.DataFrame(ROWS, columns=["rank", "step", "step_time_s", "profiled", "capture_s"]).drop(columns="capture_s")
+    assert capture_cost.analysis(Context(workload_steps=old, config={"train": {"warmup_steps": 2}})).metrics == {}
+
+
+def test_a_step_only_some_ranks_finished_does_not_count():
+    rows = ROWS + [(0, 8, 5.0, False, NaN)]  # rank 1 never finished step 8
+    assert capture_cost.analysis(ctx(rows)).metrics["capture_cost"] == pytest.approx(0.282 / 0.882)
+
+
+def test_a_warm_up_step_without_a_recorded_call_adds_nothing():
+    rows = [r if r[1] != 1 else r[:4] + (NaN,) for r in ROWS]  # no capture_s after the last warm-up step
+    m = capture_cost.analysis(ctx(rows)).metrics
+    # calls: 0.002 + 0.200 = 0.202; added = 2 * 0.025 + 0.202 = 0.252; total = 0.25 + 0.40 + 0.202 = 0.852
+    assert m["capture_calls_s"] == pytest.approx(0.202)
+    assert m["capture_cost"] == pytest.approx(0.252 / 0.852)

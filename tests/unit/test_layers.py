@@ -1,0 +1,197 @@
+"""The import layers (docs/architecture.md, "Layers"), checked by walking every module's AST, imports inside
+functions included: a module may import its own layer and the layers its layer lists in ALLOWED, nothing else.
+
+    base       perfbench (the package), perfbench.errors, perfbench.startup: import nothing of the project
+    planning   workloads.parallel.{rules,schedules,bucketing,layout_math}: pure parallel planners (no MindSpore at import)
+    workloads  the rest of workloads/ (MindSpore): base and planning only
+    analyzers  analyzers/: base and planning (parsers, schema, analyses, catalogue)
+    core       the rest of perfbench/ (store, runs, compare/check, tune, predict, views)
+    top        perfbench.cli, perfbench.__main__, perfbench.commands.*, dashboards.*
+
+Also: no import cycle between modules (an import inside a function is still an edge), so no cycle can hide there.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("perfbench", "analyzers", "workloads", "dashboards")
+BASE = {"perfbench", "perfbench.errors", "perfbench.startup"}
+PLANNING = {"workloads.parallel.rules", "workloads.parallel.schedules", "workloads.parallel.bucketing",
+            "workloads.parallel.layout_math"}
+TOP = ("perfbench.cli", "perfbench.__main__", "perfbench.commands", "dashboards")
+ALLOWED = {
+    "base": {"base"},
+    "planning": {"base", "planning"},
+    "workloads": {"base", "planning", "workloads"},
+    "analyzers": {"base", "planning", "analyzers"},
+    "core": {"base", "planning", "analyzers", "core"},
+    "top": {"base", "planning", "analyzers", "core", "top"},
+}
+
+
+def layer_of(module: str) -> str:
+    if module in BASE:
+        return "base"
+    if module in PLANNING:
+        return "planning"
+    if any(module == t or module.startswith(t + ".") for t in TOP):
+        return "top"
+    return {"workloads": "workloads", "analyzers": "analyzers", "perfbench": "core"}[module.split(".")[0]]
+
+
+def modules(root: Path = ROOT) -> dict[str, Path]:
+    out = {}
+    for pkg in PACKAGES:
+        for path in sorted((root / pkg).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def imports(module: str, source: str, known: set[str], is_pkg: bool = False) -> list[tuple[str, int]]:
+    """(project module, line) of every import in `source`, inside functions too; `from p import name` counts as
+    an import of p.name when that is a module, else of p."""
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = module.split(".")
+                here = parts if is_pkg else parts[:-1]
+                base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
+        else:
+            continue
+        for n in names:
+            r = resolve(n)
+            if r and r != module:
+                out.append((r, node.lineno))
+    return out
+
+
+def graph(root: Path = ROOT) -> dict[str, list[tuple[str, int]]]:
+    mods = modules(root)
+    return {m: imports(m, p.read_text(), set(mods), p.name == "__init__.py") for m, p in mods.items()}
+
+
+def violations(edges: dict[str, list[tuple[str, int]]]) -> list[str]:
+    bad = []
+    for m, targets in sorted(edges.items()):
+        for t, line in targets:
+            if layer_of(t) not in ALLOWED[layer_of(m)] and not t.startswith(m + "."):
+                bad.append(f"{m}:{line} imports {t} ({layer_of(m)} may import {', '.join(sorted(ALLOWED[layer_of(m)]))}"
+                           f"; {t} is {layer_of(t)})")
+    return bad
+
+
+def cycles(edges: dict[str, list[tuple[str, int]]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan). A package's __init__ importing its own
+    submodules is not a cycle with them (Python imports the package first)."""
+    g = {m: sorted({t for t, _ in ts if not t.startswith(m + ".") and t in edges}) for m, ts in edges.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in g[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(g):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_every_import_follows_the_layers():
+    bad = violations(graph())
+    assert bad == [], "\n".join(bad)
+
+
+def test_no_import_cycles():
+    assert cycles(graph()) == []
+
+
+def test_every_module_has_a_layer():
+    mods = modules()
+    assert len(mods) > 100
+    assert {layer_of(m) for m in mods} == set(ALLOWED)
+    assert PLANNING | BASE <= set(mods), sorted((PLANNING | BASE) - set(mods))
+
+
+def test_the_planners_import_no_mindspore_at_module_level():
+    """The pure planners are imported by config validation, predict and the workloads: MindSpore only inside
+    functions (bucketing builds its MindSpore Cell in a factory)."""
+    for m in sorted(PLANNING):
+        tree = ast.parse(modules()[m].read_text())
+        top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+        names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names] + \
+            [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
+        assert not [n for n in names if n.split(".")[0] == "mindspore"], (m, names)
+
+
+@pytest.mark.parametrize("module,source,culprit", [
+    ("analyzers.analyses.kernels", "def f():\n    from perfbench.cli import main\n", "perfbench.cli"),
+    ("analyzers.analyses.kernels", "import perfbench.commands.show\n", "perfbench.commands.show"),
+    ("analyzers.schema", "from perfbench import store\n", "perfbench.store"),
+    ("perfbench.errors", "from analyzers.schema import Profile\n", "analyzers.schema"),
+    ("workloads.parallel.rules", "from workloads.parallel import pipeline\n", "workloads.parallel.pipeline"),
+    ("workloads.runner", "from analyzers import load_profile\n", "analyzers"),
+    ("perfbench.store", "from dashboards.data import DashData\n", "dashboards.data"),
+])
+def test_the_checker_catches_a_synthetic_violation(module, source, culprit):
+    """One module's source replaced by a wrong import: the checker names it (and is silent without it)."""
+    edges = graph()
+    known = set(edges)
+    fake = dict(edges)
+    fake[module] = imports(module, source, known)
+    bad = violations(fake)
+    assert len(bad) == 1 and bad[0].startswith(f"{module}:") and f"imports {culprit} " in bad[0], bad
+
+
+def test_the_checker_catches_a_synthetic_cycle():
+    edges = graph()
+    fake = dict(edges)
+    fake["analyzers.schema"] = edges["analyzers.schema"] + imports(
+        "analyzers.schema", "def f():\n    from analyzers.analyses.breakdown import analysis\n", set(edges))
+    assert cycles(edges) == []
+    assert any({"analyzers.analyses.breakdown", "analyzers.schema"} <= set(c) for c in cycles(fake)), cycles(fake)
+
+
+def test_relative_imports_resolve():
+    known = {"analyzers", "analyzers.parsers.ascend", "analyzers.parsers.ascend.db", "analyzers.parsers.ascend.common", "perfbench.cli"}
+    assert imports("analyzers.parsers.ascend.db", "from .common import x\nfrom ..schema import y\n", known) == [
+        ("analyzers.parsers.ascend.common", 1), ("analyzers", 2)]
