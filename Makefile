@@ -45,6 +45,7 @@ slurm-down:
 # A few seconds; the first step of `make test`, so CI runs it too.
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # The whole test suite (what CI runs: .ci/run), after `make lint`. The Slurm tests start their own two-node cluster and stop it.

@@ -25,12 +25,18 @@ class Analysis:
     warnings: list = field(default_factory=list)
 
 
-def analyze(profile: Profile | None, workload_steps: pd.DataFrame | None = None, spans: pd.DataFrame | None = None,
-            config: dict | None = None, meta: dict | None = None) -> Analysis:
+def analyze(
+    profile: Profile | None,
+    workload_steps: pd.DataFrame | None = None,
+    spans: pd.DataFrame | None = None,
+    config: dict | None = None,
+    meta: dict | None = None,
+) -> Analysis:
     """Every analysis whose inputs are there. `profile` may be None (a run captured without the profiler:
     the workload's own records still give throughput, step time, pipeline bubbles and expert load). `meta`: the
     ranks' meta files of a launched run ({rank: dict}: machine memory, parameter count, framework peak)."""
     ctx = Context(profile=profile, workload_steps=workload_steps, spans=spans, config=config, meta=meta)
     skipped = run_all(ctx)
-    return Analysis(tables=ctx.tables, summary=ctx.metrics, skipped=skipped,
-                    warnings=list(getattr(profile, "warnings", None) or []))
+    return Analysis(
+        tables=ctx.tables, summary=ctx.metrics, skipped=skipped, warnings=list(getattr(profile, "warnings", None) or [])
+    )

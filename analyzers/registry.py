@@ -25,6 +25,7 @@ from typing import Callable
 from analyzers.catalogue import METRICS
 from analyzers.context import PROFILE_TABLES, Context, Output  # noqa: F401  (re-exported: the registry's API)
 
+
 @dataclass(frozen=True)
 class AnalysisSpec:
     name: str
@@ -50,47 +51,143 @@ def _lazy(module: str, func: str = "run") -> Callable[[Context], Output]:
 
 
 REGISTRY: list[AnalysisSpec] = [
-    AnalysisSpec("step_breakdown", _lazy("analyzers.analyses.breakdown", "analysis"), needs=("steps|reference_breakdown",),
-                 tables=("step_breakdown", "reconciliation", "rank_breakdown", "rank_check"),
-                 metrics=("reconciliation_max_rel_diff",)),
-    AnalysisSpec("kernels", _lazy("analyzers.analyses.kernels", "analysis"), needs=("ops",), tables=("kernels", "top_kernels")),
-    AnalysisSpec("collectives", _lazy("analyzers.analyses.collectives", "analysis"), needs=("comm_ops",),
-                 tables=("comm_ops", "comm_types", "comm_rank_totals", "comm_classes"), metrics=("comm_wait_ratio",)),
-    AnalysisSpec("parallel_groups", _lazy("analyzers.analyses.parallel_groups", "analysis"), needs=(),
-                 tables=("comm_bandwidth", "links", "link_totals", "rank_stages")),
-    AnalysisSpec("stages", _lazy("analyzers.analyses.stages", "analysis"), needs=("table:step_breakdown", "table:rank_stages"),
-                 tables=("stages",), metrics=("stage_compute_imbalance",)),
-    AnalysisSpec("comm_exposure", _lazy("analyzers.analyses.comm_exposure", "analysis"), needs=("table:step_breakdown",),
-                 tables=("comm_exposure", "comm_exposure_classes"), metrics=("exposed_p2p_s", "exposed_collective_s")),
-    AnalysisSpec("rank_imbalance", _lazy("analyzers.analyses.imbalance", "analysis"), needs=("table:step_breakdown",),
-                 tables=("rank_imbalance",)),
-    AnalysisSpec("slow_ranks", _lazy("analyzers.analyses.slow_ranks", "analysis"), needs=("table:comm_ops|links|comm_bandwidth",),
-                 tables=("slow_ranks", "slow_links")),
-    AnalysisSpec("pipeline", _lazy("analyzers.analyses.pipeline", "analysis"), needs=("spans|steps|reference_breakdown",),
-                 tables=("pipeline",), metrics=("bubble_fraction",)),
-    AnalysisSpec("experts", _lazy("analyzers.analyses.experts", "analysis"), needs=("workload_steps",), tables=("experts",),
-                 metrics=("expert_load_cv",)),
-    AnalysisSpec("step_metrics", _lazy("analyzers.analyses.step_metrics", "analysis"),
-                 needs=("workload_steps|table:step_breakdown",), tables=("step_metrics",),
-                 metrics=("throughput", "step_time_s", "step_cpu_s", "computing_s", "communication_s", "communication_not_overlapped_s",
-                          "overlapped_s", "free_s", "preparing_s", "bubble_s", "comm_share", "kernel_utilization",
-                          "collectives_per_step", "comm_bytes_per_step", "measured_steps", "samples_per_step",
-                          "profiler_overhead", "profiler_overhead_low", "profiler_overhead_high", "profiled_step_time_s", "loss_first", "loss_last",
-                          "dropped_tokens_per_step", "skipped_steps", "ranks", "steps")),
-    AnalysisSpec("grad_overlap", _lazy("analyzers.analyses.grad_overlap", "analysis"), needs=("spans",),
-                 metrics=("grad_comm_wait_s", "grad_buckets_early")),
-    AnalysisSpec("checkpoint_cost", _lazy("analyzers.analyses.checkpoint_cost", "analysis"), needs=("workload_steps",),
-                 metrics=("checkpoint_cost", "checkpoint_save_s")),
-    AnalysisSpec("capture_cost", _lazy("analyzers.analyses.capture_cost", "analysis"), needs=("workload_steps",),
-                 metrics=("capture_cost", "capture_cost_low", "capture_cost_high", "capture_calls_s")),
-    AnalysisSpec("steadiness", _lazy("analyzers.analyses.steadiness", "analysis"), needs=("workload_steps",),
-                 metrics=("step_time_cv", "step_cpu_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread")),
-    AnalysisSpec("memory", _lazy("analyzers.analyses.memory", "analysis"), needs=(),
-                 tables=("memory", "memory_modules", "memory_timeline", "memory_live", "memory_attribution"),
-                 metrics=("peak_memory_bytes", "memory_headroom")),
-    AnalysisSpec("timeline", _lazy("analyzers.analyses.timeline", "analysis"), needs=("ops", "steps"), tables=("timeline",)),
-    AnalysisSpec("cluster_check", _lazy("analyzers.analyses.cluster_check", "analysis"), needs=("table:step_breakdown|comm_ops",),
-                 tables=("cluster_check",)),
+    AnalysisSpec(
+        "step_breakdown",
+        _lazy("analyzers.analyses.breakdown", "analysis"),
+        needs=("steps|reference_breakdown",),
+        tables=("step_breakdown", "reconciliation", "rank_breakdown", "rank_check"),
+        metrics=("reconciliation_max_rel_diff",),
+    ),
+    AnalysisSpec(
+        "kernels", _lazy("analyzers.analyses.kernels", "analysis"), needs=("ops",), tables=("kernels", "top_kernels")
+    ),
+    AnalysisSpec(
+        "collectives",
+        _lazy("analyzers.analyses.collectives", "analysis"),
+        needs=("comm_ops",),
+        tables=("comm_ops", "comm_types", "comm_rank_totals", "comm_classes"),
+        metrics=("comm_wait_ratio",),
+    ),
+    AnalysisSpec(
+        "parallel_groups",
+        _lazy("analyzers.analyses.parallel_groups", "analysis"),
+        needs=(),
+        tables=("comm_bandwidth", "links", "link_totals", "rank_stages"),
+    ),
+    AnalysisSpec(
+        "stages",
+        _lazy("analyzers.analyses.stages", "analysis"),
+        needs=("table:step_breakdown", "table:rank_stages"),
+        tables=("stages",),
+        metrics=("stage_compute_imbalance",),
+    ),
+    AnalysisSpec(
+        "comm_exposure",
+        _lazy("analyzers.analyses.comm_exposure", "analysis"),
+        needs=("table:step_breakdown",),
+        tables=("comm_exposure", "comm_exposure_classes"),
+        metrics=("exposed_p2p_s", "exposed_collective_s"),
+    ),
+    AnalysisSpec(
+        "rank_imbalance",
+        _lazy("analyzers.analyses.imbalance", "analysis"),
+        needs=("table:step_breakdown",),
+        tables=("rank_imbalance",),
+    ),
+    AnalysisSpec(
+        "slow_ranks",
+        _lazy("analyzers.analyses.slow_ranks", "analysis"),
+        needs=("table:comm_ops|links|comm_bandwidth",),
+        tables=("slow_ranks", "slow_links"),
+    ),
+    AnalysisSpec(
+        "pipeline",
+        _lazy("analyzers.analyses.pipeline", "analysis"),
+        needs=("spans|steps|reference_breakdown",),
+        tables=("pipeline",),
+        metrics=("bubble_fraction",),
+    ),
+    AnalysisSpec(
+        "experts",
+        _lazy("analyzers.analyses.experts", "analysis"),
+        needs=("workload_steps",),
+        tables=("experts",),
+        metrics=("expert_load_cv",),
+    ),
+    AnalysisSpec(
+        "step_metrics",
+        _lazy("analyzers.analyses.step_metrics", "analysis"),
+        needs=("workload_steps|table:step_breakdown",),
+        tables=("step_metrics",),
+        metrics=(
+            "throughput",
+            "step_time_s",
+            "step_cpu_s",
+            "computing_s",
+            "communication_s",
+            "communication_not_overlapped_s",
+            "overlapped_s",
+            "free_s",
+            "preparing_s",
+            "bubble_s",
+            "comm_share",
+            "kernel_utilization",
+            "collectives_per_step",
+            "comm_bytes_per_step",
+            "measured_steps",
+            "samples_per_step",
+            "profiler_overhead",
+            "profiler_overhead_low",
+            "profiler_overhead_high",
+            "profiled_step_time_s",
+            "loss_first",
+            "loss_last",
+            "dropped_tokens_per_step",
+            "skipped_steps",
+            "ranks",
+            "steps",
+        ),
+    ),
+    AnalysisSpec(
+        "grad_overlap",
+        _lazy("analyzers.analyses.grad_overlap", "analysis"),
+        needs=("spans",),
+        metrics=("grad_comm_wait_s", "grad_buckets_early"),
+    ),
+    AnalysisSpec(
+        "checkpoint_cost",
+        _lazy("analyzers.analyses.checkpoint_cost", "analysis"),
+        needs=("workload_steps",),
+        metrics=("checkpoint_cost", "checkpoint_save_s"),
+    ),
+    AnalysisSpec(
+        "capture_cost",
+        _lazy("analyzers.analyses.capture_cost", "analysis"),
+        needs=("workload_steps",),
+        metrics=("capture_cost", "capture_cost_low", "capture_cost_high", "capture_calls_s"),
+    ),
+    AnalysisSpec(
+        "steadiness",
+        _lazy("analyzers.analyses.steadiness", "analysis"),
+        needs=("workload_steps",),
+        metrics=("step_time_cv", "step_cpu_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread"),
+    ),
+    AnalysisSpec(
+        "memory",
+        _lazy("analyzers.analyses.memory", "analysis"),
+        needs=(),
+        tables=("memory", "memory_modules", "memory_timeline", "memory_live", "memory_attribution"),
+        metrics=("peak_memory_bytes", "memory_headroom"),
+    ),
+    AnalysisSpec(
+        "timeline", _lazy("analyzers.analyses.timeline", "analysis"), needs=("ops", "steps"), tables=("timeline",)
+    ),
+    AnalysisSpec(
+        "cluster_check",
+        _lazy("analyzers.analyses.cluster_check", "analysis"),
+        needs=("table:step_breakdown|comm_ops",),
+        tables=("cluster_check",),
+    ),
     AnalysisSpec("advice", _lazy("analyzers.analyses.advice", "analysis"), needs=(), tables=("advice",)),
 ]
 
@@ -102,8 +199,9 @@ def writers(registry: list[AnalysisSpec]) -> dict[str, str]:
     for spec in registry:
         for t in spec.tables:
             if t in out:
-                raise ValueError(f"table {t!r} is written by analyses {out[t]!r} and {spec.name!r}: "
-                                 f"one writer per table")
+                raise ValueError(
+                    f"table {t!r} is written by analyses {out[t]!r} and {spec.name!r}: one writer per table"
+                )
             out[t] = spec.name
     return out
 
@@ -136,8 +234,10 @@ def run_all(ctx: Context, registry: list[AnalysisSpec] | None = None) -> dict[st
         bad_m = set(out.metrics) - set(spec.metrics)
         unknown = set(out.metrics) - set(METRICS)
         if bad_t or bad_m or unknown:
-            raise RuntimeError(f"analysis {spec.name!r} returned undeclared tables {sorted(bad_t)} / metrics "
-                               f"{sorted(bad_m)} / metrics not in the catalogue {sorted(unknown)}")
+            raise RuntimeError(
+                f"analysis {spec.name!r} returned undeclared tables {sorted(bad_t)} / metrics "
+                f"{sorted(bad_m)} / metrics not in the catalogue {sorted(unknown)}"
+            )
         ctx.tables.update(out.tables)
         ctx.metrics.update(out.metrics)
     return skipped

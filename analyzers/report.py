@@ -49,10 +49,35 @@ from analyzers.analyze import Analysis
 from analyzers.schema import Profile
 
 SCHEMA = "perfbench.analyze/1"
-STEP_FIELDS = ["step_us", "computing_us", "communication_us", "communication_not_overlapped_us", "overlapped_us",
-               "free_us", "preparing_us", "bubble_us", "stage_us"]
-COMM_FIELDS = ["rank", "step", "op_name", "op_type", "group", "group_size", "start_us", "elapse_ms", "transit_ms",
-               "wait_ms", "synchronization_ms", "idle_ms", "wait_ratio", "size_bytes", "algbw_gbps", "busbw_gbps"]
+STEP_FIELDS = [
+    "step_us",
+    "computing_us",
+    "communication_us",
+    "communication_not_overlapped_us",
+    "overlapped_us",
+    "free_us",
+    "preparing_us",
+    "bubble_us",
+    "stage_us",
+]
+COMM_FIELDS = [
+    "rank",
+    "step",
+    "op_name",
+    "op_type",
+    "group",
+    "group_size",
+    "start_us",
+    "elapse_ms",
+    "transit_ms",
+    "wait_ms",
+    "synchronization_ms",
+    "idle_ms",
+    "wait_ratio",
+    "size_bytes",
+    "algbw_gbps",
+    "busbw_gbps",
+]
 
 
 def clean(v):
@@ -87,8 +112,11 @@ def values(s: pd.Series) -> list:
         out = s.tolist()
         for i in np.flatnonzero(s.isna().to_numpy()):
             out[i] = None
-        if not (pd.api.types.is_string_dtype(s.dtype) or pd.api.types.is_integer_dtype(s.dtype)
-                or pd.api.types.is_bool_dtype(s.dtype)):
+        if not (
+            pd.api.types.is_string_dtype(s.dtype)
+            or pd.api.types.is_integer_dtype(s.dtype)
+            or pd.api.types.is_bool_dtype(s.dtype)
+        ):
             out = [clean(v) for v in out]
         return out
     return [v if type(v) is str else clean(v) for v in s.tolist()]
@@ -111,13 +139,23 @@ def rank_inputs(profile: Profile) -> dict[int, list[str]]:
     if rk is None or not len(rk):
         return {}
     col = rk["inputs"] if "inputs" in rk.columns else [None] * len(rk)
-    return {int(r): [x.strip() for x in str(i).split(",") if x.strip()] if isinstance(i, str) else []
-            for r, i in zip(rk["rank"], col)}
+    return {
+        int(r): [x.strip() for x in str(i).split(",") if x.strip()] if isinstance(i, str) else []
+        for r, i in zip(rk["rank"], col)
+    }
 
 
 #: memory fields on each `ranks[]` entry (analyzers/analyses/memory.py; null where the rank's files lack memory data)
-MEMORY_FIELDS = ["peak_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_active_bytes", "peak_process_bytes",
-                 "peak_rss_bytes", "allocator", "peak_at_us"]
+MEMORY_FIELDS = [
+    "peak_bytes",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_active_bytes",
+    "peak_process_bytes",
+    "peak_rss_bytes",
+    "allocator",
+    "peak_at_us",
+]
 LIVE_LIMIT = 50  # allocations live at the peak listed per rank (largest first; the `memory_live` table has all)
 
 
@@ -131,7 +169,8 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
     if sb is not None and len(sb):
         for row in records(sb.sort_values(["rank", "step"], kind="stable"), ["rank", "step", *STEP_FIELDS]):
             by_rank.setdefault(int(row.pop("rank")), []).append(
-                {"step": int(row["step"]), **{f: row.get(f) for f in STEP_FIELDS}})
+                {"step": int(row["step"]), **{f: row.get(f) for f in STEP_FIELDS}}
+            )
     inputs = rank_inputs(profile)
     mem = {int(m["rank"]): m for m in records(t.get("memory"))}
     mods: dict[int, dict] = {}
@@ -142,12 +181,21 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
         live.setdefault(int(m.pop("rank")), []).append(m)
     for r in sorted(set(by_rank) | set(inputs)):  # every rank analyzed, also one whose breakdown is unknown
         c = check.get(r, {})
-        ranks.append({"rank": r, "stage": stage_of.get(r), "inputs": inputs.get(r, []),
-                      "breakdown_source": c.get("breakdown_source"),
-                      "consistent": c.get("consistent"), "cross_check_max_rel_diff": c.get("max_rel_diff"),
-                      "cross_check_note": c.get("reason"), "steps": by_rank.get(r, []),
-                      **{f: mem.get(r, {}).get(f) for f in MEMORY_FIELDS},
-                      "module_peak_bytes": mods.get(r), "live_at_peak": live.get(r, [])[:LIVE_LIMIT] if r in live else None})
+        ranks.append(
+            {
+                "rank": r,
+                "stage": stage_of.get(r),
+                "inputs": inputs.get(r, []),
+                "breakdown_source": c.get("breakdown_source"),
+                "consistent": c.get("consistent"),
+                "cross_check_max_rel_diff": c.get("max_rel_diff"),
+                "cross_check_note": c.get("reason"),
+                "steps": by_rank.get(r, []),
+                **{f: mem.get(r, {}).get(f) for f in MEMORY_FIELDS},
+                "module_peak_bytes": mods.get(r),
+                "live_at_peak": live.get(r, [])[:LIVE_LIMIT] if r in live else None,
+            }
+        )
     comm = []
     co = t.get("comm_ops")
     if co is not None and len(co):
@@ -167,14 +215,33 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
             comm.append(rec)
     doc = {
         "schema": SCHEMA,
-        "source": {"path": profile.path, "format": profile.source, "ranks": len(ranks),
-                   "producer": profile.meta.get("producer"),
-                   "reference": list(profile.meta.get("reference_sources") or [])},
+        "source": {
+            "path": profile.path,
+            "format": profile.source,
+            "ranks": len(ranks),
+            "producer": profile.meta.get("producer"),
+            "reference": list(profile.meta.get("reference_sources") or []),
+        },
         "summary": clean(analysis.summary),
         "ranks": ranks,
         "communication": comm,
-        "links": records(t.get("links"), ["step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms",
-                                          "bandwidth_gbps", "rank", "src_local", "dst_local"]),
+        "links": records(
+            t.get("links"),
+            [
+                "step",
+                "op_name",
+                "group",
+                "src",
+                "dst",
+                "transport",
+                "size_mb",
+                "time_ms",
+                "bandwidth_gbps",
+                "rank",
+                "src_local",
+                "dst_local",
+            ],
+        ),
         "link_totals": records(t.get("link_totals")),
         "stages": records(t.get("stages")),
         "comm_exposure": records(t.get("comm_exposure")),

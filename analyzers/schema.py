@@ -24,8 +24,9 @@ def bandwidth_gbps(size, time):
     size = pd.to_numeric(size, errors="coerce") if isinstance(size, pd.Series) else np.asarray(size, dtype=float)
     time = pd.to_numeric(time, errors="coerce") if isinstance(time, pd.Series) else np.asarray(time, dtype=float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = np.where(np.asarray(time, dtype=float) > 0, np.asarray(size, dtype=float) / np.asarray(time, dtype=float),
-                       np.nan)
+        out = np.where(
+            np.asarray(time, dtype=float) > 0, np.asarray(size, dtype=float) / np.asarray(time, dtype=float), np.nan
+        )
     if isinstance(size, pd.Series) or isinstance(time, pd.Series):
         index = size.index if isinstance(size, pd.Series) else time.index
         return pd.Series(out, index=index, dtype="float64")
@@ -160,8 +161,15 @@ STEP_BREAKDOWN = {
 
 #: the parts of a step's time in the breakdown, in the order views list them: column `<part>_us` of
 #: STEP_BREAKDOWN, run-level metric `<part>_s` in analyzers.catalogue
-BREAKDOWN_PARTS = ("computing", "communication", "communication_not_overlapped", "overlapped", "free", "preparing",
-                   "bubble")
+BREAKDOWN_PARTS = (
+    "computing",
+    "communication",
+    "communication_not_overlapped",
+    "overlapped",
+    "free",
+    "preparing",
+    "bubble",
+)
 #: the parts that tile the step (computing + exposed communication + free, with the overlap beside them): what
 #: per-rank bars and share columns show
 STEP_SHARE_PARTS = ("computing", "communication_not_overlapped", "overlapped", "free")

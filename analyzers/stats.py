@@ -24,7 +24,9 @@ def welch_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float
     se = math.sqrt(va + vb)
     if se == 0:
         return (diff, diff)
-    dof = (va + vb) ** 2 / ((va**2 / (len(a_) - 1) if len(a_) > 1 else 0) + (vb**2 / (len(b_) - 1) if len(b_) > 1 else 0))
+    dof = (va + vb) ** 2 / (
+        (va**2 / (len(a_) - 1) if len(a_) > 1 else 0) + (vb**2 / (len(b_) - 1) if len(b_) > 1 else 0)
+    )
     q = stats.t.ppf(0.5 + level / 2, dof)
     return (diff - q * se, diff + q * se)
 

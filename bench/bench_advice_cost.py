@@ -5,17 +5,27 @@ against the in-process CPU time of the whole analysis (parsing workers not count
 
     .venv/bin/python bench/bench_advice_cost.py [BASELINE_CHECKOUT]
 """
+
 import importlib.util
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cluster_vs_msprof import make_synth
 import analyzers
 from analyzers.analyses.advice import advise
-spec = importlib.util.spec_from_file_location("main_advice", str(Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "main") / "analyzers" / "advice.py"))
+
+spec = importlib.util.spec_from_file_location(
+    "main_advice",
+    str(
+        Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "main")
+        / "analyzers"
+        / "advice.py"
+    ),
+)
 old = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(old)
 for n in (128, 1024):
@@ -34,5 +44,8 @@ for n in (128, 1024):
             old.advise(tables, a.summary)
             to.append(time.process_time() - t)
         new_ms, old_ms = statistics.median(ts) * 1000, statistics.median(to) * 1000
-        print(f"synth-{n}: analyze in-process CPU {total:.2f} s; advise() CPU median new {new_ms:.1f} ms, main {old_ms:.1f} ms: "
-              f"added {new_ms - old_ms:.1f} ms = {(new_ms - old_ms) / 1000 / total:.2%} of analyze; rows {len(a.tables['advice'])}", flush=True)
+        print(
+            f"synth-{n}: analyze in-process CPU {total:.2f} s; advise() CPU median new {new_ms:.1f} ms, main {old_ms:.1f} ms: "
+            f"added {new_ms - old_ms:.1f} ms = {(new_ms - old_ms) / 1000 / total:.2%} of analyze; rows {len(a.tables['advice'])}",
+            flush=True,
+        )

@@ -50,33 +50,62 @@ def main(argv=None) -> int:
     results.mkdir(parents=True, exist_ok=True)
     cfg_path.write_text(yaml.safe_dump(cfg))
     load0 = Path("/proc/loadavg").read_text().split()[:3]
-    subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(cfg_path), "--results", str(results), "--json"],
-                   check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+    subprocess.run(
+        [sys.executable, "-m", "perfbench", "sweep", str(cfg_path), "--results", str(results), "--json"],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
     load1 = Path("/proc/loadavg").read_text().split()[:3]
     runs = [r for r in Store(results, create=False).list_runs() if r.get("status") == "ok"]
-    rows = [{"run_id": r["run_id"], "world_size": r["settings"]["world_size"],
-             **{k: (r.get("metrics") or {}).get(k) for k in KEYS}} for r in runs]
+    rows = [
+        {
+            "run_id": r["run_id"],
+            "world_size": r["settings"]["world_size"],
+            **{k: (r.get("metrics") or {}).get(k) for k in KEYS},
+        }
+        for r in runs
+    ]
     by_ws: dict = {}
     for row in rows:
         by_ws.setdefault(row["world_size"], []).append(row)
-    summary = {ws: {k: statistics.median([x[k] for x in rs if x[k] is not None]) if any(x[k] is not None for x in rs)
-                    else None for k in KEYS} | {"runs": len(rs)} for ws, rs in sorted(by_ws.items())}
-    doc = {"config": str(args.config), "repeats": args.repeats, "results": str(results), "runs": rows,
-           "median_by_world_size": summary, "load_start": load0, "load_end": load1}
+    summary = {
+        ws: {
+            k: statistics.median([x[k] for x in rs if x[k] is not None]) if any(x[k] is not None for x in rs) else None
+            for k in KEYS
+        }
+        | {"runs": len(rs)}
+        for ws, rs in sorted(by_ws.items())
+    }
+    doc = {
+        "config": str(args.config),
+        "repeats": args.repeats,
+        "results": str(results),
+        "runs": rows,
+        "median_by_world_size": summary,
+        "load_start": load0,
+        "load_end": load1,
+    }
     if args.json:
         print(json.dumps(doc, indent=1))
         return 0
     print(f"load average at the start {' '.join(load0)}, at the end {' '.join(load1)}")
-    print("| run | ranks | step ms | profiler_overhead (per recorded step) | capture_cost (share of the run) | capture calls ms |")
+    print(
+        "| run | ranks | step ms | profiler_overhead (per recorded step) | capture_cost (share of the run) | capture calls ms |"
+    )
     print("|---|---|---|---|---|---|")
     for row in rows:
-        print(f"| {row['run_id']} | {row['world_size']} | {row['step_time_s'] * 1e3:.1f} | "
-              f"{row['profiler_overhead'] * 100:+.1f}% | {row['capture_cost'] * 100:+.2f}% | "
-              f"{row['capture_calls_s'] * 1e3:.1f} |")
+        print(
+            f"| {row['run_id']} | {row['world_size']} | {row['step_time_s'] * 1e3:.1f} | "
+            f"{row['profiler_overhead'] * 100:+.1f}% | {row['capture_cost'] * 100:+.2f}% | "
+            f"{row['capture_calls_s'] * 1e3:.1f} |"
+        )
     for ws, s in summary.items():
-        print(f"| **median, {ws} rank(s)** ({s['runs']} runs) | {ws} | {s['step_time_s'] * 1e3:.1f} | "
-              f"**{s['profiler_overhead'] * 100:+.1f}%** | **{s['capture_cost'] * 100:+.2f}%** | "
-              f"{s['capture_calls_s'] * 1e3:.1f} |")
+        print(
+            f"| **median, {ws} rank(s)** ({s['runs']} runs) | {ws} | {s['step_time_s'] * 1e3:.1f} | "
+            f"**{s['profiler_overhead'] * 100:+.1f}%** | **{s['capture_cost'] * 100:+.2f}%** | "
+            f"{s['capture_calls_s'] * 1e3:.1f} |"
+        )
     return 0
 
 

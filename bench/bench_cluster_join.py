@@ -68,9 +68,18 @@ def launch(work: Path, way: str, rnd: int) -> dict:
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     env["PYTHONPATH"] = str(ROOT)
     env.setdefault("GLOG_v", "2")
-    cmd = [str(Path(sys.executable).parent / "msrun"), "--worker_num=2", "--local_worker_num=2",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", f"--log_dir={d}", "--join=True",
-           "--bind_core=True", "--cluster_time_out=300", str(script)]
+    cmd = [
+        str(Path(sys.executable).parent / "msrun"),
+        "--worker_num=2",
+        "--local_worker_num=2",
+        "--master_addr=127.0.0.1",
+        f"--master_port={free_port()}",
+        f"--log_dir={d}",
+        "--join=True",
+        "--bind_core=True",
+        "--cluster_time_out=300",
+        str(script),
+    ]
     t0 = time.time()
     p = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=600)
     wall = time.time() - t0
@@ -81,9 +90,15 @@ def launch(work: Path, way: str, rnd: int) -> dict:
         for line in text.splitlines():
             if line.startswith("JOIN "):
                 ranks.append(json.loads(line[5:]))
-    return {"way": way, "round": rnd, "ok": p.returncode == 0 and len(ranks) == 2, "wall_s": round(wall, 2),
-            "init_s": [round(r["init_s"], 2) for r in ranks], "retries": retries,
-            "pinned_after": [r["pinned_after"] for r in ranks]}
+    return {
+        "way": way,
+        "round": rnd,
+        "ok": p.returncode == 0 and len(ranks) == 2,
+        "wall_s": round(wall, 2),
+        "init_s": [round(r["init_s"], 2) for r in ranks],
+        "retries": retries,
+        "pinned_after": [r["pinned_after"] for r in ranks],
+    }
 
 
 def summary(rows: list[dict]) -> dict:
@@ -92,12 +107,15 @@ def summary(rows: list[dict]) -> dict:
         rs = [r for r in rows if r["way"] == way and r["ok"]]
         inits = [x for r in rs for x in r["init_s"]]
         walls = [r["wall_s"] for r in rs]
-        out[way] = {"launches": len(rs), "failed": sum(1 for r in rows if r["way"] == way and not r["ok"]),
-                    "init_median_s": round(statistics.median(inits), 2) if inits else None,
-                    "init_range_s": [min(inits), max(inits)] if inits else None,
-                    "wall_median_s": round(statistics.median(walls), 2) if walls else None,
-                    "wall_range_s": [min(walls), max(walls)] if walls else None,
-                    "retries_median": statistics.median([r["retries"] for r in rs]) if rs else None}
+        out[way] = {
+            "launches": len(rs),
+            "failed": sum(1 for r in rows if r["way"] == way and not r["ok"]),
+            "init_median_s": round(statistics.median(inits), 2) if inits else None,
+            "init_range_s": [min(inits), max(inits)] if inits else None,
+            "wall_median_s": round(statistics.median(walls), 2) if walls else None,
+            "wall_range_s": [min(walls), max(walls)] if walls else None,
+            "retries_median": statistics.median([r["retries"] for r in rs]) if rs else None,
+        }
     base = out["pinned"]["wall_median_s"]
     for way in WAYS:
         w = out[way]["wall_median_s"]
@@ -118,16 +136,22 @@ def main(argv=None) -> int:
             for way in WAYS:
                 row = launch(work, way, rnd)
                 rows.append(row)
-                print(f"round {rnd} {way:11s} wall {row['wall_s']:6.2f} s  init {row['init_s']}  "
-                      f"retries {row['retries']}  ok {row['ok']}", file=sys.stderr, flush=True)
+                print(
+                    f"round {rnd} {way:11s} wall {row['wall_s']:6.2f} s  init {row['init_s']}  "
+                    f"retries {row['retries']}  ok {row['ok']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     res = {"rounds": args.rounds, "load_avg_1min": round(os.getloadavg()[0], 2), "ways": summary(rows), "runs": rows}
     if args.json:
         print(json.dumps(res, indent=1))
     else:
         for way, s in res["ways"].items():
-            print(f"{way:11s} init median {s['init_median_s']} s range {s['init_range_s']}  wall median "
-                  f"{s['wall_median_s']} s range {s['wall_range_s']} ({s['wall_vs_pinned']}x pinned)  "
-                  f"retries median {s['retries_median']}  failed {s['failed']}")
+            print(
+                f"{way:11s} init median {s['init_median_s']} s range {s['init_range_s']}  wall median "
+                f"{s['wall_median_s']} s range {s['wall_range_s']} ({s['wall_vs_pinned']}x pinned)  "
+                f"retries median {s['retries_median']}  failed {s['failed']}"
+            )
     return 0
 
 

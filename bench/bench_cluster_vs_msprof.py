@@ -108,18 +108,35 @@ def make_synth(n: int, dst: Path) -> None:
                 os.link(f, out / f.name)
         gid = _group_id(g)
         (d / f"profiler_info_{r}.json").write_text(json.dumps({**info[s], "rank_id": r}))
-        (d / "profiler_metadata.json").write_text(json.dumps({"parallel_group_info": {gid: {
-            "group_name": "dp", "group_rank": local, "global_ranks": list(range(g * DP, g * DP + size))}}}))
+        (d / "profiler_metadata.json").write_text(
+            json.dumps(
+                {
+                    "parallel_group_info": {
+                        gid: {
+                            "group_name": "dp",
+                            "group_rank": local,
+                            "global_ranks": list(range(g * DP, g * DP + size)),
+                        }
+                    }
+                }
+            )
+        )
         delay = SLOW_RANK_DELAY_MS if (r // DP == slow_rank // DP and r != slow_rank) else 0.0
         c = {}
         for step, kinds in comm[s].items():
-            c[step] = {kind: {_regroup(k, gid): _delayed(v, delay) for k, v in ops.items()} for kind, ops in kinds.items()}
+            c[step] = {
+                kind: {_regroup(k, gid): _delayed(v, delay) for k, v in ops.items()} for kind, ops in kinds.items()
+            }
         (out / "communication.json").write_text(json.dumps(c))
         m = {}
         for step, kinds in matrix[s].items():
-            m[step] = {kind: {_regroup(k, gid): {_relink(p, perm): _slowed(v, r, p, perm, g, slow_link)
-                                                  for p, v in links.items()} for k, links in ops.items()}
-                       for kind, ops in kinds.items()}
+            m[step] = {
+                kind: {
+                    _regroup(k, gid): {_relink(p, perm): _slowed(v, r, p, perm, g, slow_link) for p, v in links.items()}
+                    for k, links in ops.items()
+                }
+                for kind, ops in kinds.items()
+            }
         (out / "communication_matrix.json").write_text(json.dumps(m))
     for c in src_dirs:
         shutil.rmtree(c)
@@ -151,8 +168,11 @@ def _slowed(link: dict, r: int, pair: str, perm: dict, g: int, slow_link: tuple[
     if (g * DP + int(a), g * DP + int(b)) != slow_link or r != slow_link[0] or not isinstance(link, dict):
         return link
     t = link.get("Transit Time(ms)") or 0.0
-    return {**link, "Transit Time(ms)": t * SLOW_LINK_FACTOR,
-            "Bandwidth(GB/s)": round((link.get("Bandwidth(GB/s)") or 0.0) / SLOW_LINK_FACTOR, 4)}
+    return {
+        **link,
+        "Transit Time(ms)": t * SLOW_LINK_FACTOR,
+        "Bandwidth(GB/s)": round((link.get("Bandwidth(GB/s)") or 0.0) / SLOW_LINK_FACTOR, 4),
+    }
 
 
 def timed(cmd: list[str], timeout: float = 1800, cwd: Path = ROOT) -> tuple[float, float, float, bytes]:
@@ -210,22 +230,31 @@ def check_planted(name: str, stdout: bytes) -> str:
     slow = sorted({r["rank"] for r in doc["slow_ranks"] if r.get("slow") and r.get("scope") == "group"})
     links = sorted({(r["src"], r["dst"]) for r in doc["slow_links"] if r.get("slow") and r.get("kind") == "link"})
     if slow != [rank] or link not in links:
-        raise SystemExit(f"{name}: planted slow rank {rank} / link {link} not found as the only ones: slow ranks "
-                         f"{slow}, slow links {links}")
+        raise SystemExit(
+            f"{name}: planted slow rank {rank} / link {link} not found as the only ones: slow ranks "
+            f"{slow}, slow links {links}"
+        )
     return f"planted slow rank {rank} and slow link {link[0]}->{link[1]} found (slow links flagged: {len(links)})"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sets", default="b-level1,synth-16,synth-128,synth-1024")
-    ap.add_argument("--msprof-sets", default="b-level1,synth-16,synth-128",
-                    help="sets msprof-analyze also runs on (it takes minutes per run at 1,024 ranks)")
+    ap.add_argument(
+        "--msprof-sets",
+        default="b-level1,synth-16,synth-128",
+        help="sets msprof-analyze also runs on (it takes minutes per run at 1,024 ranks)",
+    )
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=None, help="perfbench analyze --workers (default: its own)")
-    ap.add_argument("--baseline", type=Path, default=None,
-                    help="another checkout of perfbench (e.g. ../main): its `perfbench analyze` (same interpreter, "
-                         "`-m perfbench` run in that folder) runs interleaved with this one on the same data, "
-                         "and the report gives this / baseline (e.g. what a change adds to analyze)")
+    ap.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout of perfbench (e.g. ../main): its `perfbench analyze` (same interpreter, "
+        "`-m perfbench` run in that folder) runs interleaved with this one on the same data, "
+        "and the report gives this / baseline (e.g. what a change adds to analyze)",
+    )
     args = ap.parse_args()
     base_runs: dict[str, list] = {}
     rows = []
@@ -243,9 +272,22 @@ def main() -> None:
                     pcmd += ["--workers", str(args.workers)]
                 order = [("p", pcmd)]
                 if args.baseline is not None:
-                    order.append(("b", [str(PY), "-m", "perfbench", "analyze", str(data), "--results",
-                                        str(res) + "-base", "--json"]
-                                  + (["--workers", str(args.workers)] if args.workers is not None else [])))
+                    order.append(
+                        (
+                            "b",
+                            [
+                                str(PY),
+                                "-m",
+                                "perfbench",
+                                "analyze",
+                                str(data),
+                                "--results",
+                                str(res) + "-base",
+                                "--json",
+                            ]
+                            + (["--workers", str(args.workers)] if args.workers is not None else []),
+                        )
+                    )
                 if with_ms:
                     order.append(("m", [str(MSPROF), "cluster", "-d", str(data), "-m", "all", "-o", str(out)]))
                 if i % 2:
@@ -266,27 +308,41 @@ def main() -> None:
             mmed = [statistics.median(x[k] for x in ms) for k in range(3)] if ms else None
             ranks = int(name.split("-")[1]) if name.startswith("synth") else 2
             rows.append((name, ranks, mmed, med, min(loads), max(loads)))
-            print(f"{name}: perfbench analyze wall {['%.2f' % x[0] for x in pb]} cpu {['%.2f' % x[1] for x in pb]} "
-                  f"peak MB {['%.0f' % x[2] for x in pb]}"
-                  + (f"; msprof-analyze cluster wall {['%.2f' % x[0] for x in ms]} cpu {['%.2f' % x[1] for x in ms]} "
-                     f"peak MB {['%.0f' % x[2] for x in ms]}; median ratio wall {mmed[0] / med[0]:.1f}x "
-                     f"cpu {mmed[1] / med[1]:.1f}x" if ms else "")
-                  + f" (load average {min(loads):.1f}-{max(loads):.1f}) {found}", flush=True)
+            print(
+                f"{name}: perfbench analyze wall {['%.2f' % x[0] for x in pb]} cpu {['%.2f' % x[1] for x in pb]} "
+                f"peak MB {['%.0f' % x[2] for x in pb]}"
+                + (
+                    f"; msprof-analyze cluster wall {['%.2f' % x[0] for x in ms]} cpu {['%.2f' % x[1] for x in ms]} "
+                    f"peak MB {['%.0f' % x[2] for x in ms]}; median ratio wall {mmed[0] / med[0]:.1f}x "
+                    f"cpu {mmed[1] / med[1]:.1f}x"
+                    if ms
+                    else ""
+                )
+                + f" (load average {min(loads):.1f}-{max(loads):.1f}) {found}",
+                flush=True,
+            )
             if name in base_runs:
                 b = base_runs[name]
                 bmed = [statistics.median(x[k] for x in b) for k in range(3)]
-                print(f"{name}: baseline {args.baseline} analyze wall {['%.2f' % x[0] for x in b]} cpu "
-                      f"{['%.2f' % x[1] for x in b]}; this / baseline: median wall {med[0] / bmed[0]:.3f}x, "
-                      f"median CPU {med[1] / bmed[1]:.3f}x, peak MB {med[2]:.0f} / {bmed[2]:.0f}", flush=True)
+                print(
+                    f"{name}: baseline {args.baseline} analyze wall {['%.2f' % x[0] for x in b]} cpu "
+                    f"{['%.2f' % x[1] for x in b]}; this / baseline: median wall {med[0] / bmed[0]:.3f}x, "
+                    f"median CPU {med[1] / bmed[1]:.3f}x, peak MB {med[2]:.0f} / {bmed[2]:.0f}",
+                    flush=True,
+                )
             shutil.rmtree(data, ignore_errors=True)
-    print("\n| data | ranks | msprof-analyze cluster -m all: median wall / CPU (s) / peak MB | perfbench analyze: "
-          "median wall / CPU (s) / peak MB | ratio wall | ratio CPU | perfbench ms per rank: wall / CPU | load |")
+    print(
+        "\n| data | ranks | msprof-analyze cluster -m all: median wall / CPU (s) / peak MB | perfbench analyze: "
+        "median wall / CPU (s) / peak MB | ratio wall | ratio CPU | perfbench ms per rank: wall / CPU | load |"
+    )
     print("|---|---:|---|---|---:|---:|---|---|")
     for name, ranks, m, p, lo, hi in rows:
         ms_cell = f"{m[0]:.2f} / {m[1]:.2f} / {m[2]:.0f}" if m else "not run"
         ratio = (f"{m[0] / p[0]:.1f}x", f"{m[1] / p[1]:.1f}x") if m else ("-", "-")
-        print(f"| {name} | {ranks} | {ms_cell} | {p[0]:.2f} / {p[1]:.2f} / {p[2]:.0f} | {ratio[0]} | {ratio[1]} "
-              f"| {p[0] / ranks * 1000:.1f} / {p[1] / ranks * 1000:.1f} | {lo:.1f}-{hi:.1f} |")
+        print(
+            f"| {name} | {ranks} | {ms_cell} | {p[0]:.2f} / {p[1]:.2f} / {p[2]:.0f} | {ratio[0]} | {ratio[1]} "
+            f"| {p[0] / ranks * 1000:.1f} / {p[1] / ranks * 1000:.1f} | {lo:.1f}-{hi:.1f} |"
+        )
 
 
 if __name__ == "__main__":

@@ -39,8 +39,16 @@ sys.path.insert(0, str(ROOT))
 
 from perfbench.store import Store  # noqa: E402
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 GRID = list(itertools.product([1, 2, 4, 8], [0, 8, 32], ["none", "fp16", "topk"]))
@@ -51,8 +59,9 @@ def run_id(i: int) -> str:
     return f"bench-ws{ws}-f{fusion}-{comp}-r{i // len(GRID)}"
 
 
-def make_store(root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: int = 0,
-               tables_for: int | None = None) -> list[str]:
+def make_store(
+    root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: int = 0, tables_for: int | None = None
+) -> list[str]:
     """A store of `n_runs` contract-shaped run records, the last `tables_for` (default all) with tables."""
     rng = np.random.default_rng(seed)
     store = Store(root)
@@ -70,8 +79,18 @@ def make_store(root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: 
                 st = base * (1 + 0.05 * abs(rng.standard_normal()))
                 if s < warmup:
                     st *= 20
-                rows.append({"rank": r, "step": s, "start_ts": t0 + s * base, "end_ts": t0 + s * base + st,
-                             "step_time_s": st, "samples": 8, "loss": 2.3 - 0.01 * s, "profiled": warmup <= s < warmup + 4})
+                rows.append(
+                    {
+                        "rank": r,
+                        "step": s,
+                        "start_ts": t0 + s * base,
+                        "end_ts": t0 + s * base + st,
+                        "step_time_s": st,
+                        "samples": 8,
+                        "loss": 2.3 - 0.01 * s,
+                        "profiled": warmup <= s < warmup + 4,
+                    }
+                )
         wsteps = pd.DataFrame(rows)
         with_tables = tables_for is None or i >= n_runs - tables_for
         bd = []
@@ -80,40 +99,113 @@ def make_store(root: Path, n_runs: int, steps: int = 12, warmup: int = 2, seed: 
                 step_us = base * 1e6
                 comp_us = step_us * 0.6
                 comm = step_us * 0.3
-                bd.append({"rank": r, "step": s, "step_us": step_us, "computing_us": comp_us, "communication_us": comm,
-                           "communication_not_overlapped_us": comm * 0.8, "overlapped_us": comm * 0.2,
-                           "free_us": step_us - comp_us - comm * 0.8, "preparing_us": 0.0, "bubble_us": np.nan,
-                           "stage_us": np.nan})
-        kernels = pd.DataFrame({"name": [f"Conv2D-op{k}" for k in range(20)], "type": ["Conv2D"] * 20,
-                                "count": [4 * ws] * 20, "total_us": rng.uniform(100, 5000, 20)})
-        comm_ops = pd.DataFrame([{"rank": r, "step": s, "op_name": f"AllReduce-op{k}", "op_type": "allreduce", "group": "",
-                                  "group_size": ws, "start_us": 0.0, "elapse_ms": 1.5, "transit_ms": 1.0, "wait_ms": 0.5,
-                                  "size_bytes": 4e6, "algbw_gbps": 2.6, "busbw_gbps": 2.6 * 2 * (ws - 1) / ws}
-                                 for s in range(warmup, warmup + 4) for r in range(ws) for k in range(3)])
+                bd.append(
+                    {
+                        "rank": r,
+                        "step": s,
+                        "step_us": step_us,
+                        "computing_us": comp_us,
+                        "communication_us": comm,
+                        "communication_not_overlapped_us": comm * 0.8,
+                        "overlapped_us": comm * 0.2,
+                        "free_us": step_us - comp_us - comm * 0.8,
+                        "preparing_us": 0.0,
+                        "bubble_us": np.nan,
+                        "stage_us": np.nan,
+                    }
+                )
+        kernels = pd.DataFrame(
+            {
+                "name": [f"Conv2D-op{k}" for k in range(20)],
+                "type": ["Conv2D"] * 20,
+                "count": [4 * ws] * 20,
+                "total_us": rng.uniform(100, 5000, 20),
+            }
+        )
+        comm_ops = pd.DataFrame(
+            [
+                {
+                    "rank": r,
+                    "step": s,
+                    "op_name": f"AllReduce-op{k}",
+                    "op_type": "allreduce",
+                    "group": "",
+                    "group_size": ws,
+                    "start_us": 0.0,
+                    "elapse_ms": 1.5,
+                    "transit_ms": 1.0,
+                    "wait_ms": 0.5,
+                    "size_bytes": 4e6,
+                    "algbw_gbps": 2.6,
+                    "busbw_gbps": 2.6 * 2 * (ws - 1) / ws,
+                }
+                for s in range(warmup, warmup + 4)
+                for r in range(ws)
+                for k in range(3)
+            ]
+        )
         if with_tables:
             store.write_table(rid, "workload_steps", wsteps)
             store.write_table(rid, "step_breakdown", pd.DataFrame(bd))
             store.write_table(rid, "kernels", kernels)
             store.write_table(rid, "comm_ops", comm_ops)
-            store.write_table(rid, "advice", pd.DataFrame([{
-                "rule": "exposed_comm", "severity": "medium", "message": "24% of step time is communication not "
-                "hidden behind compute", "evidence": "step_breakdown: communication_not_overlapped_us / step_us"}]))
+            store.write_table(
+                rid,
+                "advice",
+                pd.DataFrame(
+                    [
+                        {
+                            "rule": "exposed_comm",
+                            "severity": "medium",
+                            "message": "24% of step time is communication not hidden behind compute",
+                            "evidence": "step_breakdown: communication_not_overlapped_us / step_us",
+                        }
+                    ]
+                ),
+            )
         steady = wsteps[wsteps.step >= warmup].groupby("step")
         st = float(steady.step_time_s.max().median())
-        store.write_run({
-            "run_id": rid, "sweep_id": sweep_id, "source": "sweep", "status": "ok", "error": None,
-            "settings": {"workload": "resnet50", "world_size": ws, "repeat": rep, "parallel.comm_fusion": fusion,
-                         "parallel.grad_compression": comp},
-            "config": {"run_id": rid, "workload": "resnet50", "world_size": ws, "repeat": rep,
-                       "train": {"batch_size": 8, "steps": steps, "warmup_steps": warmup},
-                       "parallel": {"comm_fusion": fusion, "grad_compression": comp}},
-            "env": {"perfbench": "0.1.0", "mindspore": "2.10.0", "cpus": 2},
-            "timings": {"started": t0, "finished": t0 + 60, "wall_s": 60.0},
-            "metrics": {"throughput": 8 * ws / st, "step_time_s": st, "computing_s": base * 0.6, "communication_s": base * 0.3,
-                        "communication_not_overlapped_s": base * 0.24, "overlapped_s": base * 0.06, "free_s": base * 0.16,
-                        "comm_share": 0.3, "kernel_utilization": 0.6, "collectives_per_step": 3,
-                        "comm_bytes_per_step": 1.2e7, "bubble_fraction": None, "expert_load_cv": None},
-        })
+        store.write_run(
+            {
+                "run_id": rid,
+                "sweep_id": sweep_id,
+                "source": "sweep",
+                "status": "ok",
+                "error": None,
+                "settings": {
+                    "workload": "resnet50",
+                    "world_size": ws,
+                    "repeat": rep,
+                    "parallel.comm_fusion": fusion,
+                    "parallel.grad_compression": comp,
+                },
+                "config": {
+                    "run_id": rid,
+                    "workload": "resnet50",
+                    "world_size": ws,
+                    "repeat": rep,
+                    "train": {"batch_size": 8, "steps": steps, "warmup_steps": warmup},
+                    "parallel": {"comm_fusion": fusion, "grad_compression": comp},
+                },
+                "env": {"perfbench": "0.1.0", "mindspore": "2.10.0", "cpus": 2},
+                "timings": {"started": t0, "finished": t0 + 60, "wall_s": 60.0},
+                "metrics": {
+                    "throughput": 8 * ws / st,
+                    "step_time_s": st,
+                    "computing_s": base * 0.6,
+                    "communication_s": base * 0.3,
+                    "communication_not_overlapped_s": base * 0.24,
+                    "overlapped_s": base * 0.06,
+                    "free_s": base * 0.16,
+                    "comm_share": 0.3,
+                    "kernel_utilization": 0.6,
+                    "collectives_per_step": 3,
+                    "comm_bytes_per_step": 1.2e7,
+                    "bubble_fraction": None,
+                    "expert_load_cv": None,
+                },
+            }
+        )
         ids.append(rid)
     store.write_sweep({"sweep_id": sweep_id, "config": {}, "run_ids": ids})
     return ids
@@ -152,8 +244,12 @@ def wait_http(url: str, timeout: float = 60.0) -> None:
 
 
 def start_server(results: Path, port: int) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
-                             str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+    )
 
 
 def main() -> int:
@@ -163,8 +259,12 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--port", type=int, default=8091, help="port of the first store's server (next: port+1, ...)")
     ap.add_argument("--json", type=Path, default=None)
-    ap.add_argument("--stores", type=Path, default=None,
-                    help="keep the stores here (results-N); an existing one is reused instead of rebuilt")
+    ap.add_argument(
+        "--stores",
+        type=Path,
+        default=None,
+        help="keep the stores here (results-N); an existing one is reused instead of rebuilt",
+    )
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
@@ -181,10 +281,12 @@ def main() -> int:
         print(f"store: {n} runs (built in {time.perf_counter() - t:.1f}s)", flush=True)
         procs[n] = (start_server(stores[n], args.port + i), f"http://127.0.0.1:{args.port + i}")
     # (path, selector of the first content, selector of the first chart or None)
-    pages = {"reference": ("/__empty__", "#_pages_content h1", None),
-             "sweeps": ("/", "#runs-grid .dash-spreadsheet td", "#sweeps-heatmap .main-svg"),
-             "run": (None, "#run-verdict", "#run-breakdown .main-svg"),
-             "scaling": ("/scaling", "#scaling-table td", "#scaling-throughput .main-svg")}
+    pages = {
+        "reference": ("/__empty__", "#_pages_content h1", None),
+        "sweeps": ("/", "#runs-grid .dash-spreadsheet td", "#sweeps-heatmap .main-svg"),
+        "run": (None, "#run-verdict", "#run-breakdown .main-svg"),
+        "scaling": ("/scaling", "#scaling-table td", "#scaling-throughput .main-svg"),
+    }
     times: dict[tuple, list[float]] = {}
     try:
         for n, (_, base) in procs.items():
@@ -225,9 +327,13 @@ def main() -> int:
     load = os.getloadavg()
     med = statistics.median
     print(f"load average at the end: {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} (2 cores)")
-    print("| page | " + " | ".join(f"{n} runs: paint s (min–max) | {n} runs: seen by polling s | {n} runs: charts s"
-                                 for n in sizes)
-          + " | " + " | ".join(f"paint / reference ({n})" for n in sizes) + " |")
+    print(
+        "| page | "
+        + " | ".join(f"{n} runs: paint s (min–max) | {n} runs: seen by polling s | {n} runs: charts s" for n in sizes)
+        + " | "
+        + " | ".join(f"paint / reference ({n})" for n in sizes)
+        + " |"
+    )
     print("|---" * (1 + 4 * len(sizes)) + "|")
     out = {}
     for name in pages:
@@ -241,9 +347,15 @@ def main() -> int:
             cells.append(f"{med(polled):.2f}")
             cells.append(f"{med(c):.2f}" if c else "–")
             ratios.append(f"{med(v) / ref:.2f}")
-            out[f"{name}@{n}"] = {"paint_median_s": med(v), "paint_min_s": min(v), "paint_max_s": max(v), "n": len(v),
-                                  "polled_median_s": med(polled), "charts_median_s": med(c) if c else None,
-                                  "reference_median_s": ref}
+            out[f"{name}@{n}"] = {
+                "paint_median_s": med(v),
+                "paint_min_s": min(v),
+                "paint_max_s": max(v),
+                "n": len(v),
+                "polled_median_s": med(polled),
+                "charts_median_s": med(c) if c else None,
+                "reference_median_s": ref,
+            }
         print(f"| {name} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     res = {"command": "python " + " ".join(sys.argv), "first_paint": out, "load": load}
     print(json.dumps(res, indent=1))

@@ -134,30 +134,64 @@ def main() -> None:
     hog = None if args.no_hog else Hog(args.hog_procs, args.hog_period)
     if hog:
         hog.start()
-    out = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "busy_ms": busy, "pairs": args.pairs,
-           "steps": args.steps, "hog": None if args.no_hog else {"procs": args.hog_procs, "period_s": args.hog_period},
-           "jobs": []}
+    out = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "busy_ms": busy,
+        "pairs": args.pairs,
+        "steps": args.steps,
+        "hog": None if args.no_hog else {"procs": args.hog_procs, "period_s": args.hog_period},
+        "jobs": [],
+    }
     try:
         for t in range(args.trials):
             for kind, sets in (("detection", ["--set", f"inject.busy_ms={busy}"]), ("false-alarm", [])):
                 t0 = time.time()
-                r = perfbench("check", "--ab", str(cfg), *sets, "--pairs", str(args.pairs), "--threshold",
-                              args.threshold, "--results", str(args.results), "--json", env=env)
+                r = perfbench(
+                    "check",
+                    "--ab",
+                    str(cfg),
+                    *sets,
+                    "--pairs",
+                    str(args.pairs),
+                    "--threshold",
+                    args.threshold,
+                    "--results",
+                    str(args.results),
+                    "--json",
+                    env=env,
+                )
                 try:
                     res = json.loads(r.stdout)
                 except json.JSONDecodeError:
                     res = {"verdict": "error", "error": r.stderr[-1500:]}
-                ms = {m["metric"]: {k: m.get(k) for k in ("verdict", "change", "change_ci", "p_value", "n_pairs")}
-                      for g in res.get("groups", []) for m in g.get("metrics", [])}
-                job = {"trial": t, "kind": kind, "exit": r.returncode, "verdict": res.get("verdict"),
-                       "metrics": ms, "wall_s": round(time.time() - t0, 1), "job": res.get("job"),
-                       "unsteady_pairs_kept": res.get("unsteady_pairs_kept"),
-                       "replaced_pairs": sum(1 for p in res.get("pairs", []) if p.get("replaced"))}
+                ms = {
+                    m["metric"]: {k: m.get(k) for k in ("verdict", "change", "change_ci", "p_value", "n_pairs")}
+                    for g in res.get("groups", [])
+                    for m in g.get("metrics", [])
+                }
+                job = {
+                    "trial": t,
+                    "kind": kind,
+                    "exit": r.returncode,
+                    "verdict": res.get("verdict"),
+                    "metrics": ms,
+                    "wall_s": round(time.time() - t0, 1),
+                    "job": res.get("job"),
+                    "unsteady_pairs_kept": res.get("unsteady_pairs_kept"),
+                    "replaced_pairs": sum(1 for p in res.get("pairs", []) if p.get("replaced")),
+                }
                 out["jobs"].append(job)
-                print(f"trial {t} {kind:11s} exit {r.returncode} {res.get('verdict')} "
-                      + "; ".join(f"{k} {v['change'] * 100:+.1f}% p={v['p_value']:.2g}" if v.get("change") is not None
-                                  else f"{k} {v['verdict']}" for k, v in ms.items())
-                      + f"  ({job['wall_s']:.0f} s)", flush=True)
+                print(
+                    f"trial {t} {kind:11s} exit {r.returncode} {res.get('verdict')} "
+                    + "; ".join(
+                        f"{k} {v['change'] * 100:+.1f}% p={v['p_value']:.2g}"
+                        if v.get("change") is not None
+                        else f"{k} {v['verdict']}"
+                        for k, v in ms.items()
+                    )
+                    + f"  ({job['wall_s']:.0f} s)",
+                    flush=True,
+                )
     finally:
         if hog:
             hog.stop.set()
@@ -165,13 +199,20 @@ def main() -> None:
         load.stop.set()
     det = [j for j in out["jobs"] if j["kind"] == "detection"]
     fa = [j for j in out["jobs"] if j["kind"] == "false-alarm"]
-    out.update(detected=sum(j["exit"] == 1 for j in det), detection_jobs=len(det),
-               false_alarms=sum(j["exit"] == 1 for j in fa), aa_jobs=len(fa),
-               load=[min(load.samples), statistics.median(load.samples), max(load.samples)] if load.samples else None,
-               hog_on_share=hog.on_share(time.time()) if hog else 0.0, wall_s=round(time.time() - t_start, 1))
-    print(f"\ndetected {out['detected']}/{len(det)}, false alarms {out['false_alarms']}/{len(fa)}; busy_ms {busy}; "
-          f"load (1-min, min/median/max) {out['load']}; hog on {out['hog_on_share'] * 100:.0f}% of the time; "
-          f"{out['wall_s']:.0f} s")
+    out.update(
+        detected=sum(j["exit"] == 1 for j in det),
+        detection_jobs=len(det),
+        false_alarms=sum(j["exit"] == 1 for j in fa),
+        aa_jobs=len(fa),
+        load=[min(load.samples), statistics.median(load.samples), max(load.samples)] if load.samples else None,
+        hog_on_share=hog.on_share(time.time()) if hog else 0.0,
+        wall_s=round(time.time() - t_start, 1),
+    )
+    print(
+        f"\ndetected {out['detected']}/{len(det)}, false alarms {out['false_alarms']}/{len(fa)}; busy_ms {busy}; "
+        f"load (1-min, min/median/max) {out['load']}; hog on {out['hog_on_share'] * 100:.0f}% of the time; "
+        f"{out['wall_s']:.0f} s"
+    )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     if tmp:

@@ -75,8 +75,9 @@ def sweep(pool: Path, name: str, busy: list[float], repeats: int, steps: int) ->
         cfg = Path(d) / f"{name}.yaml"
         cfg.write_text(SWEEP.format(name=name, busy=json.dumps(busy), repeats=repeats, steps=steps))
         t0 = time.time()
-        subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(pool)], cwd=ROOT,
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(pool)], cwd=ROOT, check=True
+        )
         return time.time() - t0
 
 
@@ -89,8 +90,18 @@ def runs_of(store: Store, name: str) -> list[dict]:
 def point(store: Store, r: dict, entry: str, i: int, metric: str) -> Point:
     samples = step_samples(store, r).get(metric, [])
     value = (r.get("metrics") or {}).get(metric)
-    return Point(entry, entry, None, None, float(i), r["run_id"], r["settings"].get("repeat"), value, samples,
-                 gate_value(value, samples, CATALOGUE[metric].better))
+    return Point(
+        entry,
+        entry,
+        None,
+        None,
+        float(i),
+        r["run_id"],
+        r["settings"].get("repeat"),
+        value,
+        samples,
+        gate_value(value, samples, CATALOGUE[metric].better),
+    )
 
 
 def main() -> None:
@@ -101,20 +112,36 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=10, help="detection trials, and as many false-alarm trials")
     ap.add_argument("--current", type=int, default=1, help="runs (repeats) in each trial's current entry")
     ap.add_argument("--steps", type=int, default=100)
-    ap.add_argument("--slowdown", type=float, default=0.10, help="injected extra work per step, share of the "
-                                                                  "history's CPU time per step (default 10%%)")
-    ap.add_argument("--metric", action="append", dest="metrics", help="metrics to judge (default step_cpu_s, throughput)")
+    ap.add_argument(
+        "--slowdown",
+        type=float,
+        default=0.10,
+        help="injected extra work per step, share of the history's CPU time per step (default 10%%)",
+    )
+    ap.add_argument(
+        "--metric", action="append", dest="metrics", help="metrics to judge (default step_cpu_s, throughput)"
+    )
     ap.add_argument("--threshold", type=float, default=0.05)
     ap.add_argument("--alpha", type=float, default=0.05)
-    ap.add_argument("--history-mode", choices=("first", "spread"), default="first",
-                    help="first: the history is the --history runs made before the trials (one time window); "
-                         "spread: those plus every clean trial run except the trial's own (points across the session)")
+    ap.add_argument(
+        "--history-mode",
+        choices=("first", "spread"),
+        default="first",
+        help="first: the history is the --history runs made before the trials (one time window); "
+        "spread: those plus every clean trial run except the trial's own (points across the session)",
+    )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
     metrics = args.metrics or ["step_cpu_s", "throughput"]
-    out: dict = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "history_runs": args.history,
-                 "trials": args.trials, "current_runs": args.current, "steps": args.steps,
-                 "threshold": args.threshold, "alpha": args.alpha}
+    out: dict = {
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "history_runs": args.history,
+        "trials": args.trials,
+        "current_runs": args.current,
+        "steps": args.steps,
+        "threshold": args.threshold,
+        "alpha": args.alpha,
+    }
     load = LoadSampler()
     if args.make_pool:
         load.start()
@@ -126,40 +153,67 @@ def main() -> None:
     if args.make_pool:
         out["trial_sweep_s"] = sweep(args.pool, "gate-trials", [0, busy], args.trials * args.current, args.steps)
         load.stop.set()
-        out["load_1min"] = {"min": min(load.samples), "median": statistics.median(load.samples),
-                            "max": max(load.samples), "samples": len(load.samples)}
+        out["load_1min"] = {
+            "min": min(load.samples),
+            "median": statistics.median(load.samples),
+            "max": max(load.samples),
+            "samples": len(load.samples),
+        }
     trials = runs_of(store, "gate-trials")
     busy_done = sorted({float(r["settings"].get("busy_ms", 0)) for r in trials} - {0.0})
     busy = busy_done[0] if busy_done else busy
     clean = [r for r in trials if float(r["settings"].get("busy_ms", 0)) == 0]
     slow = [r for r in trials if float(r["settings"].get("busy_ms", 0)) == busy]
     n = min(args.trials, len(clean) // args.current, len(slow) // args.current)
-    out.update(busy_ms=busy, history_cpu_gate_ms=cpu_gate * 1000, clean_trial_runs=len(clean),
-               slowed_trial_runs=len(slow), judged_trials=n, results={})
+    out.update(
+        busy_ms=busy,
+        history_cpu_gate_ms=cpu_gate * 1000,
+        clean_trial_runs=len(clean),
+        slowed_trial_runs=len(slow),
+        judged_trials=n,
+        results={},
+    )
     out["history_mode"] = args.history_mode
     for metric in metrics:
         rows = {"detected": 0, "false_alarms": 0, "verdicts": {"slowed": [], "clean": []}}
         for kind, pool in (("slowed", slow), ("clean", clean)):
             for k in range(n):
-                picked = pool[k * args.current:(k + 1) * args.current]
+                picked = pool[k * args.current : (k + 1) * args.current]
                 h_runs = hist
                 if args.history_mode == "spread":  # the history runs and every clean trial run but this trial's,
                     # in time order: a history whose points span the whole session's load, as a CI history spans days
-                    own = clean[k * args.current:(k + 1) * args.current]
-                    h_runs = sorted([r for r in hist + clean if r not in own],
-                                    key=lambda r: (r.get("timings") or {}).get("started") or 0)
+                    own = clean[k * args.current : (k + 1) * args.current]
+                    h_runs = sorted(
+                        [r for r in hist + clean if r not in own],
+                        key=lambda r: (r.get("timings") or {}).get("started") or 0,
+                    )
                 h_pts = [point(store, r, f"h{i:02d}", i, metric) for i, r in enumerate(h_runs)]
                 cur = [point(store, r, "cur", len(h_runs), metric) for r in picked]
-                j = judge_series(Series("ws1", {}, [], metric, h_pts + cur), "cur", metric, threshold=args.threshold,
-                                 alpha=args.alpha)
-                rows["verdicts"][kind].append({"verdict": j["verdict"], "method": j.get("method"),
-                                               "worse_by": j.get("worse_by"), "p": j.get("p_value")})
+                j = judge_series(
+                    Series("ws1", {}, [], metric, h_pts + cur),
+                    "cur",
+                    metric,
+                    threshold=args.threshold,
+                    alpha=args.alpha,
+                )
+                rows["verdicts"][kind].append(
+                    {
+                        "verdict": j["verdict"],
+                        "method": j.get("method"),
+                        "worse_by": j.get("worse_by"),
+                        "p": j.get("p_value"),
+                    }
+                )
                 if j["verdict"] == "regression":
                     rows["detected" if kind == "slowed" else "false_alarms"] += 1
-        gates = {kind: [point(store, r, "x", 0, metric).gate for r in pool] for kind, pool in
-                 (("history", hist), ("clean", clean), ("slowed", slow))}
-        meds = {kind: [point(store, r, "x", 0, metric).value for r in pool] for kind, pool in
-                (("history", hist), ("clean", clean), ("slowed", slow))}
+        gates = {
+            kind: [point(store, r, "x", 0, metric).gate for r in pool]
+            for kind, pool in (("history", hist), ("clean", clean), ("slowed", slow))
+        }
+        meds = {
+            kind: [point(store, r, "x", 0, metric).value for r in pool]
+            for kind, pool in (("history", hist), ("clean", clean), ("slowed", slow))
+        }
         rows["gate_values"] = gates
         rows["run_medians"] = meds
         rows["effect"] = statistics.median(gates["slowed"]) / statistics.median(gates["clean"]) - 1 if n else None
@@ -168,15 +222,22 @@ def main() -> None:
         out["results"][metric] = rows
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
-    print(f"history ({args.history_mode}): {len(hist)} clean runs; trials: {n} slowed (busy_ms {busy}, 10% of the history's CPU gate value "
-          f"{cpu_gate * 1000:.1f} ms) + {n} clean, {args.current} run(s) each; load 1-min "
-          + (f"{out['load_1min']['min']:.1f}-{out['load_1min']['max']:.1f} (median {out['load_1min']['median']:.1f})"
-             if "load_1min" in out else "not sampled (no runs made)"))
+    print(
+        f"history ({args.history_mode}): {len(hist)} clean runs; trials: {n} slowed (busy_ms {busy}, 10% of the history's CPU gate value "
+        f"{cpu_gate * 1000:.1f} ms) + {n} clean, {args.current} run(s) each; load 1-min "
+        + (
+            f"{out['load_1min']['min']:.1f}-{out['load_1min']['max']:.1f} (median {out['load_1min']['median']:.1f})"
+            if "load_1min" in out
+            else "not sampled (no runs made)"
+        )
+    )
     print(f"{'metric':<12} {'detected':>9} {'false alarms':>13} {'effect (gate)':>14} {'history CV gate / median':>25}")
     for metric, r in out["results"].items():
         eff = "–" if r["effect"] is None else f"{r['effect'] * 100:+.1f}%"
-        print(f"{metric:<12} {r['detected']:>6}/{n:<2} {r['false_alarms']:>10}/{n:<2} {eff:>14} "
-              f"{r['history_cv'] * 100:>15.1f}% / {r['history_median_cv'] * 100:.1f}%")
+        print(
+            f"{metric:<12} {r['detected']:>6}/{n:<2} {r['false_alarms']:>10}/{n:<2} {eff:>14} "
+            f"{r['history_cv'] * 100:>15.1f}% / {r['history_median_cv'] * 100:.1f}%"
+        )
 
 
 if __name__ == "__main__":

@@ -87,16 +87,29 @@ def main(argv=None) -> int:
     step_s = med(r["wall_s"] for r in rows if not r["sampling"])
     call_s = med(calls)
     load = os.getloadavg()
-    res = {"command": "python " + " ".join(sys.argv), "load": load, "cycles": args.cycles, "block": args.block,
-           "interleaved_median": med(per), "interleaved_per_cycle": per, "step_s": step_s,
-           "call_s_median": call_s, "call_s_p99": sorted(calls)[int(0.99 * len(calls))],
-           "call_share_of_step": call_s / step_s, "wall_s": time.time() - t_start}
-    print(f"{args.cycles} cycles x {args.block} steps per side; load average {load[0]:.1f} / {load[1]:.1f} (2 cores); "
-          f"{res['wall_s']:.0f} s")
+    res = {
+        "command": "python " + " ".join(sys.argv),
+        "load": load,
+        "cycles": args.cycles,
+        "block": args.block,
+        "interleaved_median": med(per),
+        "interleaved_per_cycle": per,
+        "step_s": step_s,
+        "call_s_median": call_s,
+        "call_s_p99": sorted(calls)[int(0.99 * len(calls))],
+        "call_share_of_step": call_s / step_s,
+        "wall_s": time.time() - t_start,
+    }
+    print(
+        f"{args.cycles} cycles x {args.block} steps per side; load average {load[0]:.1f} / {load[1]:.1f} (2 cores); "
+        f"{res['wall_s']:.0f} s"
+    )
     print("| measure | value |\n|---|---|")
     print(f"| step wall time without sampling (median) | {1000 * step_s:.1f} ms |")
-    print(f"| interleaved: with / without sampling - 1 (median over cycles) | {100 * res['interleaved_median']:+.2f}% "
-          f"(cycles {100 * min(per):+.1f}% to {100 * max(per):+.1f}%) |")
+    print(
+        f"| interleaved: with / without sampling - 1 (median over cycles) | {100 * res['interleaved_median']:+.2f}% "
+        f"(cycles {100 * min(per):+.1f}% to {100 * max(per):+.1f}%) |"
+    )
     print(f"| memory_sample() call, median / p99 | {1e6 * call_s:.1f} / {1e6 * res['call_s_p99']:.1f} us |")
     print(f"| call / step time | {100 * res['call_share_of_step']:.4f}% |")
     if args.json:

@@ -29,10 +29,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = [ROOT / "bench" / "predict" / "ws1.yaml", ROOT / "bench" / "predict" / "ws2.yaml"]
 #: (world_size, comm_fusion, grad_compression, micro_batches) of the runs the model is fitted on
-FIT = {(1, "0", "none", 1), (1, "0", "none", 2), (2, "0", "none", 1), (2, "all", "none", 1), (2, "0", "fp16", 1),
-       (2, "0", "none", 2), (2, "all", "none", 2), (2, "0", "fp16", 2)}
-REPLAY = [("Ascend__msinsight", "test", "data", "pytorch", "text", "level1"),
-          ("Ascend__msinsight", "test", "data", "pytorch", "text", "level2")]
+FIT = {
+    (1, "0", "none", 1),
+    (1, "0", "none", 2),
+    (2, "0", "none", 1),
+    (2, "all", "none", 1),
+    (2, "0", "fp16", 1),
+    (2, "0", "none", 2),
+    (2, "all", "none", 2),
+    (2, "0", "fp16", 2),
+}
+REPLAY = [
+    ("Ascend__msinsight", "test", "data", "pytorch", "text", "level1"),
+    ("Ascend__msinsight", "test", "data", "pytorch", "text", "level2"),
+]
 
 
 def key(rec: dict) -> tuple:
@@ -51,11 +61,17 @@ def validate(store, fit_recs, held, quantile, measure):
     for r in sorted(held, key=key):
         o = observe(store, r, quantile, measure)
         p = predict(cal, o.settings)
-        rows.append({"run": r["run_id"], "settings": dict(zip(("world_size", "comm_fusion", "grad_compression",
-                                                                 "micro_batches"), key(r))),
-                     "measured_s": o.step_time_s, "predicted_s": p["step_time_s"],
-                     "interval": [p["interval"]["low"], p["interval"]["high"]],
-                     "error": p["step_time_s"] / o.step_time_s - 1, "step_noise": o.noise})
+        rows.append(
+            {
+                "run": r["run_id"],
+                "settings": dict(zip(("world_size", "comm_fusion", "grad_compression", "micro_batches"), key(r))),
+                "measured_s": o.step_time_s,
+                "predicted_s": p["step_time_s"],
+                "interval": [p["interval"]["low"], p["interval"]["high"]],
+                "error": p["step_time_s"] / o.step_time_s - 1,
+                "step_noise": o.noise,
+            }
+        )
     return cal, rows
 
 
@@ -74,8 +90,12 @@ def main() -> int:
     if not args.reuse:
         t0 = time.time()
         for cfg in CONFIGS:
-            r = subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", args.results],
-                               cwd=ROOT, capture_output=True, text=True)
+            r = subprocess.run(
+                [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", args.results],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+            )
             if r.returncode != 0:
                 print(r.stdout[-2000:], r.stderr[-3000:], file=sys.stderr)
                 return 1
@@ -95,12 +115,21 @@ def main() -> int:
         cal, rows = validate(store, fit_recs, held, q, measure)
         errs = [abs(x["error"]) for x in rows]
         inside = sum(x["interval"][0] <= x["measured_s"] <= x["interval"][1] for x in rows)
-        out[label] = {"held_out": rows, "median_abs_error": statistics.median(errs), "worst_abs_error": max(errs),
-                      "within_interval": f"{inside}/{len(rows)}",
-                      "calibration": {"residual": cal.residual, "noise": cal.noise, "base_ref_s": cal.base_ref_s,
-                                      "per_microbatch_s": cal.per_microbatch_s, "contention": cal.machine.contention,
-                                      "link": vars(cal.machine.links[0]),
-                                      "compression_s_per_byte": cal.compression_s_per_byte}}
+        out[label] = {
+            "held_out": rows,
+            "median_abs_error": statistics.median(errs),
+            "worst_abs_error": max(errs),
+            "within_interval": f"{inside}/{len(rows)}",
+            "calibration": {
+                "residual": cal.residual,
+                "noise": cal.noise,
+                "base_ref_s": cal.base_ref_s,
+                "per_microbatch_s": cal.per_microbatch_s,
+                "contention": cal.machine.contention,
+                "link": vars(cal.machine.links[0]),
+                "compression_s_per_byte": cal.compression_s_per_byte,
+            },
+        }
         if label == "median":
             main_cal = cal
     cal = main_cal
@@ -108,8 +137,10 @@ def main() -> int:
         from perfbench.predict.hardware import save
 
         cal.machine.name = "cpu-2core"
-        cal.machine.notes = [f"fitted by bench/bench_predict.py from {len(fit_recs)} runs on this 2-core VM, "
-                             f"{time.strftime('%Y-%m-%d')}: " + ", ".join(r["run_id"] for r in fit_recs)]
+        cal.machine.notes = [
+            f"fitted by bench/bench_predict.py from {len(fit_recs)} runs on this 2-core VM, "
+            f"{time.strftime('%Y-%m-%d')}: " + ", ".join(r["run_id"] for r in fit_recs)
+        ]
         save(cal.machine, args.save_hardware)
     replay = []
     fixtures = ROOT.parent / "shared" / "fixtures" / "ascend"
@@ -125,21 +156,33 @@ def main() -> int:
     print("fit on: " + ", ".join(r["run_id"].split("-", 5)[-1] for r in fit_recs))
     for label in ("median", "p25", "cpu"):
         res = out[label]
-        print({"median": "step time = median of the measured steps (the catalogue's step_time_s)",
-               "p25": "step time = 25th percentile of the measured steps (less sensitive to machine load)",
-               "cpu": "CPU time per step (the catalogue's step_cpu_s: what a busy machine stretches far less)"}[label])
+        print(
+            {
+                "median": "step time = median of the measured steps (the catalogue's step_time_s)",
+                "p25": "step time = 25th percentile of the measured steps (less sensitive to machine load)",
+                "cpu": "CPU time per step (the catalogue's step_cpu_s: what a busy machine stretches far less)",
+            }[label]
+        )
         print(f"{'held-out run':<34}{'measured ms':>12}{'predicted ms':>13}{'interval ms':>16}{'error':>9}{'noise':>8}")
         for x in res["held_out"]:
-            print(f"{x['run'].split('-', 5)[-1]:<34}{x['measured_s'] * 1e3:>12.1f}{x['predicted_s'] * 1e3:>13.1f}"
-                  f"{x['interval'][0] * 1e3:>8.0f}-{x['interval'][1] * 1e3:<7.0f}{x['error']:>+9.1%}{x['step_noise']:>8.1%}")
-        print(f"median |error| {res['median_abs_error']:.1%}, worst {res['worst_abs_error']:.1%}, "
-              f"measured inside the interval {res['within_interval']}\n")
-    print(f"{'replay (Ascend)':<18}{'rank':>5}{'measured ms':>12}{'replay ms':>10}{'error':>8}{'kernels+comm':>14}{'error':>8}"
-          f"{'modelled comm':>15}{'error':>8}")
+            print(
+                f"{x['run'].split('-', 5)[-1]:<34}{x['measured_s'] * 1e3:>12.1f}{x['predicted_s'] * 1e3:>13.1f}"
+                f"{x['interval'][0] * 1e3:>8.0f}-{x['interval'][1] * 1e3:<7.0f}{x['error']:>+9.1%}{x['step_noise']:>8.1%}"
+            )
+        print(
+            f"median |error| {res['median_abs_error']:.1%}, worst {res['worst_abs_error']:.1%}, "
+            f"measured inside the interval {res['within_interval']}\n"
+        )
+    print(
+        f"{'replay (Ascend)':<18}{'rank':>5}{'measured ms':>12}{'replay ms':>10}{'error':>8}{'kernels+comm':>14}{'error':>8}"
+        f"{'modelled comm':>15}{'error':>8}"
+    )
     for x in replay:
-        print(f"{x['set']:<18}{x['rank']:>5}{x['measured_s'] * 1e3:>12.2f}{x['replay_s'] * 1e3:>10.2f}{x['replay_error']:>+8.1%}"
-              f"{x['critical_path_s'] * 1e3:>14.2f}{x['critical_path_error']:>+8.1%}"
-              f"{x['modelled_comm_s'] * 1e3:>15.2f}{x['modelled_comm_error']:>+8.1%}")
+        print(
+            f"{x['set']:<18}{x['rank']:>5}{x['measured_s'] * 1e3:>12.2f}{x['replay_s'] * 1e3:>10.2f}{x['replay_error']:>+8.1%}"
+            f"{x['critical_path_s'] * 1e3:>14.2f}{x['critical_path_error']:>+8.1%}"
+            f"{x['modelled_comm_s'] * 1e3:>15.2f}{x['modelled_comm_error']:>+8.1%}"
+        )
     return 0
 
 

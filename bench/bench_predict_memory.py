@@ -23,8 +23,10 @@ CONFIG = ROOT / "examples" / "memory.yaml"
 
 
 def _runs(store) -> list[dict]:
-    sweeps = sorted((s for s in store.list_sweeps() if str(s.get("sweep_id", "")).startswith("memory-")),
-                    key=lambda s: s["sweep_id"])
+    sweeps = sorted(
+        (s for s in store.list_sweeps() if str(s.get("sweep_id", "")).startswith("memory-")),
+        key=lambda s: s["sweep_id"],
+    )
     if not sweeps:
         sys.exit(f"no memory sweep in {store.root}: run without --reuse")
     return [r for r in store.list_runs(sweep=sweeps[-1]["sweep_id"]) if r.get("status") == "ok"]
@@ -37,8 +39,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     if not args.reuse:
-        subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(CONFIG), "--results", args.results],
-                       check=True, cwd=ROOT)
+        subprocess.run(
+            [sys.executable, "-m", "perfbench", "sweep", str(CONFIG), "--results", args.results], check=True, cwd=ROOT
+        )
     from perfbench.predict.memory import fit_memory, memory_settings, observe_memory, predict_memory
     from perfbench.store import Store
 
@@ -49,10 +52,18 @@ def main(argv=None) -> int:
     for r in recs:
         cfg = r["config"]
         o, base = obs[r["run_id"]]
-        measured.append({"run_id": r["run_id"], "zero_stage": o.zero_stage, "recompute": o.recompute,
-                         "peak_mb": o.peak_bytes / 2**20, "step_time_s": (r.get("metrics") or {}).get("step_time_s"),
-                         "baseline_mb": base / 2**20 if base else None, "params": o.params,
-                         "world_size": cfg["world_size"]})
+        measured.append(
+            {
+                "run_id": r["run_id"],
+                "zero_stage": o.zero_stage,
+                "recompute": o.recompute,
+                "peak_mb": o.peak_bytes / 2**20,
+                "step_time_s": (r.get("metrics") or {}).get("step_time_s"),
+                "baseline_mb": base / 2**20 if base else None,
+                "params": o.params,
+                "world_size": cfg["world_size"],
+            }
+        )
     rows = []
     for held in sorted({o.zero_stage for o, _ in obs.values()}):
         fit = [(o, b) for o, b in obs.values() if o.zero_stage != held]
@@ -63,28 +74,45 @@ def main(argv=None) -> int:
             if o.zero_stage != held:
                 continue
             p = predict_memory(cal, memory_settings(r["config"], o.params))
-            rows.append({"run_id": r["run_id"], "zero_stage": held, "recompute": o.recompute,
-                         "fitted_on": len(fit), "measured_mb": o.peak_bytes / 2**20, "predicted_mb": p["peak_bytes"] / 2**20,
-                         "error": p["peak_bytes"] / o.peak_bytes - 1, "interval_mb": [p["interval"]["low"] / 2**20,
-                                                                                       p["interval"]["high"] / 2**20]})
+            rows.append(
+                {
+                    "run_id": r["run_id"],
+                    "zero_stage": held,
+                    "recompute": o.recompute,
+                    "fitted_on": len(fit),
+                    "measured_mb": o.peak_bytes / 2**20,
+                    "predicted_mb": p["peak_bytes"] / 2**20,
+                    "error": p["peak_bytes"] / o.peak_bytes - 1,
+                    "interval_mb": [p["interval"]["low"] / 2**20, p["interval"]["high"] / 2**20],
+                }
+            )
     errs = [abs(r["error"]) for r in rows]
-    out = {"measured": measured, "held_out": rows, "median_abs_error": statistics.median(errs) if errs else None,
-           "worst_abs_error": max(errs) if errs else None}
+    out = {
+        "measured": measured,
+        "held_out": rows,
+        "median_abs_error": statistics.median(errs) if errs else None,
+        "worst_abs_error": max(errs) if errs else None,
+    }
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
     print("| zero_stage | recompute | peak MB (largest rank) | step s | baseline MB |")
     print("|---|---|---|---|---|")
     for m in sorted(measured, key=lambda m: (m["zero_stage"], m["recompute"])):
-        print(f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | "
-              f"{m['step_time_s']:.1f} | {m['baseline_mb']:.0f} |" if m["baseline_mb"] else
-              f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | {m['step_time_s']:.1f} | - |")
+        print(
+            f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | "
+            f"{m['step_time_s']:.1f} | {m['baseline_mb']:.0f} |"
+            if m["baseline_mb"]
+            else f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | {m['step_time_s']:.1f} | - |"
+        )
     print()
     print("| held-out zero_stage | recompute | fitted on | measured MB | predicted MB | error |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['zero_stage']} | {str(r['recompute']).lower()} | {r['fitted_on']} runs | {r['measured_mb']:.0f} | "
-              f"{r['predicted_mb']:.0f} | {r['error']:+.1%} |")
+        print(
+            f"| {r['zero_stage']} | {str(r['recompute']).lower()} | {r['fitted_on']} runs | {r['measured_mb']:.0f} | "
+            f"{r['predicted_mb']:.0f} | {r['error']:+.1%} |"
+        )
     print(f"\nmedian |error| {out['median_abs_error']:.1%}, worst {out['worst_abs_error']:.1%}")
     return 0
 

@@ -35,16 +35,35 @@ sys.path.insert(0, str(ROOT))
 def run_config(run_id: str, out: Path, width: int, level: str) -> dict:
     """The run_config.json of the quickstart model (ResNet-50 3-4-6-3, 32x32, batch 8, GRAPH), profiler off, for
     benches that drive a workload in-process (also bench_memory_sampling.py)."""
-    return {"run_id": run_id, "workload": "resnet50", "world_size": 1, "repeat": 0,
-            "output_dir": str(out),
-            "model": {"image_size": 32, "num_classes": 10, "width": width, "layers": [3, 4, 6, 3]},
-            "train": {"batch_size": 8, "steps": 10 ** 6, "warmup_steps": 3, "seed": 0, "lr": 0.05, "momentum": 0.9,
-                      "mode": "graph", "data": "synthetic"},
-            "profile": {"enabled": False, "steps": 0, "level": level},
-            "parallel": {"grad_compression": "none", "compression_ratio": 0.01, "comm_fusion": 0,
-                         "fusion_impl": "perfbench", "pipeline_stages": 1, "micro_batches": 1,
-                         "pipeline_schedule": "1f1b"},
-            "inject": {}}
+    return {
+        "run_id": run_id,
+        "workload": "resnet50",
+        "world_size": 1,
+        "repeat": 0,
+        "output_dir": str(out),
+        "model": {"image_size": 32, "num_classes": 10, "width": width, "layers": [3, 4, 6, 3]},
+        "train": {
+            "batch_size": 8,
+            "steps": 10**6,
+            "warmup_steps": 3,
+            "seed": 0,
+            "lr": 0.05,
+            "momentum": 0.9,
+            "mode": "graph",
+            "data": "synthetic",
+        },
+        "profile": {"enabled": False, "steps": 0, "level": level},
+        "parallel": {
+            "grad_compression": "none",
+            "compression_ratio": 0.01,
+            "comm_fusion": 0,
+            "fusion_impl": "perfbench",
+            "pipeline_stages": 1,
+            "micro_batches": 1,
+            "pipeline_schedule": "1f1b",
+        },
+        "inject": {},
+    }
 
 
 def measure(level: str, cycles: int, off: int, on: int, width: int, out: Path) -> dict:
@@ -68,9 +87,14 @@ def measure(level: str, cycles: int, off: int, on: int, width: int, out: Path) -
         wl.train_step(step)
         step += 1
     tensorboard_trace_handler(str(out / "profile"), analyse_flag=False)
-    prof = profile(activities=[ProfilerActivity.CPU], schedule=schedule(wait=off, warmup=1, active=on, repeat=cycles),
-                   on_trace_ready=lambda _p: None, profile_memory=opts["profile_memory"],
-                   record_shapes=opts["record_shapes"], with_stack=opts["with_stack"])
+    prof = profile(
+        activities=[ProfilerActivity.CPU],
+        schedule=schedule(wait=off, warmup=1, active=on, repeat=cycles),
+        on_trace_ready=lambda _p: None,
+        profile_memory=opts["profile_memory"],
+        record_shapes=opts["record_shapes"],
+        with_stack=opts["with_stack"],
+    )
     period = off + 1 + on
     rows = []
     prof.start()
@@ -78,8 +102,9 @@ def measure(level: str, cycles: int, off: int, on: int, width: int, out: Path) -
         ctx._begin_step(step)
         t0, c0 = time.perf_counter(), time.process_time()
         wl.train_step(step)
-        rows.append({"cycle": i // period, "pos": i % period, "wall": time.perf_counter() - t0,
-                     "cpu": time.process_time() - c0})
+        rows.append(
+            {"cycle": i // period, "pos": i % period, "wall": time.perf_counter() - t0, "cpu": time.process_time() - c0}
+        )
         prof.step()
         step += 1
     prof.stop()
@@ -91,9 +116,12 @@ def measure(level: str, cycles: int, off: int, on: int, width: int, out: Path) -
             rec = [r[key] for r in rows if r["cycle"] == c and r["pos"] > off]
             unp = [r[key] for r in rows if r["cycle"] == c and 0 < r["pos"] < off]
             per.append(med(rec) / med(unp) - 1)
-        res[key] = {"median": med(per), "per_cycle": per,
-                    "recorded_step_s": med([r[key] for r in rows if r["pos"] > off]),
-                    "unprofiled_step_s": med([r[key] for r in rows if 0 < r["pos"] < off])}
+        res[key] = {
+            "median": med(per),
+            "per_cycle": per,
+            "recorded_step_s": med([r[key] for r in rows if r["pos"] > off]),
+            "unprofiled_step_s": med([r[key] for r in rows if 0 < r["pos"] < off]),
+        }
     return res
 
 
@@ -114,8 +142,20 @@ def main(argv=None) -> int:
     results = {}
     t0 = time.time()
     for level in args.levels.split(","):
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--one", level, "--cycles", str(args.cycles),
-               "--off", str(args.off), "--on", str(args.on), "--width", str(args.width)]
+        cmd = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--one",
+            level,
+            "--cycles",
+            str(args.cycles),
+            "--off",
+            str(args.off),
+            "--on",
+            str(args.on),
+            "--width",
+            str(args.width),
+        ]
         p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "GLOG_v": "3"})
         line = next((x for x in p.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
@@ -128,19 +168,26 @@ def main(argv=None) -> int:
     def fmt(v):
         return f"{100 * v:+.1f}%"
 
-    print(f"\n{args.cycles} cycles of {args.off} unprofiled + 1 warm-up + {args.on} recorded steps per level; "
-          f"load average at the end {load[0]:.1f} (2 cores); {time.time() - t0:.0f} s")
-    print("| level | CPU time: recorded / unprofiled − 1 (median over cycles) | cycles (min – max) | wall time (median) "
-          "| cycles (min – max) | unprofiled step, wall / CPU ms |")
+    print(
+        f"\n{args.cycles} cycles of {args.off} unprofiled + 1 warm-up + {args.on} recorded steps per level; "
+        f"load average at the end {load[0]:.1f} (2 cores); {time.time() - t0:.0f} s"
+    )
+    print(
+        "| level | CPU time: recorded / unprofiled − 1 (median over cycles) | cycles (min – max) | wall time (median) "
+        "| cycles (min – max) | unprofiled step, wall / CPU ms |"
+    )
     print("|---|---|---|---|---|---|")
     for level, r in results.items():
         c, w = r["cpu"], r["wall"]
-        print(f"| {level} | {fmt(c['median'])} | {fmt(min(c['per_cycle']))} – {fmt(max(c['per_cycle']))} | "
-              f"{fmt(w['median'])} | {fmt(min(w['per_cycle']))} – {fmt(max(w['per_cycle']))} | "
-              f"{1000 * w['unprofiled_step_s']:.0f} / {1000 * c['unprofiled_step_s']:.0f} |")
+        print(
+            f"| {level} | {fmt(c['median'])} | {fmt(min(c['per_cycle']))} – {fmt(max(c['per_cycle']))} | "
+            f"{fmt(w['median'])} | {fmt(min(w['per_cycle']))} – {fmt(max(w['per_cycle']))} | "
+            f"{1000 * w['unprofiled_step_s']:.0f} / {1000 * c['unprofiled_step_s']:.0f} |"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"command": "python " + " ".join(sys.argv), "load": load,
-                                         "levels": results}, indent=1))
+        args.json.write_text(
+            json.dumps({"command": "python " + " ".join(sys.argv), "load": load, "levels": results}, indent=1)
+        )
     return 0
 
 

@@ -43,15 +43,33 @@ from workloads.runner import PROFILE_LEVELS  # noqa: E402
 
 def run_config(out: Path, name: str, args, level: str) -> dict:
     return {
-        "run_id": name, "workload": "resnet50", "world_size": args.world_size, "repeat": 0,
-        "output_dir": str(out / name / "artifacts"), "threads_per_rank": 1,
+        "run_id": name,
+        "workload": "resnet50",
+        "world_size": args.world_size,
+        "repeat": 0,
+        "output_dir": str(out / name / "artifacts"),
+        "threads_per_rank": 1,
         "model": {"image_size": 32, "num_classes": 10, "width": args.width, "layers": [3, 4, 6, 3]},
-        "train": {"batch_size": 8, "steps": args.steps, "warmup_steps": args.warmup, "seed": 0,
-                  "lr": 0.05, "momentum": 0.9, "mode": "graph", "data": "synthetic"},
+        "train": {
+            "batch_size": 8,
+            "steps": args.steps,
+            "warmup_steps": args.warmup,
+            "seed": 0,
+            "lr": 0.05,
+            "momentum": 0.9,
+            "mode": "graph",
+            "data": "synthetic",
+        },
         "profile": {"enabled": level != "off", "steps": args.profile_steps, "level": level},
-        "parallel": {"grad_compression": "none", "compression_ratio": 0.01, "comm_fusion": 0,
-                     "fusion_impl": "perfbench", "pipeline_stages": 1, "micro_batches": 1,
-                     "pipeline_schedule": "1f1b"},
+        "parallel": {
+            "grad_compression": "none",
+            "compression_ratio": 0.01,
+            "comm_fusion": 0,
+            "fusion_impl": "perfbench",
+            "pipeline_stages": 1,
+            "micro_batches": 1,
+            "pipeline_schedule": "1f1b",
+        },
         "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
     }
 
@@ -63,8 +81,9 @@ def launch(out: Path, name: str, args, level: str, port: int) -> dict:
     p = art / "run_config.json"
     p.write_text(json.dumps(cfg, indent=1))
     t0 = time.time()
-    res = launcher.launch(p, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": args.timeout,
-                                   "stall_timeout_s": 300})
+    res = launcher.launch(
+        p, cfg, {"master_port": port, "bind_core": "auto", "timeout_s": args.timeout, "stall_timeout_s": 300}
+    )
     exited = time.time()
     if res.status != "ok":
         raise SystemExit(f"{name} failed: {res.reason}\n{res.log_tail}")
@@ -72,9 +91,17 @@ def launch(out: Path, name: str, args, level: str, port: int) -> dict:
     for r in range(args.world_size):
         lines = (art / "metrics" / f"rank{r}.steps.jsonl").read_text().splitlines()
         ranks.append([json.loads(x) for x in lines if x.strip()])
-    files = sorted({f.relative_to(f.parents[1]).as_posix().replace("_0.", "_{rank}.")
-                    for f in (art / "profile").rglob("*") if f.is_file() and f.parent.name != "logs"
-                    and f.name.endswith(("_0.txt", "_0.csv", ".json"))}) if (art / "profile").exists() else []
+    files = (
+        sorted(
+            {
+                f.relative_to(f.parents[1]).as_posix().replace("_0.", "_{rank}.")
+                for f in (art / "profile").rglob("*")
+                if f.is_file() and f.parent.name != "logs" and f.name.endswith(("_0.txt", "_0.csv", ".json"))
+            }
+        )
+        if (art / "profile").exists()
+        else []
+    )
     last_end = max(r[-1]["end_ts"] for r in ranks)
     return {"ranks": ranks, "after_s": exited - last_end, "wall_s": exited - t0, "files": files}
 
@@ -104,8 +131,9 @@ def main(argv=None) -> int:
     med = statistics.median
     w0, w1 = args.warmup, args.warmup + args.profile_steps
     window, after = range(w0, w1), range(w1, args.steps)
-    per: dict[str, dict[str, list]] = {lv: {"reported": [], "ab": [], "cpu": [], "after_s": [], "files": None}
-                                       for lv in levels}
+    per: dict[str, dict[str, list]] = {
+        lv: {"reported": [], "ab": [], "cpu": [], "after_s": [], "files": None} for lv in levels
+    }
     port = args.port
     t0 = time.time()
     for rnd in range(args.rounds):
@@ -125,21 +153,35 @@ def main(argv=None) -> int:
                 per[lv]["ab"].append((win / base[0]) / (aft / base[1]) - 1)
             per[lv]["after_s"].append(r["after_s"])
             per[lv]["files"] = r["files"]
-            print(f"round {rnd} {lv:8s} window {win:.4f} s  after {aft:.4f} s  cpu {cwin:.4f}/{caft:.4f} s  "
-                  f"exit {r['after_s']:.1f} s", flush=True)
-    res = {"command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + (argv if argv is not None else sys.argv[1:])),
-           "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
-           "wall_s": time.time() - t0, "levels": {}}
+            print(
+                f"round {rnd} {lv:8s} window {win:.4f} s  after {aft:.4f} s  cpu {cwin:.4f}/{caft:.4f} s  "
+                f"exit {r['after_s']:.1f} s",
+                flush=True,
+            )
+    res = {
+        "command": "python " + " ".join([Path(sys.argv[0]).as_posix()] + (argv if argv is not None else sys.argv[1:])),
+        "config": {k: (v if not isinstance(v, Path) else str(v)) for k, v in vars(args).items()},
+        "wall_s": time.time() - t0,
+        "levels": {},
+    }
     print(f"\n{args.world_size} rank(s), {args.rounds} rounds; medians over rounds")
-    print("| level | reported profiler_overhead (off: placebo) | rounds | same on CPU time | rounds | "
-          "A/B vs off (drift-corrected) | last step → exit s | files per rank |")
+    print(
+        "| level | reported profiler_overhead (off: placebo) | rounds | same on CPU time | rounds | "
+        "A/B vs off (drift-corrected) | last step → exit s | files per rank |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for lv in levels:
         d = per[lv]
-        row = {"reported_median": med(d["reported"]) if d["reported"] else None,
-               "reported": d["reported"], "ab_median": med(d["ab"]) if d["ab"] else None, "ab": d["ab"],
-               "cpu_median": med(d["cpu"]) if d["cpu"] else None, "cpu": d["cpu"],
-               "after_exit_median_s": med(d["after_s"]), "files": d["files"]}
+        row = {
+            "reported_median": med(d["reported"]) if d["reported"] else None,
+            "reported": d["reported"],
+            "ab_median": med(d["ab"]) if d["ab"] else None,
+            "ab": d["ab"],
+            "cpu_median": med(d["cpu"]) if d["cpu"] else None,
+            "cpu": d["cpu"],
+            "after_exit_median_s": med(d["after_s"]),
+            "files": d["files"],
+        }
         res["levels"][lv] = row
 
         def fmt(v):
@@ -148,9 +190,11 @@ def main(argv=None) -> int:
         def rounds(xs):
             return ", ".join(fmt(x) for x in xs)
 
-        print(f"| {lv} | {fmt(row['reported_median'])} | {rounds(d['reported'])} | {fmt(row['cpu_median'])} | "
-              f"{rounds(d['cpu'])} | {fmt(row['ab_median'])} | {row['after_exit_median_s']:.1f} | "
-              f"{', '.join(d['files'] or []) or '–'} |")
+        print(
+            f"| {lv} | {fmt(row['reported_median'])} | {rounds(d['reported'])} | {fmt(row['cpu_median'])} | "
+            f"{rounds(d['cpu'])} | {fmt(row['ab_median'])} | {row['after_exit_median_s']:.1f} | "
+            f"{', '.join(d['files'] or []) or '–'} |"
+        )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=1))

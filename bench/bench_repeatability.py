@@ -75,13 +75,18 @@ class ThreadSampler(threading.Thread):
                 self.procs[pid] = {"rank": node, "run_config": run}
                 for t in os.listdir(f"/proc/{pid}/task"):
                     stat = Path(f"/proc/{pid}/task/{t}/stat").read_text()
-                    name = stat[stat.index("(") + 1:stat.rindex(")")]
-                    f = stat[stat.rindex(")") + 2:].split()
+                    name = stat[stat.index("(") + 1 : stat.rindex(")")]
+                    f = stat[stat.rindex(")") + 2 :].split()
                     cpu_s = (int(f[11]) + int(f[12])) / CLK  # utime, stime (fields 14, 15)
                     core = int(f[36])  # field 39: the CPU it last ran on
-                    allowed = next((ln.split(":", 1)[1].strip() for ln in
-                                    Path(f"/proc/{pid}/task/{t}/status").read_text().splitlines()
-                                    if ln.startswith("Cpus_allowed_list")), "?")
+                    allowed = next(
+                        (
+                            ln.split(":", 1)[1].strip()
+                            for ln in Path(f"/proc/{pid}/task/{t}/status").read_text().splitlines()
+                            if ln.startswith("Cpus_allowed_list")
+                        ),
+                        "?",
+                    )
                     s = self.threads.setdefault((pid, int(t)), {"name": name, "cores": set()})
                     s.update(cpu_s=cpu_s, allowed=allowed, name=name)
                     s["cores"].add(core)
@@ -101,9 +106,19 @@ class ThreadSampler(threading.Thread):
         groups: dict[tuple, dict] = {}
         for (pid, _tid), s in self.threads.items():
             key = (pid, re.sub(r"\d+$", "", s["name"]) or s["name"])
-            g = groups.setdefault(key, {"pid": pid, "rank": self.procs.get(pid, {}).get("rank"),
-                                        "run_config": self.procs.get(pid, {}).get("run_config"),
-                                        "thread": key[1], "threads": 0, "cpu_s": 0.0, "cores": set(), "allowed": set()})
+            g = groups.setdefault(
+                key,
+                {
+                    "pid": pid,
+                    "rank": self.procs.get(pid, {}).get("rank"),
+                    "run_config": self.procs.get(pid, {}).get("run_config"),
+                    "thread": key[1],
+                    "threads": 0,
+                    "cpu_s": 0.0,
+                    "cores": set(),
+                    "allowed": set(),
+                },
+            )
             g["threads"] += 1
             g["cpu_s"] += s["cpu_s"]
             g["cores"] |= s["cores"]
@@ -114,8 +129,9 @@ class ThreadSampler(threading.Thread):
         return sorted(out, key=lambda g: (g["pid"], -g["cpu_s"]))
 
 
-def sweep_config(base: dict, name: str, world_size: int, other: tuple[str, object] | None, runs: int,
-                 steps: int | None) -> dict:
+def sweep_config(
+    base: dict, name: str, world_size: int, other: tuple[str, object] | None, runs: int, steps: int | None
+) -> dict:
     cfg = json.loads(json.dumps(base))
     cfg["name"] = name
     cfg["repeats"] = runs
@@ -135,21 +151,37 @@ def sweep_config(base: dict, name: str, world_size: int, other: tuple[str, objec
 
 
 def measure(store: Store, sweep_id: str, world_size: int) -> dict:
-    runs = sorted([r for r in store.list_runs() if r.get("sweep_id") == sweep_id],
-                  key=lambda r: (r.get("timings") or {}).get("started") or 0)
+    runs = sorted(
+        [r for r in store.list_runs() if r.get("sweep_id") == sweep_id],
+        key=lambda r: (r.get("timings") or {}).get("started") or 0,
+    )
     rows = []
     for r in runs:
         m = r.get("metrics") or {}
         s = step_samples(store, r) if r.get("status") == "ok" else {}
-        rows.append({"run_id": r["run_id"], "status": r.get("status"), "settings": r.get("settings"),
-                     "step_time_s": m.get("step_time_s"), "step_cpu_s": m.get("step_cpu_s"),
-                     "step_time_p10": sorted(s["step_time_s"])[len(s["step_time_s"]) // 10] if s.get("step_time_s") else None,
-                     **{k: m.get(k) for k in ("step_time_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread")},
-                     "wall_s": (r.get("launch") or {}).get("wall_s")})
+        rows.append(
+            {
+                "run_id": r["run_id"],
+                "status": r.get("status"),
+                "settings": r.get("settings"),
+                "step_time_s": m.get("step_time_s"),
+                "step_cpu_s": m.get("step_cpu_s"),
+                "step_time_p10": sorted(s["step_time_s"])[len(s["step_time_s"]) // 10]
+                if s.get("step_time_s")
+                else None,
+                **{k: m.get(k) for k in ("step_time_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread")},
+                "wall_s": (r.get("launch") or {}).get("wall_s"),
+            }
+        )
     mine = [x for x in rows if x["status"] == "ok" and (x["settings"] or {}).get("world_size") == world_size]
-    return {"runs": rows, "target_runs": len(mine),
-            "cv_step_time": cv([x["step_time_s"] for x in mine]), "cv_step_cpu": cv([x["step_cpu_s"] for x in mine]),
-            "step_time_s": [x["step_time_s"] for x in mine], "step_cpu_s": [x["step_cpu_s"] for x in mine]}
+    return {
+        "runs": rows,
+        "target_runs": len(mine),
+        "cv_step_time": cv([x["step_time_s"] for x in mine]),
+        "cv_step_cpu": cv([x["step_cpu_s"] for x in mine]),
+        "step_time_s": [x["step_time_s"] for x in mine],
+        "step_cpu_s": [x["step_cpu_s"] for x in mine],
+    }
 
 
 def run_set(results: Path, cfg: dict, env: dict, every: float) -> tuple[str, float, list, list]:
@@ -159,8 +191,12 @@ def run_set(results: Path, cfg: dict, env: dict, every: float) -> tuple[str, flo
         sampler = ThreadSampler(str(results), every)
         sampler.start()
         t0 = time.time()
-        subprocess.run([sys.executable, "-m", "perfbench", "sweep", str(p), "--results", str(results)], cwd=ROOT,
-                       env=env, check=False)
+        subprocess.run(
+            [sys.executable, "-m", "perfbench", "sweep", str(p), "--results", str(results)],
+            cwd=ROOT,
+            env=env,
+            check=False,
+        )
         wall = time.time() - t0
         sampler.stop.set()
         sampler.join()
@@ -179,8 +215,13 @@ def main() -> None:
     ap.add_argument("--sets", default="back-to-back,interleaved")
     ap.add_argument("--every", type=float, default=2.0, help="thread sampling period, s")
     ap.add_argument("--results", type=Path, help="keep the runs here (default: a temporary folder)")
-    ap.add_argument("--env", action="append", default=[], metavar="K=V", help="extra environment for the runs "
-                                                                            "(e.g. PERFBENCH_WARM_MSRUN=0)")
+    ap.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra environment for the runs (e.g. PERFBENCH_WARM_MSRUN=0)",
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     base = yaml.safe_load(Path(args.config).read_text())
@@ -192,32 +233,51 @@ def main() -> None:
     if args.results is None:
         tmp = tempfile.TemporaryDirectory()
         args.results = Path(tmp.name)
-    out = {"started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "config": args.config,
-           "world_size": args.world_size, "runs": args.runs, "env": args.env, "sets": {}}
+    out = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+        "config": args.config,
+        "world_size": args.world_size,
+        "runs": args.runs,
+        "env": args.env,
+        "sets": {},
+    }
     for name in args.sets.split(","):
-        cfg = sweep_config(base, f"rep-{name}", args.world_size, other if name == "interleaved" else None, args.runs,
-                           args.steps)
+        cfg = sweep_config(
+            base, f"rep-{name}", args.world_size, other if name == "interleaved" else None, args.runs, args.steps
+        )
         sid, wall, threads, load = run_set(args.results, cfg, env, args.every)
         res = measure(Store(args.results, create=False), sid, args.world_size)
-        res.update(sweep_id=sid, wall_s=round(wall, 1), threads=threads,
-                   load=[min(load), statistics.median(load), max(load)] if load else None)
+        res.update(
+            sweep_id=sid,
+            wall_s=round(wall, 1),
+            threads=threads,
+            load=[min(load), statistics.median(load), max(load)] if load else None,
+        )
         out["sets"][name] = res
         print(f"\n== {name} ({sid}, {wall:.0f} s, load {res['load']}) ==")
-        print(f"{'run':48s} {'ws':>3s} {'step ms':>8s} {'cpu ms':>8s} {'p10 ms':>8s} {'cv%':>5s} {'drift%':>7s} "
-              f"{'rank spread%':>12s}")
+        print(
+            f"{'run':48s} {'ws':>3s} {'step ms':>8s} {'cpu ms':>8s} {'p10 ms':>8s} {'cv%':>5s} {'drift%':>7s} "
+            f"{'rank spread%':>12s}"
+        )
         for r in res["runs"]:
             f = lambda x, s=1000: "-" if x is None else f"{x * s:.1f}"  # noqa: E731
-            print(f"{r['run_id'][-48:]:48s} {str((r['settings'] or {}).get('world_size')):>3s} {f(r['step_time_s']):>8s} "
-                  f"{f(r['step_cpu_s']):>8s} {f(r['step_time_p10']):>8s} {f(r['step_time_cv'], 100):>5s} "
-                  f"{f(r['warmup_drift'], 100):>7s} {f(r['rank_cpu_spread'], 100):>12s}")
+            print(
+                f"{r['run_id'][-48:]:48s} {str((r['settings'] or {}).get('world_size')):>3s} {f(r['step_time_s']):>8s} "
+                f"{f(r['step_cpu_s']):>8s} {f(r['step_time_p10']):>8s} {f(r['step_time_cv'], 100):>5s} "
+                f"{f(r['warmup_drift'], 100):>7s} {f(r['rank_cpu_spread'], 100):>12s}"
+            )
         pc = lambda x: "-" if x is None else f"{x * 100:.1f}%"  # noqa: E731
-        print(f"world_size={args.world_size}: CV over runs of step time {pc(res['cv_step_time'])}, "
-              f"of CPU time per step {pc(res['cv_step_cpu'])} ({res['target_runs']} runs)")
+        print(
+            f"world_size={args.world_size}: CV over runs of step time {pc(res['cv_step_time'])}, "
+            f"of CPU time per step {pc(res['cv_step_cpu'])} ({res['target_runs']} runs)"
+        )
         print("threads (per rank process and thread name; CPU s over the run, cores seen, allowed CPUs):")
         for g in res["threads"]:
             if g["cpu_s"] >= 0.5:
-                print(f"  pid {g['pid']} rank {g['rank']} {g['thread']:18s} x{g['threads']:<3d} {g['cpu_s']:7.2f} s  "
-                      f"cores {g['cores']} allowed {g['allowed']}")
+                print(
+                    f"  pid {g['pid']} rank {g['rank']} {g['thread']:18s} x{g['threads']:<3d} {g['cpu_s']:7.2f} s  "
+                    f"cores {g['cores']} allowed {g['allowed']}"
+                )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2, default=list))
     if tmp:

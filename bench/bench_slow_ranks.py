@@ -32,8 +32,19 @@ def make_comm_ops(ranks: int, ops: int, steps: int, slow: int, seed: int = 0) ->
                 wait = rng.uniform(4.0, 6.0, n)
                 if slow in members:
                     wait[members.index(slow)] = 0.0
-                rows.append(pd.DataFrame({"rank": members, "step": step, "op_name": f"{group}_ar{k}", "group": group,
-                                          "wait_ms": wait, "transit_ms": 1.0, "elapse_ms": wait + 1.0}))
+                rows.append(
+                    pd.DataFrame(
+                        {
+                            "rank": members,
+                            "step": step,
+                            "op_name": f"{group}_ar{k}",
+                            "group": group,
+                            "wait_ms": wait,
+                            "transit_ms": 1.0,
+                            "elapse_ms": wait + 1.0,
+                        }
+                    )
+                )
     return pd.concat(rows, ignore_index=True)
 
 
@@ -42,8 +53,18 @@ def make_links(ranks: int, steps: int, slow_src: int, seed: int = 0) -> pd.DataF
     src = np.repeat(np.arange(ranks), steps)
     t = rng.uniform(4.0, 5.0, len(src))
     t[src == slow_src] *= 4
-    return pd.DataFrame({"step": np.tile(np.arange(steps), ranks), "op_name": "ar", "group": "world", "src": src,
-                         "dst": (src + 1) % ranks, "transport": "RDMA", "size_mb": 100.0, "time_ms": t})
+    return pd.DataFrame(
+        {
+            "step": np.tile(np.arange(steps), ranks),
+            "op_name": "ar",
+            "group": "world",
+            "src": src,
+            "dst": (src + 1) % ranks,
+            "transport": "RDMA",
+            "size_mb": 100.0,
+            "time_ms": t,
+        }
+    )
 
 
 def main() -> None:
@@ -71,7 +92,9 @@ def main() -> None:
         rss = (proc.memory_info().rss - rss0) / 1e6
         g = res[(res["scope"] == "group") & res["slow"]]
         found = set(g["rank"]) == {slow} and list(sl[sl["slow"]]["src"]) == [slow]
-        print(f"{n:>6} {len(co):>9} {statistics.median(t_sr):>13.3f} {statistics.median(t_sl):>13.3f} {rss:>7.0f} {found}")
+        print(
+            f"{n:>6} {len(co):>9} {statistics.median(t_sr):>13.3f} {statistics.median(t_sl):>13.3f} {rss:>7.0f} {found}"
+        )
         if not found:
             raise SystemExit(f"planted slow rank {slow} not found: {sorted(set(g['rank']))}")
 

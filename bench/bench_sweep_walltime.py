@@ -27,8 +27,12 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="pb-bench-") as tmp:
         t0 = time.time()
-        r = subprocess.run([sys.executable, "-m", "perfbench", "sweep", args.config, "--results", tmp],
-                           capture_output=True, text=True, cwd=ROOT)
+        r = subprocess.run(
+            [sys.executable, "-m", "perfbench", "sweep", args.config, "--results", tmp],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+        )
         total = time.time() - t0
         if r.returncode != 0:
             print(r.stderr[-3000:], file=sys.stderr)
@@ -40,15 +44,19 @@ def main() -> int:
             started = rec["timings"]["started"]
             first_step_start = float(steps["start_ts"].min())
             last_step_end = float(steps["end_ts"].max())
-            rows.append({
-                "run": rec["run_id"].split("-", 3)[-1],
-                "world_size": rec["settings"]["world_size"],
-                "wall_s": rec["timings"]["wall_s"],
-                "startup_s": round(first_step_start - started, 1),  # msrun + import + cluster init
-                "training_s": round(last_step_end - first_step_start, 1),  # all steps incl. compile step
-                "after_training_s": round(rec["timings"]["finished"] - last_step_end, 1),  # exit + profiler + ingest
-                "median_step_s": rec["metrics"].get("step_time_s"),
-            })
+            rows.append(
+                {
+                    "run": rec["run_id"].split("-", 3)[-1],
+                    "world_size": rec["settings"]["world_size"],
+                    "wall_s": rec["timings"]["wall_s"],
+                    "startup_s": round(first_step_start - started, 1),  # msrun + import + cluster init
+                    "training_s": round(last_step_end - first_step_start, 1),  # all steps incl. compile step
+                    "after_training_s": round(
+                        rec["timings"]["finished"] - last_step_end, 1
+                    ),  # exit + profiler + ingest
+                    "median_step_s": rec["metrics"].get("step_time_s"),
+                }
+            )
     out = {"config": args.config, "sweep_wall_s": round(total, 1), "runs": rows}
     if args.json:
         print(json.dumps(out, indent=2))
@@ -56,8 +64,10 @@ def main() -> int:
         print(f"sweep {args.config}: {total:.1f} s wall")
         print(f"{'run':<12}{'ranks':>6}{'wall s':>9}{'startup s':>11}{'training s':>12}{'after s':>9}{'step s':>9}")
         for x in rows:
-            print(f"{x['run']:<12}{x['world_size']:>6}{x['wall_s']:>9.1f}{x['startup_s']:>11.1f}{x['training_s']:>12.1f}"
-                  f"{x['after_training_s']:>9.1f}{x['median_step_s']:>9.3f}")
+            print(
+                f"{x['run']:<12}{x['world_size']:>6}{x['wall_s']:>9.1f}{x['startup_s']:>11.1f}{x['training_s']:>12.1f}"
+                f"{x['after_training_s']:>9.1f}{x['median_step_s']:>9.3f}"
+            )
     return 0
 
 

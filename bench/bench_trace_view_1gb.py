@@ -31,8 +31,19 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RANK = (ROOT.parent / "shared" / "fixtures" / "ascend" / "Ascend__msinsight" / "test" / "data" / "pytorch" / "text"
-        / "level1" / "rank0_ascend_pt")
+RANK = (
+    ROOT.parent
+    / "shared"
+    / "fixtures"
+    / "ascend"
+    / "Ascend__msinsight"
+    / "test"
+    / "data"
+    / "pytorch"
+    / "text"
+    / "level1"
+    / "rank0_ascend_pt"
+)
 
 CHILD = r"""
 import resource, sys, time
@@ -102,28 +113,37 @@ def main() -> None:
         t = time.perf_counter()
         copies, n = generate(big, args.size_gb)
         size = big.stat().st_size
-        print(f"generated {size / 1e9:.2f} GB, {n} events ({copies} copies of the fixture) in "
-              f"{time.perf_counter() - t:.1f} s: {big}", flush=True)
+        print(
+            f"generated {size / 1e9:.2f} GB, {n} events ({copies} copies of the fixture) in "
+            f"{time.perf_counter() - t:.1f} s: {big}",
+            flush=True,
+        )
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         results = {}
         for kind in args.readers.split(","):
             target = str(rank) if kind == "rank" else str(big)
             runs = []
             for _ in range(args.repeats if kind != "iter" else 1):
-                p = subprocess.run([sys.executable, "-c", CHILD, kind, target], capture_output=True, text=True,
-                                   timeout=1800, env=env)
+                p = subprocess.run(
+                    [sys.executable, "-c", CHILD, kind, target], capture_output=True, text=True, timeout=1800, env=env
+                )
                 if p.returncode != 0:
                     raise SystemExit(f"{kind} failed:\n{p.stderr[-3000:]}")
                 dt, rss, cnt, cpu = p.stdout.strip().splitlines()[-1].split()
                 runs.append((float(dt), float(rss), int(cnt), float(cpu)))
-                print(f"  {kind}: {float(dt):.2f} s wall, {float(cpu):.2f} s CPU, peak RSS {float(rss):.0f} MB, "
-                      f"{cnt} rows (load average {os.getloadavg()[0]:.1f})", flush=True)
+                print(
+                    f"  {kind}: {float(dt):.2f} s wall, {float(cpu):.2f} s CPU, peak RSS {float(rss):.0f} MB, "
+                    f"{cnt} rows (load average {os.getloadavg()[0]:.1f})",
+                    flush=True,
+                )
             results[kind] = runs
         print("\n| reader | file | runs | median wall (s) | median CPU (s) | max peak RSS (MB) | rows |")
         print("|---|---|---|---|---|---|---|")
         for kind, runs in results.items():
-            print(f"| {kind} | {size / 1e9:.2f} GB | {len(runs)} | {statistics.median(r[0] for r in runs):.2f} | "
-                  f"{statistics.median(r[3] for r in runs):.2f} | {max(r[1] for r in runs):.0f} | {runs[0][2]} |")
+            print(
+                f"| {kind} | {size / 1e9:.2f} GB | {len(runs)} | {statistics.median(r[0] for r in runs):.2f} | "
+                f"{statistics.median(r[3] for r in runs):.2f} | {max(r[1] for r in runs):.0f} | {runs[0][2]} |"
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

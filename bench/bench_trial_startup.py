@@ -40,8 +40,14 @@ CONFIG = {
 def run_sweep(py: str, cfg_path: Path, results: Path, warm: bool) -> float:
     env = dict(os.environ, PERFBENCH_WARM_MSRUN="1" if warm else "0")
     t0 = time.time()
-    r = subprocess.run([py, "-m", "perfbench", "sweep", str(cfg_path), "--results", str(results)], cwd=ROOT, env=env,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    r = subprocess.run(
+        [py, "-m", "perfbench", "sweep", str(cfg_path), "--results", str(results)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     if r.returncode != 0:
         raise SystemExit(f"sweep failed: {r.stderr[-2000:]}")
     return time.time() - t0
@@ -82,9 +88,12 @@ def main() -> int:
         vals = [r[name] for r in rows[kind] if r.get(name) is not None]
         return round(statistics.median(vals), 2) if vals else None
 
-    out = {"runs": {k: len(v) for k, v in rows.items()},
-           "median": {k: {n: med(k, n) for n in names} for k in rows},
-           "load_avg_1min": [round(x, 1) for x in load], "per_run": rows}
+    out = {
+        "runs": {k: len(v) for k, v in rows.items()},
+        "median": {k: {n: med(k, n) for n in names} for k in rows},
+        "load_avg_1min": [round(x, 1) for x in load],
+        "per_run": rows,
+    }
     if args.json:
         print(json.dumps(out, indent=2))
     else:

@@ -40,8 +40,12 @@ SPACE = {
     "model": {"image_size": 32, "width": 16, "layers": [3, 4, 6, 3]},
     "train": {"steps": 12, "warmup_steps": 3},
     "profile": {"steps": 3},
-    "sweep": {"world_size": [2], "comm_fusion": [0, 1, 8, "all"], "grad_compression": ["none", "fp16"],
-              "batch_size": [8, 16, 32]},
+    "sweep": {
+        "world_size": [2],
+        "comm_fusion": [0, 1, 8, "all"],
+        "grad_compression": ["none", "fp16"],
+        "batch_size": [8, 16, 32],
+    },
 }
 AXES = ("comm_fusion", "grad_compression", "batch_size")
 
@@ -76,12 +80,20 @@ def verify(py: str, tmp: Path, settings: list[dict], repeats: int) -> dict[tuple
     out_dir = tmp / "verify"
     for r in range(repeats):
         for i, st in enumerate(distinct):
-            cfg = dict(SPACE, name=f"verify-{i}-r{r}", profile={"enabled": False},
-                       sweep={"world_size": [2], **{k: [st[k]] for k in AXES}})
+            cfg = dict(
+                SPACE,
+                name=f"verify-{i}-r{r}",
+                profile={"enabled": False},
+                sweep={"world_size": [2], **{k: [st[k]] for k in AXES}},
+            )
             p = tmp / f"verify-{i}-r{r}.yaml"
             p.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            _phase(tmp / f"verify-{i}-r{r}.wall", lambda: _run([py, "-m", "perfbench", "sweep", str(p), "--results",
-                                                                str(out_dir)], tmp / f"verify-{i}-r{r}.log"))
+            _phase(
+                tmp / f"verify-{i}-r{r}.wall",
+                lambda: _run(
+                    [py, "-m", "perfbench", "sweep", str(p), "--results", str(out_dir)], tmp / f"verify-{i}-r{r}.log"
+                ),
+            )
     tps: dict[tuple, list[float]] = {}
     for rec in Store(out_dir).list_runs():
         tp = (rec.get("metrics") or {}).get("throughput")
@@ -99,11 +111,19 @@ def training_share(store, run_ids: list[str], wall_s: float) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--keep", "--reuse", dest="keep",
-                    help="keep the results folders here and reuse phases already done there (default: a temporary folder)")
+    ap.add_argument(
+        "--keep",
+        "--reuse",
+        dest="keep",
+        help="keep the results folders here and reuse phases already done there (default: a temporary folder)",
+    )
     ap.add_argument("--verify", type=int, default=3, help="interleaved re-measurements of each finalist (default 3)")
-    ap.add_argument("--sweep-top", type=int, default=2,
-                    help="the sweep's best points (by its single runs) re-measured as candidates for its winner (default 2)")
+    ap.add_argument(
+        "--sweep-top",
+        type=int,
+        default=2,
+        help="the sweep's best points (by its single runs) re-measured as candidates for its winner (default 2)",
+    )
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     sys.path.insert(0, str(ROOT))
@@ -117,8 +137,10 @@ def main() -> int:
 
     load = [os.getloadavg()[0]]
     sweep_dir = tmp / "sweep"
-    sweep_wall = _phase(tmp / "sweep.wall", lambda: _run([py, "-m", "perfbench", "sweep", str(cfg_path), "--results",
-                                                          str(sweep_dir)], tmp / "sweep.log"))
+    sweep_wall = _phase(
+        tmp / "sweep.wall",
+        lambda: _run([py, "-m", "perfbench", "sweep", str(cfg_path), "--results", str(sweep_dir)], tmp / "sweep.log"),
+    )
     load.append(os.getloadavg()[0])
     st = Store(sweep_dir)
     runs = [r for r in st.list_runs() if r["status"] == "ok"]
@@ -133,27 +155,42 @@ def main() -> int:
         p = tmp / f"tune-seed{seed}.yaml"
         p.write_text(yaml.safe_dump(cfg, sort_keys=False))
         out = tmp / f"tune-seed{seed}"
-        wall = _phase(tmp / f"tune-seed{seed}.wall", lambda: _run([py, "-m", "perfbench", "tune", str(p), "--results",
-                                                                     str(out), "--json"], tmp / f"tune-seed{seed}.log"))
+        wall = _phase(
+            tmp / f"tune-seed{seed}.wall",
+            lambda: _run(
+                [py, "-m", "perfbench", "tune", str(p), "--results", str(out), "--json"], tmp / f"tune-seed{seed}.log"
+            ),
+        )
         load.append(os.getloadavg()[0])
         ans = json.loads((tmp / f"tune-seed{seed}.out").read_text())
         best = ans["best"]
         in_sweep = by_key.get(_key(best["settings"]))
-        seeds.append({
-            "seed": seed, "wall_s": round(wall, 1), "wall_ratio": round(wall / sweep_wall, 3),
-            "trials": len(ans["trials"]), "pruned": sum(t["status"] == "pruned" for t in ans["trials"]),
-            "failed": sum(t["status"] == "failed" for t in ans["trials"]),
-            "best_settings": {k: best["settings"].get(k) for k in AXES},
-            "best_tp_tune": round(best["value"], 2),
-            "best_tp_in_sweep": round(in_sweep, 2) if in_sweep else None,
-            "within": round(in_sweep / win_tp, 4) if in_sweep else None,
-            "training_share": ans["wall_split"]["training_share"],
-            "confirm_runs": sum(len(c["runs"]) for c in (ans.get("confirmation") or {}).get("candidates", [])),
-            "confirmation": [{"settings": {k: c["settings"].get(k) for k in AXES}, "trial": c["trial_value"],
-                              "values": c["values"], "median": c["median"]}
-                             for c in (ans.get("confirmation") or {}).get("candidates", [])],
-        })
-    top = sorted(runs, key=lambda r: -r["metrics"]["throughput"])[:max(1, args.sweep_top)]
+        seeds.append(
+            {
+                "seed": seed,
+                "wall_s": round(wall, 1),
+                "wall_ratio": round(wall / sweep_wall, 3),
+                "trials": len(ans["trials"]),
+                "pruned": sum(t["status"] == "pruned" for t in ans["trials"]),
+                "failed": sum(t["status"] == "failed" for t in ans["trials"]),
+                "best_settings": {k: best["settings"].get(k) for k in AXES},
+                "best_tp_tune": round(best["value"], 2),
+                "best_tp_in_sweep": round(in_sweep, 2) if in_sweep else None,
+                "within": round(in_sweep / win_tp, 4) if in_sweep else None,
+                "training_share": ans["wall_split"]["training_share"],
+                "confirm_runs": sum(len(c["runs"]) for c in (ans.get("confirmation") or {}).get("candidates", [])),
+                "confirmation": [
+                    {
+                        "settings": {k: c["settings"].get(k) for k in AXES},
+                        "trial": c["trial_value"],
+                        "values": c["values"],
+                        "median": c["median"],
+                    }
+                    for c in (ans.get("confirmation") or {}).get("candidates", [])
+                ],
+            }
+        )
+    top = sorted(runs, key=lambda r: -r["metrics"]["throughput"])[: max(1, args.sweep_top)]
     verified = verify(py, tmp, [r["settings"] for r in top] + [s["best_settings"] for s in seeds], args.verify)
     load.append(os.getloadavg()[0])
     # the exhaustive answer, confirmed like tune's: the best verified median among the sweep's top points
@@ -165,37 +202,53 @@ def main() -> int:
         s["verified_within"] = round(mine["median"] / win_v["median"], 4)
     med = lambda k: statistics.median(s[k] for s in seeds if s[k] is not None)  # noqa: E731
     out = {
-        "space_size": len(by_key), "sweep_wall_s": round(sweep_wall, 1), "sweep_training_share": sweep_share,
+        "space_size": len(by_key),
+        "sweep_wall_s": round(sweep_wall, 1),
+        "sweep_training_share": sweep_share,
         "winner": {"settings": {k: winner["settings"].get(k) for k in AXES}, "throughput": round(win_tp, 2)},
-        "sweep_top": [{"settings": {k: r["settings"].get(k) for k in AXES}, "throughput": round(r["metrics"]["throughput"], 2)}
-                      for r in top],
+        "sweep_top": [
+            {"settings": {k: r["settings"].get(k) for k in AXES}, "throughput": round(r["metrics"]["throughput"], 2)}
+            for r in top
+        ],
         "verified_winner": dict(zip(AXES, win_key), median=win_v["median"]),
         "seeds": seeds,
         "verified": {" / ".join(k): v for k, v in verified.items()},
-        "median": {"wall_ratio": med("wall_ratio"), "verified_within": med("verified_within"),
-                   "within_single_run": med("within"), "training_share": med("training_share")},
+        "median": {
+            "wall_ratio": med("wall_ratio"),
+            "verified_within": med("verified_within"),
+            "within_single_run": med("within"),
+            "training_share": med("training_share"),
+        },
         "load_avg_1min": [round(x, 1) for x in load],
         "results": str(tmp) if args.keep else None,
     }
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(f"space {out['space_size']} points; sweep {sweep_wall:.0f} s wall, training steps "
-              f"{sweep_share * 100:.1f}% of it; winner {out['winner']['settings']} {win_tp:.1f} samples/s")
-        print(f"{'seed':>4}{'wall s':>8}{'of sweep':>10}{'trials':>8}{'pruned':>8}  best settings"
-              f"{'':<30}{'tune tp':>9}{'sweep tp':>10}{'of winner':>11}{'train%':>8}")
+        print(
+            f"space {out['space_size']} points; sweep {sweep_wall:.0f} s wall, training steps "
+            f"{sweep_share * 100:.1f}% of it; winner {out['winner']['settings']} {win_tp:.1f} samples/s"
+        )
+        print(
+            f"{'seed':>4}{'wall s':>8}{'of sweep':>10}{'trials':>8}{'pruned':>8}  best settings"
+            f"{'':<30}{'tune tp':>9}{'sweep tp':>10}{'of winner':>11}{'train%':>8}"
+        )
         for s in seeds:
-            print(f"{s['seed']:>4}{s['wall_s']:>8.0f}{s['wall_ratio'] * 100:>9.1f}%{s['trials']:>8}{s['pruned']:>8}  "
-                  f"{json.dumps(s['best_settings']):<43}{s['best_tp_tune']:>9.1f}{(s['best_tp_in_sweep'] or 0):>10.1f}"
-                  f"{(s['within'] or 0) * 100:>10.1f}%{s['training_share'] * 100:>7.1f}%"
-                  f"   verified {s['verified_tp']:.1f} = {s['verified_within'] * 100:.1f}% of the winner's")
+            print(
+                f"{s['seed']:>4}{s['wall_s']:>8.0f}{s['wall_ratio'] * 100:>9.1f}%{s['trials']:>8}{s['pruned']:>8}  "
+                f"{json.dumps(s['best_settings']):<43}{s['best_tp_tune']:>9.1f}{(s['best_tp_in_sweep'] or 0):>10.1f}"
+                f"{(s['within'] or 0) * 100:>10.1f}%{s['training_share'] * 100:>7.1f}%"
+                f"   verified {s['verified_tp']:.1f} = {s['verified_within'] * 100:.1f}% of the winner's"
+            )
         for k, v in out["verified"].items():
             print(f"verified {k}: {v['runs']} samples/s, median {v['median']:.1f}")
         print(f"exhaustive winner after verification: {out['verified_winner']}")
         m = out["median"]
-        print(f"median: {m['wall_ratio'] * 100:.1f}% of the sweep's wall time; tune's best at "
-              f"{m['verified_within'] * 100:.1f}% of the winner's throughput re-measured side by side "
-              f"({m['within_single_run'] * 100:.1f}% by the sweep's single runs); load average {out['load_avg_1min']}")
+        print(
+            f"median: {m['wall_ratio'] * 100:.1f}% of the sweep's wall time; tune's best at "
+            f"{m['verified_within'] * 100:.1f}% of the winner's throughput re-measured side by side "
+            f"({m['within_single_run'] * 100:.1f}% by the sweep's single runs); load average {out['load_avg_1min']}"
+        )
     if not args.keep:
         import shutil
 

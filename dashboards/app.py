@@ -51,13 +51,15 @@ def _page_container(app: Dash):
         else:  # what Dash's router shows for an unknown path
             content = html.H1("404 - Page not found")
         loc = {"pathname": u.path, "search": search, "hash": "", "href": url}
-    return html.Div([
-        dcc.Location(id=_ID_LOCATION, refresh="callback-nav", **loc),
-        html.Div(content, id=_ID_CONTENT, disable_n_clicks=True),
-        dcc.Store(id=_ID_STORE, data={"title": title} if loc else None),
-        dcc.Store(id="_pages_rendered", data=(loc["pathname"] + loc["search"]) if loc else None),
-        html.Div(id=_ID_DUMMY, disable_n_clicks=True),
-    ])
+    return html.Div(
+        [
+            dcc.Location(id=_ID_LOCATION, refresh="callback-nav", **loc),
+            html.Div(content, id=_ID_CONTENT, disable_n_clicks=True),
+            dcc.Store(id=_ID_STORE, data={"title": title} if loc else None),
+            dcc.Store(id="_pages_rendered", data=(loc["pathname"] + loc["search"]) if loc else None),
+            html.Div(id=_ID_DUMMY, disable_n_clicks=True),
+        ]
+    )
 
 
 # the page rendered with the layout is not the one in the address bar (no or another Referer): ask the router
@@ -67,8 +69,10 @@ clientside_callback(
         if (rendered === here) { throw window.dash_clientside.PreventUpdate; }
         return [window.location.pathname, window.location.search];
     }""",
-    Output(_ID_LOCATION, "pathname", allow_duplicate=True), Output(_ID_LOCATION, "search", allow_duplicate=True),
-    Input("_pages_rendered", "data"), prevent_initial_call="initial_duplicate",
+    Output(_ID_LOCATION, "pathname", allow_duplicate=True),
+    Output(_ID_LOCATION, "search", allow_duplicate=True),
+    Input("_pages_rendered", "data"),
+    prevent_initial_call="initial_duplicate",
 )
 
 
@@ -76,26 +80,42 @@ def create_app(results: str | os.PathLike) -> Dash:
     data.configure(results)
     # plotly.js is served by this server (dash's own copy, never a CDN) and fetched only when a page first
     # draws a graph; pages create their graphs in callbacks, after their text and tables have painted
-    app = Dash(__name__, use_pages=True, pages_folder="", suppress_callback_exceptions=True,
-               title="perfbench", update_title=None, serve_locally=True)
+    app = Dash(
+        __name__,
+        use_pages=True,
+        pages_folder="",
+        suppress_callback_exceptions=True,
+        title="perfbench",
+        update_title=None,
+        serve_locally=True,
+    )
     nav = []
     for order, (module, name, path, in_nav) in enumerate(PAGES):
         mod = importlib.import_module(f"dashboards.pages.{module}")
         where = {"path_template": path} if "<" in path else {"path": path}
-        dash.register_page(module, name=name, title=f"perfbench · {name.lower()}", layout=mod.layout, order=order,
-                           **where)
+        dash.register_page(
+            module, name=name, title=f"perfbench · {name.lower()}", layout=mod.layout, order=order, **where
+        )
         if in_nav:
             nav.append(dcc.Link(name, href=path, style={"marginRight": "16px"}, id=f"nav-{module}"))
-    app.layout = lambda: html.Div([
-        # run ids ticked on the Sweeps page (kept for the browser tab's session): Compare opens with them
-        dcc.Store(id="ticked-runs", storage_type="session", data=[]),
-        html.Header([
-            html.Strong("perfbench", style={"marginRight": "24px", "fontSize": "18px"}),
-            *nav,
-            html.Span(f"results: {data.get().store.root}", style={"float": "right", "color": "#777", "fontSize": "12px"}),
-        ], style={"padding": "10px 16px", "borderBottom": "1px solid #ddd", "fontFamily": "sans-serif"}),
-        html.Main(_page_container(app), style={"padding": "8px 16px", "fontFamily": "sans-serif"}),
-    ])
+    app.layout = lambda: html.Div(
+        [
+            # run ids ticked on the Sweeps page (kept for the browser tab's session): Compare opens with them
+            dcc.Store(id="ticked-runs", storage_type="session", data=[]),
+            html.Header(
+                [
+                    html.Strong("perfbench", style={"marginRight": "24px", "fontSize": "18px"}),
+                    *nav,
+                    html.Span(
+                        f"results: {data.get().store.root}",
+                        style={"float": "right", "color": "#777", "fontSize": "12px"},
+                    ),
+                ],
+                style={"padding": "10px 16px", "borderBottom": "1px solid #ddd", "fontFamily": "sans-serif"},
+            ),
+            html.Main(_page_container(app), style={"padding": "8px 16px", "fontFamily": "sans-serif"}),
+        ]
+    )
     return app
 
 

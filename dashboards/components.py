@@ -12,14 +12,28 @@ from analyzers.catalogue import METRICS, format_value, unit_label
 
 TABLE_STYLE = dict(
     style_table={"overflowX": "auto"},
-    style_cell={"fontFamily": "sans-serif", "fontSize": "13px", "padding": "3px 8px", "textAlign": "left",
-                "maxWidth": "420px", "overflow": "hidden", "textOverflow": "ellipsis"},
+    style_cell={
+        "fontFamily": "sans-serif",
+        "fontSize": "13px",
+        "padding": "3px 8px",
+        "textAlign": "left",
+        "maxWidth": "420px",
+        "overflow": "hidden",
+        "textOverflow": "ellipsis",
+    },
     style_header={"fontWeight": "bold", "backgroundColor": "#f3f3f3"},
 )
 
 #: how a table column that is not a catalogue metric is printed, by its name's suffix (fmt of format_value)
-COLUMN_FORMATS = (("_ms", "num"), ("_us", "num"), ("_gbps", "gbps"), ("bytes", "bytes"), ("share", "pct"),
-                  ("ratio", "num"), ("count", "int"))
+COLUMN_FORMATS = (
+    ("_ms", "num"),
+    ("_us", "num"),
+    ("_gbps", "gbps"),
+    ("bytes", "bytes"),
+    ("share", "pct"),
+    ("ratio", "num"),
+    ("count", "int"),
+)
 
 
 def num(v, digits: int = 4):
@@ -59,11 +73,20 @@ def metric_card(name: str, v, id: str | None = None):
     """Label over value; the catalogue's definition is the tooltip."""
     props = {"id": id} if id else {}
     m = METRICS.get(name)
-    return html.Div([html.Div(m.label if m else name, className="metric-label",
-                              style={"fontSize": "11px", "color": "#666", "borderBottom": "1px dotted #aaa"}),
-                     html.Div(metric_text(name, v), className="metric-value", style={"fontSize": "18px"})],
-                    title=definition(name), className="metric-card", **props,
-                    style={"display": "inline-block", "marginRight": "26px", "marginBottom": "8px", "cursor": "help"})
+    return html.Div(
+        [
+            html.Div(
+                m.label if m else name,
+                className="metric-label",
+                style={"fontSize": "11px", "color": "#666", "borderBottom": "1px dotted #aaa"},
+            ),
+            html.Div(metric_text(name, v), className="metric-value", style={"fontSize": "18px"}),
+        ],
+        title=definition(name),
+        className="metric-card",
+        **props,
+        style={"display": "inline-block", "marginRight": "26px", "marginBottom": "8px", "cursor": "help"},
+    )
 
 
 def column_fmt(col: str) -> str | None:
@@ -103,8 +126,16 @@ def frame_text(df: pd.DataFrame) -> list[dict]:
 def frame_records(df: pd.DataFrame, digits: int = 4) -> list[dict]:
     out = []
     for row in df.to_dict("records"):
-        out.append({k: (num(v, digits) if isinstance(v, float) else (v if isinstance(v, (int, str, bool)) or v is None
-                                                                      else str(v))) for k, v in row.items()})
+        out.append(
+            {
+                k: (
+                    num(v, digits)
+                    if isinstance(v, float)
+                    else (v if isinstance(v, (int, str, bool)) or v is None else str(v))
+                )
+                for k, v in row.items()
+            }
+        )
     return out
 
 
@@ -118,13 +149,20 @@ def table(df: pd.DataFrame | None, id: str, page_size: int = 15, formatted: bool
     """A display table: values formatted (catalogue), headings with units, definitions as header tooltips."""
     if df is None or df.empty:
         return empty(f"no data ({id})")
-    tips = {c: definition(c[8:] if c.startswith("metrics.") else c) for c in df.columns
-            if (c[8:] if c.startswith("metrics.") else c) in METRICS}
+    tips = {
+        c: definition(c[8:] if c.startswith("metrics.") else c)
+        for c in df.columns
+        if (c[8:] if c.startswith("metrics.") else c) in METRICS
+    }
     return dash_table.DataTable(
-        id=id, data=frame_text(df) if formatted else frame_records(df),
+        id=id,
+        data=frame_text(df) if formatted else frame_records(df),
         columns=[{"name": heading(c), "id": c} for c in df.columns],
-        tooltip_header=tips or None, page_action="native" if len(df) > page_size else "none",
-        page_size=page_size, **{**TABLE_STYLE, **kw})
+        tooltip_header=tips or None,
+        page_action="native" if len(df) > page_size else "none",
+        page_size=page_size,
+        **{**TABLE_STYLE, **kw},
+    )
 
 
 def empty(text: str):
@@ -164,8 +202,13 @@ clientside_callback(
 
 def after_paint(page: str, selector: str):
     """Stores for one page: `after_paint_input(page)` fires once `selector` has painted and the browser is idle."""
-    return html.Div([dcc.Store(id={"type": "after-paint-selector", "page": page}, data=selector),
-                     dcc.Store(id={"type": "after-paint", "page": page})], style={"display": "none"})
+    return html.Div(
+        [
+            dcc.Store(id={"type": "after-paint-selector", "page": page}, data=selector),
+            dcc.Store(id={"type": "after-paint", "page": page}),
+        ],
+        style={"display": "none"},
+    )
 
 
 def after_paint_input(page: str) -> Input:

@@ -184,9 +184,15 @@ class DashData:
         df["efficiency"] = pd.to_numeric(df["efficiency"], errors="coerce")
         df["baseline"] = pd.to_numeric(df["baseline"], errors="coerce")
         g = df.groupby(["group", "settings.world_size"])
-        out = pd.DataFrame({"throughput": g["metrics.throughput"].mean(), "std": g["metrics.throughput"].std(),
-                            "repeats": g.size(), "efficiency": g["efficiency"].mean(),
-                            "baseline": g["baseline"].mean()}).reset_index()
+        out = pd.DataFrame(
+            {
+                "throughput": g["metrics.throughput"].mean(),
+                "std": g["metrics.throughput"].std(),
+                "repeats": g.size(),
+                "efficiency": g["efficiency"].mean(),
+                "baseline": g["baseline"].mean(),
+            }
+        ).reset_index()
         out = out.rename(columns={"settings.world_size": "world_size"})
         out["world_size"] = pd.to_numeric(out["world_size"], errors="coerce")
         out["ideal"] = out["baseline"] * out["world_size"]
@@ -200,29 +206,50 @@ class DashData:
         from perfbench.predict.model import calibrate, curve
 
         sweeps = self.sweeps()
-        sweep = sweep or (max(sweeps, key=lambda s: max(r["run_id"] for r in self.runs() if r.get("sweep_id") == s))
-                          if sweeps else None)
+        sweep = sweep or (
+            max(sweeps, key=lambda s: max(r["run_id"] for r in self.runs() if r.get("sweep_id") == s))
+            if sweeps
+            else None
+        )
         if not sweep:
             return pd.DataFrame(), "no prediction: no sweep in the store"
-        key = ("predicted", sweep, tuple(sorted((r["run_id"], r.get("status")) for r in self.runs()
-                                                 if r.get("sweep_id") == sweep)))
+        key = (
+            "predicted",
+            sweep,
+            tuple(sorted((r["run_id"], r.get("status")) for r in self.runs() if r.get("sweep_id") == sweep)),
+        )
         with self._lock:
             if key in self._tables:
                 return self._tables[key]
         try:
             cal = calibrate(self.store, [sweep])
-            preds = curve(cal, sorted(set(world_sizes) | {int(r["settings"].get("world_size") or 1)
-                                                           for r in self.runs() if r.get("sweep_id") == sweep}))
+            preds = curve(
+                cal,
+                sorted(
+                    set(world_sizes)
+                    | {int(r["settings"].get("world_size") or 1) for r in self.runs() if r.get("sweep_id") == sweep}
+                ),
+            )
         except UserError as exc:
             out = (pd.DataFrame(), f"no prediction for {sweep}: {exc}")
         else:
-            rows = [{"world_size": p["settings"]["world_size"], "throughput": p["throughput"],
-                     "low": p["throughput"] * p["step_time_s"] / p["interval"]["high"],
-                     "high": p["throughput"] * p["step_time_s"] / max(p["interval"]["low"], 1e-12),
-                     "step_time_s": p["step_time_s"], "scaling_efficiency": p["scaling_efficiency"]} for p in preds]
+            rows = [
+                {
+                    "world_size": p["settings"]["world_size"],
+                    "throughput": p["throughput"],
+                    "low": p["throughput"] * p["step_time_s"] / p["interval"]["high"],
+                    "high": p["throughput"] * p["step_time_s"] / max(p["interval"]["low"], 1e-12),
+                    "step_time_s": p["step_time_s"],
+                    "scaling_efficiency": p["scaling_efficiency"],
+                }
+                for p in preds
+            ]
             fixed = ", ".join(f"{k}={v}" for k, v in preds[0]["settings"].items() if k != "world_size")
-            out = (pd.DataFrame(rows), f"predicted by `perfbench predict --from {sweep}` ({len(cal.inputs)} runs; {fixed}); "
-                                       "band: the prediction's interval")
+            out = (
+                pd.DataFrame(rows),
+                f"predicted by `perfbench predict --from {sweep}` ({len(cal.inputs)} runs; {fixed}); "
+                "band: the prediction's interval",
+            )
         with self._lock:
             self._tables[key] = out
         return out

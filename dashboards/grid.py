@@ -18,8 +18,14 @@ from dashboards import data
 from dashboards.components import cell_text
 
 #: metrics the grid offers besides the catalogue's key metrics (when some run has them)
-EXTRA_METRICS = ("collectives_per_step", "comm_bytes_per_step", "bubble_fraction", "expert_load_cv",
-                 "profiler_overhead", "capture_cost")
+EXTRA_METRICS = (
+    "collectives_per_step",
+    "comm_bytes_per_step",
+    "bubble_fraction",
+    "expert_load_cv",
+    "profiler_overhead",
+    "capture_cost",
+)
 ID_COLUMNS = ["run_id", "sweep_id", "status", "source"]
 #: fmt -> factor from the stored value to the shown number
 DISPLAY_SCALE = {"ms": 1000.0, "pct": 100.0}
@@ -57,8 +63,9 @@ def frame(sweep: str | None = None) -> pd.DataFrame:
     if len(df) and "metrics.throughput" in df.columns and "settings.world_size" in df.columns:
         df["metrics.scaling_efficiency"] = _efficiency(df)
     settings = [c for c in df.columns if c.startswith("settings.")]
-    varying = [c for c in settings if c in ("settings.world_size", "settings.workload")
-               or df[c].astype(str).nunique() > 1]
+    varying = [
+        c for c in settings if c in ("settings.world_size", "settings.workload") or df[c].astype(str).nunique() > 1
+    ]
     names = list(KEY_METRICS) + [m for m in EXTRA_METRICS if m not in KEY_METRICS]
     metrics = [f"metrics.{m}" for m in names if f"metrics.{m}" in df.columns and df[f"metrics.{m}"].notna().any()]
     cols = [c for c in ID_COLUMNS if c in df.columns] + varying + metrics
@@ -81,8 +88,18 @@ def shown_number(col: str, s: pd.Series) -> pd.Series:
 
 
 _PART = re.compile(r"^\s*\{(?P<col>[^}]+)\}\s*(?P<op>[a-z]*\s*(?:<=|>=|!=|<|>|=)|[a-z]+)\s*(?P<val>.*?)\s*$")
-_WORDS = {"eq": "=", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=", "contains": "contains",
-          "icontains": "contains", "scontains": "contains", "datestartswith": "contains"}
+_WORDS = {
+    "eq": "=",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "contains": "contains",
+    "icontains": "contains",
+    "scontains": "contains",
+    "datestartswith": "contains",
+}
 
 
 def parse_filter(query: str | None) -> list[tuple[str, str, str]]:
@@ -135,8 +152,12 @@ def apply_sort(df: pd.DataFrame, sort_by: list[dict] | None) -> pd.DataFrame:
         n = pd.to_numeric(df[s["column_id"]], errors="coerce")
         keys.append(n if n.notna().any() else df[s["column_id"]].astype(str))
     order = pd.DataFrame({f"k{i}": k for i, k in enumerate(keys)}, index=df.index)
-    order = order.sort_values(list(order.columns), ascending=[s.get("direction") != "desc" for s in sort_by],
-                              kind="stable", na_position="last")
+    order = order.sort_values(
+        list(order.columns),
+        ascending=[s.get("direction") != "desc" for s in sort_by],
+        kind="stable",
+        na_position="last",
+    )
     return df.loc[order.index]
 
 
@@ -159,4 +180,4 @@ def query(sweep: str | None, filter_query: str | None, sort_by, page: int, page_
     f = apply_sort(apply_filter(df, filter_query), sort_by)
     pages = max(1, -(-len(f) // page_size))
     page = min(max(int(page or 0), 0), pages - 1)
-    return rows(f.iloc[page * page_size:(page + 1) * page_size]), pages, len(f), len(df), f
+    return rows(f.iloc[page * page_size : (page + 1) * page_size]), pages, len(f), len(df), f

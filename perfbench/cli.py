@@ -66,7 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
-        print(f"perfbench: error: {exc.strerror or exc}{where}  [set PERFBENCH_DEBUG=1 for a traceback]", file=sys.stderr)
+        print(
+            f"perfbench: error: {exc.strerror or exc}{where}  [set PERFBENCH_DEBUG=1 for a traceback]", file=sys.stderr
+        )
         return 2
     except KeyboardInterrupt:
         print("perfbench: interrupted", file=sys.stderr)

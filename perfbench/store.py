@@ -73,7 +73,7 @@ class AmbiguousRun(UserError):
 def short_id(rec: dict) -> str:
     """The run id without its sweep id prefix, as `perfbench ls` shows it (e.g. `ws2-r0`)."""
     rid, sid = rec["run_id"], rec.get("sweep_id") or ""
-    return rid[len(sid) + 1:] if sid and rid.startswith(sid + "-") else rid
+    return rid[len(sid) + 1 :] if sid and rid.startswith(sid + "-") else rid
 
 
 class Store:
@@ -81,7 +81,9 @@ class Store:
         self.root = Path(root)
         if not self.root.exists():
             if not create:
-                raise UserError(f"no results at {self.root} (run `perfbench sweep CONFIG` or `perfbench analyze PATH` first)")
+                raise UserError(
+                    f"no results at {self.root} (run `perfbench sweep CONFIG` or `perfbench analyze PATH` first)"
+                )
             self.root.mkdir(parents=True, exist_ok=True)
         elif not self.root.is_dir():
             raise UserError(f"results path {self.root} is not a directory")
@@ -156,15 +158,19 @@ class Store:
         if rec is not None:
             return rec
         runs = self.list_runs() if run_id else []
-        for matches in ([r for r in runs if short_id(r) == run_id],
-                        [r for r in runs if r["run_id"].startswith(run_id) or short_id(r).startswith(run_id)]):
+        for matches in (
+            [r for r in runs if short_id(r) == run_id],
+            [r for r in runs if r["run_id"].startswith(run_id) or short_id(r).startswith(run_id)],
+        ):
             if len(matches) == 1:
                 return matches[0]
             if matches:
                 shown = ", ".join(r["run_id"] for r in matches[:10])
                 more = f" and {len(matches) - 10} more" if len(matches) > 10 else ""
-                raise AmbiguousRun(f"run id {run_id!r} is ambiguous: it matches {len(matches)} runs in {self.root}: "
-                                   f"{shown}{more} (give more of the id)")
+                raise AmbiguousRun(
+                    f"run id {run_id!r} is ambiguous: it matches {len(matches)} runs in {self.root}: "
+                    f"{shown}{more} (give more of the id)"
+                )
         raise RunNotFound(f"no run {run_id!r} in {self.root} (see `perfbench ls --results {self.root}`)")
 
     def list_runs(self, sweep: str | None = None) -> list[dict]:
@@ -241,7 +247,9 @@ def _to_parquet(df: pd.DataFrame, path: str) -> None:
         if df[col].dtype == object:
             sample = df[col].dropna()
             if len(sample) and not all(isinstance(v, str) for v in sample.head(50)):
-                df[col] = df[col].map(lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=_json_default))
+                df[col] = df[col].map(
+                    lambda v: v if v is None or isinstance(v, str) else json.dumps(v, default=_json_default)
+                )
     df.to_parquet(path, index=False)
 
 

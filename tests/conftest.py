@@ -67,8 +67,9 @@ def msprof_cluster(tmp_path_factory):
         if key not in done:
             work = tmp_path_factory.mktemp(f"msprof-{mode}") / "run"
             try:
-                r = run_msprof(fixture_path(*parts), ["cluster", "-d", "{data}", "-m", mode, "--export_type", export],
-                               work)
+                r = run_msprof(
+                    fixture_path(*parts), ["cluster", "-d", "{data}", "-m", mode, "--export_type", export], work
+                )
             except FileNotFoundError as exc:
                 pytest.fail(str(exc))
             assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -119,8 +120,10 @@ def pytest_runtest_teardown(item, nextitem):
     problems = []
     seen = getattr(item, "_pb_msrun_seen", None)
     if seen:
-        problems.append(f"{item.nodeid} started msrun but is not marked @pytest.mark.msrun "
-                        f"(the fast lane `-m 'not msrun'` must start none): {'; '.join(seen.values())}")
+        problems.append(
+            f"{item.nodeid} started msrun but is not marked @pytest.mark.msrun "
+            f"(the fast lane `-m 'not msrun'` must start none): {'; '.join(seen.values())}"
+        )
     before = getattr(item, "_pb_before", None)
     if before is not None:
         left = [p for p in session_processes(before) if not _background(p)]
@@ -144,17 +147,23 @@ def pytest_sessionfinish(session, exitstatus):
         what = _describe(left)
         kill_processes(left)
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-            f"ERROR: the test session left {len(left)} process(es) running (killed): {what}", red=True)
+            f"ERROR: the test session left {len(left)} process(es) running (killed): {what}", red=True
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_modifyitems(config, items):
     """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so."""
-    bad = [it.nodeid for it in items
-           if "sweep_store" in getattr(it, "fixturenames", ()) and not any(it.iter_markers("msrun"))]
+    bad = [
+        it.nodeid
+        for it in items
+        if "sweep_store" in getattr(it, "fixturenames", ()) and not any(it.iter_markers("msrun"))
+    ]
     if bad:
-        raise pytest.UsageError("tests that use the `sweep_store` fixture (a real msrun sweep) must be marked "
-                                "@pytest.mark.msrun: " + ", ".join(bad))
+        raise pytest.UsageError(
+            "tests that use the `sweep_store` fixture (a real msrun sweep) must be marked "
+            "@pytest.mark.msrun: " + ", ".join(bad)
+        )
 
 
 @pytest.fixture
@@ -180,8 +189,11 @@ def spawn():
                 p.wait(5)
             except subprocess.TimeoutExpired:
                 pass
-    remaining = [p for p in psutil.process_iter(["pid", "status"])
-                 if _pgid(p.pid) in groups and p.info["status"] != psutil.STATUS_ZOMBIE]
+    remaining = [
+        p
+        for p in psutil.process_iter(["pid", "status"])
+        if _pgid(p.pid) in groups and p.info["status"] != psutil.STATUS_ZOMBIE
+    ]
     assert not remaining, f"processes left in the test's process groups: {_describe(remaining)}"
 
 
@@ -197,6 +209,11 @@ def imported_store(tmp_path_factory):
     """Results dir holding one `perfbench analyze` import of a real 2-rank Ascend profile (set B, level1):
     advice, collectives, slow-rank tests, per-rank breakdown; fast, no msrun."""
     results = tmp_path_factory.mktemp("imported") / "results"
-    run_perfbench("analyze", fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level1"),
-                  "--results", results, timeout=300)
+    run_perfbench(
+        "analyze",
+        fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level1"),
+        "--results",
+        results,
+        timeout=300,
+    )
     return results

@@ -67,8 +67,9 @@ def run_msprof(src: Path, args: list[str], work: Path, timeout: int = 900) -> Ms
     shutil.copytree(src, data)  # WAL-mode dbs: never open the originals
     argv = [str(MSPROF), *(a.replace("{data}", str(data)).replace("{work}", str(work)) for a in args)]
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    (work / "run.json").write_text(json.dumps({"argv": argv, "stdout": proc.stdout, "stderr": proc.stderr,
-                                               "returncode": proc.returncode}))
+    (work / "run.json").write_text(
+        json.dumps({"argv": argv, "stdout": proc.stdout, "stderr": proc.stderr, "returncode": proc.returncode})
+    )
     if proc.returncode == 0:
         _keep(work, kept)
     return MsprofRun(work, data, proc.stdout, proc.stderr, proc.returncode, kept=False)

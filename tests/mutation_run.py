@@ -38,46 +38,46 @@ ROOT = Path(__file__).resolve().parents[1]
 #: mutants are run and scored: the conclusions users act on, within a budget of ~1500 mutants (2 slow cores).
 #: Registry glue, parsing helpers and rendering stay out.
 FUNCTIONS = [
-    "analyzers.analyses.step_metrics.x__workload_part__mutmut_*",        # run record: throughput, step time
+    "analyzers.analyses.step_metrics.x__workload_part__mutmut_*",  # run record: throughput, step time
     "analyzers.analyses.step_metrics.x_samples__mutmut_*",
-    "analyzers.analyses.capture_cost.x_analysis__mutmut_*",                # what the profile cost the run
-    "perfbench.views.results.x_baselines__mutmut_*",                   # scaling efficiency
+    "analyzers.analyses.capture_cost.x_analysis__mutmut_*",  # what the profile cost the run
+    "perfbench.views.results.x_baselines__mutmut_*",  # scaling efficiency
     "perfbench.views.results.x_summarize__mutmut_*",
     "perfbench.views.results.x_breakdown_fractions__mutmut_*",
-    "perfbench.regress.check.x_decide_metric__mutmut_*",                 # the CI gate's decision
-    "perfbench.regress.check.x_between_run_margin__mutmut_*",          # the gate's between-run margin
+    "perfbench.regress.check.x_decide_metric__mutmut_*",  # the CI gate's decision
+    "perfbench.regress.check.x_between_run_margin__mutmut_*",  # the gate's between-run margin
     "perfbench.regress.check.x_parse_threshold__mutmut_*",
     "perfbench.regress.check.x_match_groups__mutmut_*",
     "perfbench.regress.check.x_groups_of__mutmut_*",
     "perfbench.regress.check.x_group_key__mutmut_*",
-    "perfbench.regress.compare.x_metric_delta__mutmut_*",                # compare's statistics
+    "perfbench.regress.compare.x_metric_delta__mutmut_*",  # compare's statistics
     "analyzers.stats.x_welch_ci__mutmut_*",
     "analyzers.stats.x_mann_whitney_p__mutmut_*",
     "perfbench.regress.compare.x_settings_diff__mutmut_*",
     "analyzers.catalogue.xǁMetricǁworse__mutmut_*",  # metric directions
     "analyzers.catalogue.x_metric__mutmut_*",
-    "analyzers.analyses.breakdown.x_union_length__mutmut_*",              # breakdown and its reconciliation
+    "analyzers.analyses.breakdown.x_union_length__mutmut_*",  # breakdown and its reconciliation
     "analyzers.analyses.breakdown.x_reconcile__mutmut_*",
-    "analyzers.analyses.collectives.x_busbw_factor__mutmut_*",            # bandwidth
+    "analyzers.analyses.collectives.x_busbw_factor__mutmut_*",  # bandwidth
     "analyzers.analyses.collectives.x_comm_op_stats__mutmut_*",
-    "analyzers.analyses.slow_ranks.x__outlier_test__mutmut_*",            # slow ranks
+    "analyzers.analyses.slow_ranks.x__outlier_test__mutmut_*",  # slow ranks
     "analyzers.analyses.slow_ranks.x_sign_test_p__mutmut_*",
     "analyzers.analyses.slow_ranks.x__judge__mutmut_*",
-    "analyzers.analyses.pipeline.x_ideal_bubble_fraction__mutmut_*",      # pipeline bubble
+    "analyzers.analyses.pipeline.x_ideal_bubble_fraction__mutmut_*",  # pipeline bubble
     "analyzers.analyses.pipeline.x_mean_bubble_fraction__mutmut_*",
-    "analyzers.analyses.experts.x_expert_load__mutmut_*",                 # expert load
+    "analyzers.analyses.experts.x_expert_load__mutmut_*",  # expert load
     "analyzers.analyses.experts.x_mean_expert_cv__mutmut_*",
-    "perfbench.run.config_models.x_run_rules__mutmut_*",             # config validation: rules across keys
+    "perfbench.run.config_models.x_run_rules__mutmut_*",  # config validation: rules across keys
     "perfbench.run.config_models.x_range_rules__mutmut_*",
     "perfbench.run.config_models.x_range_ends__mutmut_*",
     "perfbench.run.config_models.x_launch_rules__mutmut_*",
     "perfbench.run.config_models.x__data_folder__mutmut_*",
-    "perfbench.run.config_models.x_config_error__mutmut_*",          # the one-line error naming key and value
-    "perfbench.run.config.x__check_value__mutmut_*",                 # world size and swept values
+    "perfbench.run.config_models.x_config_error__mutmut_*",  # the one-line error naming key and value
+    "perfbench.run.config.x__check_value__mutmut_*",  # world size and swept values
     "perfbench.run.config.x__check_run__mutmut_*",
     "perfbench.run.config.x_parse_config__mutmut_*",
-    "analyzers.analyses.advice.x__account__mutmut_*",                    # advice: each stretch of time explained once
-    "analyzers.analyses.advice.x__order__mutmut_*",                      # ... ranked by gain, symptoms after their cause
+    "analyzers.analyses.advice.x__account__mutmut_*",  # advice: each stretch of time explained once
+    "analyzers.analyses.advice.x__order__mutmut_*",  # ... ranked by gain, symptoms after their cause
     "analyzers.analyses.advice.x__severity__mutmut_*",
     "analyzers.analyses.advice.x__link__mutmut_*",
     "analyzers.analyses.advice.x_fusion_gain__mutmut_*",
@@ -136,8 +136,18 @@ def collect(functions: list[str] = FUNCTIONS) -> dict:
     from mutmut.utils.file_utils import walk_mutatable_files
 
     equivalents = _equivalents()
-    res = {"functions": functions, "killed": 0, "survived": 0, "equivalent": 0, "not_checked": 0, "not_checked_mutants": [], "modules": [], "survivors": [], "equivalents": [],
-           "by_module": {}}
+    res = {
+        "functions": functions,
+        "killed": 0,
+        "survived": 0,
+        "equivalent": 0,
+        "not_checked": 0,
+        "not_checked_mutants": [],
+        "modules": [],
+        "survivors": [],
+        "equivalents": [],
+        "by_module": {},
+    }
     for path in sorted(walk_mutatable_files(), key=str):
         m = SourceFileMutationData(path=path)
         if not m.meta_path.exists():
@@ -163,8 +173,14 @@ def collect(functions: list[str] = FUNCTIONS) -> dict:
             diff = get_diff_for_mutant(key, path=path)
             old, new = _changed_lines(diff)
             fn = _function(key)
-            entry = {"file": str(path), "line": _line_of(path, fn, old), "function": fn, "mutant": key,
-                     "status": status, "diff": diff}
+            entry = {
+                "file": str(path),
+                "line": _line_of(path, fn, old),
+                "function": fn,
+                "mutant": key,
+                "status": status,
+                "diff": diff,
+            }
             reason = next((r for f, o, n, r in equivalents if f == str(path) and o == old and n == new), None)
             if reason is not None:
                 mod["equivalent"] += 1
@@ -185,17 +201,31 @@ def collect(functions: list[str] = FUNCTIONS) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--max-children", type=int, default=2, help="parallel mutant runs (default 2)")
-    ap.add_argument("--resume", action="store_true", help="keep mutants/ from an earlier run (only unfinished ones run)")
+    ap.add_argument(
+        "--resume", action="store_true", help="keep mutants/ from an earlier run (only unfinished ones run)"
+    )
     ap.add_argument("--report-only", action="store_true", help="do not run mutmut; report the last run's results")
-    ap.add_argument("--rerun-survivors", action="store_true",
-                    help="after adding tests: copy tests/ into mutants/ and run again only the last run's survivors "
-                         "(and the mutants it did not reach)")
-    ap.add_argument("--only", action="append", metavar="PREFIX",
-                    help="run and score only the FUNCTIONS that start with PREFIX (repeatable), e.g. "
-                         "--only perfbench.run.config (a quick check of one module; the score is for them only)")
+    ap.add_argument(
+        "--rerun-survivors",
+        action="store_true",
+        help="after adding tests: copy tests/ into mutants/ and run again only the last run's survivors "
+        "(and the mutants it did not reach)",
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="PREFIX",
+        help="run and score only the FUNCTIONS that start with PREFIX (repeatable), e.g. "
+        "--only perfbench.run.config (a quick check of one module; the score is for them only)",
+    )
     ap.add_argument("--output", default=str(ROOT / "mutation.json"))
-    ap.add_argument("--budget", type=float, default=0, metavar="S",
-                    help="stop mutmut after S seconds and report what it checked (unchecked mutants are counted apart)")
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=0,
+        metavar="S",
+        help="stop mutmut after S seconds and report what it checked (unchecked mutants are counted apart)",
+    )
     args = ap.parse_args()
     os.chdir(ROOT)
     names = [f for f in FUNCTIONS if not args.only or any(f.startswith(p) for p in args.only)]
@@ -204,8 +234,11 @@ def main() -> int:
     scored = names
     if args.rerun_survivors:
         last = json.loads(Path(args.output).read_text())
-        names = [n for n in [s["mutant"] for s in last["survivors"]] + last.get("not_checked_mutants", [])
-                 if not args.only or any(n.startswith(p) for p in args.only)]
+        names = [
+            n
+            for n in [s["mutant"] for s in last["survivors"]] + last.get("not_checked_mutants", [])
+            if not args.only or any(n.startswith(p) for p in args.only)
+        ]
         for f in (ROOT / "tests").glob("*.py"):  # mutmut copies the tree once; bring the new tests in
             shutil.copy2(f, ROOT / "mutants" / "tests" / f.name)
         args.resume = True
@@ -213,14 +246,22 @@ def main() -> int:
         if not args.resume and (ROOT / "mutants").exists():
             shutil.rmtree(ROOT / "mutants")  # the code moved since: start clean
         cfg = _config()
-        print(f"mutmut over {len(cfg['only_mutate'])} modules with {len(cfg['pytest_add_cli_args_test_selection'])} "
-              f"fast test files, {args.max_children} at a time (log: mutation.log) ...", flush=True)
+        print(
+            f"mutmut over {len(cfg['only_mutate'])} modules with {len(cfg['pytest_add_cli_args_test_selection'])} "
+            f"fast test files, {args.max_children} at a time (log: mutation.log) ...",
+            flush=True,
+        )
         env = dict(os.environ, PERFBENCH_MUTATION="1")  # tests/unit/test_properties.py: fewer Hypothesis examples
         t0 = time.time()
         with open(ROOT / "mutation.log", "w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children),
-                                     *names], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mutmut", "run", "--max-children", str(args.max_children), *names],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
             try:
                 rc = proc.wait(timeout=args.budget or None)
             except subprocess.TimeoutExpired:
@@ -238,10 +279,14 @@ def main() -> int:
     res = collect(scored)
     Path(args.output).write_text(json.dumps(res, indent=1))
     for mod, s in res["by_module"].items():
-        print(f"  {mod:34s} killed {s['killed']:4d}  survived {s['survived']:4d}  equivalent {s['equivalent']:3d}"
-              f"  score {s['score'] if s['score'] is not None else '-'}")
-    print(f"equivalent (reviewed, left out): {res['equivalent']}; not checked (budget): {res['not_checked']}; "
-          f"survivors listed in {Path(args.output).name}")
+        print(
+            f"  {mod:34s} killed {s['killed']:4d}  survived {s['survived']:4d}  equivalent {s['equivalent']:3d}"
+            f"  score {s['score'] if s['score'] is not None else '-'}"
+        )
+    print(
+        f"equivalent (reviewed, left out): {res['equivalent']}; not checked (budget): {res['not_checked']}; "
+        f"survivors listed in {Path(args.output).name}"
+    )
     print(f"mutation score: {res['score']:.3f} (killed {res['killed']} of {res['total']})")
     return 0
 

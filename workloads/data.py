@@ -17,8 +17,7 @@ from perfbench.errors import ConfigError
 class SyntheticImages:
     """``batch(step) -> (images float32 [B,3,H,W], labels int32 [B])``, deterministic per (seed, rank, step)."""
 
-    def __init__(self, batch_size: int, image_size: int, num_classes: int, seed: int, rank: int,
-                 noise: float = 0.5):
+    def __init__(self, batch_size: int, image_size: int, num_classes: int, seed: int, rank: int, noise: float = 0.5):
         self.batch_size = int(batch_size)
         self.image_size = int(image_size)
         self.num_classes = int(num_classes)
@@ -26,8 +25,9 @@ class SyntheticImages:
         self.rank = int(rank)
         self.noise = float(noise)
         proto_rng = np.random.default_rng([self.seed, 0xC1A55])
-        self.prototypes = proto_rng.standard_normal(
-            (self.num_classes, 3, self.image_size, self.image_size)).astype(np.float32)
+        self.prototypes = proto_rng.standard_normal((self.num_classes, 3, self.image_size, self.image_size)).astype(
+            np.float32
+        )
 
     def batch(self, step: int):
         rng = np.random.default_rng([self.seed, self.rank + 1, int(step)])
@@ -40,8 +40,9 @@ class SyntheticImages:
 class ImageFolder:
     """``mindspore.dataset.ImageFolderDataset`` sharded by rank; ``batch(step)`` cycles through the epoch."""
 
-    def __init__(self, root: str, batch_size: int, image_size: int, num_classes: int, seed: int, rank: int,
-                 world_size: int):
+    def __init__(
+        self, root: str, batch_size: int, image_size: int, num_classes: int, seed: int, rank: int, world_size: int
+    ):
         import mindspore as ms
         import mindspore.dataset as ds
         import mindspore.dataset.vision as vision
@@ -53,21 +54,29 @@ class ImageFolder:
         if not classes:
             raise ConfigError(f"train.data: image folder {root!r} has no class sub-folders")
         if len(classes) > num_classes:
-            raise ConfigError(f"train.data: image folder {root!r} has {len(classes)} classes but "
-                              f"model.num_classes is {num_classes}")
+            raise ConfigError(
+                f"train.data: image folder {root!r} has {len(classes)} classes but model.num_classes is {num_classes}"
+            )
         ds.config.set_seed(int(seed))
         kw = dict(shuffle=True, decode=True)
         if world_size > 1:
             kw.update(num_shards=world_size, shard_id=rank)
         data = ds.ImageFolderDataset(str(path), **kw)
-        data = data.map([vision.Resize((image_size, image_size)), vision.Rescale(1.0 / 255.0, 0.0),
-                         vision.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]), vision.HWC2CHW()],
-                        input_columns="image")
+        data = data.map(
+            [
+                vision.Resize((image_size, image_size)),
+                vision.Rescale(1.0 / 255.0, 0.0),
+                vision.Normalize([0.5, 0.5, 0.5], [0.25, 0.25, 0.25]),
+                vision.HWC2CHW(),
+            ],
+            input_columns="image",
+        )
         data = data.map(lambda y: np.asarray(y, np.int32), input_columns="label")
         data = data.batch(int(batch_size), drop_remainder=True)
         if data.get_dataset_size() == 0:
-            raise ConfigError(f"train.data: image folder {root!r} has fewer than batch_size={batch_size} "
-                              f"images for rank {rank}")
+            raise ConfigError(
+                f"train.data: image folder {root!r} has fewer than batch_size={batch_size} images for rank {rank}"
+            )
         self._data = data.repeat()
         self._it = self._data.create_tuple_iterator(output_numpy=True)
         self._ms = ms
@@ -84,8 +93,9 @@ def make_image_data(train: dict, model: dict, rank: int, world_size: int):
     if isinstance(src, dict):
         src = src.get("image_folder")
     if isinstance(src, str) and src.startswith("imagefolder:"):
-        src = src[len("imagefolder:"):]
+        src = src[len("imagefolder:") :]
     if not isinstance(src, str):
         raise ConfigError(f"train.data must be 'synthetic' or an image folder path, got {train.get('data')!r}")
-    return ImageFolder(src, train["batch_size"], model["image_size"], model["num_classes"], train["seed"], rank,
-                       world_size)
+    return ImageFolder(
+        src, train["batch_size"], model["image_size"], model["num_classes"], train["seed"], rank, world_size
+    )

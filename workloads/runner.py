@@ -138,8 +138,15 @@ class RunContext:
 
     def add_span(self, kind: str, start: float, end: float, mb: int | None = None, stage: int | None = None) -> None:
         """A span timed by the workload itself (time.time() seconds), e.g. from an asynchronous handle."""
-        rec = {"rank": self.rank, "step": self.step, "kind": kind, "mb": mb, "stage": stage,
-               "start_ts": start, "end_ts": end}
+        rec = {
+            "rank": self.rank,
+            "step": self.step,
+            "kind": kind,
+            "mb": mb,
+            "stage": stage,
+            "start_ts": start,
+            "end_ts": end,
+        }
         self._spans.write(json.dumps(rec) + "\n")
         self._spans.flush()
 
@@ -170,8 +177,12 @@ class RunContext:
         """
         if self.world_size <= 1:
             return 0.0
-        tag = (os.environ.get("PERFBENCH_SYNC_TAG") or os.environ.get("PERFBENCH_RUN_TAG")
-               or os.environ.get("MS_SCHED_PORT") or "run")
+        tag = (
+            os.environ.get("PERFBENCH_SYNC_TAG")
+            or os.environ.get("PERFBENCH_RUN_TAG")
+            or os.environ.get("MS_SCHED_PORT")
+            or "run"
+        )
         sync = self.output_dir / ".sync"
         sync.mkdir(parents=True, exist_ok=True)
         (sync / f"{tag}.{name}.rank{self.rank}").write_text(str(time.time()))
@@ -181,8 +192,10 @@ class RunContext:
             if have == self.world_size:
                 return time.time() - t0
             if time.time() - t0 > timeout_s:
-                raise UserError(f"rank {self.rank}: only {have} of {self.world_size} ranks reached '{name}' "
-                                f"within {timeout_s:.0f} s")
+                raise UserError(
+                    f"rank {self.rank}: only {have} of {self.world_size} ranks reached '{name}' "
+                    f"within {timeout_s:.0f} s"
+                )
             time.sleep(0.1)
 
     # -- used by the runner --------------------------------------------------------------
@@ -277,9 +290,14 @@ class _Capture:
         else:
             sched = schedule(wait=0, warmup=0, active=active, repeat=1)
         tensorboard_trace_handler(str(profile_dir), analyse_flag=False)  # sets the output folder, parses nothing
-        self.prof = profile(activities=[ProfilerActivity.CPU], schedule=sched, on_trace_ready=self._window_done,
-                            profile_memory=self.opts["profile_memory"], record_shapes=self.opts["record_shapes"],
-                            with_stack=self.opts["with_stack"])
+        self.prof = profile(
+            activities=[ProfilerActivity.CPU],
+            schedule=sched,
+            on_trace_ready=self._window_done,
+            profile_memory=self.opts["profile_memory"],
+            record_shapes=self.opts["record_shapes"],
+            with_stack=self.opts["with_stack"],
+        )
 
     def _window_done(self, _prof) -> None:
         if self.opts["parse"]:  # remember where the window's data is; MindSpore clears it right after
@@ -304,13 +322,21 @@ class _Capture:
 
 def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
     inj = cfg.get("inject") or {}
-    if inj.get("crash_rank") is not None and int(inj["crash_rank"]) == rank \
-            and inj.get("crash_step") is not None and int(inj["crash_step"]) == step:
+    if (
+        inj.get("crash_rank") is not None
+        and int(inj["crash_rank"]) == rank
+        and inj.get("crash_step") is not None
+        and int(inj["crash_step"]) == step
+    ):
         print(f"[perfbench] inject: rank {rank} crashing at step {step} (exit 3)", file=sys.stderr, flush=True)
         ctx.close()
         os._exit(3)
-    if inj.get("hang_rank") is not None and int(inj["hang_rank"]) == rank \
-            and inj.get("hang_step") is not None and int(inj["hang_step"]) == step:
+    if (
+        inj.get("hang_rank") is not None
+        and int(inj["hang_rank"]) == rank
+        and inj.get("hang_step") is not None
+        and int(inj["hang_step"]) == step
+    ):
         print(f"[perfbench] inject: rank {rank} hanging at step {step}", file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)
@@ -348,8 +374,10 @@ class Checkpoints:
         if self.every or self.resume_step:
             get = getattr(wl, "checkpoint_cell", None)
             if get is None:
-                raise ConfigError(f"train.checkpoint_every: workload {cfg['workload']!r} with this parallel layout "
-                                  "does not support checkpoints (use checkpoint_every: 0)")
+                raise ConfigError(
+                    f"train.checkpoint_every: workload {cfg['workload']!r} with this parallel layout "
+                    "does not support checkpoints (use checkpoint_every: 0)"
+                )
             self.cell = get()
 
     def path(self, step: int) -> pathlib.Path:
@@ -391,8 +419,10 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     # under load (spinning threads), so it keeps MindSpore's defaults (docs/benchmarks.md, "Repeatability").
     ms_threads = {}
     one_core = (cfg.get("threads_per_rank") or _cpu_threads()) == 1
-    for key, setter in (("kernel_threads", ms.device_context.cpu.op_tuning.threads_num),
-                        ("dispatch_threads", ms.runtime.dispatch_threads_num)):
+    for key, setter in (
+        ("kernel_threads", ms.device_context.cpu.op_tuning.threads_num),
+        ("dispatch_threads", ms.runtime.dispatch_threads_num),
+    ):
         n = train.get(key)
         n = (1 if one_core else "mindspore") if n is None else n
         if n != "mindspore":
@@ -423,14 +453,26 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
 
     out = pathlib.Path(cfg["output_dir"])
     ctx = RunContext(cfg, rank, world_size, out)
-    ctx.set_meta(rank=rank, world_size=world_size, threads=_cpu_threads(), os_threads=None, pid=os.getpid(),
-                 host=socket.gethostname(), mindspore_version=ms.__version__, mode=train["mode"],
-                 run_id=cfg.get("run_id"), workload=cfg["workload"],
-                 threads_per_rank=cfg.get("threads_per_rank"), ms_threads=ms_threads,
-                 comm_backend="mccl" if world_size > 1 else "none",
-                 clock={"steps": "time.time() seconds (Unix epoch)",
-                        "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
-                        "profiler_ts_offset_us": 0.0})
+    ctx.set_meta(
+        rank=rank,
+        world_size=world_size,
+        threads=_cpu_threads(),
+        os_threads=None,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        mindspore_version=ms.__version__,
+        mode=train["mode"],
+        run_id=cfg.get("run_id"),
+        workload=cfg["workload"],
+        threads_per_rank=cfg.get("threads_per_rank"),
+        ms_threads=ms_threads,
+        comm_backend="mccl" if world_size > 1 else "none",
+        clock={
+            "steps": "time.time() seconds (Unix epoch)",
+            "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
+            "profiler_ts_offset_us": 0.0,
+        },
+    )
 
     # the process before the model exists (MindSpore imported, collectives joined): what attribution calls the runtime
     ctx.set_meta(baseline_rss_bytes=memory_sample()["rss_bytes"])
@@ -453,9 +495,12 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     if level not in PROFILE_LEVELS:
         raise ConfigError(f"profile.level must be one of {', '.join(PROFILE_LEVELS)}, got {level!r}")
     profiling = bool(prof_cfg.get("enabled")) and prof_steps > 0 and PROFILE_LEVELS[level] is not None
-    ctx.set_meta(profiled_steps=[warmup, warmup + prof_steps - 1] if profiling else None,
-                 profile_level=level if profiling else "off",
-                 warmup_steps=warmup, steps=steps)
+    ctx.set_meta(
+        profiled_steps=[warmup, warmup + prof_steps - 1] if profiling else None,
+        profile_level=level if profiling else "off",
+        warmup_steps=warmup,
+        steps=steps,
+    )
     cap = _Capture(out / "profile", warmup, prof_steps, level) if profiling else None
     summary = _Summary(ms, out / "summary") if rank == 0 else None
     # memory of every run: sampled after each step (PERFBENCH_SAMPLE_MEMORY=0 turns it off, for
@@ -504,8 +549,16 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             res = dict(res)
             loss = float(res.pop("loss"))
             samples = int(res.pop("samples"))
-            rec = {"rank": rank, "step": step, "start_ts": start, "end_ts": end, "step_time_s": end - start,
-                   "samples": samples, "loss": loss, "profiled": in_window}
+            rec = {
+                "rank": rank,
+                "step": step,
+                "start_ts": start,
+                "end_ts": end,
+                "step_time_s": end - start,
+                "samples": samples,
+                "loss": loss,
+                "profiled": in_window,
+            }
             rec["cpu_s"] = cpu_s  # CPU time of the whole rank process (all threads) during the step
             if mem is not None:  # max_rss_bytes: high-water mark so far; rss_bytes: resident set at step end
                 rec.update(mem)
@@ -514,7 +567,9 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             if saved_s is not None:
                 rec["checkpoint_s"] = saved_s
             if input_wait_s is not None:
-                rec["input_wait_s"] = input_wait_s  # inject.input_delay_ms: inside step_time_s, before the compiled step
+                rec["input_wait_s"] = (
+                    input_wait_s  # inject.input_delay_ms: inside step_time_s, before the compiled step
+                )
             if capture_s is not None:
                 rec["capture_s"] = capture_s  # the profiler's own call after this step
             ctx._write_step(rec)
@@ -530,8 +585,12 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             summary.close()
     if cap is not None:
         cap.finish()
-    ctx.set_meta(os_threads=_os_threads(), finished=True, peak_rss_bytes=peak_rss,
-                 framework_peak_allocated_bytes=framework_peak_bytes(ms))
+    ctx.set_meta(
+        os_threads=_os_threads(),
+        finished=True,
+        peak_rss_bytes=peak_rss,
+        framework_peak_allocated_bytes=framework_peak_bytes(ms),
+    )
     ctx.write_meta()
     ctx.close()
     if (cfg.get("inject") or {}).get("crash_at_exit_rank") == rank:  # a crash in the teardown, after every write

@@ -73,8 +73,22 @@ IMBALANCE_HIGH = 0.2
 #: msprof-analyze AicpuChecker._MIN_TASK_DURATION: an AI_CPU task longer than this (us) is worth replacing
 AICPU_MIN_TASK_US = 20.0
 
-ADVICE_COLUMNS = ["id", "rule", "severity", "message", "evidence", "ranks", "stage", "gain_ms", "gain_share", "basis",
-                  "symptom_of", "try", "predicted_step_ms", "explains"]
+ADVICE_COLUMNS = [
+    "id",
+    "rule",
+    "severity",
+    "message",
+    "evidence",
+    "ranks",
+    "stage",
+    "gain_ms",
+    "gain_share",
+    "basis",
+    "symptom_of",
+    "try",
+    "predicted_step_ms",
+    "explains",
+]
 
 
 def _t(tables: dict, name: str) -> pd.DataFrame | None:
@@ -161,9 +175,12 @@ def rule_slow_rank(tables, summary):
                 "ranks": [int(r["rank"])],
                 "gain_ms": gain,
                 "explains": "exposed",
-                "basis": (f"straggler lateness x collectives it delays: mean {_fmt(late)} ms late x {last:.0f} "
-                          f"collectives it arrived last at / {steps} steps" if gain is not None else
-                          "not estimated: the number of profiled steps is unknown"),
+                "basis": (
+                    f"straggler lateness x collectives it delays: mean {_fmt(late)} ms late x {last:.0f} "
+                    f"collectives it arrived last at / {steps} steps"
+                    if gain is not None
+                    else "not estimated: the number of profiled steps is unknown"
+                ),
                 "severity": "high",
                 "message": (
                     f"Rank {r['rank']} is the rank the others wait for in "
@@ -196,9 +213,12 @@ def rule_slow_link(tables, summary):
                 "key": f"{r['kind']}:{r['group']}:{r['transport']}:{r['src']}-{r['dst']}",
                 "gain_ms": gain,
                 "explains": "exposed",
-                "basis": (f"the link's time minus the same bytes at the group mean bandwidth: ({_fmt(r['time_ms'])} - "
-                          f"{_fmt(r['size_mb'])} MB / {_fmt(r['group_mean_gbps'])} GB/s) ms / {steps} steps"
-                          if gain is not None else "not estimated: steps or the group mean bandwidth unknown"),
+                "basis": (
+                    f"the link's time minus the same bytes at the group mean bandwidth: ({_fmt(r['time_ms'])} - "
+                    f"{_fmt(r['size_mb'])} MB / {_fmt(r['group_mean_gbps'])} GB/s) ms / {steps} steps"
+                    if gain is not None
+                    else "not estimated: steps or the group mean bandwidth unknown"
+                ),
                 "ranks": sorted({int(r["src"]), int(r["dst"])}),
                 "severity": "high" if r["ratio"] < 0.3 else "medium",
                 "message": (
@@ -284,9 +304,12 @@ def rule_bandwidth_reference(tables, summary):
                     "key": f"{tr}:{rank}",
                     "gain_ms": gain,
                     "explains": "exposed",
-                    "basis": (f"time minus the same bytes at the {tr} reference: ({_fmt(r['time_ms'])} - "
-                              f"{_fmt(r['size_mb'])} MB / {ref} GB/s) ms / {steps} steps" if gain is not None
-                              else "not estimated: the number of profiled steps is unknown"),
+                    "basis": (
+                        f"time minus the same bytes at the {tr} reference: ({_fmt(r['time_ms'])} - "
+                        f"{_fmt(r['size_mb'])} MB / {ref} GB/s) ms / {steps} steps"
+                        if gain is not None
+                        else "not estimated: the number of profiled steps is unknown"
+                    ),
                     "ranks": [int(rank)] if pd.notna(rank) else [],
                     "severity": "medium",
                     "message": (
@@ -351,67 +374,126 @@ def _exposed_comm_rows(tables, summary):
     if share <= EXPOSED_COMM_SHARE:
         return []
     p2p, per = _exposure_split(tables, sb)
-    base = (f"step_breakdown: sum communication_not_overlapped_us {_num(sb, 'communication_not_overlapped_us').sum():.0f}"
-            f" / sum step_us {_num(sb, 'step_us').sum():.0f}")
+    base = (
+        f"step_breakdown: sum communication_not_overlapped_us {_num(sb, 'communication_not_overlapped_us').sum():.0f}"
+        f" / sum step_us {_num(sb, 'step_us').sum():.0f}"
+    )
     sev = "high" if share > 2 * EXPOSED_COMM_SHARE else "medium"
     if p2p is None:
-        return [{"rule": "exposed_communication", "kind": "collective", "severity": sev, "ranks": [], "stage": None,
-                 "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
-                             f"{EXPOSED_COMM_SHARE:.0%}); which ops it is (pipeline send/receive or gradient "
-                             f"collectives) is unknown: see comm_types."),
-                 "evidence": base}]
-    split = (f"comm_exposure (median per rank over steps, summed over ranks): pipeline p2p "
-             f"{per['exposed_p2p_us'].sum() / 1000:.2f} ms, collectives {per['exposed_collective_us'].sum() / 1000:.2f} "
-             f"ms ({p2p:.0%} p2p)")
+        return [
+            {
+                "rule": "exposed_communication",
+                "kind": "collective",
+                "severity": sev,
+                "ranks": [],
+                "stage": None,
+                "message": (
+                    f"{share:.0%} of step time is communication not hidden behind compute (> "
+                    f"{EXPOSED_COMM_SHARE:.0%}); which ops it is (pipeline send/receive or gradient "
+                    f"collectives) is unknown: see comm_types."
+                ),
+                "evidence": base,
+            }
+        ]
+    split = (
+        f"comm_exposure (median per rank over steps, summed over ranks): pipeline p2p "
+        f"{per['exposed_p2p_us'].sum() / 1000:.2f} ms, collectives {per['exposed_collective_us'].sum() / 1000:.2f} "
+        f"ms ({p2p:.0%} p2p)"
+    )
     bottleneck = _bottleneck_stage(tables)
     if bottleneck is not None:
         stage, ratio = bottleneck
         waiting = per[per["stage"].notna() & (per["stage"] != stage)].sort_values("exposed_us", ascending=False)
         # waiting shows as the faster stages carrying more than their share of the exposed communication
         if len(waiting) and waiting["exposed_us"].sum() / per["exposed_us"].sum() > len(waiting) / len(per):
-            wp2p = waiting["exposed_p2p_us"].sum() / waiting["exposed_us"].sum() if waiting["exposed_us"].sum() > 0 else 0
-            return [{"rule": "exposed_communication", "kind": "pipeline", "severity": sev, "ranks": [int(x) for x in waiting.index],
-                     "stage": None,
-                     "message": (f"{share:.0%} of step time is exposed communication, most of it on the ranks of the "
-                                 f"faster stages (ranks {', '.join(map(str, waiting.index))}: "
-                                 f"{waiting['exposed_us'].mean() / 1000:.3g} ms per step, {wp2p:.0%} pipeline "
-                                 f"send/receive) while stage {stage} computes {ratio:.1f}x more: they wait for stage "
-                                 f"{stage}. Fix the stage imbalance first (see stage_imbalance); overlapping gradient "
-                                 f"all-reduce would not remove this wait."),
-                     "evidence": f"{base}; {split}"}]
+            wp2p = (
+                waiting["exposed_p2p_us"].sum() / waiting["exposed_us"].sum() if waiting["exposed_us"].sum() > 0 else 0
+            )
+            return [
+                {
+                    "rule": "exposed_communication",
+                    "kind": "pipeline",
+                    "severity": sev,
+                    "ranks": [int(x) for x in waiting.index],
+                    "stage": None,
+                    "message": (
+                        f"{share:.0%} of step time is exposed communication, most of it on the ranks of the "
+                        f"faster stages (ranks {', '.join(map(str, waiting.index))}: "
+                        f"{waiting['exposed_us'].mean() / 1000:.3g} ms per step, {wp2p:.0%} pipeline "
+                        f"send/receive) while stage {stage} computes {ratio:.1f}x more: they wait for stage "
+                        f"{stage}. Fix the stage imbalance first (see stage_imbalance); overlapping gradient "
+                        f"all-reduce would not remove this wait."
+                    ),
+                    "evidence": f"{base}; {split}",
+                }
+            ]
     if p2p >= P2P_MAJORITY:
         top = per.sort_values("exposed_p2p_us", ascending=False)
         worst = top[top["exposed_p2p_us"] >= 0.5 * top["exposed_p2p_us"].iloc[0]]
         stages = sorted({int(s) for s in worst["stage"] if s is not None and pd.notna(s)})
-        where = (f"stage {stages[0]} (ranks {', '.join(map(str, worst.index))})" if len(stages) == 1
-                 else f"ranks {', '.join(map(str, worst.index))}")
-        return [{"rule": "exposed_communication", "kind": "pipeline", "severity": sev, "ranks": [int(x) for x in worst.index],
-                 "stage": stages[0] if len(stages) == 1 else None,
-                 "message": (f"{share:.0%} of step time is exposed communication and {p2p:.0%} of it is pipeline "
-                             f"send/receive waiting, mostly on {where}: the stages wait for each other, not for "
-                             f"gradients. Balance the work across stages (see stage_imbalance) or use more "
-                             f"micro-batches; overlapping gradient all-reduce would not help."),
-                 "evidence": f"{base}; {split}"}]
+        where = (
+            f"stage {stages[0]} (ranks {', '.join(map(str, worst.index))})"
+            if len(stages) == 1
+            else f"ranks {', '.join(map(str, worst.index))}"
+        )
+        return [
+            {
+                "rule": "exposed_communication",
+                "kind": "pipeline",
+                "severity": sev,
+                "ranks": [int(x) for x in worst.index],
+                "stage": stages[0] if len(stages) == 1 else None,
+                "message": (
+                    f"{share:.0%} of step time is exposed communication and {p2p:.0%} of it is pipeline "
+                    f"send/receive waiting, mostly on {where}: the stages wait for each other, not for "
+                    f"gradients. Balance the work across stages (see stage_imbalance) or use more "
+                    f"micro-batches; overlapping gradient all-reduce would not help."
+                ),
+                "evidence": f"{base}; {split}",
+            }
+        ]
     top = per.sort_values("exposed_collective_us", ascending=False)
     worst = top[top["exposed_collective_us"] >= 0.5 * top["exposed_collective_us"].iloc[0]]
     ex = _t(tables, "comm_exposure")
-    rough = sorted(int(r) for r in ex.loc[ex["source"] == "profiler (receive only)", "rank"].unique()) \
-        if ex is not None and "source" in ex.columns else []
+    rough = (
+        sorted(int(r) for r in ex.loc[ex["source"] == "profiler (receive only)", "rank"].unique())
+        if ex is not None and "source" in ex.columns
+        else []
+    )
     if rough:
-        return [{"rule": "exposed_communication", "kind": "collective", "severity": sev, "ranks": [int(x) for x in worst.index],
-                 "stage": None,
-                 "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
-                             f"{EXPOSED_COMM_SHARE:.0%}), at least {p2p:.0%} of it pipeline receives; on ranks "
-                             f"{', '.join(map(str, rough))} the profiler counts send / batchSendRecv with the "
-                             f"collectives, so how much is gradient all-reduce is not known without the kernels: "
-                             f"check comm_types before overlapping or bucketing gradients."),
-                 "evidence": f"{base}; {split}"}]
-    return [{"rule": "exposed_communication", "kind": "collective", "severity": sev, "ranks": [int(x) for x in worst.index], "stage": None,
-             "message": (f"{share:.0%} of step time is communication not hidden behind compute (> "
-                         f"{EXPOSED_COMM_SHARE:.0%}), {1 - p2p:.0%} of it in collectives (most on ranks "
-                         f"{', '.join(map(str, worst.index))}): overlap gradient all-reduce with backward, "
-                         f"fuse/bucket gradients, compress gradients, or use fewer, larger collectives."),
-             "evidence": f"{base}; {split}"}]
+        return [
+            {
+                "rule": "exposed_communication",
+                "kind": "collective",
+                "severity": sev,
+                "ranks": [int(x) for x in worst.index],
+                "stage": None,
+                "message": (
+                    f"{share:.0%} of step time is communication not hidden behind compute (> "
+                    f"{EXPOSED_COMM_SHARE:.0%}), at least {p2p:.0%} of it pipeline receives; on ranks "
+                    f"{', '.join(map(str, rough))} the profiler counts send / batchSendRecv with the "
+                    f"collectives, so how much is gradient all-reduce is not known without the kernels: "
+                    f"check comm_types before overlapping or bucketing gradients."
+                ),
+                "evidence": f"{base}; {split}",
+            }
+        ]
+    return [
+        {
+            "rule": "exposed_communication",
+            "kind": "collective",
+            "severity": sev,
+            "ranks": [int(x) for x in worst.index],
+            "stage": None,
+            "message": (
+                f"{share:.0%} of step time is communication not hidden behind compute (> "
+                f"{EXPOSED_COMM_SHARE:.0%}), {1 - p2p:.0%} of it in collectives (most on ranks "
+                f"{', '.join(map(str, worst.index))}): overlap gradient all-reduce with backward, "
+                f"fuse/bucket gradients, compress gradients, or use fewer, larger collectives."
+            ),
+            "evidence": f"{base}; {split}",
+        }
+    ]
 
 
 # ---- gains: helpers over the run's own tables ------------------------------------------------
@@ -453,8 +535,12 @@ def time_budget(tables, summary) -> dict:
     (rank_imbalance, groups whose ranks share a stage) or the ranks' median step-time spread (workload
     steps), whichever is larger; and `step` (summary step_time_s). Root gains are drawn from these pools."""
     sb = _trusted(_t(tables, "step_breakdown"))
-    out = {"exposed": _budget_part(sb, "communication_not_overlapped_us"), "idle": _budget_part(sb, "free_us"),
-           "imbalance": None, "step": _step_ms(summary)}
+    out = {
+        "exposed": _budget_part(sb, "communication_not_overlapped_us"),
+        "idle": _budget_part(sb, "free_us"),
+        "imbalance": None,
+        "step": _step_ms(summary),
+    }
     imb = []
     st = _t(tables, "stages")
     if st is not None and "computing_ms" in st.columns:
@@ -497,8 +583,15 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
 
     from analyzers.analyses.collectives import factor, steps
 
-    df = pd.DataFrame({"rank": co.get("rank"), "step": co.get("step"), "op_type": co.get("op_type"),
-                       "size": _num(co, "size_bytes"), "group": co.get("group", pd.Series("", index=co.index))})
+    df = pd.DataFrame(
+        {
+            "rank": co.get("rank"),
+            "step": co.get("step"),
+            "op_type": co.get("op_type"),
+            "size": _num(co, "size_bytes"),
+            "group": co.get("group", pd.Series("", index=co.index)),
+        }
+    )
     df["n"] = pd.to_numeric(co["group_size"], errors="coerce") if "group_size" in co.columns else math.nan
     df["n"] = df["n"].fillna(co["rank"].nunique() if "rank" in co.columns else math.nan)
     df["t"] = _transfer_ms(co)
@@ -525,8 +618,10 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     removed = (per["hops"] - per["one"]).groupby(level=["rank", "step"]).sum()
     hops_per_step = float(removed.groupby(level="rank").mean().mean())
     gain = lat * hops_per_step
-    return gain, (f"latency terms fusion removes (perfbench.predict.comm cost model, latency fitted on this run's "
-                  f"collectives): {lat * 1000:.3g} us per ring hop x {hops_per_step:.0f} hops per step per rank")
+    return gain, (
+        f"latency terms fusion removes (perfbench.predict.comm cost model, latency fitted on this run's "
+        f"collectives): {lat * 1000:.3g} us per ring hop x {hops_per_step:.0f} hops per step per rank"
+    )
 
 
 def rule_exposed_comm(tables, summary):
@@ -537,9 +632,14 @@ def rule_exposed_comm(tables, summary):
     sb = _trusted(_t(tables, "step_breakdown"))
     gain = _budget_part(sb, "communication_not_overlapped_us")
     for row in rows:
-        row.update(key="all", gain_ms=gain, explains="exposed", generic=True,
-                   basis="the exposed communication per step (step_breakdown communication_not_overlapped_us, "
-                         "median per rank, the most exposed rank)")
+        row.update(
+            key="all",
+            gain_ms=gain,
+            explains="exposed",
+            generic=True,
+            basis="the exposed communication per step (step_breakdown communication_not_overlapped_us, "
+            "median per rank, the most exposed rank)",
+        )
         if row.get("kind") == "collective":
             row["try"], row["predicted_step_ms"] = _compression_try(tables, summary)
     return rows
@@ -560,7 +660,11 @@ def _compression_try(tables, summary):
         return knob, None
     df = co[~co["op_type"].astype(str).str.lower().isin(["send", "recv"])] if "op_type" in co.columns else co
     t = _transfer_ms(df)
-    n = pd.to_numeric(df["group_size"], errors="coerce") if "group_size" in df.columns else pd.Series(math.nan, index=df.index)
+    n = (
+        pd.to_numeric(df["group_size"], errors="coerce")
+        if "group_size" in df.columns
+        else pd.Series(math.nan, index=df.index)
+    )
     n = n.fillna(co["rank"].nunique())
     f = np.array([factor(str(o).lower(), int(k)) for o, k in zip(df["op_type"], n)])
     size = _num(df, "size_bytes").to_numpy(float)
@@ -613,40 +717,56 @@ def rule_stage_imbalance(tables, summary):
         if per is not None:
             low = per[per["stage"] == lo["stage"]]
             if len(low) and low["exposed_us"].mean() > 0:
-                wait = (f" Stage {int(lo['stage'])} spends {low['exposed_us'].mean() / 1000:.3g} ms per step "
-                        f"(median) in exposed communication ({low['exposed_p2p_us'].sum() / low['exposed_us'].sum():.0%} "
-                        f"pipeline send/receive), waiting for it.")
+                wait = (
+                    f" Stage {int(lo['stage'])} spends {low['exposed_us'].mean() / 1000:.3g} ms per step "
+                    f"(median) in exposed communication ({low['exposed_p2p_us'].sum() / low['exposed_us'].sum():.0%} "
+                    f"pipeline send/receive), waiting for it."
+                )
     ranks = [int(x) for x in str(hi["ranks"]).split(",") if x != ""]
     mean = float(st["computing_ms"].mean())
-    return [{
-        "rule": "stage_imbalance",
-        "key": str(int(hi["stage"])),
-        "gain_ms": float(hi["computing_ms"]) - mean,
-        "explains": "imbalance",
-        "basis": (f"the slowest stage's compute above the stages' mean, off the critical path when the layers are "
-                  f"rebalanced: {hi['computing_ms']:.3g} - {mean:.3g} ms per step"),
-        "severity": "high" if ratio > STAGE_IMBALANCE_HIGH else "medium",
-        "ranks": ranks,
-        "stage": int(hi["stage"]),
-        "message": (f"Pipeline stage {int(hi['stage'])} is the bottleneck: stage {int(hi['stage'])} computes "
-                    f"{ratio:.1f}x more than stage {int(lo['stage'])} ({hi['computing_ms']:.3g} vs "
-                    f"{lo['computing_ms']:.3g} ms per step).{wait} Move layers off stage {int(hi['stage'])} (rebalance "
-                    f"the layer split) or use more micro-batches."),
-        "evidence": (f"stages[stage={int(hi['stage'])}, ranks {hi['ranks']}]: computing_ms {hi['computing_ms']:.3f}; "
-                     f"stages[stage={int(lo['stage'])}, ranks {lo['ranks']}]: computing_ms {lo['computing_ms']:.3f}; "
-                     f"ratio {ratio:.3f} > {STAGE_IMBALANCE_RATIO}"),
-    }]
+    return [
+        {
+            "rule": "stage_imbalance",
+            "key": str(int(hi["stage"])),
+            "gain_ms": float(hi["computing_ms"]) - mean,
+            "explains": "imbalance",
+            "basis": (
+                f"the slowest stage's compute above the stages' mean, off the critical path when the layers are "
+                f"rebalanced: {hi['computing_ms']:.3g} - {mean:.3g} ms per step"
+            ),
+            "severity": "high" if ratio > STAGE_IMBALANCE_HIGH else "medium",
+            "ranks": ranks,
+            "stage": int(hi["stage"]),
+            "message": (
+                f"Pipeline stage {int(hi['stage'])} is the bottleneck: stage {int(hi['stage'])} computes "
+                f"{ratio:.1f}x more than stage {int(lo['stage'])} ({hi['computing_ms']:.3g} vs "
+                f"{lo['computing_ms']:.3g} ms per step).{wait} Move layers off stage {int(hi['stage'])} (rebalance "
+                f"the layer split) or use more micro-batches."
+            ),
+            "evidence": (
+                f"stages[stage={int(hi['stage'])}, ranks {hi['ranks']}]: computing_ms {hi['computing_ms']:.3f}; "
+                f"stages[stage={int(lo['stage'])}, ranks {lo['ranks']}]: computing_ms {lo['computing_ms']:.3f}; "
+                f"ratio {ratio:.3f} > {STAGE_IMBALANCE_RATIO}"
+            ),
+        }
+    ]
 
 
 _IMBALANCE_TEXT = {
-    "computing": ("Rank {max_rank} computes {spread} ms more per step than rank {min_rank} in {group} ({max} vs {min} "
-                  "ms): the other ranks of the group wait for it. Check its data shard / sequence lengths, device "
-                  "frequency and host interference."),
-    "communication": ("In {group}, rank {max_rank} spends {max} ms per step in exposed communication and rank "
-                      "{min_rank} only {min} ms (spread {spread} ms): the ranks wait for a late rank, most likely "
-                      "rank {min_rank} (it waits least). Look at what delays it (compute, host, data)."),
-    "free": ("In {group}, rank {max_rank} idles {max} ms per step and rank {min_rank} {min} ms (spread {spread} ms): "
-             "host-side delay on rank {max_rank} (data loading, op dispatch, Python, other processes)."),
+    "computing": (
+        "Rank {max_rank} computes {spread} ms more per step than rank {min_rank} in {group} ({max} vs {min} "
+        "ms): the other ranks of the group wait for it. Check its data shard / sequence lengths, device "
+        "frequency and host interference."
+    ),
+    "communication": (
+        "In {group}, rank {max_rank} spends {max} ms per step in exposed communication and rank "
+        "{min_rank} only {min} ms (spread {spread} ms): the ranks wait for a late rank, most likely "
+        "rank {min_rank} (it waits least). Look at what delays it (compute, host, data)."
+    ),
+    "free": (
+        "In {group}, rank {max_rank} idles {max} ms per step and rank {min_rank} {min} ms (spread {spread} ms): "
+        "host-side delay on rank {max_rank} (data loading, op dispatch, Python, other processes)."
+    ),
 }
 
 
@@ -670,24 +790,35 @@ def rule_rank_imbalance(tables, summary):
             "explains": {"computing": "imbalance", "communication": "exposed", "free": "idle"}[r["dimension"]],
             "generic": r["dimension"] != "computing",
             "cross_stage": cross,
-            "basis": (f"the spread between the slowest and the fastest rank of the group, which the others wait "
-                      f"for each step: {r['max_ms']:.3f} - {r['min_ms']:.3f} ms"),
+            "basis": (
+                f"the spread between the slowest and the fastest rank of the group, which the others wait "
+                f"for each step: {r['max_ms']:.3f} - {r['min_ms']:.3f} ms"
+            ),
             "severity": "high" if r["ratio"] > IMBALANCE_HIGH else "medium",
             "ranks": [int(r["max_rank"]), int(r["min_rank"])],
             "stage": stage,
             "message": _IMBALANCE_TEXT[r["dimension"]].format(
-                group=group, max_rank=int(r["max_rank"]), min_rank=int(r["min_rank"]), spread=f"{r['spread_ms']:.3f}",
-                max=f"{r['max_ms']:.3f}", min=f"{r['min_ms']:.3f}"),
-            "evidence": (f"rank_imbalance[group={r['group']}, dimension={r['dimension']}]: rank {int(r['max_rank'])} "
-                         f"{r['max_ms']:.3f} ms - rank {int(r['min_rank'])} {r['min_ms']:.3f} ms = {r['spread_ms']:.3f} ms "
-                         f"/ mean step total {r['mean_total_ms']:.3f} ms = {r['ratio']:.3f} > {0.05} "
-                         f"(msprof-analyze slow-rank rule)"),
+                group=group,
+                max_rank=int(r["max_rank"]),
+                min_rank=int(r["min_rank"]),
+                spread=f"{r['spread_ms']:.3f}",
+                max=f"{r['max_ms']:.3f}",
+                min=f"{r['min_ms']:.3f}",
+            ),
+            "evidence": (
+                f"rank_imbalance[group={r['group']}, dimension={r['dimension']}]: rank {int(r['max_rank'])} "
+                f"{r['max_ms']:.3f} ms - rank {int(r['min_rank'])} {r['min_ms']:.3f} ms = {r['spread_ms']:.3f} ms "
+                f"/ mean step total {r['mean_total_ms']:.3f} ms = {r['ratio']:.3f} > {0.05} "
+                f"(msprof-analyze slow-rank rule)"
+            ),
         }
         if cross:  # ranks of different pipeline stages do different work by design: not a data-shard problem
-            row["message"] = (f"In {group}, rank {int(r['max_rank'])} (stage {hi_s}) and rank {int(r['min_rank'])} "
-                              f"(stage {lo_s}) differ by {r['spread_ms']:.3f} ms per step in {r['dimension']} time: "
-                              f"they sit on different pipeline stages, so this is the pipeline split, not a slow "
-                              f"rank. Rebalance the layers across stages (see stage_imbalance).")
+            row["message"] = (
+                f"In {group}, rank {int(r['max_rank'])} (stage {hi_s}) and rank {int(r['min_rank'])} "
+                f"(stage {lo_s}) differ by {r['spread_ms']:.3f} ms per step in {r['dimension']} time: "
+                f"they sit on different pipeline stages, so this is the pipeline split, not a slow "
+                f"rank. Rebalance the layers across stages (see stage_imbalance)."
+            )
         out.append(row)
     return out
 
@@ -704,19 +835,25 @@ def rule_aicpu_ops(tables, summary):
     comp = k[k["category"].astype(str) == "compute"] if "category" in k.columns else k
     share = long["dur_us"].sum() / comp["dur_us"].sum() if comp["dur_us"].sum() > 0 else math.nan
     types = long.groupby(long["type"].astype(str))["dur_us"].sum().sort_values(ascending=False).head(5)
-    return [{
-        "rule": "aicpu_ops",
-        "basis": "not estimated: the AI Core kernel that would replace them is not in the profile",
-        "severity": "high" if share > 0.05 else "medium",
-        "ranks": sorted(int(x) for x in long["rank"].unique()),
-        "stage": None,
-        "message": (f"{len(long)} AI_CPU kernels run longer than {AICPU_MIN_TASK_US:.0f} us ({long['dur_us'].sum() / 1000:.2f} ms, "
-                    f"{share:.1%} of compute time), led by {', '.join(types.index)}: AI_CPU ops are slow and "
-                    f"serialize with the AI Core; change the data type (e.g. int64/double -> int32/float) or the "
-                    f"code so an AI Core kernel is used."),
-        "evidence": (f"ops[core_type=AI_CPU, dur_us > {AICPU_MIN_TASK_US}]: {len(long)} of {len(ai)} AI_CPU ops; "
-                     + "; ".join(f"{t} {v / 1000:.3f} ms" for t, v in types.items())),
-    }]
+    return [
+        {
+            "rule": "aicpu_ops",
+            "basis": "not estimated: the AI Core kernel that would replace them is not in the profile",
+            "severity": "high" if share > 0.05 else "medium",
+            "ranks": sorted(int(x) for x in long["rank"].unique()),
+            "stage": None,
+            "message": (
+                f"{len(long)} AI_CPU kernels run longer than {AICPU_MIN_TASK_US:.0f} us ({long['dur_us'].sum() / 1000:.2f} ms, "
+                f"{share:.1%} of compute time), led by {', '.join(types.index)}: AI_CPU ops are slow and "
+                f"serialize with the AI Core; change the data type (e.g. int64/double -> int32/float) or the "
+                f"code so an AI Core kernel is used."
+            ),
+            "evidence": (
+                f"ops[core_type=AI_CPU, dur_us > {AICPU_MIN_TASK_US}]: {len(long)} of {len(ai)} AI_CPU ops; "
+                + "; ".join(f"{t} {v / 1000:.3f} ms" for t, v in types.items())
+            ),
+        }
+    ]
 
 
 def rule_dynamic_shape(tables, summary):
@@ -733,17 +870,21 @@ def rule_dynamic_shape(tables, summary):
     if not out:
         return []
     n = int(k["OP State"].astype(str).str.lower().eq("dynamic").sum())
-    return [{
-        "rule": "dynamic_shape",
-        "basis": "not estimated: the profile does not say what static shapes would cost",
-        "severity": "medium",
-        "ranks": out,
-        "stage": None,
-        "message": (f"All operators are compiled for dynamic shapes on ranks {', '.join(map(str, out))}: each launch "
-                    f"pays shape inference and kernel selection. For static shapes disable JIT compile "
-                    f"(torch_npu.npu.set_compile_mode(jit_compile=False)) or pad inputs to fixed buckets."),
-        "evidence": f"ops['OP State']: {n} ops 'dynamic', 0 'static' on ranks {', '.join(map(str, out))}",
-    }]
+    return [
+        {
+            "rule": "dynamic_shape",
+            "basis": "not estimated: the profile does not say what static shapes would cost",
+            "severity": "medium",
+            "ranks": out,
+            "stage": None,
+            "message": (
+                f"All operators are compiled for dynamic shapes on ranks {', '.join(map(str, out))}: each launch "
+                f"pays shape inference and kernel selection. For static shapes disable JIT compile "
+                f"(torch_npu.npu.set_compile_mode(jit_compile=False)) or pad inputs to fixed buckets."
+            ),
+            "evidence": f"ops['OP State']: {n} ops 'dynamic', 0 'static' on ranks {', '.join(map(str, out))}",
+        }
+    ]
 
 
 def rule_free_time(tables, summary):
@@ -789,11 +930,20 @@ def rule_pipeline_bubble(tables, summary):
         return []
     out = []
     # median over steps: the first profiled step often carries compile/warm-up waits
-    per = pl.groupby("stage").agg(
-        frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size"),
-        window=("window_us", "median"), S=("stages", "max"), M=("micro_batches", "max"),
-    ) if {"window_us", "stages", "micro_batches"} <= set(pl.columns) else pl.groupby("stage").agg(
-        frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size"))
+    per = (
+        pl.groupby("stage").agg(
+            frac=("bubble_fraction", "median"),
+            ideal=("ideal_fraction", "mean"),
+            n=("bubble_fraction", "size"),
+            window=("window_us", "median"),
+            S=("stages", "max"),
+            M=("micro_batches", "max"),
+        )
+        if {"window_us", "stages", "micro_batches"} <= set(pl.columns)
+        else pl.groupby("stage").agg(
+            frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size")
+        )
+    )
     step_ms = _step_ms(summary)
     for stage, r in per.iterrows():
         excess = r["frac"] - r["ideal"] if pd.notna(r["ideal"]) else math.nan
@@ -809,7 +959,9 @@ def rule_pipeline_bubble(tables, summary):
             from analyzers.analyses.pipeline import ideal_bubble_fraction
 
             knob = {"parallel.micro_batches": int(2 * M)}
-            saved = (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0
+            saved = (
+                (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0
+            )
             pred = step_ms - saved if step_ms is not None else None
         out.append(
             {
@@ -819,9 +971,12 @@ def rule_pipeline_bubble(tables, summary):
                 "explains": "exposed",
                 "try": knob,
                 "predicted_step_ms": pred,
-                "basis": (f"the bubble above the ideal (S-1)/(M+S-1) times the stage's window: {excess:.3f} x "
-                          f"{window / 1000:.3g} ms (medians over steps)" if gain is not None else
-                          "not estimated: the ideal bubble (S, M) or the window is unknown"),
+                "basis": (
+                    f"the bubble above the ideal (S-1)/(M+S-1) times the stage's window: {excess:.3f} x "
+                    f"{window / 1000:.3g} ms (medians over steps)"
+                    if gain is not None
+                    else "not estimated: the ideal bubble (S, M) or the window is unknown"
+                ),
                 "stage": int(stage),
                 "ranks": _stage_ranks(tables, stage),
                 "severity": "medium",
@@ -973,6 +1128,7 @@ def _link(rows: list[dict]) -> None:
     least FOLD_SHARE of the exposed time; free_time folds free rank_imbalance; wait_ratio left without a
     cause folds under exposed_communication (the wait is part of that exposed time), else the largest
     wait_ratio folds the other ranks' wait_ratio (one wait, seen on several ranks)."""
+
     def best(rule):
         c = [r for r in rows if r["rule"] == rule]
         return max(c, key=lambda r: r.get("gain_ms") or 0.0) if c else None
@@ -995,8 +1151,12 @@ def _link(rows: list[dict]) -> None:
         elif rule == "exposed_communication":
             if stage and r.get("kind") == "pipeline":
                 cause = stage
-            elif slow and slow.get("gain_ms") is not None and r.get("gain_ms") is not None \
-                    and slow["gain_ms"] >= FOLD_SHARE * r["gain_ms"]:
+            elif (
+                slow
+                and slow.get("gain_ms") is not None
+                and r.get("gain_ms") is not None
+                and slow["gain_ms"] >= FOLD_SHARE * r["gain_ms"]
+            ):
                 cause = slow
         r["symptom_of"] = cause["id"] if cause is not None else None
     waits = [r for r in rows if r["rule"] == "wait_ratio" and r["symptom_of"] is None]
@@ -1029,13 +1189,16 @@ def _account(rows: list[dict], budget: dict) -> None:
             if pool in left:
                 left[pool] -= raw
         if caps:
-            r["basis"] = (f"{r['basis']}; cut to the {caps[-1]} time no larger finding explains "
-                          f"({raw:.3g} ms of {float(r['gain_ms']):.3g})")
+            r["basis"] = (
+                f"{r['basis']}; cut to the {caps[-1]} time no larger finding explains "
+                f"({raw:.3g} ms of {float(r['gain_ms']):.3g})"
+            )
         r["gain_ms"] = raw
 
 
 def _order(rows: list[dict]) -> list[dict]:
     """Roots by gain_ms descending (unknown gains last, rule order kept), each root's symptoms after it."""
+
     def k(r):
         g = r.get("gain_ms")
         return (g is None, -(g or 0.0))
@@ -1061,8 +1224,16 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
     seen: set[str] = set()
     for rule in RULES:
         for row in rule(tables or {}, summary or {}):
-            row = {"ranks": [], "stage": None, "gain_ms": None, "basis": None, "explains": None, "try": None,
-                   "predicted_step_ms": None, **row}
+            row = {
+                "ranks": [],
+                "stage": None,
+                "gain_ms": None,
+                "basis": None,
+                "explains": None,
+                "try": None,
+                "predicted_step_ms": None,
+                **row,
+            }
             rid = f"{row['rule']}:{row.get('key', 'all')}"
             while rid in seen:
                 rid += "+"
@@ -1082,8 +1253,12 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
         if r["basis"] is None:
             r["basis"] = "not estimated"
         if r["try"] is not None:
-            if r["predicted_step_ms"] is None and step is not None and r["gain_ms"] is not None \
-                    and r["symptom_of"] is None:
+            if (
+                r["predicted_step_ms"] is None
+                and step is not None
+                and r["gain_ms"] is not None
+                and r["symptom_of"] is None
+            ):
                 r["predicted_step_ms"] = step - r["gain_ms"]
             r["try"] = json.dumps(r["try"], sort_keys=True)
     df = pd.DataFrame(_order(rows), columns=ADVICE_COLUMNS)
@@ -1095,6 +1270,17 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
 
 def analysis(ctx):
     """Registry entry `advice` (runs last: reads every table and metric before it)."""
-    return Output(tables={"advice": advise(dict(ctx.tables, workload_steps=ctx.table("workload_steps"),
-                                                ops_for_checks=ctx.table("ops"), steps=ctx.table("steps"),
-                                                **{CONFIG_KEY: ctx.config}), ctx.metrics)})
+    return Output(
+        tables={
+            "advice": advise(
+                dict(
+                    ctx.tables,
+                    workload_steps=ctx.table("workload_steps"),
+                    ops_for_checks=ctx.table("ops"),
+                    steps=ctx.table("steps"),
+                    **{CONFIG_KEY: ctx.config},
+                ),
+                ctx.metrics,
+            )
+        }
+    )

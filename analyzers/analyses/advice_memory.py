@@ -33,15 +33,41 @@ FRAGMENTATION_MIN_BYTES = 256 << 20
 RECOMPUTE_KEEPS = 0.3
 RECOMPUTE_TIME_SHARE = 1.0 / 3.0
 
-COLUMNS = ["rule", "severity", "message", "evidence", "ranks", "stage", "id", "gain_ms", "gain_share", "basis",
-           "symptom_of", "try", "predicted_step_ms"]
+COLUMNS = [
+    "rule",
+    "severity",
+    "message",
+    "evidence",
+    "ranks",
+    "stage",
+    "id",
+    "gain_ms",
+    "gain_share",
+    "basis",
+    "symptom_of",
+    "try",
+    "predicted_step_ms",
+]
 
 
-def _row(rule: str, rid: str, severity: str, message: str, evidence: str, ranks: list, basis: str,
-         try_: dict | None) -> dict:
-    return {"rule": rule, "severity": severity, "message": message, "evidence": evidence, "ranks": ranks,
-            "stage": None, "id": rid, "gain_ms": None, "gain_share": None, "basis": basis, "symptom_of": None,
-            "try": json.dumps(try_) if try_ else None, "predicted_step_ms": None}
+def _row(
+    rule: str, rid: str, severity: str, message: str, evidence: str, ranks: list, basis: str, try_: dict | None
+) -> dict:
+    return {
+        "rule": rule,
+        "severity": severity,
+        "message": message,
+        "evidence": evidence,
+        "ranks": ranks,
+        "stage": None,
+        "id": rid,
+        "gain_ms": None,
+        "gain_share": None,
+        "basis": basis,
+        "symptom_of": None,
+        "try": json.dumps(try_) if try_ else None,
+        "predicted_step_ms": None,
+    }
 
 
 def knob_options(peak: float, params: int, config: dict, summary: dict) -> list[dict]:
@@ -64,14 +90,25 @@ def knob_options(peak: float, params: int, config: dict, summary: dict) -> list[
         # data-parallel all-reduce of the gradients (2(D-1)/D x 4P), taken from the step's exposed communication
         comm_ms = (_num(summary.get("communication_not_overlapped_s")) or 0.0) * 1e3
         cost = comm_ms * D / (2 * (D - 1)) if comm_ms else None
-        out.append({"try": {"parallel.zero_stage": zero + 1}, "saving_bytes": now - nxt, "time_cost_ms": cost,
-                    "how": f"ZeRO stage {zero + 1}: shards {'optimizer state' if zero == 0 else 'gradients'} over {D} "
-                           "data-parallel ranks, adds a broadcast of the parameters each step"})
+        out.append(
+            {
+                "try": {"parallel.zero_stage": zero + 1},
+                "saving_bytes": now - nxt,
+                "time_cost_ms": cost,
+                "how": f"ZeRO stage {zero + 1}: shards {'optimizer state' if zero == 0 else 'gradients'} over {D} "
+                "data-parallel ranks, adds a broadcast of the parameters each step",
+            }
+        )
     acts = max(0.0, peak - model_states(params, D, zero, k)["total_bytes"])
     if not train.get("recompute"):
-        out.append({"try": {"train.recompute": True}, "saving_bytes": acts * (1 - RECOMPUTE_KEEPS),
-                    "time_cost_ms": compute_ms * RECOMPUTE_TIME_SHARE,
-                    "how": "recompute the blocks' activations in backward (one more forward)"})
+        out.append(
+            {
+                "try": {"train.recompute": True},
+                "saving_bytes": acts * (1 - RECOMPUTE_KEEPS),
+                "time_cost_ms": compute_ms * RECOMPUTE_TIME_SHARE,
+                "how": "recompute the blocks' activations in backward (one more forward)",
+            }
+        )
     return sorted(out, key=lambda o: (o["time_cost_ms"] is None, o["time_cost_ms"] or 0.0))
 
 
@@ -88,14 +125,21 @@ def advise_memory(tables: dict, summary: dict, config: dict | None = None) -> pd
             rows.append(_near_capacity(rank, peak, cap, r, config, summary))
         alloc, res = _num(r.get("peak_allocated_bytes")), _num(r.get("peak_reserved_bytes"))
         if alloc is not None and res and res - alloc > max(FRAGMENTATION_SHARE * res, FRAGMENTATION_MIN_BYTES):
-            rows.append(_row(
-                "memory_fragmentation", f"memory_fragmentation:{rank}", "medium",
-                f"rank {rank}: the allocator reserved {res / 2**30:.2f} GiB but at most {alloc / 2**30:.2f} GiB was "
-                f"allocated ({(res - alloc) / 2**30:.2f} GiB, {(res - alloc) / res:.0%} of reserved, held but unused): "
-                "fragmentation or a pool sized larger than needed; the headroom is smaller than the allocations say",
-                f"memory[rank={rank}]: peak_reserved_bytes {res:.0f} - peak_allocated_bytes {alloc:.0f} = "
-                f"{res - alloc:.0f} > {FRAGMENTATION_SHARE:.0%} of reserved", [rank],
-                "reserved minus allocated at their peaks (the profiler's own numbers)", None))
+            rows.append(
+                _row(
+                    "memory_fragmentation",
+                    f"memory_fragmentation:{rank}",
+                    "medium",
+                    f"rank {rank}: the allocator reserved {res / 2**30:.2f} GiB but at most {alloc / 2**30:.2f} GiB was "
+                    f"allocated ({(res - alloc) / 2**30:.2f} GiB, {(res - alloc) / res:.0%} of reserved, held but unused): "
+                    "fragmentation or a pool sized larger than needed; the headroom is smaller than the allocations say",
+                    f"memory[rank={rank}]: peak_reserved_bytes {res:.0f} - peak_allocated_bytes {alloc:.0f} = "
+                    f"{res - alloc:.0f} > {FRAGMENTATION_SHARE:.0%} of reserved",
+                    [rank],
+                    "reserved minus allocated at their peaks (the profiler's own numbers)",
+                    None,
+                )
+            )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -104,23 +148,47 @@ def _near_capacity(rank: int, peak: float, cap: float, r: dict, config: dict, su
     ev = f"memory[rank={rank}]: peak_bytes {peak:.0f} / capacity_bytes {cap:.0f} = {peak / cap:.1%}"
     head = f"rank {rank}: peak memory {peak / 2**30:.2f} GiB is {peak / cap:.0%} of its {cap / 2**30:.1f} GiB"
     if not params:
-        return _row("memory_near_capacity", f"memory_near_capacity:{rank}", "high",
-                    head + "; the parameter count is unknown, so no knob's saving can be predicted", ev, [rank],
-                    "no parameter count in the memory table", None)
+        return _row(
+            "memory_near_capacity",
+            f"memory_near_capacity:{rank}",
+            "high",
+            head + "; the parameter count is unknown, so no knob's saving can be predicted",
+            ev,
+            [rank],
+            "no parameter count in the memory table",
+            None,
+        )
     options = knob_options(peak, int(params), config, summary)
     fits = [o for o in options if peak - o["saving_bytes"] <= FIT_TARGET * cap]
     pick = fits[0] if fits else (max(options, key=lambda o: o["saving_bytes"]) if options else None)
     if pick is None:
-        return _row("memory_near_capacity", f"memory_near_capacity:{rank}", "high",
-                    head + "; zero_stage is at 2 (or one data-parallel rank) and recompute is on: fewer samples "
-                    "per micro-batch (parallel.micro_batches) or more ranks are left", ev, [rank],
-                    "memory model: no knob left", None)
+        return _row(
+            "memory_near_capacity",
+            f"memory_near_capacity:{rank}",
+            "high",
+            head + "; zero_stage is at 2 (or one data-parallel rank) and recompute is on: fewer samples "
+            "per micro-batch (parallel.micro_batches) or more ranks are left",
+            ev,
+            [rank],
+            "memory model: no knob left",
+            None,
+        )
     cost = "unknown time cost" if pick["time_cost_ms"] is None else f"~{pick['time_cost_ms']:.0f} ms more per step"
     verdict = "fits" if pick in fits else "still does not fit; the largest saving"
-    msg = (f"{head}: try {', '.join(f'{k}={v}' for k, v in pick['try'].items())} ({pick['how']}): predicted "
-           f"saving {pick['saving_bytes'] / 2**30:.2f} GiB -> {(peak - pick['saving_bytes']) / 2**30:.2f} GiB "
-           f"({verdict}), {cost}")
-    return _row("memory_near_capacity", f"memory_near_capacity:{rank}", "high", msg, ev, [rank],
-                "memory model (perfbench/predict/memory.py): ZeRO-paper model states from the parameter count; "
-                "cheapest knob by predicted time cost that brings the peak under "
-                f"{FIT_TARGET:.0%} of capacity", pick["try"])
+    msg = (
+        f"{head}: try {', '.join(f'{k}={v}' for k, v in pick['try'].items())} ({pick['how']}): predicted "
+        f"saving {pick['saving_bytes'] / 2**30:.2f} GiB -> {(peak - pick['saving_bytes']) / 2**30:.2f} GiB "
+        f"({verdict}), {cost}"
+    )
+    return _row(
+        "memory_near_capacity",
+        f"memory_near_capacity:{rank}",
+        "high",
+        msg,
+        ev,
+        [rank],
+        "memory model (perfbench/predict/memory.py): ZeRO-paper model states from the parameter count; "
+        "cheapest knob by predicted time cost that brings the peak under "
+        f"{FIT_TARGET:.0%} of capacity",
+        pick["try"],
+    )

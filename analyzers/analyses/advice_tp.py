@@ -28,7 +28,9 @@ def _step_ms(tables: dict, summary: dict) -> pd.Series | float | None:
     st = (tables or {}).get("steps")
     if isinstance(st, pd.DataFrame) and len(st) and {"rank", "step", "start_us", "end_us"} <= set(st.columns):
         d = (pd.to_numeric(st["end_us"], errors="coerce") - pd.to_numeric(st["start_us"], errors="coerce")) / 1000.0
-        return pd.Series(d.to_numpy(), index=pd.MultiIndex.from_arrays([st["rank"].astype(int), st["step"].astype(int)]))
+        return pd.Series(
+            d.to_numpy(), index=pd.MultiIndex.from_arrays([st["rank"].astype(int), st["step"].astype(int)])
+        )
     s = (summary or {}).get("step_time_s")
     return float(s) * 1000.0 if isinstance(s, (int, float)) and s > 0 else None
 
@@ -60,22 +62,29 @@ def advise_tp(tables: dict, summary: dict | None = None, config: dict | None = N
     T = int(((config or {}).get("parallel") or {}).get("tensor_parallel") or 0) or None
     lower = {"parallel.tensor_parallel": T // 2} if T and T >= 2 and T % 2 == 0 else None
     ranks = sorted(int(r) for r in per.index.get_level_values(0).unique())
-    return [{
-        "rule": "tensor_parallel_comm",
-        "id": "tensor_parallel_comm:run",
-        "severity": "high" if share > TP_SHARE_HIGH else "medium",
-        "message": (f"Tensor-parallel all-reduce is {share:.0%} of the step ({tp_ms:.1f} ms exposed per step"
-                    + (f", tensor_parallel={T}" if T else "") + "): lower parallel.tensor_parallel (more data "
-                    "parallel instead) or keep each tensor-parallel group within a node (its all-reduces run twice "
-                    "per transformer block in forward and in backward)."),
-        "evidence": (f"comm_exposure_classes[comm_class=tensor_parallel]: {tp_ms:.2f} ms exposed per rank and step "
-                     f"(mean over {len(per)} rank-steps) / step {step_ms:.2f} ms = {share:.2f} (> {TP_SHARE})"),
-        "ranks": ranks,
-        "stage": None,
-        "gain_ms": tp_ms,
-        "gain_share": share,
-        "basis": "upper bound: all exposed tensor-parallel all-reduce time per step goes with tensor_parallel=1",
-        "symptom_of": None,
-        "try": json.dumps(lower) if lower else None,
-        "predicted_step_ms": None,
-    }]
+    return [
+        {
+            "rule": "tensor_parallel_comm",
+            "id": "tensor_parallel_comm:run",
+            "severity": "high" if share > TP_SHARE_HIGH else "medium",
+            "message": (
+                f"Tensor-parallel all-reduce is {share:.0%} of the step ({tp_ms:.1f} ms exposed per step"
+                + (f", tensor_parallel={T}" if T else "")
+                + "): lower parallel.tensor_parallel (more data "
+                "parallel instead) or keep each tensor-parallel group within a node (its all-reduces run twice "
+                "per transformer block in forward and in backward)."
+            ),
+            "evidence": (
+                f"comm_exposure_classes[comm_class=tensor_parallel]: {tp_ms:.2f} ms exposed per rank and step "
+                f"(mean over {len(per)} rank-steps) / step {step_ms:.2f} ms = {share:.2f} (> {TP_SHARE})"
+            ),
+            "ranks": ranks,
+            "stage": None,
+            "gain_ms": tp_ms,
+            "gain_share": share,
+            "basis": "upper bound: all exposed tensor-parallel all-reduce time per step goes with tensor_parallel=1",
+            "symptom_of": None,
+            "try": json.dumps(lower) if lower else None,
+            "predicted_step_ms": None,
+        }
+    ]

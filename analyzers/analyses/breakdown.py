@@ -76,7 +76,9 @@ def is_receive(names: pd.Series, types: pd.Series | None = None) -> np.ndarray:
 
 def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
     """Step of each op: its own `step` if set, else the window (same rank) its start falls in."""
-    out = ops["step"].astype("Float64") if "step" in ops.columns else pd.Series(np.nan, index=ops.index, dtype="Float64")
+    out = (
+        ops["step"].astype("Float64") if "step" in ops.columns else pd.Series(np.nan, index=ops.index, dtype="Float64")
+    )
     missing = out.isna()
     if not missing.any() or steps is None or not len(steps):
         return out
@@ -130,9 +132,18 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
         host0 = getattr(rec, "host_start_us", np.nan)
         first = float(st[both].min()) if both.any() else np.nan
         prep = first - float(host0) if host0 is not None and not pd.isna(host0) and not np.isnan(first) else np.nan
-        row.update({"computing_us": c, "communication_us": m, "overlapped_us": ov,
-                    "communication_not_overlapped_us": m - ov, "free_us": row["step_us"] - cm,
-                    "bubble_us": bubble, "stage_us": row["step_us"] - bubble, "preparing_us": prep})
+        row.update(
+            {
+                "computing_us": c,
+                "communication_us": m,
+                "overlapped_us": ov,
+                "communication_not_overlapped_us": m - ov,
+                "free_us": row["step_us"] - cm,
+                "bubble_us": bubble,
+                "stage_us": row["step_us"] - bubble,
+                "preparing_us": prep,
+            }
+        )
         rows.append(row)
     return conform(pd.DataFrame(rows), STEP_BREAKDOWN)
 
@@ -152,9 +163,19 @@ def reconcile(ours: pd.DataFrame, reference: pd.DataFrame | None) -> pd.DataFram
         a = merged[m].astype(float)
         b = merged[f"{m}_ref"].astype(float)
         denom = merged["step_us"].astype(float).where(merged["step_us"] > 0, np.nan)
-        rows.append(pd.DataFrame({"rank": merged["rank"], "step": merged["step"], "metric": m.removesuffix("_us"),
-                                  "computed_us": a, "reference_us": b, "diff_us": a - b,
-                                  "rel_diff": (a - b) / denom}))
+        rows.append(
+            pd.DataFrame(
+                {
+                    "rank": merged["rank"],
+                    "step": merged["step"],
+                    "metric": m.removesuffix("_us"),
+                    "computed_us": a,
+                    "reference_us": b,
+                    "diff_us": a - b,
+                    "rel_diff": (a - b) / denom,
+                }
+            )
+        )
     return pd.concat(rows, ignore_index=True) if rows else None
 
 
@@ -173,16 +194,24 @@ def breakdown_from_reference(reference: pd.DataFrame) -> pd.DataFrame:
     return conform(ref[[c for c in STEP_BREAKDOWN]], STEP_BREAKDOWN)
 
 
-def breakdown_with_truth(ops: pd.DataFrame | None, steps: pd.DataFrame | None, reference: pd.DataFrame | None,
-                         tolerance: float = CONSISTENCY_TOLERANCE):
+def breakdown_with_truth(
+    ops: pd.DataFrame | None,
+    steps: pd.DataFrame | None,
+    reference: pd.DataFrame | None,
+    tolerance: float = CONSISTENCY_TOLERANCE,
+):
     """(step_breakdown, reconciliation, rank_check): the profiler's own breakdown where it exists, the
     recomputation from the ops elsewhere, and the cross-check between the two (see the module docstring)."""
     has_ops = ops is not None and len(ops) > 0
     has_steps = steps is not None and len(steps) > 0
     has_ref = reference is not None and len(reference) > 0
-    computed = step_breakdown(ops if has_ops else pd.DataFrame(columns=["rank", "step", "start_us", "dur_us",
-                                                                        "category", "name"]),
-                              steps) if has_steps else empty(STEP_BREAKDOWN)
+    computed = (
+        step_breakdown(
+            ops if has_ops else pd.DataFrame(columns=["rank", "step", "start_us", "dur_us", "category", "name"]), steps
+        )
+        if has_steps
+        else empty(STEP_BREAKDOWN)
+    )
     op_ranks = set(ops["rank"].astype(int)) if has_ops else set()
     computed["source"] = np.where(computed["rank"].isin(op_ranks), "recomputed", None)
     if not has_ref:
@@ -195,8 +224,11 @@ def breakdown_with_truth(ops: pd.DataFrame | None, steps: pd.DataFrame | None, r
         sb = pd.concat([ref, computed[~own.isin(keys)]], ignore_index=True)
         # a rank whose op data holds no compute op (legacy step traces list only the collectives) has
         # nothing to cross-check the profiler's computing against
-        checkable = set(ops.loc[ops["category"] != "communication", "rank"].astype(int)) \
-            if has_ops and "category" in ops.columns else op_ranks
+        checkable = (
+            set(ops.loc[ops["category"] != "communication", "rank"].astype(int))
+            if has_ops and "category" in ops.columns
+            else op_ranks
+        )
         rec = reconcile(computed[computed["rank"].isin(checkable)], reference)
     sb = sb.sort_values(["rank", "step"]).reset_index(drop=True)
     check = rank_check(sb, rec, op_ranks, tolerance)
@@ -218,17 +250,26 @@ def rank_check(sb: pd.DataFrame, rec: pd.DataFrame | None, op_ranks: set, tolera
     rows = []
     for r in ranks:
         s = src.get(r)
-        row = {"rank": r, "breakdown_source": None if s is None or s != s else s, "ops": r in op_ranks,
-               "max_rel_diff": np.nan, "worst_metric": None, "consistent": pd.NA, "reason": None}
+        row = {
+            "rank": r,
+            "breakdown_source": None if s is None or s != s else s,
+            "ops": r in op_ranks,
+            "max_rel_diff": np.nan,
+            "worst_metric": None,
+            "consistent": pd.NA,
+            "reason": None,
+        }
         w = worst.get(r)
         if w is not None:
             row["max_rel_diff"] = float(abs(w["rel_diff"]))
             row["worst_metric"] = w["metric"]
             row["consistent"] = bool(row["max_rel_diff"] <= tolerance)
             if not row["consistent"]:
-                row["reason"] = (f"the kernels give {w['metric']} {w['computed_us']:.1f} us where the "
-                                 f"profiler's step trace says {w['reference_us']:.1f} us "
-                                 f"({row['max_rel_diff']:.1%} of the step; kernel table sampled or incomplete?)")
+                row["reason"] = (
+                    f"the kernels give {w['metric']} {w['computed_us']:.1f} us where the "
+                    f"profiler's step trace says {w['reference_us']:.1f} us "
+                    f"({row['max_rel_diff']:.1%} of the step; kernel table sampled or incomplete?)"
+                )
         elif row["breakdown_source"] == "profiler":
             row["reason"] = "no op data to cross-check the profiler's breakdown"
         elif row["breakdown_source"] is None:
@@ -236,8 +277,9 @@ def rank_check(sb: pd.DataFrame, rec: pd.DataFrame | None, op_ranks: set, tolera
         else:
             row["reason"] = "no profiler breakdown to cross-check against"
         rows.append(row)
-    out = pd.DataFrame(rows, columns=["rank", "breakdown_source", "ops", "max_rel_diff", "worst_metric", "consistent",
-                                      "reason"])
+    out = pd.DataFrame(
+        rows, columns=["rank", "breakdown_source", "ops", "max_rel_diff", "worst_metric", "consistent", "reason"]
+    )
     out["consistent"] = out["consistent"].astype("boolean")
     return out
 
@@ -264,8 +306,9 @@ def unknown_bubble(sb: pd.DataFrame, ops: pd.DataFrame | None, config: dict | No
 
     if (_cfg(config, "pipeline_stages") or 1) <= 1 or ops is None or not len(ops) or not len(sb):
         return sb
-    recv_ranks = set(ops.loc[is_receive(ops["name"], ops["type"] if "type" in ops.columns else None),
-                             "rank"].astype(int))
+    recv_ranks = set(
+        ops.loc[is_receive(ops["name"], ops["type"] if "type" in ops.columns else None), "rank"].astype(int)
+    )
     unknown = (sb["source"] == "recomputed") & ~sb["rank"].astype(int).isin(recv_ranks)
     sb = sb.copy()
     sb.loc[unknown, ["bubble_us", "stage_us"]] = np.nan
@@ -275,11 +318,21 @@ def unknown_bubble(sb: pd.DataFrame, ops: pd.DataFrame | None, config: dict | No
 def analysis(ctx):
     """Registry entry `step_breakdown`."""
     p = ctx.profile
-    sb, rec, check = breakdown_with_truth(p.ops if p is not None else None, p.steps if p is not None else None,
-                                         p.reference_breakdown if p is not None else None)
+    sb, rec, check = breakdown_with_truth(
+        p.ops if p is not None else None,
+        p.steps if p is not None else None,
+        p.reference_breakdown if p is not None else None,
+    )
     sb = unknown_bubble(sb, p.ops if p is not None else None, ctx.config)
     metrics = {}
     if rec is not None and len(rec) and rec["rel_diff"].notna().any():
         metrics["reconciliation_max_rel_diff"] = float(rec["rel_diff"].abs().max())
-    return Output(tables={"step_breakdown": sb, "reconciliation": rec, "rank_check": check,
-                          "rank_breakdown": rank_breakdown(sb, ctx.warmup_steps())}, metrics=metrics)
+    return Output(
+        tables={
+            "step_breakdown": sb,
+            "reconciliation": rec,
+            "rank_check": check,
+            "rank_breakdown": rank_breakdown(sb, ctx.warmup_steps()),
+        },
+        metrics=metrics,
+    )

@@ -25,5 +25,9 @@ def analysis(ctx) -> Output:
     saved, plain = per[per["save"].notna()], per[per["save"].isna()]
     if saved.empty or plain.empty or plain["t"].median() <= 0:
         return Output()
-    return Output(metrics={"checkpoint_cost": float(saved["t"].median() / plain["t"].median() - 1.0),
-                           "checkpoint_save_s": float(saved["save"].median())})
+    return Output(
+        metrics={
+            "checkpoint_cost": float(saved["t"].median() / plain["t"].median() - 1.0),
+            "checkpoint_save_s": float(saved["save"].median()),
+        }
+    )

@@ -41,9 +41,20 @@ def cluster_check(step_breakdown: pd.DataFrame | None, comm_ops: pd.DataFrame | 
             a = pd.to_numeric(m[part], errors="coerce")
             b = pd.to_numeric(m[f"{part}_ms"], errors="coerce")
             step = pd.to_numeric(m["step_us"], errors="coerce")
-            rows.append(pd.DataFrame({"kind": "breakdown", "rank": m["rank"], "step": m["step"], "item": part,
-                                      "perfbench": a, "msprof_analyze": b, "diff": a - b,
-                                      "rel_diff": (a - b) / step.where(step > 0)}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "kind": "breakdown",
+                        "rank": m["rank"],
+                        "step": m["step"],
+                        "item": part,
+                        "perfbench": a,
+                        "msprof_analyze": b,
+                        "diff": a - b,
+                        "rel_diff": (a - b) / step.where(step > 0),
+                    }
+                )
+            )
     theirs = cluster.get("comm_ops")
     if theirs is not None and len(theirs) and comm_ops is not None and len(comm_ops):
         keys = ["rank", "step", "op_name"]
@@ -57,10 +68,20 @@ def cluster_check(step_breakdown: pd.DataFrame | None, comm_ops: pd.DataFrame | 
                 continue
             a = pd.to_numeric(m[f], errors="coerce")
             b = pd.to_numeric(m[f"{f}_ms"], errors="coerce")
-            rows.append(pd.DataFrame({"kind": "communication", "rank": m["rank"], "step": m["step"],
-                                      "item": m["op_name"] + "/" + f, "perfbench": a, "msprof_analyze": b,
-                                      "diff": a - b, "rel_diff": ((a - b) / b.abs()).where(b.abs() > 0, np.where(
-                                          (a - b).abs() > 0, np.inf, 0.0))}))
+            rows.append(
+                pd.DataFrame(
+                    {
+                        "kind": "communication",
+                        "rank": m["rank"],
+                        "step": m["step"],
+                        "item": m["op_name"] + "/" + f,
+                        "perfbench": a,
+                        "msprof_analyze": b,
+                        "diff": a - b,
+                        "rel_diff": ((a - b) / b.abs()).where(b.abs() > 0, np.where((a - b).abs() > 0, np.inf, 0.0)),
+                    }
+                )
+            )
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
     out = pd.concat(rows, ignore_index=True)

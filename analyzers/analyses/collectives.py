@@ -68,7 +68,9 @@ def comm_op_stats(comm_ops: pd.DataFrame) -> pd.DataFrame:
     t_s = co["elapse_ms"].astype(float) / 1e3
     size = co["size_bytes"].astype(float)
     co["algbw_gbps"] = bandwidth_gbps(size / 1e9, t_s)
-    factors = np.array([busbw_factor(t, n) for t, n in zip(co["op_type"], co["group_size"].astype("object"))], dtype=float)
+    factors = np.array(
+        [busbw_factor(t, n) for t, n in zip(co["op_type"], co["group_size"].astype("object"))], dtype=float
+    )
     co["busbw_gbps"] = co["algbw_gbps"] * factors
     wait = co["wait_ms"].astype(float)
     transit = co["transit_ms"].astype(float)
@@ -85,8 +87,9 @@ def bandwidth_wide(comm_bandwidth: pd.DataFrame) -> pd.DataFrame:
     """One row per (rank, step, op_name) with a `<TRANSPORT>_gbps` column per transport."""
     if comm_bandwidth is None or not len(comm_bandwidth):
         return pd.DataFrame(columns=["rank", "step", "op_name"])
-    w = comm_bandwidth.pivot_table(index=["rank", "step", "op_name"], columns="transport", values="bandwidth_gbps",
-                                   aggfunc="first")
+    w = comm_bandwidth.pivot_table(
+        index=["rank", "step", "op_name"], columns="transport", values="bandwidth_gbps", aggfunc="first"
+    )
     w.columns = [f"{c}_gbps" for c in w.columns]
     return w.reset_index()
 
@@ -94,29 +97,57 @@ def bandwidth_wide(comm_bandwidth: pd.DataFrame) -> pd.DataFrame:
 def per_type_summary(comm_ops: pd.DataFrame) -> pd.DataFrame:
     """Per op type: count, total and mean elapse, mean wait ratio, mean busbw."""
     if not len(comm_ops):
-        return pd.DataFrame(columns=["op_type", "count", "elapse_ms_total", "elapse_ms_mean", "wait_ratio_mean",
-                                     "busbw_gbps_mean"])
-    return (comm_ops.groupby("op_type").agg(count=("op_name", "size"), elapse_ms_total=("elapse_ms", "sum"),
-                                            elapse_ms_mean=("elapse_ms", "mean"), wait_ratio_mean=("wait_ratio", "mean"),
-                                            busbw_gbps_mean=("busbw_gbps", "mean"))
-            .reset_index().sort_values("elapse_ms_total", ascending=False))
+        return pd.DataFrame(
+            columns=["op_type", "count", "elapse_ms_total", "elapse_ms_mean", "wait_ratio_mean", "busbw_gbps_mean"]
+        )
+    return (
+        comm_ops.groupby("op_type")
+        .agg(
+            count=("op_name", "size"),
+            elapse_ms_total=("elapse_ms", "sum"),
+            elapse_ms_mean=("elapse_ms", "mean"),
+            wait_ratio_mean=("wait_ratio", "mean"),
+            busbw_gbps_mean=("busbw_gbps", "mean"),
+        )
+        .reset_index()
+        .sort_values("elapse_ms_total", ascending=False)
+    )
 
 
 def rank_totals(comm_ops: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.DataFrame:
     """Per (group, rank, step): summed times of all its collectives, wait/sync ratios of the sums, and per
     transport the summed transit size/time and bandwidth = size / time (MB/ms = GB/s). This is
     msprof-analyze's "Total Op Info" entry of cluster_communication.json."""
-    cols = ["group", "rank", "step", "ops", "elapse_ms", "transit_ms", "wait_ms", "synchronization_ms", "idle_ms",
-            "wait_ratio", "sync_ratio"]
+    cols = [
+        "group",
+        "rank",
+        "step",
+        "ops",
+        "elapse_ms",
+        "transit_ms",
+        "wait_ms",
+        "synchronization_ms",
+        "idle_ms",
+        "wait_ratio",
+        "sync_ratio",
+    ]
     if comm_ops is None or not len(comm_ops):
         return pd.DataFrame(columns=cols)
     co = comm_ops.copy()
     co["group"] = co["group"].fillna("").astype(str)
     keys = ["group", "rank", "step"]
-    t = co.groupby(keys, dropna=False).agg(ops=("op_name", "size"), elapse_ms=("elapse_ms", "sum"),
-                                           transit_ms=("transit_ms", "sum"), wait_ms=("wait_ms", "sum"),
-                                           synchronization_ms=("synchronization_ms", "sum"),
-                                           idle_ms=("idle_ms", "sum")).reset_index()
+    t = (
+        co.groupby(keys, dropna=False)
+        .agg(
+            ops=("op_name", "size"),
+            elapse_ms=("elapse_ms", "sum"),
+            transit_ms=("transit_ms", "sum"),
+            wait_ms=("wait_ms", "sum"),
+            synchronization_ms=("synchronization_ms", "sum"),
+            idle_ms=("idle_ms", "sum"),
+        )
+        .reset_index()
+    )
     den = t["wait_ms"] + t["transit_ms"]
     t["wait_ratio"] = (t["wait_ms"] / den).where(den > 0, 0.0)
     den = t["synchronization_ms"] + t["transit_ms"]
@@ -141,13 +172,21 @@ def analysis(ctx):
 
     co = comm_op_stats(ctx.table("comm_ops"))
     meta = (ctx.profile.meta or {}) if ctx.profile is not None else {}
-    co["comm_class"] = pd.Series(classify_comm_ops(co, meta.get("parallel_groups"), ctx.table("spans"),
-                                                   meta.get("comm_size_classes")).to_numpy() if len(co) else [],
-                                 index=co.index, dtype=object)
+    co["comm_class"] = pd.Series(
+        classify_comm_ops(co, meta.get("parallel_groups"), ctx.table("spans"), meta.get("comm_size_classes")).to_numpy()
+        if len(co)
+        else [],
+        index=co.index,
+        dtype=object,
+    )
     bw = ctx.table("comm_bandwidth")
     wait = pd.to_numeric(co["wait_ratio"], errors="coerce").dropna() if "wait_ratio" in co.columns else []
-    return Output(tables={"comm_ops": co, "comm_types": per_type_summary(co) if len(co) else None,
-                          "comm_rank_totals": rank_totals(co, bw) if len(co) else None,
-                          "comm_classes": comm_class_totals(co) if len(co) else None},
-                  metrics={"comm_wait_ratio": float(wait.mean()) if len(wait) else None})
-
+    return Output(
+        tables={
+            "comm_ops": co,
+            "comm_types": per_type_summary(co) if len(co) else None,
+            "comm_rank_totals": rank_totals(co, bw) if len(co) else None,
+            "comm_classes": comm_class_totals(co) if len(co) else None,
+        },
+        metrics={"comm_wait_ratio": float(wait.mean()) if len(wait) else None},
+    )

@@ -75,7 +75,10 @@ def _split_from_ops(ops: pd.DataFrame, steps: pd.DataFrame) -> dict:
         return out
     win = {}
     if steps is not None and len(steps):
-        win = {(int(r), int(s)): (a, b) for r, s, a, b in steps[["rank", "step", "start_us", "end_us"]].itertuples(index=False)}
+        win = {
+            (int(r), int(s)): (a, b)
+            for r, s, a, b in steps[["rank", "step", "start_us", "end_us"]].itertuples(index=False)
+        }
     sel = ops[ops["step"].notna()]
     keys = set(map(tuple, with_p2p.astype(int).to_numpy()))
     for (r, s), g in sel.groupby([sel["rank"].astype(int), sel["step"].astype(int)]):
@@ -96,13 +99,21 @@ def _split_from_ops(ops: pd.DataFrame, steps: pd.DataFrame) -> dict:
     return out
 
 
-def comm_exposure(sb: pd.DataFrame | None, reference: pd.DataFrame | None, ops: pd.DataFrame | None,
-                  steps: pd.DataFrame | None, comm_ops: pd.DataFrame | None) -> pd.DataFrame | None:
+def comm_exposure(
+    sb: pd.DataFrame | None,
+    reference: pd.DataFrame | None,
+    ops: pd.DataFrame | None,
+    steps: pd.DataFrame | None,
+    comm_ops: pd.DataFrame | None,
+) -> pd.DataFrame | None:
     """The `comm_exposure` table (see the module docstring)."""
     if sb is None or not len(sb) or "communication_not_overlapped_us" not in sb.columns:
         return None
-    df = sb[["rank", "step", "communication_not_overlapped_us"]].rename(
-        columns={"communication_not_overlapped_us": "exposed_us"}).copy()
+    df = (
+        sb[["rank", "step", "communication_not_overlapped_us"]]
+        .rename(columns={"communication_not_overlapped_us": "exposed_us"})
+        .copy()
+    )
     df["rank"] = df["rank"].astype(int)
     df["step"] = df["step"].astype(int)
     df["exposed_us"] = pd.to_numeric(df["exposed_us"], errors="coerce")
@@ -110,8 +121,14 @@ def comm_exposure(sb: pd.DataFrame | None, reference: pd.DataFrame | None, ops: 
     df["source"] = None
     # the profiler's own split
     if reference is not None and len(reference):
-        col = next((c for c in PROFILER_COLLECTIVE_COLUMNS if c in reference.columns
-                    and pd.to_numeric(reference[c], errors="coerce").notna().any()), None)
+        col = next(
+            (
+                c
+                for c in PROFILER_COLLECTIVE_COLUMNS
+                if c in reference.columns and pd.to_numeric(reference[c], errors="coerce").notna().any()
+            ),
+            None,
+        )
         if col is not None:
             ref = reference[["rank", "step", col]].dropna(subset=["rank", "step"])
             coll = {(int(r), int(s)): float(v) for r, s, v in ref.itertuples(index=False) if pd.notna(v)}
@@ -136,8 +153,11 @@ def comm_exposure(sb: pd.DataFrame | None, reference: pd.DataFrame | None, ops: 
     if comm_ops is not None and len(comm_ops):
         typ = comm_ops["op_type"].astype(str).str.lower() if "op_type" in comm_ops.columns else None
         p2p_ranks = set(comm_ops.loc[typ.isin(P2P_TYPES), "rank"].astype(int)) if typ is not None else set()
-        p2p_ranks |= set(ops.loc[(ops["category"] == "communication") & is_p2p(ops["name"]), "rank"].astype(int)) \
-            if ops is not None and len(ops) and "category" in ops.columns else set()
+        p2p_ranks |= (
+            set(ops.loc[(ops["category"] == "communication") & is_p2p(ops["name"]), "rank"].astype(int))
+            if ops is not None and len(ops) and "category" in ops.columns
+            else set()
+        )
         none = df["source"].isna() & ~df["rank"].isin(p2p_ranks) & df["exposed_us"].notna()
         df.loc[none, "exposed_p2p_us"] = 0.0
         df.loc[none, "source"] = "no p2p"
@@ -149,8 +169,9 @@ def comm_exposure(sb: pd.DataFrame | None, reference: pd.DataFrame | None, ops: 
 CLASS_EXPOSURE_COLUMNS = ["rank", "step", "comm_class", "time_us", "exposed_us"]
 
 
-def exposure_by_class(ops: pd.DataFrame | None, steps: pd.DataFrame | None,
-                      comm_ops: pd.DataFrame | None) -> pd.DataFrame | None:
+def exposure_by_class(
+    ops: pd.DataFrame | None, steps: pd.DataFrame | None, comm_ops: pd.DataFrame | None
+) -> pd.DataFrame | None:
     """The `comm_exposure_classes` table (module docstring); None without classified collectives' times."""
     need = {"rank", "step", "start_us", "elapse_ms", "comm_class"}
     if comm_ops is None or not len(comm_ops) or not need <= set(comm_ops.columns):
@@ -160,7 +181,10 @@ def exposure_by_class(ops: pd.DataFrame | None, steps: pd.DataFrame | None,
         return None
     win = {}
     if steps is not None and len(steps):
-        win = {(int(r), int(s)): (a, b) for r, s, a, b in steps[["rank", "step", "start_us", "end_us"]].itertuples(index=False)}
+        win = {
+            (int(r), int(s)): (a, b)
+            for r, s, a, b in steps[["rank", "step", "start_us", "end_us"]].itertuples(index=False)
+        }
     comp: dict = {}
     if ops is not None and len(ops) and "category" in ops.columns:
         c = ops[(ops["category"] != "communication") & ops["step"].notna()]
@@ -178,8 +202,15 @@ def exposure_by_class(ops: pd.DataFrame | None, steps: pd.DataFrame | None,
             st, en, cst, cen = np.clip(st, lo, hi), np.clip(en, lo, hi), np.clip(cst, lo, hi), np.clip(cen, lo, hi)
         cu = union_length(cst, cen) if len(cst) else 0.0
         both = union_length(np.concatenate([st, cst]), np.concatenate([en, cen]))
-        rows.append({"rank": r, "step": s, "comm_class": None if k == "(unclassified)" else k,
-                     "time_us": union_length(st, en), "exposed_us": both - cu})
+        rows.append(
+            {
+                "rank": r,
+                "step": s,
+                "comm_class": None if k == "(unclassified)" else k,
+                "time_us": union_length(st, en),
+                "exposed_us": both - cu,
+            }
+        )
     out = pd.DataFrame(rows, columns=CLASS_EXPOSURE_COLUMNS)
     out["comm_class"] = pd.Series([r["comm_class"] for r in rows], index=out.index, dtype=object)
     return out
@@ -198,8 +229,15 @@ def run_metrics(exp: pd.DataFrame | None) -> dict:
 def analysis(ctx):
     """Registry entry `comm_exposure`."""
     p = ctx.profile
-    exp = comm_exposure(ctx.table("step_breakdown"), ctx.table("reference_breakdown"), ctx.table("ops"),
-                        ctx.table("steps"), ctx.table("comm_ops"))
+    exp = comm_exposure(
+        ctx.table("step_breakdown"),
+        ctx.table("reference_breakdown"),
+        ctx.table("ops"),
+        ctx.table("steps"),
+        ctx.table("comm_ops"),
+    )
     by_class = exposure_by_class(ctx.table("ops"), ctx.table("steps"), ctx.table("comm_ops"))
-    return Output(tables={"comm_exposure": exp, "comm_exposure_classes": by_class},
-                  metrics=run_metrics(exp) if p is not None else {})
+    return Output(
+        tables={"comm_exposure": exp, "comm_exposure_classes": by_class},
+        metrics=run_metrics(exp) if p is not None else {},
+    )

@@ -34,11 +34,26 @@ DIMENSIONS = {"computing": "computing_us", "communication": "communication_not_o
 #: group kinds whose ranks do different work by design (a pp group spans the stages)
 SKIP_KINDS = ("pp",)
 
-IMBALANCE_COLUMNS = ["group", "kind", "ranks", "dimension", "max_rank", "max_ms", "min_rank", "min_ms", "spread_ms",
-                     "mean_total_ms", "ratio", "flagged", "excluded_ranks"]
+IMBALANCE_COLUMNS = [
+    "group",
+    "kind",
+    "ranks",
+    "dimension",
+    "max_rank",
+    "max_ms",
+    "min_rank",
+    "min_ms",
+    "spread_ms",
+    "mean_total_ms",
+    "ratio",
+    "flagged",
+    "excluded_ranks",
+]
 
 
-def comparison_groups(ranks: list[int], groups: dict, rank_stages: pd.DataFrame | None) -> list[tuple[str, str, list[int]]]:
+def comparison_groups(
+    ranks: list[int], groups: dict, rank_stages: pd.DataFrame | None
+) -> list[tuple[str, str, list[int]]]:
     """(name, kind, profiled ranks) of every group with at least two profiled ranks to compare."""
     have = set(ranks)
     out, seen = [], set()
@@ -66,12 +81,16 @@ def comparison_groups(ranks: list[int], groups: dict, rank_stages: pd.DataFrame 
     return [g for g in out if len(g[2]) >= 2]
 
 
-def rank_imbalance(sb: pd.DataFrame | None, groups: dict | None, rank_stages: pd.DataFrame | None) -> pd.DataFrame | None:
+def rank_imbalance(
+    sb: pd.DataFrame | None, groups: dict | None, rank_stages: pd.DataFrame | None
+) -> pd.DataFrame | None:
     """The `rank_imbalance` table (see the module docstring)."""
     if sb is None or not len(sb):
         return None
     good, bad = trusted_ranks(sb)
-    cols = [c for c in DIMENSIONS.values() if c in good.columns and pd.to_numeric(good[c], errors="coerce").notna().any()]
+    cols = [
+        c for c in DIMENSIONS.values() if c in good.columns and pd.to_numeric(good[c], errors="coerce").notna().any()
+    ]
     if not cols:
         return None
     good = good.assign(rank=good["rank"].astype(int))
@@ -93,12 +112,23 @@ def rank_imbalance(sb: pd.DataFrame | None, groups: dict | None, rank_stages: pd
             v = g[col]
             spread = float(v.max() - v.min())
             ratio = spread / mean_total if mean_total > 0 else float("nan")
-            rows.append({"group": name, "kind": kind, "ranks": ",".join(map(str, members)), "dimension": dim,
-                         "max_rank": int(v.idxmax()), "max_ms": float(v.max()) / 1000.0,
-                         "min_rank": int(v.idxmin()), "min_ms": float(v.min()) / 1000.0,
-                         "spread_ms": spread / 1000.0, "mean_total_ms": mean_total / 1000.0, "ratio": ratio,
-                         "flagged": bool(ratio > RATIO_THRESHOLD),
-                         "excluded_ranks": ",".join(map(str, bad))})
+            rows.append(
+                {
+                    "group": name,
+                    "kind": kind,
+                    "ranks": ",".join(map(str, members)),
+                    "dimension": dim,
+                    "max_rank": int(v.idxmax()),
+                    "max_ms": float(v.max()) / 1000.0,
+                    "min_rank": int(v.idxmin()),
+                    "min_ms": float(v.min()) / 1000.0,
+                    "spread_ms": spread / 1000.0,
+                    "mean_total_ms": mean_total / 1000.0,
+                    "ratio": ratio,
+                    "flagged": bool(ratio > RATIO_THRESHOLD),
+                    "excluded_ranks": ",".join(map(str, bad)),
+                }
+            )
     if not rows:
         return None
     return pd.DataFrame(rows, columns=IMBALANCE_COLUMNS)
@@ -108,4 +138,6 @@ def analysis(ctx):
     """Registry entry `rank_imbalance`."""
     p = ctx.profile
     groups = (p.meta or {}).get("parallel_groups") if p is not None else None
-    return Output(tables={"rank_imbalance": rank_imbalance(ctx.table("step_breakdown"), groups, ctx.table("rank_stages"))})
+    return Output(
+        tables={"rank_imbalance": rank_imbalance(ctx.table("step_breakdown"), groups, ctx.table("rank_stages"))}
+    )

@@ -26,8 +26,14 @@ def kernel_table(ops: pd.DataFrame) -> pd.DataFrame:
     df["type"] = df["type"].where(df["type"].notna() & (df["type"].astype(str) != ""), df["name"])
     df["core_type"] = df["core_type"].fillna("")
     g = df.groupby(["type", "core_type", "category"], dropna=False)
-    out = g.agg(count=("dur_us", "size"), total_us=("dur_us", "sum"), mean_us=("dur_us", "mean"),
-                min_us=("dur_us", "min"), max_us=("dur_us", "max"), ranks=("rank", "nunique")).reset_index()
+    out = g.agg(
+        count=("dur_us", "size"),
+        total_us=("dur_us", "sum"),
+        mean_us=("dur_us", "mean"),
+        min_us=("dur_us", "min"),
+        max_us=("dur_us", "max"),
+        ranks=("rank", "nunique"),
+    ).reset_index()
     total = float(df["dur_us"].sum())
     out["share"] = out["total_us"] / total if total > 0 else np.nan
     for m in AIC_METRICS:
@@ -46,9 +52,14 @@ def top_kernels(ops: pd.DataFrame, n: int = 10) -> pd.DataFrame:
     if ops is None or not len(ops):
         return pd.DataFrame(columns=["name", "type", "count", "total_us", "mean_us"])
     c = ops[ops["category"] == "compute"]
-    return (c.groupby("name").agg(type=("type", "first"), count=("dur_us", "size"), total_us=("dur_us", "sum"),
-                                  mean_us=("dur_us", "mean"))
-            .reset_index().sort_values("total_us", ascending=False).head(n).reset_index(drop=True))
+    return (
+        c.groupby("name")
+        .agg(type=("type", "first"), count=("dur_us", "size"), total_us=("dur_us", "sum"), mean_us=("dur_us", "mean"))
+        .reset_index()
+        .sort_values("total_us", ascending=False)
+        .head(n)
+        .reset_index(drop=True)
+    )
 
 
 def analysis(ctx):

@@ -35,10 +35,26 @@ PARAM_BYTES = 4
 OPTIMIZER_STATES = {"momentum": 1, "sgd": 0, "adam": 2, "adamw": 2}
 TIMELINE_POINTS = 400
 
-MEMORY_COLUMNS = ["rank", "host", "device", "peak_bytes", "peak_source", "peak_allocated_bytes",
-                  "peak_reserved_bytes", "peak_active_bytes", "peak_process_bytes", "peak_rss_bytes",
-                  "framework_peak_bytes", "allocator", "peak_at_us", "live_allocations", "live_bytes",
-                  "capacity_bytes", "params", "baseline_bytes"]
+MEMORY_COLUMNS = [
+    "rank",
+    "host",
+    "device",
+    "peak_bytes",
+    "peak_source",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+    "peak_active_bytes",
+    "peak_process_bytes",
+    "peak_rss_bytes",
+    "framework_peak_bytes",
+    "allocator",
+    "peak_at_us",
+    "live_allocations",
+    "live_bytes",
+    "capacity_bytes",
+    "params",
+    "baseline_bytes",
+]
 
 
 def _num(v) -> float | None:
@@ -62,8 +78,14 @@ def framework_component(components) -> str | None:
 def rank_peaks(rec: pd.DataFrame) -> dict:
     """Peaks of one rank's memory records: the framework allocator's (allocated, reserved, active and when
     allocated peaked: the first record at the maximum) and the process's (APP Total Reserved)."""
-    out = {"allocator": None, "peak_allocated_bytes": None, "peak_reserved_bytes": None, "peak_active_bytes": None,
-           "peak_at_us": None, "peak_process_bytes": None}
+    out = {
+        "allocator": None,
+        "peak_allocated_bytes": None,
+        "peak_reserved_bytes": None,
+        "peak_active_bytes": None,
+        "peak_at_us": None,
+        "peak_process_bytes": None,
+    }
     if rec is None or rec.empty:
         return out
     comp = framework_component(rec["component"].dropna().unique())
@@ -96,7 +118,7 @@ def downsample(df: pd.DataFrame, col: str, n: int = TIMELINE_POINTS) -> pd.DataF
     if len(df) <= n:
         return df
     df = df.reset_index(drop=True)
-    bucket = (df.index * (n // 2) // len(df))
+    bucket = df.index * (n // 2) // len(df)
     v = pd.to_numeric(df[col], errors="coerce").fillna(-1)
     keep = set(v.groupby(bucket).idxmax()) | set(v.groupby(bucket).idxmin()) | {0, len(df) - 1}
     return df.loc[sorted(keep)]
@@ -125,8 +147,11 @@ def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer:
     states = OPTIMIZER_STATES.get(str(optimizer or "momentum").lower())
     model = None
     if params:
-        model = {"parameters": params * PARAM_BYTES, "gradients": params * PARAM_BYTES,
-                 "optimizer_state": None if states is None else params * PARAM_BYTES * states}
+        model = {
+            "parameters": params * PARAM_BYTES,
+            "gradients": params * PARAM_BYTES,
+            "optimizer_state": None if states is None else params * PARAM_BYTES * states,
+        }
     alloc, reserved = row.get("peak_allocated_bytes"), row.get("peak_reserved_bytes")
     if alloc is not None and live is not None and len(live) and row.get("peak_at_us") is not None:
         comm = live["name"].astype(str).str.contains("hcom|hccl|allreduce|allgather|broadcast", case=False, regex=True)
@@ -136,20 +161,42 @@ def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer:
             m = sum(v for v in model.values() if v is not None)
             for k, v in model.items():
                 if v is not None:
-                    parts.append((k, min(v, persistent * v / m) if m else None,
-                                  "model sizes (parameter count), within memory allocated before the profiled window"))
+                    parts.append(
+                        (
+                            k,
+                            min(v, persistent * v / m) if m else None,
+                            "model sizes (parameter count), within memory allocated before the profiled window",
+                        )
+                    )
             rest = persistent - sum(p[1] or 0 for p in parts)
             if rest > 0:
-                parts.append(("other_persistent", rest, "allocated before the profiled window, beyond the model states"))
+                parts.append(
+                    ("other_persistent", rest, "allocated before the profiled window, beyond the model states")
+                )
         else:
-            parts.append(("model_states", persistent,
-                          "allocated before the profiled window and live at the peak: parameters, gradients, "
-                          "optimizer state (no parameter count to split them)"))
-        parts.append(("activations", float(live.loc[~comm, "size_bytes"].sum()),
-                      "allocations live at the allocator's peak (operator memory)"))
+            parts.append(
+                (
+                    "model_states",
+                    persistent,
+                    "allocated before the profiled window and live at the peak: parameters, gradients, "
+                    "optimizer state (no parameter count to split them)",
+                )
+            )
+        parts.append(
+            (
+                "activations",
+                float(live.loc[~comm, "size_bytes"].sum()),
+                "allocations live at the allocator's peak (operator memory)",
+            )
+        )
         if comm.any():
-            parts.append(("communication_buffers", float(live.loc[comm, "size_bytes"].sum()),
-                          "communication-op allocations live at the peak"))
+            parts.append(
+                (
+                    "communication_buffers",
+                    float(live.loc[comm, "size_bytes"].sum()),
+                    "communication-op allocations live at the peak",
+                )
+            )
         if reserved is not None:
             parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
         if modules is not None and len(modules):
@@ -159,27 +206,50 @@ def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer:
         process = row.get("peak_process_bytes")
         held = sum(p[1] or 0 for p in parts)
         if process is not None and process > held:
-            parts.append(("runtime_other", process - held, "process (APP) peak minus the parts above: runtime, "
-                          "other device modules, workspace outside the allocator"))
+            parts.append(
+                (
+                    "runtime_other",
+                    process - held,
+                    "process (APP) peak minus the parts above: runtime, "
+                    "other device modules, workspace outside the allocator",
+                )
+            )
         return _shares(parts, max(process or 0, held + (process - held if process and process > held else 0)))
     peak = row.get("peak_bytes")
     if model and peak:
         base = row.get("baseline_bytes")
         if base is not None and str(row.get("peak_source") or "").startswith("workload"):
-            parts.append(("runtime_baseline", float(base), "process resident set before the model was built "
-                          "(MindSpore imported, collectives joined; meta baseline_rss_bytes)"))
+            parts.append(
+                (
+                    "runtime_baseline",
+                    float(base),
+                    "process resident set before the model was built "
+                    "(MindSpore imported, collectives joined; meta baseline_rss_bytes)",
+                )
+            )
         for k, v in model.items():
             if v is not None:
-                parts.append((k, float(v), "model sizes: parameter count x 4 bytes (fp32)"
-                              + (f" x {states} optimizer states" if k == "optimizer_state" else "")))
+                parts.append(
+                    (
+                        k,
+                        float(v),
+                        "model sizes: parameter count x 4 bytes (fp32)"
+                        + (f" x {states} optimizer states" if k == "optimizer_state" else ""),
+                    )
+                )
         if alloc is not None and reserved is not None and row.get("allocator") != "cpu":
             # (MindSpore's CPU pool reserves 1 GiB up front that is not resident: no fragmentation to speak of)
             parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
         rest = peak - sum(p[1] for p in parts)
-        parts.append(("activations_workspace", max(rest, 0.0),
-                      "the rest of the peak: activations, workspace, communication buffers, compiled graphs"
-                      + ("" if base is not None else " and the runtime (libraries)")
-                      + "; not separable without the profiler's allocations"))
+        parts.append(
+            (
+                "activations_workspace",
+                max(rest, 0.0),
+                "the rest of the peak: activations, workspace, communication buffers, compiled graphs"
+                + ("" if base is not None else " and the runtime (libraries)")
+                + "; not separable without the profiler's allocations",
+            )
+        )
         return _shares(parts, peak)
     return []
 
@@ -194,8 +264,10 @@ def _shares(parts, total) -> list[dict]:
             merged[name][1] += "; " + src
         else:
             merged[name] = [b, src]
-    return [{"part": k, "bytes": v[0], "share": (v[0] / total) if total else None, "source": v[1]}
-            for k, v in merged.items()]
+    return [
+        {"part": k, "bytes": v[0], "share": (v[0] / total) if total else None, "source": v[1]}
+        for k, v in merged.items()
+    ]
 
 
 def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
@@ -242,9 +314,16 @@ def analysis(ctx: Context) -> Output:
         pk = rank_peaks(rr)
         if m.get("host"):
             hosts[r] = m["host"]
-        row = {"rank": r, "host": hosts.get(r), "device": devices.get(r) or ("cpu" if m else None), **pk,
-               "peak_rss_bytes": rss.get(r), "framework_peak_bytes": _num(m.get("framework_peak_allocated_bytes")),
-               "params": _num(m.get("params")), "baseline_bytes": _num(m.get("baseline_rss_bytes"))}
+        row = {
+            "rank": r,
+            "host": hosts.get(r),
+            "device": devices.get(r) or ("cpu" if m else None),
+            **pk,
+            "peak_rss_bytes": rss.get(r),
+            "framework_peak_bytes": _num(m.get("framework_peak_allocated_bytes")),
+            "params": _num(m.get("params")),
+            "baseline_bytes": _num(m.get("baseline_rss_bytes")),
+        }
         if row["peak_allocated_bytes"] is None and row["framework_peak_bytes"] is not None:
             row["peak_allocated_bytes"] = row["framework_peak_bytes"]
         if row["peak_process_bytes"] is not None:
@@ -255,8 +334,9 @@ def analysis(ctx: Context) -> Output:
             row["peak_bytes"], row["peak_source"] = row["peak_reserved_bytes"], "profiler: allocator reserved"
         else:
             row["peak_bytes"], row["peak_source"] = None, None
-        row["capacity_bytes"] = (_num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu"
-                                 else device_capacity)
+        row["capacity_bytes"] = (
+            _num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else device_capacity
+        )
         om = opm[opm["rank"] == r] if opm is not None else None
         live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
         row["live_allocations"] = None if live is None else int(len(live))
@@ -279,9 +359,17 @@ def analysis(ctx: Context) -> Output:
         elif ws is not None and "rss_bytes" in ws.columns:
             g = ws[ws["rank"] == r]
             if len(g):
-                tl_parts.append(pd.DataFrame({"rank": r, "component": "rss", "ts_us": g["end_ts"].astype(float) * 1e6,
-                                              "allocated_bytes": float("nan"),
-                                              "reserved_bytes": pd.to_numeric(g["rss_bytes"], errors="coerce")}))
+                tl_parts.append(
+                    pd.DataFrame(
+                        {
+                            "rank": r,
+                            "component": "rss",
+                            "ts_us": g["end_ts"].astype(float) * 1e6,
+                            "allocated_bytes": float("nan"),
+                            "reserved_bytes": pd.to_numeric(g["rss_bytes"], errors="coerce"),
+                        }
+                    )
+                )
         for a in attribution(row, live, rmods, optimizer):
             attr_rows.append({"rank": r, **a})
         rows.append(row)

@@ -35,8 +35,20 @@ from analyzers.context import Output
 from analyzers.schema import bandwidth_gbps
 
 #: words in a group's label that name its kind (first word wins: "dp_cp" is the data-parallel gradient group)
-KIND_WORDS = {"dp": "dp", "data": "dp", "pp": "pp", "pipeline": "pp", "tp": "tp", "tensor": "tp",
-              "ep": "ep", "expert": "ep", "exp": "ep", "cp": "cp", "context": "cp", "stage": "stage"}
+KIND_WORDS = {
+    "dp": "dp",
+    "data": "dp",
+    "pp": "pp",
+    "pipeline": "pp",
+    "tp": "tp",
+    "tensor": "tp",
+    "ep": "ep",
+    "expert": "ep",
+    "exp": "ep",
+    "cp": "cp",
+    "context": "cp",
+    "stage": "stage",
+}
 #: Megatron's `distributed_args` keys (msprof-analyze base_recipe_analysis.map_rank_pp_stage)
 PP_SIZE = "pipeline_model_parallel_size"
 
@@ -88,7 +100,9 @@ def _from_group_info(pgi, source: str) -> dict:
             continue
         label = g.get("group_name") or None
         e = _entry(g["global_ranks"], kind_of(label), source, label)
-        for key in dict.fromkeys([str(double_hash(str(gid))), str(gid), *([str(label)] if label else [])]):  # fixed order
+        for key in dict.fromkeys(
+            [str(double_hash(str(gid))), str(gid), *([str(label)] if label else [])]
+        ):  # fixed order
             out[key] = e
     return out
 
@@ -101,8 +115,9 @@ def groups_from_metadata(metadata: dict | None) -> dict:
 def db_meta(con) -> dict:
     """`parallel_group_info` and `distributed_args` from a profiler db's META_DATA table (as parsed JSON)."""
     try:
-        rows = con.execute("SELECT name, value FROM META_DATA WHERE name IN "
-                           "('parallel_group_info', 'distributed_args')").fetchall()
+        rows = con.execute(
+            "SELECT name, value FROM META_DATA WHERE name IN ('parallel_group_info', 'distributed_args')"
+        ).fetchall()
     except Exception:
         return {}
     out = {}
@@ -143,8 +158,9 @@ def groups_from_communication_group(path) -> dict:
         if not isinstance(g, dict) or not g.get("group_name"):
             continue
         label = g.get("pg_name") or None
-        out[str(g["group_name"])] = _entry(g.get("rank_set") or [], kind_of(label), "communication_group", label,
-                                           type=g.get("type"))
+        out[str(g["group_name"])] = _entry(
+            g.get("rank_set") or [], kind_of(label), "communication_group", label, type=g.get("type")
+        )
     return out
 
 
@@ -169,6 +185,7 @@ def groups_from_strategy(paths) -> dict:
 
 
 # ---- pipeline stage of each rank ---------------------------------------------------------------
+
 
 def _kind(name, entry) -> str | None:
     return entry.get("kind") if isinstance(entry, dict) else kind_of(name)
@@ -245,16 +262,24 @@ def rank_stages(profile, workload_meta: dict | None = None) -> pd.DataFrame:
     workloads' pipeline trainer) is used, source "workload"."""
     stage_of, src = stage_of_rank(profile)
     if not stage_of and workload_meta:
-        stage_of = {int(r): int(m["stage"]) for r, m in workload_meta.items()
-                    if isinstance(m, dict) and m.get("stage") is not None and int(m.get("pipeline_stages") or 1) > 1}
+        stage_of = {
+            int(r): int(m["stage"])
+            for r, m in workload_meta.items()
+            if isinstance(m, dict) and m.get("stage") is not None and int(m.get("pipeline_stages") or 1) > 1
+        }
         src = "workload" if stage_of else None
     ranks = sorted(int(r) for r in profile.ranks["rank"]) if len(profile.ranks) else sorted(stage_of)
-    return pd.DataFrame({"rank": pd.Series(ranks, dtype="int64"),
-                         "stage": pd.array([stage_of.get(r) for r in ranks], dtype="Int64"),
-                         "stage_source": [src if r in stage_of else None for r in ranks]})
+    return pd.DataFrame(
+        {
+            "rank": pd.Series(ranks, dtype="int64"),
+            "stage": pd.array([stage_of.get(r) for r in ranks], dtype="Int64"),
+            "stage_source": [src if r in stage_of else None for r in ranks],
+        }
+    )
 
 
 # ---- global ranks on links ---------------------------------------------------------------------
+
 
 def local_to_global(links: pd.DataFrame, groups: dict) -> dict[str, dict[int, int]]:
     """{group: {local rank: global rank}} as msprof-analyze's comm_matrix_analysis builds it: the
@@ -289,14 +314,18 @@ def global_links(links: pd.DataFrame | None, groups: dict) -> pd.DataFrame | Non
     maps = local_to_global(df, groups)
     g = df["group"].astype(str)
     # rows a reader already wrote in global ranks (msprof-analyze's cluster matrix) stay as they are
-    done = df["global_ranks"].fillna(False).astype(bool) if "global_ranks" in df.columns \
+    done = (
+        df["global_ranks"].fillna(False).astype(bool)
+        if "global_ranks" in df.columns
         else pd.Series(False, index=df.index)
+    )
     g = g.where(~done, "\0already global")
     src_l = pd.to_numeric(df["src"], errors="coerce")
     dst_l = pd.to_numeric(df["dst"], errors="coerce")
     mapped = g.isin(list(maps))
-    table = pd.DataFrame([(gg, float(lo), gl) for gg, m in maps.items() for lo, gl in m.items()],
-                         columns=["group", "local", "global"]).astype({"group": object})
+    table = pd.DataFrame(
+        [(gg, float(lo), gl) for gg, m in maps.items() for lo, gl in m.items()], columns=["group", "local", "global"]
+    ).astype({"group": object})
     keys = pd.MultiIndex.from_frame(table[["group", "local"]]) if len(table) else None
 
     def to_global(local: pd.Series) -> pd.Series:
@@ -333,12 +362,17 @@ def link_totals(links: pd.DataFrame | None) -> pd.DataFrame | None:
     if df.empty:
         return None
     step = df["step"] if "step" in df.columns else pd.Series(pd.NA, index=df.index)
-    df = df.assign(step=pd.to_numeric(step, errors="coerce").fillna(-1).astype(int),
-                   group=df["group"].astype(str), src=df["src"].astype(int), dst=df["dst"].astype(int),
-                   size_mb=pd.to_numeric(df["size_mb"], errors="coerce").fillna(0.0),
-                   time_ms=pd.to_numeric(df["time_ms"], errors="coerce").fillna(0.0))
+    df = df.assign(
+        step=pd.to_numeric(step, errors="coerce").fillna(-1).astype(int),
+        group=df["group"].astype(str),
+        src=df["src"].astype(int),
+        dst=df["dst"].astype(int),
+        size_mb=pd.to_numeric(df["size_mb"], errors="coerce").fillna(0.0),
+        time_ms=pd.to_numeric(df["time_ms"], errors="coerce").fillna(0.0),
+    )
     out = df.groupby(["step", "group", "src", "dst"], as_index=False).agg(
-        transport=("transport", "last"), size_mb=("size_mb", "sum"), time_ms=("time_ms", "sum"), ops=("op_name", "size"))
+        transport=("transport", "last"), size_mb=("size_mb", "sum"), time_ms=("time_ms", "sum"), ops=("op_name", "size")
+    )
     out["bandwidth_gbps"] = bandwidth_gbps(out["size_mb"], out["time_ms"])
     out["step"] = out["step"].where(out["step"] >= 0).astype("Int64")
     out.insert(1, "op_name", "Total Op Info")
@@ -347,6 +381,7 @@ def link_totals(links: pd.DataFrame | None) -> pd.DataFrame | None:
 
 # ---- registry entry ----------------------------------------------------------------------------
 
+
 def analysis(ctx):
     """Registry entry `parallel_groups`: rank_stages, links with global ranks (as parsed where no group maps
     them), link_totals, and the per-transport comm_bandwidth as parsed (the one writer of links and
@@ -354,9 +389,14 @@ def analysis(ctx):
     p = ctx.profile
     groups = (p.meta or {}).get("parallel_groups") or {} if p is not None else {}
     links = global_links(ctx.table("links"), groups)
-    return Output(tables={"rank_stages": rank_stages(p, ctx.meta) if p is not None else None,
-                          "link_totals": link_totals(links),
-                          "links": links, "comm_bandwidth": ctx.table("comm_bandwidth")})
+    return Output(
+        tables={
+            "rank_stages": rank_stages(p, ctx.meta) if p is not None else None,
+            "link_totals": link_totals(links),
+            "links": links,
+            "comm_bandwidth": ctx.table("comm_bandwidth"),
+        }
+    )
 
 
 # ---- traffic classes of collectives ------------------------------------------------------------
@@ -370,8 +410,12 @@ KIND_CLASS = {"dp": "dp_grad", "tp": "tensor_parallel", "pp": "pipeline_p2p", "e
 SPAN_CLASS = {"allreduce": "dp_grad", "send": "pipeline_p2p", "recv": "pipeline_p2p"}
 
 
-def classify_comm_ops(comm_ops: pd.DataFrame | None, groups: dict | None = None, spans: pd.DataFrame | None = None,
-                      size_classes: dict | None = None) -> pd.Series:
+def classify_comm_ops(
+    comm_ops: pd.DataFrame | None,
+    groups: dict | None = None,
+    spans: pd.DataFrame | None = None,
+    size_classes: dict | None = None,
+) -> pd.Series:
     """The traffic class of every collective (`COMM_CLASSES`, None when nothing says), first rule that applies:
 
     1. point-to-point op types (send, recv, batchSendRecv) -> pipeline_p2p;
@@ -389,8 +433,11 @@ def classify_comm_ops(comm_ops: pd.DataFrame | None, groups: dict | None = None,
         return pd.Series([], dtype=object)
     out = pd.Series([None] * len(comm_ops), index=comm_ops.index, dtype=object)
     # op_type is a schema column of comm_ops (analyzers/schema.py): every parser fills it from the op name
-    types = comm_ops["op_type"].astype(str).str.lower() if "op_type" in comm_ops.columns else \
-        pd.Series([""] * len(comm_ops), index=comm_ops.index)
+    types = (
+        comm_ops["op_type"].astype(str).str.lower()
+        if "op_type" in comm_ops.columns
+        else pd.Series([""] * len(comm_ops), index=comm_ops.index)
+    )
     out[types.isin(["send", "recv"]).to_numpy()] = "pipeline_p2p"
     groups = groups or {}
     if groups and "group" in comm_ops.columns:
@@ -403,8 +450,12 @@ def classify_comm_ops(comm_ops: pd.DataFrame | None, groups: dict | None = None,
                 out.iat[i] = "expert_dispatch"
             elif kind in KIND_CLASS:
                 out.iat[i] = KIND_CLASS[kind]
-    if spans is not None and len(spans) and {"rank", "kind", "start_ts", "end_ts"} <= set(spans.columns) \
-            and "start_us" in comm_ops.columns:
+    if (
+        spans is not None
+        and len(spans)
+        and {"rank", "kind", "start_ts", "end_ts"} <= set(spans.columns)
+        and "start_us" in comm_ops.columns
+    ):
         sp = spans[spans["kind"].isin(list(SPAN_CLASS))]
         by_rank = {int(r): g for r, g in sp.groupby("rank")}
         for i, (r, st) in enumerate(zip(comm_ops["rank"], pd.to_numeric(comm_ops["start_us"], errors="coerce"))):
@@ -430,8 +481,14 @@ def comm_class_totals(comm_ops: pd.DataFrame | None) -> pd.DataFrame | None:
         return None
     co = comm_ops.assign(comm_class=comm_ops["comm_class"].astype(object).where(comm_ops["comm_class"].notna(), None))
     co = co.assign(_cls=co["comm_class"].fillna("(unclassified)"))
-    t = co.groupby(["rank", "step", "_cls"], dropna=False).agg(
-        ops=("op_name", "size"), elapse_ms=("elapse_ms", "sum"),
-        size_bytes=("size_bytes", lambda s: s.sum(min_count=1))).reset_index()
+    t = (
+        co.groupby(["rank", "step", "_cls"], dropna=False)
+        .agg(
+            ops=("op_name", "size"),
+            elapse_ms=("elapse_ms", "sum"),
+            size_bytes=("size_bytes", lambda s: s.sum(min_count=1)),
+        )
+        .reset_index()
+    )
     t["comm_class"] = pd.Series([None if c == "(unclassified)" else c for c in t["_cls"]], index=t.index, dtype=object)
     return t[["rank", "step", "comm_class", "ops", "elapse_ms", "size_bytes"]]

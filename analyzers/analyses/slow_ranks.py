@@ -203,8 +203,9 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
     per["ranks_compared"] = per.groupby(keys)["rank"].transform("size")
     # mean collective time of the block (over instances, not over ranks)
     w = per["mean_elapse_ms"] * per["n_ops"]
-    block_elapse = (w.groupby([per[k] for k in keys]).transform("sum")
-                    / per["n_ops"].where(per["mean_elapse_ms"].notna()).groupby([per[k] for k in keys]).transform("sum"))
+    block_elapse = w.groupby([per[k] for k in keys]).transform("sum") / per["n_ops"].where(
+        per["mean_elapse_ms"].notna()
+    ).groupby([per[k] for k in keys]).transform("sum")
     lat = per["mean_lateness_ms"].to_numpy(dtype=float)
     last = per["last_arrivals"].to_numpy(dtype=float)
     nops = per["n_ops"].to_numpy(dtype=float)
@@ -259,7 +260,11 @@ def find_slow_ranks(comm_ops: pd.DataFrame) -> pd.DataFrame:
     if multi.any():
         parts.append(_judge(df[multi], "collective", gnames, onames))
     res = pd.concat(parts, ignore_index=True)
-    res = res.sort_values(["group", "scope", "op_name", "rank"], key=lambda c: c.map({"group": 0, "collective": 1}) if c.name == "scope" else c, kind="stable")
+    res = res.sort_values(
+        ["group", "scope", "op_name", "rank"],
+        key=lambda c: c.map({"group": 0, "collective": 1}) if c.name == "scope" else c,
+        kind="stable",
+    )
     res["slow"] = res["slow"].astype(bool)
     res["rank"] = res["rank"].astype("int64")
     return res.reset_index(drop=True)
@@ -338,7 +343,9 @@ def analysis(ctx):
     sr = find_slow_ranks(co) if co is not None else _empty(SLOW_RANK_COLUMNS)
     groups = (ctx.profile.meta or {}).get("parallel_groups") or {} if ctx.profile is not None else {}
     # the parallel group each communication group is (dp / pp / tp ...), where the profiler metadata says
-    sr["group_kind"] = sr["group"].map(lambda g: (groups.get(str(g)) or {}).get("kind")
-                                       if isinstance(groups.get(str(g)), dict) else None)
-    return Output(tables={"slow_ranks": sr,
-                          "slow_links": find_slow_links(ctx.table("links"), ctx.table("comm_bandwidth"))})
+    sr["group_kind"] = sr["group"].map(
+        lambda g: (groups.get(str(g)) or {}).get("kind") if isinstance(groups.get(str(g)), dict) else None
+    )
+    return Output(
+        tables={"slow_ranks": sr, "slow_links": find_slow_links(ctx.table("links"), ctx.table("comm_bandwidth"))}
+    )

@@ -22,11 +22,26 @@ import pandas as pd
 
 from analyzers.context import Output
 
-STAGE_COLUMNS = ["stage", "ranks", "n_ranks", "steps", "computing_ms", "step_ms", "communication_not_overlapped_ms",
-                 "free_ms", "bubble_ms", "computing_ratio", "excluded_ranks"]
-_PARTS = {"computing_ms": "computing_us", "step_ms": "step_us",
-          "communication_not_overlapped_ms": "communication_not_overlapped_us", "free_ms": "free_us",
-          "bubble_ms": "bubble_us"}
+STAGE_COLUMNS = [
+    "stage",
+    "ranks",
+    "n_ranks",
+    "steps",
+    "computing_ms",
+    "step_ms",
+    "communication_not_overlapped_ms",
+    "free_ms",
+    "bubble_ms",
+    "computing_ratio",
+    "excluded_ranks",
+]
+_PARTS = {
+    "computing_ms": "computing_us",
+    "step_ms": "step_us",
+    "communication_not_overlapped_ms": "communication_not_overlapped_us",
+    "free_ms": "free_us",
+    "bubble_ms": "bubble_us",
+}
 
 
 def trusted_ranks(sb: pd.DataFrame) -> tuple[pd.DataFrame, list[int]]:
@@ -63,9 +78,13 @@ def stage_table(sb: pd.DataFrame | None, rank_stages: pd.DataFrame | None) -> pd
     per["stage"] = [stage_of[r] for r in per.index]
     rows = []
     for stage, g in per.groupby("stage"):
-        row = {"stage": int(stage), "ranks": ",".join(str(r) for r in sorted(g.index)), "n_ranks": len(g),
-               "steps": int(g["steps"].max()),
-               "excluded_ranks": ",".join(str(r) for r in bad if stage_of.get(r) == stage)}
+        row = {
+            "stage": int(stage),
+            "ranks": ",".join(str(r) for r in sorted(g.index)),
+            "n_ranks": len(g),
+            "steps": int(g["steps"].max()),
+            "excluded_ranks": ",".join(str(r) for r in bad if stage_of.get(r) == stage),
+        }
         for c in _PARTS:
             row[c] = float(g[c].mean()) if c in g.columns and g[c].notna().any() else np.nan
         rows.append(row)

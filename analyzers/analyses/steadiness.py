@@ -45,15 +45,21 @@ def cv(x: list[float]) -> float | None:
     return float((q3 - q1) / 1.349 / np.median(x))
 
 
-def steadiness(step_times: list[float], rank_cpu: dict[int, list[float]] | None = None,
-               step_cpu: list[float] | None = None) -> dict:
+def steadiness(
+    step_times: list[float], rank_cpu: dict[int, list[float]] | None = None, step_cpu: list[float] | None = None
+) -> dict:
     """The steadiness metrics from the measured steps' step times (in step order), each rank's per-step CPU
     times, and the per-step CPU time (slowest rank)."""
     from analyzers.stats import mann_whitney_p
 
     x = [float(v) for v in step_times if v is not None and not math.isnan(v)]
-    out = {"step_time_cv": cv(x), "step_cpu_cv": cv([float(v) for v in step_cpu or [] if v == v]),
-           "warmup_drift": None, "warmup_drift_p": None, "rank_cpu_spread": None}
+    out = {
+        "step_time_cv": cv(x),
+        "step_cpu_cv": cv([float(v) for v in step_cpu or [] if v == v]),
+        "warmup_drift": None,
+        "warmup_drift_p": None,
+        "rank_cpu_spread": None,
+    }
     k = len(x) // 3
     if k >= 1:
         first, last = x[:k], x[-k:]
@@ -71,8 +77,9 @@ def unsteady_reasons(m: dict, wall: bool = True) -> list[str]:
     """Why a run's metrics say it is not steady enough to compare; [] when steady or unknown. `wall=False`: by
     its CPU time only (step_cpu_cv, rank_cpu_spread)."""
     why = []
-    cv_w, cv_c, drift, p, spread = (m.get(k) for k in ("step_time_cv", "step_cpu_cv", "warmup_drift", "warmup_drift_p",
-                                                        "rank_cpu_spread"))
+    cv_w, cv_c, drift, p, spread = (
+        m.get(k) for k in ("step_time_cv", "step_cpu_cv", "warmup_drift", "warmup_drift_p", "rank_cpu_spread")
+    )
     if wall and cv_w is not None and cv_w > MAX_CV:
         why.append(f"step time CV {cv_w * 100:.0f}% > {MAX_CV * 100:.0f}%")
     if cv_c is not None and cv_c > MAX_CV:

@@ -29,7 +29,15 @@ from analyzers.context import Output
 from analyzers.schema import BREAKDOWN_PARTS
 
 #: columns that come from the workload's records and are taken over the measured steps only
-WORKLOAD_COLUMNS = ("throughput", "step_time_s", "cpu_s", "samples", "dropped_tokens", "wl_collectives", "wl_comm_bytes")
+WORKLOAD_COLUMNS = (
+    "throughput",
+    "step_time_s",
+    "cpu_s",
+    "samples",
+    "dropped_tokens",
+    "wl_collectives",
+    "wl_comm_bytes",
+)
 
 
 def _workload_part(ws: pd.DataFrame, warmup: int) -> pd.DataFrame | None:
@@ -94,8 +102,13 @@ def _comm_part(co: pd.DataFrame) -> pd.DataFrame | None:
     return pd.DataFrame({"collectives": g["n"].mean().astype(float), "comm_bytes": g["b"].mean()})
 
 
-def step_series(workload_steps: pd.DataFrame | None, step_breakdown: pd.DataFrame | None,
-                comm_ops: pd.DataFrame | None, warmup: int = 0, ops_seen: bool = False) -> pd.DataFrame:
+def step_series(
+    workload_steps: pd.DataFrame | None,
+    step_breakdown: pd.DataFrame | None,
+    comm_ops: pd.DataFrame | None,
+    warmup: int = 0,
+    ops_seen: bool = False,
+) -> pd.DataFrame:
     """One row per step: `step, measured, profiled` and the per-step value of every step metric.
     `ops_seen`: the profile has op data, so a step without collectives has 0 of them (known), not null."""
     wl = _workload_part(workload_steps, warmup)
@@ -129,8 +142,11 @@ def samples(series: pd.DataFrame, metric: str) -> list[float]:
     if series is None or col is None or col not in series.columns or series.empty:
         return []
     rows = series
-    if col in WORKLOAD_COLUMNS or (col in ("collectives", "comm_bytes") and series["measured"].any()
-                                   and not series.loc[series["measured"], col].isna().all()):
+    if col in WORKLOAD_COLUMNS or (
+        col in ("collectives", "comm_bytes")
+        and series["measured"].any()
+        and not series.loc[series["measured"], col].isna().all()
+    ):
         rows = series[series["measured"].astype(bool)]
     v = pd.to_numeric(rows[col], errors="coerce").dropna()
     return [float(x) for x in v]
@@ -140,8 +156,12 @@ def _median(vals: list[float]):
     return float(np.median(vals)) if vals else None
 
 
-def run_metrics(series: pd.DataFrame, workload_steps: pd.DataFrame | None = None,
-                step_breakdown: pd.DataFrame | None = None, ranks: int | None = None) -> dict:
+def run_metrics(
+    series: pd.DataFrame,
+    workload_steps: pd.DataFrame | None = None,
+    step_breakdown: pd.DataFrame | None = None,
+    ranks: int | None = None,
+) -> dict:
     m: dict = {name: _median(samples(series, name)) for name in SERIES_COLUMN}
     if m["step_time_s"] is not None or m["throughput"] is not None:
         m["measured_steps"] = int(series["measured"].sum())
@@ -182,8 +202,9 @@ def analysis(ctx):
     """Registry entry: the step series table and the run-level metrics taken from it."""
     warm = ctx.warmup_steps()
     sb = ctx.table("step_breakdown")
-    series = step_series(ctx.table("workload_steps"), sb, ctx.table("comm_ops"), warm,
-                         ops_seen=ctx.table("ops") is not None)
+    series = step_series(
+        ctx.table("workload_steps"), sb, ctx.table("comm_ops"), warm, ops_seen=ctx.table("ops") is not None
+    )
     ranks = None
     if ctx.profile is not None and len(ctx.profile.ranks):
         ranks = int(ctx.profile.ranks["rank"].nunique())
@@ -191,5 +212,4 @@ def analysis(ctx):
         ranks = int(sb["rank"].nunique())
     elif ctx.table("workload_steps") is not None:
         ranks = int(ctx.workload_steps["rank"].nunique())
-    return Output(tables={"step_metrics": series},
-                  metrics=run_metrics(series, ctx.table("workload_steps"), sb, ranks))
+    return Output(tables={"step_metrics": series}, metrics=run_metrics(series, ctx.table("workload_steps"), sb, ranks))

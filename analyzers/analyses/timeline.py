@@ -12,8 +12,13 @@ from analyzers.context import Output
 TIMELINE_COLUMNS = ["rank", "step", "kind", "start_ts", "end_ts", "ops", "top_op"]
 
 
-def step_timeline(ops: pd.DataFrame, steps: pd.DataFrame, max_steps: int = 2, merge_gap_us: float = 50.0,
-                  merge_gap_frac: float = 0.005) -> pd.DataFrame:
+def step_timeline(
+    ops: pd.DataFrame,
+    steps: pd.DataFrame,
+    max_steps: int = 2,
+    merge_gap_us: float = 50.0,
+    merge_gap_frac: float = 0.005,
+) -> pd.DataFrame:
     """Segments (rank, step, kind = compute | communication, start_ts/end_ts in seconds on the
     profile's clock, ops merged, the longest op's name) for the first `max_steps` steps of the profile."""
     if ops is None or ops.empty or steps is None or steps.empty or "step" not in ops.columns:
@@ -36,8 +41,16 @@ def step_timeline(ops: pd.DataFrame, steps: pd.DataFrame, max_steps: int = 2, me
                 continue
             if cur:
                 rows.append(cur)
-            cur = {"rank": int(rank), "step": int(step), "kind": kind, "start": op.start_us, "end": end,
-                   "ops": 1, "top_dur": op.dur_us, "top_op": op.name}
+            cur = {
+                "rank": int(rank),
+                "step": int(step),
+                "kind": kind,
+                "start": op.start_us,
+                "end": end,
+                "ops": 1,
+                "top_dur": op.dur_us,
+                "top_op": op.name,
+            }
         if cur:
             rows.append(cur)
     df = pd.DataFrame(rows)

@@ -41,8 +41,9 @@ class Format:
 def _ascend_text_parse(d: Path, **kw) -> Profile:
     from analyzers.parsers.ascend.text import parse_text_rank
 
-    return parse_text_rank(d, read_trace=kw.get("read_trace", "auto"), fit=False,
-                           read_kernels=kw.get("read_kernels", True), columns=True)
+    return parse_text_rank(
+        d, read_trace=kw.get("read_trace", "auto"), fit=False, read_kernels=kw.get("read_kernels", True), columns=True
+    )
 
 
 def _ascend_text_detect(d: Path) -> bool:
@@ -85,8 +86,14 @@ PLUGIN_MODULES = ("analyzers.parsers.msprof", "analyzers.parsers.legacy", "analy
 _plugins_loaded = False
 
 
-def register_format(name: str, detect: Callable[[Path], bool], parse: Callable[..., Profile], *,
-                    per_rank: bool = True, before: str | None = None) -> None:
+def register_format(
+    name: str,
+    detect: Callable[[Path], bool],
+    parse: Callable[..., Profile],
+    *,
+    per_rank: bool = True,
+    before: str | None = None,
+) -> None:
     """Add (or replace) a format. `before` puts it ahead of an existing entry."""
     global FORMATS
     FORMATS = [f for f in FORMATS if f.name != name]
@@ -174,12 +181,15 @@ def _parse_unit(fmt_name: str, d: str, opts: dict):
 CROSS_CHECK_FORMATS = ("msprof-analyze-cluster",)
 
 #: what a rank loses without a file its peers have (for the warning that names the missing file)
-LOST_WITHOUT = {"kernel_details.csv": "kernels", "trace_view.json": "host step starts and collective sizes",
-                "step_trace_time.csv": "the profiler's own step breakdown",
-                "communication.json": "per-op communication times and bandwidths",
-                "communication_matrix.json": "communication links",
-                "analysis.db": "the profiler's breakdown and communication analyses",
-                "ascend_*_profiler_*.db": "kernels, steps and collective sizes"}
+LOST_WITHOUT = {
+    "kernel_details.csv": "kernels",
+    "trace_view.json": "host step starts and collective sizes",
+    "step_trace_time.csv": "the profiler's own step breakdown",
+    "communication.json": "per-op communication times and bandwidths",
+    "communication_matrix.json": "communication links",
+    "analysis.db": "the profiler's breakdown and communication analyses",
+    "ascend_*_profiler_*.db": "kernels, steps and collective sizes",
+}
 
 
 #: with kernels="auto", clusters up to this many ranks read every rank's kernels; larger ones read the
@@ -187,9 +197,16 @@ LOST_WITHOUT = {"kernel_details.csv": "kernels", "trace_view.json": "host step s
 KERNEL_CROSS_CHECK_RANKS = 2
 
 
-def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_trace="auto",
-                 hints: dict | None = None, strict: bool = False, kernels: str = "auto",
-                 progress: Callable[[int, int], None] | None = None) -> Profile:
+def load_profile(
+    path: str | os.PathLike,
+    *,
+    workers: int | None = None,
+    read_trace="auto",
+    hints: dict | None = None,
+    strict: bool = False,
+    kernels: str = "auto",
+    progress: Callable[[int, int], None] | None = None,
+) -> Profile:
     """Find every rank under `path`, parse them (in parallel when there are several) and merge.
     `hints` are facts a parser may use when it accepts them: `workload_steps` (the workload's own step
     records, for step windows on CPU profiles) and `meta` (e.g. world size, collective dtype).
@@ -212,9 +229,11 @@ def load_profile(path: str | os.PathLike, *, workers: int | None = None, read_tr
     ranks are parsed (units parsed so far, units found)."""
     units = find_units(path)
     if not units:
-        raise UserError(f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
-                        "step_trace_time.csv, communication.json, trace_view.json, analysis.db or "
-                        "ascend_*_profiler_*.db, and the other registered formats)")
+        raise UserError(
+            f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
+            "step_trace_time.csv, communication.json, trace_view.json, analysis.db or "
+            "ascend_*_profiler_*.db, and the other registered formats)"
+        )
     checks = [u for u in units if u[0] in CROSS_CHECK_FORMATS]
     if len(checks) < len(units):
         units = [u for u in units if u[0] not in CROSS_CHECK_FORMATS]
@@ -294,10 +313,11 @@ def _parse_all(tasks: list[tuple], workers: int, progress) -> list:
             report(i + 1, n)
         return results
     size = max(1, min(64, -(-n // (workers * 4))))
-    chunks = [tasks[i:i + size] for i in range(0, n, size)]
+    chunks = [tasks[i : i + size] for i in range(0, n, size)]
     results = []
-    with ProcessPoolExecutor(max_workers=min(workers, len(chunks)),
-                             mp_context=multiprocessing.get_context("fork")) as pool:
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(chunks)), mp_context=multiprocessing.get_context("fork")
+    ) as pool:
         for got in pool.map(_parse_chunk, chunks):
             results.extend(got)
             report(len(results), n)
@@ -310,9 +330,15 @@ def _light_units(units: list[tuple[str, Path]], kernels: str) -> set[int]:
         raise UserError(f"kernels={kernels!r}: expected auto, all or none")
     if kernels == "all":
         return set()
-    with_trace = [i for i, (f, d) in enumerate(units) if f in ("ascend-text", "ascend-db") and (
-        (d / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").exists()
-        or (d / "ASCEND_PROFILER_OUTPUT" / "analysis.db").exists())]
+    with_trace = [
+        i
+        for i, (f, d) in enumerate(units)
+        if f in ("ascend-text", "ascend-db")
+        and (
+            (d / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv").exists()
+            or (d / "ASCEND_PROFILER_OUTPUT" / "analysis.db").exists()
+        )
+    ]
     if kernels == "none":
         return set(with_trace)
     if len(units) <= KERNEL_CROSS_CHECK_RANKS:
@@ -331,9 +357,16 @@ def _attach_cross_check(profile: Profile, checks: list[tuple[str, Path]]) -> Non
             profile.warnings.append(f"{res[1]}: {res[2]} (msprof-analyze output not used as a cross-check)")
             continue
         c = res[1]
-        profile.meta.setdefault("cluster_output", {"path": str(d), "reference_breakdown": c.reference_breakdown,
-                                                   "comm_ops": c.comm_ops, "links": c.links,
-                                                   "inputs": c.meta.get("inputs", [])})
+        profile.meta.setdefault(
+            "cluster_output",
+            {
+                "path": str(d),
+                "reference_breakdown": c.reference_breakdown,
+                "comm_ops": c.comm_ops,
+                "links": c.links,
+                "inputs": c.meta.get("inputs", []),
+            },
+        )
         profile.warnings.extend(c.warnings)
 
 
@@ -347,8 +380,17 @@ def _rank_ids(p: Profile) -> list:
 
 
 #: the Profile tables merged across parts (rank-level tables, concatenated)
-MERGED_TABLES = ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links", "memory_records", "op_memory",
-                 "module_memory")
+MERGED_TABLES = (
+    "ranks",
+    "steps",
+    "ops",
+    "comm_ops",
+    "comm_bandwidth",
+    "links",
+    "memory_records",
+    "op_memory",
+    "module_memory",
+)
 
 
 def merge_profiles(parts: list[Profile], path) -> Profile:
@@ -372,8 +414,10 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
     for p in parts:
         for r in _rank_ids(p):
             if r in seen:
-                raise UserError(f"rank {r} found twice under {path}: {seen[r]} and {p.path} "
-                                "(point at one run's folder, or fix rank_id in profiler_info_*.json)")
+                raise UserError(
+                    f"rank {r} found twice under {path}: {seen[r]} and {p.path} "
+                    "(point at one run's folder, or fix rank_id in profiler_info_*.json)"
+                )
             seen[r] = p.path
     sources = sorted({p.source for p in parts})
     merged = Profile(source=sources[0] if len(sources) == 1 else "+".join(sources), path=str(path))
@@ -381,8 +425,9 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
         fr = frames([getattr(p, name) for p in parts if getattr(p, name) is not None and len(getattr(p, name))])
         if fr:
             setattr(merged, name, conform(pd.concat(fr, ignore_index=True) if len(fr) > 1 else fr[0], TABLES[name]))
-    refs = frames([p.reference_breakdown for p in parts
-                   if p.reference_breakdown is not None and len(p.reference_breakdown)])
+    refs = frames(
+        [p.reference_breakdown for p in parts if p.reference_breakdown is not None and len(p.reference_breakdown)]
+    )
     merged.reference_breakdown = (pd.concat(refs, ignore_index=True) if len(refs) > 1 else refs[0]) if refs else None
     merged.meta = {"formats": sources, "rank_meta": {}}
     for p in parts:
@@ -404,11 +449,15 @@ def merge_profiles(parts: list[Profile], path) -> Profile:
 
 
 #: a missing file is no loss when the rank has these instead (the text and db exports hold the same data)
-STANDS_IN_FOR = {"kernel_details.csv": ("ascend_*_profiler_*.db",), "trace_view.json": ("ascend_*_profiler_*.db",),
-                 "step_trace_time.csv": ("analysis.db",), "communication.json": ("analysis.db",),
-                 "communication_matrix.json": ("analysis.db",),
-                 "analysis.db": ("step_trace_time.csv", "communication.json"),
-                 "ascend_*_profiler_*.db": ("kernel_details.csv",)}
+STANDS_IN_FOR = {
+    "kernel_details.csv": ("ascend_*_profiler_*.db",),
+    "trace_view.json": ("ascend_*_profiler_*.db",),
+    "step_trace_time.csv": ("analysis.db",),
+    "communication.json": ("analysis.db",),
+    "communication_matrix.json": ("analysis.db",),
+    "analysis.db": ("step_trace_time.csv", "communication.json"),
+    "ascend_*_profiler_*.db": ("kernel_details.csv",),
+}
 
 
 def _reference_sources(parts: list[Profile]) -> list[str]:
@@ -438,8 +487,9 @@ def _missing_file_warnings(parts: list[Profile]) -> list[str]:
             alt = STANDS_IN_FOR.get(f, ())
             if alt and all(x in have for x in alt):
                 continue
-            out.append(f"{p.path}: no {f} (other ranks have it): {LOST_WITHOUT.get(f, 'its data')} unknown for "
-                       "this rank")
+            out.append(
+                f"{p.path}: no {f} (other ranks have it): {LOST_WITHOUT.get(f, 'its data')} unknown for this rank"
+            )
     return out
 
 

@@ -147,8 +147,14 @@ class TraceEvents:
         return self.x[self.x["pid"].isin(pids)]
 
 
-def x_events(path: str | os.PathLike, *, with_args: bool = False, args_prefix: str | None = None,
-             args_fields: tuple[str, ...] | None = None, engine: str = "auto") -> TraceEvents:
+def x_events(
+    path: str | os.PathLike,
+    *,
+    with_args: bool = False,
+    args_prefix: str | None = None,
+    args_fields: tuple[str, ...] | None = None,
+    engine: str = "auto",
+) -> TraceEvents:
     """All X events as a DataFrame plus pid/tid name maps. `engine`: "auto" | "duckdb" | "ijson".
 
     `with_args` adds an `args` column (dicts) for every event; `args_prefix` adds it only for events whose
@@ -172,8 +178,9 @@ def x_events(path: str | os.PathLike, *, with_args: bool = False, args_prefix: s
     return _x_events_ijson(path, with_args, args_prefix, args_fields)
 
 
-def _x_events_ijson(path: Path, with_args: bool, args_prefix: str | None = None,
-                    args_fields: tuple[str, ...] | None = None) -> TraceEvents:
+def _x_events_ijson(
+    path: Path, with_args: bool, args_prefix: str | None = None, args_fields: tuple[str, ...] | None = None
+) -> TraceEvents:
     cols: dict[str, list] = {c: [] for c in X_COLUMNS + (["args"] if with_args else [])}
     pnames: dict[str, str] = {}
     tnames: dict[tuple[str, str], str] = {}
@@ -210,8 +217,9 @@ def _meta(ev: dict, pnames: dict, tnames: dict) -> None:
         tnames[(str(ev.get("pid")), str(ev.get("tid")))] = str(name)
 
 
-def _x_events_duckdb(path: Path, with_args: bool, args_prefix: str | None = None,
-                     args_fields: tuple[str, ...] | None = None) -> TraceEvents:
+def _x_events_duckdb(
+    path: Path, with_args: bool, args_prefix: str | None = None, args_fields: tuple[str, ...] | None = None
+) -> TraceEvents:
     import duckdb
 
     prefix = _container_prefix(path)
@@ -234,28 +242,43 @@ def _x_events_duckdb(path: Path, with_args: bool, args_prefix: str | None = None
         else:
             args_type = "STRUCT(name VARCHAR)"
             meta_expr = "args.name"
-        columns = ("{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', dur: 'VARCHAR', "
-                   f"cat: 'VARCHAR', args: '{args_type}'}}")
+        columns = (
+            "{ph: 'VARCHAR', name: 'VARCHAR', pid: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', dur: 'VARCHAR', "
+            f"cat: 'VARCHAR', args: '{args_type}'}}"
+        )
         quoted = str(path).replace("'", "''")
         src = f"read_json('{quoted}', format='array', columns={columns}, maximum_object_size=268435456)"
         lit = (args_prefix or "").replace("'", "''")
         if args_fields:
-            args_sel = (f", CASE WHEN ph = 'X' AND starts_with(name, '{lit}') THEN to_json(args)::VARCHAR END AS args"
-                        if args_prefix is not None else ", CASE WHEN ph = 'X' THEN to_json(args)::VARCHAR END AS args")
+            args_sel = (
+                f", CASE WHEN ph = 'X' AND starts_with(name, '{lit}') THEN to_json(args)::VARCHAR END AS args"
+                if args_prefix is not None
+                else ", CASE WHEN ph = 'X' THEN to_json(args)::VARCHAR END AS args"
+            )
         elif with_args:
-            args_sel = (f", CASE WHEN ph = 'X' AND starts_with(name, '{lit}') THEN args::VARCHAR END AS args"
-                        if args_prefix is not None else ", CASE WHEN ph = 'X' THEN args::VARCHAR END AS args")
+            args_sel = (
+                f", CASE WHEN ph = 'X' AND starts_with(name, '{lit}') THEN args::VARCHAR END AS args"
+                if args_prefix is not None
+                else ", CASE WHEN ph = 'X' THEN args::VARCHAR END AS args"
+            )
         else:
             args_sel = ""
-        query = (f"SELECT ph, name, pid, tid, TRY_CAST(trim(ts, ' \t') AS DOUBLE) AS ts, "
-                 f"COALESCE(TRY_CAST(trim(dur, ' \t') AS DOUBLE), 0.0) AS dur, cat, "
-                 f"CASE WHEN ph = 'M' THEN {meta_expr} END AS meta_name{args_sel} "
-                 f"FROM {src} WHERE ph = 'X' OR (ph = 'M' AND name IN ('process_name', 'thread_name'))")
+        query = (
+            f"SELECT ph, name, pid, tid, TRY_CAST(trim(ts, ' \t') AS DOUBLE) AS ts, "
+            f"COALESCE(TRY_CAST(trim(dur, ' \t') AS DOUBLE), 0.0) AS dur, cat, "
+            f"CASE WHEN ph = 'M' THEN {meta_expr} END AS meta_name{args_sel} "
+            f"FROM {src} WHERE ph = 'X' OR (ph = 'M' AND name IN ('process_name', 'thread_name'))"
+        )
         try:
             allx = con.sql(query).to_arrow_table().to_pandas()
         except duckdb.InvalidInputException as exc:
             msg = str(exc)
-            if "Malformed JSON" in msg or "unexpected end" in msg.lower() or "Expected" in msg or "truncated" in msg.lower():
+            if (
+                "Malformed JSON" in msg
+                or "unexpected end" in msg.lower()
+                or "Expected" in msg
+                or "truncated" in msg.lower()
+            ):
                 raise ProfileFormatError(path, f"truncated or corrupt JSON ({msg.splitlines()[0][:200]})") from None
             raise
     finally:
@@ -275,8 +298,9 @@ def _x_events_duckdb(path: Path, with_args: bool, args_prefix: str | None = None
     if "args" in x.columns:
         import json
 
-        x["args"] = pd.Series([json.loads(v) if isinstance(v, str) else None for v in x["args"]], index=x.index,
-                              dtype="object")
+        x["args"] = pd.Series(
+            [json.loads(v) if isinstance(v, str) else None for v in x["args"]], index=x.index, dtype="object"
+        )
     x["ts"] = x["ts"].astype("float64")
     x["dur"] = x["dur"].astype("float64")
     return TraceEvents(x, pnames, tnames)

@@ -14,10 +14,14 @@ from perfbench.errors import UserError
 
 
 #: which statistic each table shows (the two differ: a mean of the steps vs the catalogue's median)
-PER_STEP_NOTE = ("mean over the measured steps of each run (the samples `perfbench check` tests); change and its "
-                 "95% CI are of the difference of the means")
-RUN_METRICS_NOTE = ("the values stored in run.json, aggregated as the metric catalogue says (`perfbench metrics`): "
-                    "median over measured steps for per-step metrics, so they differ from the means above")
+PER_STEP_NOTE = (
+    "mean over the measured steps of each run (the samples `perfbench check` tests); change and its "
+    "95% CI are of the difference of the means"
+)
+RUN_METRICS_NOTE = (
+    "the values stored in run.json, aggregated as the metric catalogue says (`perfbench metrics`): "
+    "median over measured steps for per-step metrics, so they differ from the means above"
+)
 
 
 def _resolve(run_id: str | None) -> str | None:
@@ -36,17 +40,26 @@ def layout(a: str | None = None, b: str | None = None, **_):
     a, b = _resolve(a), _resolve(b)
     ok = [r["run_id"] for r in d.runs() if r.get("status") == "ok"]
     opts = [{"label": r, "value": r} for r in ok]
-    return html.Div([
-        dcc.Location(id="compare-url", refresh=False),
-        html.H2("Compare"),
-        html.Div([
-            html.Div([html.Label("A (reference)"), dcc.Dropdown(id="compare-a", options=opts, value=a)],
-                     style={"width": "45%", "display": "inline-block", "marginRight": "4%"}),
-            html.Div([html.Label("B"), dcc.Dropdown(id="compare-b", options=opts, value=b)],
-                     style={"width": "45%", "display": "inline-block"}),
-        ]),
-        html.Div(id="compare-body", children=body(a, b)),
-    ], id="compare-page")
+    return html.Div(
+        [
+            dcc.Location(id="compare-url", refresh=False),
+            html.H2("Compare"),
+            html.Div(
+                [
+                    html.Div(
+                        [html.Label("A (reference)"), dcc.Dropdown(id="compare-a", options=opts, value=a)],
+                        style={"width": "45%", "display": "inline-block", "marginRight": "4%"},
+                    ),
+                    html.Div(
+                        [html.Label("B"), dcc.Dropdown(id="compare-b", options=opts, value=b)],
+                        style={"width": "45%", "display": "inline-block"},
+                    ),
+                ]
+            ),
+            html.Div(id="compare-body", children=body(a, b)),
+        ],
+        id="compare-page",
+    )
 
 
 def body(a, b):
@@ -56,42 +69,102 @@ def body(a, b):
         cmp = compare_runs(data.get().store, a, b)
     except UserError as exc:
         return html.P(str(exc), id="compare-error", style={"color": "#b00"})
-    m = pd.DataFrame([{"metric": r["metric"], "unit": unit_label(r["metric"]) if r["metric"] in METRICS else "",
-                       f"A {cmp.a['run_id']}": _fmt(r["metric"], r["a"]),
-                       f"B {cmp.b['run_id']}": _fmt(r["metric"], r["b"]),
-                       "change": pct(r["rel"]),
-                       "95% CI": f"[{pct(r.get('ci_low'))}, {pct(r.get('ci_high'))}]" if r.get("ci_low") is not None else "–",
-                       "steps A/B": f"{r['n_a']}/{r['n_b']}"} for r in cmp.metrics])
+    m = pd.DataFrame(
+        [
+            {
+                "metric": r["metric"],
+                "unit": unit_label(r["metric"]) if r["metric"] in METRICS else "",
+                f"A {cmp.a['run_id']}": _fmt(r["metric"], r["a"]),
+                f"B {cmp.b['run_id']}": _fmt(r["metric"], r["b"]),
+                "change": pct(r["rel"]),
+                "95% CI": f"[{pct(r.get('ci_low'))}, {pct(r.get('ci_high'))}]" if r.get("ci_low") is not None else "–",
+                "steps A/B": f"{r['n_a']}/{r['n_b']}",
+            }
+            for r in cmp.metrics
+        ]
+    )
     parts = [
-        html.Div([html.Div(["A: ", dcc.Link(cmp.a["run_id"], href=f"/run/{cmp.a['run_id']}", id="compare-link-a")],
-                           style={"display": "inline-block", "width": "49%"}),
-                  html.Div(["B: ", dcc.Link(cmp.b["run_id"], href=f"/run/{cmp.b['run_id']}", id="compare-link-b")],
-                           style={"display": "inline-block", "width": "49%"})], style={"margin": "10px 0"}),
-        section("Per-step metrics (steady state, mean over steps)",
-                html.Div([html.P(PER_STEP_NOTE, className="note"), table(m, id="compare-metrics")])),
-        section("Settings that differ", table(pd.DataFrame(cmp.settings_diff).astype(str), id="compare-settings")
-                if cmp.settings_diff else empty("none")),
-        section("Step breakdown (ms per rank-step)", table(pd.DataFrame(cmp.breakdown), id="compare-breakdown")
-                if cmp.breakdown else empty("no breakdown")),
-        section("Kernels: top movers (ms per rank-step)", table(pd.DataFrame(cmp.kernels), id="compare-kernels")
-                if cmp.kernels else empty("no kernels")),
-        section("Collectives (per rank-step)", table(pd.DataFrame(cmp.collectives), id="compare-collectives")
-                if cmp.collectives else empty("no collectives")),
-        section("Run metrics (stored, catalogue aggregation)", html.Div([html.P(RUN_METRICS_NOTE, className="note"), table(pd.DataFrame([{"metric": r["metric"], "A": _fmt(r["metric"], r["a"]),
-                                                    "B": _fmt(r["metric"], r["b"]), "change": pct(r["rel"])}
-                                                   for r in cmp.summary_metrics])
-                                     if cmp.summary_metrics else None, id="compare-summary", page_size=30)])),
+        html.Div(
+            [
+                html.Div(
+                    ["A: ", dcc.Link(cmp.a["run_id"], href=f"/run/{cmp.a['run_id']}", id="compare-link-a")],
+                    style={"display": "inline-block", "width": "49%"},
+                ),
+                html.Div(
+                    ["B: ", dcc.Link(cmp.b["run_id"], href=f"/run/{cmp.b['run_id']}", id="compare-link-b")],
+                    style={"display": "inline-block", "width": "49%"},
+                ),
+            ],
+            style={"margin": "10px 0"},
+        ),
+        section(
+            "Per-step metrics (steady state, mean over steps)",
+            html.Div([html.P(PER_STEP_NOTE, className="note"), table(m, id="compare-metrics")]),
+        ),
+        section(
+            "Settings that differ",
+            table(pd.DataFrame(cmp.settings_diff).astype(str), id="compare-settings")
+            if cmp.settings_diff
+            else empty("none"),
+        ),
+        section(
+            "Step breakdown (ms per rank-step)",
+            table(pd.DataFrame(cmp.breakdown), id="compare-breakdown") if cmp.breakdown else empty("no breakdown"),
+        ),
+        section(
+            "Kernels: top movers (ms per rank-step)",
+            table(pd.DataFrame(cmp.kernels), id="compare-kernels") if cmp.kernels else empty("no kernels"),
+        ),
+        section(
+            "Collectives (per rank-step)",
+            table(pd.DataFrame(cmp.collectives), id="compare-collectives")
+            if cmp.collectives
+            else empty("no collectives"),
+        ),
+        section(
+            "Run metrics (stored, catalogue aggregation)",
+            html.Div(
+                [
+                    html.P(RUN_METRICS_NOTE, className="note"),
+                    table(
+                        pd.DataFrame(
+                            [
+                                {
+                                    "metric": r["metric"],
+                                    "A": _fmt(r["metric"], r["a"]),
+                                    "B": _fmt(r["metric"], r["b"]),
+                                    "change": pct(r["rel"]),
+                                }
+                                for r in cmp.summary_metrics
+                            ]
+                        )
+                        if cmp.summary_metrics
+                        else None,
+                        id="compare-summary",
+                        page_size=30,
+                    ),
+                ]
+            ),
+        ),
     ]
     parts += [dcc.Graph(figure=f, id=f"compare-fig-{i}") for i, f in enumerate(figures(cmp))]
     return parts
 
 
 def _fmt(name, v):
-    return format_value(name, v) if name in METRICS else ("-" if v is None else f"{v:.4g}" if isinstance(v, float) else v)
+    return (
+        format_value(name, v) if name in METRICS else ("-" if v is None else f"{v:.4g}" if isinstance(v, float) else v)
+    )
 
 
-@callback(Output("compare-a", "value"), Output("compare-b", "value"), Input("compare-url", "pathname"),
-          State("compare-a", "value"), State("compare-b", "value"), State("ticked-runs", "data"))
+@callback(
+    Output("compare-a", "value"),
+    Output("compare-b", "value"),
+    Input("compare-url", "pathname"),
+    State("compare-a", "value"),
+    State("compare-b", "value"),
+    State("ticked-runs", "data"),
+)
 def _from_ticked(_path, a, b, ticked):
     """Opened without two runs in the URL: take the runs ticked on the Sweeps page."""
     ticked = [t for t in (ticked or []) if t not in (a, b)]
@@ -102,8 +175,13 @@ def _from_ticked(_path, a, b, ticked):
     return a, b
 
 
-@callback(Output("compare-body", "children"), Output("compare-url", "search"), Input("compare-a", "value"),
-          Input("compare-b", "value"), prevent_initial_call=True)
+@callback(
+    Output("compare-body", "children"),
+    Output("compare-url", "search"),
+    Input("compare-a", "value"),
+    Input("compare-b", "value"),
+    prevent_initial_call=True,
+)
 def _update(a, b):
     search = "?" + "&".join(f"{k}={v}" for k, v in (("a", a), ("b", b)) if v)
     return body(a, b), search

@@ -14,67 +14,131 @@ from dash import Input, Output, State, callback, dcc, html
 from analyzers.catalogue import KEY_METRICS, METRICS
 from analyzers.schema import warmup_steps
 from dashboards import data
-from dashboards.components import TABLE_STYLE, after_paint, after_paint_input, empty, metric_card, metric_label, metric_text, section, table
+from dashboards.components import (
+    TABLE_STYLE,
+    after_paint,
+    after_paint_input,
+    empty,
+    metric_card,
+    metric_label,
+    metric_text,
+    section,
+    table,
+)
 
-PARTS = [("computing_ms", "computing", "#4c78a8"), ("communication_not_overlapped_ms", "communication (not overlapped)",
-                                                      "#e45756"),
-         ("overlapped_ms", "overlapped", "#f58518"), ("free_ms", "free", "#bab0ac")]
-SPAN_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "allreduce": "#e45756", "send": "#f58518",
-               "recv": "#eeca3b", "optimizer": "#54a24b", "dispatch": "#b279a2", "combine": "#ff9da6", "step": "#bab0ac",
-               "compute": "#4c78a8", "communication": "#e45756"}
+PARTS = [
+    ("computing_ms", "computing", "#4c78a8"),
+    ("communication_not_overlapped_ms", "communication (not overlapped)", "#e45756"),
+    ("overlapped_ms", "overlapped", "#f58518"),
+    ("free_ms", "free", "#bab0ac"),
+]
+SPAN_COLORS = {
+    "forward": "#4c78a8",
+    "backward": "#72b7b2",
+    "allreduce": "#e45756",
+    "send": "#f58518",
+    "recv": "#eeca3b",
+    "optimizer": "#54a24b",
+    "dispatch": "#b279a2",
+    "combine": "#ff9da6",
+    "step": "#bab0ac",
+    "compute": "#4c78a8",
+    "communication": "#e45756",
+}
 
 
 def layout(run_id: str | None = None, **_):
     d = data.get()
     rec = d.run(run_id) if run_id else None
     if rec is None:
-        return html.Div([html.H2("Run"), empty(f"no run {run_id!r} in {d.store.root}"),
-                         dcc.Link("back to sweeps", href="/")], id="run-page")
+        return html.Div(
+            [html.H2("Run"), empty(f"no run {run_id!r} in {d.store.root}"), dcc.Link("back to sweeps", href="/")],
+            id="run-page",
+        )
     rid = rec["run_id"]
     steps = _steps(rid)
-    return html.Div([
-        dcc.Store(id="run-id", data=rid),
-        html.H2(["Run ", html.Code(rid)]),
-        html.P([f"status: {rec.get('status')}", f" · sweep: {rec.get('sweep_id')}" if rec.get("sweep_id") else "",
-                f" · source: {rec.get('source')}", " · ",
-                dcc.Link("compare with…", href=f"/compare?a={rid}"), *_trace_download(rid)]),
-        html.Pre(rec["error"], style={"background": "#fee", "whiteSpace": "pre-wrap", "maxHeight": "200px",
-                                      "overflow": "auto"}) if rec.get("error") else None,
-        settings_line(rec.get("settings") or {}),
-        verdict(rid, rec),
-        key_numbers(rec.get("metrics") or {}),
-        section("Step breakdown per rank",
-                html.Div([html.Label("step "),
-                          dcc.Dropdown(id="run-step", options=[{"label": "steady-state steps", "value": -1}] +
-                                       [{"label": str(s), "value": s} for s in steps], value=-1, clearable=False,
-                                       style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"})]),
+    return html.Div(
+        [
+            dcc.Store(id="run-id", data=rid),
+            html.H2(["Run ", html.Code(rid)]),
+            html.P(
+                [
+                    f"status: {rec.get('status')}",
+                    f" · sweep: {rec.get('sweep_id')}" if rec.get("sweep_id") else "",
+                    f" · source: {rec.get('source')}",
+                    " · ",
+                    dcc.Link("compare with…", href=f"/compare?a={rid}"),
+                    *_trace_download(rid),
+                ]
+            ),
+            html.Pre(
+                rec["error"],
+                style={"background": "#fee", "whiteSpace": "pre-wrap", "maxHeight": "200px", "overflow": "auto"},
+            )
+            if rec.get("error")
+            else None,
+            settings_line(rec.get("settings") or {}),
+            verdict(rid, rec),
+            key_numbers(rec.get("metrics") or {}),
+            section(
+                "Step breakdown per rank",
+                html.Div(
+                    [
+                        html.Label("step "),
+                        dcc.Dropdown(
+                            id="run-step",
+                            options=[{"label": "steady-state steps", "value": -1}]
+                            + [{"label": str(s), "value": s} for s in steps],
+                            value=-1,
+                            clearable=False,
+                            style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"},
+                        ),
+                    ]
+                ),
                 # the charts are made by a callback once the verdict and numbers have painted and the browser
                 # is idle (plotly.js is fetched and evaluated only then)
                 after_paint("run", "#run-verdict"),
-                html.Div(id="run-charts", children=html.P("drawing the charts…", style={"color": "#777"}))),
-        section("Slow ranks and links", slow_table(rid, "slow_ranks", "ranks"), slow_table(rid, "slow_links", "links")),
-        section("Top kernels", kernels_table(rid)),
-        section("Collectives", collectives_table(rid)),
-        section("All advice", advice_list(rid)),
-        *_optional_sections(rid),
-    ], id="run-page")
+                html.Div(id="run-charts", children=html.P("drawing the charts…", style={"color": "#777"})),
+            ),
+            section(
+                "Slow ranks and links", slow_table(rid, "slow_ranks", "ranks"), slow_table(rid, "slow_links", "links")
+            ),
+            section("Top kernels", kernels_table(rid)),
+            section("Collectives", collectives_table(rid)),
+            section("All advice", advice_list(rid)),
+            *_optional_sections(rid),
+        ],
+        id="run-page",
+    )
 
 
 def _trace_download(rid: str) -> list:
     """A button that downloads the run's merged, clock-aligned trace (perfbench.views.trace; opens in Perfetto)."""
-    return [" · ", html.Button("download merged trace (.json.gz)", id="run-trace-button", n_clicks=0,
-                               title="one Chrome-trace / Perfetto file: a process per rank, compute and "
-                                     "collective tracks, step markers, flow arrows per collective; open it in "
-                                     "ui.perfetto.dev or chrome://tracing (`perfbench trace RUN -o FILE`)",
-                               style={"marginLeft": "4px"}),
-            dcc.Download(id="run-trace-download")]
+    return [
+        " · ",
+        html.Button(
+            "download merged trace (.json.gz)",
+            id="run-trace-button",
+            n_clicks=0,
+            title="one Chrome-trace / Perfetto file: a process per rank, compute and "
+            "collective tracks, step markers, flow arrows per collective; open it in "
+            "ui.perfetto.dev or chrome://tracing (`perfbench trace RUN -o FILE`)",
+            style={"marginLeft": "4px"},
+        ),
+        dcc.Download(id="run-trace-download"),
+    ]
 
 
 def settings_line(settings: dict):
     """The run's settings as readable `key value` chips (not a JSON line)."""
-    chips = [html.Span([html.Span(k.replace("_", " ") + " ", style={"color": "#666"}), html.B(str(v))],
-                       style={"marginRight": "14px", "whiteSpace": "nowrap"})
-             for k, v in settings.items() if v is not None]
+    chips = [
+        html.Span(
+            [html.Span(k.replace("_", " ") + " ", style={"color": "#666"}), html.B(str(v))],
+            style={"marginRight": "14px", "whiteSpace": "nowrap"},
+        )
+        for k, v in settings.items()
+        if v is not None
+    ]
     return html.Div(chips, id="run-settings", style={"fontSize": "13px", "margin": "4px 0 10px"})
 
 
@@ -96,28 +160,55 @@ def _gain(r: dict) -> str:
 def verdict(rid: str, rec: dict):
     """The answer first: the top finding of the stored advice, with its evidence."""
     a = _advice(rid)
-    style = {"border": "1px solid #ccc", "borderLeft": "6px solid #888", "padding": "8px 14px", "margin": "10px 0 14px",
-             "background": "#fafafa"}
+    style = {
+        "border": "1px solid #ccc",
+        "borderLeft": "6px solid #888",
+        "padding": "8px 14px",
+        "margin": "10px 0 14px",
+        "background": "#fafafa",
+    }
     if rec.get("status") != "ok":
-        return html.Div([html.B("Verdict: "), f"the run did not finish ({rec.get('status')}); see the error above."],
-                        id="run-verdict", style={**style, "borderLeftColor": "#b00"})
+        return html.Div(
+            [html.B("Verdict: "), f"the run did not finish ({rec.get('status')}); see the error above."],
+            id="run-verdict",
+            style={**style, "borderLeftColor": "#b00"},
+        )
     if a is None:
-        return html.Div([html.B("Verdict: "), "no finding — none of the advice rules fired for this run."],
-                        id="run-verdict", style={**style, "borderLeftColor": "#54a24b"})
+        return html.Div(
+            [html.B("Verdict: "), "no finding — none of the advice rules fired for this run."],
+            id="run-verdict",
+            style={**style, "borderLeftColor": "#54a24b"},
+        )
     top = a[0]
     sev = str(top.get("severity") or "")
     color = {"high": "#e45756", "medium": "#f58518"}.get(sev, "#4c78a8")
     more = len(a) - 1
-    return html.Div([
-        html.Div([html.B("Verdict" + (f" ({sev})" if sev else "") + ": "), html.Span(str(top.get("message", "")))],
-                 style={"fontSize": "16px"}),
-        html.Div(_gain(top) + (f" — basis: {top['basis']}" if top.get("basis") else ""), className="gain",
-                 style={"fontSize": "13px", "marginTop": "4px"}) if "gain_ms" in top else None,
-        html.Div(["evidence: ", str(top.get("evidence") or "-")], className="evidence",
-                 style={"fontSize": "13px", "color": "#444", "marginTop": "4px"}),
-        html.Div(f"{more} more finding{'s' if more != 1 else ''} under “All advice”." if more else "",
-                 style={"fontSize": "12px", "color": "#777", "marginTop": "4px"}),
-    ], id="run-verdict", style={**style, "borderLeftColor": color})
+    return html.Div(
+        [
+            html.Div(
+                [html.B("Verdict" + (f" ({sev})" if sev else "") + ": "), html.Span(str(top.get("message", "")))],
+                style={"fontSize": "16px"},
+            ),
+            html.Div(
+                _gain(top) + (f" — basis: {top['basis']}" if top.get("basis") else ""),
+                className="gain",
+                style={"fontSize": "13px", "marginTop": "4px"},
+            )
+            if "gain_ms" in top
+            else None,
+            html.Div(
+                ["evidence: ", str(top.get("evidence") or "-")],
+                className="evidence",
+                style={"fontSize": "13px", "color": "#444", "marginTop": "4px"},
+            ),
+            html.Div(
+                f"{more} more finding{'s' if more != 1 else ''} under “All advice”." if more else "",
+                style={"fontSize": "12px", "color": "#777", "marginTop": "4px"},
+            ),
+        ],
+        id="run-verdict",
+        style={**style, "borderLeftColor": color},
+    )
 
 
 def key_numbers(metrics: dict):
@@ -125,16 +216,34 @@ def key_numbers(metrics: dict):
     key = [m for m in KEY_METRICS if metrics.get(m) is not None]
     rest = [m for m in metrics if m not in key and m in METRICS and metrics.get(m) is not None]
     unknown = [m for m in metrics if m not in METRICS]
-    rows = pd.DataFrame([{"metric": metric_label(m), "value": metric_text(m, metrics[m]),
-                          "definition": METRICS[m].definition} for m in rest])
-    return html.Div([
-        html.Div([metric_card(m, metrics[m], id=f"run-metric-{m}") for m in key], id="run-key-numbers"),
-        html.Details([html.Summary(f"all {len(rest)} other metrics"),
-                      table(rows, id="run-metrics-table", page_size=40, formatted=False,
-                            style_cell={**TABLE_STYLE["style_cell"], "whiteSpace": "normal", "maxWidth": "700px"}),
-                      html.P(f"not in the catalogue: {', '.join(unknown)}") if unknown else None],
-                     style={"fontSize": "13px"}) if rest else None,
-    ], style={"margin": "6px 0 14px"})
+    rows = pd.DataFrame(
+        [
+            {"metric": metric_label(m), "value": metric_text(m, metrics[m]), "definition": METRICS[m].definition}
+            for m in rest
+        ]
+    )
+    return html.Div(
+        [
+            html.Div([metric_card(m, metrics[m], id=f"run-metric-{m}") for m in key], id="run-key-numbers"),
+            html.Details(
+                [
+                    html.Summary(f"all {len(rest)} other metrics"),
+                    table(
+                        rows,
+                        id="run-metrics-table",
+                        page_size=40,
+                        formatted=False,
+                        style_cell={**TABLE_STYLE["style_cell"], "whiteSpace": "normal", "maxWidth": "700px"},
+                    ),
+                    html.P(f"not in the catalogue: {', '.join(unknown)}") if unknown else None,
+                ],
+                style={"fontSize": "13px"},
+            )
+            if rest
+            else None,
+        ],
+        style={"margin": "6px 0 14px"},
+    )
 
 
 def slow_table(rid: str, name: str, what: str):
@@ -146,12 +255,22 @@ def slow_table(rid: str, name: str, what: str):
     n, k = len(df), int(flagged.sum())
     df = pd.concat([df[flagged], df[~flagged]])
     ranks = f" ({df['rank'].nunique()} ranks)" if what == "ranks" and "rank" in df.columns else ""
-    head = (f"{k} of {n} tests flagged a slow {what[:-1]}{ranks}" if k
-            else f"none of {n} tests flagged a slow {what[:-1]}{ranks}")
-    return html.Div([html.P(head, id=f"run-{name}-count", style={"fontWeight": "bold" if k else "normal"}),
-                     table(df, id=f"run-{name}", page_size=10,
-                           style_data_conditional=[{"if": {"filter_query": "{slow} = yes"},
-                                                    "backgroundColor": "#fde2e1"}])])
+    head = (
+        f"{k} of {n} tests flagged a slow {what[:-1]}{ranks}"
+        if k
+        else f"none of {n} tests flagged a slow {what[:-1]}{ranks}"
+    )
+    return html.Div(
+        [
+            html.P(head, id=f"run-{name}-count", style={"fontWeight": "bold" if k else "normal"}),
+            table(
+                df,
+                id=f"run-{name}",
+                page_size=10,
+                style_data_conditional=[{"if": {"filter_query": "{slow} = yes"}, "backgroundColor": "#fde2e1"}],
+            ),
+        ]
+    )
 
 
 def _steps(rid) -> list[int]:
@@ -181,8 +300,14 @@ def breakdown_figure(rid: str, step: int | None) -> go.Figure:
         if step is not None:
             ws = ws[ws["step"] == step]
         per = ws.groupby("rank")["step_time_s"].mean() * 1000
-        fig.add_trace(go.Bar(name="step (no profile)", x=[f"rank {int(r)}" for r in per.index], y=per.tolist(),
-                             marker_color="#bab0ac"))
+        fig.add_trace(
+            go.Bar(
+                name="step (no profile)",
+                x=[f"rank {int(r)}" for r in per.index],
+                y=per.tolist(),
+                marker_color="#bab0ac",
+            )
+        )
         title = "ms per step (no profiler breakdown in this run)"
     fig.update_layout(barmode="stack", title=title, yaxis_title="ms", height=380, legend={"orientation": "h"})
     return fig
@@ -216,13 +341,25 @@ def timeline_figure(rid: str, step: int | None) -> go.Figure:
     ev["start_ms"] = (ev["start_ts"] - t0) * 1000
     ev["dur_ms"] = (ev["end_ts"] - ev["start_ts"]) * 1000
     for kind, g in ev.groupby("kind"):
-        fig.add_trace(go.Bar(name=kind, base=g["start_ms"].tolist(), x=g["dur_ms"].tolist(),
-                             y=[f"rank {int(r)}" for r in g["rank"]], orientation="h",
-                             marker_color=SPAN_COLORS.get(kind), hovertemplate="%{y} " + kind +
-                             " start %{base:.1f} ms, %{x:.1f} ms<extra></extra>"))
+        fig.add_trace(
+            go.Bar(
+                name=kind,
+                base=g["start_ms"].tolist(),
+                x=g["dur_ms"].tolist(),
+                y=[f"rank {int(r)}" for r in g["rank"]],
+                orientation="h",
+                marker_color=SPAN_COLORS.get(kind),
+                hovertemplate="%{y} " + kind + " start %{base:.1f} ms, %{x:.1f} ms<extra></extra>",
+            )
+        )
     nr = ev["rank"].nunique()
-    fig.update_layout(barmode="overlay", title=f"step {int(step)} (ms from its first rank's start)",
-                      xaxis_title="ms", height=max(260, 60 * nr + 140), yaxis={"autorange": "reversed"})
+    fig.update_layout(
+        barmode="overlay",
+        title=f"step {int(step)} (ms from its first rank's start)",
+        xaxis_title="ms",
+        height=max(260, 60 * nr + 140),
+        yaxis={"autorange": "reversed"},
+    )
     return fig
 
 
@@ -264,13 +401,25 @@ def collectives_table(rid: str):
     if tc is not None:
         if "exposed_us" in tc.columns:
             tc["exposed_ms"] = pd.to_numeric(tc.pop("exposed_us"), errors="coerce") / 1000.0
-        by_class = [html.P("by traffic class (data-parallel gradient, tensor-parallel, pipeline p2p, expert dispatch; "
-                           "per rank and step, mean; exposed = not overlapped by compute)",
-                           style={"fontSize": "12px", "color": "#555"}), table(tc, id="run-comm-classes")]
-    return html.Div(by_class + [html.P("per collective: mean over ranks and steps; algbw = bytes / time, busbw = algbw × "
-                                       "the collective's bus factor (allreduce 2(n−1)/n)",
-                                       style={"fontSize": "12px", "color": "#555"}),
-                                table(df, id="run-collectives")])
+        by_class = [
+            html.P(
+                "by traffic class (data-parallel gradient, tensor-parallel, pipeline p2p, expert dispatch; "
+                "per rank and step, mean; exposed = not overlapped by compute)",
+                style={"fontSize": "12px", "color": "#555"},
+            ),
+            table(tc, id="run-comm-classes"),
+        ]
+    return html.Div(
+        by_class
+        + [
+            html.P(
+                "per collective: mean over ranks and steps; algbw = bytes / time, busbw = algbw × "
+                "the collective's bus factor (allreduce 2(n−1)/n)",
+                style={"fontSize": "12px", "color": "#555"},
+            ),
+            table(df, id="run-collectives"),
+        ]
+    )
 
 
 def advice_list(rid: str):
@@ -287,26 +436,79 @@ def advice_list(rid: str):
     def bar(r):
         g = r.get("gain_ms")
         width = 0 if g is None or top <= 0 else max(1, round(100 * g / top))
-        return html.Div([
-            html.Div(style={"width": f"{width}%", "height": "10px", "background": "#e45756" if r.get("severity") == "high"
-                            else "#f58518" if r.get("severity") == "medium" else "#4c78a8"}),
-        ], className="gain-bar", title=_gain(r), style={"width": "240px", "background": "#eee", "display": "inline-block",
-                                                       "marginRight": "8px", "verticalAlign": "middle"})
+        return html.Div(
+            [
+                html.Div(
+                    style={
+                        "width": f"{width}%",
+                        "height": "10px",
+                        "background": "#e45756"
+                        if r.get("severity") == "high"
+                        else "#f58518"
+                        if r.get("severity") == "medium"
+                        else "#4c78a8",
+                    }
+                ),
+            ],
+            className="gain-bar",
+            title=_gain(r),
+            style={
+                "width": "240px",
+                "background": "#eee",
+                "display": "inline-block",
+                "marginRight": "8px",
+                "verticalAlign": "middle",
+            },
+        )
 
     items = []
     for r, kids in tree:
-        items.append(html.Li([
-            bar(r), html.B(f"[{r.get('severity')}] "), html.Span(_gain(r) + ": ", className="gain"),
-            str(r.get("message", "")),
-            html.Div(f"gain basis: {r['basis']}", style={"fontSize": "12px", "color": "#555"}) if r.get("basis") else None,
-            html.Div(try_text(r), className="try", style={"fontSize": "12px", "color": "#225"}) if r.get("try") else None,
-            html.Div(f"evidence: {r['evidence']}", style={"fontSize": "12px", "color": "#555"}) if r.get("evidence") else None,
-            html.Details([html.Summary(f"{len(kids)} symptom{'s' if len(kids) != 1 else ''} this explains"),
-                          html.Ul([html.Li([html.B(f"{k['rule']}: "), str(k.get("message", "")),
-                                            html.Div(f"evidence: {k['evidence']}", style={"fontSize": "12px", "color": "#555"})
-                                            if k.get("evidence") else None]) for k in kids])],
-                         className="symptoms") if kids else None,
-        ], className="advice-root", style={"marginBottom": "8px"}))
+        items.append(
+            html.Li(
+                [
+                    bar(r),
+                    html.B(f"[{r.get('severity')}] "),
+                    html.Span(_gain(r) + ": ", className="gain"),
+                    str(r.get("message", "")),
+                    html.Div(f"gain basis: {r['basis']}", style={"fontSize": "12px", "color": "#555"})
+                    if r.get("basis")
+                    else None,
+                    html.Div(try_text(r), className="try", style={"fontSize": "12px", "color": "#225"})
+                    if r.get("try")
+                    else None,
+                    html.Div(f"evidence: {r['evidence']}", style={"fontSize": "12px", "color": "#555"})
+                    if r.get("evidence")
+                    else None,
+                    html.Details(
+                        [
+                            html.Summary(f"{len(kids)} symptom{'s' if len(kids) != 1 else ''} this explains"),
+                            html.Ul(
+                                [
+                                    html.Li(
+                                        [
+                                            html.B(f"{k['rule']}: "),
+                                            str(k.get("message", "")),
+                                            html.Div(
+                                                f"evidence: {k['evidence']}",
+                                                style={"fontSize": "12px", "color": "#555"},
+                                            )
+                                            if k.get("evidence")
+                                            else None,
+                                        ]
+                                    )
+                                    for k in kids
+                                ]
+                            ),
+                        ],
+                        className="symptoms",
+                    )
+                    if kids
+                    else None,
+                ],
+                className="advice-root",
+                style={"marginBottom": "8px"},
+            )
+        )
     return html.Ul(items, id="run-advice")
 
 
@@ -319,13 +521,31 @@ def _optional_sections(rid: str) -> list:
         fig = None
         if load is not None:
             mean = sum(load) / len(load)
-            fig = {"data": [{"type": "bar", "x": [str(i) for i in range(len(load))], "y": load, "name": "tokens"},
-                            {"type": "scatter", "mode": "lines", "x": [str(i) for i in range(len(load))],
-                             "y": [mean] * len(load), "name": "mean (balanced)", "line": {"dash": "dot"}}],
-                   "layout": {"title": {"text": "tokens routed to each expert (steady-state steps, all ranks)"},
-                              "xaxis": {"title": {"text": "expert"}}, "height": 340}}
-        out.append(section("Expert load", dcc.Graph(id="run-experts", figure=fig) if fig else None,
-                           table(ex, id="run-experts-table") if ex is not None and not ex.empty else None))
+            fig = {
+                "data": [
+                    {"type": "bar", "x": [str(i) for i in range(len(load))], "y": load, "name": "tokens"},
+                    {
+                        "type": "scatter",
+                        "mode": "lines",
+                        "x": [str(i) for i in range(len(load))],
+                        "y": [mean] * len(load),
+                        "name": "mean (balanced)",
+                        "line": {"dash": "dot"},
+                    },
+                ],
+                "layout": {
+                    "title": {"text": "tokens routed to each expert (steady-state steps, all ranks)"},
+                    "xaxis": {"title": {"text": "expert"}},
+                    "height": 340,
+                },
+            }
+        out.append(
+            section(
+                "Expert load",
+                dcc.Graph(id="run-experts", figure=fig) if fig else None,
+                table(ex, id="run-experts-table") if ex is not None and not ex.empty else None,
+            )
+        )
     mem = d.table(rid, "memory")
     if mem is not None and not mem.empty:
         out.append(memory_section(rid, mem))
@@ -338,8 +558,13 @@ def _optional_sections(rid: str) -> list:
             agg = pp.groupby(scol)[bcol].mean()
             fig.add_trace(go.Bar(x=[f"stage {s}" for s in agg.index], y=agg.tolist(), name=bcol))
             fig.update_layout(title=f"pipeline bubble per stage ({bcol})", height=320)
-        out.append(section("Pipeline bubble per stage", dcc.Graph(id="run-pipeline", figure=fig) if fig.data else None,
-                           table(pp, id="run-pipeline-table")))
+        out.append(
+            section(
+                "Pipeline bubble per stage",
+                dcc.Graph(id="run-pipeline", figure=fig) if fig.data else None,
+                table(pp, id="run-pipeline-table"),
+            )
+        )
     return out
 
 
@@ -356,11 +581,24 @@ def memory_figure(tl: pd.DataFrame | None, mem: pd.DataFrame) -> go.Figure:
         fig.add_trace(go.Scatter(x=x, y=y / 2**20, mode="lines", name=f"rank {rank} {comp}"))
         if y.notna().any():
             i = y.idxmax()
-            fig.add_trace(go.Scatter(x=[x[i]], y=[y[i] / 2**20], mode="markers+text", text=["peak"],
-                                     textposition="top center", marker={"size": 10, "symbol": "x"},
-                                     name=f"rank {rank} {comp} peak", showlegend=False))
-    fig.update_layout(title="memory per rank over time (peak marked)", xaxis_title="ms since the rank's first record",
-                      yaxis_title="MiB", height=360)
+            fig.add_trace(
+                go.Scatter(
+                    x=[x[i]],
+                    y=[y[i] / 2**20],
+                    mode="markers+text",
+                    text=["peak"],
+                    textposition="top center",
+                    marker={"size": 10, "symbol": "x"},
+                    name=f"rank {rank} {comp} peak",
+                    showlegend=False,
+                )
+            )
+    fig.update_layout(
+        title="memory per rank over time (peak marked)",
+        xaxis_title="ms since the rank's first record",
+        yaxis_title="MiB",
+        height=360,
+    )
     return fig
 
 
@@ -371,14 +609,30 @@ def memory_section(rid: str, mem: pd.DataFrame):
     d = data.get()
     rank, parts = peak_holders(d.table(rid, "memory_attribution"), mem)
     fig = memory_figure(d.table(rid, "memory_timeline"), mem)
-    cols = [c for c in ("rank", "peak_bytes", "peak_source", "peak_allocated_bytes", "peak_reserved_bytes",
-                        "peak_process_bytes", "peak_rss_bytes", "live_bytes", "capacity_bytes") if c in mem.columns]
-    return section("Memory",
-                   html.H4(f"What holds the peak (rank {rank}, the largest)") if rank is not None else None,
-                   table(parts[["part", "bytes", "share", "source"]], id="run-memory-attribution")
-                   if rank is not None and len(parts) else None,
-                   table(mem[cols], id="run-memory-table"),
-                   dcc.Graph(id="run-memory-timeline", figure=fig) if fig.data else None)
+    cols = [
+        c
+        for c in (
+            "rank",
+            "peak_bytes",
+            "peak_source",
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "peak_process_bytes",
+            "peak_rss_bytes",
+            "live_bytes",
+            "capacity_bytes",
+        )
+        if c in mem.columns
+    ]
+    return section(
+        "Memory",
+        html.H4(f"What holds the peak (rank {rank}, the largest)") if rank is not None else None,
+        table(parts[["part", "bytes", "share", "source"]], id="run-memory-attribution")
+        if rank is not None and len(parts)
+        else None,
+        table(mem[cols], id="run-memory-table"),
+        dcc.Graph(id="run-memory-timeline", figure=fig) if fig.data else None,
+    )
 
 
 def expert_load(rid: str) -> list[float] | None:
@@ -405,19 +659,31 @@ def expert_load(rid: str) -> list[float] | None:
     return total
 
 
-@callback(Output("run-charts", "children"), Input("run-step", "value"), after_paint_input("run"), State("run-id", "data"),
-          prevent_initial_call=True)
+@callback(
+    Output("run-charts", "children"),
+    Input("run-step", "value"),
+    after_paint_input("run"),
+    State("run-id", "data"),
+    prevent_initial_call=True,
+)
 def _charts(step, _painted, rid):
     s = None if step in (None, -1) else int(step)
     bd, tl = breakdown_figure(rid, s), timeline_figure(rid, s)
     if not bd.data and not tl.data:  # nothing to draw: say so, without empty axes (and without plotly.js)
         return empty(bd.layout.title.text or "no step data in this run")
-    return [dcc.Graph(id="run-breakdown", figure=bd), html.H3("Timeline of one step across ranks"),
-            dcc.Graph(id="run-timeline", figure=tl)]
+    return [
+        dcc.Graph(id="run-breakdown", figure=bd),
+        html.H3("Timeline of one step across ranks"),
+        dcc.Graph(id="run-timeline", figure=tl),
+    ]
 
 
-@callback(Output("run-trace-download", "data"), Input("run-trace-button", "n_clicks"), State("run-id", "data"),
-          prevent_initial_call=True)
+@callback(
+    Output("run-trace-download", "data"),
+    Input("run-trace-button", "n_clicks"),
+    State("run-id", "data"),
+    prevent_initial_call=True,
+)
 def _download_trace(_n, rid):
     from perfbench.views.trace import write_trace
 

@@ -25,26 +25,47 @@ def _frame(sweep):
 def layout(sweep: str | None = None, **_):
     sc = _frame(sweep)
     if sc.empty:
-        return html.Div([html.H2("Scaling"), empty("no finished runs with a world size and a throughput")],
-                        id="scaling-page")
+        return html.Div(
+            [html.H2("Scaling"), empty("no finished runs with a world size and a throughput")], id="scaling-page"
+        )
     shown = sc[["group", "world_size", "throughput", "std", "repeats", "ideal", "efficiency"]].rename(
-        columns={"throughput": "throughput", "std": "throughput_std", "ideal": "ideal_throughput",
-                 "efficiency": "scaling_efficiency"})
-    return html.Div([
-        dcc.Store(id="scaling-sweep", data=sweep or ""),
-        html.H2("Scaling"),
-        html.P([html.B("throughput: "), METRICS["throughput"].definition, "; mean over repeats.", html.Br(),
-                html.B("scaling efficiency: "), METRICS["scaling_efficiency"].definition,
-                "; mean over repeats. Ideal = N × throughput(1)."],
-               style={"fontSize": "13px", "color": "#555"}),
-        table(shown, id="scaling-table", page_size=30),
-        after_paint("scaling", "#scaling-table td"),  # the charts (plotly.js) come once the table has painted
-        html.Div(id="scaling-charts"),
-    ], id="scaling-page")
+        columns={
+            "throughput": "throughput",
+            "std": "throughput_std",
+            "ideal": "ideal_throughput",
+            "efficiency": "scaling_efficiency",
+        }
+    )
+    return html.Div(
+        [
+            dcc.Store(id="scaling-sweep", data=sweep or ""),
+            html.H2("Scaling"),
+            html.P(
+                [
+                    html.B("throughput: "),
+                    METRICS["throughput"].definition,
+                    "; mean over repeats.",
+                    html.Br(),
+                    html.B("scaling efficiency: "),
+                    METRICS["scaling_efficiency"].definition,
+                    "; mean over repeats. Ideal = N × throughput(1).",
+                ],
+                style={"fontSize": "13px", "color": "#555"},
+            ),
+            table(shown, id="scaling-table", page_size=30),
+            after_paint("scaling", "#scaling-table td"),  # the charts (plotly.js) come once the table has painted
+            html.Div(id="scaling-charts"),
+        ],
+        id="scaling-page",
+    )
 
 
-@callback(Output("scaling-charts", "children"), after_paint_input("scaling"), State("scaling-sweep", "data"),
-          prevent_initial_call=True)
+@callback(
+    Output("scaling-charts", "children"),
+    after_paint_input("scaling"),
+    State("scaling-sweep", "data"),
+    prevent_initial_call=True,
+)
 def _charts(_painted, sweep):
     sc = _frame(sweep or None)
     if sc.empty:
@@ -56,33 +77,106 @@ def _charts(_painted, sweep):
         g = sc[sc["group"] == grp]
         color = f"hsl({(i * 67) % 360},60%,45%)"
         x = g["world_size"].tolist()
-        thr_data.append({"type": "scatter", "x": x, "y": g["throughput"].tolist(), "mode": "lines+markers", "name": grp,
-                         "line": {"color": color},
-                         "error_y": {"type": "data", "array": [s or 0 for s in g["std"]], "visible": True}})
-        thr_data.append({"type": "scatter", "x": x, "y": g["ideal"].tolist(), "mode": "lines", "name": f"ideal · {grp}",
-                         "line": {"color": color, "dash": "dot"}, "showlegend": len(groups) < 8})
-        eff_data.append({"type": "scatter", "x": x, "y": g["efficiency"].tolist(), "mode": "lines+markers", "name": grp,
-                         "line": {"color": color}})
+        thr_data.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": g["throughput"].tolist(),
+                "mode": "lines+markers",
+                "name": grp,
+                "line": {"color": color},
+                "error_y": {"type": "data", "array": [s or 0 for s in g["std"]], "visible": True},
+            }
+        )
+        thr_data.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": g["ideal"].tolist(),
+                "mode": "lines",
+                "name": f"ideal · {grp}",
+                "line": {"color": color, "dash": "dot"},
+                "showlegend": len(groups) < 8,
+            }
+        )
+        eff_data.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": g["efficiency"].tolist(),
+                "mode": "lines+markers",
+                "name": grp,
+                "line": {"color": color},
+            }
+        )
     pred, caption = data.get().predicted_scaling(sweep or None)
     if not pred.empty:
         x = pred["world_size"].tolist()
-        band = {"type": "scatter", "x": x + x[::-1], "y": pred["high"].tolist() + pred["low"].tolist()[::-1],
-                "fill": "toself", "fillcolor": "rgba(120,120,120,0.18)", "mode": "lines", "line": {"width": 0},
-                "hoverinfo": "skip",
-                "name": "predicted interval"}
-        thr_data += [band, {"type": "scatter", "x": x, "y": pred["throughput"].tolist(), "mode": "lines+markers",
-                            "name": "predicted", "line": {"color": "#333", "dash": "dash"}, "marker": {"symbol": "x"}}]
-        eff_data.append({"type": "scatter", "x": x, "y": pred["scaling_efficiency"].tolist(), "mode": "lines+markers",
-                         "name": "predicted", "line": {"color": "#333", "dash": "dash"}, "marker": {"symbol": "x"}})
+        band = {
+            "type": "scatter",
+            "x": x + x[::-1],
+            "y": pred["high"].tolist() + pred["low"].tolist()[::-1],
+            "fill": "toself",
+            "fillcolor": "rgba(120,120,120,0.18)",
+            "mode": "lines",
+            "line": {"width": 0},
+            "hoverinfo": "skip",
+            "name": "predicted interval",
+        }
+        thr_data += [
+            band,
+            {
+                "type": "scatter",
+                "x": x,
+                "y": pred["throughput"].tolist(),
+                "mode": "lines+markers",
+                "name": "predicted",
+                "line": {"color": "#333", "dash": "dash"},
+                "marker": {"symbol": "x"},
+            },
+        ]
+        eff_data.append(
+            {
+                "type": "scatter",
+                "x": x,
+                "y": pred["scaling_efficiency"].tolist(),
+                "mode": "lines+markers",
+                "name": "predicted",
+                "line": {"color": "#333", "dash": "dash"},
+                "marker": {"symbol": "x"},
+            }
+        )
     ws = sorted(set(sc["world_size"].unique().tolist()) | set(pred["world_size"].tolist() if not pred.empty else []))
-    eff_data.append({"type": "scatter", "x": ws, "y": [1.0] * len(ws), "mode": "lines", "name": "ideal",
-                     "line": {"color": "#999", "dash": "dot"}})
-    thr = {"data": thr_data, "layout": {"title": {"text": "throughput vs world size (dotted: ideal linear scaling)"},
-                                        "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
-                                        "yaxis": {"title": {"text": METRICS["throughput"].unit}}, "height": 460}}
-    eff = {"data": eff_data, "layout": {"title": {"text": "scaling efficiency"},
-                                        "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
-                                        "yaxis": {"title": {"text": "efficiency"}, "tickformat": ".0%"}, "height": 420}}
-    return [dcc.Graph(id="scaling-throughput", figure=thr),
-            html.P(caption, id="scaling-predicted", style={"fontSize": "13px", "color": "#555"}),
-            dcc.Graph(id="scaling-efficiency", figure=eff)]
+    eff_data.append(
+        {
+            "type": "scatter",
+            "x": ws,
+            "y": [1.0] * len(ws),
+            "mode": "lines",
+            "name": "ideal",
+            "line": {"color": "#999", "dash": "dot"},
+        }
+    )
+    thr = {
+        "data": thr_data,
+        "layout": {
+            "title": {"text": "throughput vs world size (dotted: ideal linear scaling)"},
+            "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
+            "yaxis": {"title": {"text": METRICS["throughput"].unit}},
+            "height": 460,
+        },
+    }
+    eff = {
+        "data": eff_data,
+        "layout": {
+            "title": {"text": "scaling efficiency"},
+            "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
+            "yaxis": {"title": {"text": "efficiency"}, "tickformat": ".0%"},
+            "height": 420,
+        },
+    }
+    return [
+        dcc.Graph(id="scaling-throughput", figure=thr),
+        html.P(caption, id="scaling-predicted", style={"fontSize": "13px", "color": "#555"}),
+        dcc.Graph(id="scaling-efficiency", figure=eff),
+    ]

@@ -33,63 +33,126 @@ def _metric_options(df: pd.DataFrame) -> list[dict]:
 def layout(sweep: str | None = None, **_):
     d = data.get()
     if d.runs_frame().empty:
-        return html.Div([html.H2("Sweeps"), empty(f"no runs in {d.store.root} yet — run `perfbench sweep CONFIG` "
-                                                   "or `perfbench analyze PATH`")], id="sweeps-page")
+        return html.Div(
+            [
+                html.H2("Sweeps"),
+                empty(f"no runs in {d.store.root} yet — run `perfbench sweep CONFIG` or `perfbench analyze PATH`"),
+            ],
+            id="sweeps-page",
+        )
     rows, pages, shown, total, _ = grid.query(sweep, "", [], 0, PAGE_SIZE)
     df = grid.frame(sweep)
     settings, x0, y0 = _axes(df)
     metric_opts = _metric_options(df)
     metric0 = "throughput" if "metrics.throughput" in df.columns else (metric_opts[0]["value"] if metric_opts else None)
     columns = [{"name": "", "id": "open", "presentation": "markdown"}] + [
-        {"name": heading(c), "id": c, "type": "text" if c in grid.ID_COLUMNS else "numeric"} for c in df.columns]
+        {"name": heading(c), "id": c, "type": "text" if c in grid.ID_COLUMNS else "numeric"} for c in df.columns
+    ]
     tips = {c: definition(c[8:]) for c in df.columns if c.startswith("metrics.") and c[8:] in METRICS}
-    return html.Div([
-        html.H2("Sweeps"),
-        html.Div([
-            html.Label("sweep "),
-            dcc.Dropdown(id="sweeps-sweep", options=[{"label": "all sweeps", "value": ""}] +
-                         [{"label": s, "value": s} for s in d.sweeps()], value=sweep or "", clearable=False,
-                         style={"width": "420px", "display": "inline-block", "verticalAlign": "middle"}),
-            html.Span(f"{shown} of {total} runs shown", id="sweeps-count", style={"marginLeft": "16px"}),
-            dcc.Link("compare ticked runs (tick two)", id="sweeps-compare-link", href="/compare",
-                     style={"marginLeft": "16px"}),
-        ]),
-        html.P("Filter with the row under the headers in the units shown (`>150` on step ms, `<5` on a %, "
-               "`ok`); sort by clicking a header; tick runs to compare them. Hover a heading for its definition.",
-               style={"color": "#555", "fontSize": "13px"}),
-        dash_table.DataTable(
-            id="runs-grid", data=rows, columns=columns, page_action="custom", page_current=0, page_size=PAGE_SIZE,
-            page_count=pages, sort_action="custom", sort_mode="multi", sort_by=[], filter_action="custom",
-            filter_query="", row_selectable="multi", selected_rows=[], tooltip_header=tips,
-            tooltip_delay=300, markdown_options={"link_target": "_self"},
-            css=[{"selector": ".dash-cell-value p, .dash-cell p", "rule": "margin: 0"}], **TABLE_STYLE),
-        html.H3("Across settings"),
-        html.Div([
-            html.Label("metric "),
-            dcc.Dropdown(id="sweeps-metric", options=metric_opts, value=metric0, clearable=False,
-                         style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"}),
-            html.Label(" x ", style={"marginLeft": "12px"}),
-            dcc.Dropdown(id="sweeps-x", options=[{"label": c[9:], "value": c} for c in settings], value=x0,
-                         clearable=False, style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"}),
-            html.Label(" y ", style={"marginLeft": "12px"}),
-            dcc.Dropdown(id="sweeps-y", options=[{"label": c[9:], "value": c} for c in settings], value=y0,
-                         clearable=False, style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"}),
-        ]),
-        # the graphs are created by a callback once the grid has painted and the browser is idle: plotly.js
-        # (the biggest script of the app) is fetched and evaluated only then, so the grid never waits for it
-        after_paint("sweeps", "#runs-grid td"),
-        html.Div(id="sweeps-views", children=html.P("drawing the views…", style={"color": "#777"})),
-    ], id="sweeps-page")
+    return html.Div(
+        [
+            html.H2("Sweeps"),
+            html.Div(
+                [
+                    html.Label("sweep "),
+                    dcc.Dropdown(
+                        id="sweeps-sweep",
+                        options=[{"label": "all sweeps", "value": ""}] + [{"label": s, "value": s} for s in d.sweeps()],
+                        value=sweep or "",
+                        clearable=False,
+                        style={"width": "420px", "display": "inline-block", "verticalAlign": "middle"},
+                    ),
+                    html.Span(f"{shown} of {total} runs shown", id="sweeps-count", style={"marginLeft": "16px"}),
+                    dcc.Link(
+                        "compare ticked runs (tick two)",
+                        id="sweeps-compare-link",
+                        href="/compare",
+                        style={"marginLeft": "16px"},
+                    ),
+                ]
+            ),
+            html.P(
+                "Filter with the row under the headers in the units shown (`>150` on step ms, `<5` on a %, "
+                "`ok`); sort by clicking a header; tick runs to compare them. Hover a heading for its definition.",
+                style={"color": "#555", "fontSize": "13px"},
+            ),
+            dash_table.DataTable(
+                id="runs-grid",
+                data=rows,
+                columns=columns,
+                page_action="custom",
+                page_current=0,
+                page_size=PAGE_SIZE,
+                page_count=pages,
+                sort_action="custom",
+                sort_mode="multi",
+                sort_by=[],
+                filter_action="custom",
+                filter_query="",
+                row_selectable="multi",
+                selected_rows=[],
+                tooltip_header=tips,
+                tooltip_delay=300,
+                markdown_options={"link_target": "_self"},
+                css=[{"selector": ".dash-cell-value p, .dash-cell p", "rule": "margin: 0"}],
+                **TABLE_STYLE,
+            ),
+            html.H3("Across settings"),
+            html.Div(
+                [
+                    html.Label("metric "),
+                    dcc.Dropdown(
+                        id="sweeps-metric",
+                        options=metric_opts,
+                        value=metric0,
+                        clearable=False,
+                        style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"},
+                    ),
+                    html.Label(" x ", style={"marginLeft": "12px"}),
+                    dcc.Dropdown(
+                        id="sweeps-x",
+                        options=[{"label": c[9:], "value": c} for c in settings],
+                        value=x0,
+                        clearable=False,
+                        style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"},
+                    ),
+                    html.Label(" y ", style={"marginLeft": "12px"}),
+                    dcc.Dropdown(
+                        id="sweeps-y",
+                        options=[{"label": c[9:], "value": c} for c in settings],
+                        value=y0,
+                        clearable=False,
+                        style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"},
+                    ),
+                ]
+            ),
+            # the graphs are created by a callback once the grid has painted and the browser is idle: plotly.js
+            # (the biggest script of the app) is fetched and evaluated only then, so the grid never waits for it
+            after_paint("sweeps", "#runs-grid td"),
+            html.Div(id="sweeps-views", children=html.P("drawing the views…", style={"color": "#777"})),
+        ],
+        id="sweeps-page",
+    )
 
 
-@callback(Output("runs-grid", "data"), Output("runs-grid", "page_count"), Output("runs-grid", "selected_rows"),
-          Output("sweeps-count", "children"),
-          Input("sweeps-sweep", "value"), Input("runs-grid", "page_current"), Input("runs-grid", "page_size"),
-          Input("runs-grid", "sort_by"), Input("runs-grid", "filter_query"), State("ticked-runs", "data"),
-          prevent_initial_call=True)
+@callback(
+    Output("runs-grid", "data"),
+    Output("runs-grid", "page_count"),
+    Output("runs-grid", "selected_rows"),
+    Output("sweeps-count", "children"),
+    Input("sweeps-sweep", "value"),
+    Input("runs-grid", "page_current"),
+    Input("runs-grid", "page_size"),
+    Input("runs-grid", "sort_by"),
+    Input("runs-grid", "filter_query"),
+    State("ticked-runs", "data"),
+    prevent_initial_call=True,
+)
 def _page(sweep, page, page_size, sort_by, filter_query, ticked):
     try:
-        rows, pages, shown, total, _ = grid.query(sweep or None, filter_query, sort_by, page or 0, page_size or PAGE_SIZE)
+        rows, pages, shown, total, _ = grid.query(
+            sweep or None, filter_query, sort_by, page or 0, page_size or PAGE_SIZE
+        )
         note = f"{shown} of {total} runs shown"
     except ValueError as exc:
         rows, pages, note = [], 1, str(exc)
@@ -97,8 +160,13 @@ def _page(sweep, page, page_size, sort_by, filter_query, ticked):
     return rows, pages, [i for i, r in enumerate(rows) if r["id"] in ticked], note
 
 
-@callback(Output("ticked-runs", "data"), Input("runs-grid", "selected_row_ids"), State("runs-grid", "data"),
-          State("ticked-runs", "data"), prevent_initial_call=True)
+@callback(
+    Output("ticked-runs", "data"),
+    Input("runs-grid", "selected_row_ids"),
+    State("runs-grid", "data"),
+    State("ticked-runs", "data"),
+    prevent_initial_call=True,
+)
 def _tick(selected_ids, rows, ticked):
     """Ticks survive paging, filtering and leaving the page: the page's ids are replaced by its ticked ones."""
     on_page = {r["id"] for r in rows or []}
@@ -106,8 +174,9 @@ def _tick(selected_ids, rows, ticked):
     return kept + [r for r in (selected_ids or []) if r not in kept]
 
 
-@callback(Output("sweeps-compare-link", "href"), Output("sweeps-compare-link", "children"),
-          Input("ticked-runs", "data"))
+@callback(
+    Output("sweeps-compare-link", "href"), Output("sweeps-compare-link", "children"), Input("ticked-runs", "data")
+)
 def _compare_link(ticked):
     ids = list(ticked or [])
     if len(ids) >= 2:
@@ -124,17 +193,26 @@ def _num_or_codes(s: pd.Series) -> tuple[pd.Series, list | None]:
     return s.astype(str).map({c: i for i, c in enumerate(cats)}), cats
 
 
-@callback(Output("sweeps-views", "children"), Input("sweeps-sweep", "value"), Input("runs-grid", "filter_query"),
-          Input("sweeps-metric", "value"), Input("sweeps-x", "value"), Input("sweeps-y", "value"),
-          after_paint_input("sweeps"), prevent_initial_call=True)
+@callback(
+    Output("sweeps-views", "children"),
+    Input("sweeps-sweep", "value"),
+    Input("runs-grid", "filter_query"),
+    Input("sweeps-metric", "value"),
+    Input("sweeps-x", "value"),
+    Input("sweeps-y", "value"),
+    after_paint_input("sweeps"),
+    prevent_initial_call=True,
+)
 def _views_graphs(sweep, filter_query, metric, x, y, _painted):
     try:
         df = grid.apply_filter(grid.frame(sweep or None), filter_query)
     except ValueError:
         df = grid.frame(sweep or None)
     heat, par = views(df, metric, x, y)
-    return [dcc.Graph(id="sweeps-heatmap", figure=heat, style={"width": "48%", "display": "inline-block"}),
-            dcc.Graph(id="sweeps-parcoords", figure=par, style={"width": "52%", "display": "inline-block"})]
+    return [
+        dcc.Graph(id="sweeps-heatmap", figure=heat, style={"width": "48%", "display": "inline-block"}),
+        dcc.Graph(id="sweeps-parcoords", figure=par, style={"width": "52%", "display": "inline-block"}),
+    ]
 
 
 def _sorted_labels(labels) -> list:
@@ -164,13 +242,27 @@ def views(df: pd.DataFrame, metric: str | None, x: str | None, y: str | None):
     z = [[None if pd.isna(v) else float(v) for v in row] for row in pv.to_numpy()]
     text = [[format_value(metric, v) for v in row] for row in mean_raw.to_numpy()]
     xl, yl = x[9:], (y[9:] if y else "")
-    heat = {"data": [{"type": "heatmap", "z": z, "x": [str(c) for c in pv.columns], "y": [str(i) for i in pv.index],
-                      "text": text, "texttemplate": "%{text}", "colorscale": "Viridis",
-                      "colorbar": {"title": {"text": label}},
-                      "hovertemplate": f"{xl}=%{{x}}<br>{yl}=%{{y}}<br>{label}: %{{text}}<extra></extra>"}],
-            "layout": {"title": {"text": f"mean {label} over {xl} × {yl}"}, "height": 420,
-                       "xaxis": {"title": {"text": xl}, "type": "category"},
-                       "yaxis": {"title": {"text": yl}, "type": "category"}}}
+    heat = {
+        "data": [
+            {
+                "type": "heatmap",
+                "z": z,
+                "x": [str(c) for c in pv.columns],
+                "y": [str(i) for i in pv.index],
+                "text": text,
+                "texttemplate": "%{text}",
+                "colorscale": "Viridis",
+                "colorbar": {"title": {"text": label}},
+                "hovertemplate": f"{xl}=%{{x}}<br>{yl}=%{{y}}<br>{label}: %{{text}}<extra></extra>",
+            }
+        ],
+        "layout": {
+            "title": {"text": f"mean {label} over {xl} × {yl}"},
+            "height": 420,
+            "xaxis": {"title": {"text": xl}, "type": "category"},
+            "yaxis": {"title": {"text": yl}, "type": "category"},
+        },
+    }
     dims = []
     for c in [c for c in df.columns if c.startswith("settings.")]:
         if c == "settings.repeat" or df[c].astype(str).nunique() <= 1:
@@ -183,6 +275,11 @@ def views(df: pd.DataFrame, metric: str | None, x: str | None, y: str | None):
     par = {"data": [], "layout": {"title": {"text": "settings → " + label}, "height": 420}}
     if shown.notna().any():
         dims.append({"label": label, "values": shown.tolist()})
-        par["data"] = [{"type": "parcoords", "dimensions": dims,
-                        "line": {"color": shown.fillna(0).tolist(), "colorscale": "Viridis", "showscale": False}}]
+        par["data"] = [
+            {
+                "type": "parcoords",
+                "dimensions": dims,
+                "line": {"color": shown.fillna(0).tolist(), "colorscale": "Viridis", "showscale": False},
+            }
+        ]
     return heat, par

@@ -13,27 +13,40 @@ from perfbench.cli import add_json_arg, add_results_arg
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "advise", help="a run's advice ranked by expected gain, causes first; --try N runs its N best fixes",
+        "advise",
+        help="a run's advice ranked by expected gain, causes first; --try N runs its N best fixes",
         description="Print the advice of a stored run ranked by the step time a fix is expected to save "
-                    "(gain_ms per step, from the run's own tables; docs/advice.md gives each rule's formula). "
-                    "Findings explained by another finding (symptoms) are indented under their cause; each "
-                    "stretch of waiting or idle time is counted once. At most 5 causes are shown (--all: every "
-                    "one). --json prints every row of the advice table (id, rule, severity, gain_ms, gain_share, "
-                    "basis, symptom_of, try, predicted_step_ms, ...) in rank order. With --try N, the N best root "
-                    "findings that carry a knob (`try`) are each run for real: the run's own configuration with "
-                    "only that knob changed, repeated --repeats times interleaved with re-runs of the original "
-                    "configuration (profiler off in all of them). The runs are stored (source: advise) and the "
-                    "measured gain in ms/step, with its 95% interval, is printed next to the predicted gain; every "
-                    "result is also kept in <results>/advice/trials.jsonl to check and calibrate the gain "
-                    "estimates (docs/advice.md). A fix whose run fails is stored failed with its reason and the "
-                    "others go on. Runs that perfbench did not launch (imported profiles) cannot be re-run: the "
-                    "advice is printed and --try says so (exit 2).")
+        "(gain_ms per step, from the run's own tables; docs/advice.md gives each rule's formula). "
+        "Findings explained by another finding (symptoms) are indented under their cause; each "
+        "stretch of waiting or idle time is counted once. At most 5 causes are shown (--all: every "
+        "one). --json prints every row of the advice table (id, rule, severity, gain_ms, gain_share, "
+        "basis, symptom_of, try, predicted_step_ms, ...) in rank order. With --try N, the N best root "
+        "findings that carry a knob (`try`) are each run for real: the run's own configuration with "
+        "only that knob changed, repeated --repeats times interleaved with re-runs of the original "
+        "configuration (profiler off in all of them). The runs are stored (source: advise) and the "
+        "measured gain in ms/step, with its 95% interval, is printed next to the predicted gain; every "
+        "result is also kept in <results>/advice/trials.jsonl to check and calibrate the gain "
+        "estimates (docs/advice.md). A fix whose run fails is stored failed with its reason and the "
+        "others go on. Runs that perfbench did not launch (imported profiles) cannot be re-run: the "
+        "advice is printed and --try says so (exit 2).",
+    )
     p.add_argument("run", help="run id, the short id `perfbench ls` shows (e.g. ws2-r0), or a unique prefix of either")
     p.add_argument("--all", action="store_true", help="show every finding, not only the 5 largest causes")
-    p.add_argument("--try", dest="try_n", type=int, default=0, metavar="N",
-                   help="run the N best findings that carry a knob, each as a real run with only that knob changed")
-    p.add_argument("--repeats", type=int, default=2, metavar="R",
-                   help="with --try: rounds of (original, fix 1, ..., fix N) runs; the interval needs 2 (default 2)")
+    p.add_argument(
+        "--try",
+        dest="try_n",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run the N best findings that carry a knob, each as a real run with only that knob changed",
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=2,
+        metavar="R",
+        help="with --try: rounds of (original, fix 1, ..., fix N) runs; the interval needs 2 (default 2)",
+    )
     add_results_arg(p)
     add_json_arg(p)
     p.set_defaults(func=run)
@@ -68,9 +81,15 @@ def run(args) -> int:
     signal.signal(signal.SIGTERM, _raise_interrupt)  # unwinds like Ctrl-C: the running fix's processes are killed
     err = console(stderr=True)
     try:
-        tried = try_fixes(store, rec, args.try_n, repeats=args.repeats, advice=table,
-                          events=_progress_events(err, quiet=False),
-                          announce=lambda text: print(f"advise --try: {text}", file=sys.stderr, flush=True))
+        tried = try_fixes(
+            store,
+            rec,
+            args.try_n,
+            repeats=args.repeats,
+            advice=table,
+            events=_progress_events(err, quiet=False),
+            announce=lambda text: print(f"advise --try: {text}", file=sys.stderr, flush=True),
+        )
     except UserError as exc:  # cannot re-run it, no knob to try, ...: the advice is printed all the same
         if args.json:
             _print_advice(args, rec, table)
@@ -94,12 +113,18 @@ def _print_advice(args, rec: dict, table) -> None:
     advice = ordered_advice(table)
     if args.json:
         roots = [r for r, _ in advice_tree(advice)]
-        print(json.dumps({"run_id": rid, "verdict": roots[0]["id"] if roots else None, "advice": advice},
-                         indent=2, default=str))
+        print(
+            json.dumps(
+                {"run_id": rid, "verdict": roots[0]["id"] if roots else None, "advice": advice}, indent=2, default=str
+            )
+        )
         return
     c = console()
-    c.print(f"[bold]{short_id(rec)}[/bold] ({rid}): {len(advice)} finding(s), "
-            f"{len(advice_tree(advice))} cause(s), largest expected gain first", highlight=False)
+    c.print(
+        f"[bold]{short_id(rec)}[/bold] ({rid}): {len(advice)} finding(s), "
+        f"{len(advice_tree(advice))} cause(s), largest expected gain first",
+        highlight=False,
+    )
     if not advice:
         c.print("  no advice rule fired" if table is not None else "  no advice table (the run has no analysis)")
         return

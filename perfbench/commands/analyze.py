@@ -15,39 +15,63 @@ from perfbench.cli import add_json_arg, add_results_arg
 
 def register(sub) -> None:
     p = sub.add_parser(
-        "analyze", help="import and analyze a profiler output (Ascend text/db, msprof, legacy MindSpore)",
+        "analyze",
+        help="import and analyze a profiler output (Ascend text/db, msprof, legacy MindSpore)",
         description="Read a profiler output folder (one rank's folder, or a folder holding many ranks: it is walked), "
-                    "compute the step breakdown, kernel and collective statistics, slow ranks and advice, store it "
-                    "as a run (source: analyze) so compare/check/dashboard work on it, and print the summary.")
+        "compute the step breakdown, kernel and collective statistics, slow ranks and advice, store it "
+        "as a run (source: analyze) so compare/check/dashboard work on it, and print the summary.",
+    )
     p.add_argument("path", help="profiler output folder (e.g. a *_ascend_ms / *_ascend_pt folder, or their parent)")
     add_results_arg(p)
     add_json_arg(p)
     p.add_argument("--out", metavar="DIR", help="also write analysis.json and one CSV per table into DIR")
     p.add_argument("--run-id", help="run id to store the import under (default: analyze-<folder>-<hash>)")
     p.add_argument("--no-store", action="store_true", help="do not write the run into the results store")
-    p.add_argument("--workers", type=int, default=None,
-                   help="processes parsing the ranks (default: 1 up to a few hundred ranks, then one per ~400 ranks "
-                        "up to the number of CPUs; 1 = parse in this process)")
-    p.add_argument("--progress", choices=("auto", "always", "never"), default="auto",
-                   help="show 'ranks parsed / total' on stderr while the ranks are read: auto (default) = when "
-                        "stderr is a terminal, the folder holds at least 64 ranks and --json is not given")
-    p.add_argument("--trace", choices=("auto", "always", "never"), default="auto",
-                   help="read trace_view.json for host step starts (Preparing) and collective sizes: "
-                        "auto = only files up to 512 MB (default)")
-    p.add_argument("--kernels", choices=("auto", "all", "none"), default="auto",
-                   help="which ranks' kernels (kernel_details.csv, trace_view.json, the profiler db) to read: the "
-                        "profiler's step trace is the breakdown and the kernels its cross-check and the kernel "
-                        "tables. auto (default): every rank up to 2 ranks; in larger clusters the first and the "
-                        "last rank plus every rank without a step trace. all: every rank. none: only ranks "
-                        "without a step trace")
-    p.add_argument("--hardware", metavar="NAME",
-                   help="hardware profile (perfbench/predict/hardware/*.yaml name, or a YAML path) whose "
-                        "device_memory_bytes is each device's capacity for memory_headroom, e.g. ascend910 "
-                        "(32 GiB); without it an imported profile's headroom is unknown (null)")
-    p.add_argument("--strict", action="store_true",
-                   help="treat any warning (a missing or damaged file on some rank, a rank that cannot be read) "
-                        "as an error: exit 2. Without it every rank is analyzed with what it has and the "
-                        "warnings are printed (and listed under \"warnings\" in --json)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="processes parsing the ranks (default: 1 up to a few hundred ranks, then one per ~400 ranks "
+        "up to the number of CPUs; 1 = parse in this process)",
+    )
+    p.add_argument(
+        "--progress",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="show 'ranks parsed / total' on stderr while the ranks are read: auto (default) = when "
+        "stderr is a terminal, the folder holds at least 64 ranks and --json is not given",
+    )
+    p.add_argument(
+        "--trace",
+        choices=("auto", "always", "never"),
+        default="auto",
+        help="read trace_view.json for host step starts (Preparing) and collective sizes: "
+        "auto = only files up to 512 MB (default)",
+    )
+    p.add_argument(
+        "--kernels",
+        choices=("auto", "all", "none"),
+        default="auto",
+        help="which ranks' kernels (kernel_details.csv, trace_view.json, the profiler db) to read: the "
+        "profiler's step trace is the breakdown and the kernels its cross-check and the kernel "
+        "tables. auto (default): every rank up to 2 ranks; in larger clusters the first and the "
+        "last rank plus every rank without a step trace. all: every rank. none: only ranks "
+        "without a step trace",
+    )
+    p.add_argument(
+        "--hardware",
+        metavar="NAME",
+        help="hardware profile (perfbench/predict/hardware/*.yaml name, or a YAML path) whose "
+        "device_memory_bytes is each device's capacity for memory_headroom, e.g. ascend910 "
+        "(32 GiB); without it an imported profile's headroom is unknown (null)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="treat any warning (a missing or damaged file on some rank, a rank that cannot be read) "
+        "as an error: exit 2. Without it every rank is analyzed with what it has and the "
+        'warnings are printed (and listed under "warnings" in --json)',
+    )
     p.set_defaults(func=run)
 
 
@@ -73,9 +97,14 @@ def run(args) -> int:
         raise UserError(f"--workers {args.workers}: expected a number of processes >= 1")
     progress = Progress(getattr(args, "progress", "auto"), quiet=bool(args.json))
     try:
-        profile = analyzers.load_profile(path, workers=args.workers, read_trace=read_trace,
-                                         strict=getattr(args, "strict", False),
-                                         kernels=getattr(args, "kernels", "auto"), progress=progress)
+        profile = analyzers.load_profile(
+            path,
+            workers=args.workers,
+            read_trace=read_trace,
+            strict=getattr(args, "strict", False),
+            kernels=getattr(args, "kernels", "auto"),
+            progress=progress,
+        )
     finally:
         progress.close()
     run_id = args.run_id or _run_id(path)
@@ -98,12 +127,24 @@ def run(args) -> int:
     if store is not None:
         n_ranks = int(profile.ranks["rank"].nunique()) if len(profile.ranks) else doc["source"]["ranks"]
         record = {
-            "run_id": run_id, "sweep_id": None, "source": "analyze", "status": "ok", "error": None,
+            "run_id": run_id,
+            "sweep_id": None,
+            "source": "analyze",
+            "status": "ok",
+            "error": None,
             "settings": {"workload": _workload(profile), "world_size": n_ranks, "repeat": 0},
-            "config": {"path": str(path.resolve()), "format": profile.source, "producer": profile.meta.get("producer"),
-                       **(hw_config or {})},
-            "env": {"perfbench": _version(), "python": platform.python_version(), "cpus": os.cpu_count(),
-                    "host": platform.node()},
+            "config": {
+                "path": str(path.resolve()),
+                "format": profile.source,
+                "producer": profile.meta.get("producer"),
+                **(hw_config or {}),
+            },
+            "env": {
+                "perfbench": _version(),
+                "python": platform.python_version(),
+                "cpus": os.cpu_count(),
+                "host": platform.node(),
+            },
             "timings": {"started": t0, "finished": time.time(), "wall_s": wall},
             "metrics": dict(analysis.summary),
             "warnings": list(analysis.warnings),
@@ -183,12 +224,23 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     c = Console()
     s = doc["summary"]
     src = doc["source"]
-    c.print(f"[bold]{src['path']}[/bold]  format: {src['format']}  ranks: {src['ranks']}  steps: {s.get('steps')}  "
-            f"({wall:.2f} s)")
+    c.print(
+        f"[bold]{src['path']}[/bold]  format: {src['format']}  ranks: {src['ranks']}  steps: {s.get('steps')}  "
+        f"({wall:.2f} s)"
+    )
     t = Table(title="step breakdown per rank (ms; mean over steps)")
     staged = any(r.get("stage") is not None for r in doc["ranks"])
-    for col in ("rank", *(("stage",) if staged else ()), "steps", "step", "computing", "comm (not overlapped)",
-                "overlapped", "free", "preparing"):
+    for col in (
+        "rank",
+        *(("stage",) if staged else ()),
+        "steps",
+        "step",
+        "computing",
+        "comm (not overlapped)",
+        "overlapped",
+        "free",
+        "preparing",
+    ):
         t.add_column(col, justify="right")
     for r in doc["ranks"]:
         st = r["steps"]
@@ -197,10 +249,17 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
             vals = [x[k] for x in st if x.get(k) is not None]
             return sum(vals) / len(vals) if vals else None
 
-        t.add_row(str(r["rank"]), *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
-                  str(len(st)), _ms(m("step_us")), _ms(m("computing_us")),
-                  _ms(m("communication_not_overlapped_us")), _ms(m("overlapped_us")), _ms(m("free_us")),
-                  _ms(m("preparing_us")))
+        t.add_row(
+            str(r["rank"]),
+            *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
+            str(len(st)),
+            _ms(m("step_us")),
+            _ms(m("computing_us")),
+            _ms(m("communication_not_overlapped_us")),
+            _ms(m("overlapped_us")),
+            _ms(m("free_us")),
+            _ms(m("preparing_us")),
+        )
     c.print(t)
     sets = {tuple(r.get("inputs") or []) for r in doc["ranks"]}
     if len(sets) == 1 and sets != {()}:
@@ -212,48 +271,77 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
         c.print(f"breakdown: the profiler's own, from {_reference_label(src)}")
     rec = analysis.tables.get("reconciliation")
     if rec is not None and len(rec):
-        c.print(f"reconciliation with the profiler's own breakdown ({_reference_label(src)}): "
-                f"max |diff| {rec['diff_us'].abs().max():.2f} us ({rec['rel_diff'].abs().max() * 100:.4f}% of step)")
+        c.print(
+            f"reconciliation with the profiler's own breakdown ({_reference_label(src)}): "
+            f"max |diff| {rec['diff_us'].abs().max():.2f} us ({rec['rel_diff'].abs().max() * 100:.4f}% of step)"
+        )
     cc = analysis.tables.get("cluster_check")
     if cc is not None and len(cc):
         for kind, g in cc.groupby("kind"):
-            c.print(f"cross-check with msprof-analyze's output ({g['source'].iloc[0]}), {kind}: {len(g)} numbers, "
-                    f"max |rel diff| {g['rel_diff'].abs().max() * 100:.4f}%")
+            c.print(
+                f"cross-check with msprof-analyze's output ({g['source'].iloc[0]}), {kind}: {len(g)} numbers, "
+                f"max |rel diff| {g['rel_diff'].abs().max() * 100:.4f}%"
+            )
     ct = analysis.tables.get("comm_types")
     if ct is not None and len(ct):
         t = Table(title="collectives by type")
         for col in ("type", "count", "total ms", "mean ms", "wait ratio", "busbw GB/s"):
             t.add_column(col, justify="right")
         for row in ct.itertuples(index=False):
-            t.add_row(str(row.op_type), str(row.count), f"{row.elapse_ms_total:.3f}", f"{row.elapse_ms_mean:.3f}",
-                      "-" if row.wait_ratio_mean != row.wait_ratio_mean else f"{row.wait_ratio_mean:.2f}",
-                      "-" if row.busbw_gbps_mean != row.busbw_gbps_mean else f"{row.busbw_gbps_mean:.2f}")
+            t.add_row(
+                str(row.op_type),
+                str(row.count),
+                f"{row.elapse_ms_total:.3f}",
+                f"{row.elapse_ms_mean:.3f}",
+                "-" if row.wait_ratio_mean != row.wait_ratio_mean else f"{row.wait_ratio_mean:.2f}",
+                "-" if row.busbw_gbps_mean != row.busbw_gbps_mean else f"{row.busbw_gbps_mean:.2f}",
+            )
         c.print(t)
     from perfbench.views.run_report import table as report_table
     from perfbench.views.run_report import traffic_classes
 
     tc = traffic_classes(analysis.tables.get("comm_classes"), analysis.tables.get("comm_exposure_classes"))
     if tc is not None:
-        c.print(report_table(tc, {"comm_class": "traffic class", "ops": "collectives", "size_bytes": "bytes",
-                                  "elapse_ms": "time", "exposed_us": "not overlapped"},
-                             "collectives by traffic class (per rank and step, mean)"))
+        c.print(
+            report_table(
+                tc,
+                {
+                    "comm_class": "traffic class",
+                    "ops": "collectives",
+                    "size_bytes": "bytes",
+                    "elapse_ms": "time",
+                    "exposed_us": "not overlapped",
+                },
+                "collectives by traffic class (per rank and step, mean)",
+            )
+        )
     k = analysis.tables.get("kernels")
     if k is not None and len(k):
         t = Table(title="top kernel types by time")
         for col in ("type", "core", "count", "total ms", "share"):
             t.add_column(col, justify="right")
         for row in k.head(8).itertuples(index=False):
-            t.add_row(str(row.type)[:40], str(row.core_type), str(row.count), f"{row.total_us / 1000:.3f}",
-                      f"{row.share * 100:.1f}%")
+            t.add_row(
+                str(row.type)[:40],
+                str(row.core_type),
+                str(row.count),
+                f"{row.total_us / 1000:.3f}",
+                f"{row.share * 100:.1f}%",
+            )
         c.print(t)
     if doc.get("stages"):
         t = Table(title="pipeline stages (ms per step; mean over the stage's ranks)")
         for col in ("stage", "ranks", "computing", "x least", "comm (not overlapped)", "bubble"):
             t.add_column(col, justify="right")
         for row in doc["stages"]:
-            t.add_row(str(row["stage"]), str(row["ranks"]), _ms1(row.get("computing_ms")),
-                      "-" if row.get("computing_ratio") is None else f"{row['computing_ratio']:.2f}",
-                      _ms1(row.get("communication_not_overlapped_ms")), _ms1(row.get("bubble_ms")))
+            t.add_row(
+                str(row["stage"]),
+                str(row["ranks"]),
+                _ms1(row.get("computing_ms")),
+                "-" if row.get("computing_ratio") is None else f"{row['computing_ratio']:.2f}",
+                _ms1(row.get("communication_not_overlapped_ms")),
+                _ms1(row.get("bubble_ms")),
+            )
         c.print(t)
     slow = [r for r in doc["slow_ranks"] if r.get("slow") and r.get("scope", "group") == "group"]
     c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))

@@ -9,11 +9,16 @@ from perfbench.cli import add_json_arg, add_results_arg
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("baseline", help="save / list / show baselines for `perfbench check`",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "baseline", help="save / list / show baselines for `perfbench check`", description=__doc__
+    )
     sub = p.add_subparsers(dest="baseline_command", metavar="ACTION")
     s = sub.add_parser("save", help="save a run or a sweep as a named baseline")
-    s.add_argument("target", metavar="RUN|SWEEP", help="sweep id, or a run: its id, the short id `perfbench ls` shows (e.g. ws2-r0), or a unique prefix")
+    s.add_argument(
+        "target",
+        metavar="RUN|SWEEP",
+        help="sweep id, or a run: its id, the short id `perfbench ls` shows (e.g. ws2-r0), or a unique prefix",
+    )
     s.add_argument("--name", required=True, help="baseline name (letters, digits, . _ -)")
     s.add_argument("--no-overwrite", action="store_true", help="fail if a baseline with this name exists")
     s.add_argument("--label", metavar="TEXT", help="name of this point in the history (default: the git commit)")
@@ -42,11 +47,22 @@ def save(args) -> int:
     b = save_baseline(store, args.target, args.name, overwrite=not args.no_overwrite)
     history.record(store, args.target, via="baseline", label=args.label)  # a baseline is a point of the history too
     if args.json:
-        print(json.dumps({"name": b["name"], "source": b["source"], "runs": [r["run_id"] for r in b["runs"]],
-                          "skipped": b["skipped"]}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "name": b["name"],
+                    "source": b["source"],
+                    "runs": [r["run_id"] for r in b["runs"]],
+                    "skipped": b["skipped"],
+                },
+                indent=2,
+            )
+        )
     else:
-        print(f"baseline {b['name']!r}: {b['source']['kind']} {b['source']['id']}, {len(b['runs'])} run(s)"
-              + (f", {len(b['skipped'])} unfinished/failed run(s) left out" if b["skipped"] else ""))
+        print(
+            f"baseline {b['name']!r}: {b['source']['kind']} {b['source']['id']}, {len(b['runs'])} run(s)"
+            + (f", {len(b['skipped'])} unfinished/failed run(s) left out" if b["skipped"] else "")
+        )
     return 0
 
 
@@ -57,7 +73,9 @@ def list_(args) -> int:
     rows = []
     for name in store.list_baselines():
         b = store.read_baseline(name) or {}
-        rows.append({"name": name, "source": b.get("source"), "runs": len(b.get("runs") or []), "created": b.get("created")})
+        rows.append(
+            {"name": name, "source": b.get("source"), "runs": len(b.get("runs") or []), "created": b.get("created")}
+        )
     if args.json:
         print(json.dumps(rows, indent=2))
     elif not rows:
@@ -80,6 +98,8 @@ def show(args) -> int:
     print(f"baseline {b['name']}: {b['source']['kind']} {b['source']['id']}")
     for r in b["runs"]:
         m = r.get("metrics") or {}
-        print(f"  {r['run_id']}  {r['settings']}  throughput={m.get('throughput')}  step_time_s={m.get('step_time_s')}"
-              f"  samples={ {k: len(v) for k, v in (r.get('samples') or {}).items()} }")
+        print(
+            f"  {r['run_id']}  {r['settings']}  throughput={m.get('throughput')}  step_time_s={m.get('step_time_s')}"
+            f"  samples={ {k: len(v) for k, v in (r.get('samples') or {}).items()} }"
+        )
     return 0

@@ -21,56 +21,121 @@ from perfbench.errors import UserError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("check", help="CI regression check against a saved baseline (exit 0/1/2)",
-                              description=__doc__)
-    p.add_argument("--baseline", metavar="NAME",
-                   help="baseline saved with `perfbench baseline save` (required unless --history)")
-    p.add_argument("--current", metavar="RUN|SWEEP", help="sweep id, or a run (its id, the short id `perfbench ls` shows, or a unique prefix) to check")
+    p = subparsers.add_parser(
+        "check", help="CI regression check against a saved baseline (exit 0/1/2)", description=__doc__
+    )
+    p.add_argument(
+        "--baseline", metavar="NAME", help="baseline saved with `perfbench baseline save` (required unless --history)"
+    )
+    p.add_argument(
+        "--current",
+        metavar="RUN|SWEEP",
+        help="sweep id, or a run (its id, the short id `perfbench ls` shows, or a unique prefix) to check",
+    )
     p.add_argument("--threshold", default="5%", help="smallest change that counts (default 5%%; shares: points)")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney test (default 0.05)")
-    p.add_argument("--metric", action="append", dest="metrics", metavar="NAME",
-                   help="metric to check (repeatable; default: throughput, step_time_s, comm_share, "
-                        "communication_not_overlapped_s)")
-    p.add_argument("--ignore-setting", action="append", default=[], metavar="KEY",
-                   help="setting to leave out when matching runs (repeat is always left out)")
+    p.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level of the Mann-Whitney test (default 0.05)"
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        dest="metrics",
+        metavar="NAME",
+        help="metric to check (repeatable; default: throughput, step_time_s, comm_share, "
+        "communication_not_overlapped_s)",
+    )
+    p.add_argument(
+        "--ignore-setting",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="setting to leave out when matching runs (repeat is always left out)",
+    )
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML (one test case per settings group x metric)")
-    p.add_argument("--summary", metavar="FILE",
-                   help="also append the Markdown summary to FILE (default: $GITHUB_STEP_SUMMARY when set)")
-    p.add_argument("--history", action="store_true",
-                   help="record the current result in the history and judge it against the series per configuration "
-                        "(change points; see `perfbench history`)")
-    p.add_argument("--history-metric", action="append", dest="history_metrics", metavar="NAME",
-                   help="with --history: metric to judge against the history (repeatable; default: the --metric "
-                        "list). E.g. step_cpu_s on a shared runner, where CPU time per step is far steadier than "
-                        "wall time (docs/check.md)")
-    p.add_argument("--label", metavar="TEXT", help="with --history: name of this point (default: the git commit, "
-                                                   "from $PERFBENCH_COMMIT, $GITHUB_SHA or `git rev-parse HEAD`)")
-    p.add_argument("--permutations", type=int, default=200,
-                   help="with --history: permutations of E-Divisive's significance test (default 200)")
+    p.add_argument(
+        "--summary",
+        metavar="FILE",
+        help="also append the Markdown summary to FILE (default: $GITHUB_STEP_SUMMARY when set)",
+    )
+    p.add_argument(
+        "--history",
+        action="store_true",
+        help="record the current result in the history and judge it against the series per configuration "
+        "(change points; see `perfbench history`)",
+    )
+    p.add_argument(
+        "--history-metric",
+        action="append",
+        dest="history_metrics",
+        metavar="NAME",
+        help="with --history: metric to judge against the history (repeatable; default: the --metric "
+        "list). E.g. step_cpu_s on a shared runner, where CPU time per step is far steadier than "
+        "wall time (docs/check.md)",
+    )
+    p.add_argument(
+        "--label",
+        metavar="TEXT",
+        help="with --history: name of this point (default: the git commit, "
+        "from $PERFBENCH_COMMIT, $GITHUB_SHA or `git rev-parse HEAD`)",
+    )
+    p.add_argument(
+        "--permutations",
+        type=int,
+        default=200,
+        help="with --history: permutations of E-Divisive's significance test (default 200)",
+    )
     ab = p.add_argument_group("interleaved A/B (--ab)")
-    ab.add_argument("--ab", nargs="?", const="", default=None, metavar="CONFIG",
-                    help="run baseline and candidate alternately in this job and decide on the paired differences; "
-                         "CONFIG is a sweep config with one point (the baseline); omit it with --baseline-cmd/"
-                         "--candidate-cmd")
-    ab.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="with --ab CONFIG: the candidate's difference (repeatable), e.g. inject.busy_ms=4, "
-                         "world_size=2, comm_fusion=all; none: an A/A job (what the gate does with no change)")
-    ab.add_argument("--baseline-cmd", metavar="CMD", help="with --ab: a shell command that adds one baseline run to "
-                                                         "--results (it gets $PERFBENCH_RESULTS, $PERFBENCH_AB_SIDE, "
-                                                         "$PERFBENCH_AB_PAIR)")
-    ab.add_argument("--candidate-cmd", metavar="CMD", help="with --ab: the same for the candidate (e.g. from another "
-                                                          "checkout)")
+    ab.add_argument(
+        "--ab",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="CONFIG",
+        help="run baseline and candidate alternately in this job and decide on the paired differences; "
+        "CONFIG is a sweep config with one point (the baseline); omit it with --baseline-cmd/"
+        "--candidate-cmd",
+    )
+    ab.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --ab CONFIG: the candidate's difference (repeatable), e.g. inject.busy_ms=4, "
+        "world_size=2, comm_fusion=all; none: an A/A job (what the gate does with no change)",
+    )
+    ab.add_argument(
+        "--baseline-cmd",
+        metavar="CMD",
+        help="with --ab: a shell command that adds one baseline run to "
+        "--results (it gets $PERFBENCH_RESULTS, $PERFBENCH_AB_SIDE, "
+        "$PERFBENCH_AB_PAIR)",
+    )
+    ab.add_argument(
+        "--candidate-cmd", metavar="CMD", help="with --ab: the same for the candidate (e.g. from another checkout)"
+    )
     ab.add_argument("--pairs", type=int, default=5, help="with --ab: pairs of runs (default 5; at least 3)")
-    ab.add_argument("--remeasure", type=int, default=2,
-                    help="with --ab: pairs measured again because a run failed or was unsteady, at most (default 2)")
+    ab.add_argument(
+        "--remeasure",
+        type=int,
+        default=2,
+        help="with --ab: pairs measured again because a run failed or was unsteady, at most (default 2)",
+    )
     add_results_arg(p)
     add_json_arg(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
-    from perfbench.regress.check import (DEFAULT_METRICS, IGNORED_SETTINGS, parse_threshold, run_check, run_history_check,
-                                 to_junit, to_markdown)
+    from perfbench.regress.check import (
+        DEFAULT_METRICS,
+        IGNORED_SETTINGS,
+        parse_threshold,
+        run_check,
+        run_history_check,
+        to_junit,
+        to_markdown,
+    )
     from perfbench.store import Store
 
     if not (0 < args.alpha < 1):
@@ -88,12 +153,22 @@ def run(args) -> int:
     if not (10 <= args.permutations <= 10000):
         raise UserError(f"bad --permutations {args.permutations}: must be between 10 and 10000")
     store = Store(args.results, create=False)
-    common = dict(threshold=parse_threshold(args.threshold), alpha=args.alpha, metrics=tuple(args.metrics or DEFAULT_METRICS),
-                  ignore=tuple(IGNORED_SETTINGS) + tuple(args.ignore_setting))
+    common = dict(
+        threshold=parse_threshold(args.threshold),
+        alpha=args.alpha,
+        metrics=tuple(args.metrics or DEFAULT_METRICS),
+        ignore=tuple(IGNORED_SETTINGS) + tuple(args.ignore_setting),
+    )
     if args.history:
-        res = run_history_check(store, args.current, baseline_name=args.baseline, label=args.label,
-                                permutations=args.permutations,
-                                history_metrics=tuple(args.history_metrics) if args.history_metrics else None, **common)
+        res = run_history_check(
+            store,
+            args.current,
+            baseline_name=args.baseline,
+            label=args.label,
+            permutations=args.permutations,
+            history_metrics=tuple(args.history_metrics) if args.history_metrics else None,
+            **common,
+        )
     else:
         res = run_check(store, args.baseline, args.current, **common)
     return emit(args, res, to_markdown(res), to_junit(res))
@@ -133,7 +208,9 @@ def run_ab_cli(args) -> int:
         sides, name = CommandSides(args.baseline_cmd, args.candidate_cmd), "cmd"
     else:
         if not args.ab:
-            raise UserError("--ab needs a CONFIG (a sweep config with one point), or --baseline-cmd and --candidate-cmd")
+            raise UserError(
+                "--ab needs a CONFIG (a sweep config with one point), or --baseline-cmd and --candidate-cmd"
+            )
         cfg = load_config(args.ab)
         sides, name = SettingsSides(cfg, args.sets), cfg.name
     store = Store(args.results)
@@ -149,6 +226,15 @@ def run_ab_cli(args) -> int:
 
         print(f"pair {pair} {side}: {rec.get('run_id')} {rec.get('status')}", file=sys.stderr, flush=True)
 
-    res = run_ab(store, sides, pairs=args.pairs, remeasure=args.remeasure, threshold=parse_threshold(args.threshold),
-                 alpha=args.alpha, metrics=metrics, name=name, on_run=progress)
+    res = run_ab(
+        store,
+        sides,
+        pairs=args.pairs,
+        remeasure=args.remeasure,
+        threshold=parse_threshold(args.threshold),
+        alpha=args.alpha,
+        metrics=metrics,
+        name=name,
+        on_run=progress,
+    )
     return emit(args, res, ab_markdown(res), to_junit(res))

@@ -11,9 +11,14 @@ from perfbench.errors import UserError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("compare", help="compare two runs side by side (Markdown, --html, --json)",
-                              description=__doc__)
-    p.add_argument("run_a", metavar="RUN_A", help="reference run: its id, the short id `perfbench ls` shows (e.g. ws1-r0), or a unique prefix")
+    p = subparsers.add_parser(
+        "compare", help="compare two runs side by side (Markdown, --html, --json)", description=__doc__
+    )
+    p.add_argument(
+        "run_a",
+        metavar="RUN_A",
+        help="reference run: its id, the short id `perfbench ls` shows (e.g. ws1-r0), or a unique prefix",
+    )
     p.add_argument("run_b", metavar="RUN_B", help="run to compare, named the same way")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with the Plotly figures")
     p.add_argument("--top", type=int, default=10, help="kernel movers to list (default 10)")

@@ -8,9 +8,12 @@ from perfbench.cli import add_json_arg, add_results_arg
 
 
 def register(sub) -> None:
-    p = sub.add_parser("ls", help="list stored runs with settings and key metrics",
-                       description="List the runs in the store: settings, throughput, step time, time split, "
-                                   "communication share, kernel utilization and scaling efficiency.")
+    p = sub.add_parser(
+        "ls",
+        help="list stored runs with settings and key metrics",
+        description="List the runs in the store: settings, throughput, step time, time split, "
+        "communication share, kernel utilization and scaling efficiency.",
+    )
     add_results_arg(p)
     add_json_arg(p)
     p.add_argument("--sweep", help="only runs of this sweep id")
@@ -26,8 +29,11 @@ def run(args) -> int:
 
     store = Store(args.results, create=False)
     everything = store.list_runs()
-    records = [r for r in everything if (not args.sweep or r.get("sweep_id") == args.sweep)
-               and (not args.status or r.get("status") == args.status)]
+    records = [
+        r
+        for r in everything
+        if (not args.sweep or r.get("sweep_id") == args.sweep) and (not args.status or r.get("status") == args.status)
+    ]
     rows = summarize(records, context=everything)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))

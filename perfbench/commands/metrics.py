@@ -8,12 +8,17 @@ from perfbench.cli import add_json_arg
 
 
 def register(sub) -> None:
-    p = sub.add_parser("metrics", help="list every metric perfbench reports, with unit, direction and definition",
-                       description="Print the metric catalogue: the one definition of every run-level metric that "
-                                   "ls, show, compare, check and the dashboard report (name, unit, whether higher or "
-                                   "lower is better, exact definition, how ranks and steps are aggregated).")
+    p = sub.add_parser(
+        "metrics",
+        help="list every metric perfbench reports, with unit, direction and definition",
+        description="Print the metric catalogue: the one definition of every run-level metric that "
+        "ls, show, compare, check and the dashboard report (name, unit, whether higher or "
+        "lower is better, exact definition, how ranks and steps are aggregated).",
+    )
     add_json_arg(p)
-    p.add_argument("--markdown", action="store_true", help="print the catalogue as the Markdown table of docs/concepts.md")
+    p.add_argument(
+        "--markdown", action="store_true", help="print the catalogue as the Markdown table of docs/concepts.md"
+    )
     p.set_defaults(func=run)
 
 

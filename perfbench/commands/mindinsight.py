@@ -14,12 +14,16 @@ from perfbench.errors import UserError
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("mindinsight", help="open the runs' summaries in MindInsight (own environment)",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "mindinsight", help="open the runs' summaries in MindInsight (own environment)", description=__doc__
+    )
     add_results_arg(p)
     p.add_argument("--port", type=int, default=8080, help="MindInsight port (default 8080)")
-    p.add_argument("--list", action="store_true",
-                   help="start, print the train jobs MindInsight lists, stop (exit 1 if a run is missing)")
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="start, print the train jobs MindInsight lists, stop (exit 1 if a run is missing)",
+    )
     p.add_argument("--setup-only", action="store_true", help="only create the MindInsight environment")
     add_json_arg(p)
     p.set_defaults(func=run)
@@ -43,9 +47,19 @@ def run(args) -> int:
         listed = {j["train_id"].removeprefix("./") for j in jobs}
         missing = sorted(set(mi.dirs) - listed)
         if args.json:
-            print(json.dumps({"url": mi.url(), "train_jobs": [{"train_id": j["train_id"],
-                                                               "scalars": (j.get("plugins") or {}).get("scalar", [])}
-                                                              for j in jobs], "missing": missing}, indent=2))
+            print(
+                json.dumps(
+                    {
+                        "url": mi.url(),
+                        "train_jobs": [
+                            {"train_id": j["train_id"], "scalars": (j.get("plugins") or {}).get("scalar", [])}
+                            for j in jobs
+                        ],
+                        "missing": missing,
+                    },
+                    indent=2,
+                )
+            )
         else:
             print(f"MindInsight {mi.url()} lists {len(listed)} of {len(mi.dirs)} run(s) with summaries:")
             for j in jobs:

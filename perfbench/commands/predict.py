@@ -32,10 +32,23 @@ examples:
 """
 
 #: --set keys the model understands, with their types
-SETTABLE: dict[str, Any] = {"world_size": int, "batch_size": int, "micro_batches": int, "pipeline_stages": int, "tensor_parallel": int,
-            "pipeline_schedule": str, "comm_fusion": str, "grad_compression": str, "compression_ratio": float,
-            "compute_scale": float, "zero_stage": int, "recompute": str, "optimizer": str,
-            "precision": str, "overlap_grad_comm": "bool"}
+SETTABLE: dict[str, Any] = {
+    "world_size": int,
+    "batch_size": int,
+    "micro_batches": int,
+    "pipeline_stages": int,
+    "tensor_parallel": int,
+    "pipeline_schedule": str,
+    "comm_fusion": str,
+    "grad_compression": str,
+    "compression_ratio": float,
+    "compute_scale": float,
+    "zero_stage": int,
+    "recompute": str,
+    "optimizer": str,
+    "precision": str,
+    "overlap_grad_comm": "bool",
+}
 #: keys only the memory model (--memory) knows
 MEMORY_ONLY = ("zero_stage", "recompute", "optimizer")
 
@@ -43,34 +56,62 @@ MEMORY_ONLY = ("zero_stage", "recompute", "optimizer")
 def register(sub) -> None:
     import argparse
 
-    p = sub.add_parser("predict", help="predict step time, throughput and scaling for settings never run",
-                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "predict",
+        help="predict step time, throughput and scaling for settings never run",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_results_arg(p)
     add_json_arg(p)
-    p.add_argument("--from", dest="sources", action="append", metavar="SWEEP_OR_RUN",
-                   help="calibrate on this sweep (its ok runs) or run (id, short id or prefix); repeat or comma-separate "
-                        "for several. --set starts from the settings of the run on the most ranks (uncompressed, "
-                        "without micro-batches where there is one)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"a setting to predict for: {', '.join(SETTABLE)} (compute_scale: per-rank compute time factor on "
-                        "the target hardware). VALUE may be a comma-separated list: one prediction per value "
-                        "(the cartesian product over several keys)")
-    p.add_argument("--hardware", metavar="FILE",
-                   help="hardware profile YAML, or a built-in name (ascend910, cpu-2core); default: the machine the runs "
-                        "measured, fitted from them")
-    p.add_argument("--measure", choices=("wall", "cpu"), default="wall",
-                   help="what to model: wall-clock step time (step_time_s, default) or the rank's CPU time per step "
-                        "(step_cpu_s: on a machine shared with other jobs, what their load stretches far less); "
-                        "with cpu, step_time_s and throughput in the output are per CPU second")
-    p.add_argument("--memory", action="store_true",
-                   help="predict each rank's peak memory instead of step time (model states per ZeRO stage from the "
-                        "parameter count, activations per sample fitted from the runs, buffers, baseline; with "
-                        "--hardware ascend910 against its device capacity). --set also takes zero_stage, recompute, "
-                        "optimizer")
+    p.add_argument(
+        "--from",
+        dest="sources",
+        action="append",
+        metavar="SWEEP_OR_RUN",
+        help="calibrate on this sweep (its ok runs) or run (id, short id or prefix); repeat or comma-separate "
+        "for several. --set starts from the settings of the run on the most ranks (uncompressed, "
+        "without micro-batches where there is one)",
+    )
+    p.add_argument(
+        "--set",
+        dest="sets",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a setting to predict for: {', '.join(SETTABLE)} (compute_scale: per-rank compute time factor on "
+        "the target hardware). VALUE may be a comma-separated list: one prediction per value "
+        "(the cartesian product over several keys)",
+    )
+    p.add_argument(
+        "--hardware",
+        metavar="FILE",
+        help="hardware profile YAML, or a built-in name (ascend910, cpu-2core); default: the machine the runs "
+        "measured, fitted from them",
+    )
+    p.add_argument(
+        "--measure",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="what to model: wall-clock step time (step_time_s, default) or the rank's CPU time per step "
+        "(step_cpu_s: on a machine shared with other jobs, what their load stretches far less); "
+        "with cpu, step_time_s and throughput in the output are per CPU second",
+    )
+    p.add_argument(
+        "--memory",
+        action="store_true",
+        help="predict each rank's peak memory instead of step time (model states per ZeRO stage from the "
+        "parameter count, activations per sample fitted from the runs, buffers, baseline; with "
+        "--hardware ascend910 against its device capacity). --set also takes zero_stage, recompute, "
+        "optimizer",
+    )
     p.add_argument("--save-hardware", metavar="FILE", help="write the measured machine's fitted profile to FILE")
-    p.add_argument("--replay", metavar="PATH",
-                   help="instead of predicting: rebuild each profiled rank's step of an Ascend profiler output from its own "
-                        "kernels and collectives and compare with the profiler's step_trace_time")
+    p.add_argument(
+        "--replay",
+        metavar="PATH",
+        help="instead of predicting: rebuild each profiled rank's step of an Ascend profiler output from its own "
+        "kernels and collectives and compare with the profiler's step_trace_time",
+    )
     p.set_defaults(func=run)
 
 
@@ -150,21 +191,43 @@ def _render(preds: list[dict], cal) -> None:
 
     c = console()
     keys = [k for k in preds[0]["settings"] if len({repr(p["settings"][k]) for p in preds}) > 1] or ["world_size"]
-    t = Table(title=f"predicted on {preds[0]['hardware']} from {len(cal.inputs)} runs"
-                    + (" (CPU time per step)" if preds[0].get("measure") == "cpu" else ""))
+    t = Table(
+        title=f"predicted on {preds[0]['hardware']} from {len(cal.inputs)} runs"
+        + (" (CPU time per step)" if preds[0].get("measure") == "cpu" else "")
+    )
     for k in keys:
         t.add_column(k.replace("_", " "))
-    for col in ("step ms", "interval ms", "samples/s", "scaling", "comm share", "compute ms", "exposed comm ms",
-                "overlap ms", "free ms", "bubble ms", "collectives"):
+    for col in (
+        "step ms",
+        "interval ms",
+        "samples/s",
+        "scaling",
+        "comm share",
+        "compute ms",
+        "exposed comm ms",
+        "overlap ms",
+        "free ms",
+        "bubble ms",
+        "collectives",
+    ):
         t.add_column(col, justify="right")
     for p in preds:
         b = p["breakdown"]
         eff = p["scaling_efficiency"]
-        t.add_row(*[str(p["settings"][k]) for k in keys], f"{p['step_time_s'] * 1e3:.1f}",
-                  f"{p['interval']['low'] * 1e3:.0f}-{p['interval']['high'] * 1e3:.0f}", f"{p['throughput']:.1f}",
-                  "-" if eff is None else f"{eff:.1%}", f"{p['comm_share']:.1%}", f"{b['computing_s'] * 1e3:.1f}",
-                  f"{b['communication_not_overlapped_s'] * 1e3:.1f}", f"{b['overlapped_s'] * 1e3:.1f}",
-                  f"{b['free_s'] * 1e3:.1f}", f"{b['bubble_s'] * 1e3:.1f}", str(p["collectives"]["count"]))
+        t.add_row(
+            *[str(p["settings"][k]) for k in keys],
+            f"{p['step_time_s'] * 1e3:.1f}",
+            f"{p['interval']['low'] * 1e3:.0f}-{p['interval']['high'] * 1e3:.0f}",
+            f"{p['throughput']:.1f}",
+            "-" if eff is None else f"{eff:.1%}",
+            f"{p['comm_share']:.1%}",
+            f"{b['computing_s'] * 1e3:.1f}",
+            f"{b['communication_not_overlapped_s'] * 1e3:.1f}",
+            f"{b['overlapped_s'] * 1e3:.1f}",
+            f"{b['free_s'] * 1e3:.1f}",
+            f"{b['bubble_s'] * 1e3:.1f}",
+            str(p["collectives"]["count"]),
+        )
     c.print(t)
     _trailer(c, preds, keys, cal.inputs)
 
@@ -188,9 +251,22 @@ def _memory(args, store, targets: list[dict]) -> int:
     for t in targets:
         s = memory_target(ref, t)
         p = predict_memory(cal, s, hw)
-        p.update(settings={k: s[k] for k in ("world_size", "batch_size", "micro_batches", "comm_fusion", "zero_stage",
-                                             "recompute", "optimizer")},
-                 hardware=hw.name if hw else "measured machine", inputs=list(cal.inputs))
+        p.update(
+            settings={
+                k: s[k]
+                for k in (
+                    "world_size",
+                    "batch_size",
+                    "micro_batches",
+                    "comm_fusion",
+                    "zero_stage",
+                    "recompute",
+                    "optimizer",
+                )
+            },
+            hardware=hw.name if hw else "measured machine",
+            inputs=list(cal.inputs),
+        )
         out.append(p)
     if args.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
@@ -204,18 +280,40 @@ def _memory(args, store, targets: list[dict]) -> int:
     t = Table(title=f"predicted peak memory per rank on {out[0]['hardware']} from {len(cal.inputs)} runs")
     for k in keys:
         t.add_column(k.replace("_", " "))
-    for col in ("peak MB", "interval MB", "params MB", "grads MB", "optimizer MB", "activations MB", "buffers MB",
-                "baseline MB", "capacity MB", "fits"):
+    for col in (
+        "peak MB",
+        "interval MB",
+        "params MB",
+        "grads MB",
+        "optimizer MB",
+        "activations MB",
+        "buffers MB",
+        "baseline MB",
+        "capacity MB",
+        "fits",
+    ):
         t.add_column(col, justify="right")
-    mb = 2 ** 20
+    mb = 2**20
     for p in out:
         q = p["parts"]
-        t.add_row(*[str(p["settings"][k]) for k in keys], f"{p['peak_bytes'] / mb:.0f}",
-                  f"{p['interval']['low'] / mb:.0f}-{p['interval']['high'] / mb:.0f}",
-                  *[f"{q[k] / mb:.0f}" for k in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes",
-                                                  "buffers_bytes", "baseline_bytes")],
-                  "-" if p["capacity_bytes"] is None else f"{p['capacity_bytes'] / mb:.0f}",
-                  "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"))
+        t.add_row(
+            *[str(p["settings"][k]) for k in keys],
+            f"{p['peak_bytes'] / mb:.0f}",
+            f"{p['interval']['low'] / mb:.0f}-{p['interval']['high'] / mb:.0f}",
+            *[
+                f"{q[k] / mb:.0f}"
+                for k in (
+                    "params_bytes",
+                    "grads_bytes",
+                    "optimizer_bytes",
+                    "activations_bytes",
+                    "buffers_bytes",
+                    "baseline_bytes",
+                )
+            ],
+            "-" if p["capacity_bytes"] is None else f"{p['capacity_bytes'] / mb:.0f}",
+            "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"),
+        )
     c.print(t)
     _trailer(c, out, keys, cal.inputs)
     return 0
@@ -233,12 +331,29 @@ def _replay(args) -> int:
     from perfbench.views.results import console
 
     t = Table(title=f"replay of {args.replay}")
-    for col in ("rank", "step", "measured ms", "replay ms", "error", "kernels+comm only ms", "error", "modelled comm ms", "error"):
+    for col in (
+        "rank",
+        "step",
+        "measured ms",
+        "replay ms",
+        "error",
+        "kernels+comm only ms",
+        "error",
+        "modelled comm ms",
+        "error",
+    ):
         t.add_column(col, justify="right")
     for r in rows:
-        t.add_row(str(r["rank"]), str(r["step"]), f"{r['measured_s'] * 1e3:.2f}", f"{r['replay_s'] * 1e3:.2f}",
-                  f"{r['replay_error']:+.1%}", f"{r['critical_path_s'] * 1e3:.2f}", f"{r['critical_path_error']:+.1%}",
-                  "-" if r.get("modelled_comm_s") is None else f"{r['modelled_comm_s'] * 1e3:.2f}",
-                  "-" if r.get("modelled_comm_error") is None else f"{r['modelled_comm_error']:+.1%}")
+        t.add_row(
+            str(r["rank"]),
+            str(r["step"]),
+            f"{r['measured_s'] * 1e3:.2f}",
+            f"{r['replay_s'] * 1e3:.2f}",
+            f"{r['replay_error']:+.1%}",
+            f"{r['critical_path_s'] * 1e3:.2f}",
+            f"{r['critical_path_error']:+.1%}",
+            "-" if r.get("modelled_comm_s") is None else f"{r['modelled_comm_s'] * 1e3:.2f}",
+            "-" if r.get("modelled_comm_error") is None else f"{r['modelled_comm_error']:+.1%}",
+        )
     console().print(t)
     return 0

@@ -24,7 +24,11 @@ def register(sub) -> None:
     add_results_arg(p)
     add_json_arg(p)
     p.add_argument("--dry-run", action="store_true", help="validate the config and print the planned runs; run nothing")
-    p.add_argument("--resume", action="store_true", help="continue the latest sweep of this name: run only runs that did not finish")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the latest sweep of this name: run only runs that did not finish",
+    )
     p.add_argument("--retry-failed", action="store_true", help="with --resume, also re-run runs that failed")
     p.set_defaults(func=run)
 
@@ -52,9 +56,12 @@ def run(args) -> int:
     try:
         sweep = run_sweep(cfg, store, resume=args.resume, retry_failed=args.retry_failed, events=events)
     except KeyboardInterrupt:
-        print(f"perfbench: sweep interrupted; finished runs are kept in {results}. "
-              f"Continue with `perfbench sweep {args.config} --resume"
-              + (f" --results {args.results}`" if args.results != DEFAULT_RESULTS else "`"), file=sys.stderr)
+        print(
+            f"perfbench: sweep interrupted; finished runs are kept in {results}. "
+            f"Continue with `perfbench sweep {args.config} --resume"
+            + (f" --results {args.results}`" if args.results != DEFAULT_RESULTS else "`"),
+            file=sys.stderr,
+        )
         return 130
     records = [store.read_run(rid) for rid in sweep["runs"]]
     records = [r for r in records if r]
@@ -68,8 +75,10 @@ def run(args) -> int:
         for r in failed:
             out.print(f"[red]{r['run_id']} failed:[/red] {r['error']}")
         flag = "" if args.results == DEFAULT_RESULTS and not cfg.results else f" --results {results}"
-        out.print(f"results stored in {results} (sweep {sweep['sweep_id']}); "
-                  f"see `perfbench ls{flag}` and `perfbench show RUN{flag}`")
+        out.print(
+            f"results stored in {results} (sweep {sweep['sweep_id']}); "
+            f"see `perfbench ls{flag}` and `perfbench show RUN{flag}`"
+        )
     return 1 if failed and len(failed) == len(rows) else 0
 
 
@@ -80,8 +89,13 @@ def _raise_interrupt(signum, frame):
 def _dry_run(cfg, args) -> int:
     plans = cfg.plan(f"{cfg.name}-<time>")
     if args.json:
-        print(json.dumps([{"run_id": p.run_id, "settings": p.settings, "run_config": p.run_config} for p in plans],
-                         indent=2, default=str))
+        print(
+            json.dumps(
+                [{"run_id": p.run_id, "settings": p.settings, "run_config": p.run_config} for p in plans],
+                indent=2,
+                default=str,
+            )
+        )
         return 0
     from rich.table import Table
 
@@ -139,5 +153,6 @@ def _progress_events(console, quiet: bool):
     def skipped(i, n, plan, rec):
         print(f"[{i}/{n}] {plan.run_id}: already {rec['status']}, skipped (--resume)", file=sys.stderr, flush=True)
 
-    return SweepEvents(run_started=started, run_progress=progress, run_finished=finished, run_skipped=skipped,
-                       run_waiting=waiting)
+    return SweepEvents(
+        run_started=started, run_progress=progress, run_finished=finished, run_skipped=skipped, run_waiting=waiting
+    )

@@ -30,8 +30,11 @@ def register(sub) -> None:
     p.add_argument("config", help="sweep YAML file with the axes to search (see examples/tune-resnet50.yaml)")
     add_results_arg(p)
     add_json_arg(p)
-    p.add_argument("--resume", action="store_true",
-                   help="continue the latest search of this config's name; finished trials are not run again")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the latest search of this config's name; finished trials are not run again",
+    )
     p.set_defaults(func=run)
 
 
@@ -53,8 +56,11 @@ def run(args) -> int:
         rec = run_tune(cfg, store, resume=args.resume, events=_events(err))
     except KeyboardInterrupt:
         flag = f" --results {args.results}" if args.results != DEFAULT_RESULTS else ""
-        print(f"perfbench: tune interrupted; finished trials are kept in {results}. "
-              f"Continue with `perfbench tune {args.config} --resume{flag}`", file=sys.stderr)
+        print(
+            f"perfbench: tune interrupted; finished trials are kept in {results}. "
+            f"Continue with `perfbench tune {args.config} --resume{flag}`",
+            file=sys.stderr,
+        )
         return 130
     ans = rec["answer"]
     if args.json:
@@ -84,29 +90,45 @@ def _events(console):
         m = rec.get("metrics") or {}
         tp = m.get("throughput")
         what = {"ok": f"ok, {tp:.1f} samples/s" if tp else "ok", "pruned": f"pruned ({rec.get('error')})"}.get(
-            rec["status"], f"FAILED: {rec.get('error')}")
+            rec["status"], f"FAILED: {rec.get('error')}"
+        )
         print(f"trial {n}: {what} ({time.time() - t0.get('t', time.time()):.0f} s)", file=sys.stderr, flush=True)
 
     def reused(n, settings, earlier):
-        print(f"trial {n}: {_fmt(settings)} measured already in trial {earlier}: not run again", file=sys.stderr,
-              flush=True)
+        print(
+            f"trial {n}: {_fmt(settings)} measured already in trial {earlier}: not run again",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def finalist(settings):
         print(f"best: {_fmt(settings)}: re-running it with the profiler to explain it", file=sys.stderr, flush=True)
 
     def confirm_started(n, rnd, settings, profiled):
         t0["t"] = time.time()
-        print(f"confirm round {rnd}: trial {n} ({_fmt(settings)}){' with the profiler' if profiled else ''} ...",
-              file=sys.stderr, flush=True)
+        print(
+            f"confirm round {rnd}: trial {n} ({_fmt(settings)}){' with the profiler' if profiled else ''} ...",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def confirm_finished(n, rnd, settings, rec):
         tp = (rec.get("metrics") or {}).get("throughput")
         what = f"{tp:.1f} samples/s" if rec["status"] == "ok" and tp else f"{rec['status']}: {rec.get('error')}"
-        print(f"confirm round {rnd}: trial {n}: {what} ({time.time() - t0.get('t', time.time()):.0f} s)",
-              file=sys.stderr, flush=True)
+        print(
+            f"confirm round {rnd}: trial {n}: {what} ({time.time() - t0.get('t', time.time()):.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    return TuneEvents(trial_started=started, trial_finished=finished, trial_reused=reused, finalist=finalist,
-                      confirm_started=confirm_started, confirm_finished=confirm_finished)
+    return TuneEvents(
+        trial_started=started,
+        trial_finished=finished,
+        trial_reused=reused,
+        finalist=finalist,
+        confirm_started=confirm_started,
+        confirm_finished=confirm_finished,
+    )
 
 
 def _fmt(settings: dict) -> str:

@@ -80,7 +80,9 @@ def plan(settings: dict, tensor_bytes: list[float], world_size: int | None = Non
     parse_fusion(fusion)  # a bad value is the user's error (ConfigError names it)
     ratio = float(settings.get("compression_ratio") or 0.01)
     if kind in ("none", "fp16"):
-        return [Collective("allreduce", D, b, r) for b, r in _buckets(tensor_bytes, fusion, 0.5 if kind == "fp16" else 1.0)]
+        return [
+            Collective("allreduce", D, b, r) for b, r in _buckets(tensor_bytes, fusion, 0.5 if kind == "fp16" else 1.0)
+        ]
     if kind == "powersgd":
         out = []
         for b, r in _buckets(tensor_bytes, fusion, ratio):
@@ -119,8 +121,10 @@ def layout_collectives(workload: str, model: dict | None, settings: dict) -> lis
         attn = tokens * H * 4  # g after attention: tokens x hidden; the rest is the experts' buffer
         experts = both - attn
         for _ in range(3 * blocks * M):
-            out += [Collective("allreduce", T, attn, 1.0, "tensor_parallel"),
-                    Collective("allreduce", T, experts, 1.0, "tensor_parallel")]
+            out += [
+                Collective("allreduce", T, attn, 1.0, "tensor_parallel"),
+                Collective("allreduce", T, experts, 1.0, "tensor_parallel"),
+            ]
     if D > 1:
         impl = "allgather+allreduce" if S == 1 and T == 1 else "allreduce+allreduce"
         nbytes, calls = comm_bytes_per_call(impl, D, E, C, H)

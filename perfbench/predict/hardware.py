@@ -75,48 +75,87 @@ class Hardware:
             return self.contention[n], None
         known = sorted(self.contention)
         if n < known[0]:
-            return self.contention[known[0]], f"per-rank compute factor at {n} ranks taken from {known[0]} ranks (the fewest measured)"
+            return self.contention[
+                known[0]
+            ], f"per-rank compute factor at {n} ranks taken from {known[0]} ranks (the fewest measured)"
         lo = max(k for k in known if k < n)
         hi = min([k for k in known if k > n], default=None)
         if hi is not None:
             f = self.contention[lo] + (self.contention[hi] - self.contention[lo]) * (n - lo) / (hi - lo)
             return f, f"per-rank compute factor at {n} ranks interpolated between {lo} and {hi} ranks"
         f = self.contention[known[-1]]
-        return f, (f"per-rank compute factor at {n} ranks taken from {known[-1]} ranks (the largest measured); "
-                   + (f"{n} ranks on {self.cores} cores are oversubscribed, so this is optimistic" if self.cores and n > self.cores else ""))
+        return f, (
+            f"per-rank compute factor at {n} ranks taken from {known[-1]} ranks (the largest measured); "
+            + (
+                f"{n} ranks on {self.cores} cores are oversubscribed, so this is optimistic"
+                if self.cores and n > self.cores
+                else ""
+            )
+        )
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "kind": self.kind,
-                "links": [{"transport": lk.transport, "max_ranks": lk.max_ranks, "bandwidth_gbps": lk.bandwidth_gbps,
-                           "latency_us": lk.latency_us} for lk in self.links],
-                "overlap": self.overlap, "overlap_fraction": self.overlap_fraction, "compute_scale": self.compute_scale,
-                "precisions": self.precisions, "precision_scale": dict(self.precision_scale),
-                "contention": {int(k): float(v) for k, v in self.contention.items()}, "cores": self.cores,
-                "device_memory_bytes": self.device_memory_bytes, "sources": self.sources, "notes": self.notes}
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "links": [
+                {
+                    "transport": lk.transport,
+                    "max_ranks": lk.max_ranks,
+                    "bandwidth_gbps": lk.bandwidth_gbps,
+                    "latency_us": lk.latency_us,
+                }
+                for lk in self.links
+            ],
+            "overlap": self.overlap,
+            "overlap_fraction": self.overlap_fraction,
+            "compute_scale": self.compute_scale,
+            "precisions": self.precisions,
+            "precision_scale": dict(self.precision_scale),
+            "contention": {int(k): float(v) for k, v in self.contention.items()},
+            "cores": self.cores,
+            "device_memory_bytes": self.device_memory_bytes,
+            "sources": self.sources,
+            "notes": self.notes,
+        }
 
 
 def from_dict(d: dict, where: str = "hardware profile") -> Hardware:
     try:
-        links = [Link(str(x["transport"]), float(x["bandwidth_gbps"]), float(x["latency_us"]),
-                      None if x.get("max_ranks") is None else int(x["max_ranks"])) for x in d["links"]]
+        links = [
+            Link(
+                str(x["transport"]),
+                float(x["bandwidth_gbps"]),
+                float(x["latency_us"]),
+                None if x.get("max_ranks") is None else int(x["max_ranks"]),
+            )
+            for x in d["links"]
+        ]
         if not links or any(lk.bandwidth_gbps <= 0 or lk.latency_us < 0 for lk in links):
             raise ValueError("links need bandwidth_gbps > 0 and latency_us >= 0")
         overlap = str(d.get("overlap", "none"))
         if overlap not in ("none", "window"):
             raise ValueError(f"overlap must be none or window, got {overlap!r}")
         scale = d.get("compute_scale", 1.0)
-        return Hardware(name=str(d["name"]), kind=str(d.get("kind", "spec")), links=links, overlap=overlap,
-                        overlap_fraction=float(d.get("overlap_fraction") or 0.0),
-                        compute_scale=None if scale is None else float(scale),
-                        precisions=None if d.get("precisions") is None else [str(x) for x in d["precisions"]],
-                        precision_scale={str(k): float(v) for k, v in (d.get("precision_scale") or {}).items()},
-                        contention={int(k): float(v) for k, v in (d.get("contention") or {}).items()},
-                        cores=d.get("cores"),
-                        device_memory_bytes=None if d.get("device_memory_bytes") is None else int(d["device_memory_bytes"]),
-                        sources=list(d.get("sources") or []), notes=list(d.get("notes") or []))
+        return Hardware(
+            name=str(d["name"]),
+            kind=str(d.get("kind", "spec")),
+            links=links,
+            overlap=overlap,
+            overlap_fraction=float(d.get("overlap_fraction") or 0.0),
+            compute_scale=None if scale is None else float(scale),
+            precisions=None if d.get("precisions") is None else [str(x) for x in d["precisions"]],
+            precision_scale={str(k): float(v) for k, v in (d.get("precision_scale") or {}).items()},
+            contention={int(k): float(v) for k, v in (d.get("contention") or {}).items()},
+            cores=d.get("cores"),
+            device_memory_bytes=None if d.get("device_memory_bytes") is None else int(d["device_memory_bytes"]),
+            sources=list(d.get("sources") or []),
+            notes=list(d.get("notes") or []),
+        )
     except (KeyError, TypeError, ValueError) as exc:
-        raise UserError(f"{where}: {exc.__class__.__name__ if isinstance(exc, KeyError) else ''}{exc} "
-                        "(see perfbench/predict/hardware.py for the format)") from None
+        raise UserError(
+            f"{where}: {exc.__class__.__name__ if isinstance(exc, KeyError) else ''}{exc} "
+            "(see perfbench/predict/hardware.py for the format)"
+        ) from None
 
 
 def builtin_names() -> list[str]:
@@ -128,7 +167,9 @@ def load(name_or_path: str) -> Hardware:
     if not p.exists() and (BUILTIN / f"{name_or_path}.yaml").exists():
         p = BUILTIN / f"{name_or_path}.yaml"
     if not p.exists():
-        raise UserError(f"no hardware profile {name_or_path!r}: give a YAML file or one of {', '.join(builtin_names())}")
+        raise UserError(
+            f"no hardware profile {name_or_path!r}: give a YAML file or one of {', '.join(builtin_names())}"
+        )
     try:
         d = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:

@@ -28,7 +28,6 @@ from perfbench.errors import UserError
 from workloads.parallel.layout_math import FP32, model_states
 
 
-
 def buffer_bytes(params: int, dp: int, zero_stage: int, largest_bucket_bytes: float | None) -> float:
     """Communication buffers of one data-parallel step (0 on one rank)."""
     if dp <= 1:
@@ -66,8 +65,9 @@ def _fixed(o: MemoryObservation, grads_sharded: bool) -> float:
     return st + buffer_bytes(o.params, o.dp, o.zero_stage, o.largest_bucket_bytes)
 
 
-def fit_memory(obs: list[MemoryObservation], baseline_bytes: float | None = None,
-               grads_sharded: bool = False) -> MemoryCalibration:
+def fit_memory(
+    obs: list[MemoryObservation], baseline_bytes: float | None = None, grads_sharded: bool = False
+) -> MemoryCalibration:
     """Activations per sample (per recompute setting) and, where batch sizes differ, the baseline, by least
     squares of  peak - model states - buffers = baseline + a[recompute] x samples."""
     if not obs:
@@ -84,15 +84,24 @@ def fit_memory(obs: list[MemoryObservation], baseline_bytes: float | None = None
         act = {g: float(c) for g, c in zip(groups, coef[1:])}
     else:
         if baseline_bytes is None:
-            raise UserError("the calibration runs all have the same samples in flight, so the baseline cannot be "
-                            "told from the activations: give a hardware profile with process_baseline_bytes or add "
-                            "a run with another batch_size")
+            raise UserError(
+                "the calibration runs all have the same samples in flight, so the baseline cannot be "
+                "told from the activations: give a hardware profile with process_baseline_bytes or add "
+                "a run with another batch_size"
+            )
         base, src = float(baseline_bytes), "the hardware profile's process_baseline_bytes"
         # least squares through the origin per recompute setting: a = sum(s (y - base)) / sum(s^2)
-        act = {g: sum(s * (y - base) for r, s, y in rest if r == g) / sum(s * s for r, s, _ in rest if r == g)
-               for g in groups}
-    cal = MemoryCalibration(inputs=[o.run_id for o in obs], baseline_bytes=base, baseline_source=src,
-                            activation_bytes_per_sample=act, grads_sharded=grads_sharded)
+        act = {
+            g: sum(s * (y - base) for r, s, y in rest if r == g) / sum(s * s for r, s, _ in rest if r == g)
+            for g in groups
+        }
+    cal = MemoryCalibration(
+        inputs=[o.run_id for o in obs],
+        baseline_bytes=base,
+        baseline_source=src,
+        activation_bytes_per_sample=act,
+        grads_sharded=grads_sharded,
+    )
     errs = [(predict_memory(cal, _settings(o))["peak_bytes"] - o.peak_bytes) / o.peak_bytes for o in obs]
     cal.residual = math.sqrt(sum(e * e for e in errs) / len(errs))
     ref = max(obs, key=lambda o: o.dp)
@@ -101,21 +110,30 @@ def fit_memory(obs: list[MemoryObservation], baseline_bytes: float | None = None
 
 
 def _settings(o: MemoryObservation) -> dict:
-    return {"params": o.params, "dp": o.dp, "zero_stage": o.zero_stage, "states_per_param": o.states_per_param,
-            "recompute": o.recompute, "samples_in_flight": o.samples_in_flight,
-            "largest_bucket_bytes": o.largest_bucket_bytes}
+    return {
+        "params": o.params,
+        "dp": o.dp,
+        "zero_stage": o.zero_stage,
+        "states_per_param": o.states_per_param,
+        "recompute": o.recompute,
+        "samples_in_flight": o.samples_in_flight,
+        "largest_bucket_bytes": o.largest_bucket_bytes,
+    }
 
 
 def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
     """Peak bytes of one rank for settings `s` (keys of `_settings`) on `hw` (None: the measured machine)."""
     recompute = bool(s["recompute"])
     if recompute not in cal.activation_bytes_per_sample:
-        raise UserError(f"recompute={str(recompute).lower()}: no calibration run used it, so its activations per "
-                        "sample are unknown (add such a run to --from)")
+        raise UserError(
+            f"recompute={str(recompute).lower()}: no calibration run used it, so its activations per "
+            "sample are unknown (add such a run to --from)"
+        )
     on_device = hw is not None and getattr(hw, "device_memory_bytes", None) is not None
     grads_sharded = True if on_device else cal.grads_sharded
-    states = model_states(int(s["params"]), int(s["dp"]), int(s["zero_stage"]), int(s["states_per_param"]),
-                          grads_sharded)
+    states = model_states(
+        int(s["params"]), int(s["dp"]), int(s["zero_stage"]), int(s["states_per_param"]), grads_sharded
+    )
     act = cal.activation_bytes_per_sample[recompute] * float(s["samples_in_flight"])
     buf = buffer_bytes(int(s["params"]), int(s["dp"]), int(s["zero_stage"]), s.get("largest_bucket_bytes"))
     if on_device:
@@ -128,11 +146,19 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
     capacity = getattr(hw, "device_memory_bytes", None) if hw is not None else None
     return {
         "peak_bytes": peak,
-        "interval": {"low": peak * (1 - 2 * sigma), "high": peak * (1 + 2 * sigma), "sigma_rel": sigma,
-                     "what": "peak x (1 -/+ 2 sigma), sigma = the model's RMS relative error on its calibration runs "
-                             "(at least 2%)"},
-        "parts": {"baseline_bytes": base, **{k: v for k, v in states.items() if k != "total_bytes"},
-                  "activations_bytes": act, "buffers_bytes": buf},
+        "interval": {
+            "low": peak * (1 - 2 * sigma),
+            "high": peak * (1 + 2 * sigma),
+            "sigma_rel": sigma,
+            "what": "peak x (1 -/+ 2 sigma), sigma = the model's RMS relative error on its calibration runs "
+            "(at least 2%)",
+        },
+        "parts": {
+            "baseline_bytes": base,
+            **{k: v for k, v in states.items() if k != "total_bytes"},
+            "activations_bytes": act,
+            "buffers_bytes": buf,
+        },
         "capacity_bytes": capacity,
         "fits": None if capacity is None else peak <= capacity,
         "assumptions": [
@@ -143,7 +169,8 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
             f"(recompute={str(recompute).lower()}, fitted on the measured machine as the rest of its peak, so it also "
             "holds what the model does not name, e.g. MindSpore's compile-time and pool memory on CPU; carried as it "
             "is to other hardware, where it is an upper bound)",
-            "buffers: 2 x the largest gradient bucket" + (" + one broadcast bucket" if s["zero_stage"] else "")
+            "buffers: 2 x the largest gradient bucket"
+            + (" + one broadcast bucket" if s["zero_stage"] else "")
             + " when data-parallel",
             f"baseline: {base_src}",
         ],
@@ -171,13 +198,20 @@ def memory_settings(cfg: dict, params: int) -> dict:
     par, train = cfg.get("parallel") or {}, cfg.get("train") or {}
     S = int(par.get("pipeline_stages") or 1)
     opt = str(train.get("optimizer") or "momentum")
-    return {"params": int(params), "dp": max(1, int(cfg.get("world_size") or 1) // S),
-            "zero_stage": int(par.get("zero_stage") or 0), "states_per_param": OPTIMIZER_STATES[opt],
-            "optimizer": opt, "recompute": bool(train.get("recompute")),
-            "samples_in_flight": float(train.get("batch_size") or 1) / int(par.get("micro_batches") or 1),
-            "largest_bucket_bytes": largest_bucket_bytes(par.get("comm_fusion", 0), params),
-            "batch_size": train.get("batch_size"), "micro_batches": int(par.get("micro_batches") or 1),
-            "world_size": int(cfg.get("world_size") or 1), "comm_fusion": par.get("comm_fusion", 0)}
+    return {
+        "params": int(params),
+        "dp": max(1, int(cfg.get("world_size") or 1) // S),
+        "zero_stage": int(par.get("zero_stage") or 0),
+        "states_per_param": OPTIMIZER_STATES[opt],
+        "optimizer": opt,
+        "recompute": bool(train.get("recompute")),
+        "samples_in_flight": float(train.get("batch_size") or 1) / int(par.get("micro_batches") or 1),
+        "largest_bucket_bytes": largest_bucket_bytes(par.get("comm_fusion", 0), params),
+        "batch_size": train.get("batch_size"),
+        "micro_batches": int(par.get("micro_batches") or 1),
+        "world_size": int(cfg.get("world_size") or 1),
+        "comm_fusion": par.get("comm_fusion", 0),
+    }
 
 
 def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None]:
@@ -190,13 +224,28 @@ def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None
     meta = read_meta(store.artifacts_dir(rid) / "metrics")
     params = next((m.get("model_params") or m.get("params") for m in meta.values() if m.get("params")), None)
     if record.get("status") != "ok" or not peak or not params:
-        raise UserError(f"run {rid} cannot calibrate the memory model: status {record.get('status')!r}, "
-                        f"peak_memory_bytes {peak!r}, parameter count {params!r} (it needs a finished sweep run "
-                        "whose ranks sampled their memory)")
+        raise UserError(
+            f"run {rid} cannot calibrate the memory model: status {record.get('status')!r}, "
+            f"peak_memory_bytes {peak!r}, parameter count {params!r} (it needs a finished sweep run "
+            "whose ranks sampled their memory)"
+        )
     s = memory_settings(record.get("config") or {}, params)
-    obs = MemoryObservation(run_id=rid, **{k: s[k] for k in ("params", "dp", "zero_stage", "states_per_param",
-                                                             "recompute", "samples_in_flight",
-                                                             "largest_bucket_bytes")}, peak_bytes=float(peak))
+    obs = MemoryObservation(
+        run_id=rid,
+        **{
+            k: s[k]
+            for k in (
+                "params",
+                "dp",
+                "zero_stage",
+                "states_per_param",
+                "recompute",
+                "samples_in_flight",
+                "largest_bucket_bytes",
+            )
+        },
+        peak_bytes=float(peak),
+    )
     # baseline_rss_bytes (workloads/runner.py); rss_before_build_bytes: the same sample under its first name, in
     # the runs of docs/benchmarks.md "Memory knobs"
     base = [m.get("baseline_rss_bytes") or m.get("rss_before_build_bytes") for m in meta.values()]
@@ -219,8 +268,16 @@ def calibrate_memory(store, names: list[str]) -> tuple[MemoryCalibration, dict]:
 
 
 #: `--set` keys the memory model understands (with --memory)
-MEMORY_KEYS = ("world_size", "pipeline_stages", "batch_size", "micro_batches", "comm_fusion", "zero_stage",
-               "recompute", "optimizer")
+MEMORY_KEYS = (
+    "world_size",
+    "pipeline_stages",
+    "batch_size",
+    "micro_batches",
+    "comm_fusion",
+    "zero_stage",
+    "recompute",
+    "optimizer",
+)
 
 
 def memory_target(ref: dict, target: dict) -> dict:
@@ -244,7 +301,11 @@ def memory_target(ref: dict, target: dict) -> dict:
     if ws % S:
         raise UserError(f"pipeline_stages={S} must divide world_size={ws}")
     M = int(t.get("micro_batches") or 1)
-    t.update(dp=ws // S, states_per_param=OPTIMIZER_STATES[t["optimizer"]], micro_batches=M,
-             samples_in_flight=float(t["batch_size"]) / M,
-             largest_bucket_bytes=largest_bucket_bytes(t["comm_fusion"], int(t["params"])))
+    t.update(
+        dp=ws // S,
+        states_per_param=OPTIMIZER_STATES[t["optimizer"]],
+        micro_batches=M,
+        samples_in_flight=float(t["batch_size"]) / M,
+        largest_bucket_bytes=largest_bucket_bytes(t["comm_fusion"], int(t["params"])),
+    )
     return t

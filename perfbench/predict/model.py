@@ -62,6 +62,7 @@ class Calibration:
 
 # ---- fitting ---------------------------------------------------------------------------------
 
+
 def _comm_fit(obs: list[Observation]) -> tuple[float, float, str]:
     """(latency per hop s, bandwidth B/s) by weighted least squares over every collective of the runs:
     time = latency x hops + factor x bytes / bandwidth, each run weighing the same in all (a run with 161
@@ -79,8 +80,10 @@ def _comm_fit(obs: list[Observation]) -> tuple[float, float, str]:
             y.append(float(ts))
             w.append(1.0 / len(co))
     if not X:
-        raise UserError("no calibration run has collectives with sizes: the model needs at least one run on "
-                        "more than one rank (e.g. world_size 2) to fit latency and bandwidth")
+        raise UserError(
+            "no calibration run has collectives with sizes: the model needs at least one run on "
+            "more than one rank (e.g. world_size 2) to fit latency and bandwidth"
+        )
     X, y, sw = np.array(X, dtype=float), np.array(y, dtype=float), np.sqrt(np.array(w))
     coef, *_ = np.linalg.lstsq(X * sw[:, None], y * sw, rcond=None)
     lat, inv_bw = float(coef[0]), float(coef[1])
@@ -108,22 +111,40 @@ def fit(obs: list[Observation]) -> Calibration:
     # gradient tensors
     tensors = next((o.tensor_bytes for o in obs if o.tensor_bytes), None)
     if tensors is None:
-        src = next((o for o in obs if len(o.collectives) and o.settings["grad_compression"] == "none"
-                    and o.settings["pipeline_stages"] == 1), None)
+        src = next(
+            (
+                o
+                for o in obs
+                if len(o.collectives)
+                and o.settings["grad_compression"] == "none"
+                and o.settings["pipeline_stages"] == 1
+            ),
+            None,
+        )
         if src is not None:
             tensors = [float(b) for b in src.collectives["size_bytes"].fillna(0)]
-            notes.append(f"gradient tensor sizes unknown (no run all-reduces each tensor: comm_fusion 0): the buckets of "
-                         f"{src.run_id} stand in for tensors, so smaller buckets than those cannot be predicted well")
+            notes.append(
+                f"gradient tensor sizes unknown (no run all-reduces each tensor: comm_fusion 0): the buckets of "
+                f"{src.run_id} stand in for tensors, so smaller buckets than those cannot be predicted well"
+            )
     # communication
     # the comm fit: runs with one gradient exchange per step as the workload plans it (with micro-batches the
     # host loop's collectives also wait for the other rank's loop: that goes into the micro-batch cost)
-    multi = [o for o in obs if o.settings["world_size"] > 1 and len(o.collectives)
-             and o.settings["micro_batches"] == 1 and o.settings["pipeline_stages"] == 1]
+    multi = [
+        o
+        for o in obs
+        if o.settings["world_size"] > 1
+        and len(o.collectives)
+        and o.settings["micro_batches"] == 1
+        and o.settings["pipeline_stages"] == 1
+    ]
     links, overlap_fraction = [], 0.0
     if multi:
         lat, bw, how = _comm_fit(multi)
         links = [Link("measured", bw / 1e9, lat * 1e6, None)]
-        fr = [o.overlapped_s / (o.overlapped_s + o.comm_exposed_s) for o in multi if o.overlapped_s + o.comm_exposed_s > 0]
+        fr = [
+            o.overlapped_s / (o.overlapped_s + o.comm_exposed_s) for o in multi if o.overlapped_s + o.comm_exposed_s > 0
+        ]
         overlap_fraction = _median(fr) or 0.0
         notes.append(f"collectives on this machine: {lat * 1e6:.1f} us per ring hop, {bw / 1e9:.3g} GB/s ({how})")
     # per-rank time outside collectives
@@ -134,8 +155,11 @@ def fit(obs: list[Observation]) -> Calibration:
     # (an overlapped run's asynchronous all-reduces are not in the CPU profile: its exposed share is unknown)
     precs = {o.settings.get("precision", "fp32") for o in every_plain}
     ref_prec = "fp32" if "fp32" in precs else sorted(precs)[0]
-    plain = [o for o in every_plain if o.settings.get("precision", "fp32") == ref_prec
-             and not o.settings.get("overlap_grad_comm")] or every_plain
+    plain = [
+        o
+        for o in every_plain
+        if o.settings.get("precision", "fp32") == ref_prec and not o.settings.get("overlap_grad_comm")
+    ] or every_plain
     uncompressed = [o for o in plain if o.settings["grad_compression"] == "none"] or plain
     b_ref = float(_median([o.settings["batch_size"] for o in uncompressed]) or 1)
 
@@ -144,18 +168,36 @@ def fit(obs: list[Observation]) -> Calibration:
 
     by_n: dict[int, list[float]] = {}
     for o in uncompressed:
-        by_n.setdefault(o.settings["world_size"], []).append(base_obs(o) * b_ref / float(o.settings["batch_size"] or b_ref))
+        by_n.setdefault(o.settings["world_size"], []).append(
+            base_obs(o) * b_ref / float(o.settings["batch_size"] or b_ref)
+        )
     n0 = min(by_n)
     base_ref = statistics.median(by_n[n0])
     contention = {n: statistics.median(v) / base_ref for n, v in sorted(by_n.items())}
     if n0 != 1:
         notes.append(f"no 1-rank run: per-rank compute is relative to {n0} ranks")
-    machine = Hardware(name="measured", kind="measured", links=links or [Link("measured", 1.0, 0.0, None)],
-                       overlap="none", overlap_fraction=overlap_fraction, compute_scale=1.0, contention=contention,
-                       cores=next((o.cpus for o in obs if o.cpus), None),
-                       notes=["fitted by perfbench predict from " + ", ".join(o.run_id for o in obs)])
-    cal = Calibration(inputs=[o.run_id for o in obs], batch_ref=b_ref, base_ref_s=base_ref, tensor_bytes=tensors,
-                      machine=machine, notes=notes, workload=obs[0].workload, model=dict(obs[0].model or {}), precision=ref_prec)
+    machine = Hardware(
+        name="measured",
+        kind="measured",
+        links=links or [Link("measured", 1.0, 0.0, None)],
+        overlap="none",
+        overlap_fraction=overlap_fraction,
+        compute_scale=1.0,
+        contention=contention,
+        cores=next((o.cpus for o in obs if o.cpus), None),
+        notes=["fitted by perfbench predict from " + ", ".join(o.run_id for o in obs)],
+    )
+    cal = Calibration(
+        inputs=[o.run_id for o in obs],
+        batch_ref=b_ref,
+        base_ref_s=base_ref,
+        tensor_bytes=tensors,
+        machine=machine,
+        notes=notes,
+        workload=obs[0].workload,
+        model=dict(obs[0].model or {}),
+        precision=ref_prec,
+    )
     # compute per precision: a precision's per-rank time outside collectives against the reference's, same
     # world size and batch (median over the runs of each)
     machine.precisions = ["fp32", "fp16"]  # what perfbench's CPU backend has kernels for (no bf16 MatMul/Conv2D)
@@ -164,14 +206,20 @@ def fit(obs: list[Observation]) -> Calibration:
         for o in every_plain:
             if o.settings.get("precision") != p or o.settings["grad_compression"] != "none":
                 continue
-            same = [base_obs(r) for r in uncompressed if r.settings["world_size"] == o.settings["world_size"]
-                    and r.settings["batch_size"] == o.settings["batch_size"]]
+            same = [
+                base_obs(r)
+                for r in uncompressed
+                if r.settings["world_size"] == o.settings["world_size"]
+                and r.settings["batch_size"] == o.settings["batch_size"]
+            ]
             if same and statistics.median(same) > 0:
                 ratios.append(base_obs(o) / statistics.median(same))
         if ratios:
             machine.precision_scale[p] = statistics.median(ratios) * machine.precision_scale.get(ref_prec, 1.0)
-            notes.append(f"{p}: per-rank compute {machine.precision_scale[p]:.2f} x {ref_prec}'s, from {len(ratios)} "
-                         f"run(s) against {ref_prec} runs of the same world size and batch")
+            notes.append(
+                f"{p}: per-rank compute {machine.precision_scale[p]:.2f} x {ref_prec}'s, from {len(ratios)} "
+                f"run(s) against {ref_prec} runs of the same world size and batch"
+            )
     shares = [o.computing_s / (o.computing_s + o.free_s) for o in plain if o.computing_s + o.free_s > 0]
     cal.compute_share = _median(shares) or 1.0
     # compression compute, per kind
@@ -180,13 +228,18 @@ def fit(obs: list[Observation]) -> Calibration:
     for kind in sorted({o.settings["grad_compression"] for o in exchanging} - {"none"}):
         if not grad:
             break
-        per = [(base_obs(o) - _base(cal, o.settings, machine)[0]) / grad for o in exchanging
-               if o.settings["grad_compression"] == kind]
+        per = [
+            (base_obs(o) - _base(cal, o.settings, machine)[0]) / grad
+            for o in exchanging
+            if o.settings["grad_compression"] == kind
+        ]
         v = _median(per)
         if v is not None:
             if v < 0:
-                notes.append(f"{kind}: the fitted compression compute came out negative ({v * grad * 1e3:.1f} ms per step, "
-                             "noise): taken as 0")
+                notes.append(
+                    f"{kind}: the fitted compression compute came out negative ({v * grad * 1e3:.1f} ms per step, "
+                    "noise): taken as 0"
+                )
             cal.compression_s_per_byte[kind] = max(0.0, v)
     # extra micro-batches
     per_mb: dict[int, list[float]] = {}
@@ -200,8 +253,15 @@ def fit(obs: list[Observation]) -> Calibration:
     for n, pts in sorted(per_mb.items()):
         cal.per_microbatch_s[n], cal.microbatch_fixed_s[n] = _microbatch_fit(pts)
     # reference settings: the run on the most ranks, uncompressed and without micro-batches if there is one
-    ref = max(obs, key=lambda o: (o.settings["world_size"], o.settings["grad_compression"] == "none",
-                                  o.settings["micro_batches"] == 1, -obs.index(o)))
+    ref = max(
+        obs,
+        key=lambda o: (
+            o.settings["world_size"],
+            o.settings["grad_compression"] == "none",
+            o.settings["micro_batches"] == 1,
+            -obs.index(o),
+        ),
+    )
     cal.reference = dict(ref.settings)
     # how well the model reproduces its own runs, and how noisy they were
     errs = [predict(cal, o.settings)["step_time_s"] / o.step_time_s - 1 for o in obs]
@@ -211,6 +271,7 @@ def fit(obs: list[Observation]) -> Calibration:
 
 
 # ---- prediction --------------------------------------------------------------------------------
+
 
 def _base(cal: Calibration, s: dict, hw: Hardware) -> tuple[float, list[str]]:
     """Per-rank time outside collectives and compression for S = 1 (see the module doc)."""
@@ -234,15 +295,22 @@ def _precision_factor(cal: Calibration, s: dict, hw: Hardware, why: list[str]) -
     """Per-rank compute in the target precision relative to the calibration's (hardware's precision_scale)."""
     want, have = str(s.get("precision") or cal.precision), cal.precision
     if hw.precisions is not None and want not in hw.precisions:
-        raise UserError(f"precision={want!r}: {hw.name} has no kernels for it (it runs {', '.join(hw.precisions)})"
-                        + ("; the MindSpore CPU backend lacks bf16 MatMul/Conv2D (bf16 needs e.g. Ascend 910B)"
-                           if want == "bf16" else ""))
+        raise UserError(
+            f"precision={want!r}: {hw.name} has no kernels for it (it runs {', '.join(hw.precisions)})"
+            + (
+                "; the MindSpore CPU backend lacks bf16 MatMul/Conv2D (bf16 needs e.g. Ascend 910B)"
+                if want == "bf16"
+                else ""
+            )
+        )
     if want == have:
         return 1.0
     a, b = hw.precision_scale.get(want), hw.precision_scale.get(have, 1.0 if have == "fp32" else None)
     if a is None or b is None:
-        why.append(f"precision {want}: {hw.name} has no measured compute factor against {have}, so per-rank compute "
-                   f"is kept as measured in {have} (a run in {want} among --from fits it)")
+        why.append(
+            f"precision {want}: {hw.name} has no measured compute factor against {have}, so per-rank compute "
+            f"is kept as measured in {have} (a run in {want} among --from fits it)"
+        )
         return 1.0
     why.append(f"precision {want}: per-rank compute x {a / b:.2f} against {have} ({hw.name}'s precision_scale)")
     return a / b
@@ -296,15 +364,28 @@ def _comm(cal: Calibration, s: dict, hw: Hardware, backward_s: float) -> dict:
     # reported per class but not added (the calibration's base time already holds it, as before issue 26)
     layout = comm.layout_collectives(cal.workload, cal.model, s)
     layout_link = hw.link(T) if T > 1 else (hw.link(int(s["world_size"])) if layout else None)
-    layout_s = sum(sum(comm.cost(c, layout_link.latency_us / 1e6, layout_link.bandwidth_gbps * 1e9))
-                   for c in layout if c.cls == "tensor_parallel")
-    out = {"count": len(colls) + len(layout), "bytes": sum(c.bytes for c in colls + layout),
-           "latency_terms": sum(comm.steps(c.op_type, c.n) for c in colls + layout),
-           "latency_s": 0.0, "bytes_s": 0.0, "total_s": layout_s, "exposed_s": layout_s, "overlapped_s": 0.0, "link": None,
-           "by_class": {**_by_class(colls, hw.link(D) if colls else None), **_by_class(layout, layout_link)}}
+    layout_s = sum(
+        sum(comm.cost(c, layout_link.latency_us / 1e6, layout_link.bandwidth_gbps * 1e9))
+        for c in layout
+        if c.cls == "tensor_parallel"
+    )
+    out = {
+        "count": len(colls) + len(layout),
+        "bytes": sum(c.bytes for c in colls + layout),
+        "latency_terms": sum(comm.steps(c.op_type, c.n) for c in colls + layout),
+        "latency_s": 0.0,
+        "bytes_s": 0.0,
+        "total_s": layout_s,
+        "exposed_s": layout_s,
+        "overlapped_s": 0.0,
+        "link": None,
+        "by_class": {**_by_class(colls, hw.link(D) if colls else None), **_by_class(layout, layout_link)},
+    }
     if D > 1 and not cal.tensor_bytes:
-        raise UserError("the calibration runs tell nothing about the gradients' sizes (no run with collectives): "
-                        "add a run on 2 or more ranks to --from")
+        raise UserError(
+            "the calibration runs tell nothing about the gradients' sizes (no run with collectives): "
+            "add a run on 2 or more ranks to --from"
+        )
     if not colls:
         return out
     link = hw.link(D)
@@ -332,7 +413,9 @@ def _check(s: dict) -> None:
     n, S, M = int(s["world_size"]), int(s["pipeline_stages"]), int(s["micro_batches"])
     T = int(s.get("tensor_parallel") or 1)
     if n < 1 or S < 1 or M < 1 or T < 1:
-        raise UserError(f"world_size, pipeline_stages, micro_batches and tensor_parallel must be >= 1, got {n}, {S}, {M}, {T}")
+        raise UserError(
+            f"world_size, pipeline_stages, micro_batches and tensor_parallel must be >= 1, got {n}, {S}, {M}, {T}"
+        )
     if n % S:
         raise UserError(f"pipeline_stages={S} must divide world_size={n}")
     if n % (S * T):
@@ -354,7 +437,9 @@ def _step(cal: Calibration, s: dict, hw: Hardware) -> dict:
     else:
         from workloads.parallel.schedules import simulate  # pure Python (no MindSpore)
 
-        one = dict(s, micro_batches=1, batch_size=float(s["batch_size"] or cal.batch_ref) / M, world_size=s["world_size"])
+        one = dict(
+            s, micro_batches=1, batch_size=float(s["batch_size"] or cal.batch_ref) / M, world_size=s["world_size"]
+        )
         per_mb, why = _base(cal, one, hw)  # one micro-batch through the whole model on one rank
         h, k, _ = per_microbatch(cal, int(s["world_size"]), hw)
         per_mb += (h + k / M) * (hw.compute_scale or 1.0)
@@ -365,8 +450,10 @@ def _step(cal: Calibration, s: dict, hw: Hardware) -> dict:
         bubble_s = base - busy
         bubble_fraction = max(sim["bubble_fraction"])
         last_backward = t_stage * (1 - FWD_SHARE)
-        why.append(f"pipeline: {S} equal stages, forward:backward 1:2, point-to-point transfers not modelled "
-                   f"(simulated {s['pipeline_schedule']} makespan)")
+        why.append(
+            f"pipeline: {S} equal stages, forward:backward 1:2, point-to-point transfers not modelled "
+            f"(simulated {s['pipeline_schedule']} makespan)"
+        )
     c = _comm(cal, s, hw, last_backward)
     kind = str(s["grad_compression"])
     comp = 0.0
@@ -379,11 +466,21 @@ def _step(cal: Calibration, s: dict, hw: Hardware) -> dict:
     step = base + c["exposed_s"] + comp
     busy = base - bubble_s
     computing = busy * cal.compute_share
-    return {"step_time_s": step, "samples": float(s["batch_size"] or cal.batch_ref) * D, "comm": c,
-            "breakdown": {"computing_s": computing, "communication_not_overlapped_s": c["exposed_s"],
-                          "overlapped_s": c["overlapped_s"], "free_s": busy - computing, "bubble_s": bubble_s,
-                          "compression_s": comp},
-            "bubble_fraction": bubble_fraction, "why": why}
+    return {
+        "step_time_s": step,
+        "samples": float(s["batch_size"] or cal.batch_ref) * D,
+        "comm": c,
+        "breakdown": {
+            "computing_s": computing,
+            "communication_not_overlapped_s": c["exposed_s"],
+            "overlapped_s": c["overlapped_s"],
+            "free_s": busy - computing,
+            "bubble_s": bubble_s,
+            "compression_s": comp,
+        },
+        "bubble_fraction": bubble_fraction,
+        "why": why,
+    }
 
 
 def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
@@ -407,42 +504,71 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
     one = _step(cal, dict(s, world_size=S * s["tensor_parallel"]), hw)  # one replica: the scaling baseline
     D = s["world_size"] // (S * s["tensor_parallel"])
     thr, thr1 = r["samples"] / step, one["samples"] / one["step_time_s"]
-    sigma = math.sqrt(cal.noise ** 2 + cal.residual ** 2)
+    sigma = math.sqrt(cal.noise**2 + cal.residual**2)
     assumptions = [
         f"per-rank compute scales with samples per replica (batch_size {s['batch_size']} vs {cal.batch_ref:g} measured); "
-        "world size changes it only through that" + (" and the measured machine's shared-core slowdown" if hw.kind == "measured" else ""),
+        "world size changes it only through that"
+        + (" and the measured machine's shared-core slowdown" if hw.kind == "measured" else ""),
         "collective time = latency x ring hops + algorithm factor (all-reduce 2(n-1)/n, all-gather (n-1)/n, broadcast 1) "
-        f"x bytes / bandwidth; link for {D} ranks: " + (f"{r['comm']['link']['transport']} {r['comm']['link']['bandwidth_gbps']:.3g} GB/s, "
-                                                       f"{r['comm']['link']['latency_us']:.3g} us/hop" if r["comm"]["link"] else "none"),
-        ("communication overlaps backward: a bucket starts when backward has produced it (gradients ready in backward order, "
-         "forward:backward 1:2)") if _overlaps(s, hw) else
-        f"communication does not overlap compute (measured hidden share {hw.overlap_fraction if hw.overlap == 'none' else 0:.0%})",
+        f"x bytes / bandwidth; link for {D} ranks: "
+        + (
+            f"{r['comm']['link']['transport']} {r['comm']['link']['bandwidth_gbps']:.3g} GB/s, "
+            f"{r['comm']['link']['latency_us']:.3g} us/hop"
+            if r["comm"]["link"]
+            else "none"
+        ),
+        (
+            "communication overlaps backward: a bucket starts when backward has produced it (gradients ready in backward order, "
+            "forward:backward 1:2)"
+        )
+        if _overlaps(s, hw)
+        else f"communication does not overlap compute (measured hidden share {hw.overlap_fraction if hw.overlap == 'none' else 0:.0%})",
         f"precision {s.get('precision') or cal.precision}: gradients are all-reduced in fp32 whatever the compute "
         "precision (MindSpore AMP O2 keeps fp32 weights and gradients; only grad_compression=fp16 halves the bytes)",
         "gradient buckets as the workload plans them (workloads/parallel/bucketing.plan_buckets) over the measured tensor sizes",
     ]
     if hw is not cal.machine and hw.compute_scale is None:
-        assumptions.append(f"compute on {hw.name} is not known from its specifications: per-rank compute kept as measured "
-                           "(set --set compute_scale=X, e.g. from one real run there)")
+        assumptions.append(
+            f"compute on {hw.name} is not known from its specifications: per-rank compute kept as measured "
+            "(set --set compute_scale=X, e.g. from one real run there)"
+        )
     elif hw is not cal.machine and hw.compute_scale != 1.0:
         assumptions.append(f"per-rank compute = measured x compute_scale {hw.compute_scale:g}")
     assumptions += list(dict.fromkeys(r["why"] + cal.notes))
     return {
         "step_time_s": step,
-        "interval": {"low": step * max(0.0, 1 - 2 * sigma), "high": step * (1 + 2 * sigma), "sigma_rel": sigma,
-                     "what": "step x (1 -/+ 2 sigma), sigma^2 = calibration runs' step-time noise^2 + the model's RMS "
-                             "relative error on them^2"},
+        "interval": {
+            "low": step * max(0.0, 1 - 2 * sigma),
+            "high": step * (1 + 2 * sigma),
+            "sigma_rel": sigma,
+            "what": "step x (1 -/+ 2 sigma), sigma^2 = calibration runs' step-time noise^2 + the model's RMS "
+            "relative error on them^2",
+        },
         "throughput": thr,
         "scaling_efficiency": thr / (D * thr1) if thr1 else None,
         "comm_share": r["comm"]["total_s"] / step if step > 0 else None,
         "bubble_fraction": r["bubble_fraction"],
         "breakdown": r["breakdown"],
-        "collectives": {k: r["comm"][k] for k in ("count", "bytes", "latency_terms", "latency_s", "bytes_s", "total_s", "link",
-                                                  "by_class")},
-        "settings": {k: s.get(k) for k in ("world_size", "batch_size", "micro_batches", "pipeline_stages", "tensor_parallel",
-                                            "pipeline_schedule",
-                                            "comm_fusion", "grad_compression", "compression_ratio", "precision",
-                                            "overlap_grad_comm")},
+        "collectives": {
+            k: r["comm"][k]
+            for k in ("count", "bytes", "latency_terms", "latency_s", "bytes_s", "total_s", "link", "by_class")
+        },
+        "settings": {
+            k: s.get(k)
+            for k in (
+                "world_size",
+                "batch_size",
+                "micro_batches",
+                "pipeline_stages",
+                "tensor_parallel",
+                "pipeline_schedule",
+                "comm_fusion",
+                "grad_compression",
+                "compression_ratio",
+                "precision",
+                "overlap_grad_comm",
+            )
+        },
         "hardware": hw.name,
         "inputs": list(cal.inputs),
         "assumptions": assumptions,

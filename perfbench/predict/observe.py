@@ -20,9 +20,20 @@ from analyzers.schema import warmup_steps
 from perfbench.errors import UserError
 
 #: the settings the model knows, with the workload's defaults (docs/config.md)
-KNOBS = {"world_size": 1, "batch_size": None, "micro_batches": 1, "pipeline_stages": 1, "pipeline_schedule": "1f1b",
-         "comm_fusion": 0, "grad_compression": "none", "compression_ratio": 0.01, "fusion_impl": "perfbench",
-         "tensor_parallel": 1, "overlap_grad_comm": False, "precision": "fp32"}
+KNOBS = {
+    "world_size": 1,
+    "batch_size": None,
+    "micro_batches": 1,
+    "pipeline_stages": 1,
+    "pipeline_schedule": "1f1b",
+    "comm_fusion": 0,
+    "grad_compression": "none",
+    "compression_ratio": 0.01,
+    "fusion_impl": "perfbench",
+    "tensor_parallel": 1,
+    "overlap_grad_comm": False,
+    "precision": "fp32",
+}
 #: the knobs above that live in the run config's `train` section (the others are in `parallel`)
 TRAIN_KNOBS = ("precision",)
 
@@ -90,12 +101,16 @@ def _one_step_collectives(co: pd.DataFrame | None, scale: float) -> pd.DataFrame
     rank, step = totals.index[(len(totals) - 1) // 2]
     one = co[(co["rank"] == rank) & (co["step"] == step)].sort_values("start_us")
     k = float(totals.mean()) / float(totals.loc[(rank, step)]) if totals.loc[(rank, step)] > 0 else 1.0
-    return pd.DataFrame({
-        "op_name": one["op_name"].to_numpy(), "op_type": one["op_type"].astype(str).str.lower().to_numpy(),
-        "group_size": pd.to_numeric(one["group_size"], errors="coerce").to_numpy(),
-        "size_bytes": pd.to_numeric(one["size_bytes"], errors="coerce").to_numpy(),
-        "time_s": one["elapse_ms"].to_numpy(float) / 1e3 * k * scale,
-        "start_us": (one["start_us"] - one["start_us"].min()).to_numpy(float)})[cols]
+    return pd.DataFrame(
+        {
+            "op_name": one["op_name"].to_numpy(),
+            "op_type": one["op_type"].astype(str).str.lower().to_numpy(),
+            "group_size": pd.to_numeric(one["group_size"], errors="coerce").to_numpy(),
+            "size_bytes": pd.to_numeric(one["size_bytes"], errors="coerce").to_numpy(),
+            "time_s": one["elapse_ms"].to_numpy(float) / 1e3 * k * scale,
+            "start_us": (one["start_us"] - one["start_us"].min()).to_numpy(float),
+        }
+    )[cols]
 
 
 def observe(store, record: dict, quantile: float | None = None, measure: str = "wall") -> Observation:
@@ -112,7 +127,9 @@ def observe(store, record: dict, quantile: float | None = None, measure: str = "
             raise UserError(f"run {rid} has no per-step CPU time (cpu_s) to model")
         steady = ws[(ws["step"] >= warm) & ~ws["profiled"].astype(bool) & ws["cpu_s"].notna()]
         cpu = [float(x) for x in steady.groupby("step")["cpu_s"].max()]
-        return _observe(store, record, dict(m, step_time_s=float(np.median(cpu)) if cpu else m["step_cpu_s"]), cpu, quantile)
+        return _observe(
+            store, record, dict(m, step_time_s=float(np.median(cpu)) if cpu else m["step_cpu_s"]), cpu, quantile
+        )
     return _observe(store, record, m, None, quantile)
 
 
@@ -120,8 +137,10 @@ def _observe(store, record: dict, m: dict, samples: list[float] | None, quantile
     rid = record["run_id"]
     step = m.get("step_time_s")
     if record.get("status") != "ok" or not step:
-        raise UserError(f"run {rid} cannot calibrate the model: status {record.get('status')!r}, step_time_s {step!r} "
-                        "(it needs a finished run with measured steps)")
+        raise UserError(
+            f"run {rid} cannot calibrate the model: status {record.get('status')!r}, step_time_s {step!r} "
+            "(it needs a finished run with measured steps)"
+        )
     if samples is None:
         series = store.read_table(rid, "step_metrics")
         samples = []
@@ -133,24 +152,42 @@ def _observe(store, record: dict, m: dict, samples: list[float] | None, quantile
         step = q
     prof = m.get("profiled_step_time_s")
     # (with measure="cpu" the profiled window's wall-clock parts are scaled to the CPU step the same way)
-    parts = {k: float(m.get(k) or 0.0) for k in ("computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s")}
+    parts = {
+        k: float(m.get(k) or 0.0) for k in ("computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s")
+    }
     window = parts["computing_s"] + parts["communication_not_overlapped_s"] + parts["free_s"]
     # the profiled steps are slower than the measured ones: scale their parts to the measured step
     scale = step / prof if prof else (step / window if window > 0 else 1.0)
     co = _one_step_collectives(store.read_table(rid, "comm_ops"), scale)
     s = settings_of(record)
     tensor_bytes = None
-    if (len(co) and str(s["comm_fusion"]) in ("0", "0.0") and s["grad_compression"] == "none"
-            and s["pipeline_stages"] == 1 and s["fusion_impl"] == "perfbench" and s["tensor_parallel"] == 1):
+    if (
+        len(co)
+        and str(s["comm_fusion"]) in ("0", "0.0")
+        and s["grad_compression"] == "none"
+        and s["pipeline_stages"] == 1
+        and s["fusion_impl"] == "perfbench"
+        and s["tensor_parallel"] == 1
+    ):
         tensor_bytes = [float(b) for b in co["size_bytes"]]
     grad = float(sum(tensor_bytes)) if tensor_bytes else None
     return Observation(
-        run_id=rid, settings=s, step_time_s=float(step), step_samples=samples,
+        run_id=rid,
+        settings=s,
+        step_time_s=float(step),
+        step_samples=samples,
         samples_per_step=m.get("samples_per_step"),
-        computing_s=parts["computing_s"] * scale, comm_exposed_s=parts["communication_not_overlapped_s"] * scale,
-        overlapped_s=parts["overlapped_s"] * scale, free_s=parts["free_s"] * scale,
-        collectives=co, tensor_bytes=tensor_bytes, grad_bytes=grad, workload=str((record.get("config") or {}).get("workload") or ""),
-        cpus=(record.get("env") or {}).get("cpus"), model=dict((record.get("config") or {}).get("model") or {}))
+        computing_s=parts["computing_s"] * scale,
+        comm_exposed_s=parts["communication_not_overlapped_s"] * scale,
+        overlapped_s=parts["overlapped_s"] * scale,
+        free_s=parts["free_s"] * scale,
+        collectives=co,
+        tensor_bytes=tensor_bytes,
+        grad_bytes=grad,
+        workload=str((record.get("config") or {}).get("workload") or ""),
+        cpus=(record.get("env") or {}).get("cpus"),
+        model=dict((record.get("config") or {}).get("model") or {}),
+    )
 
 
 def resolve_runs(store, names: list[str]) -> list[dict]:
@@ -175,4 +212,4 @@ def resolve_runs(store, names: list[str]) -> list[dict]:
 
 def relative_spread(values) -> float:
     v = np.asarray([x for x in values if x is not None and np.isfinite(x)], dtype=float)
-    return float(np.sqrt(np.mean(v ** 2))) if len(v) else 0.0
+    return float(np.sqrt(np.mean(v**2))) if len(v) else 0.0

@@ -34,8 +34,13 @@ def _segments(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
     return [(a, b) for a, b in segs]
 
 
-def replay_step(compute: list[tuple[float, float]], colls: list[tuple[float, float, float]], t0: float,
-                gap: float = 0.0, lead: float = 0.0) -> float:
+def replay_step(
+    compute: list[tuple[float, float]],
+    colls: list[tuple[float, float, float]],
+    t0: float,
+    gap: float = 0.0,
+    lead: float = 0.0,
+) -> float:
     """Makespan from t0 of compute segments [(start, end)] and collectives [(start, end, replayed duration)],
     all recorded times; `gap` before every compute segment after the first, `lead` before the first."""
     ev = [(s, 0, i) for i, (s, _) in enumerate(compute)] + [(s, 1, i) for i, (s, _, _) in enumerate(colls)]
@@ -94,23 +99,48 @@ def replay_profile(profile, hardware=None) -> list[dict]:
             colls.append((s0, s0 + dur, dur))
             n = int(x.group_size) if pd.notna(x.group_size) else 2
             link = hw.link(n)
-            lat, byt = comm.cost(comm.Collective(str(x.op_type), n, float(x.size_bytes or 0)), link.latency_us, link.bandwidth_gbps * 1e3)
+            lat, byt = comm.cost(
+                comm.Collective(str(x.op_type), n, float(x.size_bytes or 0)), link.latency_us, link.bandwidth_gbps * 1e3
+            )
             modelled.append((s0, s0 + dur, lat + byt))  # microseconds
-        t0 = float(win["start_us"].iloc[0]) if win is not None and len(win) else min(cstart.min(), min([s for s, _, _ in colls], default=np.inf))
+        t0 = (
+            float(win["start_us"].iloc[0])
+            if win is not None and len(win)
+            else min(cstart.min(), min([s for s, _, _ in colls], default=np.inf))
+        )
         first = min([segs[0][0]] + [s for s, _, _ in colls])
         lead = max(0.0, first - t0)
-        gaps = np.diff([a for a, _ in segs]) - np.array([b - a for a, b in segs[:-1]]) if len(segs) > 1 else np.array([0.0])
+        gaps = (
+            np.diff([a for a, _ in segs]) - np.array([b - a for a, b in segs[:-1]])
+            if len(segs) > 1
+            else np.array([0.0])
+        )
         gap = float(np.median(np.clip(gaps, 0, None)))
         crit = replay_step(segs, colls, t0) / 1e6
         rep = replay_step(segs, colls, t0, gap, lead) / 1e6
         mod = replay_step(segs, modelled, t0, gap, lead) / 1e6 if colls else None
-        rows.append({"rank": r, "step": st, "measured_s": measured, "kernels": int(len(comp)), "segments": len(segs),
-                     "collectives": len(colls), "launch_gap_us": gap, "preparing_us": lead,
-                     "critical_path_s": crit, "critical_path_error": crit / measured - 1,
-                     "replay_s": rep, "replay_error": rep / measured - 1,
-                     "modelled_comm_s": mod, "modelled_comm_error": None if mod is None else mod / measured - 1,
-                     "measured_comm_s": sum(d for _, _, d in colls) / 1e6, "measured_transit_s": transit,
-                     "modelled_comm_total_s": sum(d for _, _, d in modelled) / 1e6, "hardware": hw.name})
+        rows.append(
+            {
+                "rank": r,
+                "step": st,
+                "measured_s": measured,
+                "kernels": int(len(comp)),
+                "segments": len(segs),
+                "collectives": len(colls),
+                "launch_gap_us": gap,
+                "preparing_us": lead,
+                "critical_path_s": crit,
+                "critical_path_error": crit / measured - 1,
+                "replay_s": rep,
+                "replay_error": rep / measured - 1,
+                "modelled_comm_s": mod,
+                "modelled_comm_error": None if mod is None else mod / measured - 1,
+                "measured_comm_s": sum(d for _, _, d in colls) / 1e6,
+                "measured_transit_s": transit,
+                "modelled_comm_total_s": sum(d for _, _, d in modelled) / 1e6,
+                "hardware": hw.name,
+            }
+        )
     if not rows:
         raise UserError(f"{profile.path}: no rank step has both compute kernels and the profiler's step breakdown")
     return rows

@@ -47,8 +47,10 @@ def parse_set(text: str, cfg) -> tuple[str, object]:
         try:
             real = section_of(name, cfg.workload)
         except KeyError:
-            raise UserError(f"bad --set {text!r}: {key!r} is not a key a sweep can vary for {cfg.workload} "
-                            "(world_size or a key of parallel, train, model or inject)") from None
+            raise UserError(
+                f"bad --set {text!r}: {key!r} is not a key a sweep can vary for {cfg.workload} "
+                "(world_size or a key of parallel, train, model or inject)"
+            ) from None
         if section and section != real:
             raise UserError(f"bad --set {text!r}: {name!r} is in section {real!r}, not {section!r}")
     try:
@@ -63,8 +65,10 @@ def one_point(cfg) -> dict:
     plans = cfg.plan("ab")
     points = {tuple(sorted((k, repr(v)) for k, v in p.settings.items() if k != "repeat")): p for p in plans}
     if len(points) != 1:
-        raise UserError(f"check --ab needs a config with one point (the baseline); {cfg.source or 'the config'} has "
-                        f"{len(points)} (sweep: {cfg.sweep}); give the candidate's differences with --set")
+        raise UserError(
+            f"check --ab needs a config with one point (the baseline); {cfg.source or 'the config'} has "
+            f"{len(points)} (sweep: {cfg.sweep}); give the candidate's differences with --set"
+        )
     p = next(iter(points.values()))
     return {k: v for k, v in p.settings.items() if k not in ("workload", "repeat")}
 
@@ -99,8 +103,15 @@ class SettingsSides:
         run_id = f"{ab_id}-p{pair:02d}{'' if attempt == 0 else f'x{attempt}'}-{side[0]}"
         plan = plan_point(self.cfg, self.points[side], run_id, repeat=pair)
         store.reset_run(run_id)
-        return execute_run(self.cfg, store, ab_id, plan, SweepEvents(), source="ab",
-                           extra={"ab": {"job": ab_id, "side": side, "pair": pair, "attempt": attempt}})
+        return execute_run(
+            self.cfg,
+            store,
+            ab_id,
+            plan,
+            SweepEvents(),
+            source="ab",
+            extra={"ab": {"job": ab_id, "side": side, "pair": pair, "attempt": attempt}},
+        )
 
 
 class CommandSides:
@@ -119,8 +130,12 @@ class CommandSides:
         proc = subprocess.run(self.cmds[side], shell=True, env=env)
         new = [r for r in store.list_runs() if r["run_id"] not in before]
         if not new:
-            return {"run_id": None, "status": "failed", "metrics": {},
-                    "error": f"--{side}-cmd added no run to {store.root} (exit {proc.returncode}, {time.time() - t0:.0f} s)"}
+            return {
+                "run_id": None,
+                "status": "failed",
+                "metrics": {},
+                "error": f"--{side}-cmd added no run to {store.root} (exit {proc.returncode}, {time.time() - t0:.0f} s)",
+            }
         rec = max(new, key=lambda r: (r.get("timings") or {}).get("started") or 0)
         rec.setdefault("ab", {"job": ab_id, "side": side, "pair": pair, "attempt": attempt})
         return rec
@@ -145,8 +160,18 @@ def unsteady(rec: dict) -> list[str]:
     return unsteady_reasons(rec.get("metrics") or {}, wall=False)  # by its CPU time: the wall clock is the load's
 
 
-def run_ab(store: Store, sides, *, pairs: int = 5, remeasure: int = 2, threshold: float = 0.05,
-           alpha: float = 0.05, metrics=None, name: str = "ab", on_run=None) -> dict:
+def run_ab(
+    store: Store,
+    sides,
+    *,
+    pairs: int = 5,
+    remeasure: int = 2,
+    threshold: float = 0.05,
+    alpha: float = 0.05,
+    metrics=None,
+    name: str = "ab",
+    on_run=None,
+) -> dict:
     from perfbench.regress.check import AB_METRICS, decide_paired
     from perfbench.run.launcher import close_spare
     from perfbench.run.sweep import new_sweep_id
@@ -156,8 +181,15 @@ def run_ab(store: Store, sides, *, pairs: int = 5, remeasure: int = 2, threshold
     while store.read_sweep(ab_id) is not None:
         time.sleep(1.0)
         ab_id = new_sweep_id(f"{name}-ab")
-    job: dict[str, Any] = {"sweep_id": ab_id, "kind": "ab", "name": name, "created": time.time(), "runs": [], "invocations": [],
-           "ab": {"baseline": sides.settings("baseline"), "candidate": sides.settings("candidate"), "pairs": pairs}}
+    job: dict[str, Any] = {
+        "sweep_id": ab_id,
+        "kind": "ab",
+        "name": name,
+        "created": time.time(),
+        "runs": [],
+        "invocations": [],
+        "ab": {"baseline": sides.settings("baseline"), "candidate": sides.settings("candidate"), "pairs": pairs},
+    }
     store.write_sweep(job)
     rows, extra_left = [], remeasure
     try:
@@ -174,13 +206,21 @@ def run_ab(store: Store, sides, *, pairs: int = 5, remeasure: int = 2, threshold
                     store.write_sweep(job)
                 if on_run:
                     on_run(i, side, rec)
-            why = {s: ([f"run {r.get('status')}: {str(r.get('error'))[:120]}"] if r.get("status") != "ok"
-                       else unsteady(r)) for s, r in recs.items()}
-            row = {"pair": i, "attempt": attempt, "order": "".join("AB"[SIDES.index(s)] for s in order),
-                   "baseline_run": recs["baseline"].get("run_id"), "candidate_run": recs["candidate"].get("run_id"),
-                   "values": {m: [run_value(store, recs["baseline"], m), run_value(store, recs["candidate"], m)]
-                              for m in metrics},
-                   "unsteady": {s: w for s, w in why.items() if w}}
+            why = {
+                s: ([f"run {r.get('status')}: {str(r.get('error'))[:120]}"] if r.get("status") != "ok" else unsteady(r))
+                for s, r in recs.items()
+            }
+            row = {
+                "pair": i,
+                "attempt": attempt,
+                "order": "".join("AB"[SIDES.index(s)] for s in order),
+                "baseline_run": recs["baseline"].get("run_id"),
+                "candidate_run": recs["candidate"].get("run_id"),
+                "values": {
+                    m: [run_value(store, recs["baseline"], m), run_value(store, recs["candidate"], m)] for m in metrics
+                },
+                "unsteady": {s: w for s, w in why.items() if w},
+            }
             rows.append(row)
             if row["unsteady"] and extra_left > 0:
                 extra_left -= 1
@@ -194,53 +234,93 @@ def run_ab(store: Store, sides, *, pairs: int = 5, remeasure: int = 2, threshold
     used = [r for r in rows if not r.get("replaced")]
     ms = [decide_paired(m, [tuple(r["values"][m]) for r in used], threshold, alpha) for m in metrics]
     vs = [m["verdict"] for m in ms]
-    status = ("regression" if "regression" in vs else "undecided" if "undecided" in vs
-              else "improvement" if "improvement" in vs else "unchanged")
+    status = (
+        "regression"
+        if "regression" in vs
+        else "undecided"
+        if "undecided" in vs
+        else "improvement"
+        if "improvement" in vs
+        else "unchanged"
+    )
     code = 1 if status == "regression" else 2 if status == "undecided" else 0
-    group = {"settings": sides.settings("candidate"), "baseline_settings": sides.settings("baseline"),
-             "status": status, "metrics": ms, "current_runs": [r["candidate_run"] for r in used],
-             "baseline_runs": [r["baseline_run"] for r in used]}
-    return {"mode": "ab", "verdict": status, "exit_code": code, "job": ab_id, "threshold": threshold, "alpha": alpha,
-            "baseline": {"name": "A (baseline)", "settings": sides.settings("baseline")},
-            "candidate": sides.settings("candidate"),
-            "current": {"kind": "ab", "id": ab_id, "unfinished_runs": []}, "groups": [group],
-            "unmatched_baseline_groups": [], "pairs": rows,
-            "unsteady_pairs_kept": sum(1 for r in used if r["unsteady"]), "checked_at": time.time()}
+    group = {
+        "settings": sides.settings("candidate"),
+        "baseline_settings": sides.settings("baseline"),
+        "status": status,
+        "metrics": ms,
+        "current_runs": [r["candidate_run"] for r in used],
+        "baseline_runs": [r["baseline_run"] for r in used],
+    }
+    return {
+        "mode": "ab",
+        "verdict": status,
+        "exit_code": code,
+        "job": ab_id,
+        "threshold": threshold,
+        "alpha": alpha,
+        "baseline": {"name": "A (baseline)", "settings": sides.settings("baseline")},
+        "candidate": sides.settings("candidate"),
+        "current": {"kind": "ab", "id": ab_id, "unfinished_runs": []},
+        "groups": [group],
+        "unmatched_baseline_groups": [],
+        "pairs": rows,
+        "unsteady_pairs_kept": sum(1 for r in used if r["unsteady"]),
+        "checked_at": time.time(),
+    }
 
 
 def ab_markdown(res: dict) -> str:
     from perfbench.regress.check import ICON, _settings_label, _v
 
     g = res["groups"][0]
-    differ = {k: (g["baseline_settings"].get(k), g["settings"].get(k))
-              for k in sorted(set(g["baseline_settings"]) | set(g["settings"]))
-              if g["baseline_settings"].get(k) != g["settings"].get(k)}
-    lines = [f"## perfbench check --ab: {ICON.get(res['verdict'], res['verdict'])}", "",
-             f"Job `{res['job']}`: baseline (A) and candidate (B) run alternately, {len(g['current_runs'])} pairs "
-             f"(order AB, BA, ...). Per pair the ratio B / A of each run's 10% fastest steps; paired t-test on the "
-             f"log ratios, p < {res['alpha']}, threshold {res['threshold'] * 100:g}%.", "",
-             "Candidate differs in: " + (", ".join(f"{k}: {a} → {b}" for k, (a, b) in differ.items()) or "nothing")
-             + f" (baseline: {_settings_label(g['baseline_settings'])}).", "",
-             f"| metric | A (median of runs) | B (median of runs) | change (geo. mean of pair ratios) | "
-             f"{int((1 - res['alpha']) * 100)}% interval | pairs | p (t / Wilcoxon) | verdict |",
-             "|---|---|---|---|---|---|---|---|"]
+    differ = {
+        k: (g["baseline_settings"].get(k), g["settings"].get(k))
+        for k in sorted(set(g["baseline_settings"]) | set(g["settings"]))
+        if g["baseline_settings"].get(k) != g["settings"].get(k)
+    }
+    lines = [
+        f"## perfbench check --ab: {ICON.get(res['verdict'], res['verdict'])}",
+        "",
+        f"Job `{res['job']}`: baseline (A) and candidate (B) run alternately, {len(g['current_runs'])} pairs "
+        f"(order AB, BA, ...). Per pair the ratio B / A of each run's 10% fastest steps; paired t-test on the "
+        f"log ratios, p < {res['alpha']}, threshold {res['threshold'] * 100:g}%.",
+        "",
+        "Candidate differs in: "
+        + (", ".join(f"{k}: {a} → {b}" for k, (a, b) in differ.items()) or "nothing")
+        + f" (baseline: {_settings_label(g['baseline_settings'])}).",
+        "",
+        f"| metric | A (median of runs) | B (median of runs) | change (geo. mean of pair ratios) | "
+        f"{int((1 - res['alpha']) * 100)}% interval | pairs | p (t / Wilcoxon) | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for m in g["metrics"]:
         chg = "–" if m.get("change") is None else f"{m['change'] * 100:+.1f}%"
         ci = "–" if not m.get("change_ci") else f"{m['change_ci'][0] * 100:+.1f}% … {m['change_ci'][1] * 100:+.1f}%"
-        p = "–" if m.get("p_value") is None else f"{m['p_value']:.2g}" + (
-            "" if m.get("p_wilcoxon") is None else f" / {m['p_wilcoxon']:.2g}")
-        lines.append(f"| {m['metric']} | {_v(m.get('baseline'))} | {_v(m.get('current'))} | {chg} | {ci} | "
-                     f"{m.get('n_pairs', 0)} | {p} | {ICON[m['verdict']]}"
-                     f"{' (' + m['reason'] + ')' if m['verdict'] == 'undecided' else ''} |")
-    lines += ["", "| pair | order | A run | B run | " + " | ".join(f"{m} A / B" for m in g_metrics(g)) + " | note |",
-              "|---|---|---|---|" + "---|" * len(g_metrics(g)) + "---|"]
+        p = (
+            "–"
+            if m.get("p_value") is None
+            else f"{m['p_value']:.2g}" + ("" if m.get("p_wilcoxon") is None else f" / {m['p_wilcoxon']:.2g}")
+        )
+        lines.append(
+            f"| {m['metric']} | {_v(m.get('baseline'))} | {_v(m.get('current'))} | {chg} | {ci} | "
+            f"{m.get('n_pairs', 0)} | {p} | {ICON[m['verdict']]}"
+            f"{' (' + m['reason'] + ')' if m['verdict'] == 'undecided' else ''} |"
+        )
+    lines += [
+        "",
+        "| pair | order | A run | B run | " + " | ".join(f"{m} A / B" for m in g_metrics(g)) + " | note |",
+        "|---|---|---|---|" + "---|" * len(g_metrics(g)) + "---|",
+    ]
     for r in res["pairs"]:
         vals = " | ".join(f"{_v(r['values'][m][0])} / {_v(r['values'][m][1])}" for m in g_metrics(g))
         note = "; ".join(f"{s}: {', '.join(w)}" for s, w in r["unsteady"].items())
         note = ("measured again: " if r.get("replaced") else "kept, unsteady: " if note else "") + note
         again = f" (again {r['attempt']})" if r["attempt"] else ""
-        lines.append(f"| {r['pair']}{again} | {r['order']} | {r['baseline_run']} | {r['candidate_run']} | {vals} | "
-                     f"{note or '–'} |")
+        lines.append(
+            f"| {r['pair']}{again} | {r['order']} | {r['baseline_run']} | {r['candidate_run']} | {vals} | "
+            f"{note or '–'} |"
+        )
     lines.append(f"\nExit code {res['exit_code']} (0 no regression, 1 regression, 2 could not decide).\n")
     return "\n".join(lines)
 

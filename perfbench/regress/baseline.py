@@ -20,7 +20,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def check_name(name: str) -> str:
     if not name or not NAME_RE.match(name):
-        raise UserError(f"bad baseline name {name!r}: use letters, digits, '.', '_' or '-' (at most 100, no leading dot)")
+        raise UserError(
+            f"bad baseline name {name!r}: use letters, digits, '.', '_' or '-' (at most 100, no leading dot)"
+        )
     return name
 
 
@@ -42,7 +44,9 @@ def resolve_target(store: Store, target: str) -> tuple[str, list[dict]]:
     try:
         return "run", [store.get_run(target)]
     except RunNotFound:
-        raise UserError(f"no run or sweep {target!r} in {store.root} (see `perfbench ls --results {store.root}`)") from None
+        raise UserError(
+            f"no run or sweep {target!r} in {store.root} (see `perfbench ls --results {store.root}`)"
+        ) from None
 
 
 def run_entry(store: Store, rec: dict) -> dict:

@@ -54,7 +54,7 @@ def e_divisive(values: list[float], *, alpha: float = 0.05, permutations: int = 
         bounds = [0] + idx + [len(x)]
         out = []
         for k, i in enumerate(idx):
-            a, b = x[bounds[k]:i], x[i:bounds[k + 2]]
+            a, b = x[bounds[k] : i], x[i : bounds[k + 2]]
             probs = get_energy_statistics_and_probabilities(a, b, permutations=permutations)
             before, after = float(np.median(a)), float(np.median(b))
             out.append(ChangePoint(i, before, after, after / before if before else math.inf, float(probs.e_pvalue)))

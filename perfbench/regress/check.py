@@ -150,10 +150,14 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
                 res.update(verdict="skipped", reason="measured by neither side")
             elif not (bp or bs) or not (cp or cs):
                 which = "baseline" if not (bp or bs) else "current"
-                res.update(verdict="undecided" if metric in REQUIRED else "skipped", reason=f"not measured in the {which}")
+                res.update(
+                    verdict="undecided" if metric in REQUIRED else "skipped", reason=f"not measured in the {which}"
+                )
             else:
-                res.update(verdict="undecided",
-                           reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; need {MIN_SAMPLES})")
+                res.update(
+                    verdict="undecided",
+                    reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; need {MIN_SAMPLES})",
+                )
             res.update(baseline=_median(bp or bs), current=_median(cp or cs), change=None, p_value=None)
             return res
     else:
@@ -166,13 +170,27 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
     else:
         if mb == 0:  # e.g. no communication on one rank: a relative change is undefined
             if mc == 0:
-                res.update(verdict="unchanged", reason="0 on both sides", baseline=mb, current=mc, change=0.0,
-                           change_kind="relative", p_value=None, threshold_used=threshold, n_baseline=len(bp),
-                           n_current=len(cp))
+                res.update(
+                    verdict="unchanged",
+                    reason="0 on both sides",
+                    baseline=mb,
+                    current=mc,
+                    change=0.0,
+                    change_kind="relative",
+                    p_value=None,
+                    threshold_used=threshold,
+                    n_baseline=len(bp),
+                    n_current=len(cp),
+                )
             else:
-                res.update(verdict="undecided" if metric in REQUIRED else "skipped",
-                           reason="baseline median is 0: relative change undefined", baseline=mb, current=mc,
-                           change=None, p_value=None)
+                res.update(
+                    verdict="undecided" if metric in REQUIRED else "skipped",
+                    reason="baseline median is 0: relative change undefined",
+                    baseline=mb,
+                    current=mc,
+                    change=None,
+                    p_value=None,
+                )
             return res
         change = (mc - mb) / abs(mb)
     if kind == "share":
@@ -198,18 +216,36 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
         verdict = "improvement"
     else:
         verdict = "unchanged"
-    res.update(verdict=verdict, baseline=mb, current=mc, change=change, change_kind="points" if kind == "share" else "relative",
-               worse_by=worse, noise_floor=noise, threshold_used=used, p_value=p, alpha=alpha,
-               n_baseline=len(bp), n_current=len(cp), repeats_baseline=len(bm), repeats_current=len(cm),
-               ci_mean_diff=list(ci) if ci else None)
+    res.update(
+        verdict=verdict,
+        baseline=mb,
+        current=mc,
+        change=change,
+        change_kind="points" if kind == "share" else "relative",
+        worse_by=worse,
+        noise_floor=noise,
+        threshold_used=used,
+        p_value=p,
+        alpha=alpha,
+        n_baseline=len(bp),
+        n_current=len(cp),
+        repeats_baseline=len(bm),
+        repeats_current=len(cm),
+        ci_mean_diff=list(ci) if ci else None,
+    )
     reason = []
     if not significant:
         reason.append(f"p={p:.3g} ≥ {alpha}" if p is not None else "no test")
     if abs(worse) <= used:
         reason.append(f"|change| ≤ {used * 100:.1f}{'pt' if kind == 'share' else '%'}")
-    res["reason"] = "; ".join(reason) if verdict == "unchanged" else (
-        f"p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}"
-        f"{'pt' if kind == 'share' else '%'} > {used * 100:.1f}{'pt' if kind == 'share' else '%'}")
+    res["reason"] = (
+        "; ".join(reason)
+        if verdict == "unchanged"
+        else (
+            f"p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}"
+            f"{'pt' if kind == 'share' else '%'} > {used * 100:.1f}{'pt' if kind == 'share' else '%'}"
+        )
+    )
     return res
 
 
@@ -231,15 +267,26 @@ def decide_paired(metric: str, pairs: list[tuple[float | None, float | None]], t
     from scipy import stats
 
     higher, unit, _ = METRICS.get(metric, (False, "", "ratio"))
-    res = {"metric": metric, "unit": unit, "higher_is_better": higher, "threshold": threshold, "alpha": alpha,
-           "change_kind": "relative", "basis": "pairs"}
+    res = {
+        "metric": metric,
+        "unit": unit,
+        "higher_is_better": higher,
+        "threshold": threshold,
+        "alpha": alpha,
+        "change_kind": "relative",
+        "basis": "pairs",
+    }
     ok = [(b, c) for b, c in pairs if b is not None and c is not None and b > 0 and c > 0]
-    res.update(n_pairs=len(ok), pairs_left_out=len(pairs) - len(ok),
-               baseline=float(np.median([b for b, _ in ok])) if ok else None,
-               current=float(np.median([c for _, c in ok])) if ok else None)
+    res.update(
+        n_pairs=len(ok),
+        pairs_left_out=len(pairs) - len(ok),
+        baseline=float(np.median([b for b, _ in ok])) if ok else None,
+        current=float(np.median([c for _, c in ok])) if ok else None,
+    )
     if len(ok) < MIN_PAIRS:
-        return dict(res, verdict="undecided", change=None, p_value=None,
-                    reason=f"{len(ok)} complete pair(s); need {MIN_PAIRS}")
+        return dict(
+            res, verdict="undecided", change=None, p_value=None, reason=f"{len(ok)} complete pair(s); need {MIN_PAIRS}"
+        )
     d = np.array([math.log(b / c) if higher else math.log(c / b) for b, c in ok])
     n, mean = len(d), float(d.mean())
     sd = float(d.std(ddof=1))
@@ -265,21 +312,44 @@ def decide_paired(metric: str, pairs: list[tuple[float | None, float | None]], t
         verdict = "improvement"
     else:
         verdict = "unchanged"
-    res.update(verdict=verdict, change=ratio - 1.0, change_ci=list(ci), worse_by=worse, mean_log_ratio=mean,
-               sd_log_ratio=sd, t=None if se == 0 else mean / se, p_value=p, p_wilcoxon=p_w, threshold_used=threshold)
+    res.update(
+        verdict=verdict,
+        change=ratio - 1.0,
+        change_ci=list(ci),
+        worse_by=worse,
+        mean_log_ratio=mean,
+        sd_log_ratio=sd,
+        t=None if se == 0 else mean / se,
+        p_value=p,
+        p_wilcoxon=p_w,
+        threshold_used=threshold,
+    )
     why = []
     if not significant:
         why.append(f"paired t p={p:.3g} ≥ {alpha}")
     if abs(worse) <= threshold:
         why.append(f"|change| {abs(worse) * 100:.1f}% ≤ {threshold * 100:g}%")
-    res["reason"] = "; ".join(why) if verdict == "unchanged" else (
-        f"paired t p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}% > "
-        f"{threshold * 100:g}% over {n} pairs")
+    res["reason"] = (
+        "; ".join(why)
+        if verdict == "unchanged"
+        else (
+            f"paired t p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}% > "
+            f"{threshold * 100:g}% over {n} pairs"
+        )
+    )
     return res
 
 
-def run_check(store: Store, baseline_name: str, current: str, *, threshold: float = 0.05, alpha: float = 0.05,
-              metrics=DEFAULT_METRICS, ignore=IGNORED_SETTINGS) -> dict:
+def run_check(
+    store: Store,
+    baseline_name: str,
+    current: str,
+    *,
+    threshold: float = 0.05,
+    alpha: float = 0.05,
+    metrics=DEFAULT_METRICS,
+    ignore=IGNORED_SETTINGS,
+) -> dict:
     baseline = load_baseline(store, baseline_name)
     unknown = [m for m in metrics if m not in METRICS]
     if unknown:
@@ -298,26 +368,44 @@ def run_check(store: Store, baseline_name: str, current: str, *, threshold: floa
         if b is None:
             grp.update(status="no-baseline", baseline_runs=[])
         elif b == "ambiguous":
-            grp.update(status="undecided", reason="settings match several baseline groups (use --ignore-setting)",
-                       baseline_runs=[])
+            grp.update(
+                status="undecided",
+                reason="settings match several baseline groups (use --ignore-setting)",
+                baseline_runs=[],
+            )
         elif not ok:
-            grp.update(status="undecided", baseline_runs=[e["run_id"] for e in b.entries],
-                       reason="every current run failed: " + "; ".join(f"{e['run_id']}: {str(e.get('error'))[:160]}" for e in failed))
+            grp.update(
+                status="undecided",
+                baseline_runs=[e["run_id"] for e in b.entries],
+                reason="every current run failed: "
+                + "; ".join(f"{e['run_id']}: {str(e.get('error'))[:160]}" for e in failed),
+            )
         else:
             grp.update(baseline_runs=[e["run_id"] for e in b.entries], baseline_settings=b.settings)
             if direct and b.settings != c.settings:
-                grp["settings_differ"] = {k: [b.settings.get(k), c.settings.get(k)]
-                                          for k in sorted(set(b.settings) | set(c.settings))
-                                          if b.settings.get(k) != c.settings.get(k)}
+                grp["settings_differ"] = {
+                    k: [b.settings.get(k), c.settings.get(k)]
+                    for k in sorted(set(b.settings) | set(c.settings))
+                    if b.settings.get(k) != c.settings.get(k)
+                }
             if failed:
                 grp["failed_runs"] = [e["run_id"] for e in failed]
             grp["metrics"] = [decide_metric(m, b.entries, ok, threshold, alpha) for m in metrics]
             vs = [m["verdict"] for m in grp["metrics"]]
-            grp["status"] = ("regression" if "regression" in vs else "undecided" if "undecided" in vs
-                             else "improvement" if "improvement" in vs else "unchanged")
+            grp["status"] = (
+                "regression"
+                if "regression" in vs
+                else "undecided"
+                if "undecided" in vs
+                else "improvement"
+                if "improvement" in vs
+                else "unchanged"
+            )
             # what to fix first in the current run: the same ranked advice as show / advise
-            grp["advice"] = {"run_id": ok[0]["run_id"],
-                             "top": top_findings(findings(store, store.get_run(ok[0]["run_id"])))}
+            grp["advice"] = {
+                "run_id": ok[0]["run_id"],
+                "top": top_findings(findings(store, store.get_run(ok[0]["run_id"]))),
+            }
         results.append(grp)
     statuses = [g["status"] for g in results]
     compared = [s for s in statuses if s != "no-baseline"]
@@ -337,17 +425,24 @@ def run_check(store: Store, baseline_name: str, current: str, *, threshold: floa
         "threshold": threshold,
         "alpha": alpha,
         "groups": results,
-        "unmatched_baseline_groups": [g.settings for g in base_groups
-                                      if not any(g is b for b, _ in match_groups(base_groups, cur_groups, direct))],
+        "unmatched_baseline_groups": [
+            g.settings for g in base_groups if not any(g is b for b, _ in match_groups(base_groups, cur_groups, direct))
+        ],
         "checked_at": time.time(),
     }
 
 
 # ---- output --------------------------------------------------------------------------------
 
-ICON = {"regression": "❌ regression", "improvement": "✅ improvement", "unchanged": "✔ unchanged",
-        "undecided": "⚠ undecided", "skipped": "– skipped", "no-baseline": "– no baseline",
-        "no-history": "– too little history"}
+ICON = {
+    "regression": "❌ regression",
+    "improvement": "✅ improvement",
+    "unchanged": "✔ unchanged",
+    "undecided": "⚠ undecided",
+    "skipped": "– skipped",
+    "no-baseline": "– no baseline",
+    "no-history": "– too little history",
+}
 
 
 def _settings_label(s: dict) -> str:
@@ -371,19 +466,31 @@ def _chg(m):
 def to_markdown(res: dict) -> str:
     exit_line = f"\nExit code {res['exit_code']} (0 no regression, 1 regression, 2 could not decide).\n"
     if res.get("baseline") is None and res.get("history"):  # --history without --baseline
-        return f"## perfbench check: {ICON.get(res['verdict'], res['verdict'])}\n\n" + history_markdown(res["history"]) + exit_line
+        return (
+            f"## perfbench check: {ICON.get(res['verdict'], res['verdict'])}\n\n"
+            + history_markdown(res["history"])
+            + exit_line
+        )
     b = res["baseline"]
-    lines = [f"## perfbench check: {ICON.get(res['verdict'], res['verdict'])}", "",
-             f"Baseline `{b['name']}` ({(b.get('source') or {}).get('kind')} `{(b.get('source') or {}).get('id')}`) vs "
-             f"current {res['current']['kind']} `{res['current']['id']}`; threshold {res['threshold'] * 100:g}% "
-             f"(raised to the repeat-to-repeat noise when larger), Mann–Whitney p < {res['alpha']}.", ""]
-    lines += ["| settings | metric | baseline (median) | current (median) | change | threshold used | p | verdict |",
-              "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"## perfbench check: {ICON.get(res['verdict'], res['verdict'])}",
+        "",
+        f"Baseline `{b['name']}` ({(b.get('source') or {}).get('kind')} `{(b.get('source') or {}).get('id')}`) vs "
+        f"current {res['current']['kind']} `{res['current']['id']}`; threshold {res['threshold'] * 100:g}% "
+        f"(raised to the repeat-to-repeat noise when larger), Mann–Whitney p < {res['alpha']}.",
+        "",
+    ]
+    lines += [
+        "| settings | metric | baseline (median) | current (median) | change | threshold used | p | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for g in res["groups"]:
         label = _settings_label(g["settings"])
         if not g["metrics"]:
-            lines.append(f"| {label} | – | – | – | – | – | – | {ICON.get(g['status'], g['status'])}"
-                         f"{': ' + g['reason'] if g.get('reason') else ''} |")
+            lines.append(
+                f"| {label} | – | – | – | – | – | – | {ICON.get(g['status'], g['status'])}"
+                f"{': ' + g['reason'] if g.get('reason') else ''} |"
+            )
             continue
         for m in g["metrics"]:
             if m["verdict"] == "skipped":
@@ -391,14 +498,18 @@ def to_markdown(res: dict) -> str:
             thr = m.get("threshold_used")
             thr_s = "–" if thr is None else f"{thr * 100:.1f}{'pt' if m.get('change_kind') == 'points' else '%'}"
             p = m.get("p_value")
-            lines.append(f"| {label} | {m['metric']} | {_v(m.get('baseline'))} | {_v(m.get('current'))} | {_chg(m)} | "
-                         f"{thr_s} | {'–' if p is None else f'{p:.2g}'} | {ICON[m['verdict']]}"
-                         f"{' (' + m['reason'] + ')' if m['verdict'] in ('undecided',) and m.get('reason') else ''} |")
+            lines.append(
+                f"| {label} | {m['metric']} | {_v(m.get('baseline'))} | {_v(m.get('current'))} | {_chg(m)} | "
+                f"{thr_s} | {'–' if p is None else f'{p:.2g}'} | {ICON[m['verdict']]}"
+                f"{' (' + m['reason'] + ')' if m['verdict'] in ('undecided',) and m.get('reason') else ''} |"
+            )
     lines.append("")
     for g in res["groups"]:
         if g.get("settings_differ"):
-            lines.append("Note: compared runs differ in settings: "
-                         + ", ".join(f"{k}: {a} → {c}" for k, (a, c) in g["settings_differ"].items()))
+            lines.append(
+                "Note: compared runs differ in settings: "
+                + ", ".join(f"{k}: {a} → {c}" for k, (a, c) in g["settings_differ"].items())
+            )
         if g.get("failed_runs"):
             lines.append(f"Note: failed current runs left out: {', '.join(g['failed_runs'])}")
         top = (g.get("advice") or {}).get("top")
@@ -410,8 +521,10 @@ def to_markdown(res: dict) -> str:
         lines.append(f"Note: unfinished current runs left out: {', '.join(res['current']['unfinished_runs'])}")
     if res["unmatched_baseline_groups"]:
         um = res["unmatched_baseline_groups"]
-        lines.append(f"{len(um)} baseline settings group(s) not in the current results"
-                     + (": " + "; ".join(_settings_label(s) for s in um[:3]) + ("; ..." if len(um) > 3 else "")))
+        lines.append(
+            f"{len(um)} baseline settings group(s) not in the current results"
+            + (": " + "; ".join(_settings_label(s) for s in um[:3]) + ("; ..." if len(um) > 3 else ""))
+        )
     if res.get("history"):
         lines += ["", history_markdown(res["history"])]
     lines.append(exit_line)
@@ -431,17 +544,19 @@ def to_junit(res: dict) -> str:
             else:
                 n_skip += 1
                 body = f"<skipped message={quoteattr(g['status'])}/>"
-            cases.append(f"<testcase classname={quoteattr(cls)} name=\"all\">{body}</testcase>")
+            cases.append(f'<testcase classname={quoteattr(cls)} name="all">{body}</testcase>')
             continue
         for m in g["metrics"]:
-            msg = (f"{m['metric']}: baseline {_v(m.get('baseline'))} current {_v(m.get('current'))} change {_chg(m)}"
-                   f" ({m.get('reason', '')})")
+            msg = (
+                f"{m['metric']}: baseline {_v(m.get('baseline'))} current {_v(m.get('current'))} change {_chg(m)}"
+                f" ({m.get('reason', '')})"
+            )
             if m["verdict"] == "regression":
                 n_fail += 1
-                body = f"<failure message={quoteattr(msg)} type=\"regression\">{escape(json.dumps(m, default=str))}</failure>"
+                body = f'<failure message={quoteattr(msg)} type="regression">{escape(json.dumps(m, default=str))}</failure>'
             elif m["verdict"] == "undecided":
                 n_err += 1
-                body = f"<error message={quoteattr(msg)} type=\"undecided\"/>"
+                body = f'<error message={quoteattr(msg)} type="undecided"/>'
             elif m["verdict"] == "skipped":
                 n_skip += 1
                 body = f"<skipped message={quoteattr(m.get('reason', 'skipped'))}/>"
@@ -451,19 +566,26 @@ def to_junit(res: dict) -> str:
     if res.get("history"):
         hc, hf, hs = history_junit_cases(res["history"])
         cases, n_fail, n_skip = cases + hc, n_fail + hf, n_skip + hs
-    head = (f"<testsuite name=\"perfbench-check\" tests=\"{len(cases)}\" failures=\"{n_fail}\" errors=\"{n_err}\" "
-            f"skipped=\"{n_skip}\">")
-    return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites>" + head + "".join(cases) + "</testsuite></testsuites>\n"
+    head = (
+        f'<testsuite name="perfbench-check" tests="{len(cases)}" failures="{n_fail}" errors="{n_err}" '
+        f'skipped="{n_skip}">'
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>' + head + "".join(cases) + "</testsuite></testsuites>\n"
+    )
 
 
 # ---- --history: the current results against the metric's history (perfbench.regress.history) ----------------
 
 MIN_HISTORY = 3  # reference points the prediction test needs
-GATE_STATISTIC = "per run: 10th percentile of the per-step samples on the good side (perfbench.regress.history.gate_value)"
+GATE_STATISTIC = (
+    "per run: 10th percentile of the per-step samples on the good side (perfbench.regress.history.gate_value)"
+)
 
 
-def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alpha: float,
-                 permutations: int = 200) -> dict:
+def judge_series(
+    ser, current_entry: str, metric: str, *, threshold: float, alpha: float, permutations: int = 200
+) -> dict:
     """Verdict for the current entry's points at the end of one series (perfbench.regress.history.Series).
 
     Each run is one point, valued by its gate value (perfbench.regress.history.gate_value: the 10% fastest steps),
@@ -488,8 +610,17 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
     gates = {id(p): gate_value(p.value, p.samples, m.better) for p in ser.points}
     pts = [p for p in ser.points if gates[id(p)] is not None and gates[id(p)] > 0]
     cur = [p for p in pts if p.entry_id == current_entry]
-    res = {"settings": ser.settings, "key": ser.key, "metric": metric, "unit": unit, "higher_is_better": higher,
-           "points": len(pts), "current_points": len(cur), "change_points": [], "statistic": GATE_STATISTIC}
+    res = {
+        "settings": ser.settings,
+        "key": ser.key,
+        "metric": metric,
+        "unit": unit,
+        "higher_is_better": higher,
+        "points": len(pts),
+        "current_points": len(cur),
+        "change_points": [],
+        "statistic": GATE_STATISTIC,
+    }
     if not cur:
         return dict(res, verdict="skipped", reason="not measured in the current results")
     vals = [gates[id(p)] for p in pts]
@@ -501,9 +632,20 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
     cps = e_divisive(vals, alpha=alpha, permutations=permutations)
     for c in cps:
         p = pts[c.index]
-        res["change_points"].append({"index": c.index, "began_at": p.ref, "commit": p.commit, "entry_id": p.entry_id,
-                                     "run_id": p.run_id, "before": c.before, "after": c.after, "ratio": c.ratio,
-                                     "worse_by": worse_by(c.ratio), "confidence": c.confidence})
+        res["change_points"].append(
+            {
+                "index": c.index,
+                "began_at": p.ref,
+                "commit": p.commit,
+                "entry_id": p.entry_id,
+                "run_id": p.run_id,
+                "before": c.before,
+                "after": c.after,
+                "ratio": c.ratio,
+                "worse_by": worse_by(c.ratio),
+                "confidence": c.confidence,
+            }
+        )
     start, _ = segments(len(vals), cps)[-1]
     first_cur = len(pts) - len(cur)
     cur_vals = vals[first_cur:]
@@ -512,17 +654,29 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
         cp = res["change_points"][-1]
         if abs(cp["worse_by"]) > threshold:  # E-Divisive kept it: its permutation test gave p <= alpha
             verdict = "regression" if cp["worse_by"] > 0 else "improvement"
-            return dict(res, verdict=verdict, reference=cp["before"], change=cp["ratio"] - 1.0, worse_by=cp["worse_by"],
-                        began_at=cp["began_at"], began_commit=cp["commit"], began_run=cp["run_id"],
-                        confidence=cp["confidence"], method="e-divisive",
-                        reason=f"change point at {cp['began_at']}: {'worse' if cp['worse_by'] > 0 else 'better'} by "
-                               f"{abs(cp['worse_by']) * 100:.1f}% > {threshold * 100:g}%, confidence {cp['confidence']:.2f}")
+            return dict(
+                res,
+                verdict=verdict,
+                reference=cp["before"],
+                change=cp["ratio"] - 1.0,
+                worse_by=cp["worse_by"],
+                began_at=cp["began_at"],
+                began_commit=cp["commit"],
+                began_run=cp["run_id"],
+                confidence=cp["confidence"],
+                method="e-divisive",
+                reason=f"change point at {cp['began_at']}: {'worse' if cp['worse_by'] > 0 else 'better'} by "
+                f"{abs(cp['worse_by']) * 100:.1f}% > {threshold * 100:g}%, confidence {cp['confidence']:.2f}",
+            )
     # reference: the history part of the segment holding the last earlier point
     ref_start = max([a for a, _ in segments(len(vals), cps) if a < first_cur] or [0])
     ref_pts = pts[ref_start:first_cur]
     if len(ref_pts) < MIN_HISTORY:
-        return dict(res, verdict="no-history",
-                    reason=f"{len(ref_pts)} earlier point(s) in the current segment; need {MIN_HISTORY}")
+        return dict(
+            res,
+            verdict="no-history",
+            reason=f"{len(ref_pts)} earlier point(s) in the current segment; need {MIN_HISTORY}",
+        )
     ref_vals = [gates[id(p)] for p in ref_pts]
     reference = float(np.median(ref_vals))
     ratio = res["current"] / reference
@@ -530,9 +684,18 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
     p_mw = mann_whitney_p([x for p in ref_pts for x in p.samples], [x for p in cur for x in p.samples])
     w = worse_by(ratio)
     p_better = prediction_p(ref_vals, cur_vals, higher_is_better=not higher)
-    res.update(reference=reference, reference_points=len(ref_pts), change=ratio - 1.0, worse_by=w, p_value=p_pred,
-               p_mann_whitney=p_mw, method="prediction", began_at=cur[0].ref, began_commit=cur[0].commit,
-               began_run=cur[0].run_id)
+    res.update(
+        reference=reference,
+        reference_points=len(ref_pts),
+        change=ratio - 1.0,
+        worse_by=w,
+        p_value=p_pred,
+        p_mann_whitney=p_mw,
+        method="prediction",
+        began_at=cur[0].ref,
+        began_commit=cur[0].commit,
+        began_run=cur[0].run_id,
+    )
     # metrics without per-step samples in the store (perfbench.regress.compare.step_samples) are judged by the prediction test alone
     no_samples = not any(p.samples for p in ref_pts) or not any(p.samples for p in cur)
     sig_mw = no_samples or (p_mw is not None and p_mw < alpha)
@@ -550,16 +713,31 @@ def judge_series(ser, current_entry: str, metric: str, *, threshold: float, alph
         why.append(f"prediction p={'–' if pp is None else f'{pp:.3g}'} ≥ {alpha}")
     if not sig_mw:
         why.append(f"Mann–Whitney p={'–' if p_mw is None else f'{p_mw:.3g}'} ≥ {alpha}")
-    res["reason"] = "; ".join(why) if res["verdict"] == "unchanged" else (
-        f"{'worse' if w > 0 else 'better'} by {abs(w) * 100:.1f}% than the {len(ref_pts)} points since "
-        f"{ref_pts[0].ref}; prediction p={pp:.3g}" + ("" if p_mw is None else f", Mann–Whitney p={p_mw:.3g}"))
+    res["reason"] = (
+        "; ".join(why)
+        if res["verdict"] == "unchanged"
+        else (
+            f"{'worse' if w > 0 else 'better'} by {abs(w) * 100:.1f}% than the {len(ref_pts)} points since "
+            f"{ref_pts[0].ref}; prediction p={pp:.3g}" + ("" if p_mw is None else f", Mann–Whitney p={p_mw:.3g}")
+        )
+    )
     return res
 
 
-def run_history_check(store: Store, current: str, *, baseline_name: str | None = None, label: str | None = None,
-                      commit: str | None = None, threshold: float = 0.05, alpha: float = 0.05,
-                      metrics=DEFAULT_METRICS, ignore=IGNORED_SETTINGS, permutations: int = 200,
-                      history_metrics=None) -> dict:
+def run_history_check(
+    store: Store,
+    current: str,
+    *,
+    baseline_name: str | None = None,
+    label: str | None = None,
+    commit: str | None = None,
+    threshold: float = 0.05,
+    alpha: float = 0.05,
+    metrics=DEFAULT_METRICS,
+    ignore=IGNORED_SETTINGS,
+    permutations: int = 200,
+    history_metrics=None,
+) -> dict:
     """`perfbench check --history`: record the current results in the history, judge them against it
     (judge_series per configuration x metric) and, with a baseline, also run the per-pair check.
     Exit code: 1 if either judged a regression; else the per-pair check's code when a baseline was given;
@@ -571,60 +749,101 @@ def run_history_check(store: Store, current: str, *, baseline_name: str | None =
     history_metrics = tuple(history_metrics or metrics)
     unknown = [m for m in history_metrics if m not in CATALOGUE or CATALOGUE[m].better is None]
     if unknown:
-        raise UserError(f"cannot judge metric(s) {', '.join(unknown)} against the history; known metrics with a "
-                        f"direction: {', '.join(k for k, v in CATALOGUE.items() if v.better)}")
-    pair = run_check(store, baseline_name, current, threshold=threshold, alpha=alpha, metrics=metrics,
-                     ignore=ignore) if baseline_name else None
+        raise UserError(
+            f"cannot judge metric(s) {', '.join(unknown)} against the history; known metrics with a "
+            f"direction: {', '.join(k for k, v in CATALOGUE.items() if v.better)}"
+        )
+    pair = (
+        run_check(store, baseline_name, current, threshold=threshold, alpha=alpha, metrics=metrics, ignore=ignore)
+        if baseline_name
+        else None
+    )
     entry = history.record(store, current, via="check", label=label, commit=commit)
     past = [e for e in history.entries(store) if e["entry_id"] != entry["entry_id"]]
     judged = []
     for m in history_metrics:
         for ser in history.series(past + [entry], m, ignore=ignore):
             if any(p.entry_id == entry["entry_id"] for p in ser.points):
-                judged.append(judge_series(ser, entry["entry_id"], m, threshold=threshold, alpha=alpha,
-                                           permutations=permutations))
+                judged.append(
+                    judge_series(ser, entry["entry_id"], m, threshold=threshold, alpha=alpha, permutations=permutations)
+                )
     vs = [j["verdict"] for j in judged]
     compared = [v for v in vs if v in ("regression", "improvement", "unchanged")]
-    hist_verdict = ("regression" if "regression" in vs else "no-history" if not compared
-                    else "improvement" if "improvement" in vs else "unchanged")
-    out = {"entry": {k: entry[k] for k in ("entry_id", "ref", "commit", "label", "time", "machine", "source")},
-           "entries": len(past) + 1, "verdict": hist_verdict, "threshold": threshold, "alpha": alpha,
-           "permutations": permutations, "results": judged}
+    hist_verdict = (
+        "regression"
+        if "regression" in vs
+        else "no-history"
+        if not compared
+        else "improvement"
+        if "improvement" in vs
+        else "unchanged"
+    )
+    out = {
+        "entry": {k: entry[k] for k in ("entry_id", "ref", "commit", "label", "time", "machine", "source")},
+        "entries": len(past) + 1,
+        "verdict": hist_verdict,
+        "threshold": threshold,
+        "alpha": alpha,
+        "permutations": permutations,
+        "results": judged,
+    }
     if pair is not None:
         res = dict(pair, history=out)
         if hist_verdict == "regression" and res["verdict"] != "regression":
             res.update(verdict="regression", exit_code=1)
         return res
     code = 1 if hist_verdict == "regression" else 2 if hist_verdict == "no-history" else 0
-    return {"verdict": hist_verdict, "exit_code": code, "baseline": None,
-            "current": {"kind": entry["source"]["kind"], "id": current, "unfinished_runs": []},
-            "threshold": threshold, "alpha": alpha, "groups": [], "unmatched_baseline_groups": [],
-            "history": out, "checked_at": time.time()}
+    return {
+        "verdict": hist_verdict,
+        "exit_code": code,
+        "baseline": None,
+        "current": {"kind": entry["source"]["kind"], "id": current, "unfinished_runs": []},
+        "threshold": threshold,
+        "alpha": alpha,
+        "groups": [],
+        "unmatched_baseline_groups": [],
+        "history": out,
+        "checked_at": time.time(),
+    }
 
 
 def history_markdown(h: dict) -> str:
     e = h["entry"]
-    lines = [f"### History: {ICON.get(h['verdict'], h['verdict'])}", "",
-             f"Current `{e['ref']}` against {h['entries'] - 1} earlier entr{'y' if h['entries'] == 2 else 'ies'}: "
-             f"E-Divisive change points (permutation test, alpha {h['alpha']}) and, within the current segment, "
-             f"a Student-t prediction test with the per-step Mann–Whitney test; threshold {h['threshold'] * 100:g}%.", "",
-             "| settings | metric | points | reference (median) | current (median) | change | p / confidence | began at | verdict |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"### History: {ICON.get(h['verdict'], h['verdict'])}",
+        "",
+        f"Current `{e['ref']}` against {h['entries'] - 1} earlier entr{'y' if h['entries'] == 2 else 'ies'}: "
+        f"E-Divisive change points (permutation test, alpha {h['alpha']}) and, within the current segment, "
+        f"a Student-t prediction test with the per-step Mann–Whitney test; threshold {h['threshold'] * 100:g}%.",
+        "",
+        "| settings | metric | points | reference (median) | current (median) | change | p / confidence | began at | verdict |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for j in h["results"]:
         if j["verdict"] == "skipped":
             continue
         chg = "–" if j.get("change") is None else f"{j['change'] * 100:+.1f}%"
-        conf = (f"conf {j['confidence']:.2f}" if j.get("confidence") is not None
-                else f"p={j['p_value']:.2g}" if j.get("p_value") is not None else "–")
+        conf = (
+            f"conf {j['confidence']:.2f}"
+            if j.get("confidence") is not None
+            else f"p={j['p_value']:.2g}"
+            if j.get("p_value") is not None
+            else "–"
+        )
         began = j.get("began_at") if j["verdict"] in ("regression", "improvement") else "–"
-        lines.append(f"| {j['key']} | {j['metric']} | {j['points']} | {_v(j.get('reference'))} | {_v(j.get('current'))} | "
-                     f"{chg} | {conf} | {began} | {ICON.get(j['verdict'], j['verdict'])}"
-                     f"{' (' + j['reason'] + ')' if j['verdict'] == 'no-history' else ''} |")
+        lines.append(
+            f"| {j['key']} | {j['metric']} | {j['points']} | {_v(j.get('reference'))} | {_v(j.get('current'))} | "
+            f"{chg} | {conf} | {began} | {ICON.get(j['verdict'], j['verdict'])}"
+            f"{' (' + j['reason'] + ')' if j['verdict'] == 'no-history' else ''} |"
+        )
     cps = [(j, c) for j in h["results"] for c in j.get("change_points", [])]
     if cps:
         lines += ["", "Change points in the history:"]
-        lines += [f"- {j['key']} · {j['metric']}: at `{c['began_at']}` ({c['run_id']}), {_v(c['before'])} → {_v(c['after'])} "
-                  f"({(c['ratio'] - 1) * 100:+.1f}%), confidence {c['confidence']:.2f}" for j, c in cps]
+        lines += [
+            f"- {j['key']} · {j['metric']}: at `{c['began_at']}` ({c['run_id']}), {_v(c['before'])} → {_v(c['after'])} "
+            f"({(c['ratio'] - 1) * 100:+.1f}%), confidence {c['confidence']:.2f}"
+            for j, c in cps
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -635,7 +854,7 @@ def history_junit_cases(h: dict) -> tuple[list[str], int, int]:
         msg = f"{j['metric']}: {j.get('reason', j['verdict'])}"
         if j["verdict"] == "regression":
             n_fail += 1
-            body = f"<failure message={quoteattr(msg)} type=\"regression\">{escape(json.dumps(j, default=str))}</failure>"
+            body = f'<failure message={quoteattr(msg)} type="regression">{escape(json.dumps(j, default=str))}</failure>'
         elif j["verdict"] in ("skipped", "no-history"):
             n_skip += 1
             body = f"<skipped message={quoteattr(msg)}/>"

@@ -29,8 +29,18 @@ from perfbench.store import Store
 
 #: the per-step metrics compare and check test, each defined once in analyzers/catalogue.py; per metric
 #: (higher is better, unit, kind), kind "ratio": relative change, "share": change in points.
-STEP_METRICS = ("throughput", "step_time_s", "step_cpu_s", "comm_share", "communication_not_overlapped_s", "computing_s", "free_s",
-                "kernel_utilization", "collectives_per_step", "comm_bytes_per_step")
+STEP_METRICS = (
+    "throughput",
+    "step_time_s",
+    "step_cpu_s",
+    "comm_share",
+    "communication_not_overlapped_s",
+    "computing_s",
+    "free_s",
+    "kernel_utilization",
+    "collectives_per_step",
+    "comm_bytes_per_step",
+)
 METRICS: dict[str, tuple[bool, str, str]] = {
     n: (CATALOGUE[n].better == "higher", CATALOGUE[n].unit, CATALOGUE[n].kind) for n in STEP_METRICS
 }
@@ -41,6 +51,7 @@ BREAKDOWN_PARTS = [(f"{p}_us", _PART_LABELS.get(p, p)) for p in STEP_SHARE_PARTS
 
 # ---- per-step samples ------------------------------------------------------------------------
 
+
 def run_series(store: Store, record: dict) -> pd.DataFrame:
     """The run's per-step metric series: the stored `step_metrics` table (written by the analysis), or for
     runs stored before it existed, the same analyzers.analyses.step_metrics function over the stored tables."""
@@ -48,8 +59,12 @@ def run_series(store: Store, record: dict) -> pd.DataFrame:
     series = store.read_table(run_id, "step_metrics")
     if series is not None:
         return series
-    return step_series(store.read_table(run_id, "workload_steps"), store.read_table(run_id, "step_breakdown"),
-                       store.read_table(run_id, "comm_ops"), warmup_steps(record.get("config")))
+    return step_series(
+        store.read_table(run_id, "workload_steps"),
+        store.read_table(run_id, "step_breakdown"),
+        store.read_table(run_id, "comm_ops"),
+        warmup_steps(record.get("config")),
+    )
 
 
 def step_samples(store: Store, record: dict) -> dict[str, list[float]]:
@@ -63,6 +78,7 @@ def step_samples(store: Store, record: dict) -> dict[str, list[float]]:
 # ---- statistics ----------------------------------------------------------------------------
 
 # ---- comparison ----------------------------------------------------------------------------
+
 
 @dataclass
 class Comparison:
@@ -101,8 +117,11 @@ def findings(store: Store, rec: dict) -> list[dict]:
 
 def top_findings(recs: list[dict], n: int = 3) -> list[dict]:
     """The first n causes (roots) of a ranked advice list, in brief."""
-    return [{k: r.get(k) for k in ("id", "rule", "severity", "gain_ms", "gain_share", "message")}
-            for r in recs if not r.get("symptom_of")][:n]
+    return [
+        {k: r.get(k) for k in ("id", "rule", "severity", "gain_ms", "gain_share", "message")}
+        for r in recs
+        if not r.get("symptom_of")
+    ][:n]
 
 
 def advice_changes(a: list[dict], b: list[dict]) -> list[dict]:
@@ -114,12 +133,18 @@ def advice_changes(a: list[dict], b: list[dict]) -> list[dict]:
     out = []
     for key, r in list(ib.items()) + [(k, r) for k, r in ia.items() if k not in ib]:
         ra, rb = ia.get(key), ib.get(key)
-        out.append({"id": key, "rule": r["rule"],
-                    "change": "appeared" if ra is None else "vanished" if rb is None else "both",
-                    "gain_a_ms": ra.get("gain_ms") if ra else None, "gain_b_ms": rb.get("gain_ms") if rb else None,
-                    "cause_a": (ra.get("symptom_of") or "root") if ra else None,
-                    "cause_b": (rb.get("symptom_of") or "root") if rb else None,
-                    "message": r["message"]})
+        out.append(
+            {
+                "id": key,
+                "rule": r["rule"],
+                "change": "appeared" if ra is None else "vanished" if rb is None else "both",
+                "gain_a_ms": ra.get("gain_ms") if ra else None,
+                "gain_b_ms": rb.get("gain_ms") if rb else None,
+                "cause_a": (ra.get("symptom_of") or "root") if ra else None,
+                "cause_b": (rb.get("symptom_of") or "root") if rb else None,
+                "message": r["message"],
+            }
+        )
     return out
 
 
@@ -158,13 +183,27 @@ def metric_delta(name: str, a: list[float], b: list[float], level: float = 0.95)
     higher, unit, kind = METRICS.get(name, (False, "", "ratio"))
     row: dict[str, Any] = {"metric": name, "unit": unit, "higher_is_better": higher, "n_a": len(a), "n_b": len(b)}
     if not a or not b:
-        row.update(a=float(np.mean(a)) if a else None, b=float(np.mean(b)) if b else None, delta=None, rel=None,
-                   ci_low=None, ci_high=None, p_value=None)
+        row.update(
+            a=float(np.mean(a)) if a else None,
+            b=float(np.mean(b)) if b else None,
+            delta=None,
+            rel=None,
+            ci_low=None,
+            ci_high=None,
+            p_value=None,
+        )
         return row
     ma, mb = float(np.mean(a)), float(np.mean(b))
     ci = welch_ci(a, b, level)
-    row.update(a=ma, b=mb, delta=mb - ma, rel=(mb - ma) / ma if ma else None, p_value=mann_whitney_p(a, b),
-               median_a=float(np.median(a)), median_b=float(np.median(b)))
+    row.update(
+        a=ma,
+        b=mb,
+        delta=mb - ma,
+        rel=(mb - ma) / ma if ma else None,
+        p_value=mann_whitney_p(a, b),
+        median_a=float(np.median(a)),
+        median_b=float(np.median(b)),
+    )
     if ci is not None and ma:
         row.update(ci_low=ci[0] / ma, ci_high=ci[1] / ma, ci_abs=[ci[0], ci[1]])
     else:
@@ -175,7 +214,10 @@ def metric_delta(name: str, a: list[float], b: list[float], level: float = 0.95)
 def _breakdown_means(store: Store, rec: dict) -> dict[str, float] | None:
     """The run's breakdown in ms per step: its record's catalogue metrics (computing_s, ...), or where the
     record lacks one, the same definition over its step series (analyzers.analyses.step_metrics.run_metrics)."""
-    m = {**run_metrics(run_series(store, rec)), **{k: v for k, v in (rec.get("metrics") or {}).items() if v is not None}}
+    m = {
+        **run_metrics(run_series(store, rec)),
+        **{k: v for k, v in (rec.get("metrics") or {}).items() if v is not None},
+    }
     out = {}
     for col, _ in [("step_us", "step")] + BREAKDOWN_PARTS:
         v = m.get("step_time_s" if col == "step_us" else col.replace("_us", "_s"))
@@ -246,8 +288,10 @@ def compare_runs(store: Store, run_a: str, run_b: str, *, top: int = 10, level: 
     a, b = store.get_run(run_a), store.get_run(run_b)
     for rec in (a, b):
         if rec.get("status") != "ok":
-            raise UserError(f"run {rec['run_id']} has status {rec.get('status')!r}; only finished runs can be compared"
-                            + (f" ({str(rec.get('error'))[:200]})" if rec.get("error") else ""))
+            raise UserError(
+                f"run {rec['run_id']} has status {rec.get('status')!r}; only finished runs can be compared"
+                + (f" ({str(rec.get('error'))[:200]})" if rec.get("error") else "")
+            )
     cmp = Comparison(a=a, b=b)
     sa, sb = step_samples(store, a), step_samples(store, b)
     cmp.samples = {"a": sa, "b": sb}
@@ -268,12 +312,22 @@ def compare_runs(store: Store, run_a: str, run_b: str, *, top: int = 10, level: 
             va, vb = (ba or {}).get(col), (bb or {}).get(col)
             if va is None and vb is None:
                 continue
-            cmp.breakdown.append({"part": label, "a_ms": va, "b_ms": vb,
-                                  "delta_ms": (vb - va) if va is not None and vb is not None else None})
+            cmp.breakdown.append(
+                {
+                    "part": label,
+                    "a_ms": va,
+                    "b_ms": vb,
+                    "delta_ms": (vb - va) if va is not None and vb is not None else None,
+                }
+            )
     ka, kb = kernel_totals(store, a), kernel_totals(store, b)
     if ka is not None or kb is not None:
-        kdf = pd.DataFrame({"a_ms": ka if ka is not None else pd.Series(dtype=float),
-                            "b_ms": kb if kb is not None else pd.Series(dtype=float)}).fillna(0.0)
+        kdf = pd.DataFrame(
+            {
+                "a_ms": ka if ka is not None else pd.Series(dtype=float),
+                "b_ms": kb if kb is not None else pd.Series(dtype=float),
+            }
+        ).fillna(0.0)
         kdf["delta_ms"] = kdf["b_ms"] - kdf["a_ms"]
         kdf = kdf.reindex(kdf["delta_ms"].abs().sort_values(ascending=False).index).head(top)
         cmp.kernels = [{"kernel": str(i), **{c: float(v) for c, v in r.items()}} for i, r in kdf.iterrows()]
@@ -294,6 +348,7 @@ def compare_runs(store: Store, run_a: str, run_b: str, *, top: int = 10, level: 
 
 
 # ---- rendering -----------------------------------------------------------------------------
+
 
 def fmt(v, digits: int = 4) -> str:
     if v is None:
@@ -324,44 +379,104 @@ def to_markdown(cmp: Comparison) -> str:
     a, b = cmp.a["run_id"], cmp.b["run_id"]
     out = [f"# Compare `{a}` (A) → `{b}` (B)", ""]
     if cmp.metrics:
-        out += ["## Throughput and step time (per-step samples, steady state: mean over measured steps)", "",
-                _md_table(["metric", "A mean", "B mean", "change", "95% CI of change", "p (Mann-Whitney)", "steps A/B"],
-                          [[m["metric"], fmt(m["a"]), fmt(m["b"]),
-                            pct(m["rel"]) if METRICS.get(m["metric"], ("", "", "ratio"))[2] != "share" or m["delta"] is None
-                            else f"{m['delta'] * 100:+.1f}pt",
-                            f"[{pct(m['ci_low'])}, {pct(m['ci_high'])}]" if m.get("ci_low") is not None else "–",
-                            fmt(m.get("p_value"), 2), f"{m['n_a']}/{m['n_b']}"] for m in cmp.metrics]), ""]
+        out += [
+            "## Throughput and step time (per-step samples, steady state: mean over measured steps)",
+            "",
+            _md_table(
+                ["metric", "A mean", "B mean", "change", "95% CI of change", "p (Mann-Whitney)", "steps A/B"],
+                [
+                    [
+                        m["metric"],
+                        fmt(m["a"]),
+                        fmt(m["b"]),
+                        pct(m["rel"])
+                        if METRICS.get(m["metric"], ("", "", "ratio"))[2] != "share" or m["delta"] is None
+                        else f"{m['delta'] * 100:+.1f}pt",
+                        f"[{pct(m['ci_low'])}, {pct(m['ci_high'])}]" if m.get("ci_low") is not None else "–",
+                        fmt(m.get("p_value"), 2),
+                        f"{m['n_a']}/{m['n_b']}",
+                    ]
+                    for m in cmp.metrics
+                ],
+            ),
+            "",
+        ]
     else:
         out += ["No per-step samples in either run.", ""]
     if cmp.breakdown:
-        out += ["## Step breakdown (ms per rank-step)", "",
-                _md_table(["part", "A", "B", "Δ"], [[r["part"], fmt(r["a_ms"]), fmt(r["b_ms"]), fmt(r["delta_ms"])]
-                                                  for r in cmp.breakdown]), ""]
+        out += [
+            "## Step breakdown (ms per rank-step)",
+            "",
+            _md_table(
+                ["part", "A", "B", "Δ"],
+                [[r["part"], fmt(r["a_ms"]), fmt(r["b_ms"]), fmt(r["delta_ms"])] for r in cmp.breakdown],
+            ),
+            "",
+        ]
     if cmp.kernels:
-        out += ["## Kernels: top movers (ms per rank-step)", "",
-                _md_table(["kernel", "A", "B", "Δ"], [[r["kernel"][:80], fmt(r["a_ms"]), fmt(r["b_ms"]), fmt(r["delta_ms"])]
-                                                    for r in cmp.kernels]), ""]
+        out += [
+            "## Kernels: top movers (ms per rank-step)",
+            "",
+            _md_table(
+                ["kernel", "A", "B", "Δ"],
+                [[r["kernel"][:80], fmt(r["a_ms"]), fmt(r["b_ms"]), fmt(r["delta_ms"])] for r in cmp.kernels],
+            ),
+            "",
+        ]
     if cmp.collectives:
-        out += ["## Collectives (per rank-step)", "",
-                _md_table(["op", "count A/B", "time ms A/B", "bytes A/B", "algbw GB/s A/B", "busbw GB/s A/B"],
-                          [[r["op"]] + [f"{fmt(r[c + '_a'])} / {fmt(r[c + '_b'])}"
-                                        for c in ("count", "time_ms", "bytes", "algbw_gbps", "busbw_gbps")]
-                           for r in cmp.collectives]), ""]
+        out += [
+            "## Collectives (per rank-step)",
+            "",
+            _md_table(
+                ["op", "count A/B", "time ms A/B", "bytes A/B", "algbw GB/s A/B", "busbw GB/s A/B"],
+                [
+                    [r["op"]]
+                    + [
+                        f"{fmt(r[c + '_a'])} / {fmt(r[c + '_b'])}"
+                        for c in ("count", "time_ms", "bytes", "algbw_gbps", "busbw_gbps")
+                    ]
+                    for r in cmp.collectives
+                ],
+            ),
+            "",
+        ]
     if cmp.advice:
         moved = [r for r in cmp.advice if r["change"] != "both" or r["cause_a"] == "root" or r["cause_b"] == "root"]
-        out += ["## Findings (advice; appeared / vanished / in both; gain = expected saving, ms per step)", "",
-                _md_table(["finding", "change", "gain A", "gain B", "A", "B", "message"],
-                          [[r["id"], r["change"], fmt(r["gain_a_ms"]), fmt(r["gain_b_ms"]), r["cause_a"] or "–",
-                            r["cause_b"] or "–", r["message"][:120]] for r in moved]), ""]
+        out += [
+            "## Findings (advice; appeared / vanished / in both; gain = expected saving, ms per step)",
+            "",
+            _md_table(
+                ["finding", "change", "gain A", "gain B", "A", "B", "message"],
+                [
+                    [
+                        r["id"],
+                        r["change"],
+                        fmt(r["gain_a_ms"]),
+                        fmt(r["gain_b_ms"]),
+                        r["cause_a"] or "–",
+                        r["cause_b"] or "–",
+                        r["message"][:120],
+                    ]
+                    for r in moved
+                ],
+            ),
+            "",
+        ]
     out += ["## Settings that differ", ""]
     if cmp.settings_diff:
         out += [_md_table(["key", "A", "B"], [[r["key"], fmt(r["a"]), fmt(r["b"])] for r in cmp.settings_diff]), ""]
     else:
         out += ["none", ""]
     if cmp.summary_metrics:
-        out += ["## Run metrics (run.json: each metric's catalogue aggregation, e.g. median over measured steps)", "",
-                _md_table(["metric", "A", "B", "change"], [[r["metric"], fmt(r["a"]), fmt(r["b"]), pct(r["rel"])]
-                                                         for r in cmp.summary_metrics]), ""]
+        out += [
+            "## Run metrics (run.json: each metric's catalogue aggregation, e.g. median over measured steps)",
+            "",
+            _md_table(
+                ["metric", "A", "B", "change"],
+                [[r["metric"], fmt(r["a"]), fmt(r["b"]), pct(r["rel"])] for r in cmp.summary_metrics],
+            ),
+            "",
+        ]
     return "\n".join(out)
 
 
@@ -413,7 +528,10 @@ def to_html(cmp: Comparison) -> str:
         f"{_html.escape(cmp.a['run_id'])} vs {_html.escape(cmp.b['run_id'])}</title>"
         "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse;margin:1em 0}"
         "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#f3f3f3}</style></head><body>"
-        + body + "<h2>Figures</h2>" + "\n".join(parts) + "</body></html>"
+        + body
+        + "<h2>Figures</h2>"
+        + "\n".join(parts)
+        + "</body></html>"
     )
 
 
@@ -426,7 +544,9 @@ def _md_to_html(md: str) -> str:
     def flush():
         if table:
             rows = [r for r in table if not set(r.replace("|", "").strip()) <= {"-"}]
-            cells = [[_html.escape(c.strip().replace("\\|", "|")) for c in r.strip().strip("|").split(" | ")] for r in rows]
+            cells = [
+                [_html.escape(c.strip().replace("\\|", "|")) for c in r.strip().strip("|").split(" | ")] for r in rows
+            ]
             h = "".join(f"<th>{c}</th>" for c in cells[0])
             body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in cells[1:])
             out.append(f"<table><thead><tr>{h}</tr></thead><tbody>{body}</tbody></table>")

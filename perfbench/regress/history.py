@@ -51,8 +51,12 @@ def current_commit(cwd: str | os.PathLike | None = None) -> str | None:
 
 
 def machine() -> dict:
-    return {"host": platform.node(), "cpus": len(os.sched_getaffinity(0)), "platform": platform.platform(),
-            "python": platform.python_version()}
+    return {
+        "host": platform.node(),
+        "cpus": len(os.sched_getaffinity(0)),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
 
 
 def _history_dir(store: Store) -> Path:
@@ -69,8 +73,15 @@ def check_label(label: str | None) -> str | None:
     return label
 
 
-def record(store: Store, target: str, *, via: str, label: str | None = None, commit: str | None = None,
-           when: float | None = None) -> dict:
+def record(
+    store: Store,
+    target: str,
+    *,
+    via: str,
+    label: str | None = None,
+    commit: str | None = None,
+    when: float | None = None,
+) -> dict:
     """Add (or replace) the history entry of a sweep or run; its finished (ok) runs become points."""
     check_label(label)
     kind, runs = resolve_target(store, target)
@@ -143,9 +154,14 @@ class Series:
     points: list[Point]
 
     def to_json(self) -> dict:
-        return {"key": self.key, "settings": self.settings, "config_keys": self.config_keys, "metric": self.metric,
-                "fast_quantile": FAST_QUANTILE,
-                "points": [{k: v for k, v in asdict(p).items() if k != "samples"} for p in self.points]}
+        return {
+            "key": self.key,
+            "settings": self.settings,
+            "config_keys": self.config_keys,
+            "metric": self.metric,
+            "fast_quantile": FAST_QUANTILE,
+            "points": [{k: v for k, v in asdict(p).items() if k != "samples"} for p in self.points],
+        }
 
 
 def settings_key(settings: dict, ignore=("repeat",)) -> str:
@@ -172,20 +188,35 @@ def series(history: list[dict], metric: str, *, config: str | None = None, ignor
                 ser.config_keys.append(r["config_key"])
             value = _number((r.get("metrics") or {}).get(metric))
             samples = [float(x) for x in (r.get("samples") or {}).get(metric) or [] if _number(x) is not None]
-            ser.points.append(Point(e["entry_id"], e.get("ref") or e["entry_id"], e.get("commit"), e.get("label"),
-                                    e.get("time") or 0.0, r["run_id"], s.get("repeat"), value, samples,
-                                    gate_value(value, samples, better)))
+            ser.points.append(
+                Point(
+                    e["entry_id"],
+                    e.get("ref") or e["entry_id"],
+                    e.get("commit"),
+                    e.get("label"),
+                    e.get("time") or 0.0,
+                    r["run_id"],
+                    s.get("repeat"),
+                    value,
+                    samples,
+                    gate_value(value, samples, better),
+                )
+            )
     picked = list(out.values())
     if config:
         picked = [s for s in picked if config in s.key or any(k.startswith(config) for k in s.config_keys)]
         if not picked:
-            raise UserError(f"no configuration matches --config {config!r}; known: "
-                            + "; ".join(sorted(out)) if out else f"no history yet (--config {config!r})")
+            raise UserError(
+                f"no configuration matches --config {config!r}; known: " + "; ".join(sorted(out))
+                if out
+                else f"no history yet (--config {config!r})"
+            )
     return picked
 
 
-def series_with_change_points(store: Store, metric: str, *, config: str | None = None, ignore=("repeat",),
-                              alpha: float = 0.05) -> list[dict]:
+def series_with_change_points(
+    store: Store, metric: str, *, config: str | None = None, ignore=("repeat",), alpha: float = 0.05
+) -> list[dict]:
     """Series.to_json() of each configuration plus the E-Divisive change points (perfbench.regress.changepoints) of its
     gate values: what `perfbench history` prints and the dashboard's History page draws."""
     from perfbench.regress.changepoints import e_divisive
@@ -194,8 +225,17 @@ def series_with_change_points(store: Store, metric: str, *, config: str | None =
     for ser in series(entries(store), metric, config=config, ignore=ignore):
         d = ser.to_json()
         refs = [p for p in ser.points if p.gate is not None]
-        d["change_points"] = [{"index": c.index, "began_at": refs[c.index].ref, "run_id": refs[c.index].run_id,
-                               "before": c.before, "after": c.after, "ratio": c.ratio, "confidence": c.confidence}
-                              for c in e_divisive([p.gate for p in refs], alpha=alpha)]
+        d["change_points"] = [
+            {
+                "index": c.index,
+                "began_at": refs[c.index].ref,
+                "run_id": refs[c.index].run_id,
+                "before": c.before,
+                "after": c.after,
+                "ratio": c.ratio,
+                "confidence": c.confidence,
+            }
+            for c in e_divisive([p.gate for p in refs], alpha=alpha)
+        ]
         out.append(d)
     return out

@@ -47,8 +47,10 @@ def rerun_problem(record: dict) -> str | None:
     rid, source = record.get("run_id"), record.get("source") or "sweep"
     if source not in RERUNNABLE_SOURCES:
         what = "an imported profile (source: analyze)" if source == "analyze" else f"a run of source {source!r}"
-        return (f"run {rid} is {what}: perfbench did not launch it and cannot re-run it with a knob changed "
-                "(--try needs a run of `perfbench sweep` or `perfbench tune`)")
+        return (
+            f"run {rid} is {what}: perfbench did not launch it and cannot re-run it with a knob changed "
+            "(--try needs a run of `perfbench sweep` or `perfbench tune`)"
+        )
     cfg = record.get("config") or {}
     if not cfg.get("workload") or not cfg.get("world_size"):
         return f"run {rid} has no stored configuration (run.json `config`) to re-run"
@@ -91,9 +93,16 @@ def choose_findings(advice: pd.DataFrame | None, n: int) -> list[dict]:
         if key in seen:
             continue
         seen.add(key)
-        out.append({"id": str(r.get("id") or r.get("rule")), "rule": r.get("rule"), "try": change,
-                    "gain_ms": _num(r.get("gain_ms")), "predicted_step_ms": _num(r.get("predicted_step_ms")),
-                    "message": r.get("message")})
+        out.append(
+            {
+                "id": str(r.get("id") or r.get("rule")),
+                "rule": r.get("rule"),
+                "try": change,
+                "gain_ms": _num(r.get("gain_ms")),
+                "predicted_step_ms": _num(r.get("predicted_step_ms")),
+                "message": r.get("message"),
+            }
+        )
         if len(out) == n:
             break
     return out
@@ -108,9 +117,13 @@ def base_config(store: Store, record: dict):
     rc = record["config"]
     sweep = store.read_sweep(record.get("sweep_id") or "") if record.get("sweep_id") else None
     launch = dict(((sweep or {}).get("config") or {}).get("launch") or {})
-    raw = {"name": "advise", "workload": rc["workload"], "launch": launch,
-           "sweep": {"world_size": [int(rc["world_size"])]},
-           **{s: dict(rc.get(s) or {}) for s in ("model", "train", "profile", "parallel", "inject")}}
+    raw = {
+        "name": "advise",
+        "workload": rc["workload"],
+        "launch": launch,
+        "sweep": {"world_size": [int(rc["world_size"])]},
+        **{s: dict(rc.get(s) or {}) for s in ("model", "train", "profile", "parallel", "inject")},
+    }
     raw["launch"]["max_world_size"] = max(int(launch.get("max_world_size", 8)), int(rc["world_size"]))
     try:
         return parse_config(raw, default_name="advise")
@@ -125,8 +138,10 @@ def undotted(change: dict, workload: str) -> dict:
     for dotted, value in change.items():
         section, _, key = str(dotted).partition(".")
         if not key or section not in TRY_SECTIONS:
-            raise ConfigError(f"try: {dotted!r} is not a key perfbench can change (expected one of "
-                              f"{', '.join(s + '.KEY' for s in TRY_SECTIONS)})")
+            raise ConfigError(
+                f"try: {dotted!r} is not a key perfbench can change (expected one of "
+                f"{', '.join(s + '.KEY' for s in TRY_SECTIONS)})"
+            )
         try:
             home = section_of(key, workload)
         except KeyError:
@@ -157,8 +172,13 @@ def measured_gain(base_ms: list[float], fix_ms: list[float]) -> dict:
         return {"gain_ms": None, "low_ms": None, "high_ms": None, "n_base": len(base_ms), "n_fix": len(fix_ms)}
     gain = statistics.fmean(base_ms) - statistics.fmean(fix_ms)
     ci = welch_ci(fix_ms, base_ms)  # interval of mean(base) - mean(fix)
-    return {"gain_ms": gain, "low_ms": ci[0] if ci else None, "high_ms": ci[1] if ci else None,
-            "n_base": len(base_ms), "n_fix": len(fix_ms)}
+    return {
+        "gain_ms": gain,
+        "low_ms": ci[0] if ci else None,
+        "high_ms": ci[1] if ci else None,
+        "n_base": len(base_ms),
+        "n_fix": len(fix_ms),
+    }
 
 
 def _step_ms(record: dict) -> float | None:
@@ -168,8 +188,16 @@ def _step_ms(record: dict) -> float | None:
     return None if v is None else v * 1000.0
 
 
-def try_fixes(store: Store, record: dict, n: int, *, repeats: int = 2, advice: pd.DataFrame | None = None,
-              events=None, announce=None) -> dict:
+def try_fixes(
+    store: Store,
+    record: dict,
+    n: int,
+    *,
+    repeats: int = 2,
+    advice: pd.DataFrame | None = None,
+    events=None,
+    announce=None,
+) -> dict:
     """Run the `n` best knobs of `record`'s advice (`repeats` rounds, each the original then every fix) and
     return {session, of, fixes: [...], original: {...}}; the rows are also appended to the store's advice trials.
     `events`: perfbench.run.sweep.SweepEvents for progress; `announce(text)`: one line before each round."""
@@ -209,9 +237,18 @@ def try_fixes(store: Store, record: dict, n: int, *, repeats: int = 2, advice: p
             fix["runs"].append(run_id)
             fix["errors"].append(f"cannot apply the knob: {exc}")
     runnable = [f for f in fixes if not f["errors"]]
-    sweep = {"sweep_id": session, "kind": "advise", "name": f"{of}-advise", "created": time.time(),
-             "config": cfg.raw, "of_run": of, "repeats": repeats, "runs": [r for f in fixes for r in f["runs"]],
-             "findings": [{"id": f["id"], "try": f["try"]} for f in fixes], "invocations": [{"started": time.time()}]}
+    sweep = {
+        "sweep_id": session,
+        "kind": "advise",
+        "name": f"{of}-advise",
+        "created": time.time(),
+        "config": cfg.raw,
+        "of_run": of,
+        "repeats": repeats,
+        "runs": [r for f in fixes for r in f["runs"]],
+        "findings": [{"id": f["id"], "try": f["try"]} for f in fixes],
+        "invocations": [{"started": time.time()}],
+    }
     store.write_sweep(sweep)
     total = repeats * (len(runnable) + 1) if runnable else 0
     i = 0
@@ -230,9 +267,18 @@ def try_fixes(store: Store, record: dict, n: int, *, repeats: int = 2, advice: p
                 if events.run_started:
                     events.run_started(i, total, plan)
                 store.reset_run(run_id)
-                rec = execute_run(cfg, store, session, plan, events, source="advise", skip_teardown=True,
-                                  extra={"advise": {"of": of, "finding": None if fix is None else fix["id"],
-                                                    "try": change, "round": rnd}})
+                rec = execute_run(
+                    cfg,
+                    store,
+                    session,
+                    plan,
+                    events,
+                    source="advise",
+                    skip_teardown=True,
+                    extra={
+                        "advise": {"of": of, "finding": None if fix is None else fix["id"], "try": change, "round": rnd}
+                    },
+                )
                 if events.run_finished:
                     events.run_finished(i, total, plan, rec)
                 side["runs"].append(run_id)
@@ -247,10 +293,18 @@ def try_fixes(store: Store, record: dict, n: int, *, repeats: int = 2, advice: p
         store.write_sweep(sweep)
     rows = [_trial_row(session, record, fix, base) for fix in fixes]
     store.append_advice_trials(rows)
-    return {"session": session, "of": of, "repeats": repeats,
-            "original": {"runs": base["runs"], "step_ms": base["step_ms"], "errors": base["errors"],
-                         "stored_step_ms": _step_ms(record)},
-            "fixes": rows}
+    return {
+        "session": session,
+        "of": of,
+        "repeats": repeats,
+        "original": {
+            "runs": base["runs"],
+            "step_ms": base["step_ms"],
+            "errors": base["errors"],
+            "stored_step_ms": _step_ms(record),
+        },
+        "fixes": rows,
+    }
 
 
 def undotted_safe(change: dict, workload: str) -> dict:
@@ -264,11 +318,21 @@ def undotted_safe(change: dict, workload: str) -> dict:
 def _store_failed(store: Store, session: str, record: dict, run_id: str, fix: dict, reason: str) -> None:
     """A fix that could not even be planned is stored failed with its reason, like a run that crashed."""
     store.reset_run(run_id)
-    store.write_run({"run_id": run_id, "sweep_id": session, "source": "advise", "status": "failed",
-                     "error": f"cannot apply the knob: {reason}", "settings": record.get("settings") or {},
-                     "config": {}, "env": {}, "timings": {"started": time.time(), "finished": time.time()},
-                     "metrics": {}, "advise": {"of": record["run_id"], "finding": fix["id"], "try": fix["try"],
-                                               "round": None}})
+    store.write_run(
+        {
+            "run_id": run_id,
+            "sweep_id": session,
+            "source": "advise",
+            "status": "failed",
+            "error": f"cannot apply the knob: {reason}",
+            "settings": record.get("settings") or {},
+            "config": {},
+            "env": {},
+            "timings": {"started": time.time(), "finished": time.time()},
+            "metrics": {},
+            "advise": {"of": record["run_id"], "finding": fix["id"], "try": fix["try"], "round": None},
+        }
+    )
 
 
 def _trial_row(session: str, record: dict, fix: dict, base: dict) -> dict:
@@ -279,15 +343,27 @@ def _trial_row(session: str, record: dict, fix: dict, base: dict) -> dict:
     if status == "failed":
         error = "; ".join(dict.fromkeys(str(e) for e in (fix["errors"] or base["errors"]) if e)) or "no run finished"
     return {
-        "time": time.time(), "session": session, "of": record["run_id"], "workload": record["config"]["workload"],
-        "world_size": record["config"]["world_size"], "finding": fix["id"], "rule": fix["rule"],
+        "time": time.time(),
+        "session": session,
+        "of": record["run_id"],
+        "workload": record["config"]["workload"],
+        "world_size": record["config"]["world_size"],
+        "finding": fix["id"],
+        "rule": fix["rule"],
         "try": json.dumps(fix["try"], sort_keys=True),
-        "predicted_gain_ms": fix["gain_ms"], "predicted_step_ms": fix["predicted_step_ms"],
+        "predicted_gain_ms": fix["gain_ms"],
+        "predicted_step_ms": fix["predicted_step_ms"],
         "base_step_ms": statistics.median(base["step_ms"]) if base["step_ms"] else None,
         "fix_step_ms": statistics.median(fix["step_ms"]) if fix["step_ms"] else None,
-        "measured_gain_ms": m["gain_ms"], "measured_low_ms": m["low_ms"], "measured_high_ms": m["high_ms"],
-        "n_base": m["n_base"], "n_fix": m["n_fix"], "status": status, "error": error,
-        "runs": list(fix["runs"]), "base_runs": list(base["runs"]),
+        "measured_gain_ms": m["gain_ms"],
+        "measured_low_ms": m["low_ms"],
+        "measured_high_ms": m["high_ms"],
+        "n_base": m["n_base"],
+        "n_fix": m["n_fix"],
+        "status": status,
+        "error": error,
+        "runs": list(fix["runs"]),
+        "base_runs": list(base["runs"]),
     }
 
 
@@ -300,20 +376,41 @@ def render_tried(out, tried: dict) -> None:
         return "-" if v is None else f"{v:.1f}"
 
     orig = tried["original"]
-    t = Table(title=f"advise --try: {len(tried['fixes'])} fix(es) of {tried['of']}, {tried['repeats']} round(s) "
-                    f"interleaved with the original (session {tried['session']})")
-    for col in ("finding", "try", "predicted gain ms", "measured gain ms", "95% interval", "step ms orig -> fix",
-                "runs ok", "status"):
+    t = Table(
+        title=f"advise --try: {len(tried['fixes'])} fix(es) of {tried['of']}, {tried['repeats']} round(s) "
+        f"interleaved with the original (session {tried['session']})"
+    )
+    for col in (
+        "finding",
+        "try",
+        "predicted gain ms",
+        "measured gain ms",
+        "95% interval",
+        "step ms orig -> fix",
+        "runs ok",
+        "status",
+    ):
         t.add_column(col, justify="right" if "ms" in col or col == "runs ok" else "left")
     for r in tried["fixes"]:
         iv = "-" if r["measured_low_ms"] is None else f"[{r['measured_low_ms']:.1f}, {r['measured_high_ms']:.1f}]"
         status = r["status"] if r["status"] == "ok" else f"failed: {r['error']}"
-        cells = (r["finding"], r["try"], ms(r["predicted_gain_ms"]), ms(r["measured_gain_ms"]), iv,
-                 f"{ms(r['base_step_ms'])} -> {ms(r['fix_step_ms'])}", f"{r['n_fix']}/{len(r['runs'])}", status)
+        cells = (
+            r["finding"],
+            r["try"],
+            ms(r["predicted_gain_ms"]),
+            ms(r["measured_gain_ms"]),
+            iv,
+            f"{ms(r['base_step_ms'])} -> {ms(r['fix_step_ms'])}",
+            f"{r['n_fix']}/{len(r['runs'])}",
+            status,
+        )
         t.add_row(*(Text(str(c)) for c in cells))
     out.print(t)
     if orig["errors"]:
         out.print(Text(f"re-runs of the original failed: {'; '.join(map(str, orig['errors']))}", style="red"))
-    out.print("measured gain = mean step ms of the original's re-runs - mean of the fix's runs (step_time_s, "
-              "median over measured steps); interval: Welch 95%, shown with 2+ ok runs a side. "
-              "Kept in <results>/advice/trials.jsonl (docs/advice.md).", highlight=False)
+    out.print(
+        "measured gain = mean step ms of the original's re-runs - mean of the fix's runs (step_time_s, "
+        "median over measured steps); interval: Welch 95%, shown with 2+ ok runs a side. "
+        "Kept in <results>/advice/trials.jsonl (docs/advice.md).",
+        highlight=False,
+    )

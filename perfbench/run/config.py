@@ -18,8 +18,20 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from perfbench.run.config_models import (MODELS, SWEEPABLE, Inject, Parallel, Range, RunConfig, SweepFile, Train,
-                                     tidy_sections, config_error, show, suggest)
+from perfbench.run.config_models import (
+    MODELS,
+    SWEEPABLE,
+    Inject,
+    Parallel,
+    Range,
+    RunConfig,
+    SweepFile,
+    Train,
+    tidy_sections,
+    config_error,
+    show,
+    suggest,
+)
 from perfbench.errors import ConfigError
 
 WORKLOADS = tuple(MODELS)
@@ -71,8 +83,10 @@ class SweepConfig:
         sweep_id = sweep_id or self.name
         for key, r in self.ranges.items():
             if strict and not r.enumerable:
-                raise ConfigError(f"sweep.{key}: the range {r.describe()} has no `step`, so a sweep cannot list its "
-                                  "values: give `step`, a list of values, or search it with `perfbench tune`")
+                raise ConfigError(
+                    f"sweep.{key}: the range {r.describe()} has no `step`, so a sweep cannot list its "
+                    "values: give `step`, a list of values, or search it with `perfbench tune`"
+                )
         axes = self.axes()
         names = list(axes)
         points = []
@@ -118,8 +132,15 @@ def plan_point(cfg: SweepConfig, point: dict[str, Any], run_id: str, repeat: int
     ws = point.get("world_size", cfg.axes()["world_size"][0])
     settings = {"workload": cfg.workload, "world_size": ws}
     settings.update({k: v for k, v in point.items() if k != "world_size"})
-    run_config = {"run_id": run_id, "workload": cfg.workload, "world_size": ws, "repeat": repeat,
-                  "output_dir": None, "threads_per_rank": None, **sections}
+    run_config = {
+        "run_id": run_id,
+        "workload": cfg.workload,
+        "world_size": ws,
+        "repeat": repeat,
+        "output_dir": None,
+        "threads_per_rank": None,
+        **sections,
+    }
     plan = RunPlan(run_id, dict(settings, repeat=repeat), run_config, config_key(run_config))
     _check_run(plan)
     return plan
@@ -217,8 +238,14 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
         model = model_cls.model_validate(top.model)
     except ValidationError as exc:
         raise config_error(exc, "model", model_cls) from None
-    sections = {"model": model, "train": top.train, "profile": top.profile, "parallel": top.parallel,
-                "launch": top.launch, "inject": top.inject}
+    sections = {
+        "model": model,
+        "train": top.train,
+        "profile": top.profile,
+        "parallel": top.parallel,
+        "launch": top.launch,
+        "inject": top.inject,
+    }
     # the validated defaults, with the values exactly as written (an int stays an int: run ids and config keys)
     merged = {name: {**obj.model_dump(), **raw.get(name, {})} for name, obj in sections.items()}
     merged["launch"]["slurm"] = {**top.launch.slurm.model_dump(), **(raw.get("launch", {}).get("slurm") or {})}
@@ -230,11 +257,17 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
             try:
                 section_of(key, top.workload)
             except KeyError:
-                allowed = ["world_size", *Parallel.model_fields, *Train.model_fields, *model_cls.model_fields,
-                           *Inject.model_fields]
+                allowed = [
+                    "world_size",
+                    *Parallel.model_fields,
+                    *Train.model_fields,
+                    *model_cls.model_fields,
+                    *Inject.model_fields,
+                ]
                 raise ConfigError(
                     f"sweep.{key}: unknown sweep axis{suggest(key, allowed)} (value {show(values)}; axes may be "
-                    f"world_size or any key of parallel, train, model or inject for {top.workload})") from None
+                    f"world_size or any key of parallel, train, model or inject for {top.workload})"
+                ) from None
         if isinstance(values, dict):
             ranges[key] = parse_range(f"sweep.{key}", values)
             values = ranges[key].values()
@@ -246,9 +279,21 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
             raise ConfigError(f"sweep.{key}: values {show(values)} contain duplicates")
         sweep[key] = values
 
-    cfg = SweepConfig(top.name or default_name, top.workload, merged["model"], merged["train"], merged["profile"],
-                      merged["parallel"], merged["launch"], merged["inject"], sweep, top.repeats, top.results, raw=raw,
-                      ranges=ranges)
+    cfg = SweepConfig(
+        top.name or default_name,
+        top.workload,
+        merged["model"],
+        merged["train"],
+        merged["profile"],
+        merged["parallel"],
+        merged["launch"],
+        merged["inject"],
+        sweep,
+        top.repeats,
+        top.results,
+        raw=raw,
+        ranges=ranges,
+    )
     for key, values in cfg.axes().items():
         for value in values:
             _check_value(cfg, key, value)
@@ -277,13 +322,17 @@ def _check_value(cfg: SweepConfig, key: str, value: Any) -> None:
             raise ConfigError(f"{where}: {show(value)} must be an integer, at least 1")
         mx, nodes = cfg.launch["max_world_size"], cfg.launch["nodes"]
         if value > mx:
-            raise ConfigError(f"{where}: {value} is larger than allowed: launch.max_world_size is {mx} "
-                              f"(raise launch.max_world_size to allow it; this machine has {os.cpu_count()} cores)")
+            raise ConfigError(
+                f"{where}: {value} is larger than allowed: launch.max_world_size is {mx} "
+                f"(raise launch.max_world_size to allow it; this machine has {os.cpu_count()} cores)"
+            )
         if value % nodes:
             raise ConfigError(f"{where}: {value} is not divisible by launch.nodes ({nodes})")
         return
     section = section_of(key, cfg.workload)
-    model = (MODELS[cfg.workload] if section == "model" else SWEEPABLE[section]).model_construct(**getattr(cfg, section))
+    model = (MODELS[cfg.workload] if section == "model" else SWEEPABLE[section]).model_construct(
+        **getattr(cfg, section)
+    )
     try:
         setattr(model, key, value)
     except ValidationError as exc:

@@ -53,9 +53,11 @@ class ResNet50Model(Section):
     image_size: int = _int(8, 1024, 32, "input height and width")
     num_classes: int = _int(2, 100000, 10)
     width: int = _int(1, 4096, 64, "base width (64 is the paper's ResNet-50)")
-    layers: Annotated[list[Annotated[int, Field(ge=1)]], Field(min_length=4, max_length=4),
-                      explain("must be a list of 4 positive integers (blocks per stage, ResNet-50 is [3, 4, 6, 3])")] = \
-        Field(default_factory=lambda: [3, 4, 6, 3], description="bottleneck blocks per stage")
+    layers: Annotated[
+        list[Annotated[int, Field(ge=1)]],
+        Field(min_length=4, max_length=4),
+        explain("must be a list of 4 positive integers (blocks per stage, ResNet-50 is [3, 4, 6, 3])"),
+    ] = Field(default_factory=lambda: [3, 4, 6, 3], description="bottleneck blocks per stage")
 
 
 class MoEModel(Section):
@@ -80,35 +82,58 @@ class Train(Section):
     lr: float = Field(0.05, ge=0)
     momentum: float = Field(0.9, ge=0, lt=1)
     optimizer: Literal["momentum", "adamw"] = Field(
-        "momentum", description="momentum (nn.Momentum, 1 state per parameter) | adamw (nn.AdamWeightDecay, 2 states)")
+        "momentum", description="momentum (nn.Momentum, 1 state per parameter) | adamw (nn.AdamWeightDecay, 2 states)"
+    )
     weight_decay: float = Field(0.0, ge=0, description="adamw's decoupled weight decay")
-    recompute: bool = Field(False, description="recompute the activations of the model's blocks in backward "
-                            "instead of keeping them (cell.recompute())")
+    recompute: bool = Field(
+        False,
+        description="recompute the activations of the model's blocks in backward "
+        "instead of keeping them (cell.recompute())",
+    )
     mode: Literal["graph", "pynative"] = "graph"
-    checkpoint_every: int = _int(0, 1_000_000, 0, "save a MindSpore checkpoint every N steps (0: never); "
-                                 "`sweep --resume` continues a killed run from its last checkpoint")
+    checkpoint_every: int = _int(
+        0,
+        1_000_000,
+        0,
+        "save a MindSpore checkpoint every N steps (0: never); "
+        "`sweep --resume` continues a killed run from its last checkpoint",
+    )
     data: Annotated[str, WrapValidator(lambda v, h: _data_folder(h(v)))] = Field(
-        "synthetic", description="synthetic, or an image folder (ResNet: mindspore.dataset.ImageFolderDataset)")
-    kernel_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(None, description=(
-        "MindSpore's CPU kernel thread pool per rank (mindspore.device_context.cpu.op_tuning.threads_num); null: 1 "
-        "for a rank pinned to one core (with MindSpore's default its steps 5-14 cost 40-70% more CPU time), "
-        "MindSpore's default otherwise; `mindspore`: always MindSpore's default (docs/benchmarks.md, Repeatability)"))
-    dispatch_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(None, description=(
-        "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: 1 for "
-        "a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"))
+        "synthetic", description="synthetic, or an image folder (ResNet: mindspore.dataset.ImageFolderDataset)"
+    )
+    kernel_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(
+        None,
+        description=(
+            "MindSpore's CPU kernel thread pool per rank (mindspore.device_context.cpu.op_tuning.threads_num); null: 1 "
+            "for a rank pinned to one core (with MindSpore's default its steps 5-14 cost 40-70% more CPU time), "
+            "MindSpore's default otherwise; `mindspore`: always MindSpore's default (docs/benchmarks.md, Repeatability)"
+        ),
+    )
+    dispatch_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(
+        None,
+        description=(
+            "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: 1 for "
+            "a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"
+        ),
+    )
     precision: Annotated[Literal["fp32", "fp16", "bf16"], WrapValidator(lambda v, h: _cpu_precision(h(v)))] = Field(
-        "fp32", description="fp32 | fp16 (MindSpore AMP O2 + dynamic loss scaling) | bf16 (Ascend only: the CPU "
-        "backend has no bf16 MatMul/Conv2D kernels)")
-    loss_scale: float = Field(2.0 ** 16, ge=1, le=2.0 ** 64, description="fp16: initial dynamic loss scale")
+        "fp32",
+        description="fp32 | fp16 (MindSpore AMP O2 + dynamic loss scaling) | bf16 (Ascend only: the CPU "
+        "backend has no bf16 MatMul/Conv2D kernels)",
+    )
+    loss_scale: float = Field(2.0**16, ge=1, le=2.0**64, description="fp16: initial dynamic loss scale")
     loss_scale_window: int = _int(1, 1_000_000, 1000, "fp16: steps without overflow before the loss scale doubles")
 
 
 def _cpu_precision(value: str) -> str:
     if value == "bf16":  # workloads/runner.py runs on the CPU backend only
-        raise PydanticCustomError("invalid", "cannot run on the MindSpore CPU backend perfbench launches: it has no "
-                                  "bf16 kernels for MatMul, Conv2D, BatchNorm, Softmax or the loss (only Add, Mul, "
-                                  "Cast); use fp16 or fp32 here (bf16 is the usual choice on Ascend, "
-                                  "docs/workloads.md)")
+        raise PydanticCustomError(
+            "invalid",
+            "cannot run on the MindSpore CPU backend perfbench launches: it has no "
+            "bf16 kernels for MatMul, Conv2D, BatchNorm, Softmax or the loss (only Add, Mul, "
+            "Cast); use fp16 or fp32 here (bf16 is the usual choice on Ascend, "
+            "docs/workloads.md)",
+        )
     return value
 
 
@@ -122,61 +147,94 @@ class Profile(Section):
     enabled: bool = Field(True, description="false: no profiler at all (for overhead measurements)")
     steps: int = _int(1, 1000, 4, "profiled window: the steps right after warm-up")
     level: Literal["off", "light", "default", "full"] = Field(
-        "default", description="what the profiler records: off | light (op times) | default (op times, MindSpore's "
-        "parse after training) | full (+ memory, shapes, stacks); workloads/runner.py PROFILE_LEVELS")
+        "default",
+        description="what the profiler records: off | light (op times) | default (op times, MindSpore's "
+        "parse after training) | full (+ memory, shapes, stacks); workloads/runner.py PROFILE_LEVELS",
+    )
 
 
 class Parallel(Section):
     grad_compression: Literal["none", "fp16", "powersgd", "topk"] = "none"
-    compression_ratio: Annotated[float, Field(gt=0, le=1), explain("must be in (0, 1]: the fraction of gradient bytes kept")] = \
-        Field(0.01, description="powersgd/topk: fraction of gradient bytes kept, in (0, 1]")
-    comm_fusion: Annotated[Union[Literal["all"], Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]],
-                           explain("must be a bucket size in MB (0 = one collective per parameter) or `all`")] = \
-        Field(0, description="gradient bucket size in MB; 0 = one all-reduce per parameter; all = one buffer")
+    compression_ratio: Annotated[
+        float, Field(gt=0, le=1), explain("must be in (0, 1]: the fraction of gradient bytes kept")
+    ] = Field(0.01, description="powersgd/topk: fraction of gradient bytes kept, in (0, 1]")
+    comm_fusion: Annotated[
+        Union[Literal["all"], Annotated[int, Field(ge=0)], Annotated[float, Field(ge=0)]],
+        explain("must be a bucket size in MB (0 = one collective per parameter) or `all`"),
+    ] = Field(0, description="gradient bucket size in MB; 0 = one all-reduce per parameter; all = one buffer")
     fusion_impl: Literal["perfbench", "mindspore"] = Field(
-        "perfbench", description="perfbench (own bucketing) | mindspore (MindSpore's comm_fusion)")
+        "perfbench", description="perfbench (own bucketing) | mindspore (MindSpore's comm_fusion)"
+    )
     pipeline_stages: int = _int(1, 1024, 1, "S; world_size = S x data-parallel size")
-    tensor_parallel: int = _int(1, 1024, 1, "T (moe only): attention heads and feed-forward split over T ranks, "
-                                "Megatron-style; world_size = data-parallel x T x S")
+    tensor_parallel: int = _int(
+        1,
+        1024,
+        1,
+        "T (moe only): attention heads and feed-forward split over T ranks, "
+        "Megatron-style; world_size = data-parallel x T x S",
+    )
     micro_batches: int = _int(1, 4096, 1, "M; with S = 1 it is gradient accumulation")
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
     zero_stage: Literal[0, 1, 2] = Field(
-        0, description="ZeRO: 0 = replicated; 1 = optimizer state sharded over the data-parallel ranks; "
-        "2 = optimizer state and gradients sharded (CPU: emulated with AllReduce + Broadcast, docs/workloads.md)")
-    overlap_grad_comm: bool = Field(False, description="true: all-reduce each gradient bucket asynchronously as soon "
-                                    "as backward produced it (PyNative hooks), waited before the optimizer; false: "
-                                    "all-reduce after the whole backward")
+        0,
+        description="ZeRO: 0 = replicated; 1 = optimizer state sharded over the data-parallel ranks; "
+        "2 = optimizer state and gradients sharded (CPU: emulated with AllReduce + Broadcast, docs/workloads.md)",
+    )
+    overlap_grad_comm: bool = Field(
+        False,
+        description="true: all-reduce each gradient bucket asynchronously as soon "
+        "as backward produced it (PyNative hooks), waited before the optimizer; false: "
+        "all-reduce after the whole backward",
+    )
 
 
 class Slurm(Section):
     """Where and how `launch.backend: slurm` submits each run (sbatch); docs/slurm.md."""
 
-    partition: Annotated[str, Field(min_length=1), explain("must be a partition name (sinfo lists them)")] | None = \
+    partition: Annotated[str, Field(min_length=1), explain("must be a partition name (sinfo lists them)")] | None = (
         Field(None, description="sbatch --partition (default: the cluster's default partition)")
+    )
     account: Annotated[str, Field(min_length=1), explain("must be an account name")] | None = Field(
-        None, description="sbatch --account")
-    time_limit: Annotated[str, Field(pattern=r"^(\d+-)?\d+(:\d+){0,2}$"),
-                          explain("must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]")] | None = \
-        Field(None, description="sbatch --time; when Slurm ends the job for it, the run fails with TIMEOUT")
-    cpus_per_task: int | None = Field(None, ge=1, le=4096, description="sbatch --cpus-per-task (one task per node "
-                                                                          "runs msrun, which starts that node's ranks)")
-    sbatch_args: Annotated[list[Annotated[str, Field(pattern=r"^-")]],
-                           explain("must be a list of sbatch options, each starting with '-'")] = Field(
-        default_factory=list, description="extra sbatch options, e.g. [\"--exclusive\", \"--qos=high\"]")
+        None, description="sbatch --account"
+    )
+    time_limit: (
+        Annotated[
+            str,
+            Field(pattern=r"^(\d+-)?\d+(:\d+){0,2}$"),
+            explain("must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]"),
+        ]
+        | None
+    ) = Field(None, description="sbatch --time; when Slurm ends the job for it, the run fails with TIMEOUT")
+    cpus_per_task: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="sbatch --cpus-per-task (one task per node runs msrun, which starts that node's ranks)",
+    )
+    sbatch_args: Annotated[
+        list[Annotated[str, Field(pattern=r"^-")]], explain("must be a list of sbatch options, each starting with '-'")
+    ] = Field(default_factory=list, description='extra sbatch options, e.g. ["--exclusive", "--qos=high"]')
     poll_s: float = Field(2.0, ge=0.1, le=600, description="how often the sweep asks Slurm about the job")
 
 
 class Launch(Section):
     backend: Literal["local", "slurm"] = Field(
-        "local", description="local: msrun on this machine; slurm: each run is a Slurm job (sbatch), msrun on every node")
+        "local",
+        description="local: msrun on this machine; slurm: each run is a Slurm job (sbatch), msrun on every node",
+    )
     slurm: Slurm = Field(default_factory=Slurm, description="sbatch options for backend: slurm")
-    timeout_s: int = _int(10, None, 900, "whole run, msrun start to exit (slurm: from the job's start, pending excluded)")
+    timeout_s: int = _int(
+        10, None, 900, "whole run, msrun start to exit (slurm: from the job's start, pending excluded)"
+    )
     stall_timeout_s: int = _int(10, None, 180, "no rank finished a step for this long = hung")
     max_world_size: int = _int(1, 4096, 8, "world sizes above this are rejected")
     bind_core: Annotated[Union[Literal["auto"], bool], explain("must be auto, true or false")] = Field(
-        "auto", description="auto: msrun --bind_core when every local rank gets a core of its own")
-    master_port: Annotated[Union[Literal["auto"], Annotated[int, Field(ge=1024, le=65535)]],
-                           explain("must be auto or a port number from 1024 to 65535")] = "auto"
+        "auto", description="auto: msrun --bind_core when every local rank gets a core of its own"
+    )
+    master_port: Annotated[
+        Union[Literal["auto"], Annotated[int, Field(ge=1024, le=65535)]],
+        explain("must be auto or a port number from 1024 to 65535"),
+    ] = "auto"
     nodes: int = _int(1, 1024, 1, ">1: multi-node msrun; run the same sweep on every node with its node_rank")
     node_rank: int = _int(0, None, 0)
     master_addr: Annotated[str, Field(min_length=1), explain("must be a host name or address")] = "127.0.0.1"
@@ -188,13 +246,21 @@ class Launch(Section):
 
 def launch_rules(launch: Launch) -> Launch:
     if launch.node_rank > launch.nodes - 1:
-        raise rule(f"{launch.node_rank} must be at most {launch.nodes - 1} (launch.nodes is {launch.nodes})", "node_rank")
+        raise rule(
+            f"{launch.node_rank} must be at most {launch.nodes - 1} (launch.nodes is {launch.nodes})", "node_rank"
+        )
     if launch.backend == "slurm" and launch.node_rank:
-        raise rule(f"{launch.node_rank}: with launch.backend slurm every node takes its rank from Slurm "
-                   "(SLURM_NODEID); remove launch.node_rank", "node_rank")
+        raise rule(
+            f"{launch.node_rank}: with launch.backend slurm every node takes its rank from Slurm "
+            "(SLURM_NODEID); remove launch.node_rank",
+            "node_rank",
+        )
     if launch.backend == "local" and launch.slurm != Slurm():
-        raise rule(f"{show(launch.slurm.model_dump(exclude_defaults=True))} is set but launch.backend is local; "
-                   "set launch.backend: slurm to submit runs to Slurm", "slurm")
+        raise rule(
+            f"{show(launch.slurm.model_dump(exclude_defaults=True))} is set but launch.backend is local; "
+            "set launch.backend: slurm to submit runs to Slurm",
+            "slurm",
+        )
     return launch
 
 
@@ -205,26 +271,49 @@ class Inject(Section):
     crash_step: int | None = Field(None, ge=0)
     hang_rank: int | None = Field(None, ge=0, description="this rank sleeps forever at hang_step")
     hang_step: int | None = Field(None, ge=0)
-    crash_at_exit_rank: int | None = Field(None, ge=0, description="this rank kills itself with SIGSEGV after it has "
-                                           "written everything (what a crash in MindSpore's teardown looks like)")
+    crash_at_exit_rank: int | None = Field(
+        None,
+        ge=0,
+        description="this rank kills itself with SIGSEGV after it has "
+        "written everything (what a crash in MindSpore's teardown looks like)",
+    )
     delay_ms: float = Field(0, ge=0, description="every rank sleeps this long in every step")
-    busy_ms: float = Field(0, ge=0, description="every rank burns this much CPU time in every step (a slowdown "
-                                                "that costs CPU like a code regression, unlike delay_ms's sleep)")
-    straggler_rank: int | None = Field(None, ge=0, description="this rank alone burns straggler_busy_ms of CPU "
-                                       "inside every step (a straggler: the other ranks wait for it in collectives)")
+    busy_ms: float = Field(
+        0,
+        ge=0,
+        description="every rank burns this much CPU time in every step (a slowdown "
+        "that costs CPU like a code regression, unlike delay_ms's sleep)",
+    )
+    straggler_rank: int | None = Field(
+        None,
+        ge=0,
+        description="this rank alone burns straggler_busy_ms of CPU "
+        "inside every step (a straggler: the other ranks wait for it in collectives)",
+    )
     straggler_busy_ms: float = Field(0, ge=0, description="CPU time straggler_rank burns in every step")
-    input_delay_ms: float = Field(0, ge=0, description="every rank waits this long for its batch before each step's "
-                                                       "compiled step (a slow input pipeline; recorded as input_wait_s)")
+    input_delay_ms: float = Field(
+        0,
+        ge=0,
+        description="every rank waits this long for its batch before each step's "
+        "compiled step (a slow input pipeline; recorded as input_wait_s)",
+    )
 
     @model_validator(mode="after")
     def _straggler(self):
         if self.straggler_busy_ms and self.straggler_rank is None:
-            raise rule(f"{self.straggler_busy_ms:g} is set but inject.straggler_rank is not: name the rank "
-                       "that straggles", "straggler_busy_ms")
+            raise rule(
+                f"{self.straggler_busy_ms:g} is set but inject.straggler_rank is not: name the rank that straggles",
+                "straggler_busy_ms",
+            )
         return self
-    overflow_step: int | None = Field(None, ge=0, description="train.precision fp16: the loss is scaled by a further "
-                                      "1e30 at this step, so its gradients overflow: the update is skipped and the "
-                                      "loss scale halves")
+
+    overflow_step: int | None = Field(
+        None,
+        ge=0,
+        description="train.precision fp16: the loss is scaled by a further "
+        "1e30 at this step, so its gradients overflow: the update is skipped and the "
+        "loss scale halves",
+    )
 
 
 MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel}
@@ -256,7 +345,9 @@ class Range(BaseModel):
 
     @property
     def is_int(self) -> bool:
-        return all(isinstance(v, int) for v in (self.low, self.high)) and (self.step is None or isinstance(self.step, int))
+        return all(isinstance(v, int) for v in (self.low, self.high)) and (
+            self.step is None or isinstance(self.step, int)
+        )
 
     @property
     def enumerable(self) -> bool:
@@ -272,8 +363,11 @@ class Range(BaseModel):
         return vals if self.is_int else [round(v, 12) for v in vals]
 
     def describe(self) -> str:
-        parts = [f"low: {self.low}", f"high: {self.high}"] + ([f"step: {self.step}"] if self.step is not None else []) \
+        parts = (
+            [f"low: {self.low}", f"high: {self.high}"]
+            + ([f"step: {self.step}"] if self.step is not None else [])
             + (["log: true"] if self.log else [])
+        )
         return "{" + ", ".join(parts) + "}"
 
 
@@ -307,20 +401,29 @@ class SweepFile(BaseModel):
     """A perfbench sweep: a workload, its knobs, and sweep axes whose cartesian product (x repeats) is the runs."""
 
     model_config = ConfigDict(extra="forbid", strict=True, title="perfbench sweep config")
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),
-                    explain("must be 1-64 letters, digits, '_', '.' or '-'")] | None = Field(
-        None, description="sweep name: run ids start with it; default: the file's stem")
+    name: (
+        Annotated[
+            str,
+            Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),
+            explain("must be 1-64 letters, digits, '_', '.' or '-'"),
+        ]
+        | None
+    ) = Field(None, description="sweep name: run ids start with it; default: the file's stem")
     workload: Literal["resnet50", "moe"]
     model: dict[str, Any] = Field(default_factory=dict, description="workload knobs")
     train: Train = Field(default_factory=Train)
     profile: Profile = Field(default_factory=Profile)
-    parallel: Parallel = Field(default_factory=Parallel, description="defaults for every run; any key may be a sweep axis")
+    parallel: Parallel = Field(
+        default_factory=Parallel, description="defaults for every run; any key may be a sweep axis"
+    )
     launch: Launch = Field(default_factory=Launch)
     inject: Inject = Field(default_factory=Inject)
     sweep: dict[str, Any] = Field(default_factory=dict, description="axes: lists (or ranges); runs are their product")
     repeats: int = _int(1, 100, 1, "each point runs this many times (repeats are the outer loop)")
     results: str | None = Field(None, description="results folder (relative to this file); --results wins")
-    search: dict[str, Any] | None = Field(None, description="how `perfbench tune` searches the sweep axes (docs/tune.md)")
+    search: dict[str, Any] | None = Field(
+        None, description="how `perfbench tune` searches the sweep axes (docs/tune.md)"
+    )
 
     _tidy = model_validator(mode="before")(tidy_sections)
 
@@ -346,11 +449,15 @@ def run_rules(run: RunConfig) -> RunConfig:
     """The rules across keys for one run; the first broken one is the error."""
     ws, par, train, profile, m = run.world_size, run.parallel, run.train, run.profile, run.model
     if train.warmup_steps >= train.steps:
-        raise rule(f"train.warmup_steps ({train.warmup_steps}) must be less than train.steps ({train.steps}) "
-                   "so that some steps are measured")
+        raise rule(
+            f"train.warmup_steps ({train.warmup_steps}) must be less than train.steps ({train.steps}) "
+            "so that some steps are measured"
+        )
     if profile.enabled and train.warmup_steps + profile.steps > train.steps:
-        raise rule(f"profile.steps ({profile.steps}) does not fit after train.warmup_steps ({train.warmup_steps}) "
-                   f"within train.steps ({train.steps})")
+        raise rule(
+            f"profile.steps ({profile.steps}) does not fit after train.warmup_steps ({train.warmup_steps}) "
+            f"within train.steps ({train.steps})"
+        )
     if run.inject.straggler_rank is not None and run.inject.straggler_rank >= ws:
         raise rule(f"inject.straggler_rank ({run.inject.straggler_rank}) must be less than world_size ({ws})")
     # the parallel rules have one home, shared with the workloads and `predict` (pure Python, no MindSpore)
@@ -377,16 +484,21 @@ def json_schema() -> dict:
         axes.update({k: _axis(f) for k, f in cls.model_fields.items()})
     Axes = create_model("SweepAxes", __config__=ConfigDict(extra="forbid"), **axes)
     Schema = create_model(
-        "SweepConfig", __base__=SweepFile,
+        "SweepConfig",
+        __base__=SweepFile,
         model=(Union[ResNet50Model, MoEModel], Field(default_factory=dict, description="workload knobs")),
         sweep=(Axes, Field(default_factory=dict, description="axes: lists (or ranges); runs are their product")),
         search=(SearchSpec | None, Field(None, description="how `perfbench tune` searches the sweep axes")),
     )
     schema = Schema.model_json_schema(mode="validation")
     # the model section's keys depend on the workload
-    schema["allOf"] = [{"if": {"properties": {"workload": {"const": name}}, "required": ["workload"]},
-                        "then": {"properties": {"model": {"$ref": f"#/$defs/{cls.__name__}"}}}}
-                       for name, cls in MODELS.items()]
+    schema["allOf"] = [
+        {
+            "if": {"properties": {"workload": {"const": name}}, "required": ["workload"]},
+            "then": {"properties": {"model": {"$ref": f"#/$defs/{cls.__name__}"}}},
+        }
+        for name, cls in MODELS.items()
+    ]
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "perfbench sweep config"
     return schema
@@ -395,15 +507,25 @@ def json_schema() -> dict:
 # ---- errors --------------------------------------------------------------------------------------------
 
 _MESSAGES = {
-    "int_type": "must be an integer", "int_from_float": "must be an integer", "int_parsing": "must be an integer",
-    "float_type": "must be a number", "float_parsing": "must be a number",
-    "bool_type": "must be true or false", "bool_parsing": "must be true or false",
-    "string_type": "must be a string", "list_type": "must be a list",
-    "dict_type": "expected a mapping", "model_type": "expected a mapping", "model_attributes_type": "expected a mapping",
-    "greater_than_equal": "must be at least {ge}", "greater_than": "must be greater than {gt}",
-    "less_than_equal": "must be at most {le}", "less_than": "must be below {lt}",
+    "int_type": "must be an integer",
+    "int_from_float": "must be an integer",
+    "int_parsing": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "expected a mapping",
+    "model_type": "expected a mapping",
+    "model_attributes_type": "expected a mapping",
+    "greater_than_equal": "must be at least {ge}",
+    "greater_than": "must be greater than {gt}",
+    "less_than_equal": "must be at most {le}",
+    "less_than": "must be below {lt}",
     "literal_error": "must be one of {expected}",
-    "too_short": "must have at least {min_length} items", "too_long": "must have at most {max_length} items",
+    "too_short": "must have at least {min_length} items",
+    "too_long": "must have at most {max_length} items",
 }
 
 
@@ -425,8 +547,9 @@ def _model_at(model: type[BaseModel] | None, loc: list[str]) -> type[BaseModel] 
     return model
 
 
-def config_error(exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None,
-                 suffix: str = "") -> ConfigError:
+def config_error(
+    exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None, suffix: str = ""
+) -> ConfigError:
     """One line for the first problem: `dotted.key: value what is wrong`. Unknown keys come first (a typo
     often explains a missing key)."""
     err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]

@@ -95,8 +95,15 @@ def ingest_run(store: Store, run_id: str, run_config: dict) -> tuple[dict, list[
     return analysis.summary, warnings
 
 
-def store_analysis(store: Store | None, run_id: str, profile, workload_steps: pd.DataFrame | None,
-                   spans: pd.DataFrame | None, config: dict | None, meta: dict | None = None):
+def store_analysis(
+    store: Store | None,
+    run_id: str,
+    profile,
+    workload_steps: pd.DataFrame | None,
+    spans: pd.DataFrame | None,
+    config: dict | None,
+    meta: dict | None = None,
+):
     """Run every registered analysis and write its tables (and the parsed profile's) into the store.
     Returns the Analysis with `warnings` (the parsers' and the skipped analyses' reasons) attached."""
     import analyzers

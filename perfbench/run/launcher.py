@@ -83,13 +83,23 @@ def msrun_executable() -> str:
     if not found:
         from perfbench.errors import UserError
 
-        raise UserError("msrun not found: install the training extra (`pip install -e '.[train]'`), which brings MindSpore and msrun")
+        raise UserError(
+            "msrun not found: install the training extra (`pip install -e '.[train]'`), which brings MindSpore and msrun"
+        )
     return found
 
 
 def msrun_command(
-    run_config: Path, world_size: int, log_dir: Path, master_port: int, *, nodes: int = 1, node_rank: int = 0,
-    master_addr: str = "127.0.0.1", bind_core: bool = False, cluster_time_out: int = 120,
+    run_config: Path,
+    world_size: int,
+    log_dir: Path,
+    master_port: int,
+    *,
+    nodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    bind_core: bool = False,
+    cluster_time_out: int = 120,
 ) -> list[str]:
     local = world_size // nodes
     cmd = [
@@ -211,8 +221,14 @@ class _Spare:
 
     @classmethod
     def start(cls, env: dict) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", "perfbench.run.reaper", "--warm"], env=env, stdin=subprocess.PIPE,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "perfbench.run.reaper", "--warm"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         proc._pb_key = _spare_key(env)  # type: ignore[attr-defined]
         return proc
 
@@ -273,8 +289,14 @@ def launch(
     port = free_port() if launch_cfg.get("master_port", "auto") == "auto" else int(launch_cfg["master_port"])
     bind = should_bind(launch_cfg.get("bind_core", "auto"), local)
     cmd = msrun_command(
-        run_config_path, ws, log_dir, port, nodes=nodes, node_rank=launch_cfg.get("node_rank", 0),
-        master_addr=launch_cfg.get("master_addr", "127.0.0.1"), bind_core=bind,
+        run_config_path,
+        ws,
+        log_dir,
+        port,
+        nodes=nodes,
+        node_rank=launch_cfg.get("node_rank", 0),
+        master_addr=launch_cfg.get("master_addr", "127.0.0.1"),
+        bind_core=bind,
         # how long msrun's cluster waits for every rank to join: start-up under load can take minutes
         cluster_time_out=int(min(float(launch_cfg.get("timeout_s", 900)), 600)),
     )
@@ -295,8 +317,9 @@ def launch(
     env.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
     env["PYTHONUNBUFFERED"] = "1"
     # the ranks' file barrier (workloads/runner.py) needs one name on every node of this attempt
-    env["PERFBENCH_SYNC_TAG"] = tag if nodes == 1 else \
-        f"{run_config['run_id']}-{launch_cfg.get('master_addr', '127.0.0.1')}-{port}"
+    env["PERFBENCH_SYNC_TAG"] = (
+        tag if nodes == 1 else f"{run_config['run_id']}-{launch_cfg.get('master_addr', '127.0.0.1')}-{port}"
+    )
     env.update(env_extra or {})
     root = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -315,16 +338,39 @@ def launch(
         spare_env = {k: v for k, v in env.items() if k != TAG_VAR}
         proc = _Spare.take(spare_env) if warm else None
         if proc is not None:  # msrun imported already: hand it this run
-            request = {"tag": tag, "parent": os.getpid(), "argv": cmd, "env": env, "cwd": str(out_dir),
-                       "log": str(log_dir / msrun_log)}
+            request = {
+                "tag": tag,
+                "parent": os.getpid(),
+                "argv": cmd,
+                "env": env,
+                "cwd": str(out_dir),
+                "log": str(log_dir / msrun_log),
+            }
             result.startup["msrun"] = time.time()
             proc.stdin.write((json.dumps(request) + "\n").encode())
             proc.stdin.flush()
             result.startup["warm"] = True
         else:
-            reaper = [sys.executable, "-m", "perfbench.run.reaper", "--tag", tag, "--parent", str(os.getpid()), "--", *cmd]
-            proc = subprocess.Popen(reaper, cwd=out_dir, env=env, stdout=msrun_out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            reaper = [
+                sys.executable,
+                "-m",
+                "perfbench.run.reaper",
+                "--tag",
+                tag,
+                "--parent",
+                str(os.getpid()),
+                "--",
+                *cmd,
+            ]
+            proc = subprocess.Popen(
+                reaper,
+                cwd=out_dir,
+                env=env,
+                stdout=msrun_out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         # the next run's spare is started once this run's processes have imported MindSpore (the scheduler
         # writes its start-up file right before init()): its import then overlaps this run's cluster join,
         # not this run's own imports, and is over before the first (warm-up) step
@@ -359,8 +405,10 @@ def launch(
                     result.reason = f"timed out after {timeout_s:.0f} s (launch.timeout_s)"
                     break
                 if sum(counts.values()) > 0 and now - last_change > stall_s:
-                    result.reason = (f"hung: no rank finished a step for {stall_s:.0f} s (launch.stall_timeout_s); "
-                                     f"steps done per rank: {dict(sorted(counts.items()))}")
+                    result.reason = (
+                        f"hung: no rank finished a step for {stall_s:.0f} s (launch.stall_timeout_s); "
+                        f"steps done per rank: {dict(sorted(counts.items()))}"
+                    )
                     break
                 time.sleep(poll_s)
         except BaseException:
@@ -382,7 +430,9 @@ def launch(
     if result.reason is None and result.returncode == 0:
         missing = [r for r in range(ws) if final.get(r, 0) < run_config["train"]["steps"]]
         if missing and nodes == 1:
-            result.reason = f"msrun exited 0 but ranks {missing} did not record all {run_config['train']['steps']} steps"
+            result.reason = (
+                f"msrun exited 0 but ranks {missing} did not record all {run_config['train']['steps']} steps"
+            )
         else:
             result.status = "ok"
             return result
@@ -391,8 +441,10 @@ def launch(
         # every rank recorded all its steps and its final meta (its last write) before something died: a crash
         # in MindSpore's own teardown (seen once in CI: SIGSEGV at exit of a finished pipeline rank) loses nothing
         how = f"rank {died['rank']} {died['how']}" if died is not None and died["rank"] is not None else "msrun failed"
-        result.teardown_error = f"{how} in MindSpore's teardown, after every rank had written all its data " \
-                                f"(msrun exit code {result.returncode})"
+        result.teardown_error = (
+            f"{how} in MindSpore's teardown, after every rank had written all its data "
+            f"(msrun exit code {result.returncode})"
+        )
         result.status = "ok"
         return result
     rank, tail = failing_rank(log_dir, final, ws, msrun_log)
@@ -404,13 +456,17 @@ def launch(
     result.log_tail = tail
     if result.reason is None:
         if died is not None and died["rank"] is not None:
-            result.reason = (f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} "
-                             f"(msrun exit code {result.returncode})" + _first_error(tail))
+            result.reason = (
+                f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} "
+                f"(msrun exit code {result.returncode})" + _first_error(tail)
+            )
         else:
             who = f"rank {rank}" if rank is not None else "msrun"
-            result.reason = (f"{who} failed {_after_step(metrics_dir, rank)} (msrun exit code {result.returncode})"
-                             if rank is not None else f"msrun failed (msrun exit code {result.returncode})") \
-                + _first_error(tail)
+            result.reason = (
+                f"{who} failed {_after_step(metrics_dir, rank)} (msrun exit code {result.returncode})"
+                if rank is not None
+                else f"msrun failed (msrun exit code {result.returncode})"
+            ) + _first_error(tail)
     elif rank is not None:
         result.reason += f"; rank {rank} stopped first"
     return result
@@ -429,8 +485,9 @@ def _all_finished(metrics_dir: Path, counts: dict[int, int], local_ranks: int, s
     return True
 
 
-def _remember_children(pid: int, known: dict[int, float], ranks: dict[int, int] | None = None,
-                       spawned: dict | None = None) -> None:
+def _remember_children(
+    pid: int, known: dict[int, float], ranks: dict[int, int] | None = None, spawned: dict | None = None
+) -> None:
     """Record msrun's descendants (pid → create time) and, the first time each is seen, which worker rank
     it is and (into `spawned`) when msrun, its scheduler and its workers were created."""
     try:
@@ -520,16 +577,25 @@ def _after_step(metrics_dir: Path, rank: int | None) -> str:
     return "before finishing a step" if s is None else f"after step {s}"
 
 
-_OWN_FAILURE = ("[perfbench] inject", "Traceback (most recent call last)", "Segmentation fault", "core dumped",
-                "perfbench: error:", "MemoryError", "Killed")
+_OWN_FAILURE = (
+    "[perfbench] inject",
+    "Traceback (most recent call last)",
+    "Segmentation fault",
+    "core dumped",
+    "perfbench: error:",
+    "MemoryError",
+    "Killed",
+)
 
 
-def failing_rank(log_dir: Path, steps: dict[int, int], world_size: int,
-                 msrun_log: str = "msrun.out") -> tuple[int | None, str]:
+def failing_rank(
+    log_dir: Path, steps: dict[int, int], world_size: int, msrun_log: str = "msrun.out"
+) -> tuple[int | None, str]:
     """Which rank failed first. A rank whose own log shows why it died (injected failure, Python
     traceback, crash) wins, earliest such log first; otherwise the one rank with fewer finished steps
     than all others. With no such evidence it returns None rather than guess. Peers of a dead rank
     fail later, in collectives."""
+
     def own_failure(text: str) -> int | None:
         hits = [text.find(m) for m in _OWN_FAILURE if m in text]
         return min(hits) if hits else None

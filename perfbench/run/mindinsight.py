@@ -62,14 +62,25 @@ def ensure_venv(venv: Path | None = None, *, log=print, timeout: float = 1800) -
     log(f"creating MindInsight {MINDINSIGHT_VERSION} environment at {venv} (first use; ~470 MB, a few minutes)")
     try:
         if not (venv / "bin" / "python").exists():
-            subprocess.run([_base_python(), "-m", "venv", str(venv)], check=True, timeout=300,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"mindinsight=={MINDINSIGHT_VERSION}"],
-                       check=True, timeout=timeout, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            subprocess.run(
+                [_base_python(), "-m", "venv", str(venv)],
+                check=True,
+                timeout=300,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", f"mindinsight=={MINDINSIGHT_VERSION}"],
+            check=True,
+            timeout=timeout,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
     except subprocess.CalledProcessError as exc:
         tail = (exc.stdout or b"").decode(errors="replace").strip().splitlines()[-8:]
-        raise UserError(f"could not install mindinsight=={MINDINSIGHT_VERSION} into {venv}:\n  " + "\n  ".join(tail),
-                        exit_code=1) from None
+        raise UserError(
+            f"could not install mindinsight=={MINDINSIGHT_VERSION} into {venv}:\n  " + "\n  ".join(tail), exit_code=1
+        ) from None
     except subprocess.TimeoutExpired:
         raise UserError(f"installing mindinsight into {venv} timed out", exit_code=1) from None
     if not exe.exists():
@@ -79,7 +90,7 @@ def ensure_venv(venv: Path | None = None, *, log=print, timeout: float = 1800) -
 
 def _installed_version(venv: Path) -> str | None:
     for p in (venv / "lib").glob("python3*/site-packages/mindinsight-*.dist-info"):
-        return p.name[len("mindinsight-"):-len(".dist-info")]
+        return p.name[len("mindinsight-") : -len(".dist-info")]
     return None
 
 
@@ -143,8 +154,9 @@ def train_jobs(port: int, host: str = "127.0.0.1") -> list[dict]:
 def scalar_tags(port: int, train_id: str, host: str = "127.0.0.1") -> list[str]:
     from urllib.parse import quote
 
-    data = _get(f"http://{host}:{port}/v1/mindinsight/datavisual/plugins?train_id={quote(train_id, safe='')}"
-                "&manual_update=true")
+    data = _get(
+        f"http://{host}:{port}/v1/mindinsight/datavisual/plugins?train_id={quote(train_id, safe='')}&manual_update=true"
+    )
     return list((data.get("plugins") or {}).get("scalar", []))
 
 
@@ -162,10 +174,22 @@ class MindInsight:
         self.exe = ensure_venv(self.venv, log=self.log)
         self.base, self.dirs = build_summary_view(self.store, self.view)
         if not self.dirs:
-            raise UserError(f"no MindSpore summary files under {self.store.root}/runs/*/artifacts/summary/ "
-                            "(runs made by `perfbench sweep` write them; imported profiles have none)")
-        cmd = [str(self.exe), "start", "--port", str(self.port), "--summary-base-dir", str(self.base),
-               "--workspace", str(self.view / "workspace"), "--reload-interval", "3"]
+            raise UserError(
+                f"no MindSpore summary files under {self.store.root}/runs/*/artifacts/summary/ "
+                "(runs made by `perfbench sweep` write them; imported profiles have none)"
+            )
+        cmd = [
+            str(self.exe),
+            "start",
+            "--port",
+            str(self.port),
+            "--summary-base-dir",
+            str(self.base),
+            "--workspace",
+            str(self.view / "workspace"),
+            "--reload-interval",
+            "3",
+        ]
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
         env["PATH"] = f"{self.exe.parent}:{env.get('PATH', '')}"
         proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, env=env)
@@ -180,8 +204,9 @@ class MindInsight:
             except (urllib.error.URLError, OSError, ValueError):
                 if time.time() > end:
                     self.stop()
-                    raise UserError(f"MindInsight did not answer on 127.0.0.1:{self.port} within {timeout:.0f}s",
-                                    exit_code=1) from None
+                    raise UserError(
+                        f"MindInsight did not answer on 127.0.0.1:{self.port} within {timeout:.0f}s", exit_code=1
+                    ) from None
                 time.sleep(1)
 
     def url(self) -> str:
@@ -204,8 +229,13 @@ class MindInsight:
         if self.exe is None:
             return
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-        subprocess.run([str(self.exe), "stop", "--port", str(self.port)], stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=120, env=env)
+        subprocess.run(
+            [str(self.exe), "stop", "--port", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=120,
+            env=env,
+        )
 
     def __enter__(self):
         return self.start()
@@ -218,6 +248,8 @@ def scalar_values(port: int, train_id: str, tag: str, host: str = "127.0.0.1") -
     """[{step, value, wall_time}] of one scalar tag, as MindInsight serves it."""
     from urllib.parse import quote
 
-    data = _get(f"http://{host}:{port}/v1/mindinsight/datavisual/scalar/metadata?train_id={quote(train_id, safe='')}"
-                f"&tag={quote(tag, safe='')}")
+    data = _get(
+        f"http://{host}:{port}/v1/mindinsight/datavisual/scalar/metadata?train_id={quote(train_id, safe='')}"
+        f"&tag={quote(tag, safe='')}"
+    )
     return list(data.get("metadatas") or [])

@@ -36,8 +36,19 @@ from perfbench.run.launcher import LaunchResult, count_steps, failing_rank, kill
 
 ROOT = Path(__file__).resolve().parents[1]
 #: states after which a job runs no more (squeue/scontrol/sacct spell them alike)
-FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE", "SPECIAL_EXIT", "REVOKED")
+FINAL = (
+    "COMPLETED",
+    "FAILED",
+    "CANCELLED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "OUT_OF_MEMORY",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "SPECIAL_EXIT",
+    "REVOKED",
+)
 #: what a final state means, in words (Slurm's own state name is kept beside it)
 MEANING = {
     "COMPLETED": "completed",
@@ -70,18 +81,22 @@ class JobInfo:
 def slurm_tool(name: str) -> str:
     found = shutil.which(name)
     if not found:
-        raise UserError(f"{name} not found: launch.backend slurm needs Slurm's commands (sbatch, scontrol, scancel) "
-                        "on PATH; run the sweep on a login node of the cluster (for a test cluster on this "
-                        "machine: `make slurm-up`, then export the SLURM_CONF it prints)")
+        raise UserError(
+            f"{name} not found: launch.backend slurm needs Slurm's commands (sbatch, scontrol, scancel) "
+            "on PATH; run the sweep on a login node of the cluster (for a test cluster on this "
+            "machine: `make slurm-up`, then export the SLURM_CONF it prints)"
+        )
     return found
 
 
 def _run(args: list[str], timeout: float = 30) -> subprocess.CompletedProcess:
-    return subprocess.run([slurm_tool(args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [slurm_tool(args[0]), *args[1:]], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
 
 
 # ---- the batch script ---------------------------------------------------------------------------------
+
 
 def job_dir(run_config: dict) -> Path:
     return Path(run_config["output_dir"]) / "slurm"
@@ -90,12 +105,21 @@ def job_dir(run_config: dict) -> Path:
 def sbatch_options(run_config: dict, launch_cfg: dict) -> list[str]:
     s = launch_cfg.get("slurm") or {}
     d = job_dir(run_config)
-    opts = [f"--job-name=perfbench-{run_config['run_id']}"[:120], f"--nodes={launch_cfg.get('nodes', 1)}",
-            "--ntasks-per-node=1", f"--output={d}/job-%j.out", "--open-mode=append",
-            # a run that lost a node fails as NODE_FAIL rather than starting again over its own files
-            "--no-requeue"]
-    for key, flag in (("partition", "--partition"), ("account", "--account"), ("time_limit", "--time"),
-                      ("cpus_per_task", "--cpus-per-task")):
+    opts = [
+        f"--job-name=perfbench-{run_config['run_id']}"[:120],
+        f"--nodes={launch_cfg.get('nodes', 1)}",
+        "--ntasks-per-node=1",
+        f"--output={d}/job-%j.out",
+        "--open-mode=append",
+        # a run that lost a node fails as NODE_FAIL rather than starting again over its own files
+        "--no-requeue",
+    ]
+    for key, flag in (
+        ("partition", "--partition"),
+        ("account", "--account"),
+        ("time_limit", "--time"),
+        ("cpus_per_task", "--cpus-per-task"),
+    ):
         if s.get(key) is not None:
             opts.append(f"{flag}={s[key]}")
     return opts + list(s.get("sbatch_args") or [])
@@ -111,10 +135,14 @@ def write_job(run_config_path: Path, run_config: dict, launch_cfg: dict, env_ext
     (d / "spec.json").write_text(json.dumps(spec, indent=2, sort_keys=True))
     nodes = int(launch_cfg.get("nodes", 1))
     node_cmd = [sys.executable, "-m", "perfbench.run.slurm", "node", str(d / "spec.json")]
-    lines = ["#!/bin/bash", *[f"#SBATCH {o}" for o in sbatch_options(run_config, launch_cfg)],
-             "# one task per node: msrun on each node starts that node's ranks (perfbench.run.slurm node)",
-             f"export PYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
-             f"exec srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 {shlex.join(node_cmd)}", ""]
+    lines = [
+        "#!/bin/bash",
+        *[f"#SBATCH {o}" for o in sbatch_options(run_config, launch_cfg)],
+        "# one task per node: msrun on each node starts that node's ranks (perfbench.run.slurm node)",
+        f"export PYTHONPATH={shlex.quote(str(ROOT))}${{PYTHONPATH:+:$PYTHONPATH}}",
+        f"exec srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 {shlex.join(node_cmd)}",
+        "",
+    ]
     script = d / "job.sh"
     script.write_text("\n".join(lines))
     return script
@@ -157,8 +185,15 @@ def parse_scontrol_job(line: str) -> JobInfo:
     """One line of `scontrol show job -o` (KEY=VALUE pairs)."""
     kv = dict(_KV.findall(line))
     reason = kv.get("Reason")
-    return JobInfo(kv.get("JobId", "?"), kv.get("JobState", "UNKNOWN"), None if reason in (None, "None") else reason,
-                   kv.get("ExitCode"), kv.get("NodeList"), "scontrol", kv)
+    return JobInfo(
+        kv.get("JobId", "?"),
+        kv.get("JobState", "UNKNOWN"),
+        None if reason in (None, "None") else reason,
+        kv.get("ExitCode"),
+        kv.get("NodeList"),
+        "scontrol",
+        kv,
+    )
 
 
 def parse_sacct_job(line: str) -> JobInfo:
@@ -263,9 +298,15 @@ def launch_slurm(
         # ranks a lost node's step left running where this machine is that node (the test cluster; a real
         # failed node takes them down with it); nothing of a finished job runs on a login node otherwise
         kill_stale(run_config["run_id"])
-    result.slurm.update({"state": info.state if info else "UNKNOWN", "reason": info.reason if info else None,
-                         "exit_code": info.exit_code if info else None, "nodelist": info.nodes if info else None,
-                         "nodes": node_outcomes(run_config)})
+    result.slurm.update(
+        {
+            "state": info.state if info else "UNKNOWN",
+            "reason": info.reason if info else None,
+            "exit_code": info.exit_code if info else None,
+            "nodelist": info.nodes if info else None,
+            "nodes": node_outcomes(run_config),
+        }
+    )
     if result.status == "stopped":
         return result
     return _outcome(result, info, job_id, run_config, int(launch_cfg.get("nodes", 1)), cancelled_for)
@@ -281,8 +322,14 @@ def node_outcomes(run_config: dict) -> list[dict]:
     return sorted(out, key=lambda n: n.get("node_rank", 0))
 
 
-def _outcome(result: LaunchResult, info: JobInfo | None, job_id: str, run_config: dict, nodes_expected: int,
-             cancelled_for: str | None) -> LaunchResult:
+def _outcome(
+    result: LaunchResult,
+    info: JobInfo | None,
+    job_id: str,
+    run_config: dict,
+    nodes_expected: int,
+    cancelled_for: str | None,
+) -> LaunchResult:
     """ok, or failed with Slurm's state and reason plus the failing node's (or rank's) account and log tail."""
     nodes = result.slurm["nodes"]
     ws, steps = run_config["world_size"], run_config["train"]["steps"]
@@ -290,8 +337,13 @@ def _outcome(result: LaunchResult, info: JobInfo | None, job_id: str, run_config
     counts = count_steps(metrics_dir)
     node_failed = [n for n in nodes if n.get("status") != "ok"]
     missing = [r for r in range(ws) if counts.get(r, 0) < steps]
-    if info is not None and info.state == "COMPLETED" and not node_failed and not missing \
-            and len(nodes) == nodes_expected:
+    if (
+        info is not None
+        and info.state == "COMPLETED"
+        and not node_failed
+        and not missing
+        and len(nodes) == nodes_expected
+    ):
         result.status, result.returncode = "ok", 0
         return result
     parts = [cancelled_for + f"; Slurm job {job_id} cancelled" if cancelled_for else describe(info, job_id)]
@@ -302,8 +354,9 @@ def _outcome(result: LaunchResult, info: JobInfo | None, job_id: str, run_config
         parts.append(f"node {first['node_rank']} ({first.get('host')}): {first['reason']}")
         result.failed_rank, result.log_tail = first.get("failed_rank"), first.get("log_tail", "")
     else:
-        rank, tail = failing_rank(Path(run_config["output_dir"]) / "logs", counts, ws,
-                                  msrun_log=f"../slurm/job-{job_id}.out")
+        rank, tail = failing_rank(
+            Path(run_config["output_dir"]) / "logs", counts, ws, msrun_log=f"../slurm/job-{job_id}.out"
+        )
         result.failed_rank, result.log_tail = rank, tail
         if missing:
             parts.append(f"steps done per rank: {dict(sorted(counts.items()))} of {steps}")
@@ -316,6 +369,7 @@ def _outcome(result: LaunchResult, info: JobInfo | None, job_id: str, run_config
 
 
 # ---- on each node, inside the job ----------------------------------------------------------------------
+
 
 def first_node_address(nodelist: str) -> str:
     """msrun's master: the allocation's first node (`scontrol show hostnames`), as Slurm's NodeAddr
@@ -347,16 +401,30 @@ def node_main(spec_path: str) -> int:
     env = os.environ
     node_rank, nodes = int(env["SLURM_NODEID"]), int(env.get("SLURM_JOB_NUM_NODES") or env["SLURM_NNODES"])
     job_id = env["SLURM_JOB_ID"]
-    launch_cfg = {**spec["launch"], "nodes": nodes, "node_rank": node_rank,
-                  "master_addr": first_node_address(env["SLURM_JOB_NODELIST"]),
-                  "master_port": job_master_port(job_id, spec["launch"]),
-                  # the sweep cancels the job on launch.timeout_s; this is the node's own backstop
-                  "timeout_s": float(spec["launch"].get("timeout_s", 900)) + 120}
-    out = {"node_rank": node_rank, "nodes": nodes, "host": socket.gethostname(),
-           "slurm_node": env.get("SLURMD_NODENAME"), "job_id": job_id, "master_addr": launch_cfg["master_addr"],
-           "master_port": launch_cfg["master_port"], "started": time.time()}
-    print(f"[perfbench] node {node_rank}/{nodes} ({out['slurm_node']}): msrun with master "
-          f"{launch_cfg['master_addr']}:{launch_cfg['master_port']}", flush=True)
+    launch_cfg = {
+        **spec["launch"],
+        "nodes": nodes,
+        "node_rank": node_rank,
+        "master_addr": first_node_address(env["SLURM_JOB_NODELIST"]),
+        "master_port": job_master_port(job_id, spec["launch"]),
+        # the sweep cancels the job on launch.timeout_s; this is the node's own backstop
+        "timeout_s": float(spec["launch"].get("timeout_s", 900)) + 120,
+    }
+    out = {
+        "node_rank": node_rank,
+        "nodes": nodes,
+        "host": socket.gethostname(),
+        "slurm_node": env.get("SLURMD_NODENAME"),
+        "job_id": job_id,
+        "master_addr": launch_cfg["master_addr"],
+        "master_port": launch_cfg["master_port"],
+        "started": time.time(),
+    }
+    print(
+        f"[perfbench] node {node_rank}/{nodes} ({out['slurm_node']}): msrun with master "
+        f"{launch_cfg['master_addr']}:{launch_cfg['master_port']}",
+        flush=True,
+    )
 
     def ended(signum, frame):
         raise KeyboardInterrupt(signal.Signals(signum).name)
@@ -364,24 +432,37 @@ def node_main(spec_path: str) -> int:
     signal.signal(signal.SIGTERM, ended)  # scancel, time limit, --kill-on-bad-exit: end msrun and its ranks
     signal.signal(signal.SIGINT, ended)
     try:
-        res = launch(rc_path, run_config, launch_cfg,
-                     env_extra={"PERFBENCH_SYNC_TAG": f"{run_config['run_id']}-job{job_id}", **(spec.get("env_extra") or {})})
+        res = launch(
+            rc_path,
+            run_config,
+            launch_cfg,
+            env_extra={"PERFBENCH_SYNC_TAG": f"{run_config['run_id']}-job{job_id}", **(spec.get("env_extra") or {})},
+        )
         out.update({k: v for k, v in asdict(res).items() if k != "slurm"})
     except KeyboardInterrupt as exc:
-        out.update({"status": "failed", "ended_by_slurm": True,
-                    "reason": f"node {node_rank} ended by Slurm ({exc.args[0] if exc.args else 'signal'})"})
+        out.update(
+            {
+                "status": "failed",
+                "ended_by_slurm": True,
+                "reason": f"node {node_rank} ended by Slurm ({exc.args[0] if exc.args else 'signal'})",
+            }
+        )
     out["finished"] = time.time()
     dest = job_dir(run_config) / f"node{node_rank}.json"
     tmp = dest.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=2, default=str))
     os.replace(tmp, dest)
-    print(f"[perfbench] node {node_rank}: {out['status']}" + (f": {out.get('reason')}" if out.get("reason") else ""),
-          flush=True)
+    print(
+        f"[perfbench] node {node_rank}: {out['status']}" + (f": {out.get('reason')}" if out.get("reason") else ""),
+        flush=True,
+    )
     return 0 if out["status"] == "ok" else 1
 
 
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "node":
         sys.exit(node_main(sys.argv[2]))
-    print("usage: python -m perfbench.run.slurm node SPEC.json  (run by the job script perfbench writes)", file=sys.stderr)
+    print(
+        "usage: python -m perfbench.run.slurm node SPEC.json  (run by the job script perfbench writes)", file=sys.stderr
+    )
     sys.exit(2)

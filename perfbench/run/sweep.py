@@ -78,10 +78,19 @@ def run_sweep(
             slurm_tool(tool)
     sweep = latest_sweep(store, cfg.name) if resume else None
     if resume and sweep is None:
-        raise UserError(f"--resume: no earlier sweep named {cfg.name!r} in {store.root} to resume (run it without --resume)")
+        raise UserError(
+            f"--resume: no earlier sweep named {cfg.name!r} in {store.root} to resume (run it without --resume)"
+        )
     if sweep is None:
-        sweep = {"sweep_id": new_sweep_id(cfg.name), "name": cfg.name, "created": time.time(),
-                 "config": cfg.raw, "config_path": cfg.source, "runs": [], "invocations": []}
+        sweep = {
+            "sweep_id": new_sweep_id(cfg.name),
+            "name": cfg.name,
+            "created": time.time(),
+            "config": cfg.raw,
+            "config_path": cfg.source,
+            "runs": [],
+            "invocations": [],
+        }
         while store.read_sweep(sweep["sweep_id"]) is not None:  # two sweeps started within a second
             time.sleep(1.0)
             sweep["sweep_id"] = new_sweep_id(cfg.name)
@@ -121,15 +130,28 @@ def _run_plans(cfg, store, sweep, plans, resume, retry_failed, events) -> None:
                 store.reset_run(plan.run_id)
         if events.run_started:
             events.run_started(i, total, plan)
-        record = execute_run(cfg, store, sweep["sweep_id"], plan, events, resume_from=resume_at,
-                             attach=existing if job else None)
+        record = execute_run(
+            cfg, store, sweep["sweep_id"], plan, events, resume_from=resume_at, attach=existing if job else None
+        )
         if events.run_finished:
             events.run_finished(i, total, plan, record)
 
 
-def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, events: SweepEvents, *,
-                source: str = "sweep", stop=None, env_extra: dict | None = None, extra: dict | None = None,
-                skip_teardown: bool = False, resume_from: int | None = None, attach: dict | None = None) -> dict:
+def execute_run(
+    cfg: SweepConfig,
+    store: Store,
+    sweep_id: str,
+    plan: RunPlan,
+    events: SweepEvents,
+    *,
+    source: str = "sweep",
+    stop=None,
+    env_extra: dict | None = None,
+    extra: dict | None = None,
+    skip_teardown: bool = False,
+    resume_from: int | None = None,
+    attach: dict | None = None,
+) -> dict:
     """Launch one planned run, ingest what it left and store it. `stop` (see launcher.launch) may end it
     early: the run is then kept with status "pruned" and the steps it finished. `extra` keys are added to
     the run record (e.g. `tune`: the study and trial). `attach`: the record of a run whose Slurm job was
@@ -186,21 +208,43 @@ def execute_run(cfg: SweepConfig, store: Store, sweep_id: str, plan: RunPlan, ev
         if slurm:
             from perfbench.run.slurm import launch_slurm
 
-            result = launch_slurm(config_path, rc, cfg.launch, on_progress=progress, on_state=waiting,
-                                  on_submit=submitted, stop=stop, env_extra=env_extra,
-                                  job_id=(attach or {}).get("slurm", {}).get("job_id"))
+            result = launch_slurm(
+                config_path,
+                rc,
+                cfg.launch,
+                on_progress=progress,
+                on_state=waiting,
+                on_submit=submitted,
+                stop=stop,
+                env_extra=env_extra,
+                job_id=(attach or {}).get("slurm", {}).get("job_id"),
+            )
         else:
-            result = launch(config_path, rc, cfg.launch, on_progress=progress, stop=stop, env_extra=env_extra,
-                            skip_teardown=skip_teardown, warm=warm_msrun() and cfg.launch["nodes"] == 1)
+            result = launch(
+                config_path,
+                rc,
+                cfg.launch,
+                on_progress=progress,
+                stop=stop,
+                env_extra=env_extra,
+                skip_teardown=skip_teardown,
+                warm=warm_msrun() and cfg.launch["nodes"] == 1,
+            )
     except KeyboardInterrupt:
         record["status"] = "running"  # not finished: --resume runs it again
         record["error"] = "interrupted"
         store.write_run(record)
         raise
-    record["launch"] = {"command": result.command, "master_port": result.master_port, "returncode": result.returncode,
-                        "bind_core": result.bind_core, "wall_s": round(result.wall_s, 3),
-                        "teardown_skipped": result.teardown_skipped, "startup": result.startup,
-                        "teardown_error": result.teardown_error}
+    record["launch"] = {
+        "command": result.command,
+        "master_port": result.master_port,
+        "returncode": result.returncode,
+        "bind_core": result.bind_core,
+        "wall_s": round(result.wall_s, 3),
+        "teardown_skipped": result.teardown_skipped,
+        "startup": result.startup,
+        "teardown_error": result.teardown_error,
+    }
     if result.slurm:
         record["slurm"] = result.slurm
     metrics, warnings = ingest_run(store, plan.run_id, rc)

@@ -40,8 +40,13 @@ def candidates(study, top: int, band: float | None = None) -> list:
     import optuna
 
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    ok = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "reused" not in t.user_attrs
-          and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
+    ok = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and "reused" not in t.user_attrs
+        and all(c <= 0 for c in t.user_attrs.get("constraints", []))
+    ]
     ok.sort(key=lambda t: t.value, reverse=maximize)
     out, seen = [], set()
     for t in ok:
@@ -75,8 +80,17 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
     if len(cands) < 2:  # one contender (or none): nothing to decide between
         return None
     maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
-    rows = {t.number: {"number": t.number, "run_id": t.user_attrs["run_id"], "settings": t.user_attrs["settings"],
-                       "trial_value": float(t.value), "runs": [], "values": []} for t in cands}
+    rows = {
+        t.number: {
+            "number": t.number,
+            "run_id": t.user_attrs["run_id"],
+            "settings": t.user_attrs["settings"],
+            "trial_value": float(t.value),
+            "runs": [],
+            "values": [],
+        }
+        for t in cands
+    }
     profiled_number = None
     for rnd in range(1, conf.rounds + 1):
         if profile_last and rnd == conf.rounds:  # the last round profiles the leader so far only
@@ -87,8 +101,9 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
             run_id = confirm_run_id(study_id, t.number, rnd, row["settings"])
             record = store.read_run(run_id)
             if not (record and record.get("status") == "ok"):  # measured already: a resumed search keeps it
-                record = _measure(cfg, store, study_id, run_id, t.number, rnd, row["settings"], profiled, env_for,
-                                  events)
+                record = _measure(
+                    cfg, store, study_id, run_id, t.number, rnd, row["settings"], profiled, env_for, events
+                )
             row["runs"].append(run_id)
             v = (record.get("metrics") or {}).get(spec.objective) if record.get("status") == "ok" else None
             why = unsteady_reasons(record.get("metrics") or {}, wall=False)
@@ -107,8 +122,12 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
     profiled_run = pick["runs"][-1] if pick["number"] == profiled_number else None
     if profiled_run and (store.read_run(profiled_run) or {}).get("status") != "ok":
         profiled_run = None
-    return {"candidates": list(rows.values()), "pick": pick["number"], "profiled_run": profiled_run,
-            "rounds": conf.rounds}
+    return {
+        "candidates": list(rows.values()),
+        "pick": pick["number"],
+        "profiled_run": profiled_run,
+        "rounds": conf.rounds,
+    }
 
 
 def _vote(row: dict) -> float:
@@ -121,8 +140,18 @@ def _leader(rows: dict, maximize: bool) -> int:
     return (max if maximize else min)(rows.values(), key=_vote)["number"]
 
 
-def _measure(cfg, store: Store, study_id: str, run_id: str, trial_number: int, rnd: int, settings: dict,
-             profiled: bool, env_for, events) -> dict:
+def _measure(
+    cfg,
+    store: Store,
+    study_id: str,
+    run_id: str,
+    trial_number: int,
+    rnd: int,
+    settings: dict,
+    profiled: bool,
+    env_for,
+    events,
+) -> dict:
     try:
         plan = plan_point(cfg, settings, run_id)
     except ConfigError as exc:  # cannot happen for a point that already ran, but never stop the answer for it
@@ -132,10 +161,17 @@ def _measure(cfg, store: Store, study_id: str, run_id: str, trial_number: int, r
     if events is not None and events.confirm_started:
         events.confirm_started(trial_number, rnd, settings, profiled)
     store.reset_run(run_id)
-    record = execute_run(cfg, store, study_id, plan, SweepEvents(run_progress=events.run_progress if events else None),
-                         source="tune", env_extra=env_for(plan), skip_teardown=True,
-                         extra={"tune": {"study": study_id, "confirm_of": trial_number, "round": rnd,
-                                         "finalist": profiled}})
+    record = execute_run(
+        cfg,
+        store,
+        study_id,
+        plan,
+        SweepEvents(run_progress=events.run_progress if events else None),
+        source="tune",
+        env_extra=env_for(plan),
+        skip_teardown=True,
+        extra={"tune": {"study": study_id, "confirm_of": trial_number, "round": rnd, "finalist": profiled}},
+    )
     if events is not None and events.confirm_finished:
         events.confirm_finished(trial_number, rnd, settings, record)
     return record

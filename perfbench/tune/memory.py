@@ -14,8 +14,7 @@ from perfbench.errors import UserError
 
 def predicted_over_limit(store, study_id: str, run_config: dict, limit_bytes: float) -> dict | None:
     """{peak_bytes, interval, reason} when the point is predicted not to fit, else None (fits, or unknown)."""
-    from perfbench.predict.memory import (MemoryObservation, fit_memory, memory_settings, observe_memory,
-                                          predict_memory)
+    from perfbench.predict.memory import MemoryObservation, fit_memory, memory_settings, observe_memory, predict_memory
 
     pairs: list[tuple[MemoryObservation, float | None]] = []
     for rec in store.list_runs(sweep=study_id):
@@ -37,8 +36,11 @@ def predicted_over_limit(store, study_id: str, run_config: dict, limit_bytes: fl
     p = predict_memory(cal, s)
     if p["peak_bytes"] <= limit_bytes:
         return None
-    return {"peak_bytes": p["peak_bytes"], "interval": p["interval"],
-            "reason": f"predicted peak memory {p['peak_bytes'] / 1e9:.2f} GB per rank "
-                      f"({p['interval']['low'] / 1e9:.2f}-{p['interval']['high'] / 1e9:.2f}) is above "
-                      f"search.constraints peak_memory_gb {limit_bytes / 1e9:g} (memory model fitted on "
-                      f"{len(pairs)} finished trials)"}
+    return {
+        "peak_bytes": p["peak_bytes"],
+        "interval": p["interval"],
+        "reason": f"predicted peak memory {p['peak_bytes'] / 1e9:.2f} GB per rank "
+        f"({p['interval']['low'] / 1e9:.2f}-{p['interval']['high'] / 1e9:.2f}) is above "
+        f"search.constraints peak_memory_gb {limit_bytes / 1e9:g} (memory model fitted on "
+        f"{len(pairs)} finished trials)",
+    }

@@ -24,8 +24,13 @@ def best_trial(study):
     """The best finished trial that keeps every constraint (None when there is none)."""
     import optuna
 
-    ok = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE and "reused" not in t.user_attrs
-          and all(c <= 0 for c in t.user_attrs.get("constraints", []))]
+    ok = [
+        t
+        for t in study.trials
+        if t.state == optuna.trial.TrialState.COMPLETE
+        and "reused" not in t.user_attrs
+        and all(c <= 0 for c in t.user_attrs.get("constraints", []))
+    ]
     if not ok:
         return None
     pick = max if study.direction == optuna.study.StudyDirection.MAXIMIZE else min
@@ -59,7 +64,10 @@ def importance(study, min_steps: int | None = None) -> tuple[dict[str, float], s
 
     points = []
     for t in study.trials:
-        if "reused" in t.user_attrs or t.state not in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED):
+        if "reused" in t.user_attrs or t.state not in (
+            optuna.trial.TrialState.COMPLETE,
+            optuna.trial.TrialState.PRUNED,
+        ):
             continue
         iv = t.intermediate_values
         value = iv.get(min_steps) if min_steps is not None and iv.get(min_steps) is not None else t.value
@@ -72,10 +80,12 @@ def importance(study, min_steps: int | None = None) -> tuple[dict[str, float], s
     if len(points) < 3 or not varied:
         return {}, f"needs at least 3 measured trials that differ (has {len(points)})"
     sub = optuna.create_study(direction=study.direction)
-    sub.add_trials([optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=v)
-                    for t, v in points])
-    imp = optuna.importance.get_param_importances(sub, evaluator=optuna.importance.PedAnovaImportanceEvaluator(),
-                                                  params=varied)
+    sub.add_trials(
+        [optuna.trial.create_trial(params=t.params, distributions=t.distributions, value=v) for t, v in points]
+    )
+    imp = optuna.importance.get_param_importances(
+        sub, evaluator=optuna.importance.PedAnovaImportanceEvaluator(), params=varied
+    )
     return {k: float(v) for k, v in imp.items()}, None
 
 
@@ -94,9 +104,14 @@ def wall_split(store: Store, run_ids: list[str], wall_s: float) -> dict:
         training += last - first
         after += t["finished"] - last
         runs += t["finished"] - t["started"]
-    return {"wall_s": round(wall_s, 1), "runs_wall_s": round(runs, 1), "startup_s": round(startup, 1),
-            "training_s": round(training, 1), "after_s": round(after, 1),
-            "training_share": round(training / wall_s, 4) if wall_s else None}
+    return {
+        "wall_s": round(wall_s, 1),
+        "runs_wall_s": round(runs, 1),
+        "startup_s": round(startup, 1),
+        "training_s": round(training, 1),
+        "after_s": round(after, 1),
+        "training_share": round(training / wall_s, 4) if wall_s else None,
+    }
 
 
 def explain(store: Store, default_run: str | None, best_run: str | None) -> dict | None:
@@ -110,8 +125,14 @@ def explain(store: Store, default_run: str | None, best_run: str | None) -> dict
     if not a or not b or a.get("status") != "ok" or b.get("status") != "ok":
         return None
     cmp = compare_runs(store, default_run, best_run)
-    return {"a": default_run, "b": best_run, "metrics": cmp.metrics, "breakdown": cmp.breakdown,
-            "collectives": cmp.collectives, "settings_diff": cmp.settings_diff}
+    return {
+        "a": default_run,
+        "b": best_run,
+        "metrics": cmp.metrics,
+        "breakdown": cmp.breakdown,
+        "collectives": cmp.collectives,
+        "settings_diff": cmp.settings_diff,
+    }
 
 
 def answer(store: Store, rec: dict, study=None) -> dict:
@@ -128,13 +149,27 @@ def answer(store: Store, rec: dict, study=None) -> dict:
         status = _STATE.get(t.state.name, "failed")
         value = float(t.value) if status == "ok" and t.value is not None else None
         feasible = all(c <= 0 for c in t.user_attrs.get("constraints", []))
-        trials.append({"number": t.number, "run_id": t.user_attrs["run_id"], "status": status,
-                       "settings": t.user_attrs.get("settings") or {}, "value": value,
-                       "steps": _steps_done(store, t.user_attrs["run_id"])})
+        trials.append(
+            {
+                "number": t.number,
+                "run_id": t.user_attrs["run_id"],
+                "status": status,
+                "settings": t.user_attrs.get("settings") or {},
+                "value": value,
+                "steps": _steps_done(store, t.user_attrs["run_id"]),
+            }
+        )
         if value is not None and feasible:
             best_so_far = value if best_so_far is None else (max if maximize else min)(best_so_far, value)
-        history.append({"number": t.number, "value": value, "best": best_so_far, "status": status,
-                        "intermediate": {int(k): float(v) for k, v in sorted(t.intermediate_values.items())}})
+        history.append(
+            {
+                "number": t.number,
+                "value": value,
+                "best": best_so_far,
+                "status": status,
+                "intermediate": {int(k): float(v) for k, v in sorted(t.intermediate_values.items())},
+            }
+        )
     best = best_trial(study)
     conf = rec.get("confirm") or {}
     picked = next((c for c in conf.get("candidates", []) if c["number"] == conf.get("pick")), None)
@@ -146,8 +181,11 @@ def answer(store: Store, rec: dict, study=None) -> dict:
     out = {
         "study": rec["sweep_id"],
         "objective": objective,
-        "best": ({"run_id": best.user_attrs["run_id"], "settings": best.user_attrs["settings"], "value": best_value}
-                 if best is not None else None),
+        "best": (
+            {"run_id": best.user_attrs["run_id"], "settings": best.user_attrs["settings"], "value": best_value}
+            if best is not None
+            else None
+        ),
         "trials": trials,
         "importance": {},
         "wall_s": float(rec.get("wall_s", 0.0)),
@@ -165,11 +203,17 @@ def answer(store: Store, rec: dict, study=None) -> dict:
     # is often lucky (regression to the mean), so both are shown
     fin = store.read_run(rec["finalist"]) if rec.get("finalist") else None
     out["finalist_value"] = (fin.get("metrics") or {}).get(objective) if fin and fin.get("status") == "ok" else None
-    out["explanation"] = explain(store, default["run_id"] if default else None, rec.get("finalist") or
-                                 (best.user_attrs["run_id"] if best is not None else None))
+    out["explanation"] = explain(
+        store,
+        default["run_id"] if default else None,
+        rec.get("finalist") or (best.user_attrs["run_id"] if best is not None else None),
+    )
     out["confirmation"] = conf or None  # {"candidates": [{number, settings, runs, values, median, ...}], "pick", ...}
-    out["wall_split"] = wall_split(store, [t["run_id"] for t in trials] + [r for r in rec.get("runs", [])
-                                   if r not in {t["run_id"] for t in trials}], out["wall_s"])
+    out["wall_split"] = wall_split(
+        store,
+        [t["run_id"] for t in trials] + [r for r in rec.get("runs", []) if r not in {t["run_id"] for t in trials}],
+        out["wall_s"],
+    )
     out["space_size"] = rec.get("space_size")
     return _finite(out)
 

@@ -34,8 +34,13 @@ from perfbench.tune.spec import Bound, MemoryLimit, SearchSpec, default_trials, 
 LIVE_OBJECTIVES = tuple(m for m, col in SERIES_COLUMN.items() if col in WORKLOAD_COLUMNS)
 #: metrics a run has without the profiler; an objective or constraint on any other metric makes every
 #: trial run with the profiler
-WORKLOAD_METRICS = LIVE_OBJECTIVES + ("collectives_per_step", "comm_bytes_per_step", "loss_first", "loss_last",
-                                      "peak_memory_bytes")
+WORKLOAD_METRICS = LIVE_OBJECTIVES + (
+    "collectives_per_step",
+    "comm_bytes_per_step",
+    "loss_first",
+    "loss_last",
+    "peak_memory_bytes",
+)
 
 
 @dataclass
@@ -50,6 +55,7 @@ class TuneEvents:
 
 
 # ---- the space --------------------------------------------------------------------------------
+
 
 def search_space(cfg: SweepConfig) -> dict[str, list | Range]:
     """Axes with more than one choice: lists are categorical, ranges numeric."""
@@ -110,6 +116,7 @@ def to_params(space: dict, point: dict) -> dict:
 
 # ---- Optuna objects ---------------------------------------------------------------------------
 
+
 def make_sampler(spec: SearchSpec, space: dict):
     import optuna
 
@@ -118,8 +125,12 @@ def make_sampler(spec: SearchSpec, space: dict):
     if spec.strategy == "grid":
         grid = {k: (a.values() if isinstance(a, Range) else _choices(a)[0]) for k, a in space.items()}
         return optuna.samplers.GridSampler(grid, seed=spec.seed)
-    return optuna.samplers.TPESampler(seed=spec.seed, n_startup_trials=spec.startup_trials, multivariate=True,
-                                      constraints_func=_constraints_of if spec.constraints else None)
+    return optuna.samplers.TPESampler(
+        seed=spec.seed,
+        n_startup_trials=spec.startup_trials,
+        multivariate=True,
+        constraints_func=_constraints_of if spec.constraints else None,
+    )
 
 
 def make_pruner(spec: SearchSpec, measured_steps: int):
@@ -128,10 +139,12 @@ def make_pruner(spec: SearchSpec, measured_steps: int):
     if spec.pruner == "none":
         return optuna.pruners.NopPruner()
     if spec.pruner == "hyperband":
-        return optuna.pruners.HyperbandPruner(min_resource=spec.min_steps, max_resource=max(spec.min_steps, measured_steps),
-                                              reduction_factor=3)
-    return optuna.pruners.SuccessiveHalvingPruner(min_resource=spec.min_steps, reduction_factor=3,
-                                                  min_early_stopping_rate=0)
+        return optuna.pruners.HyperbandPruner(
+            min_resource=spec.min_steps, max_resource=max(spec.min_steps, measured_steps), reduction_factor=3
+        )
+    return optuna.pruners.SuccessiveHalvingPruner(
+        min_resource=spec.min_steps, reduction_factor=3, min_early_stopping_rate=0
+    )
 
 
 def _constraints_of(frozen_trial) -> list[float]:
@@ -163,6 +176,7 @@ def constraint_values(spec: SearchSpec, metrics: dict) -> list[float]:
 
 
 # ---- live values for the pruner ---------------------------------------------------------------
+
 
 class LiveObjective:
     """Called by the launcher whenever a rank finishes a step: reads the run's step records, reports the
@@ -202,6 +216,7 @@ class LiveObjective:
 
 # ---- the search -------------------------------------------------------------------------------
 
+
 def latest_study(store: Store, name: str) -> dict | None:
     found = [s for s in store.list_sweeps() if s.get("kind") == "tune" and s.get("name") == name]
     return max(found, key=lambda s: s.get("created", 0)) if found else None
@@ -225,8 +240,10 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
     spec = cfg.search or SearchSpec()
     space = search_space(cfg)
     if not space:
-        raise UserError(f"{cfg.source or cfg.name}: nothing to tune: give at least one sweep axis with two or more values "
-                        "or a range {low, high}")
+        raise UserError(
+            f"{cfg.source or cfg.name}: nothing to tune: give at least one sweep axis with two or more values "
+            "or a range {low, high}"
+        )
     size = space_size(space)
     trials_budget = spec.budget.trials or default_trials(size)
     name = cfg.name
@@ -234,23 +251,41 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
     if resume and rec is None:
         raise UserError(f"--resume: no earlier tune of {name!r} in {store.root} to resume (run it without --resume)")
     if rec is None:
-        rec = {"sweep_id": new_sweep_id(f"{name}-tune"), "kind": "tune", "name": name, "created": time.time(),
-               "config": cfg.raw, "config_path": cfg.source, "runs": [], "invocations": [], "wall_s": 0.0,
-               "objective": spec.objective, "direction": direction(spec.objective), "default": default_point(cfg)}
+        rec = {
+            "sweep_id": new_sweep_id(f"{name}-tune"),
+            "kind": "tune",
+            "name": name,
+            "created": time.time(),
+            "config": cfg.raw,
+            "config_path": cfg.source,
+            "runs": [],
+            "invocations": [],
+            "wall_s": 0.0,
+            "objective": spec.objective,
+            "direction": direction(spec.objective),
+            "default": default_point(cfg),
+        }
         while store.read_sweep(rec["sweep_id"]) is not None:
             time.sleep(1.0)
             rec["sweep_id"] = new_sweep_id(f"{name}-tune")
     elif rec.get("config") != cfg.raw:
-        raise UserError(f"--resume: the config changed since tune {rec['sweep_id']} started; resume with the same "
-                        "config, or start a new search without --resume")
+        raise UserError(
+            f"--resume: the config changed since tune {rec['sweep_id']} started; resume with the same "
+            "config, or start a new search without --resume"
+        )
     study_id = rec["sweep_id"]
     db = study_db(store, study_id)
     db.parent.mkdir(parents=True, exist_ok=True)
     storage = optuna.storages.RDBStorage(f"sqlite:///{db}")
     measured_steps = cfg.train["steps"] - cfg.train["warmup_steps"]
-    study = optuna.create_study(study_name=study_id, storage=storage, load_if_exists=True,
-                                direction=rec["direction"], sampler=make_sampler(spec, space),
-                                pruner=make_pruner(spec, measured_steps))
+    study = optuna.create_study(
+        study_name=study_id,
+        storage=storage,
+        load_if_exists=True,
+        direction=rec["direction"],
+        sampler=make_sampler(spec, space),
+        pruner=make_pruner(spec, measured_steps),
+    )
     _abandon_unfinished(study, store)
     if not study.trials:
         study.enqueue_trial(to_params(space, default_point(cfg)))  # trial 0: the default, the gain's reference
@@ -279,20 +314,54 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
         return _run_trial(trial, point, cfg, store, study_id, spec, profile_trials, events)
 
     def launched() -> int:
-        return sum(1 for t in study.trials if t.user_attrs.get("run_id") and "reused" not in t.user_attrs
-                   and "interrupted" not in t.user_attrs and t.state.is_finished())
+        return sum(
+            1
+            for t in study.trials
+            if t.user_attrs.get("run_id")
+            and "reused" not in t.user_attrs
+            and "interrupted" not in t.user_attrs
+            and t.state.is_finished()
+        )
 
     try:
-        return _search(study, objective, launched, trials_budget, deadline, size, rec, started, store, cfg, spec,
-                       study_id, profile_trials, events)
+        return _search(
+            study,
+            objective,
+            launched,
+            trials_budget,
+            deadline,
+            size,
+            rec,
+            started,
+            store,
+            cfg,
+            spec,
+            study_id,
+            profile_trials,
+            events,
+        )
     finally:
         from perfbench.run.launcher import close_spare
 
         close_spare()
 
 
-def _search(study, objective, launched, trials_budget, deadline, size, rec, started, store, cfg, spec, study_id,
-            profile_trials, events) -> dict:
+def _search(
+    study,
+    objective,
+    launched,
+    trials_budget,
+    deadline,
+    size,
+    rec,
+    started,
+    store,
+    cfg,
+    spec,
+    study_id,
+    profile_trials,
+    events,
+) -> dict:
     reuses = 0
     while launched() < trials_budget and (deadline is None or time.time() < deadline):
         if _explored(study) >= size:
@@ -310,9 +379,16 @@ def _search(study, objective, launched, trials_budget, deadline, size, rec, star
     from perfbench.tune.confirm import confirm
 
     # the best few re-measured interleaved (its last round profiled): the answer does not trust one lucky run
-    conf = confirm(study, cfg, store, study_id, spec, events=events,
-                   profile_last=spec.profile_best and cfg.profile["enabled"] and not profile_trials,
-                   env_for=lambda plan: compile_cache_env(store, plan) if spec.compile_cache else None)
+    conf = confirm(
+        study,
+        cfg,
+        store,
+        study_id,
+        spec,
+        events=events,
+        profile_last=spec.profile_best and cfg.profile["enabled"] and not profile_trials,
+        env_for=lambda plan: compile_cache_env(store, plan) if spec.compile_cache else None,
+    )
     rec["confirm"] = conf
     picked = conf is not None and conf["pick"] is not None
     finalist = conf["profiled_run"] if picked else None
@@ -339,8 +415,16 @@ def _metrics_needed(spec: SearchSpec) -> list[str]:
     return [spec.objective] + [c.metric for c in spec.constraints if isinstance(c, Bound)]
 
 
-def _run_trial(trial, point: dict, cfg: SweepConfig, store: Store, study_id: str, spec: SearchSpec,
-               profile_trials: bool, events: TuneEvents) -> float:
+def _run_trial(
+    trial,
+    point: dict,
+    cfg: SweepConfig,
+    store: Store,
+    study_id: str,
+    spec: SearchSpec,
+    profile_trials: bool,
+    events: TuneEvents,
+) -> float:
     import optuna
 
     run_id = f"{study_id}-t{trial.number:03d}-{short_name(point)}"
@@ -349,18 +433,39 @@ def _run_trial(trial, point: dict, cfg: SweepConfig, store: Store, study_id: str
     try:
         plan = plan_point(cfg, point, run_id)
     except ConfigError as exc:  # a combination the rules refuse (e.g. 1F1B with too few micro-batches)
-        store.write_run({"run_id": run_id, "sweep_id": study_id, "source": "tune", "status": "failed",
-                         "error": f"not run: {exc}", "settings": dict(point, workload=cfg.workload), "config": {},
-                         "timings": {}, "metrics": {}, "tune": {"study": study_id, "trial": trial.number}})
+        store.write_run(
+            {
+                "run_id": run_id,
+                "sweep_id": study_id,
+                "source": "tune",
+                "status": "failed",
+                "error": f"not run: {exc}",
+                "settings": dict(point, workload=cfg.workload),
+                "config": {},
+                "timings": {},
+                "metrics": {},
+                "tune": {"study": study_id, "trial": trial.number},
+            }
+        )
         raise _TrialFailed(str(exc)) from None
     limit = spec.memory_limit_bytes()
     too_big = predicted_over_limit(store, study_id, plan.run_config, limit) if limit else None
     if too_big:  # settings predicted not to fit are not run
         trial.set_user_attr("predicted_peak_memory_bytes", too_big["peak_bytes"])
-        store.write_run({"run_id": run_id, "sweep_id": study_id, "source": "tune", "status": "failed",
-                         "error": f"not run: {too_big['reason']}", "settings": dict(point, workload=cfg.workload),
-                         "config": plan.run_config, "timings": {}, "metrics": {},
-                         "tune": {"study": study_id, "trial": trial.number, "predicted": too_big}})
+        store.write_run(
+            {
+                "run_id": run_id,
+                "sweep_id": study_id,
+                "source": "tune",
+                "status": "failed",
+                "error": f"not run: {too_big['reason']}",
+                "settings": dict(point, workload=cfg.workload),
+                "config": plan.run_config,
+                "timings": {},
+                "metrics": {},
+                "tune": {"study": study_id, "trial": trial.number, "predicted": too_big},
+            }
+        )
         raise _TrialFailed(too_big["reason"])
     # trials run without the profiler, except the default (trial 0): the reference the best is explained against
     keep_profile = profile_trials or (trial.number == 0 and spec.profile_best)
@@ -369,12 +474,22 @@ def _run_trial(trial, point: dict, cfg: SweepConfig, store: Store, study_id: str
     if events.trial_started:
         events.trial_started(trial.number, point)
     store.reset_run(run_id)
-    live = LiveObjective(trial, store.artifacts_dir(run_id) / "metrics", cfg.train["warmup_steps"], spec.objective,
-                         spec.min_steps)
+    live = LiveObjective(
+        trial, store.artifacts_dir(run_id) / "metrics", cfg.train["warmup_steps"], spec.objective, spec.min_steps
+    )
     env = compile_cache_env(store, plan) if spec.compile_cache else None
-    record = execute_run(cfg, store, study_id, plan, SweepEvents(run_progress=events.run_progress), source="tune",
-                         stop=live, env_extra=env, extra={"tune": {"study": study_id, "trial": trial.number}},
-                         skip_teardown=True)
+    record = execute_run(
+        cfg,
+        store,
+        study_id,
+        plan,
+        SweepEvents(run_progress=events.run_progress),
+        source="tune",
+        stop=live,
+        env_extra=env,
+        extra={"tune": {"study": study_id, "trial": trial.number}},
+        skip_teardown=True,
+    )
     if live.decided_at is not None:
         record["tune"]["pruned_at"] = live.decided_at
         record["tune"]["stopped_s"] = round(record["timings"]["finished"] - live.decided_at, 3)
@@ -405,24 +520,41 @@ def _finalist(best, cfg, store, study_id, spec, profile_trials, events) -> str |
         events.finalist(point)
     store.reset_run(run_id)
     env = compile_cache_env(store, plan) if spec.compile_cache else None
-    record = execute_run(cfg, store, study_id, plan, SweepEvents(run_progress=events.run_progress), source="tune",
-                         env_extra=env, extra={"tune": {"study": study_id, "of_trial": best.number, "finalist": True}},
-                         skip_teardown=True)
+    record = execute_run(
+        cfg,
+        store,
+        study_id,
+        plan,
+        SweepEvents(run_progress=events.run_progress),
+        source="tune",
+        env_extra=env,
+        extra={"tune": {"study": study_id, "of_trial": best.number, "finalist": True}},
+        skip_teardown=True,
+    )
     return run_id if record["status"] == "ok" else None
 
 
 def _same_point(study, trial, point: dict):
     for t in study.trials:
-        if t.number != trial.number and t.state.is_finished() and "reused" not in t.user_attrs \
-                and "interrupted" not in t.user_attrs and t.user_attrs.get("settings") == point:
+        if (
+            t.number != trial.number
+            and t.state.is_finished()
+            and "reused" not in t.user_attrs
+            and "interrupted" not in t.user_attrs
+            and t.user_attrs.get("settings") == point
+        ):
             return t
     return None
 
 
 def _explored(study) -> int:
-    return len({json.dumps(t.user_attrs.get("settings"), sort_keys=True, default=str) for t in study.trials
-                if t.state.is_finished() and t.user_attrs.get("settings") is not None
-                and "interrupted" not in t.user_attrs})
+    return len(
+        {
+            json.dumps(t.user_attrs.get("settings"), sort_keys=True, default=str)
+            for t in study.trials
+            if t.state.is_finished() and t.user_attrs.get("settings") is not None and "interrupted" not in t.user_attrs
+        }
+    )
 
 
 def _run_ids(study) -> list[str]:

@@ -46,6 +46,7 @@ class Bound(BaseModel):
 class MemoryLimit(BaseModel):
     """`{peak_memory_gb: X}`: a setting predicted to need more than X GB (10^9 bytes) per rank is not run; a run
     whose measured peak_memory_bytes exceeds it is kept but infeasible (perfbench/tune/memory.py)."""
+
     model_config = ConfigDict(extra="forbid")
     peak_memory_gb: float = Field(gt=0)
 
@@ -54,6 +55,7 @@ class Confirm(BaseModel):
     """The best `top` trials within `band` of the best trial's value re-measured `rounds` times each, interleaved;
     the pick is the best median of each one's trial value and re-measurements (perfbench/tune/confirm.py).
     `top: 0` or `rounds: 0` trusts the best single trial; so does a search with one contender."""
+
     model_config = ConfigDict(extra="forbid")
     top: int = Field(default=2, ge=0, le=20)
     rounds: int = Field(default=2, ge=0, le=20)
@@ -100,7 +102,9 @@ def direction(metric_name: str) -> str:
     if m is None:
         raise ValueError(f"{metric_name!r} is not a metric of the catalogue (e.g. throughput, step_time_s)")
     if m.better not in ("higher", "lower"):
-        raise ValueError(f"metric {metric_name!r} has no better direction in the catalogue, so it cannot be an objective")
+        raise ValueError(
+            f"metric {metric_name!r} has no better direction in the catalogue, so it cannot be an objective"
+        )
     return "maximize" if m.better == "higher" else "minimize"
 
 
@@ -124,8 +128,9 @@ def parse_search(raw: Any, cfg) -> SearchSpec:
     if spec.strategy == "grid":
         for key, r in cfg.ranges.items():
             if not r.enumerable:
-                raise ConfigError(f"sweep.{key}: search.strategy grid needs every range to have a `step` "
-                                  f"(got {r.describe()})")
+                raise ConfigError(
+                    f"sweep.{key}: search.strategy grid needs every range to have a `step` (got {r.describe()})"
+                )
     for c in spec.constraints:
         if isinstance(c, Bound):
             if c.min is None and c.max is None:

@@ -14,8 +14,19 @@ from analyzers.analyses.steadiness import unsteady_reasons
 from perfbench.store import short_id
 
 #: swept keys shown in tables, in this order when present
-SETTING_ORDER = ("workload", "world_size", "grad_compression", "compression_ratio", "comm_fusion", "fusion_impl",
-                 "pipeline_stages", "micro_batches", "pipeline_schedule", "batch_size", "repeat")
+SETTING_ORDER = (
+    "workload",
+    "world_size",
+    "grad_compression",
+    "compression_ratio",
+    "comm_fusion",
+    "fusion_impl",
+    "pipeline_stages",
+    "micro_batches",
+    "pipeline_schedule",
+    "batch_size",
+    "repeat",
+)
 
 
 def baselines(records: list[dict]) -> dict[str, float]:
@@ -78,8 +89,15 @@ def fmt(v, kind: str = "") -> str:
 
 
 #: catalogue metrics shown in the table when any run has them
-OPTIONAL_COLUMNS = ("collectives_per_step", "comm_bytes_per_step", "bubble_fraction", "expert_load_cv",
-                    "dropped_tokens_per_step", "skipped_steps", "grad_comm_wait_s")
+OPTIONAL_COLUMNS = (
+    "collectives_per_step",
+    "comm_bytes_per_step",
+    "bubble_fraction",
+    "expert_load_cv",
+    "dropped_tokens_per_step",
+    "skipped_steps",
+    "grad_comm_wait_s",
+)
 
 
 def render_table(rows: list[dict], title: str | None = None, wide: bool = False):
@@ -93,21 +111,31 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
     t.add_column("status", no_wrap=True)
     for k in keys:
         t.add_column(_ABBREV.get(k, k.replace("_", " ")), no_wrap=True)
-    shown = list(KEY_METRICS) + [k for k in OPTIONAL_COLUMNS if wide or any(r.get(k) not in (None, 0, 0.0) for r in rows)]
+    shown = list(KEY_METRICS) + [
+        k for k in OPTIONAL_COLUMNS if wide or any(r.get(k) not in (None, 0, 0.0) for r in rows)
+    ]
     for name in shown:
         t.add_column(CATALOGUE[name].label, justify="right", no_wrap=True)
     for r in rows:
         status = {"failed": "[red]failed[/red]", "pruned": "[yellow]pruned[/yellow]"}.get(r["status"], r["status"])
         if r.get("unsteady"):
             status += " [yellow]⚠[/yellow]"
-        t.add_row(short_id(r) if len(sweeps) == 1 else r["run_id"], status,
-                  *[fmt(r["settings"].get(k)) for k in keys], *[fmt(r.get(name), name) for name in shown])
-    t.caption = ("samples/s, step ms: medians over measured steps; compute/exposed comm/overlap/free ms: the profiled "
-                 "steps' breakdown (mean over ranks, median over steps); `perfbench metrics` defines every column")
+        t.add_row(
+            short_id(r) if len(sweeps) == 1 else r["run_id"],
+            status,
+            *[fmt(r["settings"].get(k)) for k in keys],
+            *[fmt(r.get(name), name) for name in shown],
+        )
+    t.caption = (
+        "samples/s, step ms: medians over measured steps; compute/exposed comm/overlap/free ms: the profiled "
+        "steps' breakdown (mean over ranks, median over steps); `perfbench metrics` defines every column"
+    )
     n_bad = sum(1 for r in rows if r.get("unsteady"))
     if n_bad:
-        t.caption += (f"\n⚠ {n_bad} run(s) not steady enough to compare (step-time CV, warm-up drift or ranks at two "
-                      "speeds: `perfbench show RUN` says which)")
+        t.caption += (
+            f"\n⚠ {n_bad} run(s) not steady enough to compare (step-time CV, warm-up drift or ranks at two "
+            "speeds: `perfbench show RUN` says which)"
+        )
     return t
 
 
@@ -121,6 +149,14 @@ def console(stderr: bool = False):
     return c
 
 
-_ABBREV = {"world_size": "ranks", "grad_compression": "compression", "compression_ratio": "ratio",
-           "comm_fusion": "fusion MB", "fusion_impl": "fusion impl", "pipeline_stages": "stages",
-           "micro_batches": "micro-b", "pipeline_schedule": "schedule", "batch_size": "batch"}
+_ABBREV = {
+    "world_size": "ranks",
+    "grad_compression": "compression",
+    "compression_ratio": "ratio",
+    "comm_fusion": "fusion MB",
+    "fusion_impl": "fusion impl",
+    "pipeline_stages": "stages",
+    "micro_batches": "micro-b",
+    "pipeline_schedule": "schedule",
+    "batch_size": "batch",
+}

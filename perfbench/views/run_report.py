@@ -83,6 +83,7 @@ def ordered_advice(advice: pd.DataFrame | None) -> list[dict]:
     symptoms after it). Runs stored before gains existed have no `symptom_of`: most severe first, all roots."""
     if advice is None or advice.empty:
         return []
+
     def plain(v):
         if hasattr(v, "tolist"):  # a list column read back from parquet is a numpy array
             return v.tolist()
@@ -94,8 +95,10 @@ def ordered_advice(advice: pd.DataFrame | None) -> list[dict]:
             r["ranks"] = json.loads(r["ranks"])
     if "symptom_of" in advice.columns:
         return recs
-    return [dict(r, symptom_of=None, gain_ms=None, gain_share=None)
-            for r in sorted(recs, key=lambda r: SEVERITY_ORDER.get(str(r.get("severity")), 9))]
+    return [
+        dict(r, symptom_of=None, gain_ms=None, gain_share=None)
+        for r in sorted(recs, key=lambda r: SEVERITY_ORDER.get(str(r.get("severity")), 9))
+    ]
 
 
 def advice_tree(recs: list[dict]) -> list[tuple[dict, list[dict]]]:
@@ -126,7 +129,9 @@ def try_text(rec: dict) -> str:
     return f"try {knobs}" + (f" (predicted step {pred:.4g} ms)" if pred is not None else "")
 
 
-def print_advice(console, recs: list[dict], show_all: bool = False, max_roots: int = 5, skip_first: bool = False) -> None:
+def print_advice(
+    console, recs: list[dict], show_all: bool = False, max_roots: int = 5, skip_first: bool = False
+) -> None:
     """The ranked advice: each root with its gain, basis, knob and evidence, its symptoms indented under it;
     at most `max_roots` roots unless show_all."""
     from rich.markup import escape
@@ -145,8 +150,14 @@ def print_advice(console, recs: list[dict], show_all: bool = False, max_roots: i
         for line in extra:
             console.print(Padding(f"[dim]{escape(line)}[/dim]", (0, 0, 0, 5), expand=False), highlight=False)
         for k in kids:
-            console.print(Padding(escape(f"- symptom ({k['rule']}, explained by the cause above): {k['message']}"),
-                                  (0, 0, 0, 5), expand=False), highlight=False)
+            console.print(
+                Padding(
+                    escape(f"- symptom ({k['rule']}, explained by the cause above): {k['message']}"),
+                    (0, 0, 0, 5),
+                    expand=False,
+                ),
+                highlight=False,
+            )
     if len(tree) > len(shown):
         console.print(f"  [dim]{len(tree) - len(shown)} more finding(s) with smaller gains: --all shows them[/dim]")
 
@@ -187,15 +198,17 @@ def rank_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     for col, _label in BREAKDOWN:
         if col in df:
             share = df[col] / df["step_us"].where(df["step_us"] > 0)
-            out[col] = [f"{cell(col, v)} ({format_value('pct', s)})" if not _missing(v) else "-"
-                        for v, s in zip(df[col], share)]
+            out[col] = [
+                f"{cell(col, v)} ({format_value('pct', s)})" if not _missing(v) else "-" for v, s in zip(df[col], share)
+            ]
     return out
 
 
 def top_collectives(comm: pd.DataFrame, top: int) -> pd.DataFrame:
     """The collectives that took the most time, summed over ranks and steps."""
-    g = comm.assign(name=comm["op_name"].astype(str).str.rsplit("/", n=1).str[-1]).groupby(["op_type", "name"],
-                                                                                        dropna=False)
+    g = comm.assign(name=comm["op_name"].astype(str).str.rsplit("/", n=1).str[-1]).groupby(
+        ["op_type", "name"], dropna=False
+    )
     agg = {"calls": ("rank", "size"), "total_elapse_ms": ("elapse_ms", "sum"), "mean_elapse_ms": ("elapse_ms", "mean")}
     for col, how in (("size_bytes", "mean"), ("busbw_gbps", "median"), ("wait_ratio", "mean"), ("group_size", "max")):
         if col in comm:
@@ -209,8 +222,11 @@ def traffic_classes(classes: pd.DataFrame | None, exposure: pd.DataFrame | None)
     if classes is None or classes.empty or "comm_class" not in classes:
         return None
     name = classes["comm_class"].astype(object).where(classes["comm_class"].notna(), "unclassified")
-    per = classes.assign(comm_class=name).groupby("comm_class").agg(
-        ops=("ops", "mean"), size_bytes=("size_bytes", "mean"), elapse_ms=("elapse_ms", "mean"))
+    per = (
+        classes.assign(comm_class=name)
+        .groupby("comm_class")
+        .agg(ops=("ops", "mean"), size_bytes=("size_bytes", "mean"), elapse_ms=("elapse_ms", "mean"))
+    )
     if exposure is not None and not exposure.empty and "exposed_us" in exposure:
         ename = exposure["comm_class"].astype(object).where(exposure["comm_class"].notna(), "unclassified")
         per["exposed_us"] = exposure.assign(comm_class=ename).groupby("comm_class")["exposed_us"].mean()
@@ -219,15 +235,40 @@ def traffic_classes(classes: pd.DataFrame | None, exposure: pd.DataFrame | None)
 
 def pipeline_stages(pipe: pd.DataFrame) -> pd.DataFrame:
     """Per stage, medians over steps: window, busy, bubble (and its share) next to the ideal (S-1)/(M+S-1)."""
-    cols = [c for c in ("ranks", "window_us", "busy_us", "bubble_us", "bubble_fraction", "ideal_fraction",
-                        "excess_fraction", "micro_batches") if c in pipe]
+    cols = [
+        c
+        for c in (
+            "ranks",
+            "window_us",
+            "busy_us",
+            "bubble_us",
+            "bubble_fraction",
+            "ideal_fraction",
+            "excess_fraction",
+            "micro_batches",
+        )
+        if c in pipe
+    ]
     return pipe.groupby("stage")[cols].median(numeric_only=True).reset_index()
 
 
 def experts(exp: pd.DataFrame) -> pd.DataFrame:
     """Expert load, medians over steps."""
-    cols = [c for c in ("experts", "total_tokens", "min_load", "max_load", "mean_load", "max_mean_ratio", "cv",
-                        "dropped_tokens", "dropped_fraction") if c in exp]
+    cols = [
+        c
+        for c in (
+            "experts",
+            "total_tokens",
+            "min_load",
+            "max_load",
+            "mean_load",
+            "max_mean_ratio",
+            "cv",
+            "dropped_tokens",
+            "dropped_fraction",
+        )
+        if c in exp
+    ]
     return exp[cols].median(numeric_only=True).to_frame().T
 
 
@@ -253,34 +294,70 @@ def memory_section(console, tables: dict) -> None:
     if mem is None or mem.empty:
         return
     console.print()
-    console.print(table(mem, {"rank": "rank", "peak_bytes": "peak", "peak_allocated_bytes": "allocated",
-                              "peak_reserved_bytes": "reserved", "peak_process_bytes": "process (device)",
-                              "peak_rss_bytes": "process RSS", "live_bytes": "live at peak",
-                              "capacity_bytes": "capacity"},
-                        "Memory per rank (peaks; - = unknown: the rank's files lack the data)"))
+    console.print(
+        table(
+            mem,
+            {
+                "rank": "rank",
+                "peak_bytes": "peak",
+                "peak_allocated_bytes": "allocated",
+                "peak_reserved_bytes": "reserved",
+                "peak_process_bytes": "process (device)",
+                "peak_rss_bytes": "process RSS",
+                "live_bytes": "live at peak",
+                "capacity_bytes": "capacity",
+            },
+            "Memory per rank (peaks; - = unknown: the rank's files lack the data)",
+        )
+    )
     rank, rows = peak_holders(tables.get("memory_attribution"), mem)
     if rank is not None and len(rows):
-        console.print(table(rows, {"part": "part", "bytes": "bytes", "share": "share", "source": "from"},
-                            f"What holds the peak (rank {rank}, the largest)"))
+        console.print(
+            table(
+                rows,
+                {"part": "part", "bytes": "bytes", "share": "share", "source": "from"},
+                f"What holds the peak (rank {rank}, the largest)",
+            )
+        )
 
 
-def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, short: str, top: int,
-           artifacts: str, show_all: bool = False) -> None:
+def render(
+    console,
+    rec: dict,
+    row: dict,
+    tables: dict[str, pd.DataFrame],
+    *,
+    short: str,
+    top: int,
+    artifacts: str,
+    show_all: bool = False,
+) -> None:
     from rich.padding import Padding
 
     status = rec.get("status")
     colour = {"ok": "green", "failed": "red"}.get(status, "yellow")
-    console.print(f"[bold]{short}[/bold]  [{colour}]{status}[/{colour}]"
-                  + (f"  ({rec['run_id']})" if short != rec["run_id"] else ""))
+    console.print(
+        f"[bold]{short}[/bold]  [{colour}]{status}[/{colour}]"
+        + (f"  ({rec['run_id']})" if short != rec["run_id"] else "")
+    )
     settings = rec.get("settings") or {}
-    console.print("  " + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "repeat")
-                  + f", repeat {settings.get('repeat', 0)}; source: {rec.get('source')}", highlight=False)
+    console.print(
+        "  "
+        + ", ".join(f"{k}={v}" for k, v in settings.items() if k != "repeat")
+        + f", repeat {settings.get('repeat', 0)}; source: {rec.get('source')}",
+        highlight=False,
+    )
     job = rec.get("slurm")
     if job:  # launch.backend slurm: which job, on which nodes (perfbench.run.slurm)
-        nodes = ", ".join(f"{n.get('slurm_node')} (node {n.get('node_rank')}, {n.get('status')})"
-                          for n in job.get("nodes") or [])
-        console.print(f"  Slurm job {job.get('job_id')} {job.get('state', '')} on {job.get('nodelist') or '?'}"
-                      + (f": {nodes}" if nodes else ""), highlight=False, markup=False)
+        nodes = ", ".join(
+            f"{n.get('slurm_node')} (node {n.get('node_rank')}, {n.get('status')})" for n in job.get("nodes") or []
+        )
+        console.print(
+            f"  Slurm job {job.get('job_id')} {job.get('state', '')} on {job.get('nodelist') or '?'}"
+            + (f": {nodes}" if nodes else ""),
+            highlight=False,
+            markup=False,
+        )
     if rec.get("error"):
         console.print(f"\n[bold red]Failed:[/bold red] {escape(str(rec['error']))}", highlight=False)
         if rec.get("log_tail"):
@@ -289,19 +366,35 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
 
     why = unsteady_reasons(rec.get("metrics") or {})
     if why:
-        console.print(f"\n[bold yellow]Not steady enough to compare:[/bold yellow] {escape('; '.join(why))} "
-                      "(analyzers/analyses/steadiness.py; measure it again before comparing it with another run)",
-                      highlight=False)
+        console.print(
+            f"\n[bold yellow]Not steady enough to compare:[/bold yellow] {escape('; '.join(why))} "
+            "(analyzers/analyses/steadiness.py; measure it again before comparing it with another run)",
+            highlight=False,
+        )
     advice = ordered_advice(tables.get("advice"))
     console.print("\n[bold]Verdict[/bold]")
     if advice:
         first = advice[0]
-        console.print(Padding(f"[bold]{escape(str(first['message']))}[/bold]", (0, 0, 0, 2), expand=False), highlight=False)
-        console.print(Padding(escape(f"{gain_text(first)}" + (f"; {try_text(first)}" if first.get("try") else "")
-                                     + (f" (basis: {first['basis']})" if first.get("basis") else "")),
-                              (0, 0, 0, 2), expand=False), highlight=False)
+        console.print(
+            Padding(f"[bold]{escape(str(first['message']))}[/bold]", (0, 0, 0, 2), expand=False), highlight=False
+        )
+        console.print(
+            Padding(
+                escape(
+                    f"{gain_text(first)}"
+                    + (f"; {try_text(first)}" if first.get("try") else "")
+                    + (f" (basis: {first['basis']})" if first.get("basis") else "")
+                ),
+                (0, 0, 0, 2),
+                expand=False,
+            ),
+            highlight=False,
+        )
         if first.get("evidence"):
-            console.print(Padding(f"[dim]evidence:[/dim] {escape(str(first['evidence']))}", (0, 0, 0, 2), expand=False), highlight=False)
+            console.print(
+                Padding(f"[dim]evidence:[/dim] {escape(str(first['evidence']))}", (0, 0, 0, 2), expand=False),
+                highlight=False,
+            )
     elif status == "ok":
         console.print("  no advice rule fired: nothing stands out in this run's breakdown, collectives or ranks")
     else:
@@ -312,8 +405,9 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
     if numbers:
         from rich.table import Table
 
-        t = Table(title="Key numbers", title_justify="left", title_style="bold", show_header=False, box=None,
-                  padding=(0, 2))
+        t = Table(
+            title="Key numbers", title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2)
+        )
         t.add_column("metric")
         t.add_column("value", justify="right")
         for label, text, _definition in numbers:
@@ -325,73 +419,172 @@ def render(console, rec: dict, row: dict, tables: dict[str, pd.DataFrame], *, sh
     if bd is not None and not bd.empty and "step_us" in bd:
         heads = {"rank": "rank", "stage": "stage", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
         console.print()
-        console.print(table(rank_breakdown(bd), heads,
-                            "Per-rank step breakdown (median over profiled steps; share of the step)"))
+        console.print(
+            table(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
+        )
 
     memory_section(console, tables)
 
     kern = tables.get("top_kernels")
     if kern is not None and not kern.empty:
         kern = kern.assign(name=kern["name"].astype(str).str.rsplit("/", n=1).str[-1])
-        console.print(table(kern, {"name": "kernel", "type": "type", "count": "calls", "total_us": "total",
-                                   "mean_us": "mean"}, f"Top kernels (by total time, all ranks, top {top})", top))
+        console.print(
+            table(
+                kern,
+                {"name": "kernel", "type": "type", "count": "calls", "total_us": "total", "mean_us": "mean"},
+                f"Top kernels (by total time, all ranks, top {top})",
+                top,
+            )
+        )
 
     comm = tables.get("comm_ops")
     if comm is not None and not comm.empty and "elapse_ms" in comm:
-        console.print(table(top_collectives(comm, top),
-                            {"name": "collective", "op_type": "type", "group_size": "ranks", "calls": "calls",
-                             "total_elapse_ms": "total", "mean_elapse_ms": "mean", "size_bytes": "size",
-                             "busbw_gbps": "bus bw", "wait_ratio": "wait"},
-                            f"Top collectives (by total time, all ranks and steps, top {top})"))
+        console.print(
+            table(
+                top_collectives(comm, top),
+                {
+                    "name": "collective",
+                    "op_type": "type",
+                    "group_size": "ranks",
+                    "calls": "calls",
+                    "total_elapse_ms": "total",
+                    "mean_elapse_ms": "mean",
+                    "size_bytes": "size",
+                    "busbw_gbps": "bus bw",
+                    "wait_ratio": "wait",
+                },
+                f"Top collectives (by total time, all ranks and steps, top {top})",
+            )
+        )
 
     tc = traffic_classes(tables.get("comm_classes"), tables.get("comm_exposure_classes"))
     if tc is not None:
-        console.print(table(tc, {"comm_class": "traffic class", "ops": "collectives", "size_bytes": "bytes",
-                                 "elapse_ms": "time", "exposed_us": "not overlapped"},
-                            "Collectives by traffic class (per rank and step, mean; profiled steps)"))
+        console.print(
+            table(
+                tc,
+                {
+                    "comm_class": "traffic class",
+                    "ops": "collectives",
+                    "size_bytes": "bytes",
+                    "elapse_ms": "time",
+                    "exposed_us": "not overlapped",
+                },
+                "Collectives by traffic class (per rank and step, mean; profiled steps)",
+            )
+        )
 
     pipe = tables.get("pipeline")
     if pipe is not None and not pipe.empty and "stage" in pipe:
-        console.print(table(pipeline_stages(pipe),
-                            {"stage": "stage", "ranks": "ranks", "micro_batches": "M", "window_us": "window",
-                             "busy_us": "busy", "bubble_us": "bubble", "bubble_fraction": "bubble %",
-                             "ideal_fraction": "ideal (S-1)/(M+S-1)", "excess_fraction": "excess"},
-                            "Pipeline stages (median over steps; bubble = idle share of the stage's window)"))
+        console.print(
+            table(
+                pipeline_stages(pipe),
+                {
+                    "stage": "stage",
+                    "ranks": "ranks",
+                    "micro_batches": "M",
+                    "window_us": "window",
+                    "busy_us": "busy",
+                    "bubble_us": "bubble",
+                    "bubble_fraction": "bubble %",
+                    "ideal_fraction": "ideal (S-1)/(M+S-1)",
+                    "excess_fraction": "excess",
+                },
+                "Pipeline stages (median over steps; bubble = idle share of the stage's window)",
+            )
+        )
     exp = tables.get("experts")
     if exp is not None and not exp.empty:
-        console.print(table(experts(exp), {"experts": "experts", "total_tokens": "tokens", "min_load": "min load",
-                                           "max_load": "max load", "mean_load": "mean load",
-                                           "max_mean_ratio": "max/mean", "cv": "cv", "dropped_tokens": "dropped",
-                                           "dropped_fraction": "dropped share"},
-                            "Expert load (median over steps)"))
+        console.print(
+            table(
+                experts(exp),
+                {
+                    "experts": "experts",
+                    "total_tokens": "tokens",
+                    "min_load": "min load",
+                    "max_load": "max load",
+                    "mean_load": "mean load",
+                    "max_mean_ratio": "max/mean",
+                    "cv": "cv",
+                    "dropped_tokens": "dropped",
+                    "dropped_fraction": "dropped share",
+                },
+                "Expert load (median over steps)",
+            )
+        )
 
     slow, tested = flagged(tables.get("slow_ranks"))
     if tested:
-        console.print(f"\n[bold]Slow ranks[/bold]: {len(slow)} of {tested} rank tests flagged"
-                      + (" (a rank that arrives last at collectives significantly often)" if len(slow) else ""))
+        console.print(
+            f"\n[bold]Slow ranks[/bold]: {len(slow)} of {tested} rank tests flagged"
+            + (" (a rank that arrives last at collectives significantly often)" if len(slow) else "")
+        )
         if len(slow):
-            console.print(table(slow, {"group": "group", "scope": "scope", "op_name": "collective", "rank": "rank",
-                                       "last_arrivals": "last arrivals", "n_ops": "collectives",
-                                       "mean_lateness_ms": "mean lateness", "test": "test", "statistic": "statistic",
-                                       "critical": "critical"}, ""))
+            console.print(
+                table(
+                    slow,
+                    {
+                        "group": "group",
+                        "scope": "scope",
+                        "op_name": "collective",
+                        "rank": "rank",
+                        "last_arrivals": "last arrivals",
+                        "n_ops": "collectives",
+                        "mean_lateness_ms": "mean lateness",
+                        "test": "test",
+                        "statistic": "statistic",
+                        "critical": "critical",
+                    },
+                    "",
+                )
+            )
     links, tested = flagged(tables.get("slow_links"))
     if tested:
         console.print(f"[bold]Slow links[/bold]: {len(links)} of {tested} links flagged")
         if len(links):
-            console.print(table(links, {"kind": "kind", "group": "group", "transport": "transport", "src": "src",
-                                        "dst": "dst", "bandwidth_gbps": "bandwidth", "group_mean_gbps": "group mean",
-                                        "ratio": "ratio"}, ""))
+            console.print(
+                table(
+                    links,
+                    {
+                        "kind": "kind",
+                        "group": "group",
+                        "transport": "transport",
+                        "src": "src",
+                        "dst": "dst",
+                        "bandwidth_gbps": "bandwidth",
+                        "group_mean_gbps": "group mean",
+                        "ratio": "ratio",
+                    },
+                    "",
+                )
+            )
     imb, tested = flagged(tables.get("rank_imbalance"), "flagged")
     if tested:
         console.print(f"[bold]Rank imbalance[/bold]: {len(imb)} of {tested} group checks flagged")
         if len(imb):
-            console.print(table(imb, {"group": "group", "kind": "kind", "dimension": "dimension",
-                                      "max_rank": "slowest rank", "max_ms": "its time", "min_rank": "fastest rank",
-                                      "min_ms": "its time ", "spread_ms": "spread", "ratio": "spread/mean"}, ""))
+            console.print(
+                table(
+                    imb,
+                    {
+                        "group": "group",
+                        "kind": "kind",
+                        "dimension": "dimension",
+                        "max_rank": "slowest rank",
+                        "max_ms": "its time",
+                        "min_rank": "fastest rank",
+                        "min_ms": "its time ",
+                        "spread_ms": "spread",
+                        "ratio": "spread/mean",
+                    },
+                    "",
+                )
+            )
 
     if len(advice) > 1:
         console.print("\n[bold]Advice, largest expected gain first[/bold] (symptoms under their cause)")
         print_advice(console, advice, show_all=show_all)
 
-    console.print(f"\n[dim]artifacts: {artifacts}\nall tables: perfbench show {short} --json; "
-                  f"timeline: perfbench trace {short} -o {short}.json.gz[/dim]", highlight=False)
+    console.print(
+        f"\n[dim]artifacts: {artifacts}\nall tables: perfbench show {short} --json; "
+        f"timeline: perfbench trace {short} -o {short}.json.gz[/dim]",
+        highlight=False,
+    )

@@ -103,8 +103,10 @@ def clock_offsets(run: dict, tables: dict[str, pd.DataFrame], align: str) -> tup
     how = f"collective ends: each rank shifted so its matched collectives end with rank {ranks[0]}'s (median)"
     if len(components) > 1:
         parts = "; ".join(f"ranks {', '.join(map(str, c))} on rank {c[0]}" for c in components)
-        how = (f"collective ends, per set of ranks linked by collectives ({parts}; the sets share no collective, "
-               "so their clocks are as recorded relative to each other)")
+        how = (
+            f"collective ends, per set of ranks linked by collectives ({parts}; the sets share no collective, "
+            "so their clocks are as recorded relative to each other)"
+        )
     return offsets, how
 
 
@@ -116,12 +118,15 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
     if steps is None or steps.empty:
         ws = tables.get("workload_steps")
         if ws is not None and not ws.empty and {"start_ts", "end_ts"} <= set(ws.columns):
-            steps = pd.DataFrame({"rank": ws["rank"], "step": ws["step"], "start_us": ws["start_ts"] * 1e6,
-                                  "end_us": ws["end_ts"] * 1e6})
+            steps = pd.DataFrame(
+                {"rank": ws["rank"], "step": ws["step"], "start_us": ws["start_ts"] * 1e6, "end_us": ws["end_ts"] * 1e6}
+            )
     spans = tables.get("spans")
     if (ops is None or ops.empty) and (comm is None or comm.empty) and (spans is None or spans.empty):
-        raise UserError(f"run {run['run_id']} has no profiled ops or collectives stored: nothing to put in a trace "
-                        "(was the profiler enabled? failed runs may have none)")
+        raise UserError(
+            f"run {run['run_id']} has no profiled ops or collectives stored: nothing to put in a trace "
+            "(was the profiler enabled? failed runs may have none)"
+        )
     offsets, how = clock_offsets(run, tables, align)
     has_comm = comm is not None and not comm.empty and "start_us" in comm
 
@@ -132,31 +137,65 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         if has_comm:
             o, cat = o[cat != "communication"], cat[cat != "communication"]
         stream = o["stream"] if "stream" in o else pd.Series(0, index=o.index)
-        frames.append(pd.DataFrame({"rank": o["rank"], "cat": cat, "stream": stream.astype(str),
-                                    "name": o["name"].astype(str), "type": o.get("type"),
-                                    "step": o.get("step"), "ts": o["start_us"], "dur": o["dur_us"]}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": o["rank"],
+                    "cat": cat,
+                    "stream": stream.astype(str),
+                    "name": o["name"].astype(str),
+                    "type": o.get("type"),
+                    "step": o.get("step"),
+                    "ts": o["start_us"],
+                    "dur": o["dur_us"],
+                }
+            )
+        )
     skipped = 0
     if has_comm:
         placed = comm["start_us"].notna()
         skipped = int((~placed).sum())  # a collective without a start time cannot be drawn
         comm = comm[placed]
         inst = match_collectives(comm)
-        frames.append(pd.DataFrame({"rank": comm["rank"], "cat": "collective", "stream": "",
-                                    "name": comm["op_name"].astype(str), "type": comm.get("op_type"),
-                                    "step": comm.get("step"), "ts": comm["start_us"], "dur": comm["elapse_ms"] * 1000.0,
-                                    "group": comm.get("group"), "size_bytes": comm.get("size_bytes"),
-                                    "busbw_gbps": comm.get("busbw_gbps"), "wait_ms": comm.get("wait_ms"),
-                                    "inst": inst}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": comm["rank"],
+                    "cat": "collective",
+                    "stream": "",
+                    "name": comm["op_name"].astype(str),
+                    "type": comm.get("op_type"),
+                    "step": comm.get("step"),
+                    "ts": comm["start_us"],
+                    "dur": comm["elapse_ms"] * 1000.0,
+                    "group": comm.get("group"),
+                    "size_bytes": comm.get("size_bytes"),
+                    "busbw_gbps": comm.get("busbw_gbps"),
+                    "wait_ms": comm.get("wait_ms"),
+                    "inst": inst,
+                }
+            )
+        )
     spans = tables.get("spans")
     if spans is not None and not spans.empty and {"start_ts", "end_ts", "kind"} <= set(spans.columns):
         if steps is not None and not steps.empty and "step" in spans:  # the profiled window only
             spans = spans.merge(steps[["rank", "step"]].drop_duplicates(), on=["rank", "step"])
         mb = spans["mb"] if "mb" in spans else pd.Series(np.nan, index=spans.index)
-        frames.append(pd.DataFrame({
-            "rank": spans["rank"], "cat": "span", "stream": "",
-            "name": [f"{k} mb{int(m)}" if not _missing(m) else str(k) for k, m in zip(spans["kind"], mb)],
-            "type": spans["kind"], "step": spans.get("step"), "ts": spans["start_ts"] * 1e6,
-            "dur": (spans["end_ts"] - spans["start_ts"]) * 1e6, "stage": spans.get("stage")}))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "rank": spans["rank"],
+                    "cat": "span",
+                    "stream": "",
+                    "name": [f"{k} mb{int(m)}" if not _missing(m) else str(k) for k, m in zip(spans["kind"], mb)],
+                    "type": spans["kind"],
+                    "step": spans.get("step"),
+                    "ts": spans["start_ts"] * 1e6,
+                    "dur": (spans["end_ts"] - spans["start_ts"]) * 1e6,
+                    "stage": spans.get("stage"),
+                }
+            )
+        )
     ev = pd.concat(frames, ignore_index=True)
     ev = ev[pd.to_numeric(ev["ts"], errors="coerce").notna()].copy()
     ev["rank"] = ev["rank"].astype(int)
@@ -172,8 +211,10 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
 
     # tracks (threads): collectives; one per (category, stream) for the profiler's ops
     named = {"collective": "collectives", "span": "workload spans (forward, backward, send, recv, ...)"}
-    ev["track"] = [named[c] if c in named else (c if s in ("", "nan", "None") else f"{c} (stream {s})")
-                   for c, s in zip(ev["cat"], ev["stream"])]
+    ev["track"] = [
+        named[c] if c in named else (c if s in ("", "nan", "None") else f"{c} (stream {s})")
+        for c, s in zip(ev["cat"], ev["stream"])
+    ]
     base = {"collective": COMM_TID, "span": SPAN_TID, "compute": COMPUTE_TID, "communication": COMM_TID + 1}
     tids: dict[tuple[int, str], int] = {}
     for rank, track, cat in sorted(set(zip(ev["rank"], ev["track"], ev["cat"]))):
@@ -183,9 +224,14 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
 
     ranks = sorted(set(ev["rank"]) | (set(steps["rank"]) if steps is not None else set()))
     summary: dict[str, Any] = {
-        "run_id": run["run_id"], "ranks": ranks, "clock_alignment": how,
-        "offsets_us": {str(r): round(v, 3) for r, v in offsets.items()}, "origin_us": origin,
-        "events": {str(r): {} for r in ranks}, "collectives_linked": 0, "flow_events": 0,
+        "run_id": run["run_id"],
+        "ranks": ranks,
+        "clock_alignment": how,
+        "offsets_us": {str(r): round(v, 3) for r, v in offsets.items()},
+        "origin_us": origin,
+        "events": {str(r): {} for r in ranks},
+        "collectives_linked": 0,
+        "flow_events": 0,
         "collectives_without_start": skipped,
     }
     for (rank, cat), n in ev.groupby(["rank", "cat"]).size().items():
@@ -212,26 +258,51 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
             yield {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}}
         if steps is not None:
             for r in steps.itertuples(index=False):
-                yield {"ph": "X", "cat": "step", "name": f"step {int(r.step)}", "pid": int(r.rank), "tid": STEP_TID,
-                       "ts": round(float(r.start_us) - origin, 3), "dur": round(float(r.end_us - r.start_us), 3),
-                       "args": {"step": int(r.step)}}
+                yield {
+                    "ph": "X",
+                    "cat": "step",
+                    "name": f"step {int(r.step)}",
+                    "pid": int(r.rank),
+                    "tid": STEP_TID,
+                    "ts": round(float(r.start_us) - origin, 3),
+                    "dur": round(float(r.end_us - r.start_us), 3),
+                    "args": {"step": int(r.step)},
+                }
         cols = list(ev.columns)
         for row in ev.itertuples(index=False, name=None):
             r = dict(zip(cols, row))
-            args = {k: r[k] for k in ("type", "step", "stage", "group", "size_bytes", "busbw_gbps", "wait_ms")
-                    if k in r and r[k] is not None and not (isinstance(r[k], float) and math.isnan(r[k]))}
+            args = {
+                k: r[k]
+                for k in ("type", "step", "stage", "group", "size_bytes", "busbw_gbps", "wait_ms")
+                if k in r and r[k] is not None and not (isinstance(r[k], float) and math.isnan(r[k]))
+            }
             if r["cat"] not in ("collective", "span"):
                 args["full_name"] = r["name"]
             args = {k: (v.item() if hasattr(v, "item") else v) for k, v in args.items()}
-            yield {"ph": "X", "cat": r["cat"], "name": r["name"].rsplit("/", 1)[-1], "pid": int(r["rank"]),
-                   "tid": int(r["tid"]), "ts": round(float(r["ts"]), 3), "dur": round(float(r["dur"]), 3), "args": args}
+            yield {
+                "ph": "X",
+                "cat": r["cat"],
+                "name": r["name"].rsplit("/", 1)[-1],
+                "pid": int(r["rank"]),
+                "tid": int(r["tid"]),
+                "ts": round(float(r["ts"]), 3),
+                "dur": round(float(r["dur"]), 3),
+                "args": args,
+            }
         # flow arrows: one chain per collective instance, in start order (s, t..., f), bound to the slices
         for inst, g in linked.sort_values("ts").groupby("inst", sort=True):
             n = len(g)
             for i, r in enumerate(g.itertuples(index=False)):
                 ph = "s" if i == 0 else ("f" if i == n - 1 else "t")
-                e = {"ph": ph, "id": int(inst), "cat": "collective", "name": r.name.rsplit("/", 1)[-1],
-                     "pid": int(r.rank), "tid": COMM_TID, "ts": round(float(r.ts), 3)}
+                e = {
+                    "ph": ph,
+                    "id": int(inst),
+                    "cat": "collective",
+                    "name": r.name.rsplit("/", 1)[-1],
+                    "pid": int(r.rank),
+                    "tid": COMM_TID,
+                    "ts": round(float(r.ts), 3),
+                }
                 if ph != "s":
                     e["bp"] = "e"
                 yield e
@@ -239,8 +310,9 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
     return events(), summary
 
 
-def write_trace(store, run_id: str, dest: str | os.PathLike | IO[bytes], *, align: str = "auto",
-                compress: bool | None = None) -> dict:
+def write_trace(
+    store, run_id: str, dest: str | os.PathLike | IO[bytes], *, align: str = "auto", compress: bool | None = None
+) -> dict:
     """Write the merged trace of `run_id` (short ids and prefixes work) to `dest`: a path (gzip when it ends
     in `.gz`, or when `compress`) or a binary buffer (e.g. io.BytesIO for a download). Returns the summary."""
     rec = store.get_run(run_id)

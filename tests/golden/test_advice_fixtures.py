@@ -20,8 +20,15 @@ E = ("Ascend__msprof-analyze", "test", "resource", "advisor", "cluster_analysis_
 F = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "profiler")
 G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
 
-CASES = {"B-level1": B + ("level1",), "B-level2": B + ("level2",), "C-level1": C + ("level1",),
-         "C-level2": C + ("level2",), "E": E, "F": F, "G": G}
+CASES = {
+    "B-level1": B + ("level1",),
+    "B-level2": B + ("level2",),
+    "C-level1": C + ("level1",),
+    "C-level2": C + ("level2",),
+    "E": E,
+    "F": F,
+    "G": G,
+}
 
 
 def _copy(tmp_path, name, parts):

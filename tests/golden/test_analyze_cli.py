@@ -34,7 +34,17 @@ def test_json_document_and_store_record(tmp_path, capsys):
     assert st["computing_us"] == pytest.approx(float(ref["Computing"].iloc[0]), abs=3)
     c = doc["communication"]
     assert len(c) == 8
-    for k in ("rank", "step", "op_name", "group", "elapse_ms", "transit_ms", "wait_ms", "synchronization_ms", "idle_ms"):
+    for k in (
+        "rank",
+        "step",
+        "op_name",
+        "group",
+        "elapse_ms",
+        "transit_ms",
+        "wait_ms",
+        "synchronization_ms",
+        "idle_ms",
+    ):
         assert all(k in x for x in c)
     first = next(x for x in c if x["rank"] == 0 and x["op_name"] == "hcom_allReduce__586_0_1")
     assert first["bandwidth"]["HCCS"] == pytest.approx(15.7676)

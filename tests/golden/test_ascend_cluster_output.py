@@ -67,8 +67,15 @@ def _sql(db, sql):
         con.close()
 
 
-@pytest.mark.parametrize("mode,export", [("all", "db"), ("communication_time_sum", "text"),
-                                         ("communication_matrix_sum", "text"), ("cluster_time_summary", "text")])
+@pytest.mark.parametrize(
+    "mode,export",
+    [
+        ("all", "db"),
+        ("communication_time_sum", "text"),
+        ("communication_matrix_sum", "text"),
+        ("cluster_time_summary", "text"),
+    ],
+)
 def test_reads_msprof_analyze_outputs(msprof_cluster, mode, export):
     data, out = msprof_cluster(*C1, mode=mode, export=export)
     p = analyzers.load_profile(out)  # the output folder alone
@@ -108,8 +115,12 @@ def test_reads_msprof_analyze_outputs(msprof_cluster, mode, export):
         m = m[m["hccl_op_name"] != "Total Op Info"]
         assert len(p.links) == len(m) > 0
         for row in m.itertuples(index=False):
-            mine = p.links[(p.links["op_name"] == row.hccl_op_name) & (p.links["src"] == int(row.src_rank))
-                           & (p.links["dst"] == int(row.dst_rank)) & (p.links["transport"] == row.transport_type)]
+            mine = p.links[
+                (p.links["op_name"] == row.hccl_op_name)
+                & (p.links["src"] == int(row.src_rank))
+                & (p.links["dst"] == int(row.dst_rank))
+                & (p.links["transport"] == row.transport_type)
+            ]
             assert mine["bandwidth_gbps"].iloc[0] == pytest.approx(row.bandwidth)
 
 

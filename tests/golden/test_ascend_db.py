@@ -18,6 +18,7 @@ C = ("Ascend__msinsight", "test", "data", "pytorch", "db")
 def level(fixture_copy):
     def _get(name):
         return fixture_copy(*C, name)
+
     return _get
 
 
@@ -41,8 +42,9 @@ def test_comm_ops_match_analysis_db(level):
     p = parse_db_rank(d / "rank1_ascend_pt")
     con = sqlite3.connect(d / "rank1_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "analysis.db")
     ct = pd.read_sql_query("SELECT * FROM CommAnalyzerTime", con)
-    bw = pd.read_sql_query("SELECT DISTINCT hccl_op_name, transport_type, bandwidth, transit_size FROM CommAnalyzerBandwidth",
-                           con)
+    bw = pd.read_sql_query(
+        "SELECT DISTINCT hccl_op_name, transport_type, bandwidth, transit_size FROM CommAnalyzerBandwidth", con
+    )
     con.close()
     assert len(p.comm_ops) == len(ct)
     for row in ct.itertuples():
@@ -52,8 +54,9 @@ def test_comm_ops_match_analysis_db(level):
         assert ours["idle_ms"] == pytest.approx(row.idle_time)
         assert ours["group"] == row.group_name
     for row in bw[bw["transit_size"] > 0].itertuples():
-        ours = p.comm_bandwidth[(p.comm_bandwidth["op_name"] == row.hccl_op_name)
-                                & (p.comm_bandwidth["transport"] == row.transport_type)]
+        ours = p.comm_bandwidth[
+            (p.comm_bandwidth["op_name"] == row.hccl_op_name) & (p.comm_bandwidth["transport"] == row.transport_type)
+        ]
         assert ours["bandwidth_gbps"].iloc[0] == pytest.approx(row.bandwidth)
     # payload = COMMUNICATION_OP.count x data type size (FP32 here)
     assert p.comm_ops["size_bytes"].min() > 0

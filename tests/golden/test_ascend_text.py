@@ -67,9 +67,13 @@ def test_comm_ops_and_bandwidth_match_communication_json(level, r):
                 row = p.comm_ops[(p.comm_ops["op_name"] == name) & (p.comm_ops["group"] == group)]
                 assert len(row) == 1, key
                 t = op["Communication Time Info"]
-                for col, k in [("elapse_ms", "Elapse Time(ms)"), ("transit_ms", "Transit Time(ms)"),
-                               ("wait_ms", "Wait Time(ms)"), ("synchronization_ms", "Synchronization Time(ms)"),
-                               ("idle_ms", "Idle Time(ms)")]:
+                for col, k in [
+                    ("elapse_ms", "Elapse Time(ms)"),
+                    ("transit_ms", "Transit Time(ms)"),
+                    ("wait_ms", "Wait Time(ms)"),
+                    ("synchronization_ms", "Synchronization Time(ms)"),
+                    ("idle_ms", "Idle Time(ms)"),
+                ]:
                     assert row[col].iloc[0] == pytest.approx(t[k], rel=1e-9, abs=1e-12)
                 for tr, b in op["Communication Bandwidth Info"].items():
                     bw = p.comm_bandwidth[(p.comm_bandwidth["op_name"] == name) & (p.comm_bandwidth["transport"] == tr)]
@@ -92,8 +96,13 @@ def test_collective_sizes_from_trace_view():
 def test_matrix_links():
     p = parse_text_rank(b_rank("level1", 0))
     raw = json.loads((b_rank("level1", 0) / "ASCEND_PROFILER_OUTPUT" / "communication_matrix.json").read_text())
-    n = sum(len(links) for kinds in raw.values() for ops in kinds.values() for k, links in ops.items()
-            if k != "Total Op Info")
+    n = sum(
+        len(links)
+        for kinds in raw.values()
+        for ops in kinds.values()
+        for k, links in ops.items()
+        if k != "Total Op Info"
+    )
     assert len(p.links) == n
     l01 = p.links[(p.links["op_name"] == "allreduce-top1") & (p.links["src"] == 0) & (p.links["dst"] == 1)]
     assert l01["transport"].iloc[0] == "HCCS" and l01["bandwidth_gbps"].iloc[0] == pytest.approx(17.5452)
@@ -107,11 +116,14 @@ def test_set_j_multi_step_single_rank_with_device_id_column():
     assert p.ranks["device"].iloc[0] == "0"
 
 
-@pytest.mark.parametrize("rel,rows", [
-    ("ut/advisor/advisor_backend/compute_advice/kernel_details.csv", 591),
-    ("ut/advisor/compute_advice/data/kernel_details.csv", None),
-    ("resource/test.csv", None),
-])
+@pytest.mark.parametrize(
+    "rel,rows",
+    [
+        ("ut/advisor/advisor_backend/compute_advice/kernel_details.csv", 591),
+        ("ut/advisor/compute_advice/data/kernel_details.csv", None),
+        ("resource/test.csv", None),
+    ],
+)
 def test_kernel_details_header_variants(rel, rows):
     path = fixture_path(*E, *rel.split("/"))
     raw = pd.read_csv(path)
@@ -127,12 +139,15 @@ def test_kernel_details_header_variants(rel, rows):
 
 
 def test_kernel_details_hccl_rows_in_variant():
-    k = read_kernel_details(fixture_path(*E, "ut", "advisor", "advisor_backend", "compute_advice", "kernel_details.csv"))
+    k = read_kernel_details(
+        fixture_path(*E, "ut", "advisor", "advisor_backend", "compute_advice", "kernel_details.csv")
+    )
     raw = pd.read_csv(fixture_path(*E, "ut", "advisor", "advisor_backend", "compute_advice", "kernel_details.csv"))
     assert (k["category"] == "communication").sum() == (raw["Accelerator Core"] == "HCCL").sum() > 0
 
 
 # ---- bad input: clear errors naming the file, never a traceback --------------------------------
+
 
 def _copy_rank(tmp_path, level="level1", r=0):
     dst = tmp_path / f"rank{r}_ascend_pt"

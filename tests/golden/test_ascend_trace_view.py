@@ -10,8 +10,17 @@ from analyzers.parsers.trace_view import iter_events, x_events
 from perfbench.errors import ProfileFormatError
 from tests.support import fixture_path
 
-TV = fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level1", "rank0_ascend_pt",
-                  "ASCEND_PROFILER_OUTPUT", "trace_view.json")
+TV = fixture_path(
+    "Ascend__msinsight",
+    "test",
+    "data",
+    "pytorch",
+    "text",
+    "level1",
+    "rank0_ascend_pt",
+    "ASCEND_PROFILER_OUTPUT",
+    "trace_view.json",
+)
 TV_E = fixture_path("Ascend__msprof-analyze", "test", "ut", "advisor", "timeline_advice", "trace_view.json")
 
 
@@ -62,8 +71,16 @@ def test_not_json_and_empty(tmp_path):
 
 def test_object_wrapped_trace(tmp_path):
     f = tmp_path / "t.json"
-    f.write_text(json.dumps({"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 2, "ts": "10.5", "dur": 2},
-                                             {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "P"}}]}))
+    f.write_text(
+        json.dumps(
+            {
+                "traceEvents": [
+                    {"ph": "X", "name": "a", "pid": 1, "tid": 2, "ts": "10.5", "dur": 2},
+                    {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "P"}},
+                ]
+            }
+        )
+    )
     te = x_events(f)
     assert list(te.x["ts"]) == [10.5] and te.process_names == {"1": "P"}
 
@@ -75,8 +92,17 @@ def test_uint64_ids_beyond_int64_fall_back_to_the_python_backend():
     from analyzers.parsers.trace_view import iter_events
     from tests.support import fixture_path
 
-    f = next(fixture_path("hicann__oam-tools", "experiment", "task-book", "msprof_experience_weixin_63089733", "perf-data",
-                          "20260624_matmul_basic_api_board", "mindstudio_profiler_output").glob("msprof_*.json"))
+    f = next(
+        fixture_path(
+            "hicann__oam-tools",
+            "experiment",
+            "task-book",
+            "msprof_experience_weixin_63089733",
+            "perf-data",
+            "20260624_matmul_basic_api_board",
+            "mindstudio_profiler_output",
+        ).glob("msprof_*.json")
+    )
     expected = json.loads(f.read_text())
     assert any(isinstance(v, int) and v > 2**63 for e in expected for v in (e.get("args") or {}).values())
     got = list(iter_events(f))

@@ -25,7 +25,9 @@ N = 16
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_cluster_vs_msprof", ROOT / "bench" / "bench_cluster_vs_msprof.py")
+    spec = importlib.util.spec_from_file_location(
+        "bench_cluster_vs_msprof", ROOT / "bench" / "bench_cluster_vs_msprof.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     mod.FIX = fixture_path(*B1).parent
@@ -83,13 +85,18 @@ def test_cluster_json_reports_each_rank_from_its_files(cluster):
         assert st["step_us"] == float(steps[s]["Stage"]) + float(steps[s]["Bubble"])
         # every rank's collectives, in its own DP group, with the waits of its source rank (plus the plant's delay)
         ops = {c["op_name"]: c for c in doc["communication"] if c["rank"] == r_}
-        want = {k.partition("@")[0]: v["Communication Time Info"]
-                for k, v in comm[s]["step50"]["collective"].items() if k != "Total Op Info"}
+        want = {
+            k.partition("@")[0]: v["Communication Time Info"]
+            for k, v in comm[s]["step50"]["collective"].items()
+            if k != "Total Op Info"
+        }
         assert set(ops) == set(want)
         delayed = r_ // 8 == slow_rank // 8 and r_ != slow_rank
         for name, c in ops.items():
             assert c["group"] == bench._group_id(r_ // 8) and c["group_size"] == 8
-            assert c["wait_ms"] == pytest.approx(want[name]["Wait Time(ms)"] + (bench.SLOW_RANK_DELAY_MS if delayed else 0))
+            assert c["wait_ms"] == pytest.approx(
+                want[name]["Wait Time(ms)"] + (bench.SLOW_RANK_DELAY_MS if delayed else 0)
+            )
             assert c["transit_ms"] == want[name]["Transit Time(ms)"]
         # links in global ranks: a rank reports the links from itself to the ranks of its group
         links = [x for x in doc["links"] if x["rank"] == r_]

@@ -33,27 +33,64 @@ from tests.support.golden import REL, analyze_json, check_step, close, reported_
 B = ("Ascend__msinsight", "test", "data", "pytorch", "text")
 C = ("Ascend__msinsight", "test", "data", "pytorch", "db")
 E = ("Ascend__msprof-analyze", "test", "resource", "advisor", "cluster_analysis_output")
-J = ("hicann__oam-tools", "experiment", "task-book", "msprof_tool_experience_imaginationhh", "perf-data",
-     "hdspace-32g-outer-17_59186_20260601142437309_ascend_pt")
-K = ("hicann__oam-tools", "experiment", "task-book", "msprof_experience_weixin_63089733", "perf-data",
-     "20260624_matmul_basic_api_board")
+J = (
+    "hicann__oam-tools",
+    "experiment",
+    "task-book",
+    "msprof_tool_experience_imaginationhh",
+    "perf-data",
+    "hdspace-32g-outer-17_59186_20260601142437309_ascend_pt",
+)
+K = (
+    "hicann__oam-tools",
+    "experiment",
+    "task-book",
+    "msprof_experience_weixin_63089733",
+    "perf-data",
+    "20260624_matmul_basic_api_board",
+)
 L_RUN = ("vllm-project__vllm-ascend", ".tmp_remote_patch", "prof_unpack", "PROF_GROUP_20260823_165254", "PROF_Memory")
 H2 = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "run_2")
 OUT = "ASCEND_PROFILER_OUTPUT"
 NA = {"", "N/A", "NA"}
-PARTS = {"Computing": "computing_us", "Communication(Not Overlapped)": "communication_not_overlapped_us",
-         "Overlapped": "overlapped_us", "Communication": "communication_us", "Free": "free_us",
-         "Preparing": "preparing_us", "Bubble": "bubble_us", "Stage": "stage_us"}
-DB_PARTS = {"computing": "computing_us", "communication_not_overlapped": "communication_not_overlapped_us",
-            "overlapped": "overlapped_us", "communication": "communication_us", "free": "free_us",
-            "preparing": "preparing_us", "bubble": "bubble_us", "stage": "stage_us"}
-COMM = {"Elapse Time(ms)": "elapse_ms", "Transit Time(ms)": "transit_ms", "Wait Time(ms)": "wait_ms",
-        "Synchronization Time(ms)": "synchronization_ms", "Idle Time(ms)": "idle_ms"}
-DB_COMM = {"elapse_time": "elapse_ms", "transit_time": "transit_ms", "wait_time": "wait_ms",
-           "synchronization_time": "synchronization_ms", "idle_time": "idle_ms"}
+PARTS = {
+    "Computing": "computing_us",
+    "Communication(Not Overlapped)": "communication_not_overlapped_us",
+    "Overlapped": "overlapped_us",
+    "Communication": "communication_us",
+    "Free": "free_us",
+    "Preparing": "preparing_us",
+    "Bubble": "bubble_us",
+    "Stage": "stage_us",
+}
+DB_PARTS = {
+    "computing": "computing_us",
+    "communication_not_overlapped": "communication_not_overlapped_us",
+    "overlapped": "overlapped_us",
+    "communication": "communication_us",
+    "free": "free_us",
+    "preparing": "preparing_us",
+    "bubble": "bubble_us",
+    "stage": "stage_us",
+}
+COMM = {
+    "Elapse Time(ms)": "elapse_ms",
+    "Transit Time(ms)": "transit_ms",
+    "Wait Time(ms)": "wait_ms",
+    "Synchronization Time(ms)": "synchronization_ms",
+    "Idle Time(ms)": "idle_ms",
+}
+DB_COMM = {
+    "elapse_time": "elapse_ms",
+    "transit_time": "transit_ms",
+    "wait_time": "wait_ms",
+    "synchronization_time": "synchronization_ms",
+    "idle_time": "idle_ms",
+}
 
 
 # ---- the profiler's own numbers ------------------------------------------------------------------------
+
 
 def _num(v) -> float:
     return float(str(v).strip().strip("\t"))
@@ -74,8 +111,11 @@ def _want_step(row: dict, parts: dict) -> dict:
     """Expected STEP fields from one profiler breakdown row: step_us = Stage + Bubble (the profiler's step
     time: Stage = Computing + Communication(Not Overlapped) + Free), the parts as written."""
     w = {ours: _num(row[k]) for k, ours in parts.items() if k in row and str(row[k]).strip() != ""}
-    w["step_us"] = w["stage_us"] + w.get("bubble_us", 0.0) if "stage_us" in w else (
-        w["computing_us"] + w["communication_not_overlapped_us"] + w["free_us"])
+    w["step_us"] = (
+        w["stage_us"] + w.get("bubble_us", 0.0)
+        if "stage_us" in w
+        else (w["computing_us"] + w["communication_not_overlapped_us"] + w["free_us"])
+    )
     return w
 
 
@@ -96,8 +136,10 @@ def db_rows(db: Path, sql: str) -> list[dict]:
 
 def db_step_trace(rank_dir: Path) -> dict[tuple[int, int], dict]:
     r = _rank_of(rank_dir)
-    return {(r, _step(row["step"])): _want_step(row, DB_PARTS)
-            for row in db_rows(rank_dir / OUT / "analysis.db", "SELECT * FROM StepTraceTime")}
+    return {
+        (r, _step(row["step"])): _want_step(row, DB_PARTS)
+        for row in db_rows(rank_dir / OUT / "analysis.db", "SELECT * FROM StepTraceTime")
+    }
 
 
 def text_comm(rank_dir: Path) -> dict[tuple[int, str], dict]:
@@ -115,8 +157,11 @@ def text_comm(rank_dir: Path) -> dict[tuple[int, str], dict]:
 def db_comm(rank_dir: Path) -> dict[tuple[int, str], dict]:
     r = _rank_of(rank_dir)
     rows = db_rows(rank_dir / OUT / "analysis.db", "SELECT * FROM CommAnalyzerTime")
-    return {(r, row["hccl_op_name"]): {ours: row[k] for k, ours in DB_COMM.items()}
-            for row in rows if row["hccl_op_name"] != "Total Op Info"}
+    return {
+        (r, row["hccl_op_name"]): {ours: row[k] for k, ours in DB_COMM.items()}
+        for row in rows
+        if row["hccl_op_name"] != "Total Op Info"
+    }
 
 
 def text_kernels(rank_dirs) -> dict[tuple[str, str], list]:
@@ -140,12 +185,17 @@ def db_kernels(rank_dirs) -> dict[tuple[str, str], list]:
     out: dict = {}
     for d in rank_dirs:
         db = next((d / OUT).glob("ascend_pytorch_profiler_*.db"))
-        for row in db_rows(db, """SELECT s.value AS name, ot.value AS type, tt.value AS core, t.endNs - t.startNs AS ns
+        for row in db_rows(
+            db,
+            """SELECT s.value AS name, ot.value AS type, tt.value AS core, t.endNs - t.startNs AS ns
                                   FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId
                                   LEFT JOIN STRING_IDS s ON s.id = c.name LEFT JOIN STRING_IDS ot ON ot.id = c.opType
-                                  LEFT JOIN STRING_IDS tt ON tt.id = c.taskType"""):
-            key = (row["name"] if row["type"] in NA or row["type"] is None else row["type"],
-                   "" if row["core"] in NA or row["core"] is None else row["core"])
+                                  LEFT JOIN STRING_IDS tt ON tt.id = c.taskType""",
+        ):
+            key = (
+                row["name"] if row["type"] in NA or row["type"] is None else row["type"],
+                "" if row["core"] in NA or row["core"] is None else row["core"],
+            )
             acc = out.setdefault(key, [0, 0.0])
             acc[0] += 1
             acc[1] += row["ns"] / 1e3
@@ -191,6 +241,7 @@ def _rank_dirs(d: Path) -> list[Path]:
 
 
 # ---- sets B (text) and C (db), levels 0-2 ----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("level", ["level0", "level1", "level2"])
 def test_set_b_text(tmp_path, level):
@@ -257,6 +308,7 @@ def test_level0_kernel_types_text_and_db_same_rule(tmp_path):
 
 # ---- E (msprof-analyze output), J (multi-step single rank), K and L (msprof, one kernel) ----------------
 
+
 def test_set_e_cluster_output(tmp_path):
     d = _copy(tmp_path, E)
     doc = analyze_json(d)
@@ -272,8 +324,9 @@ def test_set_e_cluster_output(tmp_path):
             for key, per_rank in ops.items():
                 if not key.startswith("Total Op Info"):
                     for r, op in per_rank.items():
-                        comm[(int(r), key.split("@")[0])] = {ours: op["Communication Time Info"][k]
-                                                             for k, ours in COMM.items()}
+                        comm[(int(r), key.split("@")[0])] = {
+                            ours: op["Communication Time Info"][k] for k, ours in COMM.items()
+                        }
     check_comm(doc, comm)
 
 
@@ -327,6 +380,7 @@ def test_source_ranks_counts_every_rank_analyzed(tmp_path, parts):
 
 # ---- damaged copies: files removed from one rank, rows cut ---------------------------------------------
 
+
 def _remove(d: Path, rank: str, *names: str) -> None:
     for n in names:
         (d / rank / OUT / n).unlink()
@@ -349,10 +403,17 @@ def intact_b1(tmp_path_factory):
     return analyze_json(d), d
 
 
-@pytest.mark.parametrize("removed", [("kernel_details.csv", "trace_view.json"), ("kernel_details.csv",),
-                                     ("trace_view.json",), ("step_trace_time.csv",),
-                                     ("communication.json", "communication_matrix.json")],
-                         ids=["kernels+trace", "kernels", "trace", "step-trace", "communication"])
+@pytest.mark.parametrize(
+    "removed",
+    [
+        ("kernel_details.csv", "trace_view.json"),
+        ("kernel_details.csv",),
+        ("trace_view.json",),
+        ("step_trace_time.csv",),
+        ("communication.json", "communication_matrix.json"),
+    ],
+    ids=["kernels+trace", "kernels", "trace", "step-trace", "communication"],
+)
 def test_b1_file_removed_from_one_rank(tmp_path, intact_b1, removed):
     """Issue 15 item 1 (and its siblings): one rank without a file still counts; the warning names it."""
     ref, intact = intact_b1
@@ -371,8 +432,11 @@ def test_b1_file_removed_from_one_rank(tmp_path, intact_b1, removed):
     # the breakdown: the profiler's step trace where it is there, else recomputed from the kernels (which
     # matches it to ~1e-5 of the step on this data), within 1% either way
     for key, w in want.items():
-        check_step(reported_steps(doc)[key], w if "step_trace_time.csv" not in removed else
-                   {k: v for k, v in w.items() if k != "preparing_us"}, key)
+        check_step(
+            reported_steps(doc)[key],
+            w if "step_trace_time.csv" not in removed else {k: v for k, v in w.items() if k != "preparing_us"},
+            key,
+        )
     comm1 = [c for c in doc["communication"] if c["rank"] == 1]
     if "communication.json" in removed:  # only the HCCL kernels' elapse is left: the rest is unknown
         assert comm1 and all(c["wait_ms"] is None and c["transit_ms"] is None for c in comm1)
@@ -431,8 +495,9 @@ def test_c1_file_removed_from_one_rank(tmp_path, intact_c1, removed):
     want = db_step_trace(intact / "rank1_ascend_pt")
     got = reported_steps(doc)
     for key, w in want.items():
-        check_step(got[key], w if removed != "analysis.db" else {k: v for k, v in w.items() if k != "preparing_us"},
-                   key)
+        check_step(
+            got[key], w if removed != "analysis.db" else {k: v for k, v in w.items() if k != "preparing_us"}, key
+        )
     comm1 = [c for c in doc["communication"] if c["rank"] == 1]
     if removed == "analysis.db":
         assert comm1 and all(c["wait_ms"] is None for c in comm1)
@@ -444,10 +509,16 @@ def test_c1_file_removed_from_one_rank(tmp_path, intact_c1, removed):
 G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
 
 
-@pytest.mark.parametrize("parts,label", [(B + ("level1",), "step_trace_time.csv"),
-                                         (C + ("level1",), "analysis.db StepTraceTime"),
-                                         (E, "msprof-analyze cluster_step_trace_time.csv"),
-                                         (G, "mindspore-legacy files")], ids=["B1", "C1", "E", "G"])
+@pytest.mark.parametrize(
+    "parts,label",
+    [
+        (B + ("level1",), "step_trace_time.csv"),
+        (C + ("level1",), "analysis.db StepTraceTime"),
+        (E, "msprof-analyze cluster_step_trace_time.csv"),
+        (G, "mindspore-legacy files"),
+    ],
+    ids=["B1", "C1", "E", "G"],
+)
 def test_reference_is_labelled_with_what_it_is(tmp_path, parts, label):
     """Issue 15 item 11: the console and `source.reference` name where the profiler's own breakdown came
     from (G's comes from MindSpore's cluster analysis files, not from a step_trace_time.csv)."""

@@ -28,8 +28,16 @@ import pytest
 import analyzers
 from analyzers.parsers import msprof
 from tests.support import fixture_path
-from tests.support.golden import (REL, analyze_json, busbw_factor, check_step, close, median_of_slowest, reported_steps,
-                          rows)
+from tests.support.golden import (
+    REL,
+    analyze_json,
+    busbw_factor,
+    check_step,
+    close,
+    median_of_slowest,
+    reported_steps,
+    rows,
+)
 
 FOLDER = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "profiler")
 INVALID = 4294967295
@@ -54,8 +62,11 @@ def _files(tl: Path, kind: str) -> dict[int, Path]:
 
 
 def _names(ev, what):
-    return {e["pid"] if what == "process" else (e["pid"], e["tid"]): e["args"]["name"]
-            for e in ev if e.get("ph") == "M" and e.get("name") == f"{what}_name"}
+    return {
+        e["pid"] if what == "process" else (e["pid"], e["tid"]): e["args"]["name"]
+        for e in ev
+        if e.get("ph") == "M" and e.get("name") == f"{what}_name"
+    }
 
 
 def expected(root: Path):
@@ -84,24 +95,47 @@ def expected(root: Path):
             want = {"step_us": step_us, "preparing_us": None, "bubble_us": None, "stage_us": None}
             if o:
                 c, m, n = o["Computing"], o["Communication"], o["Communication(Not Overlapped)"]
-                want.update(computing_us=c, communication_us=m, communication_not_overlapped_us=n,
-                            overlapped_us=m - n, free_us=step_us - c - n)
+                want.update(
+                    computing_us=c,
+                    communication_us=m,
+                    communication_not_overlapped_us=n,
+                    overlapped_us=m - n,
+                    free_us=step_us - c - n,
+                )
             else:
-                want.update(computing_us=None, communication_us=None, communication_not_overlapped_us=None,
-                            overlapped_us=None, free_us=None)
+                want.update(
+                    computing_us=None,
+                    communication_us=None,
+                    communication_not_overlapped_us=None,
+                    overlapped_us=None,
+                    free_us=None,
+                )
             steps[(rank, it)] = want
         for it, p in _files(tl, "hccl").items():
             ev = json.load(open(p))
             thr = _names(ev, "thread")
             op = next(e for e in ev if e.get("ph") == "X" and thr.get((e["pid"], e["tid"])) == "Communication Kernel")
             t0, t1 = op["ts"], op["ts"] + op["dur"]
-            tasks = [e for e in ev if e.get("ph") == "X" and "task type" in (e.get("args") or {}) and t0 <= e["ts"] <= t1]
-            data = [e for e in tasks if e["args"]["task type"] in ("Memcpy", "Reduce_Inline") and e["args"]["size(Byte)"] > 0]
+            tasks = [
+                e for e in ev if e.get("ph") == "X" and "task type" in (e.get("args") or {}) and t0 <= e["ts"] <= t1
+            ]
+            data = [
+                e
+                for e in tasks
+                if e["args"]["task type"] in ("Memcpy", "Reduce_Inline") and e["args"]["size(Byte)"] > 0
+            ]
             sent = [e for e in data if e["args"]["link type"] != "ON_CHIP" and e["args"]["dst rank"] != INVALID]
-            ends = {e["args"]["src rank"] for e in data} | {e["args"]["dst rank"] for e in data if e["args"]["dst rank"] != INVALID}
-            comm[(rank, it)] = {"op_name": op["name"], "elapse_ms": op["dur"] / 1000,
-                                "wait_ms": sum(e["dur"] for e in tasks if e["tid"] == 0 and e["args"]["task type"] == "Notify_Wait") / 1000,
-                                "size_bytes": float(sum(e["args"]["size(Byte)"] for e in sent)), "group_size": len(ends)}
+            ends = {e["args"]["src rank"] for e in data} | {
+                e["args"]["dst rank"] for e in data if e["args"]["dst rank"] != INVALID
+            }
+            comm[(rank, it)] = {
+                "op_name": op["name"],
+                "elapse_ms": op["dur"] / 1000,
+                "wait_ms": sum(e["dur"] for e in tasks if e["tid"] == 0 and e["args"]["task type"] == "Notify_Wait")
+                / 1000,
+                "size_bytes": float(sum(e["args"]["size(Byte)"] for e in sent)),
+                "group_size": len(ends),
+            }
         for p in _files(tl, "task_time").values():
             for e in json.load(open(p)):
                 if e.get("ph") == "X" and (e.get("args") or {}).get("Task Type") in ("AI_CORE", "AI_CPU"):
@@ -195,8 +229,11 @@ def test_f_natural_folder_reads_both_formats_and_says_what_it_skipped():
         check_step(got[key], w, f"rank {key[0]} step {key[1]}")
     legacy = rows(d / "step_trace_raw_10_detail_time.csv")  # rank 10: the loose legacy step trace
     for r in legacy:
-        check_step(got[(10, int(r["step_num"]))], {"step_us": int(r["total"]) / 100, "computing_us": None,
-                                                   "free_us": None, "preparing_us": None}, "rank 10")
+        check_step(
+            got[(10, int(r["step_num"]))],
+            {"step_us": int(r["total"]) / 100, "computing_us": None, "free_us": None, "preparing_us": None},
+            "rank 10",
+        )
     # rank 10's unknown parts do not dilute the known ones: ranks 0 and 1 idle most of the step (item 9)
     assert any(a["rule"] == "free_time" for a in doc["advice"]), doc["advice"]
     p = analyzers.load_profile(d)

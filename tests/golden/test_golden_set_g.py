@@ -19,8 +19,16 @@ import pytest
 
 import analyzers
 from tests.support import fixture_path
-from tests.support.golden import (REL, analyze_json, busbw_factor, check_step, close, median_of_slowest, reported_steps,
-                          rows)
+from tests.support.golden import (
+    REL,
+    analyze_json,
+    busbw_factor,
+    check_step,
+    close,
+    median_of_slowest,
+    reported_steps,
+    rows,
+)
 
 G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose")
 RANKS = (0, 1, 2, 3)
@@ -38,13 +46,17 @@ def _expected_steps(d, ranks=RANKS, without=()):
         for k, step in enumerate(steps):
             p = pipe[k] if k < len(pipe) else None
             want = {
-                "step_us": int(trace[k]["total"]) / 100 if trace else
-                (float(p["stage_time"]) + float(p["receive_alone_time"])) * 1000,
+                "step_us": int(trace[k]["total"]) / 100
+                if trace
+                else (float(p["stage_time"]) + float(p["receive_alone_time"])) * 1000,
                 "computing_us": float(p["computation_time"]) * 1000 if p else None,
                 "communication_not_overlapped_us": float(p["communication_alone_time"]) * 1000 if p else None,
                 "stage_us": float(p["stage_time"]) * 1000 if p else None,
                 "bubble_us": float(p["receive_alone_time"]) * 1000 if p else None,
-                "communication_us": None, "overlapped_us": None, "free_us": None, "preparing_us": None,
+                "communication_us": None,
+                "overlapped_us": None,
+                "free_us": None,
+                "preparing_us": None,
             }
             out[(r, step)] = want
     return out
@@ -60,13 +72,21 @@ def _expected_comm(d, ranks=RANKS):
         for row in rows(f):
             for name, (step, cost, wait, links) in json.loads(row["communication_operator_cost"]).items():
                 ends = {int(x) for key in links for x in key.split("-")}
-                size = sum(v[1] * 1000 for key, per in links.items() for v in per.values()
-                           if key.split("-")[0] != key.split("-")[1])
+                size = sum(
+                    v[1] * 1000
+                    for key, per in links.items()
+                    for v in per.values()
+                    if key.split("-")[0] != key.split("-")[1]
+                )
                 op = name.split("_", 3)[-1]  # stream_36_0_AllReduce-op4542 -> AllReduce-op4542
                 p2p = op.startswith(("Send-", "Receive-"))
-                out[(r, int(row["step_num"]), op)] = {"elapse_ms": cost + wait, "transit_ms": cost, "wait_ms": wait,
-                                                      "size_bytes": size,
-                                                      "group_size": 2 if p2p else (len(ends) or None)}
+                out[(r, int(row["step_num"]), op)] = {
+                    "elapse_ms": cost + wait,
+                    "transit_ms": cost,
+                    "wait_ms": wait,
+                    "size_bytes": size,
+                    "group_size": 2 if p2p else (len(ends) or None),
+                }
     return out
 
 
@@ -106,8 +126,11 @@ def test_g_every_collective_matches_hccl_raw(g_doc):
             assert c["group_size"] == w["group_size"], key
         if w["size_bytes"]:
             close(c["size_bytes"], w["size_bytes"], key)
-            close(c["busbw_gbps"], w["size_bytes"] / 1e9 / (w["elapse_ms"] / 1e3)
-                  * busbw_factor(c["op_type"], w["group_size"]), key)
+            close(
+                c["busbw_gbps"],
+                w["size_bytes"] / 1e9 / (w["elapse_ms"] / 1e3) * busbw_factor(c["op_type"], w["group_size"]),
+                key,
+            )
 
 
 def test_g_collectives_only_in_the_step_trace_keep_its_timing(g_doc):
@@ -138,8 +161,10 @@ def test_g_stage_of_each_rank_from_the_cluster_file_names():
 # ---- damaged copies: one file of rank 2 removed ----------------------------------------------------------
 
 
-@pytest.mark.parametrize("missing", ["hccl_raw_2.csv", "step_trace_raw_2_detail_time.csv",
-                                     "ascend_cluster_analyse_pipeline-parallel_2_4_2.csv"])
+@pytest.mark.parametrize(
+    "missing",
+    ["hccl_raw_2.csv", "step_trace_raw_2_detail_time.csv", "ascend_cluster_analyse_pipeline-parallel_2_4_2.csv"],
+)
 def test_g_rank_without_one_file(tmp_path, missing):
     d = tmp_path / "cluster_propose"
     shutil.copytree(fixture_path(*G), d)

@@ -19,12 +19,25 @@ import pytest
 
 import analyzers
 from tests.support import fixture_path
-from tests.support.golden import (analyze_json, check_step, close, copy_loose_files, median_of_slowest, reported_steps,
-                          rows)
+from tests.support.golden import (
+    analyze_json,
+    check_step,
+    close,
+    copy_loose_files,
+    median_of_slowest,
+    reported_steps,
+    rows,
+)
 
 H = ("mindspore-ai__mindinsight", "tests", "utils", "resource")
-UNKNOWN = {"computing_us": None, "communication_us": None, "communication_not_overlapped_us": None,
-           "overlapped_us": None, "free_us": None, "preparing_us": None}
+UNKNOWN = {
+    "computing_us": None,
+    "communication_us": None,
+    "communication_not_overlapped_us": None,
+    "overlapped_us": None,
+    "free_us": None,
+    "preparing_us": None,
+}
 
 
 def _timeline(d, rank):
@@ -67,8 +80,10 @@ def test_h_run1_step_times_and_unknown_parts():
             want.update(UNKNOWN)
         check_step(got[(1, int(r["step_num"]))], want, f"step {r['step_num']}")
     assert 0 < with_ops < len(trace) // 10
-    close(doc["summary"]["step_time_s"], median_of_slowest({(1, int(r["step_num"])): int(r["total"]) / 100
-                                                            for r in trace}) / 1e6)
+    close(
+        doc["summary"]["step_time_s"],
+        median_of_slowest({(1, int(r["step_num"])): int(r["total"]) / 100 for r in trace}) / 1e6,
+    )
     assert doc["summary"]["preparing_s"] is None
     # the profiler's data wait (iteration_interval) is a small share of the step: no "host is the bottleneck"
     wait = sum(int(r["iteration_interval"]) for r in trace) / sum(int(r["total"]) for r in trace)
@@ -121,8 +136,9 @@ def test_h_same_files_same_answer_wherever_they_sit(loose_legacy):
     """Item 5: set I's folder holds byte-identical step_trace_raw_{0,10} files: both folders report them alike."""
     i_dir = fixture_path("mindspore-ai__mindspore_test", "tests", "ut", "data", "profiler_data", "profiler")
     for r in (0, 10):
-        assert (i_dir / f"step_trace_raw_{r}_detail_time.csv").read_bytes() == \
-            (loose_legacy / f"step_trace_raw_{r}_detail_time.csv").read_bytes()
+        assert (i_dir / f"step_trace_raw_{r}_detail_time.csv").read_bytes() == (
+            loose_legacy / f"step_trace_raw_{r}_detail_time.csv"
+        ).read_bytes()
     a, b = reported_steps(analyze_json(loose_legacy)), reported_steps(analyze_json(i_dir))
     for key in a:
         assert a[key] == b[key], key

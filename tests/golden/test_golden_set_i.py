@@ -20,8 +20,15 @@ from tests.support import fixture_path
 from tests.support.golden import analyze_json, busbw_factor, check_step, close, median_of_slowest, reported_steps, rows
 
 I_ = ("mindspore-ai__mindspore_test", "tests", "ut", "data", "profiler_data")
-UNKNOWN = {"computing_us": None, "communication_us": None, "communication_not_overlapped_us": None,
-           "overlapped_us": None, "free_us": None, "preparing_us": None, "bubble_us": None}
+UNKNOWN = {
+    "computing_us": None,
+    "communication_us": None,
+    "communication_not_overlapped_us": None,
+    "overlapped_us": None,
+    "free_us": None,
+    "preparing_us": None,
+    "bubble_us": None,
+}
 
 
 def _expected_steps(d):
@@ -42,11 +49,20 @@ def _expected_comm(d):
     for row in rows(f):
         for name, (step, cost, wait, links) in json.loads(row["communication_operator_cost"]).items():
             ends = {int(x) for key in links for x in key.split("-")}
-            size = sum(v[1] * 1000 for key, per in links.items() for v in per.values()
-                       if key.split("-")[0] != key.split("-")[1])
+            size = sum(
+                v[1] * 1000
+                for key, per in links.items()
+                for v in per.values()
+                if key.split("-")[0] != key.split("-")[1]
+            )
             out[(6, int(row["step_num"]), name.split("_", 3)[-1])] = {
-                "elapse_ms": cost + wait, "transit_ms": cost, "wait_ms": wait, "size_bytes": size,
-                "group_size": len(ends), "stream_name": name}
+                "elapse_ms": cost + wait,
+                "transit_ms": cost,
+                "wait_ms": wait,
+                "size_bytes": size,
+                "group_size": len(ends),
+                "stream_name": name,
+            }
     return out
 
 

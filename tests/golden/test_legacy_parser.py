@@ -118,7 +118,9 @@ def test_h_run1_ops_from_timeline_with_types_from_framework():
     # ops fall into the step windows of step_trace_raw (stream_N_parallel_M columns are not comm ops)
     assert p.ops["step"].notna().mean() > 0.95
     assert len(p.comm_ops) == 0
-    assert p.steps["step"].nunique() == len([r for r in _rows(d / "step_trace_raw_1_detail_time.csv") if r["step_num"] != "-"])
+    assert p.steps["step"].nunique() == len(
+        [r for r in _rows(d / "step_trace_raw_1_detail_time.csv") if r["step_num"] != "-"]
+    )
 
 
 def test_h_step_trace_column_order_variant():
@@ -184,8 +186,9 @@ def _copy(tmp_path, *parts):
     return dst
 
 
-@pytest.mark.parametrize("name", ["step_trace_raw_0_detail_time.csv", "hccl_raw_0.csv",
-                                  "ascend_cluster_analyse_pipeline-parallel_2_4_0.csv"])
+@pytest.mark.parametrize(
+    "name", ["step_trace_raw_0_detail_time.csv", "hccl_raw_0.csv", "ascend_cluster_analyse_pipeline-parallel_2_4_0.csv"]
+)
 def test_truncated_copy_names_file(tmp_path, name):
     f = _copy(tmp_path, *G, name)
     data = f.read_bytes()
@@ -217,7 +220,7 @@ def test_corrupt_json_cell_in_hccl_raw(tmp_path):
 def test_non_numeric_required_cell(tmp_path):
     f = _copy(tmp_path, *G, "ascend_cluster_analyse_pipeline-parallel_2_4_0.csv")
     lines = f.read_text().splitlines()
-    lines[2] = "abc" + lines[2][lines[2].index(","):]
+    lines[2] = "abc" + lines[2][lines[2].index(",") :]
     f.write_text("\n".join(lines) + "\n")
     with pytest.raises(ProfileFormatError) as ei:
         parse(tmp_path)

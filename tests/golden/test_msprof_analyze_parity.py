@@ -32,12 +32,23 @@ from tests.support import fixture_path
 from tests.golden.test_golden_ascend import COMM, DB_PARTS, PARTS
 
 ROOT = ("Ascend__msinsight", "test", "data", "pytorch")
-SETS = [("text", "level0"), ("text", "level1"), ("text", "level2"), ("db", "level0"), ("db", "level1"),
-        ("db", "level2")]
+SETS = [
+    ("text", "level0"),
+    ("text", "level1"),
+    ("text", "level2"),
+    ("db", "level0"),
+    ("db", "level1"),
+    ("db", "level2"),
+]
 # the profiler's column names -> ours: the same files msprof-analyze copies (tests/golden/test_golden_ascend.py)
 METRICS, DB_METRICS, TIME = PARTS, DB_PARTS, COMM
-DB_TIME = {"elapsed_time": "elapse_ms", "transit_time": "transit_ms", "wait_time": "wait_ms",
-           "synchronization_time": "synchronization_ms", "idle_time": "idle_ms"}
+DB_TIME = {
+    "elapsed_time": "elapse_ms",
+    "transit_time": "transit_ms",
+    "wait_time": "wait_ms",
+    "synchronization_time": "synchronization_ms",
+    "idle_time": "idle_ms",
+}
 #: perfbench's recomputation from kernels vs the profiler's step trace, as a share of the step (observed <= 5e-6)
 RECOMPUTE_TOL = 1e-4
 
@@ -64,8 +75,11 @@ class Theirs:
                     name, group = key.split("@")
                     for rank, info in ranks.items():
                         rec = {m: info["Communication Time Info"][k] for k, m in TIME.items()}
-                        rec["bandwidth"] = {t: b["Bandwidth(GB/s)"] for t, b in info["Communication Bandwidth Info"].items()
-                                            if b["Transit Size(MB)"]}
+                        rec["bandwidth"] = {
+                            t: b["Bandwidth(GB/s)"]
+                            for t, b in info["Communication Bandwidth Info"].items()
+                            if b["Transit Size(MB)"]
+                        }
                         if name == "Total Op Info":
                             rec["wait_ratio"] = info["Communication Time Info"]["Wait Time Ratio"]
                             self.totals[(group, int(rank))] = rec
@@ -92,8 +106,11 @@ class Theirs:
             for r in t.to_dict("records"):
                 rec = {m: r[c] for c, m in DB_TIME.items()}
                 bw = b[(b["rank_id"] == r["rank_id"]) & (b["hccl_op_name"] == r["hccl_op_name"])]
-                rec["bandwidth"] = {tr: float(g["bandwidth"].iloc[0]) for tr, g in bw.groupby("band_type")
-                                    if float(g["transit_size"].iloc[0])}
+                rec["bandwidth"] = {
+                    tr: float(g["bandwidth"].iloc[0])
+                    for tr, g in bw.groupby("band_type")
+                    if float(g["transit_size"].iloc[0])
+                }
                 if r["hccl_op_name"] == "Total Op Info":
                     rec["wait_ratio"] = r["wait_time_ratio"]
                     self.totals[(str(r["group_name"]), int(r["rank_id"]))] = rec

@@ -21,10 +21,24 @@ from tests.support import fixture_path
 F = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "profiler")
 F0 = F + ("PROF_000001_20230818142704322_COJGGGCANRMICFBC",)
 F1 = F + ("PROF_000001_20230818142704567_GQFAMHBKGODKJMLA",)
-J = ("hicann__oam-tools", "experiment", "task-book", "msprof_tool_experience_imaginationhh", "perf-data",
-     "hdspace-32g-outer-17_59186_20260601142437309_ascend_pt", "PROF_000001_20260601142437347_00059186NEKMCJOO")
-K = ("hicann__oam-tools", "experiment", "task-book", "msprof_experience_weixin_63089733", "perf-data",
-     "20260624_matmul_basic_api_board", "mindstudio_profiler_output")
+J = (
+    "hicann__oam-tools",
+    "experiment",
+    "task-book",
+    "msprof_tool_experience_imaginationhh",
+    "perf-data",
+    "hdspace-32g-outer-17_59186_20260601142437309_ascend_pt",
+    "PROF_000001_20260601142437347_00059186NEKMCJOO",
+)
+K = (
+    "hicann__oam-tools",
+    "experiment",
+    "task-book",
+    "msprof_experience_weixin_63089733",
+    "perf-data",
+    "20260624_matmul_basic_api_board",
+    "mindstudio_profiler_output",
+)
 L_ROOT = ("vllm-project__vllm-ascend", ".tmp_remote_patch")
 
 
@@ -144,7 +158,9 @@ def test_j_op_summary_trailing_tab_and_block_num():
     assert ops.loc[0, "Input Shapes"] == raw[0]["Input Shapes"].strip('"')
     # op_statistic goes to meta
     stat = p.meta["rank_meta"]["0"]["op_statistic"]
-    assert {s["OP Type"] for s in stat} == {r["OP Type"] for r in _csv(_one(d / "mindstudio_profiler_output", "op_statistic_"))}
+    assert {s["OP Type"] for s in stat} == {
+        r["OP Type"] for r in _csv(_one(d / "mindstudio_profiler_output", "op_statistic_"))
+    }
 
 
 # ---- set K: msprof 25.5, Block Dim, N/A cells, uint64 ids in msprof json ------------------------------
@@ -169,7 +185,11 @@ def test_k_msprof_json_alone_gives_ops(tmp_path):
     out.mkdir()
     shutil.copy2(src, out / src.name)
     ev = json.load(open(src))
-    hw = {e["pid"] for e in ev if e.get("ph") == "M" and e.get("name") == "process_name" and e["args"]["name"] == "Ascend Hardware"}
+    hw = {
+        e["pid"]
+        for e in ev
+        if e.get("ph") == "M" and e.get("name") == "process_name" and e["args"]["name"] == "Ascend Hardware"
+    }
     n = sum(1 for e in ev if e.get("ph") == "X" and e["pid"] in hw)
     p = msprof.parse(out)
     assert len(p.ops) == n > 0
@@ -338,12 +358,36 @@ def test_step_trace_csv_built_from_real_iterations(tmp_path, unit):
     out.mkdir()
     with open(out / "step_trace_20230818142800.csv", "w", newline="") as fh:
         w = csv.writer(fh)
-        w.writerow(["Device_id", "Iteration ID", f"FP Start{unit}", f"BP End{unit}", f"Iteration End{unit}",
-                    "Iteration Time(us)", "FP to BP Time(us)", "Iteration Refresh(us)", "Data Aug Bound(us)", "Model ID"])
+        w.writerow(
+            [
+                "Device_id",
+                "Iteration ID",
+                f"FP Start{unit}",
+                f"BP End{unit}",
+                f"Iteration End{unit}",
+                "Iteration Time(us)",
+                "FP to BP Time(us)",
+                "Iteration Refresh(us)",
+                "Data Aug Bound(us)",
+                "Model ID",
+            ]
+        )
         for i, e in enumerate(its):
             a = e["args"]
-            w.writerow([0, a["Iteration ID"], f"{a['FP Start']}\t", f"{a['BP End']}\t", f"{a['Iteration End']}\t",
-                        e["dur"], a["BP End"] - a["FP Start"], a["Iteration End"] - a["BP End"], "N/A" if i == 0 else 0, 2])
+            w.writerow(
+                [
+                    0,
+                    a["Iteration ID"],
+                    f"{a['FP Start']}\t",
+                    f"{a['BP End']}\t",
+                    f"{a['Iteration End']}\t",
+                    e["dur"],
+                    a["BP End"] - a["FP Start"],
+                    a["Iteration End"] - a["BP End"],
+                    "N/A" if i == 0 else 0,
+                    2,
+                ]
+            )
     p = msprof.parse(out)
     assert list(p.steps["step"]) == [e["args"]["Iteration ID"] for e in its]
     assert p.steps["end_us"].tolist() == pytest.approx([e["args"]["Iteration End"] for e in its])
@@ -353,7 +397,8 @@ def test_step_trace_csv_built_from_real_iterations(tmp_path, unit):
     ends = [e["args"]["Iteration End"] for e in its]
     assert p.steps["start_us"].tolist() == pytest.approx([ends[0] - its[0]["dur"]] + ends[:-1], abs=0.01)
     assert p.reference_breakdown["step_us"].tolist() == pytest.approx(
-        [its[0]["dur"]] + [b - a for a, b in zip(ends, ends[1:])], abs=0.01)
+        [its[0]["dur"]] + [b - a for a, b in zip(ends, ends[1:])], abs=0.01
+    )
     ref = p.reference_breakdown
     assert ref["fp_bp_us"].tolist() == pytest.approx([e["args"]["BP End"] - e["args"]["FP Start"] for e in its])
     assert ref["data_aug_bound_us"].isna().tolist() == [True] + [False] * (len(its) - 1)

@@ -47,8 +47,9 @@ def _sweep(base: Path, name: str, inject: dict) -> tuple[Path, dict]:
 
 @pytest.fixture(scope="module")
 def straggler(tmp_path_factory):
-    return _sweep(tmp_path_factory.mktemp("advise_try"), "straggler",
-                  {"straggler_rank": 1, "straggler_busy_ms": BUSY_MS})
+    return _sweep(
+        tmp_path_factory.mktemp("advise_try"), "straggler", {"straggler_rank": 1, "straggler_busy_ms": BUSY_MS}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +94,9 @@ def test_input_delay_waits_before_every_step(input_delay):
 
 def test_straggler_is_the_top_finding(straggler):
     top = _top_root(*straggler)
-    assert top["rule"] == "slow_rank" and 1 in list(json.loads(top["ranks"]) if isinstance(top["ranks"], str)
-                                                   else top["ranks"])
+    assert top["rule"] == "slow_rank" and 1 in list(
+        json.loads(top["ranks"]) if isinstance(top["ranks"], str) else top["ranks"]
+    )
 
 
 def test_input_delay_is_the_top_finding(input_delay):
@@ -103,8 +105,21 @@ def test_input_delay_is_the_top_finding(input_delay):
 
 # ---- the whole `advise --try` path ----------------------------------------------------------------------
 
-CONTRACT = ["rule", "severity", "message", "evidence", "ranks", "stage", "id", "gain_ms", "gain_share", "basis",
-            "symptom_of", "try", "predicted_step_ms"]
+CONTRACT = [
+    "rule",
+    "severity",
+    "message",
+    "evidence",
+    "ranks",
+    "stage",
+    "id",
+    "gain_ms",
+    "gain_share",
+    "basis",
+    "symptom_of",
+    "try",
+    "predicted_step_ms",
+]
 CRASH = {"inject.crash_rank": 0, "inject.crash_step": 3}
 UNSTRAGGLE = {"inject.straggler_busy_ms": 0}
 
@@ -113,14 +128,32 @@ def _hand_advice(step_ms: float) -> pd.DataFrame:
     """Advice rows by hand: no real finding proposes a crash (the failing fix) or names the injection knob, so the
     whole --try path is driven by rows of the contract's columns; the real ranking's knobs are tried on the
     quickstart (docs/advice.md)."""
+
     def row(id_, gain, change, symptom_of=None):
-        return {"rule": id_.split(":")[0], "severity": "high", "message": id_, "evidence": "hand", "ranks": [],
-                "stage": None, "id": id_, "gain_ms": gain, "gain_share": gain / step_ms, "basis": "hand-made",
-                "symptom_of": symptom_of, "try": json.dumps(change), "predicted_step_ms": step_ms - gain}
-    return pd.DataFrame([row("crash:0", 2 * BUSY_MS, CRASH),  # first: the fix after it must still run
-                         row("slow_rank:1", BUSY_MS, UNSTRAGGLE),
-                         row("wait_ratio:0", BUSY_MS, {"parallel.comm_fusion": "all"}, symptom_of="slow_rank:1")],
-                        columns=CONTRACT)
+        return {
+            "rule": id_.split(":")[0],
+            "severity": "high",
+            "message": id_,
+            "evidence": "hand",
+            "ranks": [],
+            "stage": None,
+            "id": id_,
+            "gain_ms": gain,
+            "gain_share": gain / step_ms,
+            "basis": "hand-made",
+            "symptom_of": symptom_of,
+            "try": json.dumps(change),
+            "predicted_step_ms": step_ms - gain,
+        }
+
+    return pd.DataFrame(
+        [
+            row("crash:0", 2 * BUSY_MS, CRASH),  # first: the fix after it must still run
+            row("slow_rank:1", BUSY_MS, UNSTRAGGLE),
+            row("wait_ratio:0", BUSY_MS, {"parallel.comm_fusion": "all"}, symptom_of="slow_rank:1"),
+        ],
+        columns=CONTRACT,
+    )
 
 
 def test_advise_try_runs_the_fixes_and_measures_them(straggler, tmp_path):
@@ -152,8 +185,12 @@ def test_advise_try_runs_the_fixes_and_measures_them(straggler, tmp_path):
     assert runs[orig_id]["advise"] == {"of": rid, "finding": None, "try": {}, "round": 1}
     assert runs[crash["runs"][0]]["status"] == "failed" and "crashing at step 3" in runs[crash["runs"][0]]["error"]
     fixed = runs[fix["runs"][0]]
-    assert fixed["status"] == "ok" and fixed["advise"] == {"of": rid, "finding": "slow_rank:1", "try": UNSTRAGGLE,
-                                                           "round": 1}
+    assert fixed["status"] == "ok" and fixed["advise"] == {
+        "of": rid,
+        "finding": "slow_rank:1",
+        "try": UNSTRAGGLE,
+        "round": 1,
+    }
     # the same configuration with only the knob changed (and the profiler off)
     strip = ("run_id", "repeat", "output_dir", "threads_per_rank", "profile")
     want = {k: v for k, v in rec["config"].items() if k not in strip}

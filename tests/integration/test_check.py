@@ -22,6 +22,7 @@ pytestmark = pytest.mark.timeout(2400)
 
 # ---- the rule, on synthetic samples with a known truth ---------------------------------------------
 
+
 def _entries(samples_per_repeat, metric="step_time_s"):
     return [{"samples": {metric: list(map(float, s))}, "metrics": {}} for s in samples_per_repeat]
 
@@ -81,7 +82,9 @@ def test_rule_is_symmetric_for_higher_and_lower_is_better():
 def test_rule_too_few_samples_is_undecided():
     r = decide_metric("step_time_s", _entries([[1.0, 1.1]]), _entries([[2.0, 2.1]]), 0.05, 0.05)
     assert r["verdict"] == "undecided" and "too few" in r["reason"]
-    r = decide_metric("throughput", _entries([[1.0, 1.1, 1.2]], "throughput"), [{"samples": {}, "metrics": {}}], 0.05, 0.05)
+    r = decide_metric(
+        "throughput", _entries([[1.0, 1.1, 1.2]], "throughput"), [{"samples": {}, "metrics": {}}], 0.05, 0.05
+    )
     assert r["verdict"] == "undecided" and "current" in r["reason"]
 
 
@@ -103,6 +106,7 @@ def test_threshold_parsing():
 
 
 # ---- the real CLI on real sweeps ---------------------------------------------------------------------
+
 
 def _ws1_step_medians(results) -> list[float]:
     store = Store(results, create=False)
@@ -142,8 +146,9 @@ def check_store(sweep_store, tmp_path_factory):
 
 
 def _check(results, baseline, current, *extra):
-    return run_perfbench("check", "--baseline", baseline, "--current", current, "--results", results, *extra,
-                         check=False, timeout=300)
+    return run_perfbench(
+        "check", "--baseline", baseline, "--current", current, "--results", results, *extra, check=False, timeout=300
+    )
 
 
 @pytest.mark.msrun

@@ -97,23 +97,35 @@ def test_order_alternates_and_failed_pairs_are_measured_again_within_the_budget(
     sides = FakeSides()
     res = run_ab(Store(tmp_path / "r"), sides, pairs=3, remeasure=2, threshold=0.05, alpha=0.05)
     # pair 0 (A B) fails and is measured again twice (the budget), then kept; pairs 1 (B A), 2 (A B) once each
-    assert sides.calls == [(0, 0, "baseline"), (0, 0, "candidate"), (0, 1, "baseline"), (0, 1, "candidate"),
-                           (0, 2, "baseline"), (0, 2, "candidate"), (1, 0, "candidate"), (1, 0, "baseline"),
-                           (2, 0, "baseline"), (2, 0, "candidate")]
+    assert sides.calls == [
+        (0, 0, "baseline"),
+        (0, 0, "candidate"),
+        (0, 1, "baseline"),
+        (0, 1, "candidate"),
+        (0, 2, "baseline"),
+        (0, 2, "candidate"),
+        (1, 0, "candidate"),
+        (1, 0, "baseline"),
+        (2, 0, "baseline"),
+        (2, 0, "candidate"),
+    ]
     assert [r["order"] for r in res["pairs"]] == ["AB", "AB", "AB", "BA", "AB"]
     assert [bool(r.get("replaced")) for r in res["pairs"]] == [True, True, False, False, False]
     assert res["verdict"] == "undecided" and res["exit_code"] == 2
 
 
-@pytest.mark.parametrize("extra, says", [
-    (["--set", "nonsense=3"], "'nonsense' is not a key a sweep can vary"),
-    (["--set", "parallel.busy_ms=3"], "'busy_ms' is in section 'inject', not 'parallel'"),
-    (["--set", "busy_ms"], "expected KEY=VALUE"),
-    (["--set", "busy_ms=-1"], "check --ab candidate"),
-    (["--pairs", "2"], "bad --pairs 2"),
-    (["--current", "x"], "leave out --baseline, --current and --history"),
-    (["--baseline-cmd", "true"], "give both --baseline-cmd and --candidate-cmd"),
-])
+@pytest.mark.parametrize(
+    "extra, says",
+    [
+        (["--set", "nonsense=3"], "'nonsense' is not a key a sweep can vary"),
+        (["--set", "parallel.busy_ms=3"], "'busy_ms' is in section 'inject', not 'parallel'"),
+        (["--set", "busy_ms"], "expected KEY=VALUE"),
+        (["--set", "busy_ms=-1"], "check --ab candidate"),
+        (["--pairs", "2"], "bad --pairs 2"),
+        (["--current", "x"], "leave out --baseline, --current and --history"),
+        (["--baseline-cmd", "true"], "give both --baseline-cmd and --candidate-cmd"),
+    ],
+)
 def test_ab_bad_input_is_one_line_naming_it(tmp_path, extra, says):
     from tests.support import perfbench_in_process, write_yaml
 
@@ -129,8 +141,9 @@ def test_ab_needs_a_config_with_one_point(tmp_path):
     cfg = write_yaml(tmp_path / "c.yaml", {"name": "c", "workload": "resnet50", "sweep": {"world_size": [1, 2]}})
     r = perfbench_in_process("check", "--ab", cfg, "--set", "busy_ms=1", "--results", tmp_path / "r", check=False)
     assert r.returncode == 2 and "needs a config with one point" in r.stderr and "has 2" in r.stderr
-    r = perfbench_in_process("check", "--set", "busy_ms=1", "--current", "x", "--baseline", "b",
-                             "--results", tmp_path / "r", check=False)
+    r = perfbench_in_process(
+        "check", "--set", "busy_ms=1", "--current", "x", "--baseline", "b", "--results", tmp_path / "r", check=False
+    )
     assert r.returncode == 2 and "only apply with --ab" in r.stderr
 
 
@@ -144,13 +157,35 @@ def test_ab_job_with_real_runs_finds_an_injected_cpu_slowdown(tmp_path):
 
     from tests.support import run_perfbench, write_yaml
 
-    cfg = write_yaml(tmp_path / "tiny.yaml", {
-        "name": "abt", "workload": "resnet50",
-        "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
-        "train": {"batch_size": 4, "steps": 8, "warmup_steps": 2, "seed": 0}, "profile": {"enabled": False}})
+    cfg = write_yaml(
+        tmp_path / "tiny.yaml",
+        {
+            "name": "abt",
+            "workload": "resnet50",
+            "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
+            "train": {"batch_size": 4, "steps": 8, "warmup_steps": 2, "seed": 0},
+            "profile": {"enabled": False},
+        },
+    )
     res, junit = tmp_path / "r", tmp_path / "ab.xml"
-    r = run_perfbench("check", "--ab", cfg, "--set", "inject.busy_ms=150", "--pairs", 3, "--remeasure", 0,
-                      "--results", res, "--junit", junit, "--json", check=False, timeout=1500)
+    r = run_perfbench(
+        "check",
+        "--ab",
+        cfg,
+        "--set",
+        "inject.busy_ms=150",
+        "--pairs",
+        3,
+        "--remeasure",
+        0,
+        "--results",
+        res,
+        "--junit",
+        junit,
+        "--json",
+        check=False,
+        timeout=1500,
+    )
     assert r.returncode == 1, r.stdout[-3000:] + r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert [p["order"] for p in doc["pairs"]] == ["AB", "BA", "AB"]
@@ -162,8 +197,10 @@ def test_ab_job_with_real_runs_finds_an_injected_cpu_slowdown(tmp_path):
     for p in doc["pairs"]:
         a, b = (store.read_run(p[k]) for k in ("baseline_run", "candidate_run"))
         assert a["source"] == b["source"] == "ab" and b["settings"]["busy_ms"] == 150
-        fastest = [float(ws.loc[ws["step"] >= 2, "cpu_s"].min())
-                   for ws in (store.read_table(r["run_id"], "workload_steps") for r in (a, b))]
+        fastest = [
+            float(ws.loc[ws["step"] >= 2, "cpu_s"].min())
+            for ws in (store.read_table(r["run_id"], "workload_steps") for r in (a, b))
+        ]
         assert 0.12 < fastest[1] - fastest[0] < 0.20
     suite = ET.parse(junit).getroot().find("testsuite")
     assert int(suite.get("failures")) >= 1

@@ -37,8 +37,12 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     cfg = write_yaml(tmp_path / "ck.yaml", dict(CFG, name="ckpt"))
     results = tmp_path / "results"
     store = Store(results)
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.time() + 400
         while time.time() < deadline:
@@ -46,8 +50,11 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
             if runs:
                 art = store.run_dir(runs[0]["run_id"]) / "artifacts"
                 steps = art / "metrics" / "rank0.steps.jsonl"
-                if (art / "checkpoints" / "rank0-step9.ckpt").exists() and steps.exists() \
-                        and steps.read_bytes().count(b"\n") >= 12:
+                if (
+                    (art / "checkpoints" / "rank0-step9.ckpt").exists()
+                    and steps.exists()
+                    and steps.read_bytes().count(b"\n") >= 12
+                ):
                     break
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.2)
@@ -60,7 +67,10 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
             proc.kill()
     (run,) = store.list_runs()
     assert run["status"] == "running"
-    saved = sorted(int(f.stem.split("-step")[1]) for f in (store.run_dir(run["run_id"]) / "artifacts" / "checkpoints").glob("rank0-step*.ckpt"))
+    saved = sorted(
+        int(f.stem.split("-step")[1])
+        for f in (store.run_dir(run["run_id"]) / "artifacts" / "checkpoints").glob("rank0-step*.ckpt")
+    )
     assert saved[:2] == [4, 9]
     k = saved[-1] + 1  # resumes after the newest checkpoint
     t0 = time.time()

@@ -90,8 +90,9 @@ def test_compare_bad_input_exits_2(sweep_store, tmp_path):
     assert r.returncode == 2 and "no run 'no-such-run'" in r.stderr and "Traceback" not in r.stderr
     r = run_perfbench("compare", a["run_id"], a["run_id"], "--results", tmp_path / "missing", check=False)
     assert r.returncode == 2 and "no results at" in r.stderr
-    r = run_perfbench("compare", a["run_id"], a["run_id"], "--results", sweep_store, "--html",
-                      "/proc/nope/x.html", check=False)
+    r = run_perfbench(
+        "compare", a["run_id"], a["run_id"], "--results", sweep_store, "--html", "/proc/nope/x.html", check=False
+    )
     assert r.returncode == 2 and "cannot write" in r.stderr
 
 

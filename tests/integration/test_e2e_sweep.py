@@ -22,8 +22,16 @@ def test_every_run_finished_with_the_documented_fields(sweep_store):
     assert len(rows) == 4  # world sizes 1, 2 x 2 repeats
     for r in rows:
         assert r["status"] == "ok", r
-        for key in ("run_id", "status", "settings", "throughput", "step_time_s", "comm_share", "kernel_utilization",
-                    "scaling_efficiency"):
+        for key in (
+            "run_id",
+            "status",
+            "settings",
+            "throughput",
+            "step_time_s",
+            "comm_share",
+            "kernel_utilization",
+            "scaling_efficiency",
+        ):
             assert key in r
         assert r["settings"]["workload"] == "resnet50"
         assert r["settings"]["world_size"] in (1, 2)
@@ -111,4 +119,3 @@ def test_later_runs_of_a_sweep_start_with_msrun_imported_ahead(sweep_store):
         assert p["import_mindspore"] > 0 and p["init"] > 0
         if r["launch"]["startup"].get("warm"):
             assert p["msrun_import"] < 1.0  # the scheduler is spawned at once
-

@@ -54,9 +54,26 @@ def history_of(pool, tmp_path, runs: list[dict]):
 
 
 def check(results, run: dict, label: str):
-    r = run_perfbench("check", "--history", "--current", run["run_id"], "--label", label, "--ignore-setting", "delay_ms",
-                      "--metric", "throughput", "--metric", "step_time_s", "--threshold", "20%",
-                      "--results", results, "--json", check=False)
+    r = run_perfbench(
+        "check",
+        "--history",
+        "--current",
+        run["run_id"],
+        "--label",
+        label,
+        "--ignore-setting",
+        "delay_ms",
+        "--metric",
+        "throughput",
+        "--metric",
+        "step_time_s",
+        "--threshold",
+        "20%",
+        "--results",
+        results,
+        "--json",
+        check=False,
+    )
     assert r.returncode in (0, 1, 2), r.stderr
     return r.returncode, json.loads(r.stdout)
 
@@ -70,8 +87,11 @@ def test_slowdown_from_one_point_on_is_found_where_it_began(pool, tmp_path):
         assert j["began_at"] == "c04" and j["method"] == "e-divisive", j  # the first slowed run
         assert j["confidence"] >= 0.9
     # `perfbench history` shows the same change point
-    shown = json.loads(run_perfbench("history", "--metric", "step_time_s", "--ignore-setting", "delay_ms",
-                                     "--results", results, "--json").stdout)
+    shown = json.loads(
+        run_perfbench(
+            "history", "--metric", "step_time_s", "--ignore-setting", "delay_ms", "--results", results, "--json"
+        ).stdout
+    )
     (ser,) = shown
     assert [c["began_at"] for c in ser["change_points"]] == ["c04"]
     assert [p["ref"] for p in ser["points"]] == [f"c{i:02d}" for i in range(7)]

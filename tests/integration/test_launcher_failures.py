@@ -46,8 +46,10 @@ def records(results) -> list[dict]:
 
 
 def test_crashing_rank_fails_its_run_and_the_sweep_goes_on(tmp_path):
-    cfg = write_yaml(tmp_path / "crash.yaml", dict(SMALL, name="crash", inject={"crash_step": 2},
-                                                    sweep={"world_size": [2], "crash_rank": [1, None]}))
+    cfg = write_yaml(
+        tmp_path / "crash.yaml",
+        dict(SMALL, name="crash", inject={"crash_step": 2}, sweep={"world_size": [2], "crash_rank": [1, None]}),
+    )
     results = tmp_path / "results"
     r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=600)
     assert r.returncode == 0, r.stderr  # one of two runs failed: the sweep itself succeeded
@@ -70,9 +72,16 @@ def test_crashing_rank_fails_its_run_and_the_sweep_goes_on(tmp_path):
 
 
 def test_hanging_rank_is_killed_after_the_stall_timeout(tmp_path):
-    cfg = write_yaml(tmp_path / "hang.yaml", dict(SMALL, name="hang", inject={"hang_step": 2},
-                                                   launch={"stall_timeout_s": 15, "timeout_s": 400},
-                                                   sweep={"world_size": [2], "hang_rank": [1, None]}))
+    cfg = write_yaml(
+        tmp_path / "hang.yaml",
+        dict(
+            SMALL,
+            name="hang",
+            inject={"hang_step": 2},
+            launch={"stall_timeout_s": 15, "timeout_s": 400},
+            sweep={"world_size": [2], "hang_rank": [1, None]},
+        ),
+    )
     results = tmp_path / "results"
     t0 = time.time()
     r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=800)
@@ -95,8 +104,12 @@ def test_killed_sweep_keeps_finished_runs_and_resume_reruns_only_the_rest(tmp_pa
 
     cfg = write_yaml(tmp_path / "resume.yaml", dict(SMALL, name="resume", sweep={"world_size": [1, 2]}))
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     store = Store(results)
     deadline = time.time() + 500
     try:
@@ -139,11 +152,18 @@ def test_rank_killed_with_sigkill_is_named_with_its_signal_and_last_step(tmp_pat
 
     from tests.support import ROOT
 
-    cfg = write_yaml(tmp_path / "kill.yaml", dict(SMALL, name="kill", train=dict(SMALL["train"], steps=200),
-                                                   sweep={"world_size": [2]}))
+    cfg = write_yaml(
+        tmp_path / "kill.yaml",
+        dict(SMALL, name="kill", train=dict(SMALL["train"], steps=200), sweep={"world_size": [2]}),
+    )
     results = tmp_path / "results"
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     store = Store(results)
     victim, done = None, 0
     try:
@@ -179,8 +199,10 @@ def test_a_crash_in_the_teardown_after_every_rank_wrote_everything_keeps_the_run
     # rank 1 kills itself with SIGSEGV after its final meta (inject.crash_at_exit_rank): what MindSpore's own
     # teardown did once in CI to a finished pipeline rank. Nothing is lost, so the run is ok and says what happened;
     # the same signal one step earlier (test_rank_killed_with_sigkill_...) fails the run.
-    cfg = write_yaml(tmp_path / "exit.yaml", dict(SMALL, name="exitcrash", inject={"crash_at_exit_rank": 1},
-                                                   sweep={"world_size": [2]}))
+    cfg = write_yaml(
+        tmp_path / "exit.yaml",
+        dict(SMALL, name="exitcrash", inject={"crash_at_exit_rank": 1}, sweep={"world_size": [2]}),
+    )
     results = tmp_path / "results"
     r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=600)
     assert r.returncode == 0, r.stderr

@@ -112,8 +112,15 @@ def test_allocations_live_at_the_peak():
 
 
 def test_live_at_is_inclusive_of_the_allocation_and_exclusive_of_the_release():
-    om = pd.DataFrame({"rank": 0, "name": ["a", "b", "c", "d"], "size_bytes": [1.0, 2.0, 4.0, 8.0],
-                       "alloc_us": [10.0, 5.0, 5.0, 11.0], "release_us": [None, 10.0, 12.0, None]})
+    om = pd.DataFrame(
+        {
+            "rank": 0,
+            "name": ["a", "b", "c", "d"],
+            "size_bytes": [1.0, 2.0, 4.0, 8.0],
+            "alloc_us": [10.0, 5.0, 5.0, 11.0],
+            "release_us": [None, 10.0, 12.0, None],
+        }
+    )
     assert sorted(live_at(om, 10.0)["name"]) == ["a", "c"]
 
 
@@ -206,9 +213,11 @@ def test_cpu_memory_record(tmp_path):
 
 
 def test_headroom_sums_ranks_that_share_a_host():
-    rows = [{"rank": 0, "device": "cpu", "peak_bytes": 2.0, "capacity_bytes": 10.0},
-            {"rank": 1, "device": "cpu", "peak_bytes": 3.0, "capacity_bytes": 10.0},
-            {"rank": 2, "device": "NPU:0", "peak_bytes": 6.0, "capacity_bytes": 10.0}]
+    rows = [
+        {"rank": 0, "device": "cpu", "peak_bytes": 2.0, "capacity_bytes": 10.0},
+        {"rank": 1, "device": "cpu", "peak_bytes": 3.0, "capacity_bytes": 10.0},
+        {"rank": 2, "device": "NPU:0", "peak_bytes": 6.0, "capacity_bytes": 10.0},
+    ]
     assert capacity_headroom(rows, {0: "a", 1: "a"}) == pytest.approx(0.4)  # device rank 2: 1 - 6/10
     assert capacity_headroom(rows[:2], {0: "a", 1: "b"}) == pytest.approx(0.7)  # 1 - 3/10
     assert capacity_headroom([{"rank": 0, "device": "cpu", "peak_bytes": 2.0, "capacity_bytes": None}], {}) is None
@@ -262,9 +271,31 @@ def test_run_page_and_show_say_what_holds_the_peak(tmp_path):
 def test_headroom_against_the_hardware_profiles_device_memory():
     # ascend910.yaml: device_memory_bytes 34359738368 (32 GiB HBM); the largest rank's peak: rank 1's APP
     # 2113.734375 MB (level1 memory_record.csv line 15)
-    doc = json.loads(perfbench_in_process("analyze", fixture_path(*PT, "text", "level1"), "--json", "--no-store",
-                                          "--hardware", "ascend910", "--trace", "never", "--kernels", "none").stdout)
+    doc = json.loads(
+        perfbench_in_process(
+            "analyze",
+            fixture_path(*PT, "text", "level1"),
+            "--json",
+            "--no-store",
+            "--hardware",
+            "ascend910",
+            "--trace",
+            "never",
+            "--kernels",
+            "none",
+        ).stdout
+    )
     assert doc["summary"]["memory_headroom"] == pytest.approx(1 - 2113.734375 * MIB / 34359738368)
-    doc = json.loads(perfbench_in_process("analyze", fixture_path(*PT, "text", "level1"), "--json", "--no-store",
-                                          "--trace", "never", "--kernels", "none").stdout)
+    doc = json.loads(
+        perfbench_in_process(
+            "analyze",
+            fixture_path(*PT, "text", "level1"),
+            "--json",
+            "--no-store",
+            "--trace",
+            "never",
+            "--kernels",
+            "none",
+        ).stdout
+    )
     assert doc["summary"].get("memory_headroom") is None

@@ -35,13 +35,21 @@ def mi_exe():
 def test_mindinsight_environment_is_isolated(mi_exe):
     """Why it needs its own environment: its protobuf pin clashes with MindSpore's (evidence, not assumption)."""
     venv_py = mi_exe.parent / "python"
-    ver = subprocess.run([str(venv_py), "-c", "import google.protobuf as p, mindinsight as m; print(p.__version__, m.__version__)"],
-                         capture_output=True, text=True, timeout=120)
+    ver = subprocess.run(
+        [str(venv_py), "-c", "import google.protobuf as p, mindinsight as m; print(p.__version__, m.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ver.returncode == 0, ver.stderr
     mi_protobuf, mi_version = ver.stdout.split()
     assert mi_version == "2.3.1" and int(mi_protobuf.split(".")[0]) == 3
-    ours = subprocess.run([sys.executable, "-c", "import google.protobuf as p; print(p.__version__)"],
-                          capture_output=True, text=True, timeout=120)
+    ours = subprocess.run(
+        [sys.executable, "-c", "import google.protobuf as p; print(p.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ours.returncode == 0 and int(ours.stdout.split(".")[0]) >= 4  # what MindSpore 2.10 installs
     r = subprocess.run([sys.executable, "-c", "import mindinsight"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0  # not in the project's environment
@@ -52,7 +60,9 @@ def test_mindinsight_lists_every_run_and_serves_its_loss(sweep_store, mi_exe):
     from perfbench.run.mindinsight import MindInsight, scalar_values
 
     store = Store(sweep_store, create=False)
-    with_summary = [r for r in store.list_runs() if any((store.run_dir(r["run_id"]) / "artifacts" / "summary").glob("*summary*"))]
+    with_summary = [
+        r for r in store.list_runs() if any((store.run_dir(r["run_id"]) / "artifacts" / "summary").glob("*summary*"))
+    ]
     assert with_summary, "the sweep's runs wrote no summary files (workload runner, artifacts/summary/)"
     port = _free_port()
     with MindInsight(store, port=port) as mi:
@@ -76,8 +86,9 @@ def test_mindinsight_lists_every_run_and_serves_its_loss(sweep_store, mi_exe):
 @pytest.mark.msrun
 def test_cli_list_and_bad_input(sweep_store, mi_exe, tmp_path):
     port = _free_port()
-    r = run_perfbench("mindinsight", "--results", sweep_store, "--port", port, "--list", "--json", timeout=600,
-                      check=False)
+    r = run_perfbench(
+        "mindinsight", "--results", sweep_store, "--port", port, "--list", "--json", timeout=600, check=False
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(r.stdout)
     assert doc["missing"] == [] and doc["url"] == f"http://127.0.0.1:{port}/"
@@ -87,8 +98,9 @@ def test_cli_list_and_bad_input(sweep_store, mi_exe, tmp_path):
     r = run_perfbench("mindinsight", "--results", tmp_path / "missing", "--port", port, "--list", check=False)
     assert r.returncode == 2 and "no results at" in r.stderr
     (tmp_path / "empty" / "runs").mkdir(parents=True)
-    r = run_perfbench("mindinsight", "--results", tmp_path / "empty", "--port", port, "--list", check=False,
-                      timeout=600)
+    r = run_perfbench(
+        "mindinsight", "--results", tmp_path / "empty", "--port", port, "--list", check=False, timeout=600
+    )
     assert r.returncode == 2 and "no MindSpore summary files" in r.stderr and "Traceback" not in r.stderr
     assert not _listening(port)
 

@@ -16,7 +16,7 @@ from tests.integration.test_pipeline import MOE, moe_runs
 
 
 def _gelu_tanh(x):
-    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
 
 
 def _reference_moe(x, wr, w1, b1, w2, b2, k, cap):
@@ -65,8 +65,15 @@ def test_moe_layer_matches_numpy_reference(capacity_factor):
     x = rng.standard_normal((b, T, H)).astype(np.float32)
     y, aux, stats = moe(ms.Tensor(x))
     ry, routed, dropped, raux = _reference_moe(
-        x.reshape(-1, H).astype(np.float64), moe.router.weight.asnumpy().astype(np.float64),
-        moe.w1.asnumpy(), moe.b1.asnumpy(), moe.w2.asnumpy(), moe.b2.asnumpy(), 2, C)
+        x.reshape(-1, H).astype(np.float64),
+        moe.router.weight.asnumpy().astype(np.float64),
+        moe.w1.asnumpy(),
+        moe.b1.asnumpy(),
+        moe.w2.asnumpy(),
+        moe.b2.asnumpy(),
+        2,
+        C,
+    )
     stats = stats.asnumpy()
     assert stats[:4].astype(int).tolist() == routed.tolist()
     assert stats[:4].sum() == b * T * 2  # every token's k slots are counted, before the capacity cut
@@ -143,5 +150,6 @@ def test_expert_parallel_run_reports_expert_counts(ep_run):
         assert row.cv == pytest.approx(per_expert.std() / per_expert.mean(), rel=1e-12)
     # an imbalanced router (it dropped slots above) shows as imbalance in at least one step
     assert (load.cv > 0).any() and (load.max_mean_ratio > 1).any()
-    assert (load.dropped_tokens == [sum(r["dropped_tokens"] for r in rows if r["step"] == st)
-                                    for st in load.step]).all()
+    assert (
+        load.dropped_tokens == [sum(r["dropped_tokens"] for r in rows if r["step"] == st) for st in load.step]
+    ).all()

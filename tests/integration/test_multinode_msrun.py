@@ -48,9 +48,15 @@ def network():
 
 
 def test_two_msrun_node_ranks_make_one_run_with_both_ranks(tmp_path, network):
-    cfg = parse_config(dict(SMALL, name="multinode", sweep={"world_size": [2]},
-                            profile={"enabled": True, "steps": 1},
-                            launch={"nodes": 2, "timeout_s": 300, "stall_timeout_s": 120}))
+    cfg = parse_config(
+        dict(
+            SMALL,
+            name="multinode",
+            sweep={"world_size": [2]},
+            profile={"enabled": True, "steps": 1},
+            launch={"nodes": 2, "timeout_s": 300, "stall_timeout_s": 120},
+        )
+    )
     (plan,) = cfg.plan("multinode-test")
     store = Store(tmp_path / "results")
     rc = dict(plan.run_config, output_dir=str(store.artifacts_dir(plan.run_id)), threads_per_rank=threads_per_rank(1))
@@ -60,7 +66,11 @@ def test_two_msrun_node_ranks_make_one_run_with_both_ranks(tmp_path, network):
     common = {**cfg.launch, "master_addr": network.gateway, "master_port": free_port()}
     node1 = subprocess.Popen(
         [*network.enter(0), sys.executable, "-c", NODE, str(rc_path), json.dumps({**common, "node_rank": 1})],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     node0: dict = {}
     t = threading.Thread(target=lambda: node0.update(res=launch(rc_path, rc, {**common, "node_rank": 0})))
     t.start()
@@ -77,7 +87,9 @@ def test_two_msrun_node_ranks_make_one_run_with_both_ranks(tmp_path, network):
     assert "--worker_num=2" in n1["command"] and "--local_worker_num=1" in n1["command"]
 
     metrics, warnings = ingest_run(store, plan.run_id, rc)
-    store.write_run({"run_id": plan.run_id, "status": "ok", "settings": plan.settings, "config": rc, "metrics": metrics})
+    store.write_run(
+        {"run_id": plan.run_id, "status": "ok", "settings": plan.settings, "config": rc, "metrics": metrics}
+    )
     steps = Store(tmp_path / "results").read_table(plan.run_id, "workload_steps")
     assert steps.groupby("rank")["step"].count().to_dict() == {0: 6, 1: 6}  # SMALL: train.steps 6 on each rank
     assert metrics["collectives_per_step"] > 0  # the two ranks all-reduced with each other across the nodes

@@ -33,9 +33,15 @@ def test_schedules_match_on_every_link_and_never_deadlock(name):
                 assert sorted(a.mb for a in p if a.op == "backward") == list(range(M))
 
 
-@pytest.mark.parametrize("name,S,M", [(name, S, M) for name in ("gpipe", "1f1b")
-                                        for S, M in [(2, 1), (2, 4), (3, 3), (4, 8), (5, 2)]
-                                        if not (name == "1f1b" and M < S)])  # 1F1B needs M >= S (rules)
+@pytest.mark.parametrize(
+    "name,S,M",
+    [
+        (name, S, M)
+        for name in ("gpipe", "1f1b")
+        for S, M in [(2, 1), (2, 4), (3, 3), (4, 8), (5, 2)]
+        if not (name == "1f1b" and M < S)
+    ],
+)  # 1F1B needs M >= S (rules)
 def test_simulated_bubble_equals_ideal_with_equal_stage_costs(name, S, M):
     res = simulate(name, S, M, t_fwd=1.0, t_bwd=2.0)
     for b in res["bubble_fraction"]:
@@ -97,13 +103,28 @@ def test_stage_layout_is_stage_major():
 
 # ---------------------------------------------------------------------------------------------- rules
 
-MOE = {"vocab_size": 64, "seq_len": 8, "hidden_size": 16, "num_layers": 2, "num_heads": 2, "num_experts": 4,
-       "top_k": 2, "capacity_factor": 1.25, "aux_loss_coef": 0.01}
+MOE = {
+    "vocab_size": 64,
+    "seq_len": 8,
+    "hidden_size": 16,
+    "num_layers": 2,
+    "num_heads": 2,
+    "num_experts": 4,
+    "top_k": 2,
+    "capacity_factor": 1.25,
+    "aux_loss_coef": 0.01,
+}
 
 
 def _par(**kw):
-    p = {"grad_compression": "none", "comm_fusion": 0, "fusion_impl": "perfbench", "pipeline_stages": 1,
-         "micro_batches": 1, "pipeline_schedule": "1f1b"}
+    p = {
+        "grad_compression": "none",
+        "comm_fusion": 0,
+        "fusion_impl": "perfbench",
+        "pipeline_stages": 1,
+        "micro_batches": 1,
+        "pipeline_schedule": "1f1b",
+    }
     p.update(kw)
     return p
 
@@ -114,17 +135,25 @@ def test_rules_accept_valid_combinations():
     assert validate_parallel("moe", MOE, _par(micro_batches=4), 4, train_cfg={"batch_size": 8}) == []
 
 
-@pytest.mark.parametrize("par,ws,train,needle", [
-    (_par(pipeline_stages=3), 4, None, "pipeline_stages=3 does not divide world_size=4"),
-    (_par(pipeline_stages=2, micro_batches=1), 2, None, "micro_batches=1 is less than parallel.pipeline_stages=2"),
-    (_par(pipeline_stages=5, micro_batches=8), 5, None, "more than the 4 layers"),
-    (_par(micro_batches=3), 1, {"batch_size": 8}, "train.batch_size=8 is not divisible by parallel.micro_batches=3"),
-    (_par(pipeline_schedule="zigzag"), 1, None, "pipeline_schedule must be one of gpipe, 1f1b, got 'zigzag'"),
-    (_par(pipeline_stages=0), 1, None, "pipeline_stages must be a positive integer, got 0"),
-    (_par(), 3, None, "model.num_experts=4 is not divisible by the expert-parallel size 3"),
-    (_par(fusion_impl="mindspore"), 2, None, "fusion_impl='mindspore' is not supported for workload moe"),
-    (_par(pipeline_stages=2, micro_batches=2, grad_compression="fp16"), 4, None, "grad_compression='fp16'"),
-])
+@pytest.mark.parametrize(
+    "par,ws,train,needle",
+    [
+        (_par(pipeline_stages=3), 4, None, "pipeline_stages=3 does not divide world_size=4"),
+        (_par(pipeline_stages=2, micro_batches=1), 2, None, "micro_batches=1 is less than parallel.pipeline_stages=2"),
+        (_par(pipeline_stages=5, micro_batches=8), 5, None, "more than the 4 layers"),
+        (
+            _par(micro_batches=3),
+            1,
+            {"batch_size": 8},
+            "train.batch_size=8 is not divisible by parallel.micro_batches=3",
+        ),
+        (_par(pipeline_schedule="zigzag"), 1, None, "pipeline_schedule must be one of gpipe, 1f1b, got 'zigzag'"),
+        (_par(pipeline_stages=0), 1, None, "pipeline_stages must be a positive integer, got 0"),
+        (_par(), 3, None, "model.num_experts=4 is not divisible by the expert-parallel size 3"),
+        (_par(fusion_impl="mindspore"), 2, None, "fusion_impl='mindspore' is not supported for workload moe"),
+        (_par(pipeline_stages=2, micro_batches=2, grad_compression="fp16"), 4, None, "grad_compression='fp16'"),
+    ],
+)
 def test_rules_name_the_key_and_value(par, ws, train, needle):
     errs = validate_parallel("moe", MOE, par, ws, train_cfg=train)
     assert any(needle in e for e in errs), errs
@@ -156,10 +185,23 @@ ROOT = Path(__file__).resolve().parents[2]
 # how the batch is cut into micro-batches, so every run below must follow the same loss curve.
 PP_MODEL = dict(MOE, capacity_factor=2.0, aux_loss_coef=0.0)
 BASE = {
-    "run_id": "pp", "workload": "moe", "world_size": 2, "repeat": 0, "output_dir": "", "threads_per_rank": 1,
+    "run_id": "pp",
+    "workload": "moe",
+    "world_size": 2,
+    "repeat": 0,
+    "output_dir": "",
+    "threads_per_rank": 1,
     "model": PP_MODEL,
-    "train": {"batch_size": 8, "steps": 4, "warmup_steps": 1, "seed": 0, "lr": 0.05, "momentum": 0.9,
-              "mode": "graph", "data": "synthetic"},
+    "train": {
+        "batch_size": 8,
+        "steps": 4,
+        "warmup_steps": 1,
+        "seed": 0,
+        "lr": 0.05,
+        "momentum": 0.9,
+        "mode": "graph",
+        "data": "synthetic",
+    },
     "profile": {"enabled": False, "steps": 0},
     "parallel": _par(),
     "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
@@ -235,8 +277,9 @@ def launch_run(cfg: dict, timeout_s: float) -> PPRun:
     art.mkdir(parents=True, exist_ok=True)
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s,
-                                      "stall_timeout_s": 150})
+    res = launcher.launch(
+        path, cfg, {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s, "stall_timeout_s": 150}
+    )
     return PPRun(cfg, art, res)
 
 
@@ -244,7 +287,9 @@ def launch_run(cfg: dict, timeout_s: float) -> PPRun:
 def pp_runs(tmp_path_factory):
     runs = moe_runs(tmp_path_factory)
     for name in PP_SPECS:
-        assert name in runs and runs[name].res.status == "ok", f"{name}: {runs[name].res.reason}\n{runs[name].res.log_tail}"
+        assert name in runs and runs[name].res.status == "ok", (
+            f"{name}: {runs[name].res.reason}\n{runs[name].res.log_tail}"
+        )
     return runs
 
 

@@ -16,12 +16,17 @@ from tests.integration.test_workload_resnet50 import launch
 
 STEPS = 12
 OVERFLOW_AT = 6
-FP16 = {"train": {"precision": "fp16", "loss_scale": 1024.0, "loss_scale_window": 3, "steps": STEPS,
-                  "warmup_steps": 1},
-        "profile": {"enabled": False, "steps": 1}, "parallel": {"comm_fusion": "all"},
-        "inject": {"overflow_step": OVERFLOW_AT}}
-PYN = {"train": {"mode": "pynative", "steps": 5, "warmup_steps": 1}, "profile": {"enabled": False, "steps": 1},
-       "parallel": {"comm_fusion": 0.1}}
+FP16 = {
+    "train": {"precision": "fp16", "loss_scale": 1024.0, "loss_scale_window": 3, "steps": STEPS, "warmup_steps": 1},
+    "profile": {"enabled": False, "steps": 1},
+    "parallel": {"comm_fusion": "all"},
+    "inject": {"overflow_step": OVERFLOW_AT},
+}
+PYN = {
+    "train": {"mode": "pynative", "steps": 5, "warmup_steps": 1},
+    "profile": {"enabled": False, "steps": 1},
+    "parallel": {"comm_fusion": 0.1},
+}
 
 
 def _launch(tmp_path_factory, *specs):
@@ -41,8 +46,11 @@ def fp16_run(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def overlap_runs(tmp_path_factory):
-    return _launch(tmp_path_factory, ("overlap", {**PYN, "parallel": {**PYN["parallel"], "overlap_grad_comm": True}}),
-                   ("after", PYN))
+    return _launch(
+        tmp_path_factory,
+        ("overlap", {**PYN, "parallel": {**PYN["parallel"], "overlap_grad_comm": True}}),
+        ("after", PYN),
+    )
 
 
 def expected_scales(steps: int, overflow_at: int, start: float = 1024.0, window: int = 3) -> list[float]:

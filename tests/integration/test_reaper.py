@@ -48,8 +48,23 @@ def test_back_to_back_signals_still_kill_every_tagged_process():
     # the "msrun" the reaper runs starts a grandchild in its own session (like msrun's workers and `tail -f`),
     # which a process-group kill would miss
     script = "import subprocess, time; subprocess.Popen(['sleep', '300'], start_new_session=True); time.sleep(300)"
-    reaper = subprocess.Popen([sys.executable, "-m", "perfbench.run.reaper", "--tag", tag, "--parent", str(os.getpid()),
-                               "--", sys.executable, "-c", script], cwd=ROOT, env=env)
+    reaper = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfbench.run.reaper",
+            "--tag",
+            tag,
+            "--parent",
+            str(os.getpid()),
+            "--",
+            sys.executable,
+            "-c",
+            script,
+        ],
+        cwd=ROOT,
+        env=env,
+    )
     try:
         deadline = time.time() + 60
         while len(_tagged(tag)) < 3 and time.time() < deadline:  # reaper, its child, the grandchild
@@ -80,12 +95,29 @@ def test_warm_reaper_survives_back_to_back_signals_and_kills_the_run(tmp_path):
     script = tmp_path / "idle.py"
     script.write_text("import time\ntime.sleep(300)\n")  # scheduler and worker alike: no MindSpore needed
     env = dict(os.environ, **{TAG_VAR: tag})
-    req = {"argv": ["msrun", "--worker_num=1", "--local_worker_num=1", f"--master_port={free_port()}",
-                    f"--log_dir={tmp_path / 'logs'}", "--join=True", "--tail_worker_log=0", str(script)],
-           "env": env, "cwd": str(tmp_path), "log": str(tmp_path / "msrun.out"), "tag": tag,
-           "parent": os.getpid()}
-    warm = subprocess.Popen([sys.executable, "-m", "perfbench.run.reaper", "--warm"], cwd=ROOT, stdin=subprocess.PIPE,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    req = {
+        "argv": [
+            "msrun",
+            "--worker_num=1",
+            "--local_worker_num=1",
+            f"--master_port={free_port()}",
+            f"--log_dir={tmp_path / 'logs'}",
+            "--join=True",
+            "--tail_worker_log=0",
+            str(script),
+        ],
+        "env": env,
+        "cwd": str(tmp_path),
+        "log": str(tmp_path / "msrun.out"),
+        "tag": tag,
+        "parent": os.getpid(),
+    }
+    warm = subprocess.Popen(
+        [sys.executable, "-m", "perfbench.run.reaper", "--warm"],
+        cwd=ROOT,
+        stdin=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     try:
         warm.stdin.write((json.dumps(req) + "\n").encode())
         warm.stdin.flush()
@@ -100,7 +132,8 @@ def test_warm_reaper_survives_back_to_back_signals_and_kills_the_run(tmp_path):
         deadline = time.time() + 10
         while _tagged(tag) and time.time() < deadline:
             time.sleep(0.2)
-        assert _tagged(tag) == [], "msrun's processes outlived the warm reaper: " + \
-            (tmp_path / "msrun.out").read_text()[-2000:]
+        assert _tagged(tag) == [], (
+            "msrun's processes outlived the warm reaper: " + (tmp_path / "msrun.out").read_text()[-2000:]
+        )
     finally:
         _kill_all(tag, warm)

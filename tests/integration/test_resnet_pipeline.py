@@ -22,35 +22,65 @@ TINY = {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]}
 
 
 def _par(**kw):
-    p = {"grad_compression": "none", "compression_ratio": 0.01, "comm_fusion": 0, "fusion_impl": "perfbench",
-         "pipeline_stages": 1, "micro_batches": 1, "pipeline_schedule": "1f1b"}
+    p = {
+        "grad_compression": "none",
+        "compression_ratio": 0.01,
+        "comm_fusion": 0,
+        "fusion_impl": "perfbench",
+        "pipeline_stages": 1,
+        "micro_batches": 1,
+        "pipeline_schedule": "1f1b",
+    }
     p.update(kw)
     return p
 
 
 # ---------------------------------------------------------------------------------------------- rules (pure)
 
+
 def test_rules_accept_resnet_pipelines_and_accumulation():
     assert pipeline_units("resnet50", TINY) == 6
-    assert validate_parallel("resnet50", TINY, _par(pipeline_stages=2, micro_batches=4), 2,
-                             train_cfg={"batch_size": 4}) == []
+    assert (
+        validate_parallel("resnet50", TINY, _par(pipeline_stages=2, micro_batches=4), 2, train_cfg={"batch_size": 4})
+        == []
+    )
     assert validate_parallel("resnet50", TINY, _par(micro_batches=2), 1, train_cfg={"batch_size": 4}) == []
     assert validate_parallel("resnet50", TINY, _par(pipeline_stages=6, micro_batches=6), 6) == []
     # S = 1, M = 1 data parallel with MindSpore's reducer stays allowed
     assert validate_parallel("resnet50", TINY, _par(fusion_impl="mindspore"), 2) == []
 
 
-@pytest.mark.parametrize("par,ws,train,needle", [
-    (_par(pipeline_stages=7, micro_batches=8), 7, None,
-     "parallel.pipeline_stages=7 is more than the 6 layers workload resnet50 can be split into"),
-    (_par(micro_batches=3), 1, {"batch_size": 4}, "train.batch_size=4 is not divisible by parallel.micro_batches=3"),
-    (_par(pipeline_stages=2, micro_batches=1), 2, None,
-     "parallel.micro_batches=1 is less than parallel.pipeline_stages=2"),
-    (_par(pipeline_stages=2, micro_batches=2), 3, None, "parallel.pipeline_stages=2 does not divide world_size=3"),
-    (_par(micro_batches=2, fusion_impl="mindspore"), 2, None,
-     "parallel.fusion_impl='mindspore' with pipeline_stages=1 and micro_batches=2"),
-    (_par(pipeline_stages=2, micro_batches=2, grad_compression="fp16"), 4, None, "grad_compression='fp16'"),
-])
+@pytest.mark.parametrize(
+    "par,ws,train,needle",
+    [
+        (
+            _par(pipeline_stages=7, micro_batches=8),
+            7,
+            None,
+            "parallel.pipeline_stages=7 is more than the 6 layers workload resnet50 can be split into",
+        ),
+        (
+            _par(micro_batches=3),
+            1,
+            {"batch_size": 4},
+            "train.batch_size=4 is not divisible by parallel.micro_batches=3",
+        ),
+        (
+            _par(pipeline_stages=2, micro_batches=1),
+            2,
+            None,
+            "parallel.micro_batches=1 is less than parallel.pipeline_stages=2",
+        ),
+        (_par(pipeline_stages=2, micro_batches=2), 3, None, "parallel.pipeline_stages=2 does not divide world_size=3"),
+        (
+            _par(micro_batches=2, fusion_impl="mindspore"),
+            2,
+            None,
+            "parallel.fusion_impl='mindspore' with pipeline_stages=1 and micro_batches=2",
+        ),
+        (_par(pipeline_stages=2, micro_batches=2, grad_compression="fp16"), 4, None, "grad_compression='fp16'"),
+    ],
+)
 def test_rules_resnet_name_the_keys_and_values(par, ws, train, needle):
     errs = validate_parallel("resnet50", TINY, par, ws, train_cfg=train)
     assert any(needle in e for e in errs), errs
@@ -75,10 +105,23 @@ def test_layer_costs_follow_the_shapes():
 # ---------------------------------------------------------------------------------------------- real runs
 
 BASE = {
-    "run_id": "rp", "workload": "resnet50", "world_size": 1, "repeat": 0, "output_dir": "", "threads_per_rank": 1,
+    "run_id": "rp",
+    "workload": "resnet50",
+    "world_size": 1,
+    "repeat": 0,
+    "output_dir": "",
+    "threads_per_rank": 1,
     "model": TINY,
-    "train": {"batch_size": 8, "steps": 12, "warmup_steps": 1, "seed": 0, "lr": 0.02, "momentum": 0.9,
-              "mode": "graph", "data": "synthetic"},
+    "train": {
+        "batch_size": 8,
+        "steps": 12,
+        "warmup_steps": 1,
+        "seed": 0,
+        "lr": 0.02,
+        "momentum": 0.9,
+        "mode": "graph",
+        "data": "synthetic",
+    },
     "profile": {"enabled": False, "steps": 0},
     "parallel": _par(),
     "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
@@ -176,7 +219,7 @@ def _reference_losses(cfg, halves: int, steps: int) -> list[float]:
     n = t["batch_size"] // halves
 
     def objective(x, y):
-        return sum(ce(net(x[k * n:(k + 1) * n]), y[k * n:(k + 1) * n]) for k in range(halves)) / halves
+        return sum(ce(net(x[k * n : (k + 1) * n]), y[k * n : (k + 1) * n]) for k in range(halves)) / halves
 
     grad_fn = ms.value_and_grad(objective, None, params)
     out = []

@@ -17,21 +17,41 @@ from workloads.parallel.tensor import column_slice, qkv_rows
 def test_layout_is_tensor_parallel_innermost():
     # Megatron's order: rank = stage * (D*T) + replica * T + slice
     assert [stage_layout(r, 8, 2, 2) for r in range(8)] == [
-        (0, 0, 2), (0, 0, 2), (0, 1, 2), (0, 1, 2), (1, 0, 2), (1, 0, 2), (1, 1, 2), (1, 1, 2)]
+        (0, 0, 2),
+        (0, 0, 2),
+        (0, 1, 2),
+        (0, 1, 2),
+        (1, 0, 2),
+        (1, 0, 2),
+        (1, 1, 2),
+        (1, 1, 2),
+    ]
     assert [stage_layout(r, 4, 2) for r in range(4)] == [(0, 0, 2), (0, 1, 2), (1, 0, 2), (1, 1, 2)]
 
 
 def test_layout_groups_name_every_dimension():
     # dp2 x tp2: two tensor-parallel pairs of neighbours, two data-parallel groups across them
-    assert layout_groups(4, 1, 2) == {"pb_tp_s0_d0": [0, 1], "pb_tp_s0_d1": [2, 3],
-                                      "pb_dp_stage0_tp0": [0, 2], "pb_dp_stage0_tp1": [1, 3]}
+    assert layout_groups(4, 1, 2) == {
+        "pb_tp_s0_d0": [0, 1],
+        "pb_tp_s0_d1": [2, 3],
+        "pb_dp_stage0_tp0": [0, 2],
+        "pb_dp_stage0_tp1": [1, 3],
+    }
     # tp2 x pp2: no data parallel; slice t of stage 0 talks to slice t of stage 1
-    assert layout_groups(4, 2, 2) == {"pb_tp_s0_d0": [0, 1], "pb_tp_s1_d0": [2, 3],
-                                      "pb_p2p_0_2": [0, 2], "pb_p2p_1_3": [1, 3]}
+    assert layout_groups(4, 2, 2) == {
+        "pb_tp_s0_d0": [0, 1],
+        "pb_tp_s1_d0": [2, 3],
+        "pb_p2p_0_2": [0, 2],
+        "pb_p2p_1_3": [1, 3],
+    }
     # dp4: the world group only (named by MindSpore)
     assert layout_groups(4, 1, 1) == {}
-    assert layout_groups(4, 2, 1) == {"pb_dp_stage0": [0, 1], "pb_dp_stage1": [2, 3],
-                                      "pb_p2p_0_2": [0, 2], "pb_p2p_1_3": [1, 3]}
+    assert layout_groups(4, 2, 1) == {
+        "pb_dp_stage0": [0, 1],
+        "pb_dp_stage1": [2, 3],
+        "pb_p2p_0_2": [0, 2],
+        "pb_p2p_1_3": [1, 3],
+    }
 
 
 def test_shards_partition_the_weights():
@@ -47,20 +67,44 @@ def test_rules_accept_tensor_parallel_layouts():
     assert validate_parallel("moe", MOE, _par(tensor_parallel=2, pipeline_stages=2, micro_batches=2), 4) == []
 
 
-@pytest.mark.parametrize("model,par,ws,needle", [
-    ({}, _par(tensor_parallel=4), 4, "parallel.tensor_parallel=4 does not divide model.num_heads=2"),
-    (dict(hidden_size=18), _par(tensor_parallel=4), 4,
-     "parallel.tensor_parallel=4 does not divide model.hidden_size=18"),
-    (dict(ffn_hidden_size=30), _par(tensor_parallel=4), 4, "does not divide the feed-forward size "
-                                                              "model.ffn_hidden_size=30"),
-    ({}, _par(tensor_parallel=2), 3, "world_size=3 is not a multiple of parallel.pipeline_stages=1 x "
-                                     "parallel.tensor_parallel=2"),
-    ({}, _par(tensor_parallel=2, pipeline_stages=2, micro_batches=2), 6,
-     "world_size=6 is not a multiple of parallel.pipeline_stages=2 x parallel.tensor_parallel=2"),
-    ({}, _par(tensor_parallel=0), 2, "parallel.tensor_parallel must be a positive integer, got 0"),
-    ({}, _par(tensor_parallel=2, grad_compression="fp16"), 4, "grad_compression='fp16' with parallel.tensor_parallel=2"),
-    ({}, _par(tensor_parallel=2, comm_fusion=4), 4, "comm_fusion=4 with parallel.tensor_parallel=2"),
-])
+@pytest.mark.parametrize(
+    "model,par,ws,needle",
+    [
+        ({}, _par(tensor_parallel=4), 4, "parallel.tensor_parallel=4 does not divide model.num_heads=2"),
+        (
+            dict(hidden_size=18),
+            _par(tensor_parallel=4),
+            4,
+            "parallel.tensor_parallel=4 does not divide model.hidden_size=18",
+        ),
+        (
+            dict(ffn_hidden_size=30),
+            _par(tensor_parallel=4),
+            4,
+            "does not divide the feed-forward size model.ffn_hidden_size=30",
+        ),
+        (
+            {},
+            _par(tensor_parallel=2),
+            3,
+            "world_size=3 is not a multiple of parallel.pipeline_stages=1 x parallel.tensor_parallel=2",
+        ),
+        (
+            {},
+            _par(tensor_parallel=2, pipeline_stages=2, micro_batches=2),
+            6,
+            "world_size=6 is not a multiple of parallel.pipeline_stages=2 x parallel.tensor_parallel=2",
+        ),
+        ({}, _par(tensor_parallel=0), 2, "parallel.tensor_parallel must be a positive integer, got 0"),
+        (
+            {},
+            _par(tensor_parallel=2, grad_compression="fp16"),
+            4,
+            "grad_compression='fp16' with parallel.tensor_parallel=2",
+        ),
+        ({}, _par(tensor_parallel=2, comm_fusion=4), 4, "comm_fusion=4 with parallel.tensor_parallel=2"),
+    ],
+)
 def test_rules_reject_tensor_parallel_layouts_naming_key_and_value(model, par, ws, needle):
     errs = validate_parallel("moe", dict(MOE, **model), par, ws)
     assert any(needle in e for e in errs), errs
@@ -68,8 +112,10 @@ def test_rules_reject_tensor_parallel_layouts_naming_key_and_value(model, par, w
 
 def test_resnet_tensor_parallel_is_a_config_error():
     errs = validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(tensor_parallel=2), 2)
-    assert errs == ["parallel.tensor_parallel=2: workload resnet50 has no tensor-parallel implementation (only "
-                    "'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1"]
+    assert errs == [
+        "parallel.tensor_parallel=2: workload resnet50 has no tensor-parallel implementation (only "
+        "'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1"
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- real runs
@@ -79,8 +125,10 @@ def test_resnet_tensor_parallel_is_a_config_error():
 #           (2 expert-parallel replicas holding whole layers)
 #   tp2pp2: 2 pipeline stages x 2 slices, micro_batches 2 -> must train like "ref" (one process)
 
-TP_SPECS = {"dp2tp2": (4, {"tensor_parallel": 2, "micro_batches": 2}, "ep"),
-            "tp2pp2": (4, {"tensor_parallel": 2, "pipeline_stages": 2, "micro_batches": 2}, "pp")}
+TP_SPECS = {
+    "dp2tp2": (4, {"tensor_parallel": 2, "micro_batches": 2}, "ep"),
+    "tp2pp2": (4, {"tensor_parallel": 2, "pipeline_stages": 2, "micro_batches": 2}, "pp"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -132,8 +180,12 @@ def test_tensor_parallel_layouts_train_like_the_unsplit_model(tp_runs):
     assert tot == [sum(shared["ep2"].steps(r)[i]["samples"] for r in range(2)) for i in range(4)]
     m = runs["dp2tp2"].meta(1)
     assert (m["tp_group"], m["dp_group"], m["tp_index"], m["dp_size"]) == ("pb_tp_s0_d0", "pb_dp_stage0_tp1", 1, 2)
-    assert m["parallel_groups"]["pb_tp_s0_d1"] == {"ranks": [2, 3], "kind": "tp", "source": "workload",
-                                                  "label": "pb_tp_s0_d1"}
+    assert m["parallel_groups"]["pb_tp_s0_d1"] == {
+        "ranks": [2, 3],
+        "kind": "tp",
+        "source": "workload",
+        "label": "pb_tp_s0_d1",
+    }
     # the expert counters: slice 0 of each replica reports them, and they add up like ep2's two ranks
     for i in range(4):
         a, b = runs["dp2tp2"].steps(0)[i], runs["dp2tp2"].steps(2)[i]
@@ -155,7 +207,12 @@ def _dp2tp2_expected():
     # output projection 16x8 + bias 16, router 16x4; head LayerNorm 32 + Dense 16x64 + 64 (experts stay local)
     shared = 64 * 16 + 8 * 16 + 2 * (64 + 24 * 16 + 24 + 16 * 8 + 16 + 16 * 4) + 32 + 16 * 64 + 64
     stats = (2 + 4 + 1) * 4  # the step's loss/aux/expert counters, one small world all-reduce
-    return {"tp": (24, tp), "ep": (24, ep), "dp": (1, shared * 4), "total": (24 + 24 + 1 + 1, tp + ep + shared * 4 + stats)}
+    return {
+        "tp": (24, tp),
+        "ep": (24, ep),
+        "dp": (1, shared * 4),
+        "total": (24 + 24 + 1 + 1, tp + ep + shared * 4 + stats),
+    }
 
 
 def _tp2pp2_expected():
@@ -201,7 +258,11 @@ def test_profile_classes_tensor_parallel_and_expert_traffic(tp_runs):
         assert cls is not None
         for (rank, step), g in cls.groupby(["rank", "step"]):
             got = {c: (int(n), float(b)) for c, n, b in zip(g["comm_class"], g["ops"], g["size_bytes"])}
-            assert got.get("tensor_parallel") == (expect[name]["tp"][0], float(expect[name]["tp"][1])), (name, rank, got)
+            assert got.get("tensor_parallel") == (expect[name]["tp"][0], float(expect[name]["tp"][1])), (
+                name,
+                rank,
+                got,
+            )
             if name == "dp2tp2":
                 assert got.get("expert_dispatch") == (expect[name]["ep"][0], float(expect[name]["ep"][1]))
             assert None not in got, got  # every collective in the profile got a class
@@ -214,8 +275,16 @@ def _co(**cols):
     import pandas as pd
 
     n = len(next(iter(cols.values())))
-    base = {"rank": [0] * n, "step": [1] * n, "op_name": [f"op{i}" for i in range(n)], "group": ["g"] * n,
-            "op_type": ["allreduce"] * n, "start_us": [0.0] * n, "elapse_ms": [1.0] * n, "size_bytes": [8.0] * n}
+    base = {
+        "rank": [0] * n,
+        "step": [1] * n,
+        "op_name": [f"op{i}" for i in range(n)],
+        "group": ["g"] * n,
+        "op_type": ["allreduce"] * n,
+        "start_us": [0.0] * n,
+        "elapse_ms": [1.0] * n,
+        "size_bytes": [8.0] * n,
+    }
     base.update(cols)
     return pd.DataFrame(base)
 
@@ -224,15 +293,32 @@ def test_classes_from_group_kinds_hashed_names_and_op_types():
     from analyzers.analyses.parallel_groups import classify_comm_ops, double_hash, groups_from_metadata
 
     # torch_npu's profiler_metadata.json: the communication files name groups by double_hash(group id)
-    groups = groups_from_metadata({"parallel_group_info": {
-        "g1": {"group_name": "tp", "global_ranks": [0, 1]}, "g2": {"group_name": "dp", "global_ranks": [0, 2]},
-        "g3": {"group_name": "exp", "global_ranks": [0, 2]}, "g4": {"group_name": "pp", "global_ranks": [0, 4]},
-        "g5": {"group_name": "cp", "global_ranks": [0, 8]}}})
+    groups = groups_from_metadata(
+        {
+            "parallel_group_info": {
+                "g1": {"group_name": "tp", "global_ranks": [0, 1]},
+                "g2": {"group_name": "dp", "global_ranks": [0, 2]},
+                "g3": {"group_name": "exp", "global_ranks": [0, 2]},
+                "g4": {"group_name": "pp", "global_ranks": [0, 4]},
+                "g5": {"group_name": "cp", "global_ranks": [0, 8]},
+            }
+        }
+    )
     h = {k: str(double_hash(k)) for k in ("g1", "g2", "g3", "g4", "g5")}
-    co = _co(group=[h["g1"], h["g2"], h["g2"], h["g3"], h["g4"], h["g5"], "unknown", "unknown"],
-             op_type=["allreduce", "allreduce", "alltoall", "alltoallv", "broadcast", "allgather", "allreduce", "recv"])
+    co = _co(
+        group=[h["g1"], h["g2"], h["g2"], h["g3"], h["g4"], h["g5"], "unknown", "unknown"],
+        op_type=["allreduce", "allreduce", "alltoall", "alltoallv", "broadcast", "allgather", "allreduce", "recv"],
+    )
     assert classify_comm_ops(co, groups).tolist() == [
-        "tensor_parallel", "dp_grad", "expert_dispatch", "expert_dispatch", "pipeline_p2p", None, None, "pipeline_p2p"]
+        "tensor_parallel",
+        "dp_grad",
+        "expert_dispatch",
+        "expert_dispatch",
+        "pipeline_p2p",
+        None,
+        None,
+        "pipeline_p2p",
+    ]
     # without any layout: only point-to-point op types get a class, the rest stays null (no guess)
     assert classify_comm_ops(co, None).tolist() == [None] * 7 + ["pipeline_p2p"]
 
@@ -242,17 +328,32 @@ def test_classes_from_workload_spans_and_declared_sizes():
 
     from analyzers.analyses.parallel_groups import classify_comm_ops, comm_class_totals
 
-    spans = pd.DataFrame({"rank": [0, 0, 1], "step": [1, 1, 1], "kind": ["allreduce", "forward", "send"],
-                          "start_ts": [10.0, 0.0, 10.0], "end_ts": [11.0, 9.0, 11.0]})
-    co = _co(rank=[0, 0, 0, 0, 1], start_us=[10.5e6, 1e6, 2e6, 3e6, 10.2e6],
-             size_bytes=[4096.0, 4096.0, 16384.0, 100.0, 4096.0])
+    spans = pd.DataFrame(
+        {
+            "rank": [0, 0, 1],
+            "step": [1, 1, 1],
+            "kind": ["allreduce", "forward", "send"],
+            "start_ts": [10.0, 0.0, 10.0],
+            "end_ts": [11.0, 9.0, 11.0],
+        }
+    )
+    co = _co(
+        rank=[0, 0, 0, 0, 1],
+        start_us=[10.5e6, 1e6, 2e6, 3e6, 10.2e6],
+        size_bytes=[4096.0, 4096.0, 16384.0, 100.0, 4096.0],
+    )
     co["comm_class"] = classify_comm_ops(co, None, spans, {"4096": "tensor_parallel", "16384": "expert_dispatch"})
     # inside the gradient all-reduce span: dp_grad, whatever its size; in forward: by declared size; rank 1 sends
     assert co["comm_class"].tolist() == ["dp_grad", "tensor_parallel", "expert_dispatch", None, "pipeline_p2p"]
     t = comm_class_totals(co)
     got = {(r, c): (n, b) for r, c, n, b in zip(t["rank"], t["comm_class"], t["ops"], t["size_bytes"])}
-    assert got == {(0, "dp_grad"): (1, 4096.0), (0, "tensor_parallel"): (1, 4096.0),
-                   (0, "expert_dispatch"): (1, 16384.0), (0, None): (1, 100.0), (1, "pipeline_p2p"): (1, 4096.0)}
+    assert got == {
+        (0, "dp_grad"): (1, 4096.0),
+        (0, "tensor_parallel"): (1, 4096.0),
+        (0, "expert_dispatch"): (1, 16384.0),
+        (0, None): (1, 100.0),
+        (1, "pipeline_p2p"): (1, 4096.0),
+    }
 
 
 def test_ascend_profile_without_layout_has_null_classes():
@@ -275,11 +376,21 @@ def test_exposure_by_class_hand_computed():
 
     # step window 0-100 us; compute 0-40 and 60-100; a tp all-reduce 30-50 (10 us under compute, 10 exposed)
     # and one 50-60 (all exposed); an expert collective 70-80 (hidden)
-    ops = pd.DataFrame({"rank": [0, 0], "step": [1, 1], "category": ["compute", "compute"],
-                        "start_us": [0.0, 60.0], "dur_us": [40.0, 40.0]})
+    ops = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "step": [1, 1],
+            "category": ["compute", "compute"],
+            "start_us": [0.0, 60.0],
+            "dur_us": [40.0, 40.0],
+        }
+    )
     steps = pd.DataFrame({"rank": [0], "step": [1], "start_us": [0.0], "end_us": [100.0]})
-    co = _co(start_us=[30.0, 50.0, 70.0], elapse_ms=[0.02, 0.01, 0.01],
-             comm_class=["tensor_parallel", "tensor_parallel", "expert_dispatch"])
+    co = _co(
+        start_us=[30.0, 50.0, 70.0],
+        elapse_ms=[0.02, 0.01, 0.01],
+        comm_class=["tensor_parallel", "tensor_parallel", "expert_dispatch"],
+    )
     t = exposure_by_class(ops, steps, co).set_index("comm_class")
     assert t.loc["tensor_parallel", "time_us"] == pytest.approx(30.0)
     assert t.loc["tensor_parallel", "exposed_us"] == pytest.approx(20.0)
@@ -293,8 +404,15 @@ def test_tensor_parallel_advice_share_and_try():
 
     from analyzers.analyses.advice_tp import TP_SHARE, advise_tp
 
-    ex = pd.DataFrame({"rank": [0, 1, 0], "step": [1, 1, 1], "comm_class": ["tensor_parallel"] * 2 + ["dp_grad"],
-                       "time_us": [0.0] * 3, "exposed_us": [30_000.0, 50_000.0, 90_000.0]})
+    ex = pd.DataFrame(
+        {
+            "rank": [0, 1, 0],
+            "step": [1, 1, 1],
+            "comm_class": ["tensor_parallel"] * 2 + ["dp_grad"],
+            "time_us": [0.0] * 3,
+            "exposed_us": [30_000.0, 50_000.0, 90_000.0],
+        }
+    )
     steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0, 100_000.0]})
     rows = advise_tp({"comm_exposure_classes": ex, "steps": steps}, {}, {"parallel": {"tensor_parallel": 4}})
     assert len(rows) == 1
@@ -339,11 +457,25 @@ def test_show_lists_traffic_classes_per_rank_step():
 
     from perfbench.views.run_report import traffic_classes
 
-    cls = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 1, 1],
-                        "comm_class": ["tensor_parallel", "tensor_parallel", None, "dp_grad"],
-                        "ops": [24, 24, 1, 2], "elapse_ms": [30.0, 50.0, 1.0, 4.0], "size_bytes": [96.0, 96.0, 8.0, 16.0]})
-    ex = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "comm_class": ["tensor_parallel"] * 2,
-                       "time_us": [30e3, 50e3], "exposed_us": [10e3, 20e3]})
+    cls = pd.DataFrame(
+        {
+            "rank": [0, 1, 0, 1],
+            "step": [1, 1, 1, 1],
+            "comm_class": ["tensor_parallel", "tensor_parallel", None, "dp_grad"],
+            "ops": [24, 24, 1, 2],
+            "elapse_ms": [30.0, 50.0, 1.0, 4.0],
+            "size_bytes": [96.0, 96.0, 8.0, 16.0],
+        }
+    )
+    ex = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "step": [1, 1],
+            "comm_class": ["tensor_parallel"] * 2,
+            "time_us": [30e3, 50e3],
+            "exposed_us": [10e3, 20e3],
+        }
+    )
     t = traffic_classes(cls, ex).set_index("comm_class")
     assert list(t.index) == ["tensor_parallel", "dp_grad", "unclassified"]  # by time
     assert t.loc["tensor_parallel", "elapse_ms"] == 40.0 and t.loc["tensor_parallel", "exposed_us"] == 15e3

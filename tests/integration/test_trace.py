@@ -16,7 +16,6 @@ from perfbench.store import Store
 from tests.support import run_perfbench
 
 
-
 def expected(store: Store, rid: str) -> tuple[Counter, int]:
     """Slices per (rank, category) and collective instances on >= 2 ranks, straight from the stored tables."""
     ops, comm = store.read_table(rid, "profile_ops"), store.read_table(rid, "comm_ops")
@@ -64,7 +63,9 @@ def test_ascend_import_trace_reads_back_with_the_same_events(imported_store, tmp
     want, instances = expected(store, rid)
     got, flows, x = read_back(out)
     assert got == want
-    assert instances == 4 and summary["collectives_linked"] == instances  # 4 collectives x 2 ranks in communication.json
+    assert (
+        instances == 4 and summary["collectives_linked"] == instances
+    )  # 4 collectives x 2 ranks in communication.json
     assert len(flows) == instances
     coll = x[x["cat"] == "collective"]
     for chain in flows.values():
@@ -140,8 +141,9 @@ def test_pipeline_import_aligns_each_set_of_ranks_linked_by_collectives(tmp_path
     # from the profiler's own hccl records as stored
     comm = store.read_table(rid, "comm_ops").assign(end=lambda d: d["start_us"] + d["elapse_ms"] * 1000)
     comm["occ"] = comm.sort_values("start_us").groupby(["group", "rank", "step", "op_name"]).cumcount()
-    ends = comm.dropna(subset=["end"]).pivot_table(index=["group", "step", "op_name", "occ"], columns="rank",
-                                                   values="end", aggfunc="first")
+    ends = comm.dropna(subset=["end"]).pivot_table(
+        index=["group", "step", "op_name", "occ"], columns="rank", values="end", aggfunc="first"
+    )
     for ref, other in ((0, 1), (2, 3)):
         both = ends[[ref, other]].dropna()
         assert len(both) > 0

@@ -38,8 +38,13 @@ def write(tmp_path, name: str, **extra) -> str:
 
 
 def tune(config: str, results, *more, timeout=900) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "perfbench", "tune", config, "--results", str(results), "--json", *more],
-                          capture_output=True, text=True, cwd=ROOT, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "perfbench", "tune", config, "--results", str(results), "--json", *more],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+    )
 
 
 def our_processes(prefix: str, settle_s: float = 20.0) -> list[psutil.Process]:
@@ -73,10 +78,20 @@ def pruned_search(tmp_path_factory):
     # min_steps 2) promotes only the best value at a rung of fewer than 3 trials, so it must be pruned.
     # A rank that exits at step 2 (one measured step: too early for the pruner) fails its trial; the grid goes
     # on to the remaining points.
-    cfg = write(tmp_path, "prune", sweep={"delay_ms": [0, 1500], "crash_rank": [None, 0]},
-                inject={"crash_step": 2},
-                search={"strategy": "grid", "pruner": "successive_halving", "min_steps": 2,
-                        "budget": {"trials": 4}, "profile_best": False, "confirm": {"top": 0}})
+    cfg = write(
+        tmp_path,
+        "prune",
+        sweep={"delay_ms": [0, 1500], "crash_rank": [None, 0]},
+        inject={"crash_step": 2},
+        search={
+            "strategy": "grid",
+            "pruner": "successive_halving",
+            "min_steps": 2,
+            "budget": {"trials": 4},
+            "profile_best": False,
+            "confirm": {"top": 0},
+        },
+    )
     res = tune(cfg, tmp_path / "r")
     assert res.returncode == 0, res.stderr[-3000:]
     return tmp_path / "r", json.loads(res.stdout)
@@ -109,20 +124,40 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(prun
     crashed = store.read_run(trials[(0, 0)]["run_id"])
     assert crashed["status"] == "failed" and "rank 0" in crashed["error"]
 
-    ls = subprocess.run([sys.executable, "-m", "perfbench", "ls", "--results", str(results), "--json",
-                         "--status", "pruned"], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    ls = subprocess.run(
+        [sys.executable, "-m", "perfbench", "ls", "--results", str(results), "--json", "--status", "pruned"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert ls.returncode == 0, ls.stderr
-    assert sorted(r["run_id"] for r in json.loads(ls.stdout)) == \
-        sorted(t["run_id"] for t in ans["trials"] if t["status"] == "pruned")
+    assert sorted(r["run_id"] for r in json.loads(ls.stdout)) == sorted(
+        t["run_id"] for t in ans["trials"] if t["status"] == "pruned"
+    )
 
 
 def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
-    cfg = write(tmp_path, "resume", sweep={"batch_size": [2, 4, 8]},
-                search={"strategy": "grid", "pruner": "none", "budget": {"trials": 3}, "profile_best": False,
-                        "confirm": {"top": 0}})
+    cfg = write(
+        tmp_path,
+        "resume",
+        sweep={"batch_size": [2, 4, 8]},
+        search={
+            "strategy": "grid",
+            "pruner": "none",
+            "budget": {"trials": 3},
+            "profile_best": False,
+            "confirm": {"top": 0},
+        },
+    )
     results = tmp_path / "r"
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "tune", cfg, "--results", str(results), "--json"],
-                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfbench", "tune", cfg, "--results", str(results), "--json"],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     store = Store(results)
     first = None
     deadline = time.time() + 600
@@ -155,11 +190,19 @@ def test_the_best_is_confirmed_by_fresh_runs_and_its_last_round_is_profiled(tmp_
     # the load. Both are re-measured once more (top 2, rounds 1, a band wide enough for both), the last round with
     # the profiler at level light for the leader only; the best's value is its re-measurement, and that run is the
     # profiled one that explains it.
-    cfg = write(tmp_path, "confirm", sweep={"delay_ms": [0, 400]},
-                train={"batch_size": 4, "steps": 6, "warmup_steps": 1, "seed": 0},
-                profile={"enabled": True, "steps": 2, "level": "light"},
-                search={"strategy": "grid", "pruner": "none", "budget": {"trials": 2},
-                        "confirm": {"top": 2, "rounds": 1, "band": 1.0}})
+    cfg = write(
+        tmp_path,
+        "confirm",
+        sweep={"delay_ms": [0, 400]},
+        train={"batch_size": 4, "steps": 6, "warmup_steps": 1, "seed": 0},
+        profile={"enabled": True, "steps": 2, "level": "light"},
+        search={
+            "strategy": "grid",
+            "pruner": "none",
+            "budget": {"trials": 2},
+            "confirm": {"top": 2, "rounds": 1, "band": 1.0},
+        },
+    )
     res = tune(cfg, tmp_path / "r")
     assert res.returncode == 0, res.stderr[-3000:]
     ans = json.loads(res.stdout)
@@ -194,8 +237,12 @@ def test_tuning_page_shows_the_search(pruned_search):
 
     results, ans = pruned_search
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
-                             str(port)], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         from playwright.sync_api import sync_playwright
 

@@ -29,13 +29,33 @@ TINY_MODEL = {"image_size": 16, "num_classes": 10, "width": 8, "layers": [1, 1, 
 MID_MB = 0.1  # tiny model: 53 gradient tensors, 0.52 MB in fp32
 
 BASE = {
-    "run_id": "t", "workload": "resnet50", "world_size": 2, "repeat": 0, "output_dir": "",
-    "threads_per_rank": 1, "model": TINY_MODEL,
-    "train": {"batch_size": 8, "steps": 16, "warmup_steps": 1, "seed": 0, "lr": 0.05, "momentum": 0.9,
-              "mode": "graph", "data": "synthetic"},
+    "run_id": "t",
+    "workload": "resnet50",
+    "world_size": 2,
+    "repeat": 0,
+    "output_dir": "",
+    "threads_per_rank": 1,
+    "model": TINY_MODEL,
+    "train": {
+        "batch_size": 8,
+        "steps": 16,
+        "warmup_steps": 1,
+        "seed": 0,
+        "lr": 0.05,
+        "momentum": 0.9,
+        "mode": "graph",
+        "data": "synthetic",
+    },
     "profile": {"enabled": True, "steps": 2},
-    "parallel": {"grad_compression": "none", "compression_ratio": 0.01, "comm_fusion": 0, "fusion_impl": "perfbench",
-                 "pipeline_stages": 1, "micro_batches": 1, "pipeline_schedule": "1f1b"},
+    "parallel": {
+        "grad_compression": "none",
+        "compression_ratio": 0.01,
+        "comm_fusion": 0,
+        "fusion_impl": "perfbench",
+        "pipeline_stages": 1,
+        "micro_batches": 1,
+        "pipeline_schedule": "1f1b",
+    },
     "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
 }
 
@@ -69,8 +89,9 @@ def launch(out: Path, name: str, overrides: dict, timeout_s: float = 240):
     art.mkdir(parents=True, exist_ok=True)
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
-    res = launcher.launch(path, cfg, {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s,
-                                      "stall_timeout_s": 300})
+    res = launcher.launch(
+        path, cfg, {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s, "stall_timeout_s": 300}
+    )
     return Run(name, cfg, art, res)
 
 
@@ -182,8 +203,7 @@ class Runs:
         for _ in self._workers:
             self._queue.put(None)
         under_way = [n for n, ev in self._events.items() if not ev.is_set()]
-        kill_processes([p for p in session_processes()
-                        if any((_tag(p) or "").startswith(f"{n}-") for n in under_way)])
+        kill_processes([p for p in session_processes() if any((_tag(p) or "").startswith(f"{n}-") for n in under_way)])
         for t in self._workers:
             t.join(60)
         assert not any(t.is_alive() for t in self._workers), "a prefetch worker did not stop"
@@ -235,8 +255,9 @@ def losses(run: Run, rank: int) -> list[float]:
 def _entry(cfg_path: Path, timeout=120):
     env = dict(os.environ)
     env.pop("MS_ROLE", None)
-    return subprocess.run([PY, str(ENTRY), "--config", str(cfg_path)], capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return subprocess.run(
+        [PY, str(ENTRY), "--config", str(cfg_path)], capture_output=True, text=True, timeout=timeout, env=env
+    )
 
 
 def test_entry_missing_and_corrupt_config(tmp_path):
@@ -286,8 +307,21 @@ def test_two_ranks_write_the_contract_files(resnet_runs):
         for a, b in zip(steps, steps[1:]):
             assert b["start_ts"] >= a["end_ts"]
         meta = run.meta(rank)
-        for k in ("rank", "world_size", "threads", "pid", "mindspore_version", "mode", "params", "comm_backend",
-                  "fusion_impl_used", "grad_compression", "bytes_per_step_uncompressed", "expert_comm", "clock"):
+        for k in (
+            "rank",
+            "world_size",
+            "threads",
+            "pid",
+            "mindspore_version",
+            "mode",
+            "params",
+            "comm_backend",
+            "fusion_impl_used",
+            "grad_compression",
+            "bytes_per_step_uncompressed",
+            "expert_comm",
+            "clock",
+        ):
             assert k in meta, k
         assert meta["rank"] == rank and meta["world_size"] == 2 and meta["finished"] is True
         assert meta["threads"] >= 1 and meta["fusion_impl_used"] == "perfbench"
@@ -316,9 +350,12 @@ def test_two_ranks_write_the_contract_files(resnet_runs):
 @pytest.mark.msrun
 @pytest.mark.timeout(300)
 def test_inject_delay_and_crash_single_rank(tmp_path):
-    over = {"world_size": 1, "train": {"steps": 8, "warmup_steps": 1},
-            "profile": {"enabled": False, "steps": 0},
-            "inject": {"crash_rank": 0, "crash_step": 4, "hang_rank": None, "hang_step": None, "delay_ms": 300}}
+    over = {
+        "world_size": 1,
+        "train": {"steps": 8, "warmup_steps": 1},
+        "profile": {"enabled": False, "steps": 0},
+        "inject": {"crash_rank": 0, "crash_step": 4, "hang_rank": None, "hang_step": None, "delay_ms": 300},
+    }
     run = launch(tmp_path, "crash", over, timeout_s=200)
     assert run.res.status == "failed"
     steps = run.steps(0)
@@ -344,8 +381,9 @@ def test_image_folder_data_reads_classes_from_folders(tmp_path):
         for i in range(6):
             px = rng.integers(lo, hi, size=(20, 24, 3), dtype=np.uint8)
             Image.fromarray(px).save(tmp_path / "imgs" / cls / f"{i}.png")
-    data = ImageFolder(str(tmp_path / "imgs"), batch_size=4, image_size=16, num_classes=10, seed=0, rank=0,
-                       world_size=1)
+    data = ImageFolder(
+        str(tmp_path / "imgs"), batch_size=4, image_size=16, num_classes=10, seed=0, rank=0, world_size=1
+    )
     seen = set()
     for step in range(6):  # 12 images, batches of 4: cycles through epochs
         x, y = data.batch(step)
@@ -356,8 +394,9 @@ def test_image_folder_data_reads_classes_from_folders(tmp_path):
             seen.add(int(label))
     assert seen == {0, 1}
     with pytest.raises(ConfigError, match="does not exist"):
-        make_image_data({"data": str(tmp_path / "missing"), "batch_size": 4, "seed": 0},
-                        {"image_size": 16, "num_classes": 10}, 0, 1)
+        make_image_data(
+            {"data": str(tmp_path / "missing"), "batch_size": 4, "seed": 0}, {"image_size": 16, "num_classes": 10}, 0, 1
+        )
     with pytest.raises(ConfigError, match="classes but model.num_classes is 1"):
         ImageFolder(str(tmp_path / "imgs"), 4, 16, 1, 0, 0, 1)
 

@@ -30,10 +30,12 @@ def _rules(workload="resnet50", ws=2, **par):
 
 def test_zero_and_recompute_rules_name_key_and_value():
     assert _rules(zero_stage=1) == [] and _rules(zero_stage=2, train={"recompute": True}) == []
-    for kw, words in [({"ws": 1, "zero_stage": 1}, "world_size=1"),
-                      ({"zero_stage": 2, "fusion_impl": "mindspore"}, "fusion_impl='mindspore'"),
-                      ({"zero_stage": 1, "grad_compression": "fp16"}, "grad_compression='fp16'"),
-                      ({"zero_stage": 1, "micro_batches": 2}, "micro_batches=2")]:
+    for kw, words in [
+        ({"ws": 1, "zero_stage": 1}, "world_size=1"),
+        ({"zero_stage": 2, "fusion_impl": "mindspore"}, "fusion_impl='mindspore'"),
+        ({"zero_stage": 1, "grad_compression": "fp16"}, "grad_compression='fp16'"),
+        ({"zero_stage": 1, "micro_batches": 2}, "micro_batches=2"),
+    ]:
         (msg,) = _rules(**kw)
         assert f"parallel.zero_stage={kw['zero_stage']}" in msg and words in msg, msg
     (msg,) = [e for e in validate_parallel("moe", {}, {"zero_stage": 1}, 2, {}) if "zero_stage" in e]
@@ -41,8 +43,13 @@ def test_zero_and_recompute_rules_name_key_and_value():
 
 
 def test_run_config_rejects_impossible_memory_knobs_before_launch():
-    ok = dict(workload="resnet50", world_size=2, model={"image_size": 16, "num_classes": 10, "width": 8,
-                                                        "layers": [1, 1, 1, 1]}, train={}, profile={})
+    ok = dict(
+        workload="resnet50",
+        world_size=2,
+        model={"image_size": 16, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
+        train={},
+        profile={},
+    )
     RunConfig(**ok, parallel={"zero_stage": 2})
     with pytest.raises(Exception, match=r"zero_stage=1 is not supported with world_size=1"):
         RunConfig(**{**ok, "world_size": 1}, parallel={"zero_stage": 1})
@@ -78,8 +85,11 @@ def zero_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("zero")
     runs = {}
     for name, spec in SPECS.items():
-        over = {"parallel": dict(spec["parallel"]), "train": {**TRAIN, **spec.get("train", {})},
-                "profile": {"enabled": False, "steps": 1}}
+        over = {
+            "parallel": dict(spec["parallel"]),
+            "train": {**TRAIN, **spec.get("train", {})},
+            "profile": {"enabled": False, "steps": 1},
+        }
         runs[name] = launch(out, name, over)
         assert runs[name].res.status == "ok", f"{name}: {runs[name].res.reason}\n{runs[name].res.log_tail}"
     return runs
@@ -93,8 +103,9 @@ def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
     for name in ("z1", "z2r"):
         for rank in (0, 1):
             got = [s["loss"] for s in zero_runs[name].steps(rank)]
-            assert got == pytest.approx(ref if rank == 0 else [s["loss"] for s in zero_runs["z0"].steps(1)],
-                                        rel=2e-4, abs=2e-5), (name, rank, got)
+            assert got == pytest.approx(
+                ref if rank == 0 else [s["loss"] for s in zero_runs["z0"].steps(1)], rel=2e-4, abs=2e-5
+            ), (name, rank, got)
     m0, m1 = zero_runs["z1"].meta(0), zero_runs["z1"].meta(1)
     assert m0["optimizer"] == "adamw" and m0["zero_stage"] == 1
     # the two shards partition the parameters

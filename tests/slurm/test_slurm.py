@@ -56,8 +56,11 @@ def scontrol_job(job_id: str) -> dict:
 
 def jobs_named(name: str) -> list[str]:
     out = subprocess.run(["scontrol", "show", "job", "-o"], capture_output=True, text=True).stdout
-    return [kv["JobId"] for kv in (dict(re.findall(r"(\w+)=(\S*)", ln)) for ln in out.splitlines())
-            if kv.get("JobName") == name]
+    return [
+        kv["JobId"]
+        for kv in (dict(re.findall(r"(\w+)=(\S*)", ln)) for ln in out.splitlines())
+        if kv.get("JobName") == name
+    ]
 
 
 def wait_for_job(store: Store, proc, state: str = "RUNNING", timeout: float = 120) -> tuple[dict, str]:
@@ -75,9 +78,21 @@ def wait_for_job(store: Store, proc, state: str = "RUNNING", timeout: float = 12
 
 def two_node_sweep(tmp_path, name: str, timeout_s: int = 300, **over):
     """SMALL (tests/integration/test_launcher_failures.py) as one 2-rank run on 2 Slurm nodes; returns (config, results)."""
-    cfg = write_yaml(tmp_path / f"{name}.yaml", dict(
-        SMALL, name=name, sweep={"world_size": [2]}, **over, launch={
-            "backend": "slurm", "nodes": 2, "timeout_s": timeout_s, "slurm": {"partition": "debug", "poll_s": 0.5}}))
+    cfg = write_yaml(
+        tmp_path / f"{name}.yaml",
+        dict(
+            SMALL,
+            name=name,
+            sweep={"world_size": [2]},
+            **over,
+            launch={
+                "backend": "slurm",
+                "nodes": 2,
+                "timeout_s": timeout_s,
+                "slurm": {"partition": "debug", "poll_s": 0.5},
+            },
+        ),
+    )
     return cfg, tmp_path / "results"
 
 
@@ -87,8 +102,12 @@ def node_addr(cluster: LocalSlurm, node: str) -> str:
 
 def test_example_runs_on_two_nodes_and_resume_reattaches_to_its_job(slurm, tmp_path, spawn):
     results = tmp_path / "results"
-    proc = spawn([sys.executable, "-m", "perfbench", "sweep", str(EXAMPLE), "--results", str(results)], cwd=ROOT,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = spawn(
+        [sys.executable, "-m", "perfbench", "sweep", str(EXAMPLE), "--results", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     store = Store(results)
     rec, job = wait_for_job(store, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # the sweep dies without any cleanup; its job runs on under Slurm
@@ -105,8 +124,10 @@ def test_example_runs_on_two_nodes_and_resume_reattaches_to_its_job(slurm, tmp_p
 
     # one run, both nodes' ranks: each node ran msrun with its Slurm node rank and node 0 as master
     nodes = after["slurm"]["nodes"]
-    assert [(n["node_rank"], n["slurm_node"], n["status"]) for n in nodes] == [(0, "pbnode1", "ok"),
-                                                                              (1, "pbnode2", "ok")]
+    assert [(n["node_rank"], n["slurm_node"], n["status"]) for n in nodes] == [
+        (0, "pbnode1", "ok"),
+        (1, "pbnode2", "ok"),
+    ]
     assert {n["master_addr"] for n in nodes} == {node_addr(slurm, "pbnode1")}
     steps = store.read_table(rec["run_id"], "workload_steps")
     assert steps.groupby("rank")["step"].count().to_dict() == {0: 14, 1: 14}  # train.steps of the example
@@ -148,8 +169,13 @@ def test_timeout_cancels_the_job_with_scancel(slurm, tmp_path):
 
 def test_ctrl_c_cancels_the_running_job(slurm, tmp_path, spawn):
     cfg, results = two_node_sweep(tmp_path, "slurmctrlc")
-    proc = spawn([sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)], cwd=ROOT,
-                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = spawn(
+        [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     rec, job = wait_for_job(Store(results), proc)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=90)

@@ -17,8 +17,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # ../shared/fixtures beside the checkout (also found from a copy of the tree one level down, e.g. mutmut's mutants/)
-FIXTURES = next((p / "shared" / "fixtures" / "ascend" for p in (ROOT.parent, ROOT.parent.parent)
-                 if (p / "shared" / "fixtures" / "ascend").is_dir()), ROOT.parent / "shared" / "fixtures" / "ascend").resolve()
+FIXTURES = next(
+    (
+        p / "shared" / "fixtures" / "ascend"
+        for p in (ROOT.parent, ROOT.parent.parent)
+        if (p / "shared" / "fixtures" / "ascend").is_dir()
+    ),
+    ROOT.parent / "shared" / "fixtures" / "ascend",
+).resolve()
 
 
 def fixture_path(*parts: str) -> Path:
@@ -66,10 +72,17 @@ def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, "-m", "perfbench", *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout, cwd=cwd or ROOT)
+    r = subprocess.run(
+        [sys.executable, "-m", "perfbench", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or ROOT,
+    )
     if check and r.returncode != 0:
-        raise AssertionError(f"perfbench {' '.join(map(str, args))} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}")
+        raise AssertionError(
+            f"perfbench {' '.join(map(str, args))} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+        )
     return r
 
 
@@ -91,8 +104,10 @@ def perfbench_in_process(*args: str, check: bool = True) -> subprocess.Completed
             code = exc.code if isinstance(exc.code, int) else 2
     r = subprocess.CompletedProcess(["perfbench", *map(str, args)], code, out.getvalue(), err.getvalue())
     if check and code != 0:
-        raise AssertionError(f"perfbench {' '.join(map(str, args))} exited {code}\nstdout:\n{r.stdout[-3000:]}\n"
-                             f"stderr:\n{r.stderr[-3000:]}")
+        raise AssertionError(
+            f"perfbench {' '.join(map(str, args))} exited {code}\nstdout:\n{r.stdout[-3000:]}\n"
+            f"stderr:\n{r.stderr[-3000:]}"
+        )
     return r
 
 

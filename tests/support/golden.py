@@ -16,8 +16,16 @@ from tests.support import perfbench_in_process
 
 #: breakdown parts: |perfbench - profiler| <= REL * step time; step times and per-op numbers: <= REL * value
 REL = 0.01
-BREAKDOWN = ("computing_us", "communication_us", "communication_not_overlapped_us", "overlapped_us", "free_us",
-             "preparing_us", "bubble_us", "stage_us")
+BREAKDOWN = (
+    "computing_us",
+    "communication_us",
+    "communication_not_overlapped_us",
+    "overlapped_us",
+    "free_us",
+    "preparing_us",
+    "bubble_us",
+    "stage_us",
+)
 
 
 def analyze_json(path) -> dict:

@@ -21,8 +21,16 @@ from tests.support import free_port, ROOT
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(1800)]
 
 CHROMIUM = os.environ.get("PERFBENCH_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def _free_port(lo=8070, hi=8099) -> int:
@@ -35,8 +43,12 @@ def serve(results):
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: the test set-up must `apt-get install -y chromium`")
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port",
-                             str(port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfbench", "dashboard", "--results", str(results), "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     base = f"http://127.0.0.1:{port}"
     try:
         end = time.time() + 120
@@ -82,7 +94,9 @@ class Page:
     def __init__(self, browser):
         self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
         self.errors: list[str] = []
-        self.page.on("console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+        self.page.on(
+            "console", lambda m: self.errors.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+        )
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
         self.page.on("response", lambda r: self.errors.append(f"HTTP {r.status} {r.url}") if r.status >= 400 else None)
 
@@ -137,10 +151,13 @@ def test_scaling_page_draws_the_predicted_curve_with_its_band(dashboard, browser
 
     p = Page(browser)
     page = p.open(dashboard + "/scaling", "#scaling-throughput .main-svg")
-    page.wait_for_function("""() => {
+    page.wait_for_function(
+        """() => {
         const g = document.querySelector('#scaling-throughput .js-plotly-plot');
         return g && g.data && g.data.some(t => t.name === 'predicted');
-    }""", timeout=30_000)
+    }""",
+        timeout=30_000,
+    )
     traces = page.evaluate("""() => document.querySelector('#scaling-throughput .js-plotly-plot').data
         .map(t => ({name: t.name, x: Array.from(t.x), y: Array.from(t.y)}))""")
     pred = next(t for t in traces if t["name"] == "predicted")
@@ -149,8 +166,9 @@ def test_scaling_page_draws_the_predicted_curve_with_its_band(dashboard, browser
     sweep = _ok_runs(sweep_store)[0]["sweep_id"]
     assert f"perfbench predict --from {sweep}" in page.inner_text("#scaling-predicted")
     # the page draws what the command predicts
-    cli = json.loads(run_perfbench("predict", "--results", sweep_store, "--from", sweep, "--set", "world_size=16",
-                                   "--json").stdout)
+    cli = json.loads(
+        run_perfbench("predict", "--results", sweep_store, "--from", sweep, "--set", "world_size=16", "--json").stdout
+    )
     assert pred["y"][pred["x"].index(16)] == pytest.approx(cli["throughput"], rel=1e-9)
     assert p.errors == []
     page.close()
@@ -194,17 +212,23 @@ def test_filtering_the_grid(dashboard, browser, sweep_store):
     flt = page.locator('#runs-grid th.dash-filter[data-dash-column="settings.world_size"] input[type=text]')
     flt.fill(str(target))
     flt.press("Enter")
-    page.wait_for_function(f"() => document.querySelectorAll('#runs-grid tbody tr:has(td)').length === {want}",
-                           timeout=30_000)
+    page.wait_for_function(
+        f"() => document.querySelectorAll('#runs-grid tbody tr:has(td)').length === {want}", timeout=30_000
+    )
     cells = page.locator('#runs-grid td[data-dash-column="settings.world_size"]').all_inner_texts()
     assert cells and set(c.strip() for c in cells) == {str(target)}
-    page.wait_for_function(f"() => document.querySelector('#sweeps-count').innerText.startsWith('{want} of')",
-                           timeout=30_000)
+    page.wait_for_function(
+        f"() => document.querySelector('#sweeps-count').innerText.startsWith('{want} of')", timeout=30_000
+    )
     # the views across settings follow the filter: the heatmap shows only that world size
-    page.wait_for_function("""(t) => {
+    page.wait_for_function(
+        """(t) => {
         const g = document.querySelector('#sweeps-heatmap .js-plotly-plot');
         return g && g.data && g.data.length && JSON.stringify(Array.from(g.data[0].x)) === JSON.stringify([String(t)]);
-    }""", arg=target, timeout=30_000)
+    }""",
+        arg=target,
+        timeout=30_000,
+    )
     # run links lead to the run page of that run
     first = page.locator('#runs-grid td[data-dash-column="run_id"]').first.inner_text().strip()
     page.locator('#runs-grid td[data-dash-column="open"] a').first.click()
@@ -235,8 +259,9 @@ def test_compare_page_shows_both_runs(dashboard, browser, sweep_store):
     if other is not None:
         page.locator("#compare-b").click()
         page.get_by_role("option", name=other["run_id"], exact=True).click()
-        page.wait_for_function(f"() => document.querySelector('#compare-link-b')?.innerText === '{other['run_id']}'",
-                               timeout=30_000)
+        page.wait_for_function(
+            f"() => document.querySelector('#compare-link-b')?.innerText === '{other['run_id']}'", timeout=30_000
+        )
         assert f"b={other['run_id']}" in page.url
     assert p.errors == []
     page.close()
@@ -331,8 +356,9 @@ def test_ticked_runs_open_in_compare(dashboard, browser, sweep_store):
     boxes.nth(0).check()
     boxes.nth(len(ids) - 1).check()
     want = [ids[0].strip(), ids[-1].strip()]
-    page.wait_for_function("(w) => document.querySelector('#sweeps-compare-link').innerText.includes(w)",
-                           arg=want[1], timeout=30_000)
+    page.wait_for_function(
+        "(w) => document.querySelector('#sweeps-compare-link').innerText.includes(w)", arg=want[1], timeout=30_000
+    )
     # the nav bar's Compare link (no runs in its URL) opens with the ticked runs
     page.locator("#nav-compare").click()
     page.wait_for_selector("#compare-metrics td", timeout=60_000)
@@ -355,20 +381,71 @@ def _synthetic_store(root, n_runs=60):
         ws, fusion = (1, 2, 4)[i % 3], (0, 32)[(i // 3) % 2]
         rid = f"syn-ws{ws}-f{fusion}-r{i}"
         st = 0.1 * (1 + i / 100)
-        store.write_run({"run_id": rid, "sweep_id": "syn", "source": "sweep", "status": "ok", "error": None,
-                         "settings": {"workload": "resnet50", "world_size": ws, "parallel.comm_fusion": fusion,
-                                      "repeat": i // 6},
-                         "config": {"train": {"warmup_steps": 1}},
-                         "metrics": {"throughput": 8 * ws / st, "step_time_s": st, "comm_share": 0.25 + i / 1000}})
-    rows = [{"group": "world", "scope": "collective", "op_name": f"AllReduce-op{k}", "rank": k % 4, "ranks_compared": 4,
-             "n_ops": 4, "mean_lateness_ms": 0.1, "test": "dixon_q", "slow": False} for k in range(40)]
-    rows += [{"group": "world", "scope": "group", "op_name": "", "rank": 3, "ranks_compared": 4, "n_ops": 40,
-              "mean_lateness_ms": 25.0, "test": "dixon_q", "slow": True}]
+        store.write_run(
+            {
+                "run_id": rid,
+                "sweep_id": "syn",
+                "source": "sweep",
+                "status": "ok",
+                "error": None,
+                "settings": {
+                    "workload": "resnet50",
+                    "world_size": ws,
+                    "parallel.comm_fusion": fusion,
+                    "repeat": i // 6,
+                },
+                "config": {"train": {"warmup_steps": 1}},
+                "metrics": {"throughput": 8 * ws / st, "step_time_s": st, "comm_share": 0.25 + i / 1000},
+            }
+        )
+    rows = [
+        {
+            "group": "world",
+            "scope": "collective",
+            "op_name": f"AllReduce-op{k}",
+            "rank": k % 4,
+            "ranks_compared": 4,
+            "n_ops": 4,
+            "mean_lateness_ms": 0.1,
+            "test": "dixon_q",
+            "slow": False,
+        }
+        for k in range(40)
+    ]
+    rows += [
+        {
+            "group": "world",
+            "scope": "group",
+            "op_name": "",
+            "rank": 3,
+            "ranks_compared": 4,
+            "n_ops": 40,
+            "mean_lateness_ms": 25.0,
+            "test": "dixon_q",
+            "slow": True,
+        }
+    ]
     store.write_table(rid, "slow_ranks", pd.DataFrame(rows))
-    store.write_table(rid, "advice", pd.DataFrame([
-        {"rule": "free_time", "severity": "medium", "message": "12% of step time is free", "evidence": "step_breakdown"},
-        {"rule": "slow_rank", "severity": "high", "message": "rank 3 arrives last at collectives",
-         "evidence": "slow_ranks: rank 3, mean lateness 25 ms"}]))
+    store.write_table(
+        rid,
+        "advice",
+        pd.DataFrame(
+            [
+                {
+                    "rule": "free_time",
+                    "severity": "medium",
+                    "message": "12% of step time is free",
+                    "evidence": "step_breakdown",
+                },
+                {
+                    "rule": "slow_rank",
+                    "severity": "high",
+                    "message": "rank 3 arrives last at collectives",
+                    "evidence": "slow_ranks: rank 3, mean lateness 25 ms",
+                },
+            ]
+        ),
+    )
     return rid
 
 
@@ -385,7 +462,7 @@ def test_slow_ranks_flagged_rows_first_and_the_verdict(synthetic, browser):
     p = Page(browser)
     page = p.open(f"{base}/run/{rid}", "#run-slow_ranks td")
     assert page.locator("#run-slow_ranks-count").inner_text().startswith("1 of 41 tests flagged a slow rank")
-    first = page.locator('#run-slow_ranks tbody tr:has(td) >> nth=0')
+    first = page.locator("#run-slow_ranks tbody tr:has(td) >> nth=0")
     assert first.locator('td[data-dash-column="slow"]').inner_text().strip() == "yes"
     assert first.locator('td[data-dash-column="rank"]').inner_text().strip() == "3"
     verdict = page.locator("#run-verdict").inner_text()  # the high-severity finding leads, with its evidence
@@ -401,19 +478,65 @@ def gains_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("gains") / "results"
     # a run whose advice carries gains (analyzers.analyses.advice): two causes, one symptom folded under the first
     store = Store(root)
-    store.write_run({"run_id": "syn-gains", "sweep_id": "syn", "source": "sweep", "status": "ok", "error": None,
-                     "settings": {"workload": "resnet50", "world_size": 4}, "config": {"train": {"warmup_steps": 1}},
-                     "metrics": {"step_time_s": 0.1}})
-    store.write_table("syn-gains", "advice", pd.DataFrame([
-        {"id": "stage_imbalance:1", "rule": "stage_imbalance", "severity": "high", "message": "stage 1 is the bottleneck",
-         "evidence": "stages[stage=1]", "gain_ms": 30.0, "gain_share": 0.3, "basis": "stage above the mean",
-         "symptom_of": None, "try": None, "predicted_step_ms": None},
-        {"id": "rank_imbalance:all:computing", "rule": "rank_imbalance", "severity": "high",
-         "message": "ranks of different stages differ", "evidence": "rank_imbalance[group=all]", "gain_ms": 40.0,
-         "gain_share": 0.4, "basis": "spread", "symptom_of": "stage_imbalance:1", "try": None, "predicted_step_ms": None},
-        {"id": "small_packets:all", "rule": "small_packets", "severity": "medium", "message": "fuse gradients",
-         "evidence": "comm_ops", "gain_ms": 6.0, "gain_share": 0.06, "basis": "latency terms",
-         "symptom_of": None, "try": '{"parallel.comm_fusion": "all"}', "predicted_step_ms": 94.0}]))
+    store.write_run(
+        {
+            "run_id": "syn-gains",
+            "sweep_id": "syn",
+            "source": "sweep",
+            "status": "ok",
+            "error": None,
+            "settings": {"workload": "resnet50", "world_size": 4},
+            "config": {"train": {"warmup_steps": 1}},
+            "metrics": {"step_time_s": 0.1},
+        }
+    )
+    store.write_table(
+        "syn-gains",
+        "advice",
+        pd.DataFrame(
+            [
+                {
+                    "id": "stage_imbalance:1",
+                    "rule": "stage_imbalance",
+                    "severity": "high",
+                    "message": "stage 1 is the bottleneck",
+                    "evidence": "stages[stage=1]",
+                    "gain_ms": 30.0,
+                    "gain_share": 0.3,
+                    "basis": "stage above the mean",
+                    "symptom_of": None,
+                    "try": None,
+                    "predicted_step_ms": None,
+                },
+                {
+                    "id": "rank_imbalance:all:computing",
+                    "rule": "rank_imbalance",
+                    "severity": "high",
+                    "message": "ranks of different stages differ",
+                    "evidence": "rank_imbalance[group=all]",
+                    "gain_ms": 40.0,
+                    "gain_share": 0.4,
+                    "basis": "spread",
+                    "symptom_of": "stage_imbalance:1",
+                    "try": None,
+                    "predicted_step_ms": None,
+                },
+                {
+                    "id": "small_packets:all",
+                    "rule": "small_packets",
+                    "severity": "medium",
+                    "message": "fuse gradients",
+                    "evidence": "comm_ops",
+                    "gain_ms": 6.0,
+                    "gain_share": 0.06,
+                    "basis": "latency terms",
+                    "symptom_of": None,
+                    "try": '{"parallel.comm_fusion": "all"}',
+                    "predicted_step_ms": 94.0,
+                },
+            ]
+        ),
+    )
     with serve(root) as base:
         yield base
 
@@ -444,16 +567,20 @@ def test_sweeps_grid_pages_on_the_server_and_axes_default_to_two_swept_settings(
     assert page.locator("#sweeps-count").inner_text().startswith("60 of 60")
     assert page.locator("#sweeps-x").inner_text().strip() == "world_size"
     assert page.locator("#sweeps-y").inner_text().strip() == "parallel.comm_fusion"
-    page.wait_for_function("""() => {
+    page.wait_for_function(
+        """() => {
         const g = document.querySelector('#sweeps-heatmap .js-plotly-plot');
         return g && g.data && g.data.length && g.data[0].x.length === 3 && g.data[0].y.length === 2;
-    }""", timeout=60_000)
+    }""",
+        timeout=60_000,
+    )
     # a filter in the shown unit: step ms > 152.5 (= step_time_s > 0.1525, 0.1 x (1 + i/100)): i = 53..59
     flt = page.locator('#runs-grid th.dash-filter[data-dash-column="metrics.step_time_s"] input[type=text]')
     flt.fill(">152.5")
     flt.press("Enter")
-    page.wait_for_function("() => document.querySelector('#sweeps-count').innerText.startsWith('7 of 60')",
-                           timeout=30_000)
+    page.wait_for_function(
+        "() => document.querySelector('#sweeps-count').innerText.startsWith('7 of 60')", timeout=30_000
+    )
     assert _grid_rows(page) == 7
     assert p.errors == []
     page.close()
@@ -472,8 +599,10 @@ def test_dashboard_refuses_bad_input(tmp_path):
 
 
 def test_dashboard_module_imports_without_mindspore():
-    code = ("import sys; import dashboards.app, dashboards.data, perfbench.regress.compare, perfbench.regress.check; "
-            "assert 'mindspore' not in sys.modules, 'mindspore imported'")
+    code = (
+        "import sys; import dashboards.app, dashboards.data, perfbench.regress.compare, perfbench.regress.check; "
+        "assert 'mindspore' not in sys.modules, 'mindspore imported'"
+    )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
 
@@ -481,8 +610,23 @@ def test_dashboard_module_imports_without_mindspore():
 def test_host_other_than_loopback_warns(tmp_path):
     """--host 0.0.0.0 prints a warning before serving (checked by starting and stopping it)."""
     port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "perfbench", "dashboard", "--results", str(tmp_path), "--port",
-                             str(port), "--host", "0.0.0.0"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "perfbench",
+            "dashboard",
+            "--results",
+            str(tmp_path),
+            "--port",
+            str(port),
+            "--host",
+            "0.0.0.0",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     try:
         line = proc.stderr.readline().decode()
     finally:
@@ -497,8 +641,13 @@ _APPEARS = """window.__appeared = {}; new MutationObserver(() => { for (const s 
     .observe(document, {subtree: true, childList: true});"""
 
 
-@pytest.mark.parametrize("path,first,chart", [("/", "#runs-grid td", "#sweeps-heatmap .main-svg"),
-                                              ("/scaling", "#scaling-table td", "#scaling-throughput .main-svg")])
+@pytest.mark.parametrize(
+    "path,first,chart",
+    [
+        ("/", "#runs-grid td", "#sweeps-heatmap .main-svg"),
+        ("/scaling", "#scaling-table td", "#scaling-throughput .main-svg"),
+    ],
+)
 def test_first_view_comes_with_the_layout_and_plotly_only_after_it_painted(synthetic, browser, path, first, chart):
     """The page's content is rendered into the initial layout (no router callback before the first paint) and
     plotly.js is requested only after the page's first content is in the DOM."""
@@ -510,8 +659,9 @@ def test_first_view_comes_with_the_layout_and_plotly_only_after_it_painted(synth
     page = p.open(base + path, chart)
     assert not [b for b in posts if "_pages_content" in b], "the page waited for Dash's router callback"
     first_at = page.evaluate(f"() => window.__appeared[{first!r}]")
-    plotly_at = page.evaluate("() => performance.getEntriesByType('resource')"
-                              ".find(e => e.name.includes('plotly')).startTime")
+    plotly_at = page.evaluate(
+        "() => performance.getEntriesByType('resource').find(e => e.name.includes('plotly')).startTime"
+    )
     assert first_at is not None and plotly_at > first_at, (first_at, plotly_at)
     assert p.errors == []
     page.close()

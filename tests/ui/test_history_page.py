@@ -19,10 +19,25 @@ def history_results(tmp_path_factory):
     results = tmp_path_factory.mktemp("history_page") / "results"
     (results / "history").mkdir(parents=True)
     for i, v in enumerate(VALUES):
-        entry = {"entry_id": f"e{i:02d}", "time": 1_700_000_000 + 3600 * i, "commit": f"{i:040x}", "label": f"c{i:02d}",
-                 "ref": f"c{i:02d}", "machine": {"host": "ci"}, "source": {"kind": "sweep", "id": f"s{i}", "via": "check"},
-                 "runs": [{"run_id": f"s{i}-ws1-r0", "status": "ok", "settings": {"world_size": 1, "repeat": 0},
-                           "metrics": {"throughput": v}, "samples": {}, "config_key": "k"}]}
+        entry = {
+            "entry_id": f"e{i:02d}",
+            "time": 1_700_000_000 + 3600 * i,
+            "commit": f"{i:040x}",
+            "label": f"c{i:02d}",
+            "ref": f"c{i:02d}",
+            "machine": {"host": "ci"},
+            "source": {"kind": "sweep", "id": f"s{i}", "via": "check"},
+            "runs": [
+                {
+                    "run_id": f"s{i}-ws1-r0",
+                    "status": "ok",
+                    "settings": {"world_size": 1, "repeat": 0},
+                    "metrics": {"throughput": v},
+                    "samples": {},
+                    "config_key": "k",
+                }
+            ],
+        }
         (results / "history" / f"e{i:02d}.json").write_text(json.dumps(entry))
     return results
 
@@ -39,6 +54,8 @@ def test_history_page_marks_the_change_point(history_results, browser):  # noqa:
         assert "100.1 → 80.05 (-20.0%)" in changes[0], changes
         ys = page.evaluate("() => Array.from(document.querySelector('#history-fig-0 .js-plotly-plot').data[0].y)")
         assert ys == VALUES
-        shapes = page.evaluate("() => document.querySelector('#history-fig-0 .js-plotly-plot').layout.shapes.map(s => s.x0)")
+        shapes = page.evaluate(
+            "() => document.querySelector('#history-fig-0 .js-plotly-plot').layout.shapes.map(s => s.x0)"
+        )
         assert shapes == [5.5]  # the dashed line between the last point before the change and the first after
         page.close()

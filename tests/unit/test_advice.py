@@ -16,8 +16,22 @@ def _rules(df):
 
 def test_columns_and_empty():
     out = advise({}, {})
-    assert list(out.columns) == ["id", "rule", "severity", "message", "evidence", "ranks", "stage", "gain_ms",
-                                 "gain_share", "basis", "symptom_of", "try", "predicted_step_ms", "explains"]
+    assert list(out.columns) == [
+        "id",
+        "rule",
+        "severity",
+        "message",
+        "evidence",
+        "ranks",
+        "stage",
+        "gain_ms",
+        "gain_share",
+        "basis",
+        "symptom_of",
+        "try",
+        "predicted_step_ms",
+        "explains",
+    ]
     assert out.empty
     assert advise({"comm_ops": pd.DataFrame()}, {}).empty
 
@@ -25,9 +39,22 @@ def test_columns_and_empty():
 def _comm(ratio: float, steps: int = 4, per_step_wait: float = 5.0, op_type="allreduce"):
     # one collective per step per rank; wait/(wait+transit) = ratio
     transit = per_step_wait * (1 - ratio) / ratio
-    return pd.DataFrame([{"rank": r, "step": s, "op_name": "ar", "op_type": op_type, "wait_ms": per_step_wait,
-                          "transit_ms": transit, "elapse_ms": per_step_wait + transit, "size_bytes": 64e6}
-                         for r in range(2) for s in range(steps)])
+    return pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "op_name": "ar",
+                "op_type": op_type,
+                "wait_ms": per_step_wait,
+                "transit_ms": transit,
+                "elapse_ms": per_step_wait + transit,
+                "size_bytes": 64e6,
+            }
+            for r in range(2)
+            for s in range(steps)
+        ]
+    )
 
 
 def test_wait_ratio_threshold():
@@ -43,14 +70,59 @@ def test_wait_ratio_threshold():
 
 
 def test_slow_rank_and_slow_link_rows_are_reported():
-    sr = pd.DataFrame([{"group": "g", "scope": "group", "op_name": "", "rank": 3, "ranks_compared": 4, "n_ops": 8,
-                        "last_arrivals": 8, "mean_lateness_ms": 6.0, "total_lateness_ms": 48.0, "mean_elapse_ms": 7.0,
-                        "test": "dixon_q", "statistic": 0.95, "critical": 0.829, "slow": True},
-                       {"group": "g", "scope": "group", "op_name": "", "rank": 2, "ranks_compared": 4, "n_ops": 8,
-                        "last_arrivals": 0, "mean_lateness_ms": 0.1, "total_lateness_ms": 0.8, "mean_elapse_ms": 7.0,
-                        "test": "dixon_q", "statistic": float("nan"), "critical": float("nan"), "slow": False}])
-    sl = pd.DataFrame([{"kind": "link", "group": "g", "transport": "HCCS", "src": 1, "dst": 2, "size_mb": 100.0,
-                        "time_ms": 20.0, "bandwidth_gbps": 5.0, "group_mean_gbps": 16.25, "ratio": 0.31, "slow": True}])
+    sr = pd.DataFrame(
+        [
+            {
+                "group": "g",
+                "scope": "group",
+                "op_name": "",
+                "rank": 3,
+                "ranks_compared": 4,
+                "n_ops": 8,
+                "last_arrivals": 8,
+                "mean_lateness_ms": 6.0,
+                "total_lateness_ms": 48.0,
+                "mean_elapse_ms": 7.0,
+                "test": "dixon_q",
+                "statistic": 0.95,
+                "critical": 0.829,
+                "slow": True,
+            },
+            {
+                "group": "g",
+                "scope": "group",
+                "op_name": "",
+                "rank": 2,
+                "ranks_compared": 4,
+                "n_ops": 8,
+                "last_arrivals": 0,
+                "mean_lateness_ms": 0.1,
+                "total_lateness_ms": 0.8,
+                "mean_elapse_ms": 7.0,
+                "test": "dixon_q",
+                "statistic": float("nan"),
+                "critical": float("nan"),
+                "slow": False,
+            },
+        ]
+    )
+    sl = pd.DataFrame(
+        [
+            {
+                "kind": "link",
+                "group": "g",
+                "transport": "HCCS",
+                "src": 1,
+                "dst": 2,
+                "size_mb": 100.0,
+                "time_ms": 20.0,
+                "bandwidth_gbps": 5.0,
+                "group_mean_gbps": 16.25,
+                "ratio": 0.31,
+                "slow": True,
+            }
+        ]
+    )
     out = advise({"slow_ranks": sr, "slow_links": sl}, {})
     assert _rules(out) == ["slow_rank", "slow_link"]
     assert "slow_ranks[group=g, rank=3]" in out["evidence"].iloc[0] and "0.950 > 0.829" in out["evidence"].iloc[0]
@@ -59,8 +131,11 @@ def test_slow_rank_and_slow_link_rows_are_reported():
 
 def test_small_packets():
     n = A.SMALL_PACKET_MIN_PER_STEP * 2
-    rows = [{"rank": 0, "step": s, "op_name": f"ar{i}", "op_type": "allreduce", "size_bytes": 4096.0, "elapse_ms": 0.1}
-            for s in range(2) for i in range(n)]
+    rows = [
+        {"rank": 0, "step": s, "op_name": f"ar{i}", "op_type": "allreduce", "size_bytes": 4096.0, "elapse_ms": 0.1}
+        for s in range(2)
+        for i in range(n)
+    ]
     out = advise({"comm_ops": pd.DataFrame(rows)}, {})
     assert "small_packets" in _rules(out)
     assert f"{2 * n}/{2 * n} ops" in out[out["rule"] == "small_packets"]["evidence"].iloc[0]
@@ -73,17 +148,32 @@ def test_small_packets():
 def test_bandwidth_far_under_reference():
     ref = A.REFERENCE_BANDWIDTH_GBPS["RDMA"]
     slow = ref * A.BANDWIDTH_REFERENCE_RATIO * 0.9
-    cb = pd.DataFrame([{"rank": 0, "step": 0, "op_name": "ar", "transport": "RDMA", "size_mb": 100.0, "time_ms": 100.0 / slow},
-                       {"rank": 1, "step": 0, "op_name": "ar", "transport": "RDMA", "size_mb": 100.0, "time_ms": 100.0 / ref},
-                       {"rank": 2, "step": 0, "op_name": "ar", "transport": "MCCL", "size_mb": 100.0, "time_ms": 1000.0}])
+    cb = pd.DataFrame(
+        [
+            {"rank": 0, "step": 0, "op_name": "ar", "transport": "RDMA", "size_mb": 100.0, "time_ms": 100.0 / slow},
+            {"rank": 1, "step": 0, "op_name": "ar", "transport": "RDMA", "size_mb": 100.0, "time_ms": 100.0 / ref},
+            {"rank": 2, "step": 0, "op_name": "ar", "transport": "MCCL", "size_mb": 100.0, "time_ms": 1000.0},
+        ]
+    )
     out = advise({"comm_bandwidth": cb}, {})
     hit = out[out["rule"] == "bandwidth_reference"]
     assert len(hit) == 1 and "rank=0, transport=RDMA" in hit["evidence"].iloc[0]
 
 
 def _sb(comm_no, free):
-    return pd.DataFrame([{"rank": 0, "step": s, "step_us": 1000.0, "computing_us": 500.0,
-                          "communication_not_overlapped_us": comm_no, "free_us": free} for s in range(3)])
+    return pd.DataFrame(
+        [
+            {
+                "rank": 0,
+                "step": s,
+                "step_us": 1000.0,
+                "computing_us": 500.0,
+                "communication_not_overlapped_us": comm_no,
+                "free_us": free,
+            }
+            for s in range(3)
+        ]
+    )
 
 
 def test_breakdown_rules():
@@ -95,19 +185,36 @@ def test_breakdown_rules():
 
 
 def test_pipeline_and_experts():
-    pl = pd.DataFrame([{"step": s, "stage": st, "bubble_fraction": 0.2 + A.BUBBLE_EXCESS + 0.05 if st == 1 else 0.2,
-                        "ideal_fraction": 0.2} for s in range(3) for st in range(2)])
+    pl = pd.DataFrame(
+        [
+            {
+                "step": s,
+                "stage": st,
+                "bubble_fraction": 0.2 + A.BUBBLE_EXCESS + 0.05 if st == 1 else 0.2,
+                "ideal_fraction": 0.2,
+            }
+            for s in range(3)
+            for st in range(2)
+        ]
+    )
     out = advise({"pipeline": pl}, {})
     assert _rules(out) == ["pipeline_bubble"] and "pipeline[stage=1]" in out["evidence"].iloc[0]
-    ex = pd.DataFrame([{"step": 0, "max_mean_ratio": A.EXPERT_MAX_MEAN + 0.1, "cv": 0.1, "dropped_fraction": A.DROPPED_FRACTION * 2}])
+    ex = pd.DataFrame(
+        [{"step": 0, "max_mean_ratio": A.EXPERT_MAX_MEAN + 0.1, "cv": 0.1, "dropped_fraction": A.DROPPED_FRACTION * 2}]
+    )
     assert set(_rules(advise({"experts": ex}, {}))) == {"expert_imbalance", "dropped_tokens"}
     ok = pd.DataFrame([{"step": 0, "max_mean_ratio": 1.1, "cv": 0.05, "dropped_fraction": 0.0}])
     assert advise({"experts": ok}, {}).empty
 
 
 def test_step_spread():
-    ws = pd.DataFrame([{"rank": r, "step": s, "step_time_s": 1.0 + (A.STEP_TIME_SPREAD + 0.1 if r == 2 else 0.0)}
-                       for r in range(4) for s in range(3)])
+    ws = pd.DataFrame(
+        [
+            {"rank": r, "step": s, "step_time_s": 1.0 + (A.STEP_TIME_SPREAD + 0.1 if r == 2 else 0.0)}
+            for r in range(4)
+            for s in range(3)
+        ]
+    )
     out = advise({"workload_steps": ws}, {})
     assert _rules(out) == ["step_time_spread"] and "rank=2" in out["evidence"].iloc[0]
 
@@ -118,8 +225,13 @@ def test_on_real_legacy_cluster():
     from analyzers.analyses.slow_ranks import find_slow_links, find_slow_ranks
 
     p = parse(fixture_path("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose"))
-    tables = {"comm_ops": p.comm_ops, "comm_bandwidth": p.comm_bandwidth, "slow_ranks": find_slow_ranks(p.comm_ops),
-              "slow_links": find_slow_links(p.links, p.comm_bandwidth), "pipeline": pipeline_bubbles(p, None, None)}
+    tables = {
+        "comm_ops": p.comm_ops,
+        "comm_bandwidth": p.comm_bandwidth,
+        "slow_ranks": find_slow_ranks(p.comm_ops),
+        "slow_links": find_slow_links(p.links, p.comm_bandwidth),
+        "pipeline": pipeline_bubbles(p, None, None),
+    }
     out = advise(tables, {})
     # ~90 unfused AllReduces of a few KB per step: fusion advice; stage 0 waits for stage 1 ~45 % of its time
     sizes = p.comm_ops[p.comm_ops["op_type"] == "allreduce"]["size_bytes"].dropna()
@@ -132,6 +244,7 @@ def test_on_real_legacy_cluster():
 
 # ---- operator-level checks (msprof-analyze advisor's AICPU and dynamic-shape checkers) ------------------
 
+
 def test_aicpu_kernels_from_a_real_kernel_details(tmp_path):
     """Set E's compute_advice kernel_details.csv (msprof-analyze's own advisor test data) holds AI_CPU Cast
     kernels; expected counts and time are read from the file."""
@@ -141,8 +254,9 @@ def test_aicpu_kernels_from_a_real_kernel_details(tmp_path):
     from analyzers.analyses.advice import AICPU_MIN_TASK_US
     from tests.support import fixture_path
 
-    src = fixture_path("Ascend__msprof-analyze", "test", "ut", "advisor", "advisor_backend", "compute_advice",
-                       "kernel_details.csv")
+    src = fixture_path(
+        "Ascend__msprof-analyze", "test", "ut", "advisor", "advisor_backend", "compute_advice", "kernel_details.csv"
+    )
     out = tmp_path / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT"
     out.mkdir(parents=True)
     shutil.copy2(src, out / "kernel_details.csv")
@@ -151,13 +265,23 @@ def test_aicpu_kernels_from_a_real_kernel_details(tmp_path):
     assert len(ai) > 0
     adv = analyzers.analyze(analyzers.load_profile(tmp_path)).tables["advice"]
     row = adv[adv["rule"] == "aicpu_ops"].iloc[0]
-    assert row["message"].startswith(f"{len(ai)} AI_CPU kernels run longer than 20 us ({ai['Duration(us)'].sum() / 1000:.2f} ms")
+    assert row["message"].startswith(
+        f"{len(ai)} AI_CPU kernels run longer than 20 us ({ai['Duration(us)'].sum() / 1000:.2f} ms"
+    )
     assert "Cast" in row["message"] and row["ranks"] == [0]
 
 
 def test_aicpu_short_kernels_are_not_flagged():
-    ops = pd.DataFrame({"rank": [0, 0], "name": ["a", "b"], "type": ["Cast", "MatMul"], "category": ["compute"] * 2,
-                        "core_type": ["AI_CPU", "AI_CORE"], "dur_us": [19.0, 500.0]})
+    ops = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "name": ["a", "b"],
+            "type": ["Cast", "MatMul"],
+            "category": ["compute"] * 2,
+            "core_type": ["AI_CPU", "AI_CORE"],
+            "dur_us": [19.0, 500.0],
+        }
+    )
     assert advise({"ops_for_checks": ops}, {}).empty
     ops.loc[0, "dur_us"] = 21.0
     assert advise({"ops_for_checks": ops}, {})["rule"].tolist() == ["aicpu_ops"]
@@ -170,7 +294,9 @@ def test_dynamic_shape_on_set_b_level1():
     from tests.support import fixture_path
 
     root = fixture_path("Ascend__msinsight", "test", "data", "pytorch", "text", "level1")
-    states = pd.concat([pd.read_csv(f, usecols=["OP State"]) for f in root.glob("rank*/ASCEND_PROFILER_OUTPUT/kernel_details.csv")])
+    states = pd.concat(
+        [pd.read_csv(f, usecols=["OP State"]) for f in root.glob("rank*/ASCEND_PROFILER_OUTPUT/kernel_details.csv")]
+    )
     n_dyn = int((states["OP State"].astype(str).str.lower() == "dynamic").sum())
     assert n_dyn > 0 and not (states["OP State"].astype(str).str.lower() == "static").any()
     adv = analyzers.analyze(analyzers.load_profile(root)).tables["advice"]

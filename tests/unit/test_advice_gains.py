@@ -22,15 +22,41 @@ def _row(out, rule):
 
 
 def _comm(steps=4, ranks=2, wait=5.0, transit=1.25, op_type="allreduce", size=64e6):
-    return pd.DataFrame([{"rank": r, "step": s, "op_name": "ar", "op_type": op_type, "group": "g", "group_size": ranks,
-                          "wait_ms": wait, "transit_ms": transit, "elapse_ms": wait + transit, "size_bytes": size}
-                         for r in range(ranks) for s in range(steps)])
+    return pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "op_name": "ar",
+                "op_type": op_type,
+                "group": "g",
+                "group_size": ranks,
+                "wait_ms": wait,
+                "transit_ms": transit,
+                "elapse_ms": wait + transit,
+                "size_bytes": size,
+            }
+            for r in range(ranks)
+            for s in range(steps)
+        ]
+    )
 
 
 def _sb(exposed_us, free_us, ranks=(0,), steps=3, step_us=1000.0):
-    return pd.DataFrame([{"rank": r, "step": s, "step_us": step_us, "computing_us": 500.0,
-                          "communication_not_overlapped_us": exposed_us if not callable(exposed_us) else exposed_us(r, s),
-                          "free_us": free_us} for r in ranks for s in range(steps)])
+    return pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "step_us": step_us,
+                "computing_us": 500.0,
+                "communication_not_overlapped_us": exposed_us if not callable(exposed_us) else exposed_us(r, s),
+                "free_us": free_us,
+            }
+            for r in ranks
+            for s in range(steps)
+        ]
+    )
 
 
 def test_wait_ratio_gain_is_wait_per_step_and_one_root():
@@ -56,8 +82,22 @@ def test_severity_thresholds_from_gain_share():
 
 
 def test_slow_rank_gain_lateness_times_collectives_per_step():
-    sr = pd.DataFrame([{"group": "g", "scope": "group", "rank": 3, "n_ops": 8, "last_arrivals": 8,
-                        "mean_lateness_ms": 6.0, "statistic": 0.95, "critical": 0.829, "test": "dixon_q", "slow": True}])
+    sr = pd.DataFrame(
+        [
+            {
+                "group": "g",
+                "scope": "group",
+                "rank": 3,
+                "n_ops": 8,
+                "last_arrivals": 8,
+                "mean_lateness_ms": 6.0,
+                "statistic": 0.95,
+                "critical": 0.829,
+                "test": "dixon_q",
+                "slow": True,
+            }
+        ]
+    )
     # 6 ms late x 8 collectives it arrived last at / 4 steps = 12 ms per step
     out = advise({"slow_ranks": sr, "comm_ops": _comm(steps=4, wait=0.0, transit=1.0)}, {})
     assert _row(out, "slow_rank")["gain_ms"] == pytest.approx(12.0)
@@ -65,8 +105,23 @@ def test_slow_rank_gain_lateness_times_collectives_per_step():
 
 
 def test_slow_link_gain():
-    sl = pd.DataFrame([{"kind": "link", "group": "g", "transport": "HCCS", "src": 1, "dst": 2, "size_mb": 100.0,
-                        "time_ms": 20.0, "bandwidth_gbps": 5.0, "group_mean_gbps": 16.25, "ratio": 0.31, "slow": True}])
+    sl = pd.DataFrame(
+        [
+            {
+                "kind": "link",
+                "group": "g",
+                "transport": "HCCS",
+                "src": 1,
+                "dst": 2,
+                "size_mb": 100.0,
+                "time_ms": 20.0,
+                "bandwidth_gbps": 5.0,
+                "group_mean_gbps": 16.25,
+                "ratio": 0.31,
+                "slow": True,
+            }
+        ]
+    )
     out = advise({"slow_links": sl, "comm_ops": _comm(steps=2, wait=0.0, transit=1.0)}, {})
     # (20 ms - 100 MB / 16.25 GB/s = 6.1538 ms) / 2 steps
     assert _row(out, "slow_link")["gain_ms"] == pytest.approx((20.0 - 100.0 / 16.25) / 2)
@@ -86,9 +141,20 @@ def _small(lat_ms=0.05, per_step=16, steps=2, ranks=2, inv_bw=1e-7):
         for s in range(steps):
             for i in range(per_step):
                 size = 4096.0 * (1 + i % 2)
-                rows.append({"rank": r, "step": s, "op_name": f"ar{i}", "op_type": "allreduce", "group": "g",
-                             "group_size": ranks, "size_bytes": size, "wait_ms": 0.0,
-                             "transit_ms": lat_ms * 2 + size * inv_bw, "elapse_ms": lat_ms * 2 + size * inv_bw})
+                rows.append(
+                    {
+                        "rank": r,
+                        "step": s,
+                        "op_name": f"ar{i}",
+                        "op_type": "allreduce",
+                        "group": "g",
+                        "group_size": ranks,
+                        "size_bytes": size,
+                        "wait_ms": 0.0,
+                        "transit_ms": lat_ms * 2 + size * inv_bw,
+                        "elapse_ms": lat_ms * 2 + size * inv_bw,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -105,8 +171,9 @@ def test_fusion_gain_latency_terms_removed():
 
 def test_fusion_gain_is_capped_by_exposed_time():
     # the latency terms are 1.5 ms per step but only 1.0 ms of the step is exposed communication
-    out = advise({"comm_ops": _small(), "step_breakdown": _sb(1000.0, 0.0, ranks=(0, 1), step_us=3000.0)},
-                 {"step_time_s": 0.1})
+    out = advise(
+        {"comm_ops": _small(), "step_breakdown": _sb(1000.0, 0.0, ranks=(0, 1), step_us=3000.0)}, {"step_time_s": 0.1}
+    )
     row = _row(out, "small_packets")
     assert row["gain_ms"] == pytest.approx(1.0) and "cut to the exposed time" in row["basis"]
 
@@ -125,7 +192,9 @@ def test_free_time_gain():
 
 
 def _stages(c0, c1):
-    return pd.DataFrame([{"stage": 0, "ranks": "0,1", "computing_ms": c0}, {"stage": 1, "ranks": "2,3", "computing_ms": c1}])
+    return pd.DataFrame(
+        [{"stage": 0, "ranks": "0,1", "computing_ms": c0}, {"stage": 1, "ranks": "2,3", "computing_ms": c1}]
+    )
 
 
 def _rank_stages():
@@ -133,11 +202,33 @@ def _rank_stages():
 
 
 def test_stage_imbalance_gain_and_cross_stage_rank_imbalance_folded():
-    ri = pd.DataFrame([{"group": "dp", "kind": "dp", "ranks": "0,2", "dimension": "computing", "max_rank": 2,
-                        "max_ms": 30.0, "min_rank": 0, "min_ms": 10.0, "spread_ms": 20.0, "mean_total_ms": 50.0,
-                        "ratio": 0.4, "flagged": True}])
-    out = advise({"stages": _stages(10.0, 30.0), "rank_stages": _rank_stages(), "rank_imbalance": ri,
-                  "comm_ops": _comm(ranks=4)}, {"step_time_s": 0.1})
+    ri = pd.DataFrame(
+        [
+            {
+                "group": "dp",
+                "kind": "dp",
+                "ranks": "0,2",
+                "dimension": "computing",
+                "max_rank": 2,
+                "max_ms": 30.0,
+                "min_rank": 0,
+                "min_ms": 10.0,
+                "spread_ms": 20.0,
+                "mean_total_ms": 50.0,
+                "ratio": 0.4,
+                "flagged": True,
+            }
+        ]
+    )
+    out = advise(
+        {
+            "stages": _stages(10.0, 30.0),
+            "rank_stages": _rank_stages(),
+            "rank_imbalance": ri,
+            "comm_ops": _comm(ranks=4),
+        },
+        {"step_time_s": 0.1},
+    )
     st = out.iloc[0]
     # slowest stage 30 ms above the stages' mean 20 ms -> 10 ms per step
     assert st["id"] == "stage_imbalance:1" and st["gain_ms"] == pytest.approx(10.0) and pd.isna(st["symptom_of"])
@@ -149,17 +240,44 @@ def test_stage_imbalance_gain_and_cross_stage_rank_imbalance_folded():
 
 
 def test_rank_imbalance_within_a_stage_keeps_its_remedy():
-    ri = pd.DataFrame([{"group": "stage 0", "kind": "stage", "ranks": "0,1", "dimension": "computing", "max_rank": 1,
-                        "max_ms": 12.0, "min_rank": 0, "min_ms": 10.0, "spread_ms": 2.0, "mean_total_ms": 20.0,
-                        "ratio": 0.1, "flagged": True}])
+    ri = pd.DataFrame(
+        [
+            {
+                "group": "stage 0",
+                "kind": "stage",
+                "ranks": "0,1",
+                "dimension": "computing",
+                "max_rank": 1,
+                "max_ms": 12.0,
+                "min_rank": 0,
+                "min_ms": 10.0,
+                "spread_ms": 2.0,
+                "mean_total_ms": 20.0,
+                "ratio": 0.1,
+                "flagged": True,
+            }
+        ]
+    )
     out = advise({"rank_imbalance": ri, "rank_stages": _rank_stages()}, {"step_time_s": 0.02})
     row = _row(out, "rank_imbalance")
     assert pd.isna(row["symptom_of"]) and row["gain_ms"] == 2.0 and "data shard" in row["message"]
 
 
 def test_pipeline_bubble_gain_and_micro_batch_try():
-    pl = pd.DataFrame([{"step": s, "stage": 0, "bubble_fraction": 0.45, "ideal_fraction": 0.2, "window_us": 10000.0,
-                        "stages": 2, "micro_batches": 4} for s in range(3)])
+    pl = pd.DataFrame(
+        [
+            {
+                "step": s,
+                "stage": 0,
+                "bubble_fraction": 0.45,
+                "ideal_fraction": 0.2,
+                "window_us": 10000.0,
+                "stages": 2,
+                "micro_batches": 4,
+            }
+            for s in range(3)
+        ]
+    )
     out = advise({"pipeline": pl}, {"step_time_s": 0.02})
     row = _row(out, "pipeline_bubble")
     assert row["gain_ms"] == pytest.approx(0.25 * 10.0)  # excess 0.25 x 10 ms window
@@ -170,7 +288,9 @@ def test_pipeline_bubble_gain_and_micro_batch_try():
 
 
 def test_step_spread_gain():
-    ws = pd.DataFrame([{"rank": r, "step": s, "step_time_s": 1.2 if r == 2 else 1.0} for r in range(4) for s in range(3)])
+    ws = pd.DataFrame(
+        [{"rank": r, "step": s, "step_time_s": 1.2 if r == 2 else 1.0} for r in range(4) for s in range(3)]
+    )
     assert _row(advise({"workload_steps": ws}, {}), "step_time_spread")["gain_ms"] == pytest.approx(200.0)
 
 
@@ -185,8 +305,22 @@ def test_unknown_gains_are_null_and_last():
 def test_straggler_claims_the_wait_before_generic_findings_and_order_by_gain():
     # exposed pool 4 ms per step; slow rank claims 12 -> cut to 4; exposed_communication folds under it;
     # free time 2.5 ms is its own root; the wait ratio is a symptom of the straggler
-    sr = pd.DataFrame([{"group": "g", "scope": "group", "rank": 1, "n_ops": 8, "last_arrivals": 8,
-                        "mean_lateness_ms": 6.0, "statistic": 0.95, "critical": 0.829, "test": "dixon_q", "slow": True}])
+    sr = pd.DataFrame(
+        [
+            {
+                "group": "g",
+                "scope": "group",
+                "rank": 1,
+                "n_ops": 8,
+                "last_arrivals": 8,
+                "mean_lateness_ms": 6.0,
+                "statistic": 0.95,
+                "critical": 0.829,
+                "test": "dixon_q",
+                "slow": True,
+            }
+        ]
+    )
     sb = _sb(4000.0, 2500.0, ranks=(0, 1), step_us=10000.0)
     out = advise({"slow_ranks": sr, "comm_ops": _comm(steps=4), "step_breakdown": sb}, {"step_time_s": 0.01})
     roots = out[out["symptom_of"].isna()]
@@ -202,8 +336,22 @@ def test_straggler_claims_the_wait_before_generic_findings_and_order_by_gain():
 
 
 def test_root_gains_never_exceed_step():
-    sr = pd.DataFrame([{"group": "g", "scope": "group", "rank": 1, "n_ops": 8, "last_arrivals": 8,
-                        "mean_lateness_ms": 6.0, "statistic": 0.95, "critical": 0.829, "test": "dixon_q", "slow": True}])
+    sr = pd.DataFrame(
+        [
+            {
+                "group": "g",
+                "scope": "group",
+                "rank": 1,
+                "n_ops": 8,
+                "last_arrivals": 8,
+                "mean_lateness_ms": 6.0,
+                "statistic": 0.95,
+                "critical": 0.829,
+                "test": "dixon_q",
+                "slow": True,
+            }
+        ]
+    )
     out = advise({"slow_ranks": sr, "comm_ops": _comm(steps=4), "stages": _stages(10.0, 30.0)}, {"step_time_s": 0.015})
     roots = out[out["symptom_of"].isna()]
     # straggler 12 ms (largest raw gain, claims first), stage 10 ms: the step (15 ms) leaves the stage 3 ms
@@ -221,23 +369,36 @@ def test_wait_ratio_folds_under_exposed_communication_without_a_cause():
 def test_compare_advice_changes():
     from perfbench.regress.compare import advice_changes, top_findings
 
-    a = [{"id": "stage_imbalance:1", "rule": "stage_imbalance", "gain_ms": 10.0, "symptom_of": None, "message": "s"},
-         {"id": "wait_ratio:0", "rule": "wait_ratio", "gain_ms": 2.0, "symptom_of": "stage_imbalance:1", "message": "w"}]
-    b = [{"id": "small_packets:all", "rule": "small_packets", "gain_ms": 3.0, "symptom_of": None, "message": "p"},
-         {"id": "wait_ratio:0", "rule": "wait_ratio", "gain_ms": 1.0, "symptom_of": None, "message": "w"}]
+    a = [
+        {"id": "stage_imbalance:1", "rule": "stage_imbalance", "gain_ms": 10.0, "symptom_of": None, "message": "s"},
+        {"id": "wait_ratio:0", "rule": "wait_ratio", "gain_ms": 2.0, "symptom_of": "stage_imbalance:1", "message": "w"},
+    ]
+    b = [
+        {"id": "small_packets:all", "rule": "small_packets", "gain_ms": 3.0, "symptom_of": None, "message": "p"},
+        {"id": "wait_ratio:0", "rule": "wait_ratio", "gain_ms": 1.0, "symptom_of": None, "message": "w"},
+    ]
     ch = {r["id"]: r for r in advice_changes(a, b)}
     assert [r["id"] for r in advice_changes(a, b)] == ["small_packets:all", "wait_ratio:0", "stage_imbalance:1"]
     assert ch["small_packets:all"]["change"] == "appeared" and ch["stage_imbalance:1"]["change"] == "vanished"
-    assert ch["wait_ratio:0"] == {"id": "wait_ratio:0", "rule": "wait_ratio", "change": "both", "gain_a_ms": 2.0,
-                                  "gain_b_ms": 1.0, "cause_a": "stage_imbalance:1", "cause_b": "root", "message": "w"}
+    assert ch["wait_ratio:0"] == {
+        "id": "wait_ratio:0",
+        "rule": "wait_ratio",
+        "change": "both",
+        "gain_a_ms": 2.0,
+        "gain_b_ms": 1.0,
+        "cause_a": "stage_imbalance:1",
+        "cause_b": "root",
+        "message": "w",
+    }
     assert [t["id"] for t in top_findings(a)] == ["stage_imbalance:1"]
 
 
 def test_specific_cause_claims_its_time_before_the_generic_exposed_finding():
     # exposed 3 ms per step; fusion explains 1.5 ms of it (30 hops x 0.05 ms): exposed_communication keeps the
     # other 1.5 ms, not all 3 (which would leave fusion nothing)
-    out = advise({"comm_ops": _small(), "step_breakdown": _sb(3000.0, 0.0, ranks=(0, 1), step_us=10000.0)},
-                 {"step_time_s": 0.01})
+    out = advise(
+        {"comm_ops": _small(), "step_breakdown": _sb(3000.0, 0.0, ranks=(0, 1), step_us=10000.0)}, {"step_time_s": 0.01}
+    )
     roots = out[out["symptom_of"].isna()].set_index("rule")["gain_ms"]
     assert roots.to_dict() == pytest.approx({"small_packets": 1.5, "exposed_communication": 1.5})
 
@@ -248,16 +409,38 @@ def test_memory_and_tensor_parallel_findings_join_the_one_ranking():
     # memory: 30 GiB of 32 GiB on rank 0 (> 90%), 1e9 parameters, AdamW on 8 ranks: ZeRO stage 1 saves
     # 16e9 - 9e9 = 7e9 B (tests/unit/test_advice_memory.py) -> a root with no gain (memory, not time), ranked after
     # the tensor-parallel finding, its knob kept as the try.
-    GiB = 2 ** 30
-    ex = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "comm_class": ["tensor_parallel"] * 2,
-                       "time_us": [0.0, 0.0], "exposed_us": [30_000.0, 50_000.0]})
+    GiB = 2**30
+    ex = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "step": [1, 1],
+            "comm_class": ["tensor_parallel"] * 2,
+            "time_us": [0.0, 0.0],
+            "exposed_us": [30_000.0, 50_000.0],
+        }
+    )
     steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0] * 2})
-    mem = pd.DataFrame([{"rank": 0, "peak_bytes": 30 * GiB, "capacity_bytes": 32 * GiB, "params": 1_000_000_000,
-                         "peak_allocated_bytes": None, "peak_reserved_bytes": None}])
-    config = {"world_size": 8, "train": {"optimizer": "adamw", "recompute": False},
-              "parallel": {"zero_stage": 0, "pipeline_stages": 1, "tensor_parallel": 4}}
-    out = advise({"comm_exposure_classes": ex, "steps": steps, "memory": mem, A.CONFIG_KEY: config},
-                 {"step_time_s": 0.1, "computing_s": 0.06, "communication_not_overlapped_s": 0.02})
+    mem = pd.DataFrame(
+        [
+            {
+                "rank": 0,
+                "peak_bytes": 30 * GiB,
+                "capacity_bytes": 32 * GiB,
+                "params": 1_000_000_000,
+                "peak_allocated_bytes": None,
+                "peak_reserved_bytes": None,
+            }
+        ]
+    )
+    config = {
+        "world_size": 8,
+        "train": {"optimizer": "adamw", "recompute": False},
+        "parallel": {"zero_stage": 0, "pipeline_stages": 1, "tensor_parallel": 4},
+    }
+    out = advise(
+        {"comm_exposure_classes": ex, "steps": steps, "memory": mem, A.CONFIG_KEY: config},
+        {"step_time_s": 0.1, "computing_s": 0.06, "communication_not_overlapped_s": 0.02},
+    )
     assert list(out["rule"])[:2] == ["tensor_parallel_comm", "memory_near_capacity"]
     tp, m = out.iloc[0], out.iloc[1]
     assert tp["id"] == "tensor_parallel_comm:run" and tp["gain_ms"] == pytest.approx(40.0)

@@ -9,16 +9,25 @@ import pytest
 
 from analyzers.analyses.advice_memory import COLUMNS, advise_memory
 
-GiB = 2 ** 30
+GiB = 2**30
 CAP = 32 * GiB  # Ascend 910 HBM
-CONFIG = {"world_size": 8, "train": {"optimizer": "adamw", "recompute": False},
-          "parallel": {"zero_stage": 0, "pipeline_stages": 1}}
+CONFIG = {
+    "world_size": 8,
+    "train": {"optimizer": "adamw", "recompute": False},
+    "parallel": {"zero_stage": 0, "pipeline_stages": 1},
+}
 SUMMARY = {"step_time_s": 1.0, "computing_s": 0.6, "communication_not_overlapped_s": 0.2}
 
 
 def _mem(**kw):
-    row = {"rank": 0, "peak_bytes": None, "capacity_bytes": CAP, "params": None, "peak_allocated_bytes": None,
-           "peak_reserved_bytes": None}
+    row = {
+        "rank": 0,
+        "peak_bytes": None,
+        "capacity_bytes": CAP,
+        "params": None,
+        "peak_allocated_bytes": None,
+        "peak_reserved_bytes": None,
+    }
     row.update(kw)
     return {"memory": pd.DataFrame([row])}
 
@@ -53,8 +62,9 @@ def test_no_finding_below_the_threshold_or_without_capacity():
 
 def test_fragmentation_when_reserved_is_far_above_allocated():
     # reserved 2 GiB, allocated 1 GiB: 1 GiB unused > max(30% x 2 GiB, 256 MiB)
-    (row,) = advise_memory(_mem(peak_allocated_bytes=1 * GiB, peak_reserved_bytes=2 * GiB), SUMMARY,
-                           CONFIG).to_dict("records")
+    (row,) = advise_memory(_mem(peak_allocated_bytes=1 * GiB, peak_reserved_bytes=2 * GiB), SUMMARY, CONFIG).to_dict(
+        "records"
+    )
     assert row["rule"] == "memory_fragmentation" and row["try"] is None and "50% of reserved" in row["message"]
     # 1.8 of 2 GiB allocated: 0.2 GiB < 0.6 GiB, no finding
     assert advise_memory(_mem(peak_allocated_bytes=1.8 * GiB, peak_reserved_bytes=2 * GiB), SUMMARY, CONFIG).empty

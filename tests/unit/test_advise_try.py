@@ -12,22 +12,53 @@ import json
 import pandas as pd
 import pytest
 
-from perfbench.run.advise_try import (CannotRerun, base_config, choose_findings, measured_gain, plan_change,
-                                  rerun_problem, undotted)
+from perfbench.run.advise_try import (
+    CannotRerun,
+    base_config,
+    choose_findings,
+    measured_gain,
+    plan_change,
+    rerun_problem,
+    undotted,
+)
 from perfbench.run.config import parse_config
 from perfbench.errors import ConfigError
 from perfbench.store import Store
 from tests.support import perfbench_in_process
 
-CONTRACT = ["rule", "severity", "message", "evidence", "ranks", "stage", "id", "gain_ms", "gain_share", "basis",
-            "symptom_of", "try", "predicted_step_ms"]
+CONTRACT = [
+    "rule",
+    "severity",
+    "message",
+    "evidence",
+    "ranks",
+    "stage",
+    "id",
+    "gain_ms",
+    "gain_share",
+    "basis",
+    "symptom_of",
+    "try",
+    "predicted_step_ms",
+]
 
 
 def row(id_, gain, try_=None, symptom_of=None, rule=None):
-    return {"rule": rule or id_.split(":")[0], "severity": "high", "message": f"finding {id_}", "evidence": "hand",
-            "ranks": [], "stage": None, "id": id_, "gain_ms": gain, "gain_share": None if gain is None else gain / 100,
-            "basis": "hand-made", "symptom_of": symptom_of, "try": None if try_ is None else json.dumps(try_),
-            "predicted_step_ms": None if gain is None else 100 - gain}
+    return {
+        "rule": rule or id_.split(":")[0],
+        "severity": "high",
+        "message": f"finding {id_}",
+        "evidence": "hand",
+        "ranks": [],
+        "stage": None,
+        "id": id_,
+        "gain_ms": gain,
+        "gain_share": None if gain is None else gain / 100,
+        "basis": "hand-made",
+        "symptom_of": symptom_of,
+        "try": None if try_ is None else json.dumps(try_),
+        "predicted_step_ms": None if gain is None else 100 - gain,
+    }
 
 
 def advice(*rows) -> pd.DataFrame:
@@ -35,6 +66,7 @@ def advice(*rows) -> pd.DataFrame:
 
 
 # ---- choosing findings ---------------------------------------------------------------------------------
+
 
 def test_choose_takes_roots_with_a_knob_by_gain_largest_first():
     adv = advice(
@@ -54,8 +86,11 @@ def test_choose_takes_roots_with_a_knob_by_gain_largest_first():
 
 
 def test_choose_runs_one_knob_once_and_reads_a_round_tripped_table(tmp_path):
-    adv = advice(row("a:1", 20.0, {"parallel.comm_fusion": "all"}), row("b:1", 10.0, {"parallel.comm_fusion": "all"}),
-                 row("c:1", 5.0, {"train.batch_size": 8}))
+    adv = advice(
+        row("a:1", 20.0, {"parallel.comm_fusion": "all"}),
+        row("b:1", 10.0, {"parallel.comm_fusion": "all"}),
+        row("c:1", 5.0, {"train.batch_size": 8}),
+    )
     store = Store(tmp_path)
     store.write_table("r", "advice", adv)  # parquet: nulls and JSON text as the analysis stores them
     back = store.read_table("r", "advice")
@@ -63,18 +98,23 @@ def test_choose_runs_one_knob_once_and_reads_a_round_tripped_table(tmp_path):
 
 
 def test_choose_on_advice_without_knobs_is_empty():
-    old = pd.DataFrame([{"rule": "slow_rank", "severity": "high", "message": "m", "evidence": "e", "ranks": [1],
-                         "stage": None}])
+    old = pd.DataFrame(
+        [{"rule": "slow_rank", "severity": "high", "message": "m", "evidence": "e", "ranks": [1], "stage": None}]
+    )
     assert choose_findings(old, 2) == [] and choose_findings(None, 2) == []
 
 
 # ---- the changed configuration -------------------------------------------------------------------------
 
-TINY = {"name": "t", "workload": "resnet50",
-        "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
-        "train": {"batch_size": 4, "steps": 6, "warmup_steps": 2}, "profile": {"enabled": True, "steps": 2},
-        "inject": {"straggler_rank": 1, "straggler_busy_ms": 80},
-        "sweep": {"world_size": [2], "comm_fusion": [0]}}
+TINY = {
+    "name": "t",
+    "workload": "resnet50",
+    "model": {"image_size": 32, "num_classes": 10, "width": 8, "layers": [1, 1, 1, 1]},
+    "train": {"batch_size": 4, "steps": 6, "warmup_steps": 2},
+    "profile": {"enabled": True, "steps": 2},
+    "inject": {"straggler_rank": 1, "straggler_busy_ms": 80},
+    "sweep": {"world_size": [2], "comm_fusion": [0]},
+}
 
 
 @pytest.fixture
@@ -82,8 +122,15 @@ def stored(tmp_path):
     """A run record as `perfbench sweep` stores it (settings and resolved config), without launching it."""
     cfg = parse_config(TINY)
     plan = cfg.plan("t-1")[0]
-    rec = {"run_id": plan.run_id, "sweep_id": "t-1", "source": "sweep", "status": "ok", "settings": plan.settings,
-           "config": dict(plan.run_config, output_dir="/x", threads_per_rank=1), "metrics": {"step_time_s": 0.1}}
+    rec = {
+        "run_id": plan.run_id,
+        "sweep_id": "t-1",
+        "source": "sweep",
+        "status": "ok",
+        "settings": plan.settings,
+        "config": dict(plan.run_config, output_dir="/x", threads_per_rank=1),
+        "metrics": {"step_time_s": 0.1},
+    }
     store = Store(tmp_path / "res")
     store.write_run(rec)
     store.write_sweep({"sweep_id": "t-1", "name": "t", "config": dict(TINY, launch={"timeout_s": 77})})
@@ -130,6 +177,7 @@ def test_rerun_problem():
 
 # ---- the measured gain and its interval ----------------------------------------------------------------
 
+
 def test_measured_gain_and_welch_interval_by_hand():
     # base 100, 110; fix 60, 70: gain = 105 - 65 = 40 ms. Each side: variance 50, /n=2 -> 25; se = sqrt(50);
     # Welch dof = 50^2 / (25^2/1 + 25^2/1) = 2; t(0.975, 2) = 4.302653; half-width 4.302653 * 7.0710678 = 30.4250
@@ -145,6 +193,7 @@ def test_measured_gain_and_welch_interval_by_hand():
     half = (m["high_ms"] - m["low_ms"]) / 2
     assert (m["high_ms"] + m["low_ms"]) / 2 == pytest.approx(-10.0)
     from scipy import stats
+
     assert half == pytest.approx(stats.t.ppf(0.975, 28.4444 / 16.8889) * 2.30940, rel=1e-3)
 
 
@@ -157,19 +206,23 @@ def test_measured_gain_with_one_run_a_side_has_no_interval_and_none_without_runs
 
 # ---- the trials table ----------------------------------------------------------------------------------
 
+
 def test_advice_trials_are_appended_and_read_back(tmp_path):
     store = Store(tmp_path)
     assert store.read_advice_trials().empty
-    store.append_advice_trials([{"of": "a", "finding": "slow_rank:1", "measured_gain_ms": 12.5,
-                                 "predicted_gain_ms": None}])
-    store.append_advice_trials([{"of": "b", "finding": "small_packets:all", "measured_gain_ms": None,
-                                 "predicted_gain_ms": 3.0}])
+    store.append_advice_trials(
+        [{"of": "a", "finding": "slow_rank:1", "measured_gain_ms": 12.5, "predicted_gain_ms": None}]
+    )
+    store.append_advice_trials(
+        [{"of": "b", "finding": "small_packets:all", "measured_gain_ms": None, "predicted_gain_ms": 3.0}]
+    )
     df = store.read_advice_trials()
     assert list(df["of"]) == ["a", "b"] and df["measured_gain_ms"].iloc[0] == 12.5
     assert pd.isna(df["measured_gain_ms"].iloc[1]) and store.advice_trials_path == tmp_path / "advice" / "trials.jsonl"
 
 
 # ---- errors through the command line -------------------------------------------------------------------
+
 
 def test_advise_unknown_run_exits_2_naming_it(tmp_path):
     Store(tmp_path)
@@ -199,10 +252,12 @@ def test_try_with_no_knob_in_the_advice_says_so(stored):
     assert j.returncode == 2 and [a["id"] for a in json.loads(j.stdout)["advice"]] == ["free_time:all"]
     with pytest.raises(CannotRerun):
         from perfbench.run.advise_try import try_fixes
+
         try_fixes(store, dict(rec, source="analyze"), 1)
 
 
 # ---- the injected causes' config -----------------------------------------------------------------------
+
 
 def test_inject_straggler_and_input_delay_config():
     cfg = parse_config(dict(TINY, inject={"straggler_rank": 1, "straggler_busy_ms": 50, "input_delay_ms": 20}))
@@ -215,8 +270,9 @@ def test_inject_straggler_and_input_delay_config():
     with pytest.raises(ConfigError, match=r"inject.input_delay_ms: -1 must be at least 0"):
         parse_config(dict(TINY, inject={"input_delay_ms": -1}))
     # a sweep axis: with and without the straggler
-    cfg = parse_config(dict(TINY, inject={"straggler_rank": 0},
-                            sweep={"world_size": [2], "straggler_busy_ms": [0, 50]}))
+    cfg = parse_config(
+        dict(TINY, inject={"straggler_rank": 0}, sweep={"world_size": [2], "straggler_busy_ms": [0, 50]})
+    )
     assert [p.run_config["inject"]["straggler_busy_ms"] for p in cfg.plan("s")] == [0, 50]
     from perfbench.run.config_models import json_schema
 
@@ -228,11 +284,15 @@ def test_a_knob_that_breaks_a_rule_is_stored_failed_and_nothing_is_launched(stor
     store, rec = stored
     from perfbench.run.advise_try import try_fixes
 
-    tried = try_fixes(store, rec, 1, repeats=2,
-                      advice=advice(row("stage_imbalance:0", 20.0, {"parallel.micro_batches": 3})))
+    tried = try_fixes(
+        store, rec, 1, repeats=2, advice=advice(row("stage_imbalance:0", 20.0, {"parallel.micro_batches": 3}))
+    )
     (fix,) = tried["fixes"]
     assert fix["status"] == "failed" and fix["measured_gain_ms"] is None and fix["predicted_gain_ms"] == 20.0
-    assert "cannot apply the knob" in fix["error"] and "train.batch_size=4 is not divisible by parallel.micro_batches=3" in fix["error"]
+    assert (
+        "cannot apply the knob" in fix["error"]
+        and "train.batch_size=4 is not divisible by parallel.micro_batches=3" in fix["error"]
+    )
     assert tried["original"]["runs"] == []  # nothing to compare with: the original is not re-run
     (run_id,) = fix["runs"]
     stored_fix = store.read_run(run_id)

@@ -37,12 +37,17 @@ def _ops(rows):
 
 def test_breakdown_by_hand():
     # window 0..100; compute [0,30) [20,50); comm [40,70) and a receive [80,90)
-    ops = _ops([
-        (0, 1, "MatMul", "compute", 0, 30), (0, 1, "Add", "compute", 20, 30),
-        (0, 1, "hcom_allReduce_1", "communication", 40, 30), (0, 1, "hcom_receive_2", "communication", 80, 10),
-    ])
-    steps = conform(pd.DataFrame({"rank": [0], "step": [1], "start_us": [0.0], "end_us": [100.0],
-                                  "host_start_us": [-5.0]}), STEPS)
+    ops = _ops(
+        [
+            (0, 1, "MatMul", "compute", 0, 30),
+            (0, 1, "Add", "compute", 20, 30),
+            (0, 1, "hcom_allReduce_1", "communication", 40, 30),
+            (0, 1, "hcom_receive_2", "communication", 80, 10),
+        ]
+    )
+    steps = conform(
+        pd.DataFrame({"rank": [0], "step": [1], "start_us": [0.0], "end_us": [100.0], "host_start_us": [-5.0]}), STEPS
+    )
     b = step_breakdown(ops, steps).iloc[0]
     assert b["computing_us"] == 50  # [0,50)
     assert b["communication_us"] == 40  # [40,70) + [80,90)
@@ -55,8 +60,9 @@ def test_breakdown_by_hand():
 
 def test_ops_are_clipped_to_window_and_assigned_by_start():
     ops = _ops([(0, None, "k", "compute", 90, 20), (0, None, "k", "compute", 105, 10)])
-    steps = conform(pd.DataFrame({"rank": [0, 0], "step": [1, 2], "start_us": [0.0, 100.0],
-                                  "end_us": [100.0, 120.0]}), STEPS)
+    steps = conform(
+        pd.DataFrame({"rank": [0, 0], "step": [1, 2], "start_us": [0.0, 100.0], "end_us": [100.0, 120.0]}), STEPS
+    )
     assert list(assign_steps(ops, steps)) == [1, 2]
     b = step_breakdown(ops, steps).set_index("step")
     assert b.loc[1, "computing_us"] == 10  # [90,110) clipped to [90,100)
@@ -83,7 +89,9 @@ def _check(profile):
 def test_text_breakdown_matches_step_trace_time(level):
     sb, rec = _check(analyzers.load_profile(fixture_path(*B, level)))
     # the reconciled metrics include the overlap-dependent ones
-    assert {"computing", "communication_not_overlapped", "overlapped", "free", "preparing", "stage"} <= set(rec["metric"])
+    assert {"computing", "communication_not_overlapped", "overlapped", "free", "preparing", "stage"} <= set(
+        rec["metric"]
+    )
     assert (sb["communication_us"] > 0).all()
 
 
@@ -103,22 +111,29 @@ def test_multi_step_set_j_windows_run_to_next_step():
     assert np.allclose(st["end_us"].to_numpy()[:-1], st["start_us"].to_numpy()[1:])
 
 
-@pytest.mark.parametrize("stages, p2p, expected_bubble", [
-    (2, "Broadcast-op3", None),        # pipeline, p2p not identifiable as a receive (CPU): unknown
-    (2, "Receive-op3", 20.0),          # pipeline with a receive op: its time, [60,80)
-    (1, "Broadcast-op3", 0.0),         # no pipeline: no bubble, known
-])
+@pytest.mark.parametrize(
+    "stages, p2p, expected_bubble",
+    [
+        (2, "Broadcast-op3", None),  # pipeline, p2p not identifiable as a receive (CPU): unknown
+        (2, "Receive-op3", 20.0),  # pipeline with a receive op: its time, [60,80)
+        (1, "Broadcast-op3", 0.0),  # no pipeline: no bubble, known
+    ],
+)
 def test_pipeline_run_without_receive_op_has_unknown_bubble(stages, p2p, expected_bubble):
     from analyzers.analyses.breakdown import analysis
     from analyzers.registry import Context
     from analyzers.schema import Profile
 
-    ops = _ops([(r, 1, "MatMul", "compute", 0, 50) for r in (0, 1)]
-               + [(r, 1, p2p, "communication", 60, 20) for r in (0, 1)])
-    steps = conform(pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0],
-                                  "end_us": [100.0, 100.0]}), STEPS)
-    ctx = Context(profile=Profile(source="test", path="-", ops=ops, steps=steps),
-                  config={"parallel": {"pipeline_stages": stages, "micro_batches": 2}})
+    ops = _ops(
+        [(r, 1, "MatMul", "compute", 0, 50) for r in (0, 1)] + [(r, 1, p2p, "communication", 60, 20) for r in (0, 1)]
+    )
+    steps = conform(
+        pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100.0, 100.0]}), STEPS
+    )
+    ctx = Context(
+        profile=Profile(source="test", path="-", ops=ops, steps=steps),
+        config={"parallel": {"pipeline_stages": stages, "micro_batches": 2}},
+    )
     sb = analysis(ctx).tables["step_breakdown"]
     assert len(sb) == 2 and (sb["computing_us"] == 50).all()  # the rest stays known
     if expected_bubble is None:

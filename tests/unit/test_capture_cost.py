@@ -19,14 +19,22 @@ def ctx(rows, warmup=2):
 
 
 ROWS = [  # 2 ranks, warm-up 2 (steps 0-1), profiled steps 2-3, then 4 unprofiled steps
-    (0, 0, 9.0, False, 0.001), (1, 0, 9.0, False, 0.001),    # warm-up: its call is not the capture's
-    (0, 1, 0.10, False, 0.020), (1, 1, 0.10, False, 0.030),  # the call after it starts the window: 0.030
-    (0, 2, 0.11, True, 0.001), (1, 2, 0.12, True, 0.002),    # profiled: 0.12, call 0.002
-    (0, 3, 0.12, True, 0.100), (1, 3, 0.13, True, 0.200),    # profiled: 0.13, call (stop + write) 0.200
-    (0, 4, 0.10, False, NaN), (1, 4, 0.09, False, NaN),      # 0.10
-    (0, 5, 0.11, False, NaN), (1, 5, 0.10, False, NaN),      # 0.11
-    (0, 6, 0.09, False, NaN), (1, 6, 0.10, False, NaN),      # 0.10
-    (0, 7, 0.10, False, NaN), (1, 7, 0.10, False, NaN),      # 0.10
+    (0, 0, 9.0, False, 0.001),
+    (1, 0, 9.0, False, 0.001),  # warm-up: its call is not the capture's
+    (0, 1, 0.10, False, 0.020),
+    (1, 1, 0.10, False, 0.030),  # the call after it starts the window: 0.030
+    (0, 2, 0.11, True, 0.001),
+    (1, 2, 0.12, True, 0.002),  # profiled: 0.12, call 0.002
+    (0, 3, 0.12, True, 0.100),
+    (1, 3, 0.13, True, 0.200),  # profiled: 0.13, call (stop + write) 0.200
+    (0, 4, 0.10, False, NaN),
+    (1, 4, 0.09, False, NaN),  # 0.10
+    (0, 5, 0.11, False, NaN),
+    (1, 5, 0.10, False, NaN),  # 0.11
+    (0, 6, 0.09, False, NaN),
+    (1, 6, 0.10, False, NaN),  # 0.10
+    (0, 7, 0.10, False, NaN),
+    (1, 7, 0.10, False, NaN),  # 0.10
 ]
 
 

@@ -83,9 +83,14 @@ def test_gate_finds_where_an_older_regression_began():
 
 
 def test_gate_is_quiet_on_a_clean_history_and_on_a_small_wobble():
-    assert judge_series(make_series(level(100.0, 12)), "cur", "throughput", threshold=0.05, alpha=0.05)["verdict"] == "unchanged"
-    assert judge_series(make_series(level(100.0, 10) + [97.0]), "cur", "throughput", threshold=0.05,
-                        alpha=0.05)["verdict"] == "unchanged"  # 3% < 5% threshold
+    assert (
+        judge_series(make_series(level(100.0, 12)), "cur", "throughput", threshold=0.05, alpha=0.05)["verdict"]
+        == "unchanged"
+    )
+    assert (
+        judge_series(make_series(level(100.0, 10) + [97.0]), "cur", "throughput", threshold=0.05, alpha=0.05)["verdict"]
+        == "unchanged"
+    )  # 3% < 5% threshold
 
 
 def test_gate_direction_follows_the_metric():
@@ -119,8 +124,20 @@ def bursty_run(slowdown: float, bursts: int, n: int = 20) -> list[float]:
 
 def bursty_series(current: list[float]) -> Series:
     runs = [bursty_run(0.0, b) for b in (0, 2, 10, 4, 8, 10, 3, 6)] + [current]
-    pts = [Point("cur" if i == len(runs) - 1 else f"e{i:02d}", f"c{i:02d}", None, None, float(i), f"run{i}", 0,
-                 sorted(s)[len(s) // 2], s) for i, s in enumerate(runs)]  # value: a median, as the store has
+    pts = [
+        Point(
+            "cur" if i == len(runs) - 1 else f"e{i:02d}",
+            f"c{i:02d}",
+            None,
+            None,
+            float(i),
+            f"run{i}",
+            0,
+            sorted(s)[len(s) // 2],
+            s,
+        )
+        for i, s in enumerate(runs)
+    ]  # value: a median, as the store has
     return Series("world_size=1", {"world_size": 1}, [], "step_cpu_s", pts)
 
 

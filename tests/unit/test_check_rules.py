@@ -15,8 +15,19 @@ from perfbench.errors import UserError
 from perfbench.store import Store
 
 
-@pytest.mark.parametrize("text,value", [("5%", 0.05), ("0.05", 0.05), ("5", 0.05), ("1", 0.01), ("12.5%", 0.125),
-                                        ("0.999", 0.999), ("950%", 9.5), (0.2, 0.2)])
+@pytest.mark.parametrize(
+    "text,value",
+    [
+        ("5%", 0.05),
+        ("0.05", 0.05),
+        ("5", 0.05),
+        ("1", 0.01),
+        ("12.5%", 0.125),
+        ("0.999", 0.999),
+        ("950%", 9.5),
+        (0.2, 0.2),
+    ],
+)
 def test_parse_threshold(text, value):
     assert parse_threshold(text) == pytest.approx(value)
 
@@ -48,8 +59,10 @@ def test_groups_and_matching():
 
 
 def _e(metric, samples=None, value=None):
-    return {"samples": {metric: samples} if samples is not None else {},
-            "metrics": {metric: value} if value is not None else {}}
+    return {
+        "samples": {metric: samples} if samples is not None else {},
+        "metrics": {metric: value} if value is not None else {},
+    }
 
 
 def test_undecided_and_skipped_paths():
@@ -66,8 +79,11 @@ def test_undecided_and_skipped_paths():
     # baseline median 0 with a non-zero current: a relative change is undefined
     r = d("step_time_s", [_e("step_time_s", [0.0] * 5)], [_e("step_time_s", [1.0] * 5)])
     assert r["verdict"] == "undecided" and "relative change undefined" in r["reason"] and r["change"] is None
-    r = d("communication_not_overlapped_s", [_e("communication_not_overlapped_s", [0.0] * 5)],
-          [_e("communication_not_overlapped_s", [0.0] * 5)])
+    r = d(
+        "communication_not_overlapped_s",
+        [_e("communication_not_overlapped_s", [0.0] * 5)],
+        [_e("communication_not_overlapped_s", [0.0] * 5)],
+    )
     assert r["verdict"] == "unchanged" and r["change"] == 0.0 and r["reason"] == "0 on both sides"
 
 
@@ -101,9 +117,18 @@ def test_reported_numbers():
 
 
 def _run(store, rid, sweep, ws, times, status="ok"):
-    store.write_run({"run_id": rid, "sweep_id": sweep, "source": "sweep", "status": status, "error": None,
-                     "settings": {"workload": "resnet50", "world_size": ws, "repeat": 0},
-                     "config": {"train": {"warmup_steps": 1}}, "metrics": {}})
+    store.write_run(
+        {
+            "run_id": rid,
+            "sweep_id": sweep,
+            "source": "sweep",
+            "status": status,
+            "error": None,
+            "settings": {"workload": "resnet50", "world_size": ws, "repeat": 0},
+            "config": {"train": {"warmup_steps": 1}},
+            "metrics": {},
+        }
+    )
     rows = [{"rank": r, "step": s, "samples": 4, "step_time_s": t} for s, t in enumerate(times) for r in range(ws)]
     store.write_table(rid, "workload_steps", pd.DataFrame(rows))
 
@@ -143,13 +168,47 @@ def test_check_names_the_top_finding_of_the_regressed_run(tmp_path):
     steady = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01]
     _run(st, "base-1", "base", 1, [9.0] + steady)
     _run(st, "slow-1", "slow", 1, [9.0] + [1.5 * t for t in steady])
-    st.write_table("slow-1", "advice", pd.DataFrame([
-        {"id": "slow_rank:g:1", "rule": "slow_rank", "severity": "high", "message": "rank 1 is late", "evidence": "e",
-         "gain_ms": 300.0, "gain_share": 0.2, "basis": "b", "symptom_of": None},
-        {"id": "wait_ratio:0", "rule": "wait_ratio", "severity": "high", "message": "rank 0 waits", "evidence": "e",
-         "gain_ms": 400.0, "gain_share": 0.27, "basis": "b", "symptom_of": "slow_rank:g:1"},
-        {"id": "free_time:all", "rule": "free_time", "severity": "low", "message": "idle", "evidence": "e",
-         "gain_ms": 10.0, "gain_share": 0.01, "basis": "b", "symptom_of": None}]))
+    st.write_table(
+        "slow-1",
+        "advice",
+        pd.DataFrame(
+            [
+                {
+                    "id": "slow_rank:g:1",
+                    "rule": "slow_rank",
+                    "severity": "high",
+                    "message": "rank 1 is late",
+                    "evidence": "e",
+                    "gain_ms": 300.0,
+                    "gain_share": 0.2,
+                    "basis": "b",
+                    "symptom_of": None,
+                },
+                {
+                    "id": "wait_ratio:0",
+                    "rule": "wait_ratio",
+                    "severity": "high",
+                    "message": "rank 0 waits",
+                    "evidence": "e",
+                    "gain_ms": 400.0,
+                    "gain_share": 0.27,
+                    "basis": "b",
+                    "symptom_of": "slow_rank:g:1",
+                },
+                {
+                    "id": "free_time:all",
+                    "rule": "free_time",
+                    "severity": "low",
+                    "message": "idle",
+                    "evidence": "e",
+                    "gain_ms": 10.0,
+                    "gain_share": 0.01,
+                    "basis": "b",
+                    "symptom_of": None,
+                },
+            ]
+        ),
+    )
     save_baseline(st, "base", "main")
     res = run_check(st, "main", "slow")
     top = res["groups"][0]["advice"]
@@ -163,24 +222,57 @@ def test_check_names_the_top_finding_of_the_regressed_run(tmp_path):
 def test_result_fields_of_each_path():
     d = lambda m, b, c, t=0.05: decide_metric(m, b, c, t, 0.05)  # noqa: E731
     r = d("step_time_s", [_e("step_time_s", [1.0, 1.1])], [_e("step_time_s", [2.0, 2.1, 2.2])])
-    assert r == {"metric": "step_time_s", "unit": "s", "higher_is_better": False, "threshold": 0.05,
-                 "verdict": "undecided", "reason": "too few samples (baseline 2, current 3; need 3)",
-                 "baseline": pytest.approx(1.05), "current": pytest.approx(2.1), "change": None, "p_value": None}
+    assert r == {
+        "metric": "step_time_s",
+        "unit": "s",
+        "higher_is_better": False,
+        "threshold": 0.05,
+        "verdict": "undecided",
+        "reason": "too few samples (baseline 2, current 3; need 3)",
+        "baseline": pytest.approx(1.05),
+        "current": pytest.approx(2.1),
+        "change": None,
+        "p_value": None,
+    }
     z = [_e("communication_not_overlapped_s", [0.0] * 4)]
     r = d("communication_not_overlapped_s", z, z)
-    assert r == {"metric": "communication_not_overlapped_s", "unit": "s", "higher_is_better": False,
-                 "threshold": 0.05, "basis": "steps", "verdict": "unchanged", "reason": "0 on both sides",
-                 "baseline": 0.0, "current": 0.0, "change": 0.0, "change_kind": "relative", "p_value": None,
-                 "threshold_used": 0.05, "n_baseline": 4, "n_current": 4}
+    assert r == {
+        "metric": "communication_not_overlapped_s",
+        "unit": "s",
+        "higher_is_better": False,
+        "threshold": 0.05,
+        "basis": "steps",
+        "verdict": "unchanged",
+        "reason": "0 on both sides",
+        "baseline": 0.0,
+        "current": 0.0,
+        "change": 0.0,
+        "change_kind": "relative",
+        "p_value": None,
+        "threshold_used": 0.05,
+        "n_baseline": 4,
+        "n_current": 4,
+    }
     r = d("throughput", [_e("throughput", [0.0] * 4)], [_e("throughput", [1.0] * 4)])
-    assert r == {"metric": "throughput", "unit": "samples/s", "higher_is_better": True, "threshold": 0.05,
-                 "basis": "steps", "verdict": "undecided", "reason": "baseline median is 0: relative change undefined",
-                 "baseline": 0.0, "current": 1.0, "change": None, "p_value": None}
+    assert r == {
+        "metric": "throughput",
+        "unit": "samples/s",
+        "higher_is_better": True,
+        "threshold": 0.05,
+        "basis": "steps",
+        "verdict": "undecided",
+        "reason": "baseline median is 0: relative change undefined",
+        "baseline": 0.0,
+        "current": 1.0,
+        "change": None,
+        "p_value": None,
+    }
 
 
 def test_exactly_three_samples_a_side_are_tested():
-    r = decide_metric("step_time_s", [_e("step_time_s", [1.0, 1.01, 0.99])], [_e("step_time_s", [2.0, 2.01, 1.99])],
-                      0.05, 0.05)
+    r = decide_metric(
+        "step_time_s", [_e("step_time_s", [1.0, 1.01, 0.99])], [_e("step_time_s", [2.0, 2.01, 1.99])], 0.05, 0.05
+    )
     assert r["basis"] == "steps" and r["n_baseline"] == 3 and r["p_value"] == pytest.approx(0.1)
     assert r["verdict"] == "unchanged"  # 3 vs 3 can never reach p < 0.05 (smallest two-sided p = 0.1)
 
@@ -198,8 +290,9 @@ def test_missing_and_nan_samples_are_left_out():
 
 
 def test_current_throughput_of_zero_is_infinitely_worse():
-    r = decide_metric("throughput", [_e("throughput", [100.0, 101.0, 99.0, 100.5, 99.5])],
-                      [_e("throughput", [0.0] * 5)], 0.05, 0.05)
+    r = decide_metric(
+        "throughput", [_e("throughput", [100.0, 101.0, 99.0, 100.5, 99.5])], [_e("throughput", [0.0] * 5)], 0.05, 0.05
+    )
     assert r["verdict"] == "regression" and r["worse_by"] == float("inf")
 
 
@@ -232,11 +325,28 @@ def test_history_metric_judges_cpu_time_while_the_pair_check_keeps_its_metrics(t
     wiggle = [0.0, 0.01, -0.008, 0.004, -0.01, 0.007, -0.003, 0.009]
 
     def run(rid, sweep, cpu_factor, offset):
-        st.write_run({"run_id": rid, "sweep_id": sweep, "source": "sweep", "status": "ok", "error": None,
-                      "settings": {"workload": "resnet50", "world_size": 1, "repeat": 0},
-                      "config": {"train": {"warmup_steps": 1}}, "metrics": {}})
-        rows = [{"rank": 0, "step": s, "samples": 4, "step_time_s": 0.1 * (1 + wiggle[s % 8]),
-                 "cpu_s": 0.04 * cpu_factor * (1 + wiggle[(s + offset) % 8])} for s in range(9)]
+        st.write_run(
+            {
+                "run_id": rid,
+                "sweep_id": sweep,
+                "source": "sweep",
+                "status": "ok",
+                "error": None,
+                "settings": {"workload": "resnet50", "world_size": 1, "repeat": 0},
+                "config": {"train": {"warmup_steps": 1}},
+                "metrics": {},
+            }
+        )
+        rows = [
+            {
+                "rank": 0,
+                "step": s,
+                "samples": 4,
+                "step_time_s": 0.1 * (1 + wiggle[s % 8]),
+                "cpu_s": 0.04 * cpu_factor * (1 + wiggle[(s + offset) % 8]),
+            }
+            for s in range(9)
+        ]
         st.write_table(rid, "workload_steps", pd.DataFrame(rows))
 
     for i in range(4):
@@ -245,16 +355,23 @@ def test_history_metric_judges_cpu_time_while_the_pair_check_keeps_its_metrics(t
     save_baseline(st, "h3", "main")
     run("slow-1", "slow", 1.10, 5)
     run("same-1", "same", 1.0, 6)
-    res = run_history_check(st, "slow", baseline_name="main", label="slow", commit=None, history_metrics=("step_cpu_s",))
+    res = run_history_check(
+        st, "slow", baseline_name="main", label="slow", commit=None, history_metrics=("step_cpu_s",)
+    )
     assert res["exit_code"] == 1 and res["verdict"] == "regression", json.dumps(res["history"], default=str)[:3000]
     (j,) = res["history"]["results"]
     assert j["metric"] == "step_cpu_s" and j["verdict"] == "regression" and j["began_at"] == "slow"
     assert j["change"] == pytest.approx(0.10, abs=0.02)
-    assert [m["metric"] for m in res["groups"][0]["metrics"]] == ["throughput", "step_time_s", "comm_share",
-                                                                  "communication_not_overlapped_s"]
+    assert [m["metric"] for m in res["groups"][0]["metrics"]] == [
+        "throughput",
+        "step_time_s",
+        "comm_share",
+        "communication_not_overlapped_s",
+    ]
     assert res["groups"][0]["status"] == "unchanged"  # wall clock did not move
-    res = run_history_check(st, "same", baseline_name="main", label="same", commit=None,
-                            history_metrics=("step_cpu_s",))
+    res = run_history_check(
+        st, "same", baseline_name="main", label="same", commit=None, history_metrics=("step_cpu_s",)
+    )
     assert res["exit_code"] == 0 and res["history"]["results"][0]["verdict"] == "unchanged"
 
 

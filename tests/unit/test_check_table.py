@@ -30,18 +30,18 @@ GATE = {
 # (worse_by, noise, baseline repeats, samples per repeat) -> verdict.  worse_by < 0 means better.
 # For ratio metrics worse_by and noise are relative (0.30 = 1.3x worse), for shares absolute points.
 ROWS = [
-    ((0.00, 0.00, 1, 8), "unchanged"),      # nothing changed
-    ((0.30, 0.00, 1, 8), "regression"),     # clearly worse, quiet machine
-    ((-0.30, 0.00, 1, 8), "improvement"),   # clearly better
-    ((0.03, 0.00, 1, 8), "unchanged"),      # significant but under the 5% threshold
+    ((0.00, 0.00, 1, 8), "unchanged"),  # nothing changed
+    ((0.30, 0.00, 1, 8), "regression"),  # clearly worse, quiet machine
+    ((-0.30, 0.00, 1, 8), "improvement"),  # clearly better
+    ((0.03, 0.00, 1, 8), "unchanged"),  # significant but under the 5% threshold
     ((-0.03, 0.00, 1, 8), "unchanged"),
-    ((0.30, 0.50, 2, 8), "unchanged"),      # inside the repeat-to-repeat noise of the baseline
+    ((0.30, 0.50, 2, 8), "unchanged"),  # inside the repeat-to-repeat noise of the baseline
     ((-0.30, 0.50, 2, 8), "unchanged"),
-    ((0.30, 0.10, 2, 8), "regression"),     # beyond a small noise floor
-    ((0.80, 0.50, 2, 8), "regression"),     # beyond a large one
-    ((0.30, 0.05, 3, 8), "regression"),     # 3 repeats: floor = spread of their medians (1.05^2 - 1 = 10%)
-    ((0.08, 0.05, 3, 8), "unchanged"),      # ... which an 8% change does not exceed
-    ((0.30, 0.00, 1, 2), "undecided"),      # 2 steps a side: too few samples to test
+    ((0.30, 0.10, 2, 8), "regression"),  # beyond a small noise floor
+    ((0.80, 0.50, 2, 8), "regression"),  # beyond a large one
+    ((0.30, 0.05, 3, 8), "regression"),  # 3 repeats: floor = spread of their medians (1.05^2 - 1 = 10%)
+    ((0.08, 0.05, 3, 8), "unchanged"),  # ... which an 8% change does not exceed
+    ((0.30, 0.00, 1, 2), "undecided"),  # 2 steps a side: too few samples to test
 ]
 
 

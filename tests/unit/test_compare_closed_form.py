@@ -19,44 +19,103 @@ from tests.unit.test_conclusions import exact_mann_whitney_p
 def _record(rid, ws, metrics, config=None, status="ok"):
     cfg = {"train": {"warmup_steps": 1, "batch_size": 4}, "run_id": rid, "output_dir": f"/x/{rid}", "repeat": 0}
     cfg.update(config or {})
-    return {"run_id": rid, "sweep_id": "s", "source": "sweep", "status": status, "error": None,
-            "settings": {"workload": "resnet50", "world_size": ws, "repeat": 0}, "config": cfg, "metrics": metrics}
+    return {
+        "run_id": rid,
+        "sweep_id": "s",
+        "source": "sweep",
+        "status": status,
+        "error": None,
+        "settings": {"workload": "resnet50", "world_size": ws, "repeat": 0},
+        "config": cfg,
+        "metrics": metrics,
+    }
 
 
 def _workload(slow_times):
     """2 ranks x 4 samples; rank 0 always 0.1 s, rank 1 `slow_times` (step 0 is warm-up)."""
     rows = []
     for step, t in enumerate(slow_times):
-        rows += [{"rank": 0, "step": step, "samples": 4, "step_time_s": 0.1},
-                 {"rank": 1, "step": step, "samples": 4, "step_time_s": t}]
+        rows += [
+            {"rank": 0, "step": step, "samples": 4, "step_time_s": 0.1},
+            {"rank": 1, "step": step, "samples": 4, "step_time_s": t},
+        ]
     return pd.DataFrame(rows)
 
 
 def _breakdown(rows):
-    return pd.DataFrame(rows, columns=["rank", "step", "step_us", "computing_us", "communication_us",
-                                       "communication_not_overlapped_us", "overlapped_us", "free_us"])
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "rank",
+            "step",
+            "step_us",
+            "computing_us",
+            "communication_us",
+            "communication_not_overlapped_us",
+            "overlapped_us",
+            "free_us",
+        ],
+    )
 
 
 @pytest.fixture
 def store(tmp_path):
     st = Store(tmp_path / "results")
-    st.write_run(_record("a", 2, {"throughput": 32.0, "comm_share": None, "step_time_s": 0.25},
-                         config={"parallel": {"comm_fusion": 0}}))
-    st.write_run(_record("b", 2, {"throughput": 64.0, "comm_share": 0.2, "step_time_s": 0.125},
-                         config={"parallel": {"comm_fusion": 4}}))
+    st.write_run(
+        _record(
+            "a",
+            2,
+            {"throughput": 32.0, "comm_share": None, "step_time_s": 0.25},
+            config={"parallel": {"comm_fusion": 0}},
+        )
+    )
+    st.write_run(
+        _record(
+            "b",
+            2,
+            {"throughput": 64.0, "comm_share": 0.2, "step_time_s": 0.125},
+            config={"parallel": {"comm_fusion": 4}},
+        )
+    )
     st.write_table("a", "workload_steps", _workload([9.0, 0.2, 0.3, 0.25]))
     st.write_table("b", "workload_steps", _workload([9.0, 0.1, 0.15, 0.125]).assign(step=lambda d: d["step"]))
     # step 0 is warm-up and must not count; steps 1-2 on two ranks
-    st.write_table("a", "step_breakdown", _breakdown([
-        (0, 0, 9e6, 0, 9e6, 9e6, 0, 0),
-        (0, 1, 200_000, 100_000, 50_000, 40_000, 10_000, 60_000), (1, 1, 200_000, 120_000, 30_000, 30_000, 0, 50_000),
-        (0, 2, 100_000, 60_000, 20_000, 20_000, 0, 20_000), (1, 2, 100_000, 50_000, 40_000, 20_000, 20_000, 30_000)]))
-    st.write_table("b", "step_breakdown", _breakdown([
-        (0, 1, 100_000, 80_000, 10_000, 10_000, 0, 10_000), (1, 1, 100_000, 70_000, 10_000, 0, 10_000, 30_000)]))
-    st.write_table("a", "kernels", pd.DataFrame({"name": ["MatMul", "Add", "MatMul"], "total_us": [4000.0, 1000.0, 2000.0]}))
+    st.write_table(
+        "a",
+        "step_breakdown",
+        _breakdown(
+            [
+                (0, 0, 9e6, 0, 9e6, 9e6, 0, 0),
+                (0, 1, 200_000, 100_000, 50_000, 40_000, 10_000, 60_000),
+                (1, 1, 200_000, 120_000, 30_000, 30_000, 0, 50_000),
+                (0, 2, 100_000, 60_000, 20_000, 20_000, 0, 20_000),
+                (1, 2, 100_000, 50_000, 40_000, 20_000, 20_000, 30_000),
+            ]
+        ),
+    )
+    st.write_table(
+        "b",
+        "step_breakdown",
+        _breakdown(
+            [(0, 1, 100_000, 80_000, 10_000, 10_000, 0, 10_000), (1, 1, 100_000, 70_000, 10_000, 0, 10_000, 30_000)]
+        ),
+    )
+    st.write_table(
+        "a", "kernels", pd.DataFrame({"name": ["MatMul", "Add", "MatMul"], "total_us": [4000.0, 1000.0, 2000.0]})
+    )
     st.write_table("b", "kernels", pd.DataFrame({"name": ["MatMul", "Conv"], "total_us": [1000.0, 500.0]}))
-    st.write_table("a", "comm_ops", pd.DataFrame({"op_type": ["allreduce"] * 4, "elapse_ms": [1.0, 2.0, 3.0, 4.0],
-                                                  "size_bytes": [100.0] * 4, "busbw_gbps": [1.0, 2.0, 3.0, 6.0]}))
+    st.write_table(
+        "a",
+        "comm_ops",
+        pd.DataFrame(
+            {
+                "op_type": ["allreduce"] * 4,
+                "elapse_ms": [1.0, 2.0, 3.0, 4.0],
+                "size_bytes": [100.0] * 4,
+                "busbw_gbps": [1.0, 2.0, 3.0, 6.0],
+            }
+        ),
+    )
     st.write_run(_record("f", 2, {}, status="failed"))
     return st
 
@@ -73,8 +132,11 @@ def test_step_samples_by_hand(store):
 def test_step_samples_of_an_imported_profile_take_step_time_from_the_breakdown(tmp_path):
     st = Store(tmp_path / "r")
     st.write_run(_record("imp", 2, {}, config={"train": {}}))
-    st.write_table("imp", "step_breakdown", _breakdown([(0, 7, 100_000, 1, 0, 0, 0, 0), (1, 7, 300_000, 1, 0, 0, 0, 0),
-                                                        (0, 8, 0, 0, 0, 0, 0, 0)]))
+    st.write_table(
+        "imp",
+        "step_breakdown",
+        _breakdown([(0, 7, 100_000, 1, 0, 0, 0, 0), (1, 7, 300_000, 1, 0, 0, 0, 0), (0, 8, 0, 0, 0, 0, 0, 0)]),
+    )
     s = step_samples(st, st.get_run("imp"))
     assert s["step_time_s"] == pytest.approx([0.3]) and "throughput" not in s  # a 0-length step is no step
     assert s["comm_share"] == pytest.approx([0.0])
@@ -91,9 +153,11 @@ def test_compare_runs_by_hand(store):
     assert st_["p_value"] == pytest.approx(exact_mann_whitney_p(ta, tb))  # 3 vs 3 separated: 0.1
     # Welch interval of mean(b) - mean(a), relative to mean(a)
     va, vb = np.var(ta, ddof=1) / 3, np.var(tb, ddof=1) / 3
-    dof = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 2)
+    dof = (va + vb) ** 2 / (va**2 / 2 + vb**2 / 2)
     half = stats.t.ppf(0.975, dof) * math.sqrt(va + vb)
-    assert st_["ci_low"] == pytest.approx((-0.125 - half) / 0.25) and st_["ci_high"] == pytest.approx((-0.125 + half) / 0.25)
+    assert st_["ci_low"] == pytest.approx((-0.125 - half) / 0.25) and st_["ci_high"] == pytest.approx(
+        (-0.125 + half) / 0.25
+    )
     assert by["throughput"]["higher_is_better"] is True and st_["higher_is_better"] is False
     assert by["comm_share"]["a"] == pytest.approx(0.25) and by["comm_share"]["n_b"] == 1
     assert by["comm_share"]["ci_low"] is None  # one sample on a side: no interval
@@ -127,10 +191,18 @@ def test_compare_refuses_a_failed_run(store):
 
 
 def test_settings_diff_skips_per_run_keys():
-    a = {"settings": {"world_size": 1, "repeat": 0}, "config": {"run_id": "x", "output_dir": "/a", "repeat": 0,
-                                                                  "train": {"lr": 0.1, "seed": 0}}}
-    b = {"settings": {"world_size": 2, "repeat": 1}, "config": {"run_id": "y", "output_dir": "/b", "repeat": 1,
-                                                                  "train": {"lr": 0.1, "seed": 1}, "extra": True}}
+    a = {
+        "settings": {"world_size": 1, "repeat": 0},
+        "config": {"run_id": "x", "output_dir": "/a", "repeat": 0, "train": {"lr": 0.1, "seed": 0}},
+    }
+    b = {
+        "settings": {"world_size": 2, "repeat": 1},
+        "config": {"run_id": "y", "output_dir": "/b", "repeat": 1, "train": {"lr": 0.1, "seed": 1}, "extra": True},
+    }
     rows = settings_diff(a, b)
-    assert rows == [{"key": "config.extra", "a": None, "b": True}, {"key": "config.train.seed", "a": 0, "b": 1},
-                    {"key": "settings.repeat", "a": 0, "b": 1}, {"key": "settings.world_size", "a": 1, "b": 2}]
+    assert rows == [
+        {"key": "config.extra", "a": None, "b": True},
+        {"key": "config.train.seed", "a": 0, "b": 1},
+        {"key": "settings.repeat", "a": 0, "b": 1},
+        {"key": "settings.world_size", "a": 1, "b": 2},
+    ]

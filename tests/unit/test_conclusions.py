@@ -69,17 +69,27 @@ def test_throughput_ignores_steps_a_rank_did_not_finish():
 
 
 def _rec(run_id, ws, tp, key, status="ok", repeat=0):
-    return {"run_id": run_id, "sweep_id": "s", "source": "sweep", "status": status, "error": None,
-            "settings": {"workload": "resnet50", "world_size": ws, "repeat": repeat}, "config_key": key,
-            "metrics": {"throughput": tp}}
+    return {
+        "run_id": run_id,
+        "sweep_id": "s",
+        "source": "sweep",
+        "status": status,
+        "error": None,
+        "settings": {"workload": "resnet50", "world_size": ws, "repeat": repeat},
+        "config_key": key,
+        "metrics": {"throughput": tp},
+    }
 
 
 def test_scaling_efficiency_uses_the_one_rank_run_of_the_same_configuration():
     # two configurations (A: no compression, B: fp16) on 1 and 2 ranks; B's 1-rank run is twice as fast
     recs = [
-        _rec("a1", 1, 100.0, "A"), _rec("a1r", 1, 140.0, "A", repeat=1), _rec("a1s", 1, 60.0, "A", repeat=2),
+        _rec("a1", 1, 100.0, "A"),
+        _rec("a1r", 1, 140.0, "A", repeat=1),
+        _rec("a1s", 1, 60.0, "A", repeat=2),
         _rec("b1", 1, 200.0, "B"),
-        _rec("a2", 2, 200.0, "A"), _rec("b2", 2, 300.0, "B"),
+        _rec("a2", 2, 200.0, "A"),
+        _rec("b2", 2, 300.0, "B"),
         _rec("c2", 2, 100.0, "C"),  # no 1-rank run of configuration C: unknown, not 0 and not another's
         _rec("a2f", 2, 50.0, "A", status="failed"),
         _rec("bx1", 1, 999.0, "B", status="failed"),  # a failed 1-rank run is no baseline
@@ -107,8 +117,12 @@ def test_scaling_efficiency_through_ls_json(tmp_path, capsys):
     from perfbench.store import Store
 
     store = Store(tmp_path / "results")
-    for r in (_rec("s-a1", 1, 100.0, "A"), _rec("s-b1", 1, 200.0, "B"), _rec("s-a2", 2, 200.0, "A"),
-              _rec("s-b2", 2, 300.0, "B")):
+    for r in (
+        _rec("s-a1", 1, 100.0, "A"),
+        _rec("s-b1", 1, 200.0, "B"),
+        _rec("s-a2", 2, 200.0, "A"),
+        _rec("s-b2", 2, 300.0, "B"),
+    ):
         store.write_run(r)
     code, out, err = cli(capsys, "ls", "--results", tmp_path / "results", "--json")
     assert code == 0, err
@@ -187,10 +201,17 @@ def test_catalogue_directions_of_the_gated_metrics():
     from analyzers.catalogue import METRICS
 
     # what a user means by "better", stated here independently of the code
-    expected = {"throughput": "higher", "step_time_s": "lower", "comm_share": "lower",
-                "communication_not_overlapped_s": "lower", "scaling_efficiency": "higher",
-                "kernel_utilization": "higher", "free_s": "lower", "bubble_fraction": "lower",
-                "expert_load_cv": "lower"}
+    expected = {
+        "throughput": "higher",
+        "step_time_s": "lower",
+        "comm_share": "lower",
+        "communication_not_overlapped_s": "lower",
+        "scaling_efficiency": "higher",
+        "kernel_utilization": "higher",
+        "free_s": "lower",
+        "bubble_fraction": "lower",
+        "expert_load_cv": "lower",
+    }
     assert {k: METRICS[k].better for k in expected} == expected
 
 
@@ -202,8 +223,17 @@ def _comm_ops(lateness_by_instance, elapse_ms=10.0):
     rows = []
     for step, lat in enumerate(lateness_by_instance):
         for rank, late in enumerate(lat):
-            rows.append({"rank": rank, "step": step, "op_name": "hcom_allReduce_1", "group": "g",
-                         "wait_ms": 5.0 - late, "start_us": 1000.0 * step + late * 1000, "elapse_ms": elapse_ms})
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": step,
+                    "op_name": "hcom_allReduce_1",
+                    "group": "g",
+                    "wait_ms": 5.0 - late,
+                    "start_us": 1000.0 * step + late * 1000,
+                    "elapse_ms": elapse_ms,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -251,8 +281,20 @@ def test_busbw_factor_table(op, n):
 
 def test_busbw_of_comm_ops_from_size_and_time():
     # 1e9 bytes in 100 ms on 4 ranks: algbw = 10 GB/s; busbw = 10 x factor
-    ops = pd.DataFrame([{"op_type": t, "group_size": 4, "size_bytes": 1e9, "elapse_ms": 100.0, "wait_ms": 20.0,
-                         "transit_ms": 80.0, "synchronization_ms": 0.0} for t in NCCL_TESTS])
+    ops = pd.DataFrame(
+        [
+            {
+                "op_type": t,
+                "group_size": 4,
+                "size_bytes": 1e9,
+                "elapse_ms": 100.0,
+                "wait_ms": 20.0,
+                "transit_ms": 80.0,
+                "synchronization_ms": 0.0,
+            }
+            for t in NCCL_TESTS
+        ]
+    )
     out = comm_op_stats(ops).set_index("op_type")
     for t, f in NCCL_TESTS.items():
         assert out.loc[t, "algbw_gbps"] == pytest.approx(10.0)
@@ -265,10 +307,29 @@ def test_busbw_of_comm_ops_from_size_and_time():
 
 
 def test_reconciliation_shows_a_5_ms_difference():
-    ours = pd.DataFrame([{"rank": 0, "step": 1, "step_us": 200_000.0, "computing_us": 105_000.0,
-                          "communication_not_overlapped_us": 60_000.0, "free_us": 35_000.0}])
-    profiler = pd.DataFrame([{"rank": 0, "step": 1, "computing_us": 100_000.0,
-                              "communication_not_overlapped_us": 60_000.0, "free_us": 40_000.0}])
+    ours = pd.DataFrame(
+        [
+            {
+                "rank": 0,
+                "step": 1,
+                "step_us": 200_000.0,
+                "computing_us": 105_000.0,
+                "communication_not_overlapped_us": 60_000.0,
+                "free_us": 35_000.0,
+            }
+        ]
+    )
+    profiler = pd.DataFrame(
+        [
+            {
+                "rank": 0,
+                "step": 1,
+                "computing_us": 100_000.0,
+                "communication_not_overlapped_us": 60_000.0,
+                "free_us": 40_000.0,
+            }
+        ]
+    )
     rec = reconcile(ours, profiler).set_index("metric")
     assert rec.loc["computing", "computed_us"] == 105_000.0 and rec.loc["computing", "reference_us"] == 100_000.0
     assert rec.loc["computing", "diff_us"] == pytest.approx(5_000.0)
@@ -282,15 +343,20 @@ def test_reconciliation_shows_a_5_ms_difference():
 
 def _sweep(capsys, tmp_path, name, train, profile):
     cfg = {"name": name, "workload": "resnet50", "train": train, "profile": profile}
-    return cli(capsys, "sweep", write_yaml(tmp_path / f"{name}.yaml", cfg), "--dry-run", "--results", tmp_path / "results")
+    return cli(
+        capsys, "sweep", write_yaml(tmp_path / f"{name}.yaml", cfg), "--dry-run", "--results", tmp_path / "results"
+    )
 
 
-@pytest.mark.parametrize("name,train,profile,ok", [
-    ("warm-eq-steps-noprof", {"steps": 5, "warmup_steps": 5}, {"enabled": False}, False),
-    ("warm-below-steps-noprof", {"steps": 5, "warmup_steps": 4}, {"enabled": False}, True),
-    ("prof-fits-exactly", {"steps": 6, "warmup_steps": 2}, {"enabled": True, "steps": 4}, True),
-    ("prof-one-too-many", {"steps": 6, "warmup_steps": 2}, {"enabled": True, "steps": 5}, False),
-])
+@pytest.mark.parametrize(
+    "name,train,profile,ok",
+    [
+        ("warm-eq-steps-noprof", {"steps": 5, "warmup_steps": 5}, {"enabled": False}, False),
+        ("warm-below-steps-noprof", {"steps": 5, "warmup_steps": 4}, {"enabled": False}, True),
+        ("prof-fits-exactly", {"steps": 6, "warmup_steps": 2}, {"enabled": True, "steps": 4}, True),
+        ("prof-one-too-many", {"steps": 6, "warmup_steps": 2}, {"enabled": True, "steps": 5}, False),
+    ],
+)
 def test_config_boundaries(tmp_path, capsys, name, train, profile, ok):
     code, out, err = _sweep(capsys, tmp_path, name, train, profile)
     if ok:
@@ -310,8 +376,17 @@ def test_profiled_steps_stay_out_of_throughput_and_give_the_overhead():
     for step in range(7):  # step 0 warm-up; steps 1-2 profiled (0.5 s), steps 3-6 not (0.4 s)
         t = 0.5 if step in (1, 2) else 0.4
         for r in (0, 1):
-            rows.append({"rank": r, "step": step, "samples": 4, "step_time_s": t, "profiled": step in (1, 2),
-                         "dropped_tokens": 1.0, "loss": 2.0 - 0.1 * step})
+            rows.append(
+                {
+                    "rank": r,
+                    "step": step,
+                    "samples": 4,
+                    "step_time_s": t,
+                    "profiled": step in (1, 2),
+                    "dropped_tokens": 1.0,
+                    "loss": 2.0 - 0.1 * step,
+                }
+            )
     m = workload_metrics(pd.DataFrame(rows), warmup_steps=1)
     assert m["throughput"] == pytest.approx(8 / 0.4) and m["step_time_s"] == pytest.approx(0.4)
     assert m["measured_steps"] == 4

@@ -12,10 +12,17 @@ import pytest
 from perfbench.run.config import parse_config
 from perfbench.errors import ConfigError
 
-RESNET = {"workload": "resnet50", "train": {"batch_size": 8, "steps": 10, "warmup_steps": 2},
-          "profile": {"enabled": True, "steps": 4}}
-MOE = {"workload": "moe", "train": {"batch_size": 8, "steps": 10, "warmup_steps": 2}, "profile": {"steps": 4},
-       "model": {"num_layers": 2, "num_experts": 4, "top_k": 2, "hidden_size": 64, "num_heads": 4}}
+RESNET = {
+    "workload": "resnet50",
+    "train": {"batch_size": 8, "steps": 10, "warmup_steps": 2},
+    "profile": {"enabled": True, "steps": 4},
+}
+MOE = {
+    "workload": "moe",
+    "train": {"batch_size": 8, "steps": 10, "warmup_steps": 2},
+    "profile": {"steps": 4},
+    "model": {"num_layers": 2, "num_experts": 4, "top_k": 2, "hidden_size": 64, "num_heads": 4},
+}
 
 
 def conf(base=RESNET, **sections):
@@ -43,17 +50,20 @@ def ok(raw):
 def test_warmup_equal_to_steps_is_rejected_with_profiling_off():
     off = {"enabled": False, "steps": 4}
     assert error_of(conf(train={"steps": 5, "warmup_steps": 5}, profile=off)) == (
-        "train.warmup_steps (5) must be less than train.steps (5) so that some steps are measured (run world_size=1)")
+        "train.warmup_steps (5) must be less than train.steps (5) so that some steps are measured (run world_size=1)"
+    )
     assert ok(conf(train={"steps": 5, "warmup_steps": 4}, profile=off)).train["warmup_steps"] == 4
     # one more warm-up step than steps: the same rule, with the values
     assert error_of(conf(train={"steps": 5, "warmup_steps": 6}, profile=off)).startswith(
-        "train.warmup_steps (6) must be less than train.steps (5)")
+        "train.warmup_steps (6) must be less than train.steps (5)"
+    )
 
 
 def test_profiled_window_must_fit_after_warmup():
     assert ok(conf(train={"steps": 6, "warmup_steps": 2}, profile={"steps": 4})).profile["steps"] == 4
     assert error_of(conf(train={"steps": 6, "warmup_steps": 2}, profile={"steps": 5})) == (
-        "profile.steps (5) does not fit after train.warmup_steps (2) within train.steps (6) (run world_size=1)")
+        "profile.steps (5) does not fit after train.warmup_steps (2) within train.steps (6) (run world_size=1)"
+    )
     # with the profiler off its window does not count
     assert ok(conf(train={"steps": 6, "warmup_steps": 2}, profile={"enabled": False, "steps": 5}))
 
@@ -66,37 +76,44 @@ def test_pipeline_stages_must_divide_world_size():
     assert len(ok(conf(parallel=par, sweep={"world_size": [2, 4]})).plan("s")) == 2
     assert error_of(conf(parallel=par, sweep={"world_size": [3]})) == (
         "parallel.pipeline_stages=2 does not divide world_size=3 (world_size = pipeline_stages x data-parallel size) "
-        "(run world_size=3)")
+        "(run world_size=3)"
+    )
 
 
 @pytest.mark.parametrize("schedule,mbs,good", [("1f1b", 2, True), ("1f1b", 1, False), ("gpipe", 1, True)])
 def test_1f1b_needs_a_micro_batch_per_stage(schedule, mbs, good):
-    raw = conf(parallel={"pipeline_stages": 2, "micro_batches": mbs, "pipeline_schedule": schedule},
-               sweep={"world_size": [2]})
+    raw = conf(
+        parallel={"pipeline_stages": 2, "micro_batches": mbs, "pipeline_schedule": schedule}, sweep={"world_size": [2]}
+    )
     if good:
         assert ok(raw).parallel["micro_batches"] == mbs
     else:
-        assert error_of(raw) == ("parallel.micro_batches=1 is less than parallel.pipeline_stages=2: 1F1B needs at "
-                                 "least one micro-batch per stage (use micro_batches >= 2 or pipeline_schedule='gpipe') "
-                                 "(run world_size=2)")
+        assert error_of(raw) == (
+            "parallel.micro_batches=1 is less than parallel.pipeline_stages=2: 1F1B needs at "
+            "least one micro-batch per stage (use micro_batches >= 2 or pipeline_schedule='gpipe') "
+            "(run world_size=2)"
+        )
 
 
 def test_one_stage_takes_any_micro_batch_count_that_divides_the_batch():
     assert ok(conf(parallel={"micro_batches": 8})).parallel["micro_batches"] == 8  # gradient accumulation
     assert error_of(conf(parallel={"micro_batches": 3})) == (
-        "train.batch_size=8 is not divisible by parallel.micro_batches=3 (run world_size=1)")
+        "train.batch_size=8 is not divisible by parallel.micro_batches=3 (run world_size=1)"
+    )
 
 
 def test_world_size_bounds():
     assert ok(conf(sweep={"world_size": [8]}, launch={"max_world_size": 8}))
     assert error_of(conf(sweep={"world_size": [9]}, launch={"max_world_size": 8})).startswith(
-        "sweep.world_size: 9 is larger than allowed: launch.max_world_size is 8 (raise launch.max_world_size")
+        "sweep.world_size: 9 is larger than allowed: launch.max_world_size is 8 (raise launch.max_world_size"
+    )
     assert error_of(conf(sweep={"world_size": [0]})) == "sweep.world_size: 0 must be an integer, at least 1"
     assert error_of(conf(sweep={"world_size": [True]})) == "sweep.world_size: true must be an integer, at least 1"
     assert error_of(conf(sweep={"world_size": [2.0]})) == "sweep.world_size: 2.0 must be an integer, at least 1"
     assert ok(conf(sweep={"world_size": [4]}, launch={"nodes": 2}))
     assert error_of(conf(sweep={"world_size": [3]}, launch={"nodes": 2})) == (
-        "sweep.world_size: 3 is not divisible by launch.nodes (2)")
+        "sweep.world_size: 3 is not divisible by launch.nodes (2)"
+    )
 
 
 def test_world_size_without_a_sweep_is_named_without_the_sweep_prefix():
@@ -114,10 +131,17 @@ def test_stages_up_to_the_resnet_layers():
     model = {"layers": [1, 1, 1, 1]}
     par = {"pipeline_stages": 6, "micro_batches": 6}
     assert ok(conf(model=model, parallel=par, train={"batch_size": 6}, sweep={"world_size": [6]}))
-    assert error_of(conf(model=model, parallel={"pipeline_stages": 7, "micro_batches": 7}, train={"batch_size": 7},
-                         sweep={"world_size": [7]})) == (
+    assert error_of(
+        conf(
+            model=model,
+            parallel={"pipeline_stages": 7, "micro_batches": 7},
+            train={"batch_size": 7},
+            sweep={"world_size": [7]},
+        )
+    ) == (
         "parallel.pipeline_stages=7 is more than the 6 layers workload resnet50 can be split into "
-        "(the blocks in model.layers + 2 (stem, head)) (run world_size=7)")
+        "(the blocks in model.layers + 2 (stem, head)) (run world_size=7)"
+    )
 
 
 def test_fusion_by_mindspore_excludes_compression():
@@ -125,7 +149,8 @@ def test_fusion_by_mindspore_excludes_compression():
     assert ok(conf(parallel={"grad_compression": "fp16"}))
     assert error_of(conf(parallel={"fusion_impl": "mindspore", "grad_compression": "fp16"})) == (
         "parallel.fusion_impl='mindspore' fuses MindSpore's own gradient all-reduce and cannot be combined with "
-        "parallel.grad_compression='fp16' (use fusion_impl='perfbench') (run world_size=1)")
+        "parallel.grad_compression='fp16' (use fusion_impl='perfbench') (run world_size=1)"
+    )
 
 
 # ---- MoE ---------------------------------------------------------------------------------------------------
@@ -143,14 +168,22 @@ def test_moe_stages_up_to_the_layers():
     costs = [0.25] + [1.0] * 1 + [0.5]
     assert partition(costs, 3) == [(0, 1), (1, 2), (2, 3)]
     par3 = {"pipeline_stages": 3, "micro_batches": 4}
-    assert ok(conf(MOE, model={"num_layers": 1, "num_experts": 3}, train={"batch_size": 8}, parallel=par3,
-                   sweep={"world_size": [3]}))
+    assert ok(
+        conf(
+            MOE,
+            model={"num_layers": 1, "num_experts": 3},
+            train={"batch_size": 8},
+            parallel=par3,
+            sweep={"world_size": [3]},
+        )
+    )
     with pytest.raises(ValueError):
         partition(costs, 4)
     par4 = {"pipeline_stages": 4, "micro_batches": 4}
     assert error_of(conf(MOE, model={"num_layers": 1}, parallel=par4, sweep={"world_size": [4]})) == (
         "parallel.pipeline_stages=4 is more than the 3 layers workload moe can be split into "
-        "(model.num_layers + 2 (embedding, blocks, head)) (run world_size=4)")
+        "(model.num_layers + 2 (embedding, blocks, head)) (run world_size=4)"
+    )
 
 
 def test_moe_example_with_three_stages_is_valid():
@@ -170,13 +203,15 @@ def test_moe_example_with_three_stages_is_valid():
 def test_moe_top_k_up_to_the_experts():
     assert ok(conf(MOE, model={"top_k": 4, "num_experts": 4}))
     assert error_of(conf(MOE, model={"top_k": 5, "num_experts": 4})) == (
-        "model.top_k=5 is more than model.num_experts=4 (run world_size=1)")
+        "model.top_k=5 is more than model.num_experts=4 (run world_size=1)"
+    )
 
 
 def test_moe_heads_divide_the_hidden_size():
     assert ok(conf(MOE, model={"hidden_size": 48, "num_heads": 3}))
     assert error_of(conf(MOE, model={"hidden_size": 50, "num_heads": 4})) == (
-        "model.hidden_size=50 is not divisible by model.num_heads=4 (run world_size=1)")
+        "model.hidden_size=50 is not divisible by model.num_heads=4 (run world_size=1)"
+    )
 
 
 def test_moe_experts_divide_over_the_data_parallel_ranks():
@@ -184,13 +219,15 @@ def test_moe_experts_divide_over_the_data_parallel_ranks():
     assert ok(conf(MOE, model={"num_experts": 3, "top_k": 2}))  # one rank holds any number of experts
     assert error_of(conf(MOE, model={"num_experts": 3, "top_k": 2}, sweep={"world_size": [2]})) == (
         "model.num_experts=3 is not divisible by the expert-parallel size 2 (world_size / (parallel.pipeline_stages x parallel.tensor_parallel)): "
-        "every rank must own the same number of experts (run world_size=2)")
+        "every rank must own the same number of experts (run world_size=2)"
+    )
     # the data-parallel size is world_size / stages: 4 ranks in 2 stages hold the 6 experts 2 ways
     par = {"pipeline_stages": 2, "micro_batches": 2}
     assert ok(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [4]}))
     assert error_of(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [8]})) == (
         "model.num_experts=6 is not divisible by the expert-parallel size 4 (world_size / (parallel.pipeline_stages x parallel.tensor_parallel)): "
-        "every rank must own the same number of experts (run world_size=8)")
+        "every rank must own the same number of experts (run world_size=8)"
+    )
 
 
 # ---- launch and range rules ----------------------------------------------------------------------------
@@ -199,19 +236,25 @@ def test_moe_experts_divide_over_the_data_parallel_ranks():
 def test_node_rank_below_nodes():
     assert ok(conf(launch={"nodes": 2, "node_rank": 1}, sweep={"world_size": [2]}))
     assert error_of(conf(launch={"nodes": 2, "node_rank": 2}, sweep={"world_size": [2]})) == (
-        "launch.node_rank: 2 must be at most 1 (launch.nodes is 2)")
+        "launch.node_rank: 2 must be at most 1 (launch.nodes is 2)"
+    )
 
 
-@pytest.mark.parametrize("rng,msg", [
-    ({"low": 0.1, "high": 0.1}, "sweep.lr.high: 0.1 must be greater than low (0.1)"),
-    ({"low": 0.2, "high": 0.1}, "sweep.lr.high: 0.1 must be greater than low (0.2)"),
-    ({"low": 0.01, "high": 0.1, "log": True, "step": 0.01},
-     "sweep.lr: `log: true` and `step` cannot be combined (a log range is sampled on a log scale)"),
-    ({"low": 0, "high": 0.1, "log": True}, "sweep.lr.low: 0 must be greater than 0 with `log: true`"),
-    ({"low": -0.1, "high": 0.1, "log": True}, "sweep.lr.low: -0.1 must be greater than 0 with `log: true`"),
-    ({"high": 0.1}, 'sweep.lr: a range needs `low` and `high` (got {"high": 0.1})'),
-    ({"low": 0.1}, 'sweep.lr: a range needs `low` and `high` (got {"low": 0.1})'),
-])
+@pytest.mark.parametrize(
+    "rng,msg",
+    [
+        ({"low": 0.1, "high": 0.1}, "sweep.lr.high: 0.1 must be greater than low (0.1)"),
+        ({"low": 0.2, "high": 0.1}, "sweep.lr.high: 0.1 must be greater than low (0.2)"),
+        (
+            {"low": 0.01, "high": 0.1, "log": True, "step": 0.01},
+            "sweep.lr: `log: true` and `step` cannot be combined (a log range is sampled on a log scale)",
+        ),
+        ({"low": 0, "high": 0.1, "log": True}, "sweep.lr.low: 0 must be greater than 0 with `log: true`"),
+        ({"low": -0.1, "high": 0.1, "log": True}, "sweep.lr.low: -0.1 must be greater than 0 with `log: true`"),
+        ({"high": 0.1}, 'sweep.lr: a range needs `low` and `high` (got {"high": 0.1})'),
+        ({"low": 0.1}, 'sweep.lr: a range needs `low` and `high` (got {"low": 0.1})'),
+    ],
+)
 def test_range_rules(rng, msg):
     assert error_of(conf(sweep={"lr": rng})) == msg
 
@@ -240,11 +283,14 @@ def test_bad_values_read_with_key_value_and_bound():
     assert error_of(conf(train={"batch_size": 0})) == "train.batch_size: 0 must be at least 1"
     assert error_of(conf(train={"momentum": 1.0})) == "train.momentum: 1.0 must be below 1.0"
     assert error_of(conf(model={"layers": [3, 4]})) == (
-        "model.layers: [3, 4] must be a list of 4 positive integers (blocks per stage, ResNet-50 is [3, 4, 6, 3])")
+        "model.layers: [3, 4] must be a list of 4 positive integers (blocks per stage, ResNet-50 is [3, 4, 6, 3])"
+    )
     assert error_of(conf(train={"data": "/no/such/folder"})) == (
-        "train.data: '/no/such/folder' must be `synthetic` or an existing image folder")
+        "train.data: '/no/such/folder' must be `synthetic` or an existing image folder"
+    )
     assert error_of(conf(parallel={"compression_ratio": 0})) == (
-        "parallel.compression_ratio: 0 must be in (0, 1]: the fraction of gradient bytes kept")
+        "parallel.compression_ratio: 0 must be in (0, 1]: the fraction of gradient bytes kept"
+    )
 
 
 def test_an_image_folder_is_a_valid_data_source(tmp_path):
@@ -258,12 +304,14 @@ def test_rules_of_the_parallel_code_apply_too():
     assert error_of(conf(parallel=par, sweep={"world_size": [4]})) == (
         "parallel.grad_compression='fp16' with pipeline_stages=2 and 2 data-parallel replicas per stage is not "
         "supported (compression runs on the world group only); use grad_compression='none' or pipeline_stages=1 "
-        "(run world_size=4)")
+        "(run world_size=4)"
+    )
 
 
 def test_the_run_is_named_by_every_swept_setting():
     assert error_of(conf(sweep={"world_size": [2], "pipeline_stages": [2], "micro_batches": [1]})).endswith(
-        "(run world_size=2, pipeline_stages=2, micro_batches=1)")
+        "(run world_size=2, pipeline_stages=2, micro_batches=1)"
+    )
 
 
 # ---- one value checked outside a sweep (a tune trial) and the file's own shape -----------------------------
@@ -291,7 +339,8 @@ def test_sweep_axes_read_as_written():
     assert c.sweep["batch_size"] == [4]
     assert error_of(conf(sweep={"world_size": [2, 2]})) == "sweep.world_size: values [2, 2] contain duplicates"
     assert error_of(conf(sweep={"wrld_size": [1]})).startswith(
-        "sweep.wrld_size: unknown sweep axis (did you mean `world_size`?) (value [1]; axes may be world_size or any key")
+        "sweep.wrld_size: unknown sweep axis (did you mean `world_size`?) (value [1]; axes may be world_size or any key"
+    )
 
 
 def test_parsed_config_keeps_name_sections_results_and_raw():
@@ -303,14 +352,16 @@ def test_parsed_config_keeps_name_sections_results_and_raw():
 
 def test_unknown_model_key_lists_the_models_keys():
     assert error_of(conf(model={"widht": 8})) == (
-        "model.widht: unknown key (did you mean `width`?) (value 8; allowed: image_size, num_classes, width, layers)")
+        "model.widht: unknown key (did you mean `width`?) (value 8; allowed: image_size, num_classes, width, layers)"
+    )
 
 
 def test_search_section_is_checked_against_the_ranges():
     c = ok(conf(sweep={"lr": {"low": 0.01, "high": 0.03, "step": 0.01}}, search={"strategy": "grid"}))
     assert c.search.strategy == "grid"
     assert error_of(conf(sweep={"lr": {"low": 0.001, "high": 0.1, "log": True}}, search={"strategy": "grid"})) == (
-        "sweep.lr: search.strategy grid needs every range to have a `step` (got {low: 0.001, high: 0.1, log: true})")
+        "sweep.lr: search.strategy grid needs every range to have a `step` (got {low: 0.001, high: 0.1, log: true})"
+    )
 
 
 def test_a_value_error_reads_without_pydantics_prefix():
@@ -337,18 +388,21 @@ def test_a_value_error_reads_without_pydantics_prefix():
 def test_a_union_field_is_named_by_its_key_alone():
     assert error_of(conf(name="has space")) == "name: 'has space' must be 1-64 letters, digits, '_', '.' or '-'"
     assert error_of(conf(launch={"master_port": 80})) == (
-        "launch.master_port: 80 must be auto or a port number from 1024 to 65535")
+        "launch.master_port: 80 must be auto or a port number from 1024 to 65535"
+    )
 
 
 def test_slurm_rules():
     assert ok(conf(launch={"backend": "slurm", "nodes": 2}, sweep={"world_size": [2]}))
     assert error_of(conf(launch={"backend": "slurm", "nodes": 2, "node_rank": 1}, sweep={"world_size": [2]})) == (
         "launch.node_rank: 1: with launch.backend slurm every node takes its rank from Slurm (SLURM_NODEID); "
-        "remove launch.node_rank")
+        "remove launch.node_rank"
+    )
     assert ok(conf(launch={"backend": "slurm", "slurm": {"partition": "debug"}}))
     assert error_of(conf(launch={"slurm": {"partition": "debug"}})) == (
-        "launch.slurm: {\"partition\": \"debug\"} is set but launch.backend is local; set launch.backend: slurm to "
-        "submit runs to Slurm")
+        'launch.slurm: {"partition": "debug"} is set but launch.backend is local; set launch.backend: slurm to '
+        "submit runs to Slurm"
+    )
     # the slurm settings as written, over their defaults
     s = ok(conf(launch={"backend": "slurm", "slurm": {"partition": "debug"}})).launch["slurm"]
     assert s["partition"] == "debug" and s["account"] is None and s["sbatch_args"] == []

@@ -17,12 +17,14 @@ def _ws(rows):
 
 
 def test_two_ranks_summed_per_step():
-    ws = _ws([
-        {"rank": 0, "step": 0, "tokens_per_expert": [10, 2, 2, 2], "dropped_tokens": 1},
-        {"rank": 1, "step": 0, "tokens_per_expert": [6, 2, 2, 2], "dropped_tokens": 0},
-        {"rank": 0, "step": 1, "tokens_per_expert": [4, 4, 4, 4], "dropped_tokens": 0},
-        {"rank": 1, "step": 1, "tokens_per_expert": [4, 4, 4, 4], "dropped_tokens": 0},
-    ])
+    ws = _ws(
+        [
+            {"rank": 0, "step": 0, "tokens_per_expert": [10, 2, 2, 2], "dropped_tokens": 1},
+            {"rank": 1, "step": 0, "tokens_per_expert": [6, 2, 2, 2], "dropped_tokens": 0},
+            {"rank": 0, "step": 1, "tokens_per_expert": [4, 4, 4, 4], "dropped_tokens": 0},
+            {"rank": 1, "step": 1, "tokens_per_expert": [4, 4, 4, 4], "dropped_tokens": 0},
+        ]
+    )
     res = expert_load(ws).set_index("step")
     # step 0: load = [16, 4, 4, 4], total 28, mean 7, population std = sqrt(((9^2) + 3*(3^2)) / 4) = sqrt(27)
     s0 = res.loc[0]
@@ -39,10 +41,12 @@ def test_two_ranks_summed_per_step():
 
 def test_json_strings_and_missing_values():
     # parquet round trips may turn lists into JSON strings; rows without expert data are skipped
-    ws = _ws([
-        {"rank": 0, "step": 3, "tokens_per_expert": json.dumps([1, 3]), "dropped_tokens": None},
-        {"rank": 1, "step": 3, "tokens_per_expert": None, "dropped_tokens": None},
-    ])
+    ws = _ws(
+        [
+            {"rank": 0, "step": 3, "tokens_per_expert": json.dumps([1, 3]), "dropped_tokens": None},
+            {"rank": 1, "step": 3, "tokens_per_expert": None, "dropped_tokens": None},
+        ]
+    )
     res = expert_load(ws)
     assert len(res) == 1 and res["ranks"].iloc[0] == 1
     assert res["cv"].iloc[0] == pytest.approx(0.5)  # mean 2, std 1
@@ -64,11 +68,13 @@ def test_without_dropped_column():
 
 
 def test_mismatched_expert_counts_skip_the_step():
-    ws = _ws([
-        {"rank": 0, "step": 0, "tokens_per_expert": [1, 2, 3]},
-        {"rank": 1, "step": 0, "tokens_per_expert": [1, 2]},
-        {"rank": 0, "step": 1, "tokens_per_expert": [2, 2]},
-    ])
+    ws = _ws(
+        [
+            {"rank": 0, "step": 0, "tokens_per_expert": [1, 2, 3]},
+            {"rank": 1, "step": 0, "tokens_per_expert": [1, 2]},
+            {"rank": 0, "step": 1, "tokens_per_expert": [2, 2]},
+        ]
+    )
     res = expert_load(ws)
     assert res["step"].tolist() == [1]
 

@@ -21,8 +21,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("perfbench", "analyzers", "workloads", "dashboards")
 BASE = {"perfbench", "perfbench.errors", "perfbench.startup"}
-PLANNING = {"workloads.parallel.rules", "workloads.parallel.schedules", "workloads.parallel.bucketing",
-            "workloads.parallel.layout_math"}
+PLANNING = {
+    "workloads.parallel.rules",
+    "workloads.parallel.schedules",
+    "workloads.parallel.bucketing",
+    "workloads.parallel.layout_math",
+}
 TOP = ("perfbench.cli", "perfbench.__main__", "perfbench.commands", "dashboards")
 ALLOWED = {
     "base": {"base"},
@@ -94,8 +98,10 @@ def violations(edges: dict[str, list[tuple[str, int]]]) -> list[str]:
     for m, targets in sorted(edges.items()):
         for t, line in targets:
             if layer_of(t) not in ALLOWED[layer_of(m)] and not t.startswith(m + "."):
-                bad.append(f"{m}:{line} imports {t} ({layer_of(m)} may import {', '.join(sorted(ALLOWED[layer_of(m)]))}"
-                           f"; {t} is {layer_of(t)})")
+                bad.append(
+                    f"{m}:{line} imports {t} ({layer_of(m)} may import {', '.join(sorted(ALLOWED[layer_of(m)]))}"
+                    f"; {t} is {layer_of(t)})"
+                )
     return bad
 
 
@@ -158,20 +164,24 @@ def test_the_planners_import_no_mindspore_at_module_level():
     for m in sorted(PLANNING):
         tree = ast.parse(modules()[m].read_text())
         top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-        names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names] + \
-            [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
+        names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names] + [
+            n.module or "" for n in top if isinstance(n, ast.ImportFrom)
+        ]
         assert not [n for n in names if n.split(".")[0] == "mindspore"], (m, names)
 
 
-@pytest.mark.parametrize("module,source,culprit", [
-    ("analyzers.analyses.kernels", "def f():\n    from perfbench.cli import main\n", "perfbench.cli"),
-    ("analyzers.analyses.kernels", "import perfbench.commands.show\n", "perfbench.commands.show"),
-    ("analyzers.schema", "from perfbench import store\n", "perfbench.store"),
-    ("perfbench.errors", "from analyzers.schema import Profile\n", "analyzers.schema"),
-    ("workloads.parallel.rules", "from workloads.parallel import pipeline\n", "workloads.parallel.pipeline"),
-    ("workloads.runner", "from analyzers import load_profile\n", "analyzers"),
-    ("perfbench.store", "from dashboards.data import DashData\n", "dashboards.data"),
-])
+@pytest.mark.parametrize(
+    "module,source,culprit",
+    [
+        ("analyzers.analyses.kernels", "def f():\n    from perfbench.cli import main\n", "perfbench.cli"),
+        ("analyzers.analyses.kernels", "import perfbench.commands.show\n", "perfbench.commands.show"),
+        ("analyzers.schema", "from perfbench import store\n", "perfbench.store"),
+        ("perfbench.errors", "from analyzers.schema import Profile\n", "analyzers.schema"),
+        ("workloads.parallel.rules", "from workloads.parallel import pipeline\n", "workloads.parallel.pipeline"),
+        ("workloads.runner", "from analyzers import load_profile\n", "analyzers"),
+        ("perfbench.store", "from dashboards.data import DashData\n", "dashboards.data"),
+    ],
+)
 def test_the_checker_catches_a_synthetic_violation(module, source, culprit):
     """One module's source replaced by a wrong import: the checker names it (and is silent without it)."""
     edges = graph()
@@ -186,12 +196,21 @@ def test_the_checker_catches_a_synthetic_cycle():
     edges = graph()
     fake = dict(edges)
     fake["analyzers.schema"] = edges["analyzers.schema"] + imports(
-        "analyzers.schema", "def f():\n    from analyzers.analyses.breakdown import analysis\n", set(edges))
+        "analyzers.schema", "def f():\n    from analyzers.analyses.breakdown import analysis\n", set(edges)
+    )
     assert cycles(edges) == []
     assert any({"analyzers.analyses.breakdown", "analyzers.schema"} <= set(c) for c in cycles(fake)), cycles(fake)
 
 
 def test_relative_imports_resolve():
-    known = {"analyzers", "analyzers.parsers.ascend", "analyzers.parsers.ascend.db", "analyzers.parsers.ascend.common", "perfbench.cli"}
+    known = {
+        "analyzers",
+        "analyzers.parsers.ascend",
+        "analyzers.parsers.ascend.db",
+        "analyzers.parsers.ascend.common",
+        "perfbench.cli",
+    }
     assert imports("analyzers.parsers.ascend.db", "from .common import x\nfrom ..schema import y\n", known) == [
-        ("analyzers.parsers.ascend.common", 1), ("analyzers", 2)]
+        ("analyzers.parsers.ascend.common", 1),
+        ("analyzers", 2),
+    ]

@@ -19,18 +19,33 @@ from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, Profile, conform
 
 
 def _co(rows):
-    cols = ["rank", "step", "op_name", "op_type", "group", "group_size", "start_us", "elapse_ms", "transit_ms",
-            "wait_ms", "synchronization_ms", "idle_ms", "size_bytes"]
+    cols = [
+        "rank",
+        "step",
+        "op_name",
+        "op_type",
+        "group",
+        "group_size",
+        "start_us",
+        "elapse_ms",
+        "transit_ms",
+        "wait_ms",
+        "synchronization_ms",
+        "idle_ms",
+        "size_bytes",
+    ]
     return conform(pd.DataFrame(rows, columns=cols), COMM_OPS)
 
 
-OPS = _co([
-    # rank, step, name, type, group, n, start, elapse, transit, wait, sync, idle, bytes
-    (0, 1, "ar1", "allreduce", "g", 2, 0.0, 10.0, 6.0, 2.0, 1.0, 0.5, 4e8),
-    (0, 1, "ag1", "AllGather", "g", 2, 50.0, 4.0, 3.0, 1.0, 3.0, 0.0, 1e8),
-    (1, 1, "ar1", "allreduce", "g", 2, 0.0, 10.0, 8.0, 0.0, 0.0, 1.0, 4e8),
-    (1, 1, "ag1", "AllGather", "g", 2, 50.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1e8),  # zero time
-])
+OPS = _co(
+    [
+        # rank, step, name, type, group, n, start, elapse, transit, wait, sync, idle, bytes
+        (0, 1, "ar1", "allreduce", "g", 2, 0.0, 10.0, 6.0, 2.0, 1.0, 0.5, 4e8),
+        (0, 1, "ag1", "AllGather", "g", 2, 50.0, 4.0, 3.0, 1.0, 3.0, 0.0, 1e8),
+        (1, 1, "ar1", "allreduce", "g", 2, 0.0, 10.0, 8.0, 0.0, 0.0, 1.0, 4e8),
+        (1, 1, "ag1", "AllGather", "g", 2, 50.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1e8),  # zero time
+    ]
+)
 
 
 def test_comm_op_stats_by_hand():
@@ -83,12 +98,20 @@ def test_per_type_summary_by_hand():
 
 
 def _bw(rows):
-    return conform(pd.DataFrame(rows, columns=["rank", "step", "op_name", "transport", "size_mb", "time_ms",
-                                               "bandwidth_gbps"]), COMM_BANDWIDTH)
+    return conform(
+        pd.DataFrame(rows, columns=["rank", "step", "op_name", "transport", "size_mb", "time_ms", "bandwidth_gbps"]),
+        COMM_BANDWIDTH,
+    )
 
 
-BW = _bw([(0, 1, "ar1", "HCCS", 100.0, 10.0, 10.0), (0, 1, "ag1", "HCCS", 50.0, 10.0, 5.0),
-          (0, 1, "ar1", "RDMA", 10.0, 0.0, 0.0), (1, 1, "ar1", "HCCS", 30.0, 3.0, 10.0)])
+BW = _bw(
+    [
+        (0, 1, "ar1", "HCCS", 100.0, 10.0, 10.0),
+        (0, 1, "ag1", "HCCS", 50.0, 10.0, 5.0),
+        (0, 1, "ar1", "RDMA", 10.0, 0.0, 0.0),
+        (1, 1, "ar1", "HCCS", 30.0, 3.0, 10.0),
+    ]
+)
 
 
 def test_rank_totals_by_hand():
@@ -127,13 +150,21 @@ def test_collectives_analysis_through_the_registry():
 
 # ---- expert load ---------------------------------------------------------------------------------------------------
 
+
 def _ws(rows):
     return pd.DataFrame(rows, columns=["rank", "step", "tokens_per_expert", "dropped_tokens"])
 
 
 def test_expert_load_by_hand():
-    ws = _ws([(0, 0, [9, 9, 9, 9], 0), (0, 1, [3, 1, 0, 0], 1), (1, 1, "[1, 3, 0, 4]", 2),
-              (0, 2, [2, 2, 2, 2], 0), (1, 2, [2, 2, 2, 2], None)])
+    ws = _ws(
+        [
+            (0, 0, [9, 9, 9, 9], 0),
+            (0, 1, [3, 1, 0, 0], 1),
+            (1, 1, "[1, 3, 0, 4]", 2),
+            (0, 2, [2, 2, 2, 2], 0),
+            (1, 2, [2, 2, 2, 2], None),
+        ]
+    )
     t = expert_load(ws, warmup_steps=1).set_index("step")
     assert list(t.index) == [1, 2]  # step 0 is warm-up
     s1 = t.loc[1]  # load = [4, 4, 0, 4]: mean 3, max 4, std sqrt(3)
@@ -175,24 +206,60 @@ def test_expert_load_cv_through_the_registry():
 
 # ---- run rows, directions, compare statistics, group matching, pipeline bubble (survivors of `make mutation`) -------
 
+
 def test_ls_row_carries_every_field_of_the_record():
     from perfbench.views.results import summarize
 
-    metrics = {"throughput": 10.0, "step_time_s": 0.5, "computing_s": 0.3, "communication_not_overlapped_s": 0.1,
-               "overlapped_s": 0.05, "free_s": 0.1, "comm_share": 0.25, "kernel_utilization": 0.6,
-               "collectives_per_step": 161.0, "comm_bytes_per_step": 1e6, "bubble_fraction": 0.2,
-               "expert_load_cv": 0.3, "dropped_tokens_per_step": 7.0, "loss_first": 2.3, "loss_last": 1.1}
-    rec = {"run_id": "r2", "sweep_id": "sw", "source": "sweep", "status": "ok", "error": "none really",
-           "settings": {"world_size": 2}, "config_key": "K", "metrics": metrics}
-    one = {"run_id": "r1", "status": "ok", "settings": {"world_size": 1}, "config_key": "K",
-           "metrics": {"throughput": 4.0}}
+    metrics = {
+        "throughput": 10.0,
+        "step_time_s": 0.5,
+        "computing_s": 0.3,
+        "communication_not_overlapped_s": 0.1,
+        "overlapped_s": 0.05,
+        "free_s": 0.1,
+        "comm_share": 0.25,
+        "kernel_utilization": 0.6,
+        "collectives_per_step": 161.0,
+        "comm_bytes_per_step": 1e6,
+        "bubble_fraction": 0.2,
+        "expert_load_cv": 0.3,
+        "dropped_tokens_per_step": 7.0,
+        "loss_first": 2.3,
+        "loss_last": 1.1,
+    }
+    rec = {
+        "run_id": "r2",
+        "sweep_id": "sw",
+        "source": "sweep",
+        "status": "ok",
+        "error": "none really",
+        "settings": {"world_size": 2},
+        "config_key": "K",
+        "metrics": metrics,
+    }
+    one = {
+        "run_id": "r1",
+        "status": "ok",
+        "settings": {"world_size": 1},
+        "config_key": "K",
+        "metrics": {"throughput": 4.0},
+    }
     (row,) = summarize([rec], context=[one, rec])  # the baseline comes from the context
     from analyzers.catalogue import METRICS
 
     unknown = {name: None for name in METRICS}  # every catalogue metric is a field; unknown ones are null
-    assert row == {"run_id": "r2", "sweep_id": "sw", "source": "sweep", "status": "ok", "error": "none really",
-                   "settings": {"world_size": 2}, **unknown, **metrics,
-                   "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0)), "unsteady": []}
+    assert row == {
+        "run_id": "r2",
+        "sweep_id": "sw",
+        "source": "sweep",
+        "status": "ok",
+        "error": "none really",
+        "settings": {"world_size": 2},
+        **unknown,
+        **metrics,
+        "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0)),
+        "unsteady": [],
+    }
     (row,) = summarize([dict(rec, metrics=dict(metrics, rank_cpu_spread=0.5))])  # ranks at two speeds: said why
     assert row["unsteady"] == ["ranks' CPU time per step 50% apart"]
     (row,) = summarize([rec])  # without the context there is no 1-rank run
@@ -204,11 +271,19 @@ def test_ls_row_carries_every_field_of_the_record():
     assert baselines([{"run_id": "y", "status": "ok", "config_key": "K", "metrics": {"throughput": 1.0}}]) == {}
 
 
-@pytest.mark.parametrize("better,before,after,worse", [
-    ("higher", 10, 9, True), ("higher", 10, 10, False), ("higher", 10, 11, False),
-    ("lower", 10, 11, True), ("lower", 10, 10, False), ("lower", 10, 9, False),
-    (None, 10, 11, False), (None, 10, 9, False),
-])
+@pytest.mark.parametrize(
+    "better,before,after,worse",
+    [
+        ("higher", 10, 9, True),
+        ("higher", 10, 10, False),
+        ("higher", 10, 11, False),
+        ("lower", 10, 11, True),
+        ("lower", 10, 10, False),
+        ("lower", 10, 9, False),
+        (None, 10, 11, False),
+        (None, 10, 9, False),
+    ],
+)
 def test_metric_worse_by_direction(better, before, after, worse):
     from analyzers.catalogue import Metric, metric
 
@@ -222,15 +297,27 @@ def test_metric_delta_by_hand():
     from perfbench.regress.compare import metric_delta
 
     r = metric_delta("step_time_s", [1.0, 2.0, 3.0], [])
-    assert r == {"metric": "step_time_s", "unit": "s", "higher_is_better": False, "n_a": 3, "n_b": 0, "a": 2.0,
-                 "b": None, "delta": None, "rel": None, "ci_low": None, "ci_high": None, "p_value": None}
+    assert r == {
+        "metric": "step_time_s",
+        "unit": "s",
+        "higher_is_better": False,
+        "n_a": 3,
+        "n_b": 0,
+        "a": 2.0,
+        "b": None,
+        "delta": None,
+        "rel": None,
+        "ci_low": None,
+        "ci_high": None,
+        "p_value": None,
+    }
     r = metric_delta("throughput", [], [4.0])
     assert r["a"] is None and r["b"] == 4.0 and r["higher_is_better"] is True and r["unit"] == "samples/s"
     r = metric_delta("no_such_metric", [1.0, 2.0], [3.0, 5.0], level=0.5)
     assert r["higher_is_better"] is False and r["unit"] == ""
     assert r["median_a"] == 1.5 and r["median_b"] == 4.0 and r["rel"] == pytest.approx(2.5 / 1.5)
     va, vb = 0.5 / 2, 2.0 / 2  # sample variances / n
-    dof = (va + vb) ** 2 / (va ** 2 + vb ** 2)
+    dof = (va + vb) ** 2 / (va**2 + vb**2)
     half = stats.t.ppf(0.75, dof) * math.sqrt(va + vb)  # a 50% interval
     assert r["ci_abs"] == pytest.approx([2.5 - half, 2.5 + half])
     assert r["ci_low"] == pytest.approx((2.5 - half) / 1.5) and r["ci_high"] == pytest.approx((2.5 + half) / 1.5)
@@ -281,6 +368,7 @@ def test_ratios_between_0_and_1_ms():
 
 # ---- slow ranks: the outlier tests at their edges -----------------------------------------------------------------
 
+
 def test_outlier_test_by_hand():
     from analyzers.analyses.slow_ranks import DIXON_Q95, _outlier_test, sign_test_p
 
@@ -301,8 +389,8 @@ def test_outlier_test_by_hand():
     assert _outlier_test([1.0] * 11) == ("3sigma", 0.0, 3.0, False)
     # the sign test: P[X >= k], X ~ Binomial(n, 1/2)
     assert sign_test_p(0, 5) == 1.0 and sign_test_p(6, 5) == 0.0 and sign_test_p(5, 5) == pytest.approx(1 / 32)
-    assert sign_test_p(15, 20) == pytest.approx(sum(math.comb(20, i) for i in range(15, 21)) / 2 ** 20)
-    exact = sum(math.comb(2000, i) for i in range(1010, 2001)) / 2 ** 2000  # still exact at n = 2000
+    assert sign_test_p(15, 20) == pytest.approx(sum(math.comb(20, i) for i in range(15, 21)) / 2**20)
+    exact = sum(math.comb(2000, i) for i in range(1010, 2001)) / 2**2000  # still exact at n = 2000
     assert sign_test_p(1010, 2000) == pytest.approx(exact, rel=1e-12)
 
 
@@ -312,8 +400,17 @@ def _pair_ops(last_of_rank1: int, n: int, late_ms: float, elapse_ms: float = 10.
         late1 = late_ms if step < last_of_rank1 else 0.0
         late0 = 0.0 if step < last_of_rank1 else late_ms
         for rank, late in ((0, late0), (1, late1)):
-            rows.append({"rank": rank, "step": step, "op_name": "ar", "group": "g", "wait_ms": 5.0 - late,
-                         "start_us": 0.0, "elapse_ms": elapse_ms})
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": step,
+                    "op_name": "ar",
+                    "group": "g",
+                    "wait_ms": 5.0 - late,
+                    "start_us": 0.0,
+                    "elapse_ms": elapse_ms,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -337,12 +434,22 @@ def test_two_rank_groups_by_hand():
 
 # ---- reconciliation and compare's tests at their edges -----------------------------------------------------------
 
+
 def test_reconcile_edges():
-    ours = pd.DataFrame([{"rank": 0, "step": 1, "step_us": 100.0, "computing_us": 60.0, "bubble_us": 5.0},
-                         {"rank": 0, "step": 2, "step_us": 0.0, "computing_us": 0.0, "bubble_us": 0.0},
-                         {"rank": 0, "step": 3, "step_us": 0.5, "computing_us": 0.5, "bubble_us": 0.0}])
-    ref = pd.DataFrame([{"rank": 0.0, "step": 1.0, "computing_us": 50.0}, {"rank": 0.0, "step": 2.0, "computing_us": 1.0},
-                        {"rank": 0.0, "step": 3.0, "computing_us": 0.25}])
+    ours = pd.DataFrame(
+        [
+            {"rank": 0, "step": 1, "step_us": 100.0, "computing_us": 60.0, "bubble_us": 5.0},
+            {"rank": 0, "step": 2, "step_us": 0.0, "computing_us": 0.0, "bubble_us": 0.0},
+            {"rank": 0, "step": 3, "step_us": 0.5, "computing_us": 0.5, "bubble_us": 0.0},
+        ]
+    )
+    ref = pd.DataFrame(
+        [
+            {"rank": 0.0, "step": 1.0, "computing_us": 50.0},
+            {"rank": 0.0, "step": 2.0, "computing_us": 1.0},
+            {"rank": 0.0, "step": 3.0, "computing_us": 0.25},
+        ]
+    )
     rec = reconcile(ours, ref)
     assert list(rec["metric"]) == ["computing"] * 3  # bubble: the profiler did not write it, nothing to compare
     assert list(rec.index) == [0, 1, 2]
@@ -370,8 +477,15 @@ def test_no_collectives_in_a_profile_with_op_data_is_zero_not_unknown():
     """A 1-rank profile has ops but no collectives: 0 collectives per step is known; without op data it is null."""
     from analyzers.analyses.step_metrics import run_metrics, step_series
 
-    sb = pd.DataFrame({"rank": [0, 0], "step": [1, 2], "step_us": [100.0, 100.0], "computing_us": [80.0, 70.0],
-                       "communication_us": [0.0, 0.0]})
+    sb = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "step": [1, 2],
+            "step_us": [100.0, 100.0],
+            "computing_us": [80.0, 70.0],
+            "communication_us": [0.0, 0.0],
+        }
+    )
     seen = run_metrics(step_series(None, sb, None, 0, ops_seen=True))
     assert seen["collectives_per_step"] == 0.0 and seen["comm_bytes_per_step"] == 0.0
     unseen = run_metrics(step_series(None, sb, None, 0, ops_seen=False))

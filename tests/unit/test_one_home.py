@@ -26,21 +26,61 @@ def test_collectives_and_link_totals_leave_a_zero_time_unknown():
     from analyzers.analyses.collectives import rank_totals
     from analyzers.analyses.parallel_groups import link_totals
 
-    links = pd.DataFrame({"step": [1, 1], "group": ["g", "g"], "src": [0, 1], "dst": [1, 0], "transport": ["HCCS"] * 2,
-                          "size_mb": [8.0, 8.0], "time_ms": [2.0, 0.0], "op_name": ["a", "b"], "global_ranks": [True, True]})
+    links = pd.DataFrame(
+        {
+            "step": [1, 1],
+            "group": ["g", "g"],
+            "src": [0, 1],
+            "dst": [1, 0],
+            "transport": ["HCCS"] * 2,
+            "size_mb": [8.0, 8.0],
+            "time_ms": [2.0, 0.0],
+            "op_name": ["a", "b"],
+            "global_ranks": [True, True],
+        }
+    )
     tot = link_totals(links).set_index("src")
     assert tot.at[0, "bandwidth_gbps"] == 4.0 and math.isnan(tot.at[1, "bandwidth_gbps"])
-    co = pd.DataFrame({"rank": [0], "step": [1], "op_name": ["hcom_allReduce_1"], "op_type": ["allreduce"],
-                       "group": ["g"], "elapse_ms": [1.0], "transit_ms": [1.0], "wait_ms": [0.0],
-                       "synchronization_ms": [0.0], "idle_ms": [0.0], "size_bytes": [1e6], "group_size": [2]})
-    bw = pd.DataFrame({"rank": [0, 0], "step": [1, 1], "op_name": ["hcom_allReduce_1"] * 2, "transport": ["HCCS", "SDMA"],
-                       "size_mb": [6.0, 1.0], "time_ms": [3.0, 0.0]})
+    co = pd.DataFrame(
+        {
+            "rank": [0],
+            "step": [1],
+            "op_name": ["hcom_allReduce_1"],
+            "op_type": ["allreduce"],
+            "group": ["g"],
+            "elapse_ms": [1.0],
+            "transit_ms": [1.0],
+            "wait_ms": [0.0],
+            "synchronization_ms": [0.0],
+            "idle_ms": [0.0],
+            "size_bytes": [1e6],
+            "group_size": [2],
+        }
+    )
+    bw = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "step": [1, 1],
+            "op_name": ["hcom_allReduce_1"] * 2,
+            "transport": ["HCCS", "SDMA"],
+            "size_mb": [6.0, 1.0],
+            "time_ms": [3.0, 0.0],
+        }
+    )
     t = rank_totals(co, bw)
     assert t["HCCS_bandwidth_gbps"].iloc[0] == 2.0 and math.isnan(t["SDMA_bandwidth_gbps"].iloc[0])
 
 
-@pytest.mark.parametrize("config,warm", [({"train": {"warmup_steps": 3}}, 3), ({"train": {}}, 0), (None, 0),
-                                         ({"train": {"warmup_steps": "x"}}, 0), ({"train": None}, 0)])
+@pytest.mark.parametrize(
+    "config,warm",
+    [
+        ({"train": {"warmup_steps": 3}}, 3),
+        ({"train": {}}, 0),
+        (None, 0),
+        ({"train": {"warmup_steps": "x"}}, 0),
+        ({"train": None}, 0),
+    ],
+)
 def test_warmup_steps_of_a_run_config(config, warm):
     assert warmup_steps(config) == warm
 
@@ -50,8 +90,17 @@ def test_view_metric_lists_come_from_the_catalogue():
     from analyzers.analyses.step_metrics import SERIES_COLUMN
     from perfbench.regress.check import DEFAULT_METRICS
 
-    assert catalogue.KEY_METRICS == ("throughput", "step_time_s", "computing_s", "communication_not_overlapped_s",
-                                     "overlapped_s", "free_s", "comm_share", "kernel_utilization", "scaling_efficiency")
+    assert catalogue.KEY_METRICS == (
+        "throughput",
+        "step_time_s",
+        "computing_s",
+        "communication_not_overlapped_s",
+        "overlapped_s",
+        "free_s",
+        "comm_share",
+        "kernel_utilization",
+        "scaling_efficiency",
+    )
     assert DEFAULT_METRICS == ("throughput", "step_time_s", "comm_share", "communication_not_overlapped_s")
     assert SERIES_COLUMN is catalogue.SERIES_COLUMN
     assert SERIES_COLUMN["step_cpu_s"] == "cpu_s" and SERIES_COLUMN["collectives_per_step"] == "collectives"
@@ -79,7 +128,7 @@ def test_the_architecture_map_covers_every_module():
     from tests.support import ROOT
 
     doc = (ROOT / "docs" / "architecture.md").read_text()
-    section = doc[doc.index("## Where things live"):doc.index("## Layers")]
+    section = doc[doc.index("## Where things live") : doc.index("## Layers")]
     missing = []
     for pkg in ("perfbench", "analyzers", "workloads", "dashboards"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
@@ -88,8 +137,11 @@ def test_the_architecture_map_covers_every_module():
             rel = path.relative_to(ROOT)
             folder = f"`{rel.parent.as_posix()}/`"
             named = f"`{path.name}`" in section or f", `{path.name}`" in section or path.name in section
-            if rel.parent.name in ("commands", "pages") or rel.parent.parent.name in ("resnet50", "moe") \
-                    or rel.parent.name in ("resnet50", "moe", "cpu", "ascend", "msprof", "legacy"):
+            if (
+                rel.parent.name in ("commands", "pages")
+                or rel.parent.parent.name in ("resnet50", "moe")
+                or rel.parent.name in ("resnet50", "moe", "cpu", "ascend", "msprof", "legacy")
+            ):
                 named = named or path.stem in section or folder.split("/")[-2] + "/" in section
             if not named:
                 missing.append(rel.as_posix())

@@ -16,9 +16,15 @@ import pandas as pd
 import pytest
 
 import analyzers
-from analyzers.analyses.parallel_groups import (double_hash, global_links, groups_from_communication_group,
-                                       groups_from_metadata, groups_from_strategy, rank_stages,
-                                       stage_of_rank)
+from analyzers.analyses.parallel_groups import (
+    double_hash,
+    global_links,
+    groups_from_communication_group,
+    groups_from_metadata,
+    groups_from_strategy,
+    rank_stages,
+    stage_of_rank,
+)
 from analyzers.schema import Profile
 from tests.support import fixture_path
 
@@ -35,11 +41,14 @@ def test_double_hash_is_msprof_analyzes():
 
 
 def test_groups_from_metadata_hand_built():
-    md = {"parallel_group_info": {
-        "g_dp0": {"group_name": "dp", "group_rank": 0, "global_ranks": [2, 0]},
-        "g_pp0": {"group_name": "pp", "group_rank": 0, "global_ranks": [0, 2]},
-        "g_tp0": {"group_name": "tp_group", "group_rank": 1, "global_ranks": [4, 5]},
-        "g_x": {"group_name": "default_pg", "global_ranks": [0, 1, 2, 3]}}}
+    md = {
+        "parallel_group_info": {
+            "g_dp0": {"group_name": "dp", "group_rank": 0, "global_ranks": [2, 0]},
+            "g_pp0": {"group_name": "pp", "group_rank": 0, "global_ranks": [0, 2]},
+            "g_tp0": {"group_name": "tp_group", "group_rank": 1, "global_ranks": [4, 5]},
+            "g_x": {"group_name": "default_pg", "global_ranks": [0, 1, 2, 3]},
+        }
+    }
     g = groups_from_metadata(md)
     # keyed by the hash torch_npu writes into the communication files, by the raw id and by the label
     assert g[str(double_hash("g_dp0"))] == g["g_dp0"] == g["dp"]
@@ -50,13 +59,28 @@ def test_groups_from_metadata_hand_built():
 
 def test_stage_from_pp_groups_and_distributed_args():
     ranks = pd.DataFrame({"rank": [0, 1, 2, 3]})
-    md = {"parallel_group_info": {"a": {"group_name": "pp", "global_ranks": [0, 2]},
-                                  "b": {"group_name": "pp", "global_ranks": [1, 3]}}}
+    md = {
+        "parallel_group_info": {
+            "a": {"group_name": "pp", "global_ranks": [0, 2]},
+            "b": {"group_name": "pp", "global_ranks": [1, 3]},
+        }
+    }
     p = Profile(source="x", path="x", ranks=ranks, meta={"parallel_groups": groups_from_metadata(md)})
     assert stage_of_rank(p) == ({0: 0, 2: 1, 1: 0, 3: 1}, "pp groups")
     # Megatron sizes only: stage = rank // (world / pp) (msprof-analyze map_rank_pp_stage)
-    p = Profile(source="x", path="x", ranks=ranks, meta={"distributed_args": {
-        "world_size": 4, "pipeline_model_parallel_size": 2, "tensor_model_parallel_size": 1, "data_parallel_size": 2}})
+    p = Profile(
+        source="x",
+        path="x",
+        ranks=ranks,
+        meta={
+            "distributed_args": {
+                "world_size": 4,
+                "pipeline_model_parallel_size": 2,
+                "tensor_model_parallel_size": 1,
+                "data_parallel_size": 2,
+            }
+        },
+    )
     assert stage_of_rank(p) == ({0: 0, 1: 0, 2: 1, 3: 1}, "distributed_args")
     p = Profile(source="x", path="x", ranks=ranks)
     st = rank_stages(p)
@@ -67,8 +91,9 @@ def test_strategy_stage_devices_set_h():
     files = sorted(fixture_path(*H_STRATEGY).glob("parallel_strategy_*.json"))
     g = groups_from_strategy(files)
     # parallel_strategy_0.json: config.stageDevices = [{"dim": [{"size": "0"}, {"size": "1"}]}] (one stage, devices 0, 1)
-    assert g == {"stage0": {"ranks": [0, 1], "kind": "stage", "source": "parallel_strategy", "label": "stage0",
-                            "stage": 0}}
+    assert g == {
+        "stage0": {"ranks": [0, 1], "kind": "stage", "source": "parallel_strategy", "label": "stage0", "stage": 0}
+    }
 
 
 def test_set_g_stages_from_the_pipeline_file_names():
@@ -83,24 +108,55 @@ def test_set_g_stages_from_the_pipeline_file_names():
 
 def test_communication_group_json(tmp_path):
     f = tmp_path / "communication_group.json"
-    f.write_text(json.dumps({"collective": [[0, 1]], "p2p": [], "comm_group_parallel_info": [
-        {"type": "collective", "rank_set": [0, 2], "group_name": "123", "group_id": "x", "pg_name": "dp"}]}))
+    f.write_text(
+        json.dumps(
+            {
+                "collective": [[0, 1]],
+                "p2p": [],
+                "comm_group_parallel_info": [
+                    {"type": "collective", "rank_set": [0, 2], "group_name": "123", "group_id": "x", "pg_name": "dp"}
+                ],
+            }
+        )
+    )
     assert groups_from_communication_group(f)["123"]["ranks"] == [0, 2]
     assert groups_from_communication_group(f)["123"]["kind"] == "dp"
 
 
 def test_local_ranks_mapped_through_group_list():
     # rank 2's matrix says 0->1 in a group whose global ranks are [2, 3]: that is 2->3
-    links = pd.DataFrame({"step": [1, 1], "op_name": ["send", "send"], "group": ["G", "G"], "src": [0, 1],
-                          "dst": [1, 0], "transport": ["HCCS"] * 2, "size_mb": [1.0, 2.0], "time_ms": [1.0, 1.0],
-                          "bandwidth_gbps": [1.0, 2.0], "rank": [2, 3]})
+    links = pd.DataFrame(
+        {
+            "step": [1, 1],
+            "op_name": ["send", "send"],
+            "group": ["G", "G"],
+            "src": [0, 1],
+            "dst": [1, 0],
+            "transport": ["HCCS"] * 2,
+            "size_mb": [1.0, 2.0],
+            "time_ms": [1.0, 1.0],
+            "bandwidth_gbps": [1.0, 2.0],
+            "rank": [2, 3],
+        }
+    )
     out = global_links(links, {"G": {"ranks": [3, 2], "kind": "pp"}})
     assert out[["src", "dst"]].astype(int).values.tolist() == [[2, 3], [3, 2]]
     assert out[["src_local", "dst_local"]].astype(int).values.tolist() == [[0, 1], [1, 0]]
     # no group list: each rank's own link i-i says local i is that rank; an unmapped end is null
-    links2 = pd.DataFrame({"step": [1] * 3, "op_name": ["ar"] * 3, "group": ["H"] * 3, "src": [0, 0, 1],
-                           "dst": [0, 5, 1], "transport": ["LOCAL", "HCCS", "LOCAL"], "size_mb": [1.0] * 3,
-                           "time_ms": [1.0] * 3, "bandwidth_gbps": [1.0] * 3, "rank": [4, 4, 6]})
+    links2 = pd.DataFrame(
+        {
+            "step": [1] * 3,
+            "op_name": ["ar"] * 3,
+            "group": ["H"] * 3,
+            "src": [0, 0, 1],
+            "dst": [0, 5, 1],
+            "transport": ["LOCAL", "HCCS", "LOCAL"],
+            "size_mb": [1.0] * 3,
+            "time_ms": [1.0] * 3,
+            "bandwidth_gbps": [1.0] * 3,
+            "rank": [4, 4, 6],
+        }
+    )
     out2 = global_links(links2, {})
     assert out2["src"].tolist() == [4, 4, 6] and out2["dst"].tolist()[0] == 4 and pd.isna(out2["dst"].iloc[1])
 
@@ -130,8 +186,12 @@ def test_total_op_info_and_global_links_match_msprof_analyze(msprof_matrix):
                         n_total += 1
                     else:
                         name = op.split("@")[0]
-                        mine = links[(links["group"] == group) & (links["op_name"] == name) & (links["src"] == src)
-                                     & (links["dst"] == dst)]
+                        mine = links[
+                            (links["group"] == group)
+                            & (links["op_name"] == name)
+                            & (links["src"] == src)
+                            & (links["dst"] == dst)
+                        ]
                         n_ops += 1
                     assert len(mine) == 1, (op, pair)
                     m = mine.iloc[0]
@@ -149,8 +209,12 @@ def test_legacy_reader_keeps_the_strategy_stages(tmp_path):
     """Set H: a legacy step trace next to MindSpore's parallel strategy files -> the stage group in Profile.meta."""
     for f in fixture_path(*H_STRATEGY).iterdir():
         shutil.copy2(f, tmp_path / f.name)
-    shutil.copy2(fixture_path("mindspore-ai__mindinsight", "tests", "utils", "resource", "profiler",
-                              "step_trace_raw_0_detail_time.csv"), tmp_path / "step_trace_raw_0_detail_time.csv")
+    shutil.copy2(
+        fixture_path(
+            "mindspore-ai__mindinsight", "tests", "utils", "resource", "profiler", "step_trace_raw_0_detail_time.csv"
+        ),
+        tmp_path / "step_trace_raw_0_detail_time.csv",
+    )
     p = analyzers.load_profile(tmp_path)
     assert p.meta["parallel_groups"]["stage0"]["ranks"] == [0, 1]
     st = rank_stages(p)
@@ -166,8 +230,12 @@ def _made_up_pp2dp2(tmp_path) -> Path:
 
     src = fixture_path(*B, "level1")
     old = "17522688603477080586"
-    info = {"dp_0": {"group_name": "dp", "global_ranks": [0, 1]}, "dp_1": {"group_name": "dp", "global_ranks": [2, 3]},
-            "pp_0": {"group_name": "pp", "global_ranks": [0, 2]}, "pp_1": {"group_name": "pp", "global_ranks": [1, 3]}}
+    info = {
+        "dp_0": {"group_name": "dp", "global_ranks": [0, 1]},
+        "dp_1": {"group_name": "dp", "global_ranks": [2, 3]},
+        "pp_0": {"group_name": "pp", "global_ranks": [0, 2]},
+        "pp_1": {"group_name": "pp", "global_ranks": [1, 3]},
+    }
     root = tmp_path / "pp2dp2"
     for r in range(4):
         s = src / f"rank{r % 2}_ascend_pt"
@@ -178,8 +246,9 @@ def _made_up_pp2dp2(tmp_path) -> Path:
         pi["rank_id"] = r
         (d / f"profiler_info_{r}.json").write_text(json.dumps(pi))
         md = json.loads((d / "profiler_metadata.json").read_text())
-        md["parallel_group_info"] = {k: dict(v, group_rank=v["global_ranks"].index(r)) if r in v["global_ranks"] else v
-                                     for k, v in info.items()}
+        md["parallel_group_info"] = {
+            k: dict(v, group_rank=v["global_ranks"].index(r)) if r in v["global_ranks"] else v for k, v in info.items()
+        }
         (d / "profiler_metadata.json").write_text(json.dumps(md))
         new = str(theirs("dp_0" if r < 2 else "dp_1"))
         for f in ("communication.json", "communication_matrix.json"):
@@ -202,12 +271,17 @@ def test_made_up_pp2dp2_groups_stages_and_global_links(tmp_path):
     row = lk[(lk["group"] == g1) & (lk["rank"] == 3) & (lk["src_local"] == 1) & (lk["dst_local"] == 0)]
     assert set(row["src"]) == {3} and set(row["dst"]) == {2}
     # the group's Total Op Info: B's allreduce-total links, now between global ranks 2 and 3
-    mx = json.loads((fixture_path(*B, "level1", "rank1_ascend_pt", "ASCEND_PROFILER_OUTPUT",
-                                  "communication_matrix.json")).read_text())
+    mx = json.loads(
+        (
+            fixture_path(*B, "level1", "rank1_ascend_pt", "ASCEND_PROFILER_OUTPUT", "communication_matrix.json")
+        ).read_text()
+    )
     want = mx["step50"]["collective"]["allreduce-total@17522688603477080586"]["1-0"]
     tot = a.tables["link_totals"]
     t = tot[(tot["group"] == g1) & (tot["src"] == 3) & (tot["dst"] == 2)].iloc[0]
-    assert t["size_mb"] == pytest.approx(want["Transit Size(MB)"]) and t["time_ms"] == pytest.approx(want["Transit Time(ms)"])
+    assert t["size_mb"] == pytest.approx(want["Transit Size(MB)"]) and t["time_ms"] == pytest.approx(
+        want["Transit Time(ms)"]
+    )
     # dp groups equal the stages here: compared once per stage, never across stages
     assert set(a.tables["rank_imbalance"]["group"]) == {"stage 0", "stage 1"}
     assert [s["stage"] for s in a.tables["stages"].to_dict("records")] == [0, 1]
@@ -233,7 +307,9 @@ def test_msprof_analyze_cluster_output_links_stay_global(msprof_matrix, tmp_path
                     continue
                 for pair in lk:
                     src, dst = map(int, pair.split("-"))
-                    n += len(links[(links["op_name"] == op.split("@")[0]) & (links["src"] == src) & (links["dst"] == dst)])
+                    n += len(
+                        links[(links["op_name"] == op.split("@")[0]) & (links["src"] == src) & (links["dst"] == dst)]
+                    )
     assert n == len(links) > 0 and links["global_ranks"].all()
 
 
@@ -246,10 +322,17 @@ def test_db_meta_data_groups(tmp_path):
 
     con = sqlite3.connect(tmp_path / "p.db")
     con.execute("CREATE TABLE META_DATA (name TEXT, value TEXT)")
-    con.executemany("INSERT INTO META_DATA VALUES (?, ?)", [
-        ("SCHEMA_VERSION", "1.0.0"),
-        ("parallel_group_info", json.dumps({"gid_pp": {"group_name": "pp", "group_rank": 0, "global_ranks": [1, 5]}})),
-        ("distributed_args", json.dumps({"world_size": 8, "pipeline_model_parallel_size": 2}))])
+    con.executemany(
+        "INSERT INTO META_DATA VALUES (?, ?)",
+        [
+            ("SCHEMA_VERSION", "1.0.0"),
+            (
+                "parallel_group_info",
+                json.dumps({"gid_pp": {"group_name": "pp", "group_rank": 0, "global_ranks": [1, 5]}}),
+            ),
+            ("distributed_args", json.dumps({"world_size": 8, "pipeline_model_parallel_size": 2})),
+        ],
+    )
     meta = {"parallel_groups": {}}
     add_db_meta(meta, con)
     assert meta["parallel_groups"][str(double_hash("gid_pp"))]["ranks"] == [1, 5]
@@ -267,8 +350,16 @@ def test_slow_rank_rows_name_the_group_kind():
     from analyzers.analyses.slow_ranks import analysis
 
     # a 2-rank pp group; rank 1 arrives last in all 6 collectives (waits 0, the other waits 5 ms)
-    co = pd.DataFrame({"rank": [0, 1] * 6, "step": [s for s in range(6) for _ in (0, 1)], "op_name": ["send"] * 12,
-                       "group": ["G"] * 12, "wait_ms": [5.0, 0.0] * 6, "elapse_ms": [6.0, 1.0] * 6})
+    co = pd.DataFrame(
+        {
+            "rank": [0, 1] * 6,
+            "step": [s for s in range(6) for _ in (0, 1)],
+            "op_name": ["send"] * 12,
+            "group": ["G"] * 12,
+            "wait_ms": [5.0, 0.0] * 6,
+            "elapse_ms": [6.0, 1.0] * 6,
+        }
+    )
     p = Profile(source="x", path="x", meta={"parallel_groups": {"G": {"ranks": [0, 1], "kind": "pp"}}})
     sr = analysis(Context(profile=p, tables={"comm_ops": co})).tables["slow_ranks"]
     row = sr[(sr["scope"] == "group") & sr["slow"]].iloc[0]

@@ -45,8 +45,9 @@ def _child(prefix):
     return json.loads(p.stdout)
 
 
-@pytest.mark.skipif(shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs taskset and at least 2 CPUs")
+@pytest.mark.skipif(
+    shutil.which("taskset") is None or len(os.sched_getaffinity(0)) < 2, reason="needs taskset and at least 2 CPUs"
+)
 def test_a_pinned_process_joins_on_the_parents_cpus_and_every_thread_is_pinned_back():
     parent = sorted(os.sched_getaffinity(0))
     out = _child(["taskset", "-c", "0"])

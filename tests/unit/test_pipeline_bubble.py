@@ -23,11 +23,40 @@ def _gpipe(stages: int, mbs: int, f: float = 1.0, b: float = 2.0, step: int = 0,
             rank = s * dp + k
             for m in range(mbs):
                 st = t0 + (m + s) * f
-                rows.append({"rank": rank, "step": step, "kind": "forward", "mb": m, "stage": s, "start_ts": st, "end_ts": st + f})
+                rows.append(
+                    {
+                        "rank": rank,
+                        "step": step,
+                        "kind": "forward",
+                        "mb": m,
+                        "stage": s,
+                        "start_ts": st,
+                        "end_ts": st + f,
+                    }
+                )
                 bs = t0 + fwd_end + (m + (stages - 1 - s)) * b
-                rows.append({"rank": rank, "step": step, "kind": "backward", "mb": m, "stage": s, "start_ts": bs, "end_ts": bs + b})
-            rows.append({"rank": rank, "step": step, "kind": "optimizer", "mb": None, "stage": s,
-                         "start_ts": t0 + fwd_end + (mbs + stages - 1) * b + 5, "end_ts": t0 + fwd_end + (mbs + stages - 1) * b + 6})
+                rows.append(
+                    {
+                        "rank": rank,
+                        "step": step,
+                        "kind": "backward",
+                        "mb": m,
+                        "stage": s,
+                        "start_ts": bs,
+                        "end_ts": bs + b,
+                    }
+                )
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": step,
+                    "kind": "optimizer",
+                    "mb": None,
+                    "stage": s,
+                    "start_ts": t0 + fwd_end + (mbs + stages - 1) * b + 5,
+                    "end_ts": t0 + fwd_end + (mbs + stages - 1) * b + 6,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -109,8 +138,14 @@ def test_profiler_breakdown_of_set_g():
 
 
 def test_profiler_breakdown_raw_ascend_columns():
-    ref = pd.DataFrame({"rank": [0, 1, 0, 1], "step": [1, 1, 2, 2], "Stage": [100.0, 80.0, 100.0, 80.0],
-                        "Bubble": [25.0, 8.0, 35.0, 12.0]})
+    ref = pd.DataFrame(
+        {
+            "rank": [0, 1, 0, 1],
+            "step": [1, 1, 2, 2],
+            "Stage": [100.0, 80.0, 100.0, 80.0],
+            "Bubble": [25.0, 8.0, 35.0, 12.0],
+        }
+    )
     ranks = pd.DataFrame({"rank": [0, 1], "stage": [0, 1]})
     p = Profile(source="ascend-text", path="x", ranks=ranks, reference_breakdown=ref)
     res = pipeline_bubbles(p, None, None)
@@ -119,11 +154,16 @@ def test_profiler_breakdown_raw_ascend_columns():
 
 
 def test_stage_from_parallel_groups_or_layout():
-    ref = pd.DataFrame({"rank": [0, 1, 2, 3], "step": [1] * 4, "stage_us": [100.0] * 4,
-                        "bubble_us": [10.0, 30.0, 20.0, 40.0]})
+    ref = pd.DataFrame(
+        {"rank": [0, 1, 2, 3], "step": [1] * 4, "stage_us": [100.0] * 4, "bubble_us": [10.0, 30.0, 20.0, 40.0]}
+    )
     # pipeline groups {0, 2} and {1, 3}: ranks 0, 1 run stage 0; ranks 2, 3 stage 1
-    p = Profile(source="ascend-text", path="x", reference_breakdown=ref,
-                meta={"parallel_groups": {"pp_group_0": [0, 2], "pp_group_1": [1, 3], "dp_group_0": [0, 1]}})
+    p = Profile(
+        source="ascend-text",
+        path="x",
+        reference_breakdown=ref,
+        meta={"parallel_groups": {"pp_group_0": [0, 2], "pp_group_1": [1, 3], "dp_group_0": [0, 1]}},
+    )
     res = pipeline_bubbles(p, None, None)
     assert res["bubble_fraction"].tolist() == pytest.approx([0.2, 0.3])
     # no groups: S = 2 from the config and the contiguous layout (ranks 0, 1 | 2, 3)

@@ -42,10 +42,17 @@ def test_overlap_needs_pynative_and_no_compression():
     ok(conf(train={"mode": "pynative"}, parallel={"overlap_grad_comm": True, "comm_fusion": 1}))
     msg = error_of(conf(parallel={"overlap_grad_comm": True}))
     assert "parallel.overlap_grad_comm=true needs train.mode='pynative' (got 'graph')" in msg
-    msg = error_of(conf(train={"mode": "pynative"}, parallel={"overlap_grad_comm": True, "grad_compression": "powersgd"}))
+    msg = error_of(
+        conf(train={"mode": "pynative"}, parallel={"overlap_grad_comm": True, "grad_compression": "powersgd"})
+    )
     assert "parallel.grad_compression='powersgd'" in msg
-    msg = error_of(conf(train={"mode": "pynative"}, parallel={"overlap_grad_comm": True, "pipeline_stages": 2,
-                                                              "micro_batches": 2}, sweep={"world_size": [2]}))
+    msg = error_of(
+        conf(
+            train={"mode": "pynative"},
+            parallel={"overlap_grad_comm": True, "pipeline_stages": 2, "micro_batches": 2},
+            sweep={"world_size": [2]},
+        )
+    )
     assert "overlap_grad_comm=true is built for workload resnet50 without pipeline" in msg
     msg = error_of(conf(train={"mode": "pynative", "precision": "fp16"}, parallel={"overlap_grad_comm": True}))
     assert "train.precision='fp16'" in msg
@@ -64,8 +71,18 @@ def test_skipped_steps_counts_steps_after_warmup_any_rank_skipped():
     for step in range(6):
         for rank in (0, 1):
             overflow = (step == 0) or (step == 3 and rank == 1) or (step == 4)
-            rows.append({"rank": rank, "step": step, "step_time_s": 0.1, "samples": 8, "loss": 1.0,
-                         "profiled": False, "overflow": overflow, "loss_scale": 1024.0})
+            rows.append(
+                {
+                    "rank": rank,
+                    "step": step,
+                    "step_time_s": 0.1,
+                    "samples": 8,
+                    "loss": 1.0,
+                    "profiled": False,
+                    "overflow": overflow,
+                    "loss_scale": 1024.0,
+                }
+            )
     ws = pd.DataFrame(rows)
     series = step_series(ws, None, None, warmup=2)
     m = run_metrics(series, ws)
@@ -78,8 +95,15 @@ def test_skipped_steps_counts_steps_after_warmup_any_rank_skipped():
 
 
 def hw(precisions=None, precision_scale=None) -> Hardware:
-    return Hardware(name="test", kind="spec", links=[Link("L", BW / 1e9, LAT * 1e6, None)], overlap="none",
-                    compute_scale=1.0, precisions=precisions, precision_scale=precision_scale or {})
+    return Hardware(
+        name="test",
+        kind="spec",
+        links=[Link("L", BW / 1e9, LAT * 1e6, None)],
+        overlap="none",
+        compute_scale=1.0,
+        precisions=precisions,
+        precision_scale=precision_scale or {},
+    )
 
 
 def test_overlap_on_hides_buckets_ready_before_backward_ends_and_off_hides_nothing():
@@ -125,11 +149,15 @@ def test_grad_overlap_metrics_from_spans_by_hand():
         for rank in (0, 1):
             t = 100.0 * step
             wait = 0.2 if rank == 0 else 0.4
-            rows += [{"rank": rank, "step": step, "kind": "backward", "start_ts": t, "end_ts": t + 1.0},
-                     {"rank": rank, "step": step, "kind": "allreduce_wait", "start_ts": t + 1.0, "end_ts": t + 1.0 + wait}]
+            rows += [
+                {"rank": rank, "step": step, "kind": "backward", "start_ts": t, "end_ts": t + 1.0},
+                {"rank": rank, "step": step, "kind": "allreduce_wait", "start_ts": t + 1.0, "end_ts": t + 1.0 + wait},
+            ]
             # 4 buckets: 3 issued during backward, the last one after it
-            rows += [{"rank": rank, "step": step, "kind": "allreduce", "start_ts": t + s, "end_ts": t + 1.5}
-                     for s in (0.3, 0.6, 0.9, 1.05)]
+            rows += [
+                {"rank": rank, "step": step, "kind": "allreduce", "start_ts": t + s, "end_ts": t + 1.5}
+                for s in (0.3, 0.6, 0.9, 1.05)
+            ]
     out = analysis(Context(spans=pd.DataFrame(rows), config={"train": {"warmup_steps": 1}}))
     assert out.metrics["grad_comm_wait_s"] == pytest.approx((0.2 + 0.4) / 2)
     assert out.metrics["grad_buckets_early"] == pytest.approx(0.75)

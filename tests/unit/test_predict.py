@@ -23,15 +23,35 @@ LAT = 5e-6  # 5 us per ring hop
 
 
 def hw(overlap="none", contention=None) -> Hardware:
-    return Hardware(name="test", kind="measured" if contention else "spec", links=[Link("L", BW / 1e9, LAT * 1e6, None)],
-                    overlap=overlap, contention=contention or {}, compute_scale=1.0)
+    return Hardware(
+        name="test",
+        kind="measured" if contention else "spec",
+        links=[Link("L", BW / 1e9, LAT * 1e6, None)],
+        overlap=overlap,
+        contention=contention or {},
+        compute_scale=1.0,
+    )
 
 
 def cal(**kw) -> Calibration:
-    c = Calibration(inputs=["by-hand"], batch_ref=8, base_ref_s=0.3, compute_share=0.9, tensor_bytes=list(TENSORS),
-                    machine=hw(), reference={"world_size": 2, "batch_size": 8, "micro_batches": 1, "pipeline_stages": 1,
-                                             "pipeline_schedule": "1f1b", "comm_fusion": 0, "grad_compression": "none",
-                                             "compression_ratio": 0.1})
+    c = Calibration(
+        inputs=["by-hand"],
+        batch_ref=8,
+        base_ref_s=0.3,
+        compute_share=0.9,
+        tensor_bytes=list(TENSORS),
+        machine=hw(),
+        reference={
+            "world_size": 2,
+            "batch_size": 8,
+            "micro_batches": 1,
+            "pipeline_stages": 1,
+            "pipeline_schedule": "1f1b",
+            "comm_fusion": 0,
+            "grad_compression": "none",
+            "compression_ratio": 0.1,
+        },
+    )
     for k, v in kw.items():
         setattr(c, k, v)
     return c
@@ -125,30 +145,59 @@ def test_compression_ratios_set_the_bytes():
     c = cal()
     psgd = predict(c, {"comm_fusion": "all", "grad_compression": "powersgd", "compression_ratio": 0.1})["collectives"]
     assert psgd["count"] == 2 and psgd["bytes_s"] == pytest.approx(0.1 * 8 * MB / BW)  # P and Q all-reduces
-    topk = predict(c, {"comm_fusion": "all", "grad_compression": "topk", "compression_ratio": 0.1,
-                       "world_size": 4})["collectives"]
+    topk = predict(c, {"comm_fusion": "all", "grad_compression": "topk", "compression_ratio": 0.1, "world_size": 4})[
+        "collectives"
+    ]
     # values + indices: 0.1 x 8 MB per rank, all-gathered: each rank receives (n-1) x that
     assert topk["count"] == 2 and topk["bytes_s"] == pytest.approx(3 * 0.1 * 8 * MB / BW)
     assert topk["latency_s"] == pytest.approx(2 * 3 * LAT)
 
 
 def _obs(rid, n, fusion, step, comm_s, sizes, times, comp="none", M=1):
-    co = pd.DataFrame({"op_name": [f"op{i}" for i in range(len(sizes))], "op_type": "allreduce", "group_size": n,
-                       "size_bytes": sizes, "time_s": times, "start_us": range(len(sizes))})
-    s = {"world_size": n, "batch_size": 8, "micro_batches": M, "pipeline_stages": 1, "pipeline_schedule": "1f1b",
-         "comm_fusion": fusion, "grad_compression": comp, "compression_ratio": 0.1, "fusion_impl": "perfbench"}
-    return Observation(run_id=rid, settings=s, step_time_s=step, step_samples=[step] * 5, samples_per_step=8.0 * n,
-                       computing_s=(step - comm_s) * 0.9, comm_exposed_s=comm_s, overlapped_s=0.0,
-                       free_s=(step - comm_s) * 0.1, collectives=co if n > 1 else co.iloc[:0],
-                       tensor_bytes=list(sizes) if fusion == 0 and n > 1 else None)
+    co = pd.DataFrame(
+        {
+            "op_name": [f"op{i}" for i in range(len(sizes))],
+            "op_type": "allreduce",
+            "group_size": n,
+            "size_bytes": sizes,
+            "time_s": times,
+            "start_us": range(len(sizes)),
+        }
+    )
+    s = {
+        "world_size": n,
+        "batch_size": 8,
+        "micro_batches": M,
+        "pipeline_stages": 1,
+        "pipeline_schedule": "1f1b",
+        "comm_fusion": fusion,
+        "grad_compression": comp,
+        "compression_ratio": 0.1,
+        "fusion_impl": "perfbench",
+    }
+    return Observation(
+        run_id=rid,
+        settings=s,
+        step_time_s=step,
+        step_samples=[step] * 5,
+        samples_per_step=8.0 * n,
+        computing_s=(step - comm_s) * 0.9,
+        comm_exposed_s=comm_s,
+        overlapped_s=0.0,
+        free_s=(step - comm_s) * 0.1,
+        collectives=co if n > 1 else co.iloc[:0],
+        tensor_bytes=list(sizes) if fusion == 0 and n > 1 else None,
+    )
 
 
 def test_fit_recovers_latency_bandwidth_and_compute_from_runs_made_by_hand():
     t = [2 * LAT + b / BW for b in TENSORS]  # n = 2: 2 hops, factor 1
     one = 2 * LAT + 8 * MB / BW
-    obs = [_obs("a", 1, 0, 0.3, 0.0, [], []),
-           _obs("b", 2, 0, 0.45 + sum(t), sum(t), TENSORS, t),
-           _obs("c", 2, "all", 0.45 + one, one, [8 * MB], [one])]
+    obs = [
+        _obs("a", 1, 0, 0.3, 0.0, [], []),
+        _obs("b", 2, 0, 0.45 + sum(t), sum(t), TENSORS, t),
+        _obs("c", 2, "all", 0.45 + one, one, [8 * MB], [one]),
+    ]
     c = fit(obs)
     link = c.machine.links[0]
     assert link.latency_us == pytest.approx(LAT * 1e6, rel=1e-6)
@@ -216,19 +265,56 @@ def _store_with_two_runs(root):
     for n, step in ((1, 0.3), (2, 0.5)):
         rid = f"hand-ws{n}-r0"
         comm = sum(t) if n > 1 else 0.0
-        st.write_run({"run_id": rid, "sweep_id": "hand", "status": "ok", "settings": {"world_size": n},
-                      "config": {"workload": "resnet50", "world_size": n, "train": {"batch_size": 8},
-                                 "parallel": {"comm_fusion": 0, "grad_compression": "none"}},
-                      "metrics": {"step_time_s": step, "profiled_step_time_s": 2 * step,  # profiler doubles the step
-                                  "computing_s": 2 * (step - comm) * 0.9, "communication_not_overlapped_s": 2 * comm,
-                                  "overlapped_s": 0.0, "free_s": 2 * (step - comm) * 0.1, "samples_per_step": 8.0 * n}})
-        st.write_table(rid, "step_metrics", pd.DataFrame({"step": range(5), "measured": True, "profiled": False,
-                                                          "step_time_s": [step] * 5}))
+        st.write_run(
+            {
+                "run_id": rid,
+                "sweep_id": "hand",
+                "status": "ok",
+                "settings": {"world_size": n},
+                "config": {
+                    "workload": "resnet50",
+                    "world_size": n,
+                    "train": {"batch_size": 8},
+                    "parallel": {"comm_fusion": 0, "grad_compression": "none"},
+                },
+                "metrics": {
+                    "step_time_s": step,
+                    "profiled_step_time_s": 2 * step,  # profiler doubles the step
+                    "computing_s": 2 * (step - comm) * 0.9,
+                    "communication_not_overlapped_s": 2 * comm,
+                    "overlapped_s": 0.0,
+                    "free_s": 2 * (step - comm) * 0.1,
+                    "samples_per_step": 8.0 * n,
+                },
+            }
+        )
+        st.write_table(
+            rid,
+            "step_metrics",
+            pd.DataFrame({"step": range(5), "measured": True, "profiled": False, "step_time_s": [step] * 5}),
+        )
         if n > 1:  # two ranks, two profiled steps, each op twice as long as unprofiled
-            st.write_table(rid, "comm_ops", pd.DataFrame([
-                {"rank": r, "step": s, "op_name": f"AllReduce-op{i}", "op_type": "allreduce", "group_size": 2,
-                 "start_us": 1000.0 * i, "elapse_ms": 2 * ti * 1e3, "size_bytes": b}
-                for r in (0, 1) for s in (3, 4) for i, (b, ti) in enumerate(zip(TENSORS, t))]))
+            st.write_table(
+                rid,
+                "comm_ops",
+                pd.DataFrame(
+                    [
+                        {
+                            "rank": r,
+                            "step": s,
+                            "op_name": f"AllReduce-op{i}",
+                            "op_type": "allreduce",
+                            "group_size": 2,
+                            "start_us": 1000.0 * i,
+                            "elapse_ms": 2 * ti * 1e3,
+                            "size_bytes": b,
+                        }
+                        for r in (0, 1)
+                        for s in (3, 4)
+                        for i, (b, ti) in enumerate(zip(TENSORS, t))
+                    ]
+                ),
+            )
     st.write_sweep({"sweep_id": "hand", "runs": ["hand-ws1-r0", "hand-ws2-r0"]})
     return st, sum(t)
 
@@ -262,8 +348,11 @@ def test_dashboard_scaling_data_draws_the_predicted_curve(tmp_path):
 
 def test_micro_batch_path_cost_is_fixed_plus_per_micro_batch_when_two_counts_were_run():
     # 1 rank: M = 1 takes 0.3 s; the micro-batch path costs 0.6 s once plus 0.25 s per extra micro-batch
-    obs = [_obs("m1", 1, 0, 0.3, 0.0, [], []), _obs("m2", 1, 0, 0.3 + 0.6 + 0.25, 0.0, [], [], M=2),
-           _obs("m4", 1, 0, 0.3 + 0.6 + 3 * 0.25, 0.0, [], [], M=4)]
+    obs = [
+        _obs("m1", 1, 0, 0.3, 0.0, [], []),
+        _obs("m2", 1, 0, 0.3 + 0.6 + 0.25, 0.0, [], [], M=2),
+        _obs("m4", 1, 0, 0.3 + 0.6 + 3 * 0.25, 0.0, [], [], M=4),
+    ]
     c = fit(obs)
     assert c.per_microbatch_s[1] == pytest.approx(0.25) and c.microbatch_fixed_s[1] == pytest.approx(0.6)
     assert predict(c, {"micro_batches": 8})["step_time_s"] == pytest.approx(0.3 + 0.6 + 7 * 0.25)

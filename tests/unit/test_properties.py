@@ -29,6 +29,7 @@ from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.schema import OPS, STEPS, conform
 from perfbench.regress.check import DEFAULT_METRICS, decide_metric
 
+
 def _n(examples: int) -> int:
     """Hypothesis examples per test: fewer under `make mutation`, which runs these once per mutant."""
     return max(5, examples // 4) if os.environ.get("PERFBENCH_MUTATION") else examples
@@ -44,9 +45,16 @@ interval = st.tuples(st.integers(-20, 220), st.integers(0, 120), st.sampled_from
 @settings(max_examples=_n(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(interval, max_size=12), st.integers(1, 200))
 def test_breakdown_parts_add_up_to_the_step(ops, length):
-    df = conform(pd.DataFrame([(0, 0, f"op{i}" if c == "compute" else f"hcom_allReduce_{i}", c, float(s), float(d))
-                               for i, (s, d, c) in enumerate(ops)],
-                              columns=["rank", "step", "name", "category", "start_us", "dur_us"]), OPS)
+    df = conform(
+        pd.DataFrame(
+            [
+                (0, 0, f"op{i}" if c == "compute" else f"hcom_allReduce_{i}", c, float(s), float(d))
+                for i, (s, d, c) in enumerate(ops)
+            ],
+            columns=["rank", "step", "name", "category", "start_us", "dur_us"],
+        ),
+        OPS,
+    )
     steps = conform(pd.DataFrame({"rank": [0], "step": [0], "start_us": [0.0], "end_us": [float(length)]}), STEPS)
     b = step_breakdown(df, steps).iloc[0]
     assert b["step_us"] == length
@@ -69,9 +77,20 @@ def test_breakdown_parts_add_up_to_the_step(ops, length):
 
 # ---- unknown stays null through every surface ------------------------------------------------------------------------
 
-SHOWN = ["throughput", "step_time_s", "computing_s", "communication_not_overlapped_s", "overlapped_s", "free_s",
-         "comm_share", "kernel_utilization", "collectives_per_step", "comm_bytes_per_step", "bubble_fraction",
-         "expert_load_cv"]
+SHOWN = [
+    "throughput",
+    "step_time_s",
+    "computing_s",
+    "communication_not_overlapped_s",
+    "overlapped_s",
+    "free_s",
+    "comm_share",
+    "kernel_utilization",
+    "collectives_per_step",
+    "comm_bytes_per_step",
+    "bubble_fraction",
+    "expert_load_cv",
+]
 
 
 def _cli(*args) -> tuple[int, str]:
@@ -85,8 +104,10 @@ def _cli(*args) -> tuple[int, str]:
 
 
 @settings(max_examples=_n(6), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(st.sampled_from(SHOWN), st.none() | st.floats(0.001, 1e6), min_size=len(SHOWN)),
-       st.sets(st.sampled_from(SHOWN)))
+@given(
+    st.dictionaries(st.sampled_from(SHOWN), st.none() | st.floats(0.001, 1e6), min_size=len(SHOWN)),
+    st.sets(st.sampled_from(SHOWN)),
+)
 def test_unknown_stays_null_through_every_surface(values, unknown_in_b):
     from perfbench.store import Store
 
@@ -96,9 +117,18 @@ def test_unknown_stays_null_through_every_surface(values, unknown_in_b):
         res = Path(tmp) / "results"
         store = Store(res)
         for rid, m in (("run-a", a_metrics), ("run-b", b_metrics)):
-            store.write_run({"run_id": rid, "sweep_id": "s", "source": "analyze", "status": "ok", "error": None,
-                             "settings": {"workload": "resnet50", "world_size": 2, "repeat": 0}, "config": {},
-                             "metrics": m})
+            store.write_run(
+                {
+                    "run_id": rid,
+                    "sweep_id": "s",
+                    "source": "analyze",
+                    "status": "ok",
+                    "error": None,
+                    "settings": {"workload": "resnet50", "world_size": 2, "repeat": 0},
+                    "config": {},
+                    "metrics": m,
+                }
+            )
         rows = json.loads(_cli("ls", "--results", res, "--json")[1])
         rows = {r["run_id"]: r for r in (rows["runs"] if isinstance(rows, dict) else rows)}
         shown = {rid: json.loads(_cli("show", rid, "--results", res, "--json")[1]) for rid in ("run-a", "run-b")}
@@ -158,8 +188,12 @@ def test_swapping_baseline_and_current_swaps_regression_and_improvement(metric, 
 
 
 @FAST
-@given(st.sampled_from(GATED), st.floats(0.5, 2.0), st.lists(st.floats(0.0, 0.15), min_size=6, max_size=15),
-       st.floats(1.5, 4.0))
+@given(
+    st.sampled_from(GATED),
+    st.floats(0.5, 2.0),
+    st.lists(st.floats(0.0, 0.15), min_size=6, max_size=15),
+    st.floats(1.5, 4.0),
+)
 def test_a_clear_shift_the_worse_way_is_a_regression(metric, center, jitter, factor):
     """Every current sample worse than every baseline sample by a factor >= 1.5 (or 20+ points for shares)."""
     m = CATALOGUE[metric]
@@ -176,8 +210,12 @@ def test_a_clear_shift_the_worse_way_is_a_regression(metric, center, jitter, fac
 
 
 @FAST
-@given(st.sampled_from(GATED), st.lists(positive, min_size=3, max_size=30), st.randoms(use_true_random=False),
-       st.integers(1, 3))
+@given(
+    st.sampled_from(GATED),
+    st.lists(positive, min_size=3, max_size=30),
+    st.randoms(use_true_random=False),
+    st.integers(1, 3),
+)
 def test_identical_distributions_are_never_a_regression(metric, values, rnd, repeats):
     k = _scale(metric) / 5.0
     vals = [v * k for v in values]

@@ -30,8 +30,13 @@ def _spreads(df: pd.DataFrame) -> dict:
 
 
 def _b_rows(level: str) -> pd.DataFrame:
-    return pd.concat([pd.read_csv(f) for f in sorted(fixture_path(*B, level).glob(
-        "rank*_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"))], ignore_index=True)
+    return pd.concat(
+        [
+            pd.read_csv(f)
+            for f in sorted(fixture_path(*B, level).glob("rank*_ascend_pt/ASCEND_PROFILER_OUTPUT/step_trace_time.csv"))
+        ],
+        ignore_index=True,
+    )
 
 
 def _advice(path):
@@ -42,13 +47,19 @@ def _advice(path):
 
 def test_b_level0_matches_msprof_analyze_advisor(tmp_path):
     try:  # the real advisor on a temp copy (its output kept between sessions: tests/msprof_cache.py)
-        proc = run_msprof(fixture_path(*B, "level0"), ["advisor", "all", "-d", "{data}", "-l", "en", "-o", "{work}/out"],
-                          tmp_path / "advisor", timeout=600)
+        proc = run_msprof(
+            fixture_path(*B, "level0"),
+            ["advisor", "all", "-d", "{data}", "-l", "en", "-o", "{work}/out"],
+            tmp_path / "advisor",
+            timeout=600,
+        )
     except FileNotFoundError as exc:
         pytest.fail(str(exc))
     text = " ".join(re.sub(r"[|+\-]{2,}|\|", " ", proc.stdout).split())
-    theirs = {m.group(1).lower(): float(m.group(2)) for m in re.finditer(
-        r"max difference of (Computing|Communication|Free) time has reached ([\d.]+)ms", text)}
+    theirs = {
+        m.group(1).lower(): float(m.group(2))
+        for m in re.finditer(r"max difference of (Computing|Communication|Free) time has reached ([\d.]+)ms", text)
+    }
     assert theirs == {"communication": pytest.approx(16.899, abs=1e-3)}, proc.stdout[-3000:]
     a, adv = _advice(fixture_path(*B, "level0"))
     assert list(adv["evidence"].str.extract(r"dimension=(\w+)")[0]) == list(theirs)
@@ -92,9 +103,16 @@ def test_set_e_cluster_output_communication_and_free(tmp_path):
 def test_groups_and_stages_are_compared_separately():
     # stage 0 = ranks 0, 1 (40 ms compute), stage 1 = ranks 2, 3 (68 / 80 ms): the stage difference is not a
     # slow rank, rank 3 against rank 2 (12 ms of 100) is
-    sb = pd.DataFrame({"rank": [0, 1, 2, 3], "step": [1] * 4, "step_us": [100e3] * 4,
-                       "computing_us": [40e3, 40e3, 68e3, 80e3], "communication_not_overlapped_us": [50e3, 50e3, 20e3, 10e3],
-                       "free_us": [10e3, 10e3, 12e3, 10e3]})
+    sb = pd.DataFrame(
+        {
+            "rank": [0, 1, 2, 3],
+            "step": [1] * 4,
+            "step_us": [100e3] * 4,
+            "computing_us": [40e3, 40e3, 68e3, 80e3],
+            "communication_not_overlapped_us": [50e3, 50e3, 20e3, 10e3],
+            "free_us": [10e3, 10e3, 12e3, 10e3],
+        }
+    )
     rs = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": pd.array([0, 0, 1, 1], dtype="Int64")})
     ri = rank_imbalance(sb, {}, rs)
     hit = ri[ri["flagged"]]
@@ -102,7 +120,10 @@ def test_groups_and_stages_are_compared_separately():
     comp = hit[hit["dimension"] == "computing"].iloc[0]
     assert (comp["max_rank"], comp["min_rank"], comp["spread_ms"]) == (3, 2, pytest.approx(12.0))
     # a dp group from the profiler metadata is compared on its own; pp groups span stages and are not
-    groups = {"g1": {"ranks": [0, 2], "kind": "pp", "label": "pp"}, "g2": {"ranks": [1, 3], "kind": "dp", "label": "dp"}}
+    groups = {
+        "g1": {"ranks": [0, 2], "kind": "pp", "label": "pp"},
+        "g2": {"ranks": [1, 3], "kind": "dp", "label": "dp"},
+    }
     ri = rank_imbalance(sb, groups, None)
     assert set(ri["group"]) == {"dp", "all"}
     # inconsistent ranks are left out

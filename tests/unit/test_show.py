@@ -11,12 +11,19 @@ from perfbench.store import Store
 from tests.support import perfbench_in_process, run_perfbench
 
 
-
 def _record(run_id: str, sweep_id: str, ws: int, status: str = "failed") -> dict:
-    return {"run_id": run_id, "sweep_id": sweep_id, "source": "sweep", "status": status,
-            "error": f"rank 1 exited with code 3 at step 2 ({run_id})" if status == "failed" else None,
-            "settings": {"workload": "resnet50", "world_size": ws, "repeat": 0}, "config": {}, "env": {},
-            "timings": {}, "metrics": {}}
+    return {
+        "run_id": run_id,
+        "sweep_id": sweep_id,
+        "source": "sweep",
+        "status": status,
+        "error": f"rank 1 exited with code 3 at step 2 ({run_id})" if status == "failed" else None,
+        "settings": {"workload": "resnet50", "world_size": ws, "repeat": 0},
+        "config": {},
+        "env": {},
+        "timings": {},
+        "metrics": {},
+    }
 
 
 @pytest.fixture()
@@ -36,17 +43,23 @@ def test_short_id_prefix_and_ambiguity(two_sweeps):
     out = cli("show", "ws4-r0", "--results", two_sweeps, "--json").stdout
     assert json.loads(out)["run_id"] == "quick-20261123-110000-ws4-r0"
     # a unique prefix of a full id, and of a short id
-    assert json.loads(cli("show", "quick-20261123-10", "--results", two_sweeps, "--json").stdout)["run_id"] \
+    assert (
+        json.loads(cli("show", "quick-20261123-10", "--results", two_sweeps, "--json").stdout)["run_id"]
         == "quick-20261123-100000-ws2-r0"
-    assert json.loads(cli("show", "ws4", "--results", two_sweeps, "--json").stdout)["run_id"] \
+    )
+    assert (
+        json.loads(cli("show", "ws4", "--results", two_sweeps, "--json").stdout)["run_id"]
         == "quick-20261123-110000-ws4-r0"
+    )
     # ambiguous: one line naming every match, exit 2, no traceback
     for cmd in (["show", "ws2-r0"], ["trace", "ws2-r0", "-o", str(two_sweeps / "t.json")], ["compare", "ws2", "ws4"]):
         r = cli(*cmd, "--results", two_sweeps, check=False)
         assert r.returncode == 2, (cmd, r.stderr)
         err = r.stderr.strip()
         assert "\n" not in err and "Traceback" not in err
-        assert "quick-20261123-100000-ws2-r0" in err and "quick-20261123-110000-ws2-r0" in err and "matches 2 runs" in err
+        assert (
+            "quick-20261123-100000-ws2-r0" in err and "quick-20261123-110000-ws2-r0" in err and "matches 2 runs" in err
+        )
     r = run_perfbench("show", "ws8", "--results", two_sweeps, check=False)  # and once through `python -m`
     assert r.returncode == 2 and "no run 'ws8'" in r.stderr
 

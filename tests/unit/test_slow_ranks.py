@@ -24,8 +24,17 @@ def _ops(waits: dict[int, list[float]], elapse=10.0, group="g", names=("ar",)):
     for r, ws in waits.items():
         for step, w in enumerate(ws):
             for n in names:
-                rows.append({"rank": r, "step": step, "op_name": n, "group": group, "wait_ms": w,
-                             "transit_ms": 1.0, "elapse_ms": elapse})
+                rows.append(
+                    {
+                        "rank": r,
+                        "step": step,
+                        "op_name": n,
+                        "group": group,
+                        "wait_ms": w,
+                        "transit_ms": 1.0,
+                        "elapse_ms": elapse,
+                    }
+                )
     return pd.DataFrame(rows)
 
 
@@ -100,15 +109,26 @@ def test_groups_and_collectives_are_separate():
     assert set(res["group"]) == {"dp0", "dp1"}
     slow = res[res["slow"]]
     assert set(zip(slow["group"], slow["scope"], slow["op_name"], slow["rank"])) == {
-        ("dp0", "group", "", 2), ("dp0", "collective", "ar1", 2), ("dp0", "collective", "ar2", 2)}
+        ("dp0", "group", "", 2),
+        ("dp0", "collective", "ar1", 2),
+        ("dp0", "collective", "ar2", 2),
+    }
 
 
 def test_start_time_fallback_without_wait():
     rows = []
     for step in range(3):
         for r in range(4):
-            rows.append({"rank": r, "step": step, "op_name": "ar", "group": "", "start_us": 1000.0 * step + (900.0 if r == 1 else 10.0 * r),
-                         "elapse_ms": 1.0})
+            rows.append(
+                {
+                    "rank": r,
+                    "step": step,
+                    "op_name": "ar",
+                    "group": "",
+                    "start_us": 1000.0 * step + (900.0 if r == 1 else 10.0 * r),
+                    "elapse_ms": 1.0,
+                }
+            )
     res = find_slow_ranks(pd.DataFrame(rows))
     top = _top(res)
     assert top["rank"] == 1 and bool(top["slow"])
@@ -123,9 +143,31 @@ def test_empty_inputs():
 
 def test_slow_link_below_group_average():
     links = pd.DataFrame(
-        [{"group": "g", "src": s, "dst": (s + 1) % 4, "transport": "HCCS", "size_mb": 100.0, "time_ms": t, "step": 0, "op_name": "ar"}
-         for s, t in zip(range(4), [5.0, 5.0, 5.0, 20.0])]
-        + [{"group": "g", "src": 0, "dst": 0, "transport": "LOCAL", "size_mb": 100.0, "time_ms": 100.0, "step": 0, "op_name": "ar"}]
+        [
+            {
+                "group": "g",
+                "src": s,
+                "dst": (s + 1) % 4,
+                "transport": "HCCS",
+                "size_mb": 100.0,
+                "time_ms": t,
+                "step": 0,
+                "op_name": "ar",
+            }
+            for s, t in zip(range(4), [5.0, 5.0, 5.0, 20.0])
+        ]
+        + [
+            {
+                "group": "g",
+                "src": 0,
+                "dst": 0,
+                "transport": "LOCAL",
+                "size_mb": 100.0,
+                "time_ms": 100.0,
+                "step": 0,
+                "op_name": "ar",
+            }
+        ]
     )
     res = find_slow_links(links, None)
     assert len(res) == 4  # LOCAL and self links are ignored
@@ -139,8 +181,10 @@ def test_slow_link_below_group_average():
 
 def test_small_transfers_do_not_count():
     links = pd.DataFrame(
-        [{"group": "g", "src": 0, "dst": 1, "transport": "RDMA", "size_mb": 50.0, "time_ms": 5.0},
-         {"group": "g", "src": 1, "dst": 0, "transport": "RDMA", "size_mb": 50.0, "time_ms": 5.0}]
+        [
+            {"group": "g", "src": 0, "dst": 1, "transport": "RDMA", "size_mb": 50.0, "time_ms": 5.0},
+            {"group": "g", "src": 1, "dst": 0, "transport": "RDMA", "size_mb": 50.0, "time_ms": 5.0},
+        ]
         + [{"group": "g", "src": 2, "dst": 0, "transport": "RDMA", "size_mb": MIN_TRANSFER_MB / 2, "time_ms": 1.0}] * 40
     )
     res = find_slow_links(links, None)
@@ -149,8 +193,18 @@ def test_small_transfers_do_not_count():
 
 def test_rank_bandwidth_from_comm_bandwidth():
     cb = pd.DataFrame(
-        [{"rank": r, "step": s, "op_name": "ar", "transport": "SDMA", "size_mb": 64.0, "time_ms": 4.0 if r != 2 else 16.0}
-         for r in range(4) for s in range(2)]
+        [
+            {
+                "rank": r,
+                "step": s,
+                "op_name": "ar",
+                "transport": "SDMA",
+                "size_mb": 64.0,
+                "time_ms": 4.0 if r != 2 else 16.0,
+            }
+            for r in range(4)
+            for s in range(2)
+        ]
     )
     res = find_slow_links(None, cb)
     assert set(res["kind"]) == {"rank"}

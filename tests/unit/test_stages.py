@@ -100,6 +100,7 @@ def test_stage_unknown_is_null_in_json(tmp_path):
 
 # ---- hand-built PP2 x DP2: stage 1 computes ~1.7x stage 0, stage 0 waits in hcom_batchSendRecv -------------
 
+
 def _pp2dp2(consistent=(True, True, True, True)):
     """Ranks 0, 1 = stage 0 (computes 40 ms), ranks 2, 3 = stage 1 (computes 68 ms); step 100 ms.
     Stage 0 ops: compute [0, 40], batchSendRecv [40, 95] (waiting for stage 1), all-reduce [95, 100].
@@ -110,21 +111,36 @@ def _pp2dp2(consistent=(True, True, True, True)):
         comp = 40.0 if st == 0 else 68.0
         p2p_end = 95.0 if st == 0 else 75.0
         ar_end = 100.0 if st == 0 else 80.0
-        ops += [(r, 1, "MatMul", "compute", 0.0, comp * 1000),
-                (r, 1, "hcom_batchSendRecv__1_1_1", "communication", comp * 1000, (p2p_end - comp) * 1000),
-                (r, 1, "hcom_allReduce__2_1_1", "communication", p2p_end * 1000, (ar_end - p2p_end) * 1000)]
+        ops += [
+            (r, 1, "MatMul", "compute", 0.0, comp * 1000),
+            (r, 1, "hcom_batchSendRecv__1_1_1", "communication", comp * 1000, (p2p_end - comp) * 1000),
+            (r, 1, "hcom_allReduce__2_1_1", "communication", p2p_end * 1000, (ar_end - p2p_end) * 1000),
+        ]
         steps.append((r, 1, 0.0, 100_000.0))
-        sb.append({"rank": r, "step": 1, "step_us": 100_000.0, "computing_us": comp * 1000,
-                   "communication_not_overlapped_us": (ar_end - comp) * 1000, "free_us": (100.0 - ar_end) * 1000,
-                   "bubble_us": np.nan, "consistent": consistent[r]})
+        sb.append(
+            {
+                "rank": r,
+                "step": 1,
+                "step_us": 100_000.0,
+                "computing_us": comp * 1000,
+                "communication_not_overlapped_us": (ar_end - comp) * 1000,
+                "free_us": (100.0 - ar_end) * 1000,
+                "bubble_us": np.nan,
+                "consistent": consistent[r],
+            }
+        )
     ops = pd.DataFrame(ops, columns=["rank", "step", "name", "category", "start_us", "dur_us"])
     steps = pd.DataFrame(steps, columns=["rank", "step", "start_us", "end_us"])
     sb = pd.DataFrame(sb)
     sb["consistent"] = sb["consistent"].astype("boolean")
     rs = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": pd.array([0, 0, 1, 1], dtype="Int64")})
     comm = pd.DataFrame({"rank": [0, 1, 2, 3], "op_type": ["send"] * 4})
-    return {"step_breakdown": sb, "rank_stages": rs, "stages": stage_table(sb, rs),
-            "comm_exposure": comm_exposure(sb, None, ops, steps, comm)}
+    return {
+        "step_breakdown": sb,
+        "rank_stages": rs,
+        "stages": stage_table(sb, rs),
+        "comm_exposure": comm_exposure(sb, None, ops, steps, comm),
+    }
 
 
 def test_pp2dp2_stage_1_is_the_bottleneck_not_gradient_allreduce():
@@ -132,7 +148,9 @@ def test_pp2dp2_stage_1_is_the_bottleneck_not_gradient_allreduce():
     assert t["stages"]["computing_ms"].tolist() == [40.0, 68.0]
     ex = t["comm_exposure"].set_index("rank")
     # stage 0: exposed 60 ms = batchSendRecv [40, 95] 55 ms + all-reduce [95, 100] 5 ms
-    assert ex.loc[0, "exposed_p2p_us"] == pytest.approx(55_000) and ex.loc[0, "exposed_collective_us"] == pytest.approx(5_000)
+    assert ex.loc[0, "exposed_p2p_us"] == pytest.approx(55_000) and ex.loc[0, "exposed_collective_us"] == pytest.approx(
+        5_000
+    )
     assert set(ex["source"]) == {"ops"}
     adv = advise(t, {})
     st = adv[adv["rule"] == "stage_imbalance"].iloc[0]

@@ -90,8 +90,10 @@ def test_thread_settings_validate_and_leave_old_config_keys_alone():
 
     base = {"name": "s", "workload": "resnet50"}
     plan = parse_config(base).plan()[0]
-    rc = dict(plan.run_config, train={k: v for k, v in plan.run_config["train"].items()
-                                      if k not in ("kernel_threads", "dispatch_threads")})
+    rc = dict(
+        plan.run_config,
+        train={k: v for k, v in plan.run_config["train"].items() if k not in ("kernel_threads", "dispatch_threads")},
+    )
     assert config_key(rc) == plan.config_key  # a run stored before the keys existed keeps its key
     set_ = parse_config(dict(base, train={"kernel_threads": 1})).plan()[0]
     assert set_.config_key != plan.config_key and set_.run_config["train"]["kernel_threads"] == 1

@@ -12,7 +12,14 @@ from perfbench.store import Store, flatten_runs
 
 
 def rec(run_id, status="ok", **kw):
-    return {"run_id": run_id, "sweep_id": "s", "status": status, "settings": {"world_size": 1}, "metrics": {"throughput": 1.0}, **kw}
+    return {
+        "run_id": run_id,
+        "sweep_id": "s",
+        "status": status,
+        "settings": {"world_size": 1},
+        "metrics": {"throughput": 1.0},
+        **kw,
+    }
 
 
 def test_failed_write_keeps_the_previous_record_and_leaves_no_temp_files(tmp_path, monkeypatch):

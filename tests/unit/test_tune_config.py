@@ -47,28 +47,34 @@ def test_range_without_step_can_be_tuned_but_not_swept():
     assert default_point(c)["compression_ratio"] == 0.01
 
 
-@pytest.mark.parametrize("rng, message", [
-    ({"low": 8}, r"sweep.batch_size: a range needs `low` and `high`"),
-    ({"low": 8, "high": 4}, r"sweep.batch_size.high: 4 must be greater than low \(8\)"),
-    ({"low": 4, "high": 8, "stepp": 2}, r"sweep.batch_size.stepp: unknown key \(did you mean `step`\?\)"),
-    ({"low": 4, "high": 8, "step": 0}, r"sweep.batch_size.step: 0 must be greater than 0"),
-    ({"low": 4, "high": 8, "step": 2, "log": True}, r"`log: true` and `step` cannot be combined"),
-    ({"low": 0, "high": 8, "log": True}, r"sweep.batch_size.low: 0 must be greater than 0 with `log: true`"),
-    ({"low": 0, "high": 8}, r"sweep.batch_size: 0 must be at least 1"),  # the ends obey the key's own rules
-])
+@pytest.mark.parametrize(
+    "rng, message",
+    [
+        ({"low": 8}, r"sweep.batch_size: a range needs `low` and `high`"),
+        ({"low": 8, "high": 4}, r"sweep.batch_size.high: 4 must be greater than low \(8\)"),
+        ({"low": 4, "high": 8, "stepp": 2}, r"sweep.batch_size.stepp: unknown key \(did you mean `step`\?\)"),
+        ({"low": 4, "high": 8, "step": 0}, r"sweep.batch_size.step: 0 must be greater than 0"),
+        ({"low": 4, "high": 8, "step": 2, "log": True}, r"`log: true` and `step` cannot be combined"),
+        ({"low": 0, "high": 8, "log": True}, r"sweep.batch_size.low: 0 must be greater than 0 with `log: true`"),
+        ({"low": 0, "high": 8}, r"sweep.batch_size: 0 must be at least 1"),  # the ends obey the key's own rules
+    ],
+)
 def test_bad_ranges_name_the_key(rng, message):
     assert pytest.raises(ConfigError, parse_config, raw(sweep={"batch_size": rng})).match(message)
 
 
-@pytest.mark.parametrize("search, message", [
-    ({"strategy": "bayes"}, r"search.strategy: 'bayes'"),
-    ({"pruner": "median"}, r"search.pruner: 'median'"),
-    ({"budget": {"trials": 0}}, r"search.budget.trials: 0"),
-    ({"objective": "speed"}, r"search.objective: 'speed'.*not a metric of the catalogue"),
-    ({"trails": 3}, r"search.trails"),
-    ({"constraints": [{"metric": "comm_share"}]}, r"needs `min` or `max`"),
-    ({"constraints": [{"metric": "nope", "max": 1}]}, r"'nope' is not a metric of the catalogue"),
-])
+@pytest.mark.parametrize(
+    "search, message",
+    [
+        ({"strategy": "bayes"}, r"search.strategy: 'bayes'"),
+        ({"pruner": "median"}, r"search.pruner: 'median'"),
+        ({"budget": {"trials": 0}}, r"search.budget.trials: 0"),
+        ({"objective": "speed"}, r"search.objective: 'speed'.*not a metric of the catalogue"),
+        ({"trails": 3}, r"search.trails"),
+        ({"constraints": [{"metric": "comm_share"}]}, r"needs `min` or `max`"),
+        ({"constraints": [{"metric": "nope", "max": 1}]}, r"'nope' is not a metric of the catalogue"),
+    ],
+)
 def test_bad_search_section_names_the_key(search, message):
     assert pytest.raises(ConfigError, parse_config, raw(sweep={"batch_size": [4, 8]}, search=search)).match(message)
 
@@ -96,9 +102,16 @@ def test_default_budget_is_a_fraction_of_the_space():
 def test_space_and_suggestions_stay_inside_the_axes():
     import optuna
 
-    c = parse_config(raw(sweep={"world_size": [2], "comm_fusion": [0, 4, "all"],
-                                "batch_size": {"low": 2, "high": 64, "log": True},
-                                "layers": [[1, 1, 1, 1], [2, 2, 2, 2]]}))
+    c = parse_config(
+        raw(
+            sweep={
+                "world_size": [2],
+                "comm_fusion": [0, 4, "all"],
+                "batch_size": {"low": 2, "high": 64, "log": True},
+                "layers": [[1, 1, 1, 1], [2, 2, 2, 2]],
+            }
+        )
+    )
     space = search_space(c)
     assert set(space) == {"comm_fusion", "batch_size", "layers"}  # a single-value axis is fixed, not searched
     assert default_point(c) == {"world_size": 2, "comm_fusion": 0, "batch_size": 2, "layers": [1, 1, 1, 1]}
@@ -124,8 +137,13 @@ def test_example_tune_config_is_valid():
 def test_tune_reports_a_bad_config_in_one_line(tmp_path):
     p = tmp_path / "bad.yaml"
     p.write_text(yaml.safe_dump(raw(sweep={"batch_size": {"low": 8, "high": 4}})))
-    r = subprocess.run([sys.executable, "-m", "perfbench", "tune", str(p), "--results", str(tmp_path / "r")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "perfbench", "tune", str(p), "--results", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2
     assert r.stderr.strip() == "perfbench: error: sweep.batch_size.high: 4 must be greater than low (8)"
 
@@ -133,6 +151,11 @@ def test_tune_reports_a_bad_config_in_one_line(tmp_path):
 def test_nothing_to_tune_is_a_user_error(tmp_path):
     p = tmp_path / "flat.yaml"
     p.write_text(yaml.safe_dump(raw(sweep={"world_size": [1]})))
-    r = subprocess.run([sys.executable, "-m", "perfbench", "tune", str(p), "--results", str(tmp_path / "r")],
-                       capture_output=True, text=True, cwd=ROOT, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "perfbench", "tune", str(p), "--results", str(tmp_path / "r")],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+    )
     assert r.returncode == 2 and "nothing to tune" in r.stderr and "Traceback" not in r.stderr

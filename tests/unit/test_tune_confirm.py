@@ -19,18 +19,37 @@ def study_of(values: list[tuple[dict, float, list[float]]]):
     study = optuna.create_study(direction="maximize")
     dist = optuna.distributions.CategoricalDistribution([8, 16, 32])
     for i, (settings, value, cons) in enumerate(values):
-        study.add_trial(optuna.trial.create_trial(
-            params={"batch_size": settings["batch_size"]}, distributions={"batch_size": dist}, value=value,
-            user_attrs={"settings": settings, "run_id": f"{STUDY}-t{i:03d}", "constraints": cons}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"batch_size": settings["batch_size"]},
+                distributions={"batch_size": dist},
+                value=value,
+                user_attrs={"settings": settings, "run_id": f"{STUDY}-t{i:03d}", "constraints": cons},
+            )
+        )
     return study
 
 
-def stored(store: Store, number: int, rnd: int, settings: dict, throughput: float | None, status="ok",
-           extra: dict | None = None) -> None:
-    store.write_run({"run_id": confirm_run_id(STUDY, number, rnd, settings), "sweep_id": STUDY, "source": "tune",
-                     "status": status, "settings": settings,
-                     "metrics": dict({"throughput": throughput} if throughput is not None else {}, **(extra or {})),
-                     "tune": {"study": STUDY, "confirm_of": number, "round": rnd}})
+def stored(
+    store: Store,
+    number: int,
+    rnd: int,
+    settings: dict,
+    throughput: float | None,
+    status="ok",
+    extra: dict | None = None,
+) -> None:
+    store.write_run(
+        {
+            "run_id": confirm_run_id(STUDY, number, rnd, settings),
+            "sweep_id": STUDY,
+            "source": "tune",
+            "status": status,
+            "settings": settings,
+            "metrics": dict({"throughput": throughput} if throughput is not None else {}, **(extra or {})),
+            "tune": {"study": STUDY, "confirm_of": number, "round": rnd},
+        }
+    )
 
 
 def stored_rounds(store: Store, a: dict, b: dict, pairs: list[tuple[float, float]]) -> None:
@@ -80,17 +99,26 @@ def test_one_slow_re_measurement_does_not_flip_the_pick(tmp_path):
     assert res["pick"] == 0
 
 
-@pytest.mark.parametrize("direction,values,band,expected", [
-    ("maximize", [100.0, 80.0, 74.0], 0.25, [0, 1]),  # 80 is 20% behind, 74 is 26% behind
-    ("maximize", [100.0, 80.0, 74.0], 0.30, [0, 1, 2]),
-    ("minimize", [1.0, 1.2, 1.3], 0.25, [0, 1]),  # step time: 1.2 is 20% slower, 1.3 is 30% slower
-])
+@pytest.mark.parametrize(
+    "direction,values,band,expected",
+    [
+        ("maximize", [100.0, 80.0, 74.0], 0.25, [0, 1]),  # 80 is 20% behind, 74 is 26% behind
+        ("maximize", [100.0, 80.0, 74.0], 0.30, [0, 1, 2]),
+        ("minimize", [1.0, 1.2, 1.3], 0.25, [0, 1]),  # step time: 1.2 is 20% slower, 1.3 is 30% slower
+    ],
+)
 def test_only_contenders_within_the_band_are_candidates(direction, values, band, expected):
     study = optuna.create_study(direction=direction)
     dist = optuna.distributions.CategoricalDistribution([8, 16, 32])
     for i, (bs, v) in enumerate(zip([8, 16, 32], values)):
-        study.add_trial(optuna.trial.create_trial(params={"batch_size": bs}, distributions={"batch_size": dist},
-                                                  value=v, user_attrs={"settings": {"batch_size": bs}}))
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"batch_size": bs},
+                distributions={"batch_size": dist},
+                value=v,
+                user_attrs={"settings": {"batch_size": bs}},
+            )
+        )
     assert [t.number for t in candidates(study, 5, band)] == expected
 
 

@@ -42,14 +42,28 @@ P = 25_000_000
 
 
 def _config(zero, recompute=False, batch=8):
-    return {"workload": "resnet50", "world_size": 2, "model": MODEL,
-            "train": {"batch_size": batch, "optimizer": "adamw", "recompute": recompute},
-            "parallel": {"zero_stage": zero, "comm_fusion": "all", "pipeline_stages": 1, "micro_batches": 1}}
+    return {
+        "workload": "resnet50",
+        "world_size": 2,
+        "model": MODEL,
+        "train": {"batch_size": batch, "optimizer": "adamw", "recompute": recompute},
+        "parallel": {"zero_stage": zero, "comm_fusion": "all", "pipeline_stages": 1, "micro_batches": 1},
+    }
 
 
 def _store_trial(store, rid, cfg, peak):
-    store.write_run({"run_id": rid, "sweep_id": "study", "source": "tune", "status": "ok", "config": cfg,
-                     "settings": {}, "timings": {}, "metrics": {"peak_memory_bytes": peak}})
+    store.write_run(
+        {
+            "run_id": rid,
+            "sweep_id": "study",
+            "source": "tune",
+            "status": "ok",
+            "config": cfg,
+            "settings": {},
+            "timings": {},
+            "metrics": {"peak_memory_bytes": peak},
+        }
+    )
     d = store.artifacts_dir(rid) / "metrics"
     d.mkdir(parents=True, exist_ok=True)
     for r in (0, 1):

@@ -68,8 +68,9 @@ class MoEWorkload:
         layers, costs, C = build_layers(m, tokens=tokens, seq_len=T, seed=seed, ep_for_layer=ep_for_layer, tp=tp)
         # expert weights (each replica owns its own experts): not all-reduced over the data-parallel group.
         # By object, not by name: the stage cell renames parameters by position ("1.moe.w1").
-        expert_ids = {id(getattr(layer.moe, n)) for layer in layers if hasattr(layer, "moe")
-                      for n in ("w1", "b1", "w2", "b2")}
+        expert_ids = {
+            id(getattr(layer.moe, n)) for layer in layers if hasattr(layer, "moe") for n in ("w1", "b1", "w2", "b2")
+        }
         data = SyntheticTokens(int(m["vocab_size"]), T, int(t["batch_size"]), seed, dp_index, M)
 
         reducer_factory = None
@@ -81,10 +82,18 @@ class MoEWorkload:
                 return cell, dict(info, fusion_impl_used="perfbench"), comm
 
         self.trainer = PipelineTrainer(
-            ctx, layers, build_loss(), data.batch, samples_per_microbatch=tokens, layer_costs=costs,
+            ctx,
+            layers,
+            build_loss(),
+            data.batch,
+            samples_per_microbatch=tokens,
+            layer_costs=costs,
             local_param_filter=(lambda p: D > 1 and id(p) in expert_ids),
-            aux_weight=float(m["aux_loss_coef"]), stats_size=E + 1, dp_reducer_factory=reducer_factory,
-            groups=groups)
+            aux_weight=float(m["aux_loss_coef"]),
+            stats_size=E + 1,
+            dp_reducer_factory=reducer_factory,
+            groups=groups,
+        )
         my_moe_layers = sum(1 for i in range(L) if lo <= i + 1 < hi)
         nbytes, n = comm_bytes_per_call(impl, D, E, C, H)
         # per micro-batch and MoE layer: forward, re-materialized forward, backward (each 2 collectives)
@@ -102,19 +111,37 @@ class MoEWorkload:
                 sizes.setdefault(b, set()).add("tensor_parallel")
         if D > 1 and impl != "local":
             buf = E * C * H * 4
-            for b in ((buf, D * buf) if impl == "allgather+allreduce" else (D * buf,)):
+            for b in (buf, D * buf) if impl == "allgather+allreduce" else (D * buf,):
                 sizes.setdefault(b, set()).add("expert_dispatch")
         comm_size_classes = {str(b): next(iter(c)) for b, c in sizes.items() if len(c) == 1}
-        ctx.set_meta(expert_comm=impl if D > 1 else None, num_experts=E, experts_per_rank=E // D, top_k=k,
-                     capacity_per_expert=C, tokens_per_microbatch=tokens, moe_layers_on_rank=my_moe_layers,
-                     expert_comm_bytes_per_step=self.expert_comm_step[0],
-                     tp_comm_bytes_per_step=self.tp_comm_step[0], comm_size_classes=comm_size_classes, tp_collectives_per_step=self.tp_comm_step[1],
-                     grad_compression=par.get("grad_compression"),
-                     comm_fusion=par.get("comm_fusion"), fusion_impl=par.get("fusion_impl"),
-                     params=int(sum(int(np.prod(p.shape)) for p in self.trainer.params)),
-                     bytes_per_step_uncompressed=(int(sum(int(np.prod(p.shape)) * 4 for p, loc in
-                                                          zip(self.trainer.params, self.trainer.local_mask)
-                                                          if not loc)) if D > 1 else 0))
+        ctx.set_meta(
+            expert_comm=impl if D > 1 else None,
+            num_experts=E,
+            experts_per_rank=E // D,
+            top_k=k,
+            capacity_per_expert=C,
+            tokens_per_microbatch=tokens,
+            moe_layers_on_rank=my_moe_layers,
+            expert_comm_bytes_per_step=self.expert_comm_step[0],
+            tp_comm_bytes_per_step=self.tp_comm_step[0],
+            comm_size_classes=comm_size_classes,
+            tp_collectives_per_step=self.tp_comm_step[1],
+            grad_compression=par.get("grad_compression"),
+            comm_fusion=par.get("comm_fusion"),
+            fusion_impl=par.get("fusion_impl"),
+            params=int(sum(int(np.prod(p.shape)) for p in self.trainer.params)),
+            bytes_per_step_uncompressed=(
+                int(
+                    sum(
+                        int(np.prod(p.shape)) * 4
+                        for p, loc in zip(self.trainer.params, self.trainer.local_mask)
+                        if not loc
+                    )
+                )
+                if D > 1
+                else 0
+            ),
+        )
 
     def train_step(self, step: int) -> dict:
         res = self.trainer.train_step(step)
@@ -127,8 +154,11 @@ class MoEWorkload:
         aux = res.pop("_aux_loss_sum") / max(1, self.L * self.D * self.TP)
         res.update(aux_loss=float(aux))
         if self.tp_index == 0:  # the other slices routed the same tokens: counted once
-            res.update(tokens_per_expert=[int(v) for v in local[:self.E]], dropped_tokens=int(local[self.E]),
-                       tokens_routed=int(local[:self.E].sum()))
+            res.update(
+                tokens_per_expert=[int(v) for v in local[: self.E]],
+                dropped_tokens=int(local[self.E]),
+                tokens_routed=int(local[: self.E].sum()),
+            )
         return res
 
 

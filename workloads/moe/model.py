@@ -46,8 +46,9 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer,
         def __init__(self):
             super().__init__()
             self.tok = nn.Embedding(V, H)
-            self.pos = Parameter(Tensor(np.random.default_rng(seed).normal(0, 0.02, (1, T, H)).astype(np.float32)),
-                                 name="pos_embedding")
+            self.pos = Parameter(
+                Tensor(np.random.default_rng(seed).normal(0, 0.02, (1, T, H)).astype(np.float32)), name="pos_embedding"
+            )
 
         def construct(self, ids):
             return self.tok(ids) + self.pos
@@ -98,8 +99,8 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer,
                 self.dispatch, self.combine, W, r = ep
             El = E // W
             rng = np.random.default_rng([seed, 7919, index])
-            w1 = rng.normal(0, 1 / math.sqrt(H), (E, H, F)).astype(np.float32)[r * El:(r + 1) * El]
-            w2 = rng.normal(0, 1 / math.sqrt(F), (E, F, H)).astype(np.float32)[r * El:(r + 1) * El]
+            w1 = rng.normal(0, 1 / math.sqrt(H), (E, H, F)).astype(np.float32)[r * El : (r + 1) * El]
+            w2 = rng.normal(0, 1 / math.sqrt(F), (E, F, H)).astype(np.float32)[r * El : (r + 1) * El]
             Fl = F // TP
             self.tp = TP > 1
             if self.tp:  # column-parallel w1 (F / T columns), row-parallel w2 (the matching rows)
@@ -226,4 +227,4 @@ class SyntheticTokens:
         """(tokens, next tokens) of micro-batch ``mb``: ``[batch / micro_batches, seq_len]`` int32 each."""
         x, y = self._full(step)
         n = self.B // self.M
-        return x[mb * n:(mb + 1) * n], y[mb * n:(mb + 1) * n]
+        return x[mb * n : (mb + 1) * n], y[mb * n : (mb + 1) * n]

@@ -86,9 +86,19 @@ def compile_construct(lines: list[str], name: str = "construct"):
     return getattr(mod, name)
 
 
-def emit_bucket_allreduce(lines: list[str], ins: list[str], outs: list[str], shapes, buckets, *, tag: str,
-                          wire: str | None = None, scale: str | None = None, op: str = "self.allreduce",
-                          chain: list[str] | None = None) -> None:
+def emit_bucket_allreduce(
+    lines: list[str],
+    ins: list[str],
+    outs: list[str],
+    shapes,
+    buckets,
+    *,
+    tag: str,
+    wire: str | None = None,
+    scale: str | None = None,
+    op: str = "self.allreduce",
+    chain: list[str] | None = None,
+) -> None:
     """Append straight-line code: ``outs[i] = allreduce(ins[i])`` in ``buckets`` (lists of indices).
 
     Every AllReduce is made to depend on the previous one (``chain`` carries the last result across calls):
@@ -145,8 +155,9 @@ def _build_cell():
             wire = "ms.float16" if comm_dtype is not None and str(comm_dtype) in ("Float16", "float16") else None
             if comm_dtype is not None and wire is None:
                 raise ValueError(f"unsupported wire dtype {comm_dtype}")
-            emit_bucket_allreduce(lines, ins, outs, shapes, buckets, tag="b", wire=wire,
-                                  scale="self.scale" if world_size > 1 else None)
+            emit_bucket_allreduce(
+                lines, ins, outs, shapes, buckets, tag="b", wire=wire, scale="self.scale" if world_size > 1 else None
+            )
             lines.append("    return (" + ", ".join(outs) + ",)")
             self._construct = compile_construct(lines)
             self.scale = 1.0 / float(world_size)
@@ -156,6 +167,7 @@ def _build_cell():
             return self._construct(self, grads)
 
     return GradBuckets
+
 
 _CELL = None
 

@@ -85,8 +85,11 @@ def make_reducer(parallel: dict, shapes, world_size: int):
         buckets = plan_buckets(nbytes, fusion)
         cell = BucketAllReduce(shapes, buckets, world_size, ms.float16 if kind == "fp16" else None)
         sent = sum(nbytes)
-        info = {"buckets": len(buckets), "bucket_sizes_bytes": [sum(nbytes[i] for i in b) for b in buckets],
-                "compression_ratio_measured": sent / uncompressed}
+        info = {
+            "buckets": len(buckets),
+            "bucket_sizes_bytes": [sum(nbytes[i] for i in b) for b in buckets],
+            "compression_ratio_measured": sent / uncompressed,
+        }
         return cell, info, [(sent, len(buckets))]
     if kind == "powersgd":
         ratio = float(parallel.get("compression_ratio", 0.01))
@@ -155,8 +158,11 @@ def _topk(shapes, fusion, world_size: int, ratio: float):
             self.scale = 1.0 / float(world_size)
             self.allgather = ops.AllGather()
             for k, n in enumerate(numels):
-                setattr(self, f"err{k}", Parameter(Tensor(np.zeros((n,), np.float32)), name=f"topk_err{k}",
-                                                   requires_grad=False))
+                setattr(
+                    self,
+                    f"err{k}",
+                    Parameter(Tensor(np.zeros((n,), np.float32)), name=f"topk_err{k}", requires_grad=False),
+                )
             self._construct = fn
 
         def construct(self, grads):
@@ -196,15 +202,30 @@ def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
     scale = "self.scale" if world_size > 1 else None
     chain: list[str] = []
     if plain:
-        emit_bucket_allreduce(L, [f"g{i}" for i in plain], [f"o{i}" for i in plain], plain_shapes, plain_b,
-                              tag="u", scale=scale, chain=chain)
+        emit_bucket_allreduce(
+            L,
+            [f"g{i}" for i in plain],
+            [f"o{i}" for i in plain],
+            plain_shapes,
+            plain_b,
+            tag="u",
+            scale=scale,
+            chain=chain,
+        )
     for k, i in enumerate(comp):
         L.append(f"    m{k} = ops.reshape(g{i}, {mats[i]}) + self.err{k}")
         L.append(f"    p{k} = ops.matmul(m{k}, self.q{k})")
     if comp:
         # P is summed (orthogonalization is scale-free); Q is averaged.
-        emit_bucket_allreduce(L, [f"p{k}" for k in range(len(comp))], [f"pr{k}" for k in range(len(comp))],
-                              p_shapes, p_b, tag="p", chain=chain)
+        emit_bucket_allreduce(
+            L,
+            [f"p{k}" for k in range(len(comp))],
+            [f"pr{k}" for k in range(len(comp))],
+            p_shapes,
+            p_b,
+            tag="p",
+            chain=chain,
+        )
     for k, i in enumerate(comp):
         r = ranks[i]
         if r == 1:
@@ -219,8 +240,16 @@ def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
                 L.append(f"    po{k} = ops.matmul(po{k}, ops.transpose(ops.inverse(ops.cholesky(gm{k})), (1, 0)))")
         L.append(f"    qn{k} = ops.matmul(ops.transpose(m{k}, (1, 0)), po{k})")
     if comp:
-        emit_bucket_allreduce(L, [f"qn{k}" for k in range(len(comp))], [f"qr{k}" for k in range(len(comp))],
-                              q_shapes, q_b, tag="q", scale=scale, chain=chain)
+        emit_bucket_allreduce(
+            L,
+            [f"qn{k}" for k in range(len(comp))],
+            [f"qr{k}" for k in range(len(comp))],
+            q_shapes,
+            q_b,
+            tag="q",
+            scale=scale,
+            chain=chain,
+        )
     for k, i in enumerate(comp):
         L.append(f"    a{k} = ops.matmul(po{k}, ops.transpose(qr{k}, (1, 0)))")
         L.append(f"    ops.assign(self.err{k}, m{k} - a{k})")
@@ -236,8 +265,11 @@ def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
             self.scale = 1.0 / float(world_size)
             self.allreduce = ops.AllReduce()
             for k, i in enumerate(comp):
-                setattr(self, f"err{k}", Parameter(Tensor(np.zeros(mats[i], np.float32)), name=f"psgd_err{k}",
-                                                   requires_grad=False))
+                setattr(
+                    self,
+                    f"err{k}",
+                    Parameter(Tensor(np.zeros(mats[i], np.float32)), name=f"psgd_err{k}", requires_grad=False),
+                )
                 q = rng.standard_normal((mats[i][1], ranks[i])).astype(np.float32)
                 setattr(self, f"q{k}", Parameter(Tensor(q), name=f"psgd_q{k}", requires_grad=False))
             for r in sorted({ranks[i] for i in comp if ranks[i] > 1}):
@@ -253,6 +285,10 @@ def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
     if comp:
         comm.append((sum(sizes(p_shapes)), len(p_b)))
         comm.append((sum(sizes(q_shapes)), len(q_b)))
-    info = {"buckets": len(plain_b) + len(p_b) + len(q_b), "powersgd_compressed_tensors": len(comp),
-            "powersgd_plain_tensors": len(plain), "powersgd_max_rank": max([ranks[i] for i in comp], default=0)}
+    info = {
+        "buckets": len(plain_b) + len(p_b) + len(q_b),
+        "powersgd_compressed_tensors": len(comp),
+        "powersgd_plain_tensors": len(plain),
+        "powersgd_max_rank": max([ranks[i] for i in comp], default=0),
+    }
     return PowerSGD(), info, comm

@@ -62,7 +62,7 @@ def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int,
 
         def bprop(self, x, out, dout):
             g = self.reduce(dout)
-            return (g[r * E:(r + 1) * E],)
+            return (g[r * E : (r + 1) * E],)
 
     class _SumAllReduce(nn.Cell):
         """AllReduce (sum) forward and backward."""
@@ -118,7 +118,7 @@ def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int,
                 g = self.sum(_pad_rows(buf.reshape(1, E, C, H), 0)).reshape(W * E, C, H)
             else:
                 g = self.gather(buf)
-            g = g.reshape(W, E, C, H)[:, r * El:(r + 1) * El]  # [W, El, C, H]
+            g = g.reshape(W, E, C, H)[:, r * El : (r + 1) * El]  # [W, El, C, H]
             return g.transpose(1, 0, 2, 3).reshape(El, W * C, H)
 
     class Combine(nn.Cell):

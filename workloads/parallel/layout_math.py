@@ -12,6 +12,7 @@ from perfbench.errors import UserError
 #: bytes of an fp32 value
 FP32 = 4
 
+
 def partition(costs: list[float], stages: int) -> list[tuple[int, int]]:
     """Split layers with the given costs into ``stages`` contiguous non-empty ranges minimizing the largest
     stage cost (linear partition, exact DP). Returns ``[(start, end), ...]`` with ``end`` exclusive."""
@@ -44,8 +45,9 @@ def capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) 
     return max(1, int(math.ceil(capacity_factor * tokens * top_k / num_experts)))
 
 
-def comm_bytes_per_call(impl: str, size: int, num_experts: int, capacity: int, hidden: int,
-                        itemsize: int = 4) -> tuple[int, int]:
+def comm_bytes_per_call(
+    impl: str, size: int, num_experts: int, capacity: int, hidden: int, itemsize: int = 4
+) -> tuple[int, int]:
     """Bytes this rank puts into collectives for one dispatch + one combine (forward), and their count."""
     buf = num_experts * capacity * hidden * itemsize
     if impl == "local" or size == 1:
@@ -58,8 +60,9 @@ def comm_bytes_per_call(impl: str, size: int, num_experts: int, capacity: int, h
     return buf + size * buf, 2
 
 
-def moe_tp_comm_per_microbatch(tokens: int, hidden: int, num_experts: int, capacity: int, tp: int,
-                               itemsize: int = 4) -> tuple[int, int]:
+def moe_tp_comm_per_microbatch(
+    tokens: int, hidden: int, num_experts: int, capacity: int, tp: int, itemsize: int = 4
+) -> tuple[int, int]:
     """Bytes this rank puts into tensor-parallel all-reduces for one forward of one MoE block, and their count:
     g after attention (``tokens x H``) and g after the experts (the expert buffer ``E x C x H``: the experts run
     on the dispatched capacity buffer).  The backward moves the same (f, same shapes)."""
@@ -77,5 +80,9 @@ def model_states(params: int, dp: int, zero_stage: int, states_per_param: int, g
     p = FP32 * params
     grads = p / dp if zero_stage >= 2 and grads_sharded else p
     opt = FP32 * states_per_param * params / (dp if zero_stage >= 1 else 1)
-    return {"params_bytes": float(p), "grads_bytes": float(grads), "optimizer_bytes": float(opt),
-            "total_bytes": float(p + grads + opt)}
+    return {
+        "params_bytes": float(p),
+        "grads_bytes": float(grads),
+        "optimizer_bytes": float(opt),
+        "total_bytes": float(p + grads + opt),
+    }

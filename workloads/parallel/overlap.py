@@ -34,9 +34,12 @@ class OverlapTrainStep:
         nbytes = [int(math.prod(s)) * 4 for s in self.shapes]
         self.buckets = plan_buckets(nbytes, comm_fusion)
         self.bucket_of = {i: k for k, b in enumerate(self.buckets) for i in b}
-        self.info = {"buckets": len(self.buckets),
-                     "bucket_sizes_bytes": [sum(nbytes[i] for i in b) for b in self.buckets],
-                     "compression_ratio_measured": 1.0, "overlap_impl": "pynative hooks + async all_reduce"}
+        self.info = {
+            "buckets": len(self.buckets),
+            "bucket_sizes_bytes": [sum(nbytes[i] for i in b) for b in self.buckets],
+            "compression_ratio_measured": 1.0,
+            "overlap_impl": "pynative hooks + async all_reduce",
+        }
         self.comm = [(sum(nbytes), len(self.buckets))]
         self._all_reduce = mint.distributed.all_reduce
         self._net_loss = net_loss
@@ -57,6 +60,7 @@ class OverlapTrainStep:
             self._left[k] -= 1
             if self._left[k] == 0:
                 self._issue(k)
+
         return hook
 
     def _issue(self, k: int):
@@ -92,12 +96,13 @@ class OverlapTrainStep:
             off = 0
             for i in self.buckets[k]:
                 n = int(math.prod(self.shapes[i]))
-                grads[i] = flat[off:off + n].reshape(self.shapes[i])
+                grads[i] = flat[off : off + n].reshape(self.shapes[i])
                 off += n
         t2 = time.time()
         self.opt(tuple(grads))
         t3 = time.time()
-        for kind, a, b in [("backward", t0, t1), ("allreduce_wait", t1, t2), ("optimizer", t2, t3)] + \
-                [("allreduce", s, e) for _, s, e in ends]:
+        for kind, a, b in [("backward", t0, t1), ("allreduce_wait", t1, t2), ("optimizer", t2, t3)] + [
+            ("allreduce", s, e) for _, s, e in ends
+        ]:
             ctx.add_span(kind, a, b)
         return loss

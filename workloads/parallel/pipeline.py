@@ -106,9 +106,22 @@ def _build_stage_cell(ms, nn, ops, layers, stats_size: int):
 class PipelineTrainer:
     """Runs one training step of this rank's stage: schedule, transfers, accumulation, all-reduce, optimizer."""
 
-    def __init__(self, ctx, layers, loss_fn, batch_fn, *, samples_per_microbatch: int, layer_costs=None,
-                 local_param_filter=None, aux_weight: float = 0.0, stats_size: int = 0, optimizer=None,
-                 dp_reducer_factory=None, groups=None):
+    def __init__(
+        self,
+        ctx,
+        layers,
+        loss_fn,
+        batch_fn,
+        *,
+        samples_per_microbatch: int,
+        layer_costs=None,
+        local_param_filter=None,
+        aux_weight: float = 0.0,
+        stats_size: int = 0,
+        optimizer=None,
+        dp_reducer_factory=None,
+        groups=None,
+    ):
         import mindspore as ms
         from mindspore import nn, ops
 
@@ -175,17 +188,30 @@ class PipelineTrainer:
         if self.S > 1:
             self._warm_up()
         self.actions = make_schedule(self.schedule_name, self.S, self.M, self.stage)
-        ctx.set_meta(pipeline_stages=self.S, micro_batches=self.M, pipeline_schedule=self.schedule_name,
-                     stage=self.stage, dp_index=self.dp_index, dp_size=self.D, tensor_parallel=self.T,
-                     tp_index=self.tp_index, dp_group=self.dp_group, tp_group=self.tp_group,
-                     parallel_groups={n: {"ranks": r, "kind": n.split("_")[1], "source": "workload", "label": n}
-                                      for n, r in layout_groups(self.world, self.S, self.T).items()
-                                      if not n.startswith("pb_p2p_")},
-                     stage_layers=[lo, hi], stage_bounds=self.bounds,
-                     p2p_impl=(self.prev_link or self.next_link).kind if (self.prev_link or self.next_link) else None,
-                     stage_params=int(sum(int(np.prod(p.shape)) for p in self.params)),
-                     pipeline_exec="pynative host loop" + (" + ms.jit stage functions" if self.jit else ""),
-                     ideal_bubble_fraction=(self.S - 1) / (self.M + self.S - 1), **self.reducer_info)
+        ctx.set_meta(
+            pipeline_stages=self.S,
+            micro_batches=self.M,
+            pipeline_schedule=self.schedule_name,
+            stage=self.stage,
+            dp_index=self.dp_index,
+            dp_size=self.D,
+            tensor_parallel=self.T,
+            tp_index=self.tp_index,
+            dp_group=self.dp_group,
+            tp_group=self.tp_group,
+            parallel_groups={
+                n: {"ranks": r, "kind": n.split("_")[1], "source": "workload", "label": n}
+                for n, r in layout_groups(self.world, self.S, self.T).items()
+                if not n.startswith("pb_p2p_")
+            },
+            stage_layers=[lo, hi],
+            stage_bounds=self.bounds,
+            p2p_impl=(self.prev_link or self.next_link).kind if (self.prev_link or self.next_link) else None,
+            stage_params=int(sum(int(np.prod(p.shape)) for p in self.params)),
+            pipeline_exec="pynative host loop" + (" + ms.jit stage functions" if self.jit else ""),
+            ideal_bubble_fraction=(self.S - 1) / (self.M + self.S - 1),
+            **self.reducer_info,
+        )
 
     # ------------------------------------------------------------------------------------------------------
     def _build_functions(self):
@@ -194,6 +220,7 @@ class PipelineTrainer:
         wrap = ms.jit if self.jit else (lambda f: f)
 
         if self.last:
+
             def fwd(x, labels):
                 y, aux, stats = cell(x)
                 return loss_fn(y, labels), aux, stats
@@ -202,6 +229,7 @@ class PipelineTrainer:
                 y, aux, _ = cell(x)
                 return (loss_fn(y, labels) + aw * aux) / M
         else:
+
             def fwd(x):
                 return cell(x)
 
@@ -226,7 +254,7 @@ class PipelineTrainer:
         in_shape = None
         if not self.first:
             hdr = self.prev_link.recv((9,), ms.float32).asnumpy()
-            in_shape = tuple(int(v) for v in hdr[1:1 + int(hdr[0])])
+            in_shape = tuple(int(v) for v in hdr[1 : 1 + int(hdr[0])])
         if not self.last:
             x = self._input(0, 0) if self.first else ms.ops.zeros(in_shape, ms.float32)
             y = self.fwd(x)[0]
@@ -235,7 +263,7 @@ class PipelineTrainer:
                 raise ValueError(f"activation of stage {self.stage} has {len(shape)} dims (at most 8 supported)")
             hdr = np.zeros(9, np.float32)
             hdr[0] = len(shape)
-            hdr[1:1 + len(shape)] = shape
+            hdr[1 : 1 + len(shape)] = shape
             self.next_link.send(ms.Tensor(hdr))
             self.out_shape = shape
         return in_shape
@@ -374,7 +402,7 @@ class PipelineTrainer:
             # the T slices of a replica train the same samples: counted once, by slice 0
             "samples": self.samples_per_mb * self.M if self.last and self.tp_index == 0 else 0,
             "_aux_loss_sum": float(vec[1]),
-            "_stats": vec[2:2 + self.stats_size],
+            "_stats": vec[2 : 2 + self.stats_size],
             "_local_stats": stats_sum[: self.stats_size],
         }
 
@@ -398,7 +426,7 @@ class PipelineTrainer:
                     red, off = [], 0
                     for g in shared:
                         n = int(np.prod(g.shape))
-                        red.append(flat[off:off + n].reshape(g.shape))
+                        red.append(flat[off : off + n].reshape(g.shape))
                         off += n
                 for i, r in zip(shared_idx, red):
                     out[i] = r

@@ -34,8 +34,10 @@ def apply_precision(net, precision: str):
     if precision == "fp16":
         amp.auto_mixed_precision(net, "O2", dtype=ms.float16)
         return _Fp32Output()(net)
-    raise ConfigError(f"train.precision={precision!r} cannot run on the MindSpore CPU backend "
-                      "(no bf16 MatMul/Conv2D kernels); use 'fp16' or 'fp32'")
+    raise ConfigError(
+        f"train.precision={precision!r} cannot run on the MindSpore CPU backend "
+        "(no bf16 MatMul/Conv2D kernels); use 'fp16' or 'fp32'"
+    )
 
 
 def _Fp32Output():

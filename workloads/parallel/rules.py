@@ -77,8 +77,9 @@ def layout_groups(world_size: int, stages: int, tp: int = 1) -> dict[str, list[i
     return out
 
 
-def parallel_layout(workload: str, model_cfg: dict, parallel_cfg: dict, train_cfg: dict, rank: int,
-                    world_size: int) -> tuple[int, int, int, int, int]:
+def parallel_layout(
+    workload: str, model_cfg: dict, parallel_cfg: dict, train_cfg: dict, rank: int, world_size: int
+) -> tuple[int, int, int, int, int]:
     """Validate a workload's parallel settings for this rank and return (S, M, stage, dp_index, D)
     (D: data-parallel size, world_size / (S x tensor_parallel)). Raises ConfigError naming every problem."""
     problems = validate_parallel(workload, model_cfg, parallel_cfg, world_size, train_cfg=train_cfg)
@@ -91,8 +92,9 @@ def parallel_layout(workload: str, model_cfg: dict, parallel_cfg: dict, train_cf
     return S, M, stage, dp_index, D
 
 
-def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_size: int,
-                      train_cfg: dict | None = None) -> list[str]:
+def validate_parallel(
+    workload: str, model_cfg: dict, parallel_cfg: dict, world_size: int, train_cfg: dict | None = None
+) -> list[str]:
     errs: list[str] = []
     model_cfg = model_cfg or {}
     par = parallel_cfg or {}
@@ -116,31 +118,48 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
         return errs
 
     if ws % S != 0:
-        errs.append(f"parallel.pipeline_stages={S} does not divide world_size={ws} "
-                    f"(world_size = pipeline_stages x data-parallel size)")
+        errs.append(
+            f"parallel.pipeline_stages={S} does not divide world_size={ws} "
+            f"(world_size = pipeline_stages x data-parallel size)"
+        )
     elif ws % (S * T) != 0:
-        errs.append(f"world_size={ws} is not a multiple of parallel.pipeline_stages={S} x "
-                    f"parallel.tensor_parallel={T} (world_size = data-parallel x tensor-parallel x pipeline stages)")
+        errs.append(
+            f"world_size={ws} is not a multiple of parallel.pipeline_stages={S} x "
+            f"parallel.tensor_parallel={T} (world_size = data-parallel x tensor-parallel x pipeline stages)"
+        )
     dp = ws // (S * T) if ws % (S * T) == 0 else None
     if T > 1 and workload != "moe":
-        errs.append(f"parallel.tensor_parallel={T}: workload {workload} has no tensor-parallel implementation "
-                    f"(only 'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1")
+        errs.append(
+            f"parallel.tensor_parallel={T}: workload {workload} has no tensor-parallel implementation "
+            f"(only 'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1"
+        )
     if T > 1 and par.get("grad_compression", "none") != "none":
-        errs.append(f"parallel.grad_compression={par.get('grad_compression')!r} with parallel.tensor_parallel={T} is "
-                    f"not supported (compression runs on the world group only); use grad_compression='none'")
+        errs.append(
+            f"parallel.grad_compression={par.get('grad_compression')!r} with parallel.tensor_parallel={T} is "
+            f"not supported (compression runs on the world group only); use grad_compression='none'"
+        )
     if T > 1 and par.get("comm_fusion", 0) not in (0, None):
-        errs.append(f"parallel.comm_fusion={par.get('comm_fusion')!r} with parallel.tensor_parallel={T} is not "
-                    f"supported (the data-parallel gradients of a tensor-parallel layout go in one flat all-reduce "
-                    f"per group); use comm_fusion=0")
+        errs.append(
+            f"parallel.comm_fusion={par.get('comm_fusion')!r} with parallel.tensor_parallel={T} is not "
+            f"supported (the data-parallel gradients of a tensor-parallel layout go in one flat all-reduce "
+            f"per group); use comm_fusion=0"
+        )
     if S > 1 and sched == "1f1b" and M < S:
-        errs.append(f"parallel.micro_batches={M} is less than parallel.pipeline_stages={S}: 1F1B needs at least "
-                    f"one micro-batch per stage (use micro_batches >= {S} or pipeline_schedule='gpipe')")
+        errs.append(
+            f"parallel.micro_batches={M} is less than parallel.pipeline_stages={S}: 1F1B needs at least "
+            f"one micro-batch per stage (use micro_batches >= {S} or pipeline_schedule='gpipe')"
+        )
     units = pipeline_units(workload, model_cfg)
     if S > 1 and units is not None and S > units:
-        what = "model.num_layers + 2 (embedding, blocks, head)" if workload == "moe" else \
-            "the blocks in model.layers + 2 (stem, head)"
-        errs.append(f"parallel.pipeline_stages={S} is more than the {units} layers workload {workload} can be "
-                    f"split into ({what})")
+        what = (
+            "model.num_layers + 2 (embedding, blocks, head)"
+            if workload == "moe"
+            else "the blocks in model.layers + 2 (stem, head)"
+        )
+        errs.append(
+            f"parallel.pipeline_stages={S} is more than the {units} layers workload {workload} can be "
+            f"split into ({what})"
+        )
     if train_cfg is not None and "batch_size" in train_cfg:
         b = _int(train_cfg.get("batch_size"))
         if b is None or b < 1:
@@ -148,22 +167,34 @@ def validate_parallel(workload: str, model_cfg: dict, parallel_cfg: dict, world_
         elif b % M != 0:
             errs.append(f"train.batch_size={b} is not divisible by parallel.micro_batches={M}")
     if S > 1 and workload not in ("moe", "resnet50"):
-        errs.append(f"parallel.pipeline_stages={S}: workload {workload} does not expose its layers to the "
-                    f"pipeline (only 'moe' and 'resnet50' do); use pipeline_stages=1")
-    if workload == "resnet50" and (S > 1 or M > 1) and (dp or 1) > 1 \
-            and par.get("fusion_impl", "perfbench") == "mindspore":
-        errs.append(f"parallel.fusion_impl='mindspore' with pipeline_stages={S} and micro_batches={M} is not "
-                    f"supported for workload resnet50 (the pipeline / accumulation loop reduces gradients "
-                    f"itself, MindSpore's reducer lives in its one-shot train step); use fusion_impl='perfbench' "
-                    f"or pipeline_stages=1 and micro_batches=1")
+        errs.append(
+            f"parallel.pipeline_stages={S}: workload {workload} does not expose its layers to the "
+            f"pipeline (only 'moe' and 'resnet50' do); use pipeline_stages=1"
+        )
+    if (
+        workload == "resnet50"
+        and (S > 1 or M > 1)
+        and (dp or 1) > 1
+        and par.get("fusion_impl", "perfbench") == "mindspore"
+    ):
+        errs.append(
+            f"parallel.fusion_impl='mindspore' with pipeline_stages={S} and micro_batches={M} is not "
+            f"supported for workload resnet50 (the pipeline / accumulation loop reduces gradients "
+            f"itself, MindSpore's reducer lives in its one-shot train step); use fusion_impl='perfbench' "
+            f"or pipeline_stages=1 and micro_batches=1"
+        )
     if par.get("fusion_impl", "perfbench") == "mindspore" and par.get("grad_compression", "none") != "none":
-        errs.append(f"parallel.fusion_impl='mindspore' fuses MindSpore's own gradient all-reduce and cannot be "
-                    f"combined with parallel.grad_compression={par.get('grad_compression')!r} "
-                    f"(use fusion_impl='perfbench')")
+        errs.append(
+            f"parallel.fusion_impl='mindspore' fuses MindSpore's own gradient all-reduce and cannot be "
+            f"combined with parallel.grad_compression={par.get('grad_compression')!r} "
+            f"(use fusion_impl='perfbench')"
+        )
     if S > 1 and (dp or 1) > 1 and par.get("grad_compression", "none") != "none":
-        errs.append(f"parallel.grad_compression={par.get('grad_compression')!r} with pipeline_stages={S} and "
-                    f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "
-                    f"group only); use grad_compression='none' or pipeline_stages=1")
+        errs.append(
+            f"parallel.grad_compression={par.get('grad_compression')!r} with pipeline_stages={S} and "
+            f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "
+            f"group only); use grad_compression='none' or pipeline_stages=1"
+        )
 
     errs += _validate_memory_knobs(workload, par, train_cfg or {}, ws, S, M)
     errs += _validate_precision_overlap(workload, par, S, M, dp, train_cfg or {})
@@ -185,17 +216,23 @@ def _validate_memory_knobs(workload: str, par: dict, train: dict, ws: int, S: in
         elif ws < 2:
             why = f"world_size={ws}: there is nothing to shard over one data-parallel rank"
         elif S > 1 or M > 1:
-            why = (f"pipeline_stages={S} and micro_batches={M}: sharding is built for the plain data-parallel step "
-                   "(pipeline_stages=1, micro_batches=1)")
+            why = (
+                f"pipeline_stages={S} and micro_batches={M}: sharding is built for the plain data-parallel step "
+                "(pipeline_stages=1, micro_batches=1)"
+            )
         elif par.get("fusion_impl", "perfbench") != "perfbench":
             why = f"fusion_impl={par.get('fusion_impl')!r}: sharding needs perfbench's own reducer (fusion_impl=perfbench)"
         elif par.get("grad_compression", "none") != "none":
-            why = f"grad_compression={par.get('grad_compression')!r}: sharding reduces uncompressed gradients (use none)"
+            why = (
+                f"grad_compression={par.get('grad_compression')!r}: sharding reduces uncompressed gradients (use none)"
+            )
         if why:
             errs.append(f"parallel.zero_stage={z} is not supported with {why}")
     if train.get("recompute") and workload != "resnet50":
-        errs.append(f"train.recompute=true is not supported for workload {workload} (only resnet50 marks its blocks "
-                    "for recompute)")
+        errs.append(
+            f"train.recompute=true is not supported for workload {workload} (only resnet50 marks its blocks "
+            "for recompute)"
+        )
     return errs
 
 
@@ -205,40 +242,63 @@ def _validate_precision_overlap(workload: str, par: dict, S: int, M: int, dp: in
     prec = train.get("precision", "fp32")
     if prec == "fp16":  # bf16 is refused by the field itself (perfbench/run/config_models.py Train.precision)
         if workload != "resnet50" or S > 1 or M > 1:
-            errs.append(f"train.precision='fp16' is built for workload resnet50 without pipeline or micro-batches "
-                        f"(got workload={workload}, pipeline_stages={S}, micro_batches={M}); use precision='fp32'")
+            errs.append(
+                f"train.precision='fp16' is built for workload resnet50 without pipeline or micro-batches "
+                f"(got workload={workload}, pipeline_stages={S}, micro_batches={M}); use precision='fp32'"
+            )
         elif (dp or 1) > 1 and par.get("fusion_impl", "perfbench") == "mindspore":
-            errs.append("train.precision='fp16' with parallel.fusion_impl='mindspore' is not supported (the loss-scaled "
-                        "train step reduces gradients with perfbench's buckets); use fusion_impl='perfbench'")
+            errs.append(
+                "train.precision='fp16' with parallel.fusion_impl='mindspore' is not supported (the loss-scaled "
+                "train step reduces gradients with perfbench's buckets); use fusion_impl='perfbench'"
+            )
     if par.get("overlap_grad_comm"):
         what = "parallel.overlap_grad_comm=true"
         if workload != "resnet50" or S > 1 or M > 1:
-            errs.append(f"{what} is built for workload resnet50 without pipeline or micro-batches (got "
-                        f"workload={workload}, pipeline_stages={S}, micro_batches={M}); use overlap_grad_comm=false")
+            errs.append(
+                f"{what} is built for workload resnet50 without pipeline or micro-batches (got "
+                f"workload={workload}, pipeline_stages={S}, micro_batches={M}); use overlap_grad_comm=false"
+            )
         if par.get("grad_compression", "none") != "none":
-            errs.append(f"{what} cannot be combined with parallel.grad_compression="
-                        f"{par.get('grad_compression')!r} (compression needs every gradient before it starts); "
-                        f"use grad_compression='none'")
+            errs.append(
+                f"{what} cannot be combined with parallel.grad_compression="
+                f"{par.get('grad_compression')!r} (compression needs every gradient before it starts); "
+                f"use grad_compression='none'"
+            )
         if par.get("fusion_impl", "perfbench") == "mindspore":
             errs.append(f"{what} needs parallel.fusion_impl='perfbench' (the hooks issue perfbench's buckets)")
         if train.get("mode", "graph") != "pynative":
-            errs.append(f"{what} needs train.mode='pynative' (got {train.get('mode', 'graph')!r}): the MindSpore CPU "
-                        f"backend runs a compiled graph's kernels one after another, so only PyNative's asynchronous "
-                        f"all-reduce can overlap backward")
+            errs.append(
+                f"{what} needs train.mode='pynative' (got {train.get('mode', 'graph')!r}): the MindSpore CPU "
+                f"backend runs a compiled graph's kernels one after another, so only PyNative's asynchronous "
+                f"all-reduce can overlap backward"
+            )
         if prec == "fp16":
-            errs.append(f"{what} with train.precision='fp16' is not built (the loss-scaled step all-reduces after "
-                        f"backward); use precision='fp32' or overlap_grad_comm=false")
+            errs.append(
+                f"{what} with train.precision='fp16' is not built (the loss-scaled step all-reduces after "
+                f"backward); use precision='fp32' or overlap_grad_comm=false"
+            )
     if int(par.get("zero_stage") or 0) and (prec == "fp16" or par.get("overlap_grad_comm")):
-        errs.append(f"parallel.zero_stage={par.get('zero_stage')} with train.precision={prec!r} / "
-                    f"parallel.overlap_grad_comm={bool(par.get('overlap_grad_comm'))} is not built (the sharded step "
-                    f"reduces and updates in fp32 after backward); use zero_stage=0 or fp32 without overlap")
+        errs.append(
+            f"parallel.zero_stage={par.get('zero_stage')} with train.precision={prec!r} / "
+            f"parallel.overlap_grad_comm={bool(par.get('overlap_grad_comm'))} is not built (the sharded step "
+            f"reduces and updates in fp32 after backward); use zero_stage=0 or fp32 without overlap"
+        )
     return errs
 
 
 def _validate_moe(m: dict, par: dict, S: int, dp: int | None, T: int = 1) -> list[str]:
     errs: list[str] = []
-    need = ("vocab_size", "seq_len", "hidden_size", "num_layers", "num_heads", "num_experts", "top_k",
-            "capacity_factor", "aux_loss_coef")
+    need = (
+        "vocab_size",
+        "seq_len",
+        "hidden_size",
+        "num_layers",
+        "num_heads",
+        "num_experts",
+        "top_k",
+        "capacity_factor",
+        "aux_loss_coef",
+    )
     missing = [k for k in need if k not in m]
     if missing:
         return [f"model.{k} is missing for workload moe" for k in missing]
@@ -262,22 +322,30 @@ def _validate_moe(m: dict, par: dict, S: int, dp: int | None, T: int = 1) -> lis
     if T > 1:
         F = _int(m.get("ffn_hidden_size") or 2 * ints["hidden_size"])
         if ints["num_heads"] % T:
-            errs.append(f"parallel.tensor_parallel={T} does not divide model.num_heads={ints['num_heads']} "
-                        f"(every tensor-parallel rank owns num_heads / T attention heads)")
+            errs.append(
+                f"parallel.tensor_parallel={T} does not divide model.num_heads={ints['num_heads']} "
+                f"(every tensor-parallel rank owns num_heads / T attention heads)"
+            )
         if ints["hidden_size"] % T:
             errs.append(f"parallel.tensor_parallel={T} does not divide model.hidden_size={ints['hidden_size']}")
         if F is None or F % T:
-            errs.append(f"parallel.tensor_parallel={T} does not divide the feed-forward size "
-                        f"model.ffn_hidden_size={F} (default 2 x hidden_size)")
+            errs.append(
+                f"parallel.tensor_parallel={T} does not divide the feed-forward size "
+                f"model.ffn_hidden_size={F} (default 2 x hidden_size)"
+            )
     if ints["top_k"] > ints["num_experts"]:
         errs.append(f"model.top_k={ints['top_k']} is more than model.num_experts={ints['num_experts']}")
     if dp and ints["num_experts"] % dp:
-        errs.append(f"model.num_experts={ints['num_experts']} is not divisible by the expert-parallel size {dp} "
-                    f"(world_size / (parallel.pipeline_stages x parallel.tensor_parallel)): every rank must own the "
-                    f"same number of experts")
+        errs.append(
+            f"model.num_experts={ints['num_experts']} is not divisible by the expert-parallel size {dp} "
+            f"(world_size / (parallel.pipeline_stages x parallel.tensor_parallel)): every rank must own the "
+            f"same number of experts"
+        )
     if par.get("fusion_impl", "perfbench") == "mindspore" and (dp or 1) > 1:
-        errs.append("parallel.fusion_impl='mindspore' is not supported for workload moe (MindSpore's gradient "
-                    "reducer would all-reduce the expert weights, which each rank owns alone); use 'perfbench'")
+        errs.append(
+            "parallel.fusion_impl='mindspore' is not supported for workload moe (MindSpore's gradient "
+            "reducer would all-reduce the expert weights, which each rank owns alone); use 'perfbench'"
+        )
     return errs
 
 

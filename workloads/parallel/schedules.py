@@ -124,8 +124,14 @@ def link_events(actions: list[Action], side: str) -> list[tuple[str, int]]:
     return ev
 
 
-def simulate(name: str, stages: int, micro_batches: int, t_fwd: float = 1.0, t_bwd: float = 2.0,
-             plans: list[list[Action]] | None = None) -> dict:
+def simulate(
+    name: str,
+    stages: int,
+    micro_batches: int,
+    t_fwd: float = 1.0,
+    t_bwd: float = 2.0,
+    plans: list[list[Action]] | None = None,
+) -> dict:
     """Run the schedule of every stage against each other with rendezvous transfers (zero transfer time).
 
     Raises RuntimeError on a deadlock or a mismatched link.  Returns ``{"makespan", "busy", "bubble_fraction"}``

@@ -68,5 +68,3 @@ def column_slice(size: int, tp: int, t: int) -> slice:
     """The block of a dimension of ``size`` that rank t of T owns."""
     n = size // tp
     return slice(t * n, (t + 1) * n)
-
-

@@ -53,8 +53,7 @@ def _build_cell():
     class ZeroTrainStep(nn.Cell):
         """loss -> grads -> all-reduce (reducer) -> update of the owned shard (ZeroSync then broadcasts)."""
 
-        def __init__(self, net_loss, params, owners: list[int], dp_index: int, dp: int, make_opt, reducer,
-                     stage: int):
+        def __init__(self, net_loss, params, owners: list[int], dp_index: int, dp: int, make_opt, reducer, stage: int):
             super().__init__(auto_prefix=False)
             self.network = net_loss
             self.weights = params  # ParameterTuple of every trainable parameter
@@ -62,10 +61,12 @@ def _build_cell():
             self.reducer = reducer
             mine = [i for i, o in enumerate(owners) if o == dp_index]
             self.optimizer = make_opt([params[i] for i in mine])
-            lines = ["def construct(self, x, y):",
-                     "    loss = self.network(x, y)",
-                     "    grads = self.grad(self.network, self.weights)(x, y)",
-                     "    red = self.reducer(grads)"]
+            lines = [
+                "def construct(self, x, y):",
+                "    loss = self.network(x, y)",
+                "    grads = self.grad(self.network, self.weights)(x, y)",
+                "    red = self.reducer(grads)",
+            ]
             owned = ", ".join(f"red[{i}]" for i in mine)
             lines.append(f"    done = self.optimizer(({owned},))")
             if stage == 1:  # the full reduced gradient lives until the update is done
@@ -99,7 +100,11 @@ def _build_cell():
                 lines.append(f"    got{c} = self.bcasts[{c}](src{c})")
                 for k, i in enumerate(idx):
                     lines.append(f"    a{c}_{k} = ops.assign(self.weights[{i}], got{c}[{k}])")
-                prev = f"a{c}_{len(idx) - 1}" if len(idx) == 1 else "(" + ", ".join(f"a{c}_{k}" for k in range(len(idx))) + ")"
+                prev = (
+                    f"a{c}_{len(idx) - 1}"
+                    if len(idx) == 1
+                    else "(" + ", ".join(f"a{c}_{k}" for k in range(len(idx))) + ")"
+                )
             self.broadcasts = len(chunks)
             lines.append(f"    return {prev}")
             self._construct = compile_construct(lines)

@@ -38,14 +38,17 @@ def _check(cfg: dict) -> dict:
     par.setdefault("comm_fusion", 0)
     par.setdefault("fusion_impl", "perfbench")
     if par["grad_compression"] not in COMPRESSIONS:
-        raise ConfigError(f"parallel.grad_compression must be one of {', '.join(COMPRESSIONS)}, "
-                          f"got {par['grad_compression']!r}")
+        raise ConfigError(
+            f"parallel.grad_compression must be one of {', '.join(COMPRESSIONS)}, got {par['grad_compression']!r}"
+        )
     if par["fusion_impl"] not in FUSION_IMPLS:
         raise ConfigError(f"parallel.fusion_impl must be one of {', '.join(FUSION_IMPLS)}, got {par['fusion_impl']!r}")
     if par["fusion_impl"] == "mindspore" and par["grad_compression"] != "none":
-        raise ConfigError("parallel.grad_compression needs fusion_impl 'perfbench' (MindSpore's own gradient "
-                          f"reducer cannot compress); got grad_compression={par['grad_compression']!r} "
-                          "with fusion_impl='mindspore'")
+        raise ConfigError(
+            "parallel.grad_compression needs fusion_impl 'perfbench' (MindSpore's own gradient "
+            f"reducer cannot compress); got grad_compression={par['grad_compression']!r} "
+            "with fusion_impl='mindspore'"
+        )
     r = par["compression_ratio"]
     if par["grad_compression"] in ("powersgd", "topk") and (not isinstance(r, (int, float)) or not 0 < r < 1):
         raise ConfigError(f"parallel.compression_ratio must be a number in (0, 1), got {r!r}")
@@ -112,8 +115,12 @@ class ResNetWorkload:
         self.step_comm = []  # (bytes, n) counted every step
         self.sync = None
         zero = int(par.get("zero_stage") or 0)
-        zero_info = {"zero_stage": zero, "optimizer": t.get("optimizer") or "momentum",
-                     "recompute": bool(t.get("recompute")), "zero_shard_params": None}
+        zero_info = {
+            "zero_stage": zero,
+            "optimizer": t.get("optimizer") or "momentum",
+            "recompute": bool(t.get("recompute")),
+            "zero_shard_params": None,
+        }
         self.overlap = bool(par.get("overlap_grad_comm")) and ws > 1
 
         if zero and ws > 1:
@@ -128,8 +135,16 @@ class ResNetWorkload:
             self.step_comm.extend(comm)
             mine = sum(n for n, o in zip(numels, owners) if o == ctx.rank)
             # the owners' broadcasts: this rank sends its shard (op count set once the sync cell exists)
-            self.train = ZeroTrainStep(self.net_loss, ParameterTuple(params), owners, ctx.rank, ws,
-                                       lambda ps: make_optimizer(ps, t), reducer, zero)
+            self.train = ZeroTrainStep(
+                self.net_loss,
+                ParameterTuple(params),
+                owners,
+                ctx.rank,
+                ws,
+                lambda ps: make_optimizer(ps, t),
+                reducer,
+                zero,
+            )
             self.sync = ZeroSync(ParameterTuple(params), owners, ws, par["comm_fusion"])
             self.step_comm.append((mine * 4, self.sync.broadcasts))
             reducer_info = dict(info, fusion_impl_used="perfbench")
@@ -145,8 +160,13 @@ class ResNetWorkload:
                 self.step_comm.extend(comm)
                 reducer_info = dict(info, fusion_impl_used="perfbench")
             self.opt = make_optimizer(params, t)
-            self.train = LossScaleTrainStep(self.net_loss, self.opt, reducer, float(t.get("loss_scale", 2.0 ** 16)),
-                                            int(t.get("loss_scale_window", 1000)))
+            self.train = LossScaleTrainStep(
+                self.net_loss,
+                self.opt,
+                reducer,
+                float(t.get("loss_scale", 2.0**16)),
+                int(t.get("loss_scale_window", 1000)),
+            )
         elif self.overlap:
             from workloads.parallel.overlap import OverlapTrainStep
 
@@ -161,8 +181,10 @@ class ResNetWorkload:
             if ws > 1:
                 # MindSpore fuses by its own rules: bytes are known, the op count is read from the profile.
                 self.step_comm.append((self.uncompressed, None))
-            reducer_info = {"fusion_impl_used": impl,
-                            "mindspore_comm_fusion": ms.get_auto_parallel_context("comm_fusion") if ws > 1 else None}
+            reducer_info = {
+                "fusion_impl_used": impl,
+                "mindspore_comm_fusion": ms.get_auto_parallel_context("comm_fusion") if ws > 1 else None,
+            }
         else:
             from workloads.parallel.compression import make_reducer
 
@@ -182,18 +204,26 @@ class ResNetWorkload:
             compile_s = time.time() - t0
             ctx.set_meta(compile_s=compile_s, compile_barrier_wait_s=ctx.barrier("compiled"))
         ratio_used = par["grad_compression"] in ("powersgd", "topk")
-        meta = dict(params=param_count(self.net), param_tensors=len(params), grad_compression=par["grad_compression"],
-                    compression_ratio_configured=par["compression_ratio"] if ratio_used else None,
-                    comm_fusion=par["comm_fusion"], fusion_impl=par["fusion_impl"],
-                    bytes_per_step_uncompressed=self.uncompressed if ws > 1 else 0,
-                    bytes_per_step=sum(b for b, _ in self.step_comm),
-                    collectives_per_step=(None if any(n is None for _, n in self.step_comm)
-                                          else sum(n for _, n in self.step_comm)),
-                    expert_comm=None, precision=self.precision, overlap_grad_comm=self.overlap,
-                    loss_scale_init=float(t.get("loss_scale", 2.0 ** 16)) if self.precision == "fp16" else None,
-                    # element size on the wire (read by the ingest to turn profiled shapes into bytes); AMP keeps
-                    # fp32 gradients, so train.precision does not change it
-                    comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4)
+        meta = dict(
+            params=param_count(self.net),
+            param_tensors=len(params),
+            grad_compression=par["grad_compression"],
+            compression_ratio_configured=par["compression_ratio"] if ratio_used else None,
+            comm_fusion=par["comm_fusion"],
+            fusion_impl=par["fusion_impl"],
+            bytes_per_step_uncompressed=self.uncompressed if ws > 1 else 0,
+            bytes_per_step=sum(b for b, _ in self.step_comm),
+            collectives_per_step=(
+                None if any(n is None for _, n in self.step_comm) else sum(n for _, n in self.step_comm)
+            ),
+            expert_comm=None,
+            precision=self.precision,
+            overlap_grad_comm=self.overlap,
+            loss_scale_init=float(t.get("loss_scale", 2.0**16)) if self.precision == "fp16" else None,
+            # element size on the wire (read by the ingest to turn profiled shapes into bytes); AMP keeps
+            # fp32 gradients, so train.precision does not change it
+            comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4,
+        )
         meta.update(reducer_info)
         meta.update(zero_info)
         ctx.set_meta(**meta)
@@ -277,7 +307,7 @@ class ResNetPipelineWorkload:
             if self._cached[0] != step:
                 self._cached = (step, self.data.batch(step))
             x, y = self._cached[1]
-            return x[k * mb:(k + 1) * mb], y[k * mb:(k + 1) * mb]
+            return x[k * mb : (k + 1) * mb], y[k * mb : (k + 1) * mb]
 
         ms.set_context(mode=ms.PYNATIVE_MODE)  # host loop + CPU Broadcast need PyNative (see pipeline.py)
         groups = create_groups(ctx.rank, ctx.world_size, S)
@@ -298,22 +328,38 @@ class ResNetPipelineWorkload:
                 return cell, dict(info, fusion_impl_used="perfbench"), comm
 
         loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-        self.trainer = PipelineTrainer(ctx, layers, loss, batch_fn, samples_per_microbatch=mb, layer_costs=costs,
-                                       dp_reducer_factory=reducer_factory, groups=groups)
+        self.trainer = PipelineTrainer(
+            ctx,
+            layers,
+            loss,
+            batch_fn,
+            samples_per_microbatch=mb,
+            layer_costs=costs,
+            dp_reducer_factory=reducer_factory,
+            groups=groups,
+        )
         shared_bytes = int(sum(int(np.prod(p.shape)) * 4 for p in self.trainer.params))
         ratio_used = par["grad_compression"] in ("powersgd", "topk")
         comm = self.trainer.reducer_comm
-        ctx.set_meta(params=int(sum(int(np.prod(p.shape)) for p in self.trainer.params)),
-                     model_params=param_count(net), param_tensors=len(self.trainer.params),
-                     layer_costs_mmac=costs, samples_per_microbatch=mb,
-                     grad_compression=par["grad_compression"],
-                     compression_ratio_configured=par["compression_ratio"] if ratio_used else None,
-                     comm_fusion=par["comm_fusion"], fusion_impl=par["fusion_impl"],
-                     bytes_per_step_uncompressed=shared_bytes if D > 1 else 0,
-                     bytes_per_step=sum(b for b, _ in comm),
-                     collectives_per_step=(None if any(n is None for _, n in comm) else sum(n for _, n in comm)),
-                     expert_comm=None, comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4,
-                     zero_stage=0, optimizer=t.get("optimizer") or "momentum", recompute=bool(t.get("recompute")))
+        ctx.set_meta(
+            params=int(sum(int(np.prod(p.shape)) for p in self.trainer.params)),
+            model_params=param_count(net),
+            param_tensors=len(self.trainer.params),
+            layer_costs_mmac=costs,
+            samples_per_microbatch=mb,
+            grad_compression=par["grad_compression"],
+            compression_ratio_configured=par["compression_ratio"] if ratio_used else None,
+            comm_fusion=par["comm_fusion"],
+            fusion_impl=par["fusion_impl"],
+            bytes_per_step_uncompressed=shared_bytes if D > 1 else 0,
+            bytes_per_step=sum(b for b, _ in comm),
+            collectives_per_step=(None if any(n is None for _, n in comm) else sum(n for _, n in comm)),
+            expert_comm=None,
+            comm_dtype_bytes=2 if par["grad_compression"] == "fp16" else 4,
+            zero_stage=0,
+            optimizer=t.get("optimizer") or "momentum",
+            recompute=bool(t.get("recompute")),
+        )
 
     def train_step(self, step: int) -> dict:
         res = self.trainer.train_step(step)

@@ -6,8 +6,16 @@ from mindspore import nn, ops
 
 
 def _conv(cin, cout, k, stride=1):
-    return nn.Conv2d(cin, cout, k, stride=stride, pad_mode="pad" if k > 1 else "valid", padding=k // 2 if k > 1 else 0,
-                     has_bias=False, weight_init="HeNormal")
+    return nn.Conv2d(
+        cin,
+        cout,
+        k,
+        stride=stride,
+        pad_mode="pad" if k > 1 else "valid",
+        padding=k // 2 if k > 1 else 0,
+        has_bias=False,
+        weight_init="HeNormal",
+    )
 
 
 class Bottleneck(nn.Cell):
@@ -42,15 +50,14 @@ class Bottleneck(nn.Cell):
 class ResNet(nn.Cell):
     def __init__(self, layers=(3, 4, 6, 3), width: int = 64, num_classes: int = 1000):
         super().__init__()
-        self.conv1 = nn.Conv2d(3, width, 7, stride=2, pad_mode="pad", padding=3, has_bias=False,
-                               weight_init="HeNormal")
+        self.conv1 = nn.Conv2d(3, width, 7, stride=2, pad_mode="pad", padding=3, has_bias=False, weight_init="HeNormal")
         self.bn1 = nn.BatchNorm2d(width)
         self.relu = nn.ReLU()
         self.pool = nn.MaxPool2d(kernel_size=3, stride=2, pad_mode="same")
         blocks = []
         cin = width
         for i, n in enumerate(layers):
-            w = width * (2 ** i)
+            w = width * (2**i)
             for j in range(int(n)):
                 blocks.append(Bottleneck(cin, w, 2 if (j == 0 and i > 0) else 1))
                 cin = w * Bottleneck.expansion
@@ -105,7 +112,7 @@ def layer_costs(layers, width: int, image_size: int, num_classes: int) -> list[f
     size = (size + 1) // 2  # max pool, stride 2, pad same
     cin = width
     for i, n in enumerate(layers):
-        w = width * (2 ** i)
+        w = width * (2**i)
         for j in range(int(n)):
             stride = 2 if (j == 0 and i > 0) else 1
             out = (size + stride - 1) // stride

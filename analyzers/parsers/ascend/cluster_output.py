@@ -32,16 +32,26 @@ from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, RANKS, Profile, co
 from perfbench.errors import ProfileFormatError
 
 SOURCE = "msprof-analyze-cluster"
-FILES = ("cluster_step_trace_time.csv", "cluster_communication.json", "cluster_communication_matrix.json",
-         "cluster_analysis.db")
+FILES = (
+    "cluster_step_trace_time.csv",
+    "cluster_communication.json",
+    "cluster_communication_matrix.json",
+    "cluster_analysis.db",
+)
 #: folders msprof-analyze's recipes write their text (csv) or db results into
 RECIPE_DIRS = ("CommunicationTimeSum", "CommMatrixSum", "ClusterTimeSummary")
 
-_TIME_SUMMARY = {"step_us": ("stepTime", "Step Time(us)"), "computing_us": ("computation", "Computation(us)"),
-                 "communication_not_overlapped_us": ("communicationNotOverlapComputation",
-                                                     "Communication Not Overlap Computation(us)"),
-                 "overlapped_us": ("communicationOverlapComputation", "Communication Overlap Computation(us)"),
-                 "communication_us": ("communication", "Communication(us)"), "free_us": ("free", "Free(us)")}
+_TIME_SUMMARY = {
+    "step_us": ("stepTime", "Step Time(us)"),
+    "computing_us": ("computation", "Computation(us)"),
+    "communication_not_overlapped_us": (
+        "communicationNotOverlapComputation",
+        "Communication Not Overlap Computation(us)",
+    ),
+    "overlapped_us": ("communicationOverlapComputation", "Communication Overlap Computation(us)"),
+    "communication_us": ("communication", "Communication(us)"),
+    "free_us": ("free", "Free(us)"),
+}
 
 
 def detect(d: Path) -> bool:
@@ -66,20 +76,26 @@ def parse(d: str | Path, **_) -> Profile:
         ranks = set(int(x) for x in pd.concat([links["src"], links["dst"]]))
     if not ranks:
         raise ProfileFormatError(d, "msprof-analyze cluster output without any rank rows")
-    rk = pd.DataFrame([{"rank": r, "path": str(d), "world_size": len(ranks), "inputs": ",".join(used)}
-                       for r in sorted(ranks)])
+    rk = pd.DataFrame(
+        [{"rank": r, "path": str(d), "world_size": len(ranks), "inputs": ",".join(used)} for r in sorted(ranks)]
+    )
     meta = {"format": SOURCE, "producer": "msprof-analyze", "inputs": used, "parallel_groups": groups}
     if ref_src:
         meta["reference_source"] = f"msprof-analyze {ref_src}"
-    return Profile(source=SOURCE, path=str(d), ranks=conform(rk, RANKS),
-                   comm_ops=conform(co if co is not None else empty(COMM_OPS), COMM_OPS),
-                   comm_bandwidth=conform(cb if cb is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
-                   links=conform((links if links is not None else empty(LINKS)).assign(global_ranks=True), LINKS),
-                   reference_breakdown=ref,  # msprof-analyze writes global ranks
-                   meta=meta)
+    return Profile(
+        source=SOURCE,
+        path=str(d),
+        ranks=conform(rk, RANKS),
+        comm_ops=conform(co if co is not None else empty(COMM_OPS), COMM_OPS),
+        comm_bandwidth=conform(cb if cb is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
+        links=conform((links if links is not None else empty(LINKS)).assign(global_ranks=True), LINKS),
+        reference_breakdown=ref,  # msprof-analyze writes global ranks
+        meta=meta,
+    )
 
 
 # ---- where a table is: the top-level db, a recipe folder's db, or a recipe folder's csv ----------------
+
 
 def _dbs(d: Path) -> list[Path]:
     out = [d / "cluster_analysis.db"] + [d / r / "cluster_analysis.db" for r in RECIPE_DIRS]
@@ -118,10 +134,13 @@ def _recipe_csv(d: Path, folder: str, pattern: str, used: list[str]) -> pd.DataF
 def _need(path, df: pd.DataFrame, cols) -> None:
     missing = [c for c in cols if c not in df.columns]
     if missing:
-        raise ProfileFormatError(path, f"missing column(s) {', '.join(missing)} (has: {', '.join(map(str, df.columns[:12]))})")
+        raise ProfileFormatError(
+            path, f"missing column(s) {', '.join(missing)} (has: {', '.join(map(str, df.columns[:12]))})"
+        )
 
 
 # ---- step breakdown ------------------------------------------------------------------------------------
+
 
 def _step_trace(d: Path, used: list[str]):
     st = d / "cluster_step_trace_time.csv"
@@ -164,6 +183,7 @@ def _rank_rows(path, df: pd.DataFrame) -> pd.DataFrame:
 
 # ---- communication -------------------------------------------------------------------------------------
 
+
 def _comm_any(d: Path, used: list[str]):
     if (d / "cluster_communication.json").exists():
         used.append("cluster_communication.json")
@@ -179,12 +199,24 @@ def _comm_any(d: Path, used: list[str]):
     _need(d, t, ["step", "rank_id", "hccl_op_name", "group_name", "elapsed_time"])
     t = t[~t["hccl_op_name"].astype(str).str.startswith("Total Op Info")]
     num = lambda c: pd.to_numeric(t[c], errors="coerce") if c in t.columns else float("nan")  # noqa: E731
-    co = pd.DataFrame({"rank": pd.to_numeric(t["rank_id"]).astype("int64"), "step": t["step"].map(step_of),
-                       "op_name": t["hccl_op_name"], "op_type": t["hccl_op_name"].map(comm_op_type),
-                       "group": t["group_name"].astype(str), "group_size": pd.NA, "start_us": num("start_timestamp"),
-                       "elapse_ms": num("elapsed_time"), "transit_ms": num("transit_time"), "wait_ms": num("wait_time"),
-                       "synchronization_ms": num("synchronization_time"), "idle_ms": num("idle_time"),
-                       "wait_ratio": num("wait_time_ratio"), "synchronization_ratio": num("synchronization_time_ratio")})
+    co = pd.DataFrame(
+        {
+            "rank": pd.to_numeric(t["rank_id"]).astype("int64"),
+            "step": t["step"].map(step_of),
+            "op_name": t["hccl_op_name"],
+            "op_type": t["hccl_op_name"].map(comm_op_type),
+            "group": t["group_name"].astype(str),
+            "group_size": pd.NA,
+            "start_us": num("start_timestamp"),
+            "elapse_ms": num("elapsed_time"),
+            "transit_ms": num("transit_time"),
+            "wait_ms": num("wait_time"),
+            "synchronization_ms": num("synchronization_time"),
+            "idle_ms": num("idle_time"),
+            "wait_ratio": num("wait_time_ratio"),
+            "synchronization_ratio": num("synchronization_time_ratio"),
+        }
+    )
     co["step"] = co["step"].astype("Int64")
     cb = empty(COMM_BANDWIDTH)
     if b is not None and len(b):
@@ -192,12 +224,18 @@ def _comm_any(d: Path, used: list[str]):
         b = b[~b["hccl_op_name"].astype(str).str.startswith("Total Op Info")]
         # one row per packet-size bucket: the op x transport totals repeat on each
         b = b.drop_duplicates(subset=["step", "rank_id", "hccl_op_name", "group_name", "band_type"])
-        cb = pd.DataFrame({"rank": pd.to_numeric(b["rank_id"]).astype("int64"),
-                           "step": b["step"].map(step_of).astype("Int64"), "op_name": b["hccl_op_name"],
-                           "transport": b["band_type"], "size_mb": pd.to_numeric(b["transit_size"], errors="coerce"),
-                           "time_ms": pd.to_numeric(b["transit_time"], errors="coerce"),
-                           "bandwidth_gbps": pd.to_numeric(b["bandwidth"], errors="coerce"),
-                           "group": b["group_name"].astype(str)})
+        cb = pd.DataFrame(
+            {
+                "rank": pd.to_numeric(b["rank_id"]).astype("int64"),
+                "step": b["step"].map(step_of).astype("Int64"),
+                "op_name": b["hccl_op_name"],
+                "transport": b["band_type"],
+                "size_mb": pd.to_numeric(b["transit_size"], errors="coerce"),
+                "time_ms": pd.to_numeric(b["transit_time"], errors="coerce"),
+                "bandwidth_gbps": pd.to_numeric(b["bandwidth"], errors="coerce"),
+                "group": b["group_name"].astype(str),
+            }
+        )
         cb = cb[(cb["size_mb"] > 0) | (cb["time_ms"] > 0)]
     return co, cb
 
@@ -213,12 +251,19 @@ def _links_any(d: Path, used: list[str]):
         return None
     _need(d, m, ["step", "hccl_op_name", "group_name", "src_rank", "dst_rank", "transport_type", "bandwidth"])
     m = m[~m["hccl_op_name"].astype(str).str.startswith("Total Op Info")]
-    df = pd.DataFrame({"step": m["step"].map(step_of).astype("Int64"), "op_name": m["hccl_op_name"],
-                       "group": m["group_name"].astype(str), "src": pd.to_numeric(m["src_rank"]).astype("int64"),
-                       "dst": pd.to_numeric(m["dst_rank"]).astype("int64"), "transport": m["transport_type"],
-                       "size_mb": pd.to_numeric(m.get("transit_size"), errors="coerce"),
-                       "time_ms": pd.to_numeric(m.get("transit_time"), errors="coerce"),
-                       "bandwidth_gbps": pd.to_numeric(m["bandwidth"], errors="coerce")})
+    df = pd.DataFrame(
+        {
+            "step": m["step"].map(step_of).astype("Int64"),
+            "op_name": m["hccl_op_name"],
+            "group": m["group_name"].astype(str),
+            "src": pd.to_numeric(m["src_rank"]).astype("int64"),
+            "dst": pd.to_numeric(m["dst_rank"]).astype("int64"),
+            "transport": m["transport_type"],
+            "size_mb": pd.to_numeric(m.get("transit_size"), errors="coerce"),
+            "time_ms": pd.to_numeric(m.get("transit_time"), errors="coerce"),
+            "bandwidth_gbps": pd.to_numeric(m["bandwidth"], errors="coerce"),
+        }
+    )
     if "op_name" in m.columns:
         df["hccl_op_name"] = m["op_name"].to_numpy()
     return df
@@ -232,8 +277,9 @@ def _groups(d: Path, used: list[str]) -> dict[str, list[int]]:
         return groups_from_communication_group(d / "communication_group.json")
     m = _db_table(d, "CommunicationGroupMapping", used)
     if m is not None and {"group_name", "rank_set"} <= set(m.columns):
-        for g, rs, pg, typ in zip(m["group_name"], m["rank_set"], m.get("pg_name", [None] * len(m)),
-                                  m.get("type", [None] * len(m))):
+        for g, rs, pg, typ in zip(
+            m["group_name"], m["rank_set"], m.get("pg_name", [None] * len(m)), m.get("type", [None] * len(m))
+        ):
             out[str(g)] = _entry(_group_ranks(str(rs)), None, "CommunicationGroupMapping", pg or None, type=typ)
     return out
 
@@ -265,18 +311,38 @@ def _comm(path: Path):
                     t = op.get("Communication Time Info") or {}
                     if "Elapse Time(ms)" not in t:
                         raise ProfileFormatError(path, f"op '{key}' rank {rank}: missing 'Elapse Time(ms)'")
-                    rows.append({"rank": int(rank), "step": step, "op_name": name, "op_type": comm_op_type(name),
-                                 "group": group, "group_size": gsize, "start_us": _f(t.get("Start Timestamp(us)")),
-                                 "elapse_ms": _f(t["Elapse Time(ms)"]), "transit_ms": _f(t.get("Transit Time(ms)")),
-                                 "wait_ms": _f(t.get("Wait Time(ms)")),
-                                 "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
-                                 "idle_ms": _f(t.get("Idle Time(ms)")), "wait_ratio": _f(t.get("Wait Time Ratio")),
-                                 "rank_group": gkey})
+                    rows.append(
+                        {
+                            "rank": int(rank),
+                            "step": step,
+                            "op_name": name,
+                            "op_type": comm_op_type(name),
+                            "group": group,
+                            "group_size": gsize,
+                            "start_us": _f(t.get("Start Timestamp(us)")),
+                            "elapse_ms": _f(t["Elapse Time(ms)"]),
+                            "transit_ms": _f(t.get("Transit Time(ms)")),
+                            "wait_ms": _f(t.get("Wait Time(ms)")),
+                            "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
+                            "idle_ms": _f(t.get("Idle Time(ms)")),
+                            "wait_ratio": _f(t.get("Wait Time Ratio")),
+                            "rank_group": gkey,
+                        }
+                    )
                     for tr, b in (op.get("Communication Bandwidth Info") or {}).items():
                         if isinstance(b, dict) and (_f(b.get("Transit Size(MB)")) or _f(b.get("Transit Time(ms)"))):
-                            bw.append({"rank": int(rank), "step": step, "op_name": name, "transport": tr,
-                                       "size_mb": _f(b.get("Transit Size(MB)")), "time_ms": _f(b.get("Transit Time(ms)")),
-                                       "bandwidth_gbps": _f(b.get("Bandwidth(GB/s)")), "group": group})
+                            bw.append(
+                                {
+                                    "rank": int(rank),
+                                    "step": step,
+                                    "op_name": name,
+                                    "transport": tr,
+                                    "size_mb": _f(b.get("Transit Size(MB)")),
+                                    "time_ms": _f(b.get("Transit Time(ms)")),
+                                    "bandwidth_gbps": _f(b.get("Bandwidth(GB/s)")),
+                                    "group": group,
+                                }
+                            )
     co = pd.DataFrame(rows) if rows else empty(COMM_OPS)
     cb = pd.DataFrame(bw) if bw else empty(COMM_BANDWIDTH)
     for df in (co, cb):
@@ -302,10 +368,19 @@ def _matrix(path: Path) -> pd.DataFrame:
                     src, _, dst = str(pair).partition("-")
                     if not (src.isdigit() and dst.isdigit()) or not isinstance(v, dict):
                         raise ProfileFormatError(path, f"link '{pair}' of '{key}' is not 'src-dst' with an object")
-                    rows.append({"step": step_of(step_key), "op_name": name, "group": group, "src": int(src),
-                                 "dst": int(dst), "transport": v.get("Transport Type"),
-                                 "size_mb": _f(v.get("Transit Size(MB)")), "time_ms": _f(v.get("Transit Time(ms)")),
-                                 "bandwidth_gbps": _f(v.get("Bandwidth(GB/s)"))})
+                    rows.append(
+                        {
+                            "step": step_of(step_key),
+                            "op_name": name,
+                            "group": group,
+                            "src": int(src),
+                            "dst": int(dst),
+                            "transport": v.get("Transport Type"),
+                            "size_mb": _f(v.get("Transit Size(MB)")),
+                            "time_ms": _f(v.get("Transit Time(ms)")),
+                            "bandwidth_gbps": _f(v.get("Bandwidth(GB/s)")),
+                        }
+                    )
     df = pd.DataFrame(rows) if rows else empty(LINKS)
     if len(df):
         df["step"] = df["step"].astype("Int64")

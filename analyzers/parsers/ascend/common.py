@@ -16,8 +16,22 @@ from perfbench.errors import ProfileFormatError
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 
 #: bytes per element of the dtypes HCCL and the op tables name (collective sizes from counts)
-DTYPE_BYTES = {"INT8": 1, "UINT8": 1, "INT16": 2, "UINT16": 2, "FP16": 2, "BFP16": 2, "BF16": 2, "INT32": 4,
-               "UINT32": 4, "FP32": 4, "INT64": 8, "UINT64": 8, "FP64": 8, "INT128": 16}
+DTYPE_BYTES = {
+    "INT8": 1,
+    "UINT8": 1,
+    "INT16": 2,
+    "UINT16": 2,
+    "FP16": 2,
+    "BFP16": 2,
+    "BF16": 2,
+    "INT32": 4,
+    "UINT32": 4,
+    "FP32": 4,
+    "INT64": 8,
+    "UINT64": 8,
+    "FP64": 8,
+    "INT128": 16,
+}
 #: meta["kernels_skipped"] of a rank whose kernels were not read
 SKIPPED = "not read: the profiler's step trace is the breakdown (kernels cross-checked on other ranks)"
 
@@ -27,8 +41,9 @@ def norm(col: str) -> str:
     return re.sub(r"[\s_\ufeff]+", "", str(col)).lower()
 
 
-def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | None = None,
-             numeric: tuple[str, ...] = ()) -> pd.DataFrame:
+def read_csv(
+    path: Path, required: dict[str, str], optional: dict[str, str] | None = None, numeric: tuple[str, ...] = ()
+) -> pd.DataFrame:
     """Read a profiler CSV by header name.
 
     `required` / `optional` map a header as the profiler writes it (matched with `norm`) to our column
@@ -38,8 +53,14 @@ def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | No
     """
     optional = optional or {}
     try:
-        df = pd.read_csv(path, keep_default_na=False, na_values=["", "N/A", "NA", "nan", "None"], encoding="utf-8-sig",
-                         on_bad_lines="error", low_memory=False)
+        df = pd.read_csv(
+            path,
+            keep_default_na=False,
+            na_values=["", "N/A", "NA", "nan", "None"],
+            encoding="utf-8-sig",
+            on_bad_lines="error",
+            low_memory=False,
+        )
     except pd.errors.EmptyDataError:
         raise ProfileFormatError(path, "file is empty (no header line)") from None
     except pd.errors.ParserError as exc:
@@ -74,8 +95,13 @@ def read_csv(path: Path, required: dict[str, str], optional: dict[str, str] | No
                 i = int(np.flatnonzero(bad.to_numpy())[0])
                 raw = df[col].iloc[i]
                 src = next(k for k, v in required.items() if v == col)
-                what = ("is empty (file truncated?)" if raw is None or (isinstance(raw, float) and np.isnan(raw))
-                        or str(raw).strip() in ("", "nan", "<NA>") else f"is not a number: {str(raw)[:40]!r}")
+                what = (
+                    "is empty (file truncated?)"
+                    if raw is None
+                    or (isinstance(raw, float) and np.isnan(raw))
+                    or str(raw).strip() in ("", "nan", "<NA>")
+                    else f"is not a number: {str(raw)[:40]!r}"
+                )
                 raise ProfileFormatError(path, f"line {i + 2}: column '{src}' {what}")
         df[col] = conv
     return df
@@ -85,8 +111,13 @@ _NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _INTEGER = re.compile(r"\d+")
 
 
-def read_small_csv(path: Path, required: dict[str, str], optional: dict[str, str], numeric: tuple[str, ...],
-                   integer: tuple[str, ...] = ()):
+def read_small_csv(
+    path: Path,
+    required: dict[str, str],
+    optional: dict[str, str],
+    numeric: tuple[str, ...],
+    integer: tuple[str, ...] = (),
+):
     """A small, regular profiler CSV (a step trace: a few rows) as a `Columns`, without pandas; None when
     the file is anything but plain (an unknown, repeated or missing header, a row of another width, an
     empty, N/A or malformed cell, no data row): then `read_csv` reads it and reports its problems.
@@ -106,8 +137,12 @@ def read_small_csv(path: Path, required: dict[str, str], optional: dict[str, str
         return None
     by_norm = {norm(k): v for k, v in {**required, **optional}.items()}
     names = [by_norm.get(norm(h)) for h in rows[0]]
-    if None in names or len(set(names)) != len(names) or not set(required.values()) <= set(names) \
-            or not set(names) <= set(numeric) | set(integer):
+    if (
+        None in names
+        or len(set(names)) != len(names)
+        or not set(required.values()) <= set(names)
+        or not set(names) <= set(numeric) | set(integer)
+    ):
         return None
     from analyzers.schema import Columns
 
@@ -144,8 +179,9 @@ def _check_complete(path: Path, df: pd.DataFrame) -> None:
     last = tail.rsplit(b"\n", 1)[-1].decode("utf-8", "replace")
     fields = next(csv.reader([last]), [])
     if len(fields) < len(df.columns):
-        raise ProfileFormatError(path, f"line {len(df) + 1} has {len(fields)} of {len(df.columns)} fields "
-                                       "(file truncated?)")
+        raise ProfileFormatError(
+            path, f"line {len(df) + 1} has {len(fields)} of {len(df.columns)} fields (file truncated?)"
+        )
 
 
 def read_json(path: Path):
@@ -168,11 +204,15 @@ def read_json(path: Path):
 
 # ---- rank identity -----------------------------------------------------------------------------
 
+
 def rank_info(rank_dir: Path) -> dict:
     """Rank id, world size, device and config from profiler_info*.json / profiler_metadata.json."""
     info: dict = {"rank": None, "config": {}, "metadata": {}}
-    cands = [rank_dir / n for n in sorted(os.listdir(rank_dir))  # (not Path.glob: ~10x slower per rank)
-             if n.startswith("profiler_info") and n.endswith(".json")]
+    cands = [
+        rank_dir / n
+        for n in sorted(os.listdir(rank_dir))  # (not Path.glob: ~10x slower per rank)
+        if n.startswith("profiler_info") and n.endswith(".json")
+    ]
     if cands:
         pi = read_json(cands[0])
         if not isinstance(pi, dict):
@@ -244,8 +284,11 @@ def comm_op_type(name: str) -> str:
     return "other"
 
 
-_COMM_NAME = re.compile(r"^(hcom_|hccl|lccl)|^(allreduce|allgather|reducescatter|alltoallv?|broadcast|send|receive|recv)"
-                        r"(-op\d+|_\d|$)", re.IGNORECASE)
+_COMM_NAME = re.compile(
+    r"^(hcom_|hccl|lccl)|^(allreduce|allgather|reducescatter|alltoallv?|broadcast|send|receive|recv)"
+    r"(-op\d+|_\d|$)",
+    re.IGNORECASE,
+)
 
 
 def is_comm_name(name: str) -> bool:
@@ -259,7 +302,9 @@ def categorize(names: pd.Series, core: pd.Series | None, types: pd.Series | None
     if core is not None:
         c = core.astype(str).str.upper()
         known = core.notna() & ~c.isin(["", "N/A", "NA", "NONE", "NAN"])
-        comm = c.isin(["HCCL", "COMMUNICATION", "LCCL"]) | (~known & by_name) | names.astype(str).str.startswith("hcom_")
+        comm = (
+            c.isin(["HCCL", "COMMUNICATION", "LCCL"]) | (~known & by_name) | names.astype(str).str.startswith("hcom_")
+        )
     else:
         comm = by_name
     if types is not None:
@@ -286,8 +331,9 @@ def device_step_windows(step: pd.Series, start: pd.Series, end: pd.Series) -> pd
     ok = ~np.isnan(st)
     st, s, e = st[ok], s[ok], e[ok]
     if not len(st):
-        return pd.DataFrame({"step": pd.Series(dtype="int64"), "start_us": pd.Series(dtype=float),
-                             "end_us": pd.Series(dtype=float)})
+        return pd.DataFrame(
+            {"step": pd.Series(dtype="int64"), "start_us": pd.Series(dtype=float), "end_us": pd.Series(dtype=float)}
+        )
     ids, inv = np.unique(st, return_inverse=True)
     first = np.full(len(ids), np.inf)
     last = np.full(len(ids), -np.inf)

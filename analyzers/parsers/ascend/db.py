@@ -24,8 +24,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.parsers.ascend.common import (DTYPE_BYTES, OUTPUT_DIR, SKIPPED, RankInputs, comm_op_type, device_step_windows,
-                                     na_to_none, parallel_groups, rank_info, step_of)
+from analyzers.parsers.ascend.common import (
+    DTYPE_BYTES,
+    OUTPUT_DIR,
+    SKIPPED,
+    RankInputs,
+    comm_op_type,
+    device_step_windows,
+    na_to_none,
+    parallel_groups,
+    rank_info,
+    step_of,
+)
 from analyzers.analyses.parallel_groups import add_db_meta
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
@@ -94,15 +104,22 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
         raise ProfileFormatError(rank_dir, "no ascend_*_profiler_*.db under ASCEND_PROFILER_OUTPUT")
     info = rank_info(rank_dir)
     adb = rank_dir / OUTPUT_DIR / "analysis.db"
-    meta: dict = {"format": "ascend-db", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
-                  "parallel_groups": parallel_groups(info.get("metadata", {})),
-                  "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
-                  "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu",
-                  "files_present": ["ascend_*_profiler_*.db"] + (["analysis.db"] if adb.exists() else [])}
+    meta: dict = {
+        "format": "ascend-db",
+        "rank_dir": str(rank_dir),
+        "profiler_config": info.get("config", {}),
+        "parallel_groups": parallel_groups(info.get("metadata", {})),
+        "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
+        "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu",
+        "files_present": ["ascend_*_profiler_*.db"] + (["analysis.db"] if adb.exists() else []),
+    }
     io = RankInputs()
     m = DB_RE.match(dbp.name)
-    r0 = info["rank"] if info["rank"] is not None else (
-        int(m.group(3)) if m and m.group(3) else (rank if rank is not None else 0))
+    r0 = (
+        info["rank"]
+        if info["rank"] is not None
+        else (int(m.group(3)) if m and m.group(3) else (rank if rank is not None else 0))
+    )
     got = io.read(adb, read_analysis_db, r0) if adb.exists() else None
     comm_ops, comm_bw, links, ref = got if got is not None else (None, None, None, None)
     if ref is not None:
@@ -127,11 +144,18 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
                     df["rank"] = r
     if comm_ops is None or not len(comm_ops):
         if comm is not None and len(comm):
-            comm_ops = pd.DataFrame({
-                "rank": r, "step": ops.loc[ops.category == "communication", "step"].to_numpy(),
-                "op_name": comm["name"], "op_type": comm["name"].map(comm_op_type), "group": comm["grp"].fillna(""),
-                "group_size": pd.NA, "start_us": comm["startNs"].astype(float) / 1e3,
-                "elapse_ms": (comm["endNs"] - comm["startNs"]).astype(float) / 1e6})
+            comm_ops = pd.DataFrame(
+                {
+                    "rank": r,
+                    "step": ops.loc[ops.category == "communication", "step"].to_numpy(),
+                    "op_name": comm["name"],
+                    "op_type": comm["name"].map(comm_op_type),
+                    "group": comm["grp"].fillna(""),
+                    "group_size": pd.NA,
+                    "start_us": comm["startNs"].astype(float) / 1e3,
+                    "elapse_ms": (comm["endNs"] - comm["startNs"]).astype(float) / 1e6,
+                }
+            )
             meta["comm_source"] = "COMMUNICATION_OP (elapse only)"
         else:
             comm_ops = empty(COMM_OPS)
@@ -140,8 +164,11 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
     else:
         meta["comm_source"] = "analysis.db CommAnalyzer*"
     if comm is not None and len(comm) and len(comm_ops):
-        sizes = {n: float(c) * DTYPE_BYTES.get(str(d).upper(), np.nan)
-                 for n, c, d in zip(comm["name"], comm["count"], comm["data_type"]) if c is not None}
+        sizes = {
+            n: float(c) * DTYPE_BYTES.get(str(d).upper(), np.nan)
+            for n, c, d in zip(comm["name"], comm["count"], comm["data_type"])
+            if c is not None
+        }
         comm_ops["size_bytes"] = comm_ops["op_name"].map(sizes)
         comm_ops["alg_type"] = comm_ops["op_name"].map(dict(zip(comm["name"], comm["alg_type"])))
     from analyzers.parsers.ascend.memory import no_memory
@@ -151,13 +178,34 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
         mem = io.read(dbp, _memory, r)
         if mem:
             memory.update(mem)
-    ranks = pd.DataFrame([{"rank": r, "host": None, "device": device, "path": str(rank_dir), "stage": pd.NA,
-                           "dp_group": None, "world_size": info.get("world_size"), "inputs": io.text}])
-    return Profile(source="ascend-db", path=str(rank_dir), ranks=conform(ranks, RANKS), steps=conform(steps, STEPS),
-                   ops=conform(ops, OPS), comm_ops=conform(comm_ops, COMM_OPS),
-                   comm_bandwidth=conform(comm_bw if comm_bw is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
-                   links=conform(links if links is not None else empty(LINKS), LINKS),
-                   **memory, reference_breakdown=ref, meta=meta, warnings=io.warnings)
+    ranks = pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "host": None,
+                "device": device,
+                "path": str(rank_dir),
+                "stage": pd.NA,
+                "dp_group": None,
+                "world_size": info.get("world_size"),
+                "inputs": io.text,
+            }
+        ]
+    )
+    return Profile(
+        source="ascend-db",
+        path=str(rank_dir),
+        ranks=conform(ranks, RANKS),
+        steps=conform(steps, STEPS),
+        ops=conform(ops, OPS),
+        comm_ops=conform(comm_ops, COMM_OPS),
+        comm_bandwidth=conform(comm_bw if comm_bw is not None else empty(COMM_BANDWIDTH), COMM_BANDWIDTH),
+        links=conform(links if links is not None else empty(LINKS), LINKS),
+        **memory,
+        reference_breakdown=ref,
+        meta=meta,
+        warnings=io.warnings,
+    )
 
 
 def _memory(dbp: Path, r: int) -> dict:
@@ -186,37 +234,72 @@ def _profiler_db(dbp: Path, info: dict, r: int, ref_step: int, meta: dict):
             ni = con.execute("SELECT name FROM NPU_INFO").fetchall()
             if ni:
                 npu = ni[0][0]
-        comp = _q(con, """
+        comp = (
+            _q(
+                con,
+                """
             SELECT s.value AS name, ot.value AS type, tt.value AS core_type, t.startNs, t.endNs, t.streamId AS stream,
                    c.blockDim AS block_dim, c.globalTaskId AS task
             FROM COMPUTE_TASK_INFO c JOIN TASK t ON t.globalTaskId = c.globalTaskId
             LEFT JOIN STRING_IDS s ON s.id = c.name LEFT JOIN STRING_IDS ot ON ot.id = c.opType
-            LEFT JOIN STRING_IDS tt ON tt.id = c.taskType""") if "COMPUTE_TASK_INFO" in t else pd.DataFrame(
-            columns=["name", "type", "core_type", "startNs", "endNs", "stream", "block_dim", "task"])
-        comm = _q(con, """
+            LEFT JOIN STRING_IDS tt ON tt.id = c.taskType""",
+            )
+            if "COMPUTE_TASK_INFO" in t
+            else pd.DataFrame(columns=["name", "type", "core_type", "startNs", "endNs", "stream", "block_dim", "task"])
+        )
+        comm = (
+            _q(
+                con,
+                """
             SELECT s.value AS name, g.value AS grp, o.startNs, o.endNs, o.count, dt.name AS data_type,
                    al.value AS alg_type, ot.value AS op_kind
             FROM COMMUNICATION_OP o LEFT JOIN STRING_IDS s ON s.id = o.opName
             LEFT JOIN STRING_IDS g ON g.id = o.groupName LEFT JOIN STRING_IDS al ON al.id = o.algType
             LEFT JOIN STRING_IDS ot ON ot.id = o.opType
-            LEFT JOIN ENUM_HCCL_DATA_TYPE dt ON dt.id = o.dataType""") if {"COMMUNICATION_OP", "ENUM_HCCL_DATA_TYPE"} <= t \
+            LEFT JOIN ENUM_HCCL_DATA_TYPE dt ON dt.id = o.dataType""",
+            )
+            if {"COMMUNICATION_OP", "ENUM_HCCL_DATA_TYPE"} <= t
             else pd.DataFrame(columns=["name", "grp", "startNs", "endNs", "count", "data_type", "alg_type", "op_kind"])
+        )
         host_steps = _q(con, "SELECT id AS step, startNs, endNs FROM STEP_TIME") if "STEP_TIME" in t else None
         pmu = None
         if "TASK_PMU_INFO" in t and len(comp):
-            pmu = _q(con, "SELECT p.globalTaskId AS task, s.value AS metric, p.value FROM TASK_PMU_INFO p "
-                          "JOIN STRING_IDS s ON s.id = p.name")
-    ops = pd.concat([
-        pd.DataFrame({"rank": r, "name": comp["name"], "type": na_to_none(comp["type"]), "category": "compute",
-                      "start_us": comp["startNs"].astype(float) / 1e3,
-                      "dur_us": (comp["endNs"] - comp["startNs"]).astype(float) / 1e3,
-                      "stream": comp["stream"].astype(str), "core_type": na_to_none(comp["core_type"]),
-                      "block_dim": comp["block_dim"], "task": comp["task"]}),
-        pd.DataFrame({"rank": r, "name": comm["name"], "type": comm["name"].map(comm_op_type), "category": "communication",
-                      "start_us": comm["startNs"].astype(float) / 1e3,
-                      "dur_us": (comm["endNs"] - comm["startNs"]).astype(float) / 1e3, "stream": None,
-                      "core_type": "HCCL"}),
-    ], ignore_index=True)
+            pmu = _q(
+                con,
+                "SELECT p.globalTaskId AS task, s.value AS metric, p.value FROM TASK_PMU_INFO p "
+                "JOIN STRING_IDS s ON s.id = p.name",
+            )
+    ops = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "rank": r,
+                    "name": comp["name"],
+                    "type": na_to_none(comp["type"]),
+                    "category": "compute",
+                    "start_us": comp["startNs"].astype(float) / 1e3,
+                    "dur_us": (comp["endNs"] - comp["startNs"]).astype(float) / 1e3,
+                    "stream": comp["stream"].astype(str),
+                    "core_type": na_to_none(comp["core_type"]),
+                    "block_dim": comp["block_dim"],
+                    "task": comp["task"],
+                }
+            ),
+            pd.DataFrame(
+                {
+                    "rank": r,
+                    "name": comm["name"],
+                    "type": comm["name"].map(comm_op_type),
+                    "category": "communication",
+                    "start_us": comm["startNs"].astype(float) / 1e3,
+                    "dur_us": (comm["endNs"] - comm["startNs"]).astype(float) / 1e3,
+                    "stream": None,
+                    "core_type": "HCCL",
+                }
+            ),
+        ],
+        ignore_index=True,
+    )
     if pmu is not None and len(pmu):
         wide = pmu.pivot_table(index="task", columns="metric", values="value", aggfunc="first")
         ops = ops.merge(wide, left_on="task", right_index=True, how="left")
@@ -239,10 +322,17 @@ def _profiler_db(dbp: Path, info: dict, r: int, ref_step: int, meta: dict):
     return r, device, npu, ops, steps, comm
 
 
-REF_COLS = {"computing": "computing_us", "communication_not_overlapped": "communication_not_overlapped_us",
-            "overlapped": "overlapped_us", "communication": "communication_us", "free": "free_us", "stage": "stage_us",
-            "bubble": "bubble_us", "communication_not_overlapped_and_exclude_receive":
-                "communication_not_overlapped_exclude_receive_us", "preparing": "preparing_us"}
+REF_COLS = {
+    "computing": "computing_us",
+    "communication_not_overlapped": "communication_not_overlapped_us",
+    "overlapped": "overlapped_us",
+    "communication": "communication_us",
+    "free": "free_us",
+    "stage": "stage_us",
+    "bubble": "bubble_us",
+    "communication_not_overlapped_and_exclude_receive": "communication_not_overlapped_exclude_receive_us",
+    "preparing": "preparing_us",
+}
 
 
 def read_analysis_db(path: Path, r: int):
@@ -259,13 +349,23 @@ def read_analysis_db(path: Path, r: int):
         links = empty(LINKS)
         if "CommAnalyzerTime" in t:
             ct = _q(con, "SELECT * FROM CommAnalyzerTime")
-            co = pd.DataFrame({
-                "rank": r, "step": ct["step"].map(step_of).astype("Int64"), "op_name": ct["hccl_op_name"],
-                "op_type": ct["hccl_op_name"].map(comm_op_type), "group": ct["group_name"].astype(str),
-                "group_size": pd.NA, "start_us": ct["start_timestamp"].astype(float),
-                "elapse_ms": ct["elapse_time"].astype(float), "transit_ms": ct["transit_time"].astype(float),
-                "wait_ms": ct["wait_time"].astype(float), "synchronization_ms": ct["synchronization_time"].astype(float),
-                "idle_ms": ct["idle_time"].astype(float), "kind": ct["type"]})
+            co = pd.DataFrame(
+                {
+                    "rank": r,
+                    "step": ct["step"].map(step_of).astype("Int64"),
+                    "op_name": ct["hccl_op_name"],
+                    "op_type": ct["hccl_op_name"].map(comm_op_type),
+                    "group": ct["group_name"].astype(str),
+                    "group_size": pd.NA,
+                    "start_us": ct["start_timestamp"].astype(float),
+                    "elapse_ms": ct["elapse_time"].astype(float),
+                    "transit_ms": ct["transit_time"].astype(float),
+                    "wait_ms": ct["wait_time"].astype(float),
+                    "synchronization_ms": ct["synchronization_time"].astype(float),
+                    "idle_ms": ct["idle_time"].astype(float),
+                    "kind": ct["type"],
+                }
+            )
             den = co["wait_ms"] + co["transit_ms"]
             co["wait_ratio"] = (co["wait_ms"] / den).where(den > 0, 0.0).round(4)
             co = co[co["op_name"] != "Total Op Info"]
@@ -273,19 +373,37 @@ def read_analysis_db(path: Path, r: int):
             b = _q(con, "SELECT * FROM CommAnalyzerBandwidth")
             b = b[b["hccl_op_name"] != "Total Op Info"]
             b = b.drop_duplicates(subset=["step", "hccl_op_name", "group_name", "transport_type"])
-            cb = pd.DataFrame({"rank": r, "step": b["step"].map(step_of).astype("Int64"), "op_name": b["hccl_op_name"],
-                               "transport": b["transport_type"], "size_mb": b["transit_size"].astype(float),
-                               "time_ms": b["transit_time"].astype(float), "bandwidth_gbps": b["bandwidth"].astype(float),
-                               "large_packet_ratio": b["large_packet_ratio"].astype(float),
-                               "group": b["group_name"].astype(str)})
+            cb = pd.DataFrame(
+                {
+                    "rank": r,
+                    "step": b["step"].map(step_of).astype("Int64"),
+                    "op_name": b["hccl_op_name"],
+                    "transport": b["transport_type"],
+                    "size_mb": b["transit_size"].astype(float),
+                    "time_ms": b["transit_time"].astype(float),
+                    "bandwidth_gbps": b["bandwidth"].astype(float),
+                    "large_packet_ratio": b["large_packet_ratio"].astype(float),
+                    "group": b["group_name"].astype(str),
+                }
+            )
             cb = cb[(cb["size_mb"] > 0) | (cb["time_ms"] > 0)]
         if "CommAnalyzerMatrix" in t:
             m = _q(con, "SELECT * FROM CommAnalyzerMatrix")
             m = m[m["hccl_op_name"] != "Total Op Info"]
-            links = pd.DataFrame({"step": m["step"].map(step_of).astype("Int64"), "op_name": m["hccl_op_name"],
-                                  "group": m["group_name"].astype(str), "src": pd.to_numeric(m["src_rank"]).astype("int64"),
-                                  "dst": pd.to_numeric(m["dst_rank"]).astype("int64"), "transport": m["transport_type"],
-                                  "size_mb": m["transit_size"].astype(float), "time_ms": m["transit_time"].astype(float),
-                                  "bandwidth_gbps": m["bandwidth"].astype(float), "hccl_op_name": m.get("op_name"),
-                                  "rank": r, "kind": m["type"]})
+            links = pd.DataFrame(
+                {
+                    "step": m["step"].map(step_of).astype("Int64"),
+                    "op_name": m["hccl_op_name"],
+                    "group": m["group_name"].astype(str),
+                    "src": pd.to_numeric(m["src_rank"]).astype("int64"),
+                    "dst": pd.to_numeric(m["dst_rank"]).astype("int64"),
+                    "transport": m["transport_type"],
+                    "size_mb": m["transit_size"].astype(float),
+                    "time_ms": m["transit_time"].astype(float),
+                    "bandwidth_gbps": m["bandwidth"].astype(float),
+                    "hccl_op_name": m.get("op_name"),
+                    "rank": r,
+                    "kind": m["type"],
+                }
+            )
     return co, cb if cb is not None else empty(COMM_BANDWIDTH), links, ref

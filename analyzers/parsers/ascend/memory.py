@@ -27,10 +27,17 @@ MEMORY_FILES = ("memory_record.csv", "operator_memory.csv", "npu_module_mem.csv"
 
 
 def _record(path: Path, r: int) -> pd.DataFrame:
-    df = read_csv(path, {"Component": "component", "Timestamp(us)": "ts_us"},
-                  {"Total Allocated(MB)": "allocated_mb", "Total Reserved(MB)": "reserved_mb",
-                   "Total Active(MB)": "active_mb", "Device Type": "device"},
-                  numeric=("ts_us", "allocated_mb", "reserved_mb", "active_mb"))
+    df = read_csv(
+        path,
+        {"Component": "component", "Timestamp(us)": "ts_us"},
+        {
+            "Total Allocated(MB)": "allocated_mb",
+            "Total Reserved(MB)": "reserved_mb",
+            "Total Active(MB)": "active_mb",
+            "Device Type": "device",
+        },
+        numeric=("ts_us", "allocated_mb", "reserved_mb", "active_mb"),
+    )
     out = pd.DataFrame({"rank": r, "component": df["component"].astype(str).str.strip(), "ts_us": df["ts_us"]})
     for c in ("allocated", "reserved", "active"):
         out[f"{c}_bytes"] = df[f"{c}_mb"] * MIB if f"{c}_mb" in df else float("nan")
@@ -39,28 +46,52 @@ def _record(path: Path, r: int) -> pd.DataFrame:
 
 
 def _operator(path: Path, r: int) -> pd.DataFrame:
-    df = read_csv(path, {"Name": "name", "Size(KB)": "size_kb", "Allocation Time(us)": "alloc_us"},
-                  {"Release Time(us)": "release_us", "Device Type": "device"},
-                  numeric=("size_kb", "alloc_us", "release_us"))
-    out = pd.DataFrame({"rank": r, "name": df["name"], "size_bytes": df["size_kb"] * KIB, "alloc_us": df["alloc_us"],
-                        "release_us": df["release_us"] if "release_us" in df else float("nan"),
-                        "device": df["device"] if "device" in df else None})
+    df = read_csv(
+        path,
+        {"Name": "name", "Size(KB)": "size_kb", "Allocation Time(us)": "alloc_us"},
+        {"Release Time(us)": "release_us", "Device Type": "device"},
+        numeric=("size_kb", "alloc_us", "release_us"),
+    )
+    out = pd.DataFrame(
+        {
+            "rank": r,
+            "name": df["name"],
+            "size_bytes": df["size_kb"] * KIB,
+            "alloc_us": df["alloc_us"],
+            "release_us": df["release_us"] if "release_us" in df else float("nan"),
+            "device": df["device"] if "device" in df else None,
+        }
+    )
     return conform(out, OP_MEMORY)
 
 
 def _module(path: Path, r: int) -> pd.DataFrame:
-    df = read_csv(path, {"Component": "module", "Timestamp(us)": "ts_us", "Total Reserved(MB)": "reserved_mb"},
-                  {"Device": "device"}, numeric=("ts_us", "reserved_mb"))
-    out = pd.DataFrame({"rank": r, "module": df["module"].astype(str).str.strip(), "ts_us": df["ts_us"],
-                        "reserved_bytes": df["reserved_mb"] * MIB, "device": df["device"] if "device" in df else None})
+    df = read_csv(
+        path,
+        {"Component": "module", "Timestamp(us)": "ts_us", "Total Reserved(MB)": "reserved_mb"},
+        {"Device": "device"},
+        numeric=("ts_us", "reserved_mb"),
+    )
+    out = pd.DataFrame(
+        {
+            "rank": r,
+            "module": df["module"].astype(str).str.strip(),
+            "ts_us": df["ts_us"],
+            "reserved_bytes": df["reserved_mb"] * MIB,
+            "device": df["device"] if "device" in df else None,
+        }
+    )
     return conform(out, MODULE_MEMORY)
 
 
 def read_text_memory(out_dir: Path, r: int, io: RankInputs) -> dict:
     """{memory_records, op_memory, module_memory} of one rank's text export (empty tables where absent; all
     empty when any memory file present is damaged: the rank's memory is then unknown)."""
-    readers = {"memory_records": ("memory_record.csv", _record), "op_memory": ("operator_memory.csv", _operator),
-               "module_memory": ("npu_module_mem.csv", _module)}
+    readers = {
+        "memory_records": ("memory_record.csv", _record),
+        "op_memory": ("operator_memory.csv", _operator),
+        "module_memory": ("npu_module_mem.csv", _module),
+    }
     got: dict = {}
     damaged = False
     for key, (fname, fn) in readers.items():
@@ -72,8 +103,9 @@ def read_text_memory(out_dir: Path, r: int, io: RankInputs) -> dict:
         if df is None:
             if len(io.warnings) > before:
                 damaged = True
-                io.warnings[-1] = io.warnings[-1].replace("the rank is analyzed without it",
-                                                          "the rank's memory is unknown, the rest is analyzed")
+                io.warnings[-1] = io.warnings[-1].replace(
+                    "the rank is analyzed without it", "the rank's memory is unknown, the rest is analyzed"
+                )
         else:
             got[key] = df
     return {} if damaged else got
@@ -81,13 +113,31 @@ def read_text_memory(out_dir: Path, r: int, io: RankInputs) -> dict:
 
 #: (schema key, db table, SELECT over it aliased `t` with `{name}` for a STRING_IDS-named column, schema)
 DB_QUERIES = (
-    ("memory_records", "MEMORY_RECORD", "SELECT {name} AS component, t.timestamp / 1000.0 AS ts_us, "
-     "t.totalAllocated AS allocated_bytes, t.totalReserved AS reserved_bytes, t.totalActive AS active_bytes, "
-     "t.deviceId AS device FROM MEMORY_RECORD t", "component", MEMORY),
-    ("op_memory", "OP_MEMORY", "SELECT {name} AS name, t.size AS size_bytes, t.allocationTime / 1000.0 AS alloc_us, "
-     "t.releaseTime / 1000.0 AS release_us, t.deviceId AS device FROM OP_MEMORY t", "name", OP_MEMORY),
-    ("module_memory", "NPU_MODULE_MEM", "SELECT {name} AS module, t.timestampNs / 1000.0 AS ts_us, "
-     "t.totalReserved AS reserved_bytes, t.deviceId AS device FROM NPU_MODULE_MEM t", "moduleId", MODULE_MEMORY),
+    (
+        "memory_records",
+        "MEMORY_RECORD",
+        "SELECT {name} AS component, t.timestamp / 1000.0 AS ts_us, "
+        "t.totalAllocated AS allocated_bytes, t.totalReserved AS reserved_bytes, t.totalActive AS active_bytes, "
+        "t.deviceId AS device FROM MEMORY_RECORD t",
+        "component",
+        MEMORY,
+    ),
+    (
+        "op_memory",
+        "OP_MEMORY",
+        "SELECT {name} AS name, t.size AS size_bytes, t.allocationTime / 1000.0 AS alloc_us, "
+        "t.releaseTime / 1000.0 AS release_us, t.deviceId AS device FROM OP_MEMORY t",
+        "name",
+        OP_MEMORY,
+    ),
+    (
+        "module_memory",
+        "NPU_MODULE_MEM",
+        "SELECT {name} AS module, t.timestampNs / 1000.0 AS ts_us, "
+        "t.totalReserved AS reserved_bytes, t.deviceId AS device FROM NPU_MODULE_MEM t",
+        "moduleId",
+        MODULE_MEMORY,
+    ),
 )
 
 
@@ -103,8 +153,10 @@ def read_db_memory(con, r: int, tables: set[str], path: Path) -> dict:
                 continue
             names = "ENUM_MODULE" if table == "NPU_MODULE_MEM" else "STRING_IDS"
             if names in tables:
-                sql = sql.format(name="s.value" if names == "STRING_IDS" else "s.name") + \
-                    f" LEFT JOIN {names} s ON s.id = t.{id_col}"
+                sql = (
+                    sql.format(name="s.value" if names == "STRING_IDS" else "s.name")
+                    + f" LEFT JOIN {names} s ON s.id = t.{id_col}"
+                )
             else:
                 sql = sql.format(name=f"CAST(t.{id_col} AS TEXT)")
             df = pd.read_sql_query(sql, con)

@@ -29,11 +29,24 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.parsers.ascend.common import (DTYPE_BYTES, OUTPUT_DIR, SKIPPED, RankInputs, categorize, comm_op_type,
-                                     device_step_windows, na_to_none, parallel_groups, rank_info, read_csv, read_json,
-                                     read_small_csv, step_of)
+from analyzers.parsers.ascend.common import (
+    DTYPE_BYTES,
+    OUTPUT_DIR,
+    SKIPPED,
+    RankInputs,
+    categorize,
+    comm_op_type,
+    device_step_windows,
+    na_to_none,
+    parallel_groups,
+    rank_info,
+    read_csv,
+    read_json,
+    read_small_csv,
+    step_of,
+)
 from analyzers.parsers.ascend.db import read_analysis_db
-from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Columns, Profile, conform, empty)
+from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Columns, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 
 #: with read_trace="auto", trace_view.json files larger than this are not read (Preparing and
@@ -41,19 +54,40 @@ from perfbench.errors import ProfileFormatError
 TRACE_MAX_BYTES = 512 * 1024 * 1024
 
 KERNEL_REQUIRED = {"Name": "name", "Start Time(us)": "start_us", "Duration(us)": "dur_us"}
-KERNEL_OPTIONAL = {"Step Id": "step", "Type": "type", "Accelerator Core": "core_type", "Stream ID": "stream",
-                   "Device_id": "device", "Task Type": "task_type"}
+KERNEL_OPTIONAL = {
+    "Step Id": "step",
+    "Type": "type",
+    "Accelerator Core": "core_type",
+    "Stream ID": "stream",
+    "Device_id": "device",
+    "Task Type": "task_type",
+}
 
-STEP_TRACE_REQUIRED = {"Step": "step", "Computing": "computing_us",
-                       "Communication(Not Overlapped)": "communication_not_overlapped_us",
-                       "Overlapped": "overlapped_us", "Communication": "communication_us", "Free": "free_us"}
-STEP_TRACE_OPTIONAL = {"Stage": "stage_us", "Bubble": "bubble_us", "Preparing": "preparing_us",
-                       "Communication(Not Overlapped and Exclude Receive)": "communication_not_overlapped_exclude_receive_us",
-                       "Device_id": "device"}
+STEP_TRACE_REQUIRED = {
+    "Step": "step",
+    "Computing": "computing_us",
+    "Communication(Not Overlapped)": "communication_not_overlapped_us",
+    "Overlapped": "overlapped_us",
+    "Communication": "communication_us",
+    "Free": "free_us",
+}
+STEP_TRACE_OPTIONAL = {
+    "Stage": "stage_us",
+    "Bubble": "bubble_us",
+    "Preparing": "preparing_us",
+    "Communication(Not Overlapped and Exclude Receive)": "communication_not_overlapped_exclude_receive_us",
+    "Device_id": "device",
+}
 
 #: files that make a folder's ASCEND_PROFILER_OUTPUT/ a rank (any one is enough: a rank is analyzed with what it has)
-RANK_FILES = ("kernel_details.csv", "trace_view.json", "step_trace_time.csv", "communication.json",
-              "communication_matrix.json", "analysis.db")
+RANK_FILES = (
+    "kernel_details.csv",
+    "trace_view.json",
+    "step_trace_time.csv",
+    "communication.json",
+    "communication_matrix.json",
+    "analysis.db",
+)
 
 
 def is_text_rank(d: Path) -> bool:
@@ -61,8 +95,15 @@ def is_text_rank(d: Path) -> bool:
     return out.is_dir() and any((out / f).exists() for f in RANK_FILES)
 
 
-def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace="auto", fit: bool = True,
-                    read_kernels: bool = True, columns: bool = False) -> Profile:
+def parse_text_rank(
+    rank_dir: str | Path,
+    *,
+    rank: int | None = None,
+    read_trace="auto",
+    fit: bool = True,
+    read_kernels: bool = True,
+    columns: bool = False,
+) -> Profile:
     """One rank's text export as a Profile, from whatever of its files are there and readable.
 
     Each file is optional: a missing file leaves its tables empty, a damaged one becomes a warning
@@ -79,15 +120,22 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     out = rank_dir / OUTPUT_DIR
     info = rank_info(rank_dir)
     r = info["rank"] if info["rank"] is not None else (rank if rank is not None else 0)
-    meta: dict = {"format": "ascend-text", "rank_dir": str(rank_dir), "profiler_config": info.get("config", {}),
-                  "parallel_groups": parallel_groups(info.get("metadata", {})),
-                  "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
-                  "files_present": sorted(f for f in RANK_FILES if (out / f).exists())}
+    meta: dict = {
+        "format": "ascend-text",
+        "rank_dir": str(rank_dir),
+        "profiler_config": info.get("config", {}),
+        "parallel_groups": parallel_groups(info.get("metadata", {})),
+        "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
+        "files_present": sorted(f for f in RANK_FILES if (out / f).exists()),
+    }
     for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
         if k in info:
             meta[k] = info[k]
-    meta["producer"] = "mindspore" if rank_dir.name.endswith("_ascend_ms") else (
-        "torch_npu" if rank_dir.name.endswith("_ascend_pt") else "unknown")
+    meta["producer"] = (
+        "mindspore"
+        if rank_dir.name.endswith("_ascend_ms")
+        else ("torch_npu" if rank_dir.name.endswith("_ascend_pt") else "unknown")
+    )
     io = RankInputs()
 
     kd, tv, st = out / "kernel_details.csv", out / "trace_view.json", out / "step_trace_time.csv"
@@ -103,8 +151,9 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
         got = io.read(out / "communication.json", _communication, r)
         if got is not None:
             comm_ops, comm_bw = got
-    links = io.read(out / "communication_matrix.json", _matrix, r) if (out / "communication_matrix.json").exists() \
-        else None
+    links = (
+        io.read(out / "communication_matrix.json", _matrix, r) if (out / "communication_matrix.json").exists() else None
+    )
     adb = out / "analysis.db"
     if adb.exists() and (ref is None or comm_ops is None or links is None):  # the db export of the same analyses
         got = io.read(adb, read_analysis_db, r)
@@ -120,15 +169,22 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
     trace = None
     if skip:
         pass
-    elif tv.exists() and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
-                        or (ops is None and read_trace != False)):  # noqa: E712
+    elif tv.exists() and (
+        read_trace is True
+        or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
+        or (ops is None and read_trace != False)  # noqa: E712
+    ):
         trace = io.read(tv, _trace_facts, r, full=ops is None)
     elif tv.exists():
         meta["trace_view_skipped"] = f"{tv.stat().st_size / 1e9:.2f} GB > read limit; Preparing and sizes unknown"
     if ops is None and trace is not None and trace["device_ops"] is not None:
         ops = trace["device_ops"]
-    if ops is not None and trace is not None and not (ops["category"] == "communication").any() \
-            and len(trace["hccl_ops"]):  # communication rows missing from kernel_details (some exports)
+    if (
+        ops is not None
+        and trace is not None
+        and not (ops["category"] == "communication").any()
+        and len(trace["hccl_ops"])
+    ):  # communication rows missing from kernel_details (some exports)
         ops = pd.concat([ops, trace["hccl_ops"]], ignore_index=True)
     if not io.used:
         problems = "; ".join(io.warnings) if io.warnings else "none of " + ", ".join(RANK_FILES) + " found"
@@ -164,21 +220,42 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
         links = Columns()
 
     if (out / "op_statistic.csv").exists() and not skip:  # the kernels' cross-check: read with the kernels
-        stat = io.read(out / "op_statistic.csv", read_csv, {"OP Type": "op_type", "Total Time(us)": "total_us"},
-                       {"Core Type": "core_type", "Count": "count"}, numeric=("total_us", "count"))
+        stat = io.read(
+            out / "op_statistic.csv",
+            read_csv,
+            {"OP Type": "op_type", "Total Time(us)": "total_us"},
+            {"Core Type": "core_type", "Count": "count"},
+            numeric=("total_us", "count"),
+        )
         if stat is not None:
-            meta["op_statistic"] = stat[[c for c in ("op_type", "core_type", "count", "total_us")
-                                         if c in stat]].to_dict("records")
+            meta["op_statistic"] = stat[
+                [c for c in ("op_type", "core_type", "count", "total_us") if c in stat]
+            ].to_dict("records")
 
     from analyzers.parsers.ascend.memory import no_memory, read_text_memory
 
     memory = {**no_memory(), **read_text_memory(out, r, io)}
     ranks = Columns()
-    ranks.append({"rank": r, "host": None, "device": _device(ops, info), "path": str(rank_dir), "stage": pd.NA,
-                  "dp_group": None, "world_size": info.get("world_size"), "inputs": io.text})
-    tables = {"ranks": (ranks, RANKS), "steps": (steps, STEPS), "ops": (ops, OPS), "comm_ops": (comm_ops, COMM_OPS),
-              "comm_bandwidth": (comm_bw if comm_bw is not None else Columns(), COMM_BANDWIDTH),
-              "links": (links, LINKS)}
+    ranks.append(
+        {
+            "rank": r,
+            "host": None,
+            "device": _device(ops, info),
+            "path": str(rank_dir),
+            "stage": pd.NA,
+            "dp_group": None,
+            "world_size": info.get("world_size"),
+            "inputs": io.text,
+        }
+    )
+    tables = {
+        "ranks": (ranks, RANKS),
+        "steps": (steps, STEPS),
+        "ops": (ops, OPS),
+        "comm_ops": (comm_ops, COMM_OPS),
+        "comm_bandwidth": (comm_bw if comm_bw is not None else Columns(), COMM_BANDWIDTH),
+        "links": (links, LINKS),
+    }
     if columns:
         out = {k: t for k, (t, _) in tables.items()}
     else:
@@ -186,8 +263,15 @@ def parse_text_rank(rank_dir: str | Path, *, rank: int | None = None, read_trace
         if fit:
             out = {k: conform(t, tables[k][1]) for k, t in out.items()}  # (load_profile conforms merged tables)
         ref = _frame(ref) if ref is not None else None
-    return Profile(source="ascend-text", path=str(rank_dir), **out, **memory, reference_breakdown=ref, meta=meta,
-                   warnings=io.warnings)
+    return Profile(
+        source="ascend-text",
+        path=str(rank_dir),
+        **out,
+        **memory,
+        reference_breakdown=ref,
+        meta=meta,
+        warnings=io.warnings,
+    )
 
 
 def _frame(t, schema: dict | None = None) -> pd.DataFrame:
@@ -229,9 +313,10 @@ def _kernel_details(path: Path, r: int) -> pd.DataFrame:
     df.insert(0, "rank", r)
     # AI Core metrics: keep numeric where they are numeric
     for c in df.columns:
-        if (c.startswith(("aic_", "aiv_", "cube_utilization")) or c in ("Wait Time(us)", "Block Dim", "Block Num",
-                                                                         "Mix Block Dim", "Mix Block Num")) \
-                and not pd.api.types.is_numeric_dtype(df[c]):
+        if (
+            c.startswith(("aic_", "aiv_", "cube_utilization"))
+            or c in ("Wait Time(us)", "Block Dim", "Block Num", "Mix Block Dim", "Mix Block Num")
+        ) and not pd.api.types.is_numeric_dtype(df[c]):
             df[c] = pd.to_numeric(df[c].astype(str).str.strip().replace({"N/A": None}), errors="coerce")
     return df
 
@@ -335,18 +420,36 @@ def _facts_from(te, r: int) -> dict:
                         pass
                 if a.get("alg_type"):
                     facts["hccl_alg"][name] = a.get("alg_type")
-            facts["hccl_ops"] = pd.DataFrame({
-                "rank": r, "step": np.nan, "name": top["name"].to_numpy(), "type": top["name"].map(comm_op_type).to_numpy(),
-                "category": "communication", "start_us": top["ts"].to_numpy(), "dur_us": top["dur"].to_numpy(),
-                "stream": top["tid"].to_numpy(), "core_type": "HCCL"})
+            facts["hccl_ops"] = pd.DataFrame(
+                {
+                    "rank": r,
+                    "step": np.nan,
+                    "name": top["name"].to_numpy(),
+                    "type": top["name"].map(comm_op_type).to_numpy(),
+                    "category": "communication",
+                    "start_us": top["ts"].to_numpy(),
+                    "dur_us": top["dur"].to_numpy(),
+                    "stream": top["tid"].to_numpy(),
+                    "core_type": "HCCL",
+                }
+            )
     hw = [p for p, n in te.process_names.items() if n == "Ascend Hardware"]
     if hw:
         d = x[x["pid"].isin(hw)]
         d = d[~d["name"].isin(["PROFILING_ENABLE", "PROFILING_DISABLE"])]
-        facts["device_ops"] = pd.DataFrame({
-            "rank": r, "step": np.nan, "name": d["name"].to_numpy(), "type": None,
-            "category": categorize(d["name"], None, None).to_numpy(), "start_us": d["ts"].to_numpy(),
-            "dur_us": d["dur"].to_numpy(), "stream": d["tid"].to_numpy(), "core_type": None})
+        facts["device_ops"] = pd.DataFrame(
+            {
+                "rank": r,
+                "step": np.nan,
+                "name": d["name"].to_numpy(),
+                "type": None,
+                "category": categorize(d["name"], None, None).to_numpy(),
+                "start_us": d["ts"].to_numpy(),
+                "dur_us": d["dur"].to_numpy(),
+                "stream": d["tid"].to_numpy(),
+                "core_type": None,
+            }
+        )
         if facts["host_steps"] and len(facts["device_ops"]):
             # device ops have no step id in the trace: assign by host step window order
             facts["device_ops"]["step"] = _assign_by_windows(facts["device_ops"]["start_us"], facts["host_steps"])
@@ -362,8 +465,9 @@ def _assign_by_windows(ts: pd.Series, windows: dict[int, tuple[float, float]]) -
     return out
 
 
-_STEP_TRACE_NUMERIC = tuple(v for v in {**STEP_TRACE_REQUIRED, **STEP_TRACE_OPTIONAL}.values()
-                            if v not in ("step", "device"))
+_STEP_TRACE_NUMERIC = tuple(
+    v for v in {**STEP_TRACE_REQUIRED, **STEP_TRACE_OPTIONAL}.values() if v not in ("step", "device")
+)
 
 
 def _step_trace(path: Path, r: int):
@@ -385,7 +489,9 @@ def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
     moved: dict[str, float] = {}  # payload moved by this rank per op name (sum over device-to-device transports)
     for step_key, kinds in data.items():
         if not isinstance(kinds, dict):
-            raise ProfileFormatError(path, f"'{step_key}' should map to {{collective, p2p}}, found {type(kinds).__name__}")
+            raise ProfileFormatError(
+                path, f"'{step_key}' should map to {{collective, p2p}}, found {type(kinds).__name__}"
+            )
         step = step_of(step_key)
         for kind, ops in kinds.items():
             if not isinstance(ops, dict):
@@ -394,18 +500,32 @@ def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
                 if key == "Total Op Info":
                     continue
                 if not isinstance(op, dict) or "Communication Time Info" not in op:
-                    raise ProfileFormatError(path, f"op '{key}' in '{step_key}/{kind}' has no 'Communication Time Info'")
+                    raise ProfileFormatError(
+                        path, f"op '{key}' in '{step_key}/{kind}' has no 'Communication Time Info'"
+                    )
                 name, _, group = key.partition("@")
                 t = op.get("Communication Time Info") or {}
                 try:
-                    rows.append({
-                        "rank": r, "step": step, "op_name": name, "op_type": comm_op_type(name), "group": group,
-                        "group_size": pd.NA, "start_us": _f(t.get("Start Timestamp(us)")),
-                        "elapse_ms": _f(t["Elapse Time(ms)"]), "transit_ms": _f(t.get("Transit Time(ms)")),
-                        "wait_ms": _f(t.get("Wait Time(ms)")), "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
-                        "idle_ms": _f(t.get("Idle Time(ms)")), "size_bytes": np.nan, "kind": kind,
-                        "wait_ratio": _f(t.get("Wait Time Ratio")),
-                        "synchronization_ratio": _f(t.get("Synchronization Time Ratio"))})
+                    rows.append(
+                        {
+                            "rank": r,
+                            "step": step,
+                            "op_name": name,
+                            "op_type": comm_op_type(name),
+                            "group": group,
+                            "group_size": pd.NA,
+                            "start_us": _f(t.get("Start Timestamp(us)")),
+                            "elapse_ms": _f(t["Elapse Time(ms)"]),
+                            "transit_ms": _f(t.get("Transit Time(ms)")),
+                            "wait_ms": _f(t.get("Wait Time(ms)")),
+                            "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
+                            "idle_ms": _f(t.get("Idle Time(ms)")),
+                            "size_bytes": np.nan,
+                            "kind": kind,
+                            "wait_ratio": _f(t.get("Wait Time Ratio")),
+                            "synchronization_ratio": _f(t.get("Synchronization Time Ratio")),
+                        }
+                    )
                 except KeyError as exc:
                     raise ProfileFormatError(path, f"op '{key}': missing {exc.args[0]!r}") from None
                 for transport, b in (op.get("Communication Bandwidth Info") or {}).items():
@@ -414,9 +534,19 @@ def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
                     size, tm = _f(b.get("Transit Size(MB)")), _f(b.get("Transit Time(ms)"))
                     if not (size or tm):
                         continue
-                    bw.append({"rank": r, "step": step, "op_name": name, "transport": transport, "size_mb": size,
-                               "time_ms": tm, "bandwidth_gbps": _f(b.get("Bandwidth(GB/s)")),
-                               "large_packet_ratio": _f(b.get("Large Packet Ratio")), "group": group})
+                    bw.append(
+                        {
+                            "rank": r,
+                            "step": step,
+                            "op_name": name,
+                            "transport": transport,
+                            "size_mb": size,
+                            "time_ms": tm,
+                            "bandwidth_gbps": _f(b.get("Bandwidth(GB/s)")),
+                            "large_packet_ratio": _f(b.get("Large Packet Ratio")),
+                            "group": group,
+                        }
+                    )
                     if transport in MOVED_TRANSPORTS and size == size:
                         moved[name] = moved.get(name, 0.0) + size
     if len(rows) and len(bw):  # SDMA aggregates HCCS/PCIE/SIO: not counted again
@@ -443,12 +573,23 @@ def _comm_from_ops(ops, r: int):
     c = ops[ops["category"] == "communication"]
     if not len(c):
         return Columns()
-    return pd.DataFrame({
-        "rank": r, "step": c["step"].astype("Int64").to_numpy(), "op_name": c["name"].to_numpy(),
-        "op_type": c["name"].map(comm_op_type).to_numpy(), "group": "", "group_size": pd.NA,
-        "start_us": c["start_us"].to_numpy(), "elapse_ms": (c["dur_us"] / 1000.0).to_numpy(),
-        "transit_ms": np.nan, "wait_ms": np.nan, "synchronization_ms": np.nan, "idle_ms": np.nan,
-        "size_bytes": np.nan})
+    return pd.DataFrame(
+        {
+            "rank": r,
+            "step": c["step"].astype("Int64").to_numpy(),
+            "op_name": c["name"].to_numpy(),
+            "op_type": c["name"].map(comm_op_type).to_numpy(),
+            "group": "",
+            "group_size": pd.NA,
+            "start_us": c["start_us"].to_numpy(),
+            "elapse_ms": (c["dur_us"] / 1000.0).to_numpy(),
+            "transit_ms": np.nan,
+            "wait_ms": np.nan,
+            "synchronization_ms": np.nan,
+            "idle_ms": np.nan,
+            "size_bytes": np.nan,
+        }
+    )
 
 
 def _matrix(path: Path, r: int) -> Columns:
@@ -471,11 +612,36 @@ def _matrix(path: Path, r: int) -> Columns:
                     src, _, dst = str(pair).partition("-")
                     if not isinstance(v, dict) or not src.strip().isdigit() or not dst.strip().isdigit():
                         raise ProfileFormatError(path, f"link '{pair}' of '{key}' is not 'src-dst' with an object")
-                    rows.append((step, name, group, int(src), int(dst), v.get("Transport Type"),
-                                 _f(v.get("Transit Size(MB)")), _f(v.get("Transit Time(ms)")),
-                                 _f(v.get("Bandwidth(GB/s)")), v.get("Op Name"), r, kind))
+                    rows.append(
+                        (
+                            step,
+                            name,
+                            group,
+                            int(src),
+                            int(dst),
+                            v.get("Transport Type"),
+                            _f(v.get("Transit Size(MB)")),
+                            _f(v.get("Transit Time(ms)")),
+                            _f(v.get("Bandwidth(GB/s)")),
+                            v.get("Op Name"),
+                            r,
+                            kind,
+                        )
+                    )
     return Columns.from_rows(MATRIX_COLUMNS, rows)
 
 
-MATRIX_COLUMNS = ("step", "op_name", "group", "src", "dst", "transport", "size_mb", "time_ms", "bandwidth_gbps",
-                  "hccl_op_name", "rank", "kind")
+MATRIX_COLUMNS = (
+    "step",
+    "op_name",
+    "group",
+    "src",
+    "dst",
+    "transport",
+    "size_mb",
+    "time_ms",
+    "bandwidth_gbps",
+    "hccl_op_name",
+    "rank",
+    "kind",
+)

@@ -82,7 +82,9 @@ def read_timestamps(path: Path, rank: int) -> pd.DataFrame:
             continue
         parts = line.split(";")
         if len(parts) < 3:
-            raise ProfileFormatError(path, f"line {lineno}: expected `name;kind;start,dur,thread ...`, got {line[:80]!r}")
+            raise ProfileFormatError(
+                path, f"line {lineno}: expected `name;kind;start,dur,thread ...`, got {line[:80]!r}"
+            )
         name, samples = parts[0], parts[2].split()
         for s in samples:
             fields = s.split(",")
@@ -90,7 +92,9 @@ def read_timestamps(path: Path, rank: int) -> pd.DataFrame:
                 start_ns, dur_ms = int(fields[0]), float(fields[1])
                 thread = fields[2] if len(fields) > 2 else "0"
             except (ValueError, IndexError):
-                raise ProfileFormatError(path, f"line {lineno}: bad execution record {s!r} (expected start_ns,dur_ms,thread)") from None
+                raise ProfileFormatError(
+                    path, f"line {lineno}: bad execution record {s!r} (expected start_ns,dur_ms,thread)"
+                ) from None
             names.append(name)
             starts.append(start_ns / 1000.0)
             durs.append(dur_ms * 1000.0)
@@ -110,7 +114,9 @@ def read_trace_view_ops(path: Path, rank: int) -> pd.DataFrame:
         if ph == "M" and ev.get("name") == "process_name":
             pid_names[ev.get("pid")] = (ev.get("args") or {}).get("name")
         elif ph == "X":
-            rows.append((ev.get("pid"), ev.get("name"), float(ev.get("ts")), float(ev.get("dur", 0.0)), str(ev.get("tid"))))
+            rows.append(
+                (ev.get("pid"), ev.get("name"), float(ev.get("ts")), float(ev.get("dur", 0.0)), str(ev.get("tid")))
+            )
     cpu_pids = {p for p, n in pid_names.items() if n == "CPU OP"}
     rows = [r for r in rows if r[0] in cpu_pids]
     df = pd.DataFrame(rows, columns=["pid", "name", "start_us", "dur_us", "stream"]).drop(columns="pid")
@@ -165,12 +171,14 @@ def steps_from_workload(workload_steps: pd.DataFrame, ops: pd.DataFrame) -> pd.D
     ws = workload_steps
     if "profiled" in ws.columns and ws["profiled"].any():
         ws = ws[ws["profiled"].astype(bool)]
-    out = pd.DataFrame({
-        "rank": ws["rank"].astype("int64"),
-        "step": ws["step"].astype("int64"),
-        "start_us": ws["start_ts"].astype(float) * 1e6,
-        "end_us": ws["end_ts"].astype(float) * 1e6,
-    })
+    out = pd.DataFrame(
+        {
+            "rank": ws["rank"].astype("int64"),
+            "step": ws["step"].astype("int64"),
+            "start_us": ws["start_ts"].astype(float) * 1e6,
+            "end_us": ws["end_ts"].astype(float) * 1e6,
+        }
+    )
     # keep steps that overlap the profiled ops of their rank
     spans = ops.groupby("rank").agg(lo=("start_us", "min"), hi=("start_us", "max"))
     keep = [
@@ -221,14 +229,23 @@ def read_memory_record(path: Path, rank: int) -> pd.DataFrame:
     from analyzers.parsers.ascend.common import read_csv
     from analyzers.schema import MEMORY
 
-    df = read_csv(path, {"Timestamp(ns)": "ts_ns", "Total Allocated(Byte)": "allocated_bytes"},
-                  {"Total Reserved(Byte)": "reserved_bytes", "Total Active(Byte)": "active_bytes"},
-                  numeric=("ts_ns", "allocated_bytes", "reserved_bytes", "active_bytes"))
-    out = pd.DataFrame({"rank": rank, "component": "cpu", "ts_us": df["ts_ns"] / 1e3,
-                        "allocated_bytes": df["allocated_bytes"],
-                        "reserved_bytes": df["reserved_bytes"] if "reserved_bytes" in df else float("nan"),
-                        "active_bytes": df["active_bytes"] if "active_bytes" in df else float("nan"),
-                        "device": "cpu"})
+    df = read_csv(
+        path,
+        {"Timestamp(ns)": "ts_ns", "Total Allocated(Byte)": "allocated_bytes"},
+        {"Total Reserved(Byte)": "reserved_bytes", "Total Active(Byte)": "active_bytes"},
+        numeric=("ts_ns", "allocated_bytes", "reserved_bytes", "active_bytes"),
+    )
+    out = pd.DataFrame(
+        {
+            "rank": rank,
+            "component": "cpu",
+            "ts_us": df["ts_ns"] / 1e3,
+            "allocated_bytes": df["allocated_bytes"],
+            "reserved_bytes": df["reserved_bytes"] if "reserved_bytes" in df else float("nan"),
+            "active_bytes": df["active_bytes"] if "active_bytes" in df else float("nan"),
+            "device": "cpu",
+        }
+    )
     return conform(out, MEMORY)
 
 
@@ -256,18 +273,26 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
         elif tv_file.exists():
             df = read_trace_view_ops(tv_file, rank)
         else:
-            raise ProfileFormatError(d, f"neither FRAMEWORK/{ts_file.name} nor ASCEND_PROFILER_OUTPUT/trace_view.json is there")
+            raise ProfileFormatError(
+                d, f"neither FRAMEWORK/{ts_file.name} nor ASCEND_PROFILER_OUTPUT/trace_view.json is there"
+            )
         frames.append(df)
         mem_file = d / "FRAMEWORK" / f"cpu_ms_memory_record_{rank}.txt"
         if mem_file.exists():
             try:
                 mem_frames.append(read_memory_record(mem_file, rank))
             except ProfileFormatError as exc:  # the rank's memory is unknown; its ops are analyzed as before
-                warnings.append(f"{exc.path}: {exc.problem} (ignored: the rank's memory is unknown, the rest is analyzed)")
+                warnings.append(
+                    f"{exc.path}: {exc.problem} (ignored: the rank's memory is unknown, the rest is analyzed)"
+                )
                 bad_memory.add(rank)
         shapes_by_rank[rank] = read_shapes(d / "FRAMEWORK" / f"cpu_framework_{rank}.txt")
         rank_rows.append({"rank": rank, "host": d.name.split("_")[0], "device": "cpu", "path": str(d)})
-    ops = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["rank", "name", "start_us", "dur_us", "stream"])
+    ops = (
+        pd.concat(frames, ignore_index=True)
+        if frames
+        else pd.DataFrame(columns=["rank", "name", "start_us", "dur_us", "stream"])
+    )
     if ops.empty:
         raise ProfileFormatError(root, "the CPU profile holds no op executions")
     ops["type"] = ops["name"].map(op_type)
@@ -292,17 +317,19 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
         shp = shapes_by_rank.get(r.rank, {}).get(key)
         # a fused collective (MindSpore comm_fusion) takes one input per gradient: its payload is all of them
         sizes.append(float(sum(math.prod(x) for x in shp)) * dtype_bytes if shp else math.nan)
-    comm_ops = pd.DataFrame({
-        "rank": comm["rank"].astype("int64"),
-        "step": comm["step"],
-        "op_name": comm["name"],
-        "op_type": comm["type"].map(COMM_TYPES),
-        "group": meta.get("comm_group", "world"),
-        "group_size": world_size,
-        "start_us": comm["start_us"],
-        "elapse_ms": comm["dur_us"] / 1000.0,
-        "size_bytes": sizes,
-    })
+    comm_ops = pd.DataFrame(
+        {
+            "rank": comm["rank"].astype("int64"),
+            "step": comm["step"],
+            "op_name": comm["name"],
+            "op_type": comm["type"].map(COMM_TYPES),
+            "group": meta.get("comm_group", "world"),
+            "group_size": world_size,
+            "start_us": comm["start_us"],
+            "elapse_ms": comm["dur_us"] / 1000.0,
+            "size_bytes": sizes,
+        }
+    )
     comm_ops = fill_wait_from_alignment(comm_ops)
     ranks = pd.DataFrame(rank_rows).drop_duplicates("rank")
     ranks["world_size"] = world_size

@@ -30,8 +30,19 @@ import pandas as pd
 from analyzers.parsers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
 from analyzers.parsers.msprof.csvread import read_table, to_number, to_numbers
 from analyzers.analyses.parallel_groups import groups_from_strategy
-from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, bandwidth_gbps,
-                              conform, empty)
+from analyzers.schema import (
+    COMM_BANDWIDTH,
+    COMM_OPS,
+    LINKS,
+    OPS,
+    RANKS,
+    STEP_BREAKDOWN,
+    STEPS,
+    Profile,
+    bandwidth_gbps,
+    conform,
+    empty,
+)
 from perfbench.errors import ProfileFormatError
 
 SOURCE = "mindspore-legacy"
@@ -65,8 +76,9 @@ def _scan(path: Path, deep: bool = True) -> dict[str, dict[int, Path]]:
             dirs = sorted({p.parent for p in deeper if any(PATTERNS[k].match(p.name) for k in PRIMARY)})
             if len(dirs) > 1:
                 raise ProfileFormatError(
-                    path, f"{len(dirs)} legacy profiler folders below ({', '.join(str(d) for d in dirs[:4])}"
-                    f"{' ...' if len(dirs) > 4 else ''}): point at one, or use load_profile"
+                    path,
+                    f"{len(dirs)} legacy profiler folders below ({', '.join(str(d) for d in dirs[:4])}"
+                    f"{' ...' if len(dirs) > 4 else ''}): point at one, or use load_profile",
                 )
             files = sorted(p for p in dirs[0].iterdir() if p.is_file()) if dirs else []
     for p in files:
@@ -178,7 +190,9 @@ def _link_entries(path, info, line, what):
             try:
                 t_ms, size_kb = float(vals[0]), float(vals[1])
             except (TypeError, ValueError):
-                raise ProfileFormatError(path, f"line {line}: {what}[{key}][{transport}] has non-numeric values") from None
+                raise ProfileFormatError(
+                    path, f"line {line}: {what}[{key}][{transport}] has non-numeric values"
+                ) from None
             out.append((int(m.group(1)), int(m.group(2)), str(transport).upper(), t_ms, size_kb / 1000.0))
     return out
 
@@ -210,7 +224,9 @@ def _read_hccl(path: Path, rank: int):
             except (TypeError, ValueError):
                 raise ProfileFormatError(path, f"line {i}: operator {op_name!r} has non-numeric cost/wait") from None
             entries = _link_entries(path, v[3] if len(v) > 3 else {}, i, f"{op_name} links")
-            op_links, per_tr, payload_mb, group_size = link_rows((src, dst, tr, mb, t_ms) for src, dst, tr, t_ms, mb in entries)
+            op_links, per_tr, payload_mb, group_size = link_rows(
+                (src, dst, tr, mb, t_ms) for src, dst, tr, t_ms, mb in entries
+            )
             comm.append(
                 {
                     "rank": rank,
@@ -227,7 +243,9 @@ def _read_hccl(path: Path, rank: int):
             for lk in op_links:
                 links.append({"step": step, "op_name": op_name, **lk, "rank": rank})
             for tr, (mb, t_ms) in per_tr.items():
-                bw.append({"rank": rank, "step": step, "op_name": op_name, "transport": tr, "size_mb": mb, "time_ms": t_ms})
+                bw.append(
+                    {"rank": rank, "step": step, "op_name": op_name, "transport": tr, "size_mb": mb, "time_ms": t_ms}
+                )
     return comm, links, bw
 
 
@@ -251,8 +269,11 @@ def _read_pipeline(path: Path, rank: int) -> pd.DataFrame:
             "communication_not_overlapped_us": df["communication_alone_time"].to_numpy() * 1000.0,
         }
     )
-    for src, dst in (("stage_time", "stage_us"), ("receive_alone_time", "bubble_us"),
-                     ("collective_communication_alone_time", "collective_not_overlapped_us")):
+    for src, dst in (
+        ("stage_time", "stage_us"),
+        ("receive_alone_time", "bubble_us"),
+        ("collective_communication_alone_time", "collective_not_overlapped_us"),
+    ):
         if src in df.columns:
             out[dst] = df[src].to_numpy() * 1000.0
     return out
@@ -263,7 +284,9 @@ def _read_framework(path: Path) -> dict[str, str]:
     name_col = next((c for c in ("full_kernel_name", "full_op_name", "op_name") if c in df.columns), None)
     type_col = next((c for c in ("kernel_type", "op_type") if c in df.columns), None)
     if name_col is None or type_col is None:
-        raise ProfileFormatError(path, "required column 'full_op_name'/'full_kernel_name' or 'op_type'/'kernel_type' is missing")
+        raise ProfileFormatError(
+            path, "required column 'full_op_name'/'full_kernel_name' or 'op_type'/'kernel_type' is missing"
+        )
     return dict(zip(df[name_col], df[type_col]))
 
 
@@ -372,11 +395,21 @@ def parse(path) -> Profile:
     steps = pd.concat(steps_l, ignore_index=True) if steps_l else empty(STEPS)
 
     # comm ops: hccl_raw gives cost/wait/size; step_trace gives start/duration -> merge on (rank, step, op)
-    trace = pd.concat([d for k, d in comm_l if k == "trace"], ignore_index=True) if any(k == "trace" for k, _ in comm_l) else None
-    hccl = pd.concat([d for k, d in comm_l if k == "hccl"], ignore_index=True) if any(k == "hccl" for k, _ in comm_l) else None
+    trace = (
+        pd.concat([d for k, d in comm_l if k == "trace"], ignore_index=True)
+        if any(k == "trace" for k, _ in comm_l)
+        else None
+    )
+    hccl = (
+        pd.concat([d for k, d in comm_l if k == "hccl"], ignore_index=True)
+        if any(k == "hccl" for k, _ in comm_l)
+        else None
+    )
     if trace is not None and hccl is not None:
         comm = hccl.merge(
-            trace[["rank", "step", "op_name", "start_us", "elapse_ms"]].rename(columns={"elapse_ms": "trace_elapse_ms"}),
+            trace[["rank", "step", "op_name", "start_us", "elapse_ms"]].rename(
+                columns={"elapse_ms": "trace_elapse_ms"}
+            ),
             on=["rank", "step", "op_name"],
             how="outer",
         )
@@ -422,7 +455,7 @@ def parse(path) -> Profile:
 
     rank_rows = []
     for r in ranks:
-        p = (found["step_trace"].get(r) or found["hccl"].get(r) or found["timeline"].get(r) or found["pipeline"].get(r))
+        p = found["step_trace"].get(r) or found["hccl"].get(r) or found["timeline"].get(r) or found["pipeline"].get(r)
         rank_rows.append(
             {
                 "rank": r,
@@ -432,8 +465,11 @@ def parse(path) -> Profile:
                 "stage": stage_of.get(r, pd.NA),
                 "dp_group": _group_label(r, stage_of) if stage_of else pd.NA,
                 "world_size": world if world else pd.NA,
-                "inputs": ", ".join(found[k][r].name for k in USED_KINDS
-                                    if r in found[k] and (k != "framework" or r in found["timeline"])),
+                "inputs": ", ".join(
+                    found[k][r].name
+                    for k in USED_KINDS
+                    if r in found[k] and (k != "framework" or r in found["timeline"])
+                ),
             }
         )
     if stage_of:
@@ -522,8 +558,10 @@ def _is_primary(name: str) -> bool:
 
 def _richness(p: Profile, rank: int) -> tuple:
     """What a Profile holds for one rank: (op data, collectives, step windows, profiler breakdown)."""
+
     def has(df):
         return df is not None and len(df) and bool((df["rank"] == rank).any())
+
     return (has(p.ops), has(p.comm_ops), has(p.steps), has(p.reference_breakdown))
 
 
@@ -543,7 +581,8 @@ def _with_msprof_below(legacy: Profile, path: Path) -> Profile:
         mp = msprof_parse(path)
     except ProfileFormatError as exc:  # the loose files are still good: keep them, say what was lost
         legacy.warnings = list(getattr(legacy, "warnings", [])) + [
-            f"{exc.path}: {exc.problem} (the msprof jobs under {path} are not read; its legacy files are)"]
+            f"{exc.path}: {exc.problem} (the msprof jobs under {path} are not read; its legacy files are)"
+        ]
         return legacy
     warnings = list(getattr(legacy, "warnings", [])) + list(getattr(mp, "warnings", []))
     lr, mr = set(legacy.ranks["rank"].astype(int)), set(mp.ranks["rank"].astype(int))
@@ -553,7 +592,10 @@ def _with_msprof_below(legacy: Profile, path: Path) -> Profile:
         if a > b:
             lost, used = mp, legacy
         else:
-            lost, used, = legacy, mp
+            (
+                lost,
+                used,
+            ) = legacy, mp
             keep_legacy.discard(r)
         lost_files = lost.ranks.loc[lost.ranks["rank"] == r, "inputs"].iloc[0] if "inputs" in lost.ranks else ""
         used_what = ", ".join(w for w, h in zip(_WHAT, _richness(used, r)) if h) or "nothing more"
@@ -585,8 +627,12 @@ def _with_msprof_below(legacy: Profile, path: Path) -> Profile:
             refs.append(ref[ref["rank"].isin(keep)])
     refs = [r for r in refs if len(r)]
     out.reference_breakdown = pd.concat(refs, ignore_index=True) if refs else None
-    out.meta = {**legacy.meta, "formats": [SOURCE, mp.source], "msprof": mp.meta,
-                "rank_source": {**{str(r): SOURCE for r in keep_legacy}, **{str(r): mp.source for r in keep_msprof}}}
+    out.meta = {
+        **legacy.meta,
+        "formats": [SOURCE, mp.source],
+        "msprof": mp.meta,
+        "rank_source": {**{str(r): SOURCE for r in keep_legacy}, **{str(r): mp.source for r in keep_msprof}},
+    }
     for k in ("producer", "npu"):
         if k in mp.meta:
             out.meta[k] = mp.meta[k]

@@ -41,8 +41,19 @@ def comm_op_type(name: str) -> str | None:
         low = low.split("_", 3)[-1] if low.count("_") >= 3 else low
     if "parallel" in low and low.startswith("stream"):
         return None
-    strong = ("reducescatter", "reduce_scatter", "allreduce", "all_reduce", "allgather", "all_gather",
-              "alltoallv", "alltoall", "all_to_all", "broadcast", "receive")
+    strong = (
+        "reducescatter",
+        "reduce_scatter",
+        "allreduce",
+        "all_reduce",
+        "allgather",
+        "all_gather",
+        "alltoallv",
+        "alltoall",
+        "all_to_all",
+        "broadcast",
+        "receive",
+    )
     hcom = low.startswith(("hcom", "hccl", "lccl", "mccl"))
     for key, typ in _COMM_TYPES:
         if key in strong:

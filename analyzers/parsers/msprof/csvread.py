@@ -102,7 +102,10 @@ def read_table(
                 break
     missing = [c for c in required if c not in df.columns]
     if missing:
-        raise ProfileFormatError(path, f"required column {missing[0]!r} is missing (header: {', '.join(header[:12])}{' ...' if n > 12 else ''})")
+        raise ProfileFormatError(
+            path,
+            f"required column {missing[0]!r} is missing (header: {', '.join(header[:12])}{' ...' if n > 12 else ''})",
+        )
     req = set(required)
     for col in numeric:
         if col not in df.columns:
@@ -116,7 +119,7 @@ _NUM_RE = re.compile(r"^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$")
 
 def to_number(s: pd.Series, *, path=None, column: str = "", strict: bool = False) -> pd.Series:
     """Strings -> float; N/A-like cells -> NaN. With `strict`, any other non-number is an error."""
-    txt = s.astype(str).str.strip(" \t\r\n\"")
+    txt = s.astype(str).str.strip(' \t\r\n"')
     na = txt.isin(NA_STRINGS) | (txt == "-")
     out = pd.to_numeric(txt.where(~na, None), errors="coerce")
     bad = out.isna() & ~na
@@ -126,13 +129,15 @@ def to_number(s: pd.Series, *, path=None, column: str = "", strict: bool = False
     return out.astype("float64")
 
 
-def to_numbers(df: pd.DataFrame, cols: list[str], *, path=None, strict: tuple | list | set = ()) -> dict[str, np.ndarray]:
+def to_numbers(
+    df: pd.DataFrame, cols: list[str], *, path=None, strict: tuple | list | set = ()
+) -> dict[str, np.ndarray]:
     """Many string columns -> float arrays in one vectorized pass (wide files have 1000+ columns)."""
     cols = [c for c in cols if c in df.columns]
     if not cols:
         return {}
     block = pd.Series(df[cols].to_numpy(dtype=object).ravel(order="F"))
-    txt = block.astype(str).str.strip(" \t\r\n\"")
+    txt = block.astype(str).str.strip(' \t\r\n"')
     na = txt.isin(NA_STRINGS) | (txt == "-")
     vals = pd.to_numeric(txt.where(~na, None), errors="coerce").to_numpy(dtype=float)
     bad = np.isnan(vals) & ~na.to_numpy()
@@ -142,6 +147,8 @@ def to_numbers(df: pd.DataFrame, cols: list[str], *, path=None, strict: tuple | 
         v = vals[j * n : (j + 1) * n]
         if c in strict and bad[j * n : (j + 1) * n].any():
             idx = int(np.flatnonzero(bad[j * n : (j + 1) * n])[0])
-            raise ProfileFormatError(path, f"column {c!r} row {idx + 1}: {txt.iloc[j * n + idx][:40]!r} is not a number")
+            raise ProfileFormatError(
+                path, f"column {c!r} row {idx + 1}: {txt.iloc[j * n + idx][:40]!r} is not a number"
+            )
         out[c] = pd.Series(v, index=df.index)
     return out

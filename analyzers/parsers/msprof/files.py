@@ -34,7 +34,7 @@ def classify(name: str) -> tuple[str, str, int] | None:
         return None
     for kind in KINDS:
         if stem == kind or stem.startswith(kind + "_"):
-            rest = stem[len(kind):]
+            rest = stem[len(kind) :]
             m = _SUFFIX.match(rest)
             if not m:
                 return None

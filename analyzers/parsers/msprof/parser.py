@@ -35,8 +35,19 @@ import pandas as pd
 from analyzers.parsers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
 from analyzers.parsers.msprof.csvread import read_table, to_numbers
 from analyzers.parsers.msprof.files import device_id, device_info, summary_files
-from analyzers.schema import (COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEP_BREAKDOWN, STEPS, Profile, bandwidth_gbps,
-                              conform, empty)
+from analyzers.schema import (
+    COMM_BANDWIDTH,
+    COMM_OPS,
+    LINKS,
+    OPS,
+    RANKS,
+    STEP_BREAKDOWN,
+    STEPS,
+    Profile,
+    bandwidth_gbps,
+    conform,
+    empty,
+)
 from perfbench.errors import ProfileFormatError
 
 SOURCE = "msprof"
@@ -49,8 +60,18 @@ COMM_TASKS = ("COMMUNICATION", "HCCL")
 DATA_TASKS = {"Memcpy", "Reduce_Inline", "Reduce Inline", "RDMASend", "RDMA_Send", "Inline_Reduce"}
 INVALID_RANK = 4294967295
 #: task types only HCCL runs (notifications between ranks, inline reductions): parts of a collective
-HCCL_SUBTASKS = {"NOTIFY_WAIT", "NOTIFY_RECORD", "NOTIFY_WAIT_V2", "NOTIFY_RECORD_V2", "REDUCE_ASYNC",
-                 "REDUCE_ASYNC_V2", "REDUCE_INLINE", "INLINE_REDUCE", "RDMA_SEND", "RDMASEND"}
+HCCL_SUBTASKS = {
+    "NOTIFY_WAIT",
+    "NOTIFY_RECORD",
+    "NOTIFY_WAIT_V2",
+    "NOTIFY_RECORD_V2",
+    "REDUCE_ASYNC",
+    "REDUCE_ASYNC_V2",
+    "REDUCE_INLINE",
+    "INLINE_REDUCE",
+    "RDMA_SEND",
+    "RDMASEND",
+}
 #: task types HCCL also runs, but not only HCCL (a MEMCPY_ASYNC may be a host copy): sub-tasks when
 #: their stream carries HCCL-only tasks
 HCCL_STREAM_TASKS = {"MEMCPY_ASYNC", "MEMCPY_ASYNC_V2", "EVENT_RECORD", "EVENT_WAIT", "EVENT_RESET"}
@@ -144,8 +165,7 @@ def _category(task_type: pd.Series, op_type: pd.Series, name: pd.Series, stream:
         sub |= kind.isin(HCCL_STREAM_TASKS) & stream.astype(str).isin(hccl_streams)
     comm = tt.str.contains("|".join(COMM_TASKS)) | op_type.map(comm_op_type).notna() | name.map(comm_op_type).notna()
     compute = tt.isin(COMPUTE_TASKS) | (tt == "")
-    return np.where(sub, "communication_task",
-                    np.where(comm, "communication", np.where(compute, "compute", "other")))
+    return np.where(sub, "communication_task", np.where(comm, "communication", np.where(compute, "compute", "other")))
 
 
 def _ops_from_op_summary(files: list[Path], rank: int) -> pd.DataFrame:
@@ -177,7 +197,14 @@ def _ops_from_op_summary(files: list[Path], rank: int) -> pd.DataFrame:
         out["mix_block_dim"] = num["Mix Block Dim"]
     if "Task Wait Time(us)" in num:
         out["wait_us"] = num["Task Wait Time(us)"]
-    used = set(OP_SUMMARY_REQUIRED) | {"OP Type", "Task Type", "Stream ID", "Block Dim", "Mix Block Dim", "Task Wait Time(us)"}
+    used = set(OP_SUMMARY_REQUIRED) | {
+        "OP Type",
+        "Task Type",
+        "Stream ID",
+        "Block Dim",
+        "Mix Block Dim",
+        "Task Wait Time(us)",
+    }
     for c in df.columns:
         if c not in used and c not in out.columns:
             out[c] = df[c].to_numpy()
@@ -211,8 +238,18 @@ STEP_TRACE_REQUIRED = ["Iteration ID", "Iteration End(us)", "Iteration Time(us)"
 
 def _steps_from_step_trace_csv(files: list[Path], rank: int):
     # CANN docs spell the time columns with and without the unit: "Iteration End" / "Iteration End(us)"
-    aliases = {f"{c}(us)": [c] for c in ("Iteration End", "FP Start", "BP End", "Iteration Time", "FP to BP Time",
-                                          "Iteration Refresh", "Data Aug Bound")}
+    aliases = {
+        f"{c}(us)": [c]
+        for c in (
+            "Iteration End",
+            "FP Start",
+            "BP End",
+            "Iteration Time",
+            "FP to BP Time",
+            "Iteration Refresh",
+            "Data Aug Bound",
+        )
+    }
     df = _read_parts(files, STEP_TRACE_REQUIRED, aliases=aliases, what="step_trace CSV")
     cols = [c for c in df.columns if c.endswith("(us)")] + ["Iteration ID"]
     num = to_numbers(df, cols, path=files[0], strict=STEP_TRACE_REQUIRED)
@@ -222,10 +259,14 @@ def _steps_from_step_trace_csv(files: list[Path], rank: int):
     # CANN: Iteration Time = this Iteration End - the previous one (the first: Iteration End - FP Start);
     # exports that wrote only the iteration's own span still get iteration-to-iteration windows
     steps = _iteration_windows(pd.DataFrame({"rank": rank, "step": step, "start_us": end - dur, "end_us": end}))
-    ref = pd.DataFrame({"rank": rank, "step": step, "step_us": steps["end_us"] - steps["start_us"],
-                        "iteration_time_us": dur})
-    for src, dst in (("FP to BP Time(us)", "fp_bp_us"), ("Iteration Refresh(us)", "iteration_refresh_us"),
-                     ("Data Aug Bound(us)", "data_aug_bound_us")):
+    ref = pd.DataFrame(
+        {"rank": rank, "step": step, "step_us": steps["end_us"] - steps["start_us"], "iteration_time_us": dur}
+    )
+    for src, dst in (
+        ("FP to BP Time(us)", "fp_bp_us"),
+        ("Iteration Refresh(us)", "iteration_refresh_us"),
+        ("Data Aug Bound(us)", "data_aug_bound_us"),
+    ):
         if src in num:
             ref[dst] = num[src]
     return steps, ref
@@ -292,7 +333,9 @@ def _iter_events(path: Path):
                             e[k] = float("nan")
                 yield e
     except ijson.JSONError as exc:
-        raise ProfileFormatError(path, f"truncated or corrupt JSON after {n} events ({str(exc).splitlines()[0][:200]})") from None
+        raise ProfileFormatError(
+            path, f"truncated or corrupt JSON after {n} events ({str(exc).splitlines()[0][:200]})"
+        ) from None
 
 
 STEP_CATS = {"Iteration Time", "FP_BP Time", "Iteration Refresh", "Reduce", "Data_aug Bound"}
@@ -393,7 +436,9 @@ def _hccl_iteration(path: Path, rank: int, step: int):
         lo, hi = np.searchsorted(task_ts, t0, side="left"), np.searchsorted(task_ts, t1, side="right")
         inside = tasks[lo:hi]
         wait = sum(t["dur"] for t in inside if t.get("tid") == main_plane and "Wait" in str(t["args"].get("task type")))
-        data = [t for t in inside if str(t["args"].get("task type")) in DATA_TASKS and _num(t["args"].get("size(Byte)")) > 0]
+        data = [
+            t for t in inside if str(t["args"].get("task type")) in DATA_TASKS and _num(t["args"].get("size(Byte)")) > 0
+        ]
         transit = sum(t["dur"] for t in data if t.get("tid") == main_plane)
         entries = []
         for t in data:
@@ -445,7 +490,9 @@ def _parse_summary_dir(out_dir: Path, prof_dir: Path | None) -> dict:
     info = device_info(devs[0]) if len(devs) == 1 else {}
     dev = device_id(devs[0]) if len(devs) == 1 else None
     if not any(k in files for k in ("op_summary", "task_time", "msprof", "step_trace", "op_statistic")):
-        raise ProfileFormatError(out_dir, "no msprof summary files (op_summary_*.csv, task_time_*.csv, msprof_*.json) found")
+        raise ProfileFormatError(
+            out_dir, "no msprof summary files (op_summary_*.csv, task_time_*.csv, msprof_*.json) found"
+        )
     # device id from the CSVs when there is no device folder
     if dev is None:
         for kind in ("op_summary", "task_time", "op_statistic"):
@@ -457,7 +504,17 @@ def _parse_summary_dir(out_dir: Path, prof_dir: Path | None) -> dict:
                         dev = int(ids[0])
                 break
     rank, device = _rank_of(info, dev, None)
-    res = {"rank": rank, "device": device, "ops": None, "steps": [], "ref": [], "comm": [], "links": [], "bw": [], "meta": {}}
+    res = {
+        "rank": rank,
+        "device": device,
+        "ops": None,
+        "steps": [],
+        "ref": [],
+        "comm": [],
+        "links": [],
+        "bw": [],
+        "meta": {},
+    }
     if "op_summary" in files:
         res["ops"] = _ops_from_op_summary(files["op_summary"], rank)
     elif "task_time" in files:
@@ -487,8 +544,16 @@ def _parse_summary_dir(out_dir: Path, prof_dir: Path | None) -> dict:
     if ops is not None and len(ops):
         c = ops[ops["category"] == "communication"]
         for r in c.itertuples(index=False):
-            res["comm"].append({"rank": rank, "op_name": r.name, "op_type": comm_op_type(r.type) or comm_op_type(r.name) or "",
-                                "group": "", "start_us": r.start_us, "elapse_ms": r.dur_us / 1000.0})
+            res["comm"].append(
+                {
+                    "rank": rank,
+                    "op_name": r.name,
+                    "op_type": comm_op_type(r.type) or comm_op_type(r.name) or "",
+                    "group": "",
+                    "start_us": r.start_us,
+                    "elapse_ms": r.dur_us / 1000.0,
+                }
+            )
     return res
 
 
@@ -516,9 +581,19 @@ def _parse_timeline_dev(dev_dir: Path) -> dict:
         if m:
             by_kind.setdefault(m.group(1), {}).setdefault(int(m.group(4)), []).append(p)
     iterations = sorted(set().union(*[set(v) for v in by_kind.values()]))
-    res = {"rank": rank, "device": device, "ops": None, "steps": [], "ref": [], "comm": [], "links": [], "bw": [],
-           "inputs": [], "warnings": [],
-           "meta": {"device_info": _device_meta(info) if info else {}, "timeline_iterations": iterations}}
+    res = {
+        "rank": rank,
+        "device": device,
+        "ops": None,
+        "steps": [],
+        "ref": [],
+        "comm": [],
+        "links": [],
+        "bw": [],
+        "inputs": [],
+        "warnings": [],
+        "meta": {"device_info": _device_meta(info) if info else {}, "timeline_iterations": iterations},
+    }
     where = f"rank {rank} ({dev_dir}/timeline)"
     # every step_trace_* file may repeat earlier iterations: one event each
     seen, st_ev = set(), []
@@ -580,8 +655,9 @@ def _parse_timeline_dev(dev_dir: Path) -> dict:
             res["inputs"].append(f"timeline/{kind}_*.json ({len(by_kind[kind])} iterations)")
             missing = [i for i in iterations if i not in by_kind[kind]]
             if missing:
-                res["warnings"].append(f"{where}: no {kind}_*_{{iteration}}.json for iteration(s) "
-                                       f"{_ranges(missing)}: {_LOST[kind]} there")
+                res["warnings"].append(
+                    f"{where}: no {kind}_*_{{iteration}}.json for iteration(s) {_ranges(missing)}: {_LOST[kind]} there"
+                )
     if "step_trace" not in by_kind:
         res["warnings"].append(f"{where}: no step_trace_*.json: {_LOST['step_trace']}")
     if src_kind is None:
@@ -630,8 +706,12 @@ def _ranges(nums: list[int]) -> str:
 
 
 #: threads of the profiler's "Overlap Analysis" process -> reference breakdown columns
-OVERLAP_THREADS = {"Computing": "computing_us", "Communication": "communication_us",
-                   "Communication(Not Overlapped)": "communication_not_overlapped_us", "Free": "overlap_free_us"}
+OVERLAP_THREADS = {
+    "Computing": "computing_us",
+    "Communication": "communication_us",
+    "Communication(Not Overlapped)": "communication_not_overlapped_us",
+    "Free": "overlap_free_us",
+}
 
 
 def _overlap_events(ev, pn, tn) -> list[tuple[str, float, float]]:
@@ -684,7 +764,9 @@ def parse(path) -> Profile:
     parts, dirs = [], []
     for u in units:
         if u.name == OUT_DIR:
-            parts.append(_parse_summary_dir(u, u.parent if (u.parent / OUT_DIR) == u and _has_devices(u.parent) else None))
+            parts.append(
+                _parse_summary_dir(u, u.parent if (u.parent / OUT_DIR) == u and _has_devices(u.parent) else None)
+            )
             dirs.append(u)
         elif (u / OUT_DIR).is_dir():
             parts.append(_parse_summary_dir(u / OUT_DIR, u))
@@ -699,7 +781,9 @@ def parse(path) -> Profile:
     seen = {}
     for p, u in zip(parts, dirs):
         if p["rank"] in seen:
-            raise ProfileFormatError(path, f"rank {p['rank']} appears twice ({seen[p['rank']]} and {u}); point at one run")
+            raise ProfileFormatError(
+                path, f"rank {p['rank']} appears twice ({seen[p['rank']]} and {u}); point at one run"
+            )
         seen[p["rank"]] = u
     return _assemble(path, parts, dirs)
 
@@ -736,18 +820,37 @@ def _assemble(path: Path, parts: list[dict], units: list[Path]) -> Profile:
     ref = conform(ref, STEP_BREAKDOWN) if len(ref) else None
     ranks = conform(
         pd.DataFrame(
-            [{"rank": p["rank"], "device": p["device"], "path": str(u), "host": (p["meta"].get("device_info") or {}).get("hostname")}
-             for p, u in zip(parts, units)]
+            [
+                {
+                    "rank": p["rank"],
+                    "device": p["device"],
+                    "path": str(u),
+                    "host": (p["meta"].get("device_info") or {}).get("hostname"),
+                }
+                for p, u in zip(parts, units)
+            ]
         ),
         RANKS,
     )
-    ranks["inputs"] = [", ".join(p.get("inputs") or [Path(f).name for fs in p["meta"].get("files", {}).values() for f in fs])
-                       for p in parts]
+    ranks["inputs"] = [
+        ", ".join(p.get("inputs") or [Path(f).name for fs in p["meta"].get("files", {}).values() for f in fs])
+        for p in parts
+    ]
     meta = {"producer": "msprof", "rank_meta": {str(p["rank"]): p["meta"] for p in parts}}
     dinfo = next((p["meta"].get("device_info") for p in parts if p["meta"].get("device_info")), None)
     if dinfo and dinfo.get("npu"):
         meta["npu"] = dinfo["npu"]
-    prof = Profile(source=SOURCE, path=str(path), ranks=ranks, steps=steps, ops=ops, comm_ops=comm,
-                   comm_bandwidth=bw, links=links, reference_breakdown=ref, meta=meta)
+    prof = Profile(
+        source=SOURCE,
+        path=str(path),
+        ranks=ranks,
+        steps=steps,
+        ops=ops,
+        comm_ops=comm,
+        comm_bandwidth=bw,
+        links=links,
+        reference_breakdown=ref,
+        meta=meta,
+    )
     prof.warnings = [w for p in parts for w in p.get("warnings", [])]  # Profile.warnings
     return prof
