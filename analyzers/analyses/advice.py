@@ -166,8 +166,11 @@ def rule_slow_rank(tables, summary):
     steps = _n_steps(tables)
     out = []
     for _, r in hit.iterrows():
-        late, last = float(r["mean_lateness_ms"]), float(r["last_arrivals"])
-        gain = late * last / steps if steps and pd.notna(late) and pd.notna(last) else None
+        # the others' wait for it: its summed lateness (mean over its collectives x their count; a rank that is not
+        # last at a collective is 0 ms late there) per step
+        late, n = float(r["mean_lateness_ms"]), float(r["n_ops"])
+        total = float(r["total_lateness_ms"]) if pd.notna(r.get("total_lateness_ms")) else late * n
+        gain = total / steps if steps and pd.notna(total) else None
         out.append(
             {
                 "rule": "slow_rank",
@@ -176,8 +179,8 @@ def rule_slow_rank(tables, summary):
                 "gain_ms": gain,
                 "explains": "exposed",
                 "basis": (
-                    f"straggler lateness x collectives it delays: mean {_fmt(late)} ms late x {last:.0f} "
-                    f"collectives it arrived last at / {steps} steps"
+                    f"straggler lateness x collectives it delays: {_fmt(total)} ms late in all (mean {_fmt(late)} ms "
+                    f"over {n:.0f} collectives) / {steps} steps"
                     if gain is not None
                     else "not estimated: the number of profiled steps is unknown"
                 ),
@@ -1124,8 +1127,9 @@ def _link(rows: list[dict]) -> None:
     stage_imbalance folds rank_imbalance between ranks of different stages, pipeline_bubble, the pipeline
     kind of exposed_communication, wait_ratio, within-group communication rank_imbalance and
     step_time_spread (when no straggler is found); slow_rank folds wait_ratio, communication rank_imbalance,
-    its own rank's step_time_spread and the collective kind of exposed_communication when its gain is at
-    least FOLD_SHARE of the exposed time; free_time folds free rank_imbalance; wait_ratio left without a
+    its own rank's step_time_spread, the collective kind of exposed_communication when its gain is at
+    least FOLD_SHARE of the exposed time, and free_time (with free rank_imbalance) when the idle time sits on the
+    straggler itself; free_time folds free rank_imbalance; wait_ratio left without a
     cause folds under exposed_communication (the wait is part of that exposed time), else the largest
     wait_ratio folds the other ranks' wait_ratio (one wait, seen on several ranks)."""
 
@@ -1134,6 +1138,8 @@ def _link(rows: list[dict]) -> None:
         return max(c, key=lambda r: r.get("gain_ms") or 0.0) if c else None
 
     stage, slow, free = best("stage_imbalance"), best("slow_rank"), best("free_time")
+    # idle time that sits on the straggler itself is why it is late (host work before its step), not a second cause
+    host_straggler = slow if free and slow and free.get("ranks") and set(free["ranks"]) <= set(slow["ranks"]) else None
     for r in rows:
         rule, cause = r["rule"], None
         if rule == "rank_imbalance" and r.get("cross_stage") and stage:
@@ -1141,7 +1147,9 @@ def _link(rows: list[dict]) -> None:
         elif rule == "rank_imbalance" and r["explains"] == "exposed":
             cause = slow or stage
         elif rule == "rank_imbalance" and r["explains"] == "idle":
-            cause = free
+            cause = host_straggler or free
+        elif rule == "free_time":
+            cause = host_straggler
         elif rule == "pipeline_bubble":
             cause = stage
         elif rule == "wait_ratio":

@@ -50,6 +50,10 @@ SIGMA_THRESHOLD = 3.0
 PAIR_LAST_SHARE = 0.75
 #: ... and a one-sided sign test (binomial, p = 1/2) must reject "random last arrival" at this level
 PAIR_ALPHA = 0.05
+#: ... or, by time instead of count, the rank carries at least this share of the pair's summed lateness: a straggler
+#: late by a lot at a few collectives (host work before its step: the other rank waits at its first collective of
+#: every step and nowhere else) arrives last in only ~half of all collectives, but nearly all waiting is for it
+PAIR_LATENESS_SHARE = 0.9
 #: the slow rank's mean lateness must be at least this share of the mean collective time ...
 MIN_LATENESS_SHARE = 0.10
 #: ... or at least this many ms when collective durations are unknown
@@ -207,6 +211,7 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
         per["mean_elapse_ms"].notna()
     ).groupby([per[k] for k in keys]).transform("sum")
     lat = per["mean_lateness_ms"].to_numpy(dtype=float)
+    tot = per["total_lateness_ms"].to_numpy(dtype=float)
     last = per["last_arrivals"].to_numpy(dtype=float)
     nops = per["n_ops"].to_numpy(dtype=float)
     bel = block_elapse.to_numpy(dtype=float)
@@ -227,6 +232,9 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
             p_value = sign_test_p(int(last[top]), int(nops[top]))
             stat, crit = float(share), PAIR_LAST_SHARE
             outlier = bool(share >= PAIR_LAST_SHARE and p_value < PAIR_ALPHA)
+            block_total = float(np.nansum(tot[s0:s1]))
+            if not outlier and block_total > 0 and tot[top] / block_total >= PAIR_LATENESS_SHARE:
+                stat, crit, outlier = float(tot[top] / block_total), PAIR_LATENESS_SHARE, True
         el = bel[top]
         floor = MIN_LATENESS_SHARE * el if el == el and el > 0 else MIN_LATENESS_MS
         # the top rank must be late by more than the floor compared with a typical rank of the group

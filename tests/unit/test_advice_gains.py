@@ -450,3 +450,56 @@ def test_memory_and_tensor_parallel_findings_join_the_one_ranking():
     assert m["id"] == "memory_near_capacity:0"
     assert m["gain_ms"] is None or math.isnan(m["gain_ms"])
     assert json.loads(m["try"]) == {"parallel.zero_stage": 1} and m["symptom_of"] is None
+
+
+def test_idle_time_on_the_straggler_folds_under_it():
+    # the straggler run of tests/integration/test_advise_try_msrun.py, by hand: rank 1 burns 300 ms of host work
+    # before each of 2 steps (free 310 ms per step, rank 0 free 6.6 ms); rank 0 waits for it (exposed 316 ms).
+    # slow_rank's gain = its summed lateness / steps = 612 / 2 = 306 ms; free_time (only rank 1 idle > 10%) is why
+    # rank 1 is late, so it folds under the straggler with its rank imbalance: one root, the straggler.
+    sr = pd.DataFrame(
+        [
+            {
+                "group": "world",
+                "scope": "group",
+                "rank": 1,
+                "n_ops": 106,
+                "last_arrivals": 50,
+                "mean_lateness_ms": 612.0 / 106,
+                "total_lateness_ms": 612.0,
+                "statistic": 0.994,
+                "critical": 0.9,
+                "test": "pair",
+                "slow": True,
+            }
+        ]
+    )
+    sb = pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "step_us": 336_000.0,
+                "computing_us": 10_000.0,
+                "communication_not_overlapped_us": 316_000.0 if r == 0 else 13_000.0,
+                "free_us": 6_600.0 if r == 0 else 310_000.0,
+            }
+            for r in (0, 1)
+            for s in (2, 3)
+        ]
+    )
+    out = advise(
+        {"slow_ranks": sr, "comm_ops": _comm(steps=2, ranks=2, wait=5.0, transit=1.0), "step_breakdown": sb},
+        {"step_time_s": 0.336},
+    )
+    roots = out[out["symptom_of"].isna()]
+    top = roots.iloc[0]
+    assert top["id"] == "slow_rank:world:1" and top["gain_ms"] == pytest.approx(306.0)
+    assert out[out["rule"] == "free_time"].iloc[0]["symptom_of"] == "slow_rank:world:1"
+    assert "free_time" not in set(roots["rule"])
+    # the same idle time spread over every rank (a slow input pipeline) has no straggler: free_time stays a root
+    even = sb.assign(free_us=310_000.0)
+    out = advise(
+        {"comm_ops": _comm(steps=2, ranks=2, wait=0.0, transit=1.0), "step_breakdown": even}, {"step_time_s": 0.336}
+    )
+    assert out[out["symptom_of"].isna()].iloc[0]["rule"] == "free_time"

@@ -253,3 +253,34 @@ def test_sign_test_matches_the_binomial_tail():
         expected = binom.sf(k - 1, n, 0.5)
         assert abs(sign_test_p(k, n) - expected) <= max(1e-9, 0.02 * expected), (k, n)
     assert sign_test_p(0, 3) == 1.0 and sign_test_p(4, 3) == 0.0
+
+
+def test_pairs_also_find_a_straggler_by_time():
+    # two collectives per step, 2 steps: at the first ("a") rank 0 waits 300 ms for rank 1 (its host work before
+    # the step); at the second ("b") rank 1 waits 0.2 ms. Rank 1 is last in 2 of 4 (share 0.5: no count
+    # evidence), but its summed lateness is 2 x 300 = 600 ms of the pair's 600 + 2 x 0.2 = 600.4 ms:
+    # 600 / 600.4 = 0.99933 >= PAIR_LATENESS_SHARE (0.9)
+    rows = []
+    for step in range(2):
+        for name, w0, w1 in (("a", 300.0, 0.0), ("b", 0.0, 0.2)):
+            rows += [
+                {
+                    "rank": r,
+                    "step": step,
+                    "op_name": name,
+                    "group": "g",
+                    "wait_ms": w,
+                    "elapse_ms": w + 1.0,
+                    "transit_ms": 1.0,
+                }
+                for r, w in ((0, w0), (1, w1))
+            ]
+    res = find_slow_ranks(pd.DataFrame(rows))
+    g = res[(res["scope"] == "group") & (res["rank"] == 1)].iloc[0]
+    assert bool(g["slow"]) and g["last_arrivals"] == 2 and g["n_ops"] == 4
+    assert g["statistic"] == pytest.approx(600.0 / 600.4) and g["critical"] == 0.9
+    assert g["total_lateness_ms"] == pytest.approx(600.0)
+    assert not res[(res["scope"] == "group") & (res["rank"] == 0)]["slow"].any()
+    # time share 0.75 (3 x 4 of 16 ms, the 3-of-4 case above): neither count nor time evidence
+    even = find_slow_ranks(_ops({0: [4.0, 4.0, 4.0, 0.0], 1: [0.0, 0.0, 0.0, 4.0]}))
+    assert not even[even["scope"] == "group"]["slow"].any()
