@@ -18,14 +18,10 @@ from bench_cluster_vs_msprof import make_synth
 import analyzers
 from analyzers.analyses.advice import advise
 
-spec = importlib.util.spec_from_file_location(
-    "main_advice",
-    str(
-        Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "main")
-        / "analyzers"
-        / "advice.py"
-    ),
-)
+BASE = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).resolve().parents[2] / "main")
+# the baseline's advice module: analyzers/analyses/advice.py, or analyzers/advice.py in checkouts before the layout
+OLD = next(p for p in (BASE / "analyzers" / "analyses" / "advice.py", BASE / "analyzers" / "advice.py") if p.exists())
+spec = importlib.util.spec_from_file_location("main_advice", str(OLD))
 old = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(old)
 for n in (128, 1024):

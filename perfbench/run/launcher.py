@@ -30,7 +30,7 @@ import psutil
 
 from perfbench.startup import process_started
 
-ENTRY = Path(__file__).resolve().parents[1] / "workloads" / "entry.py"
+ENTRY = Path(__file__).resolve().parents[2] / "workloads" / "entry.py"
 TAG_VAR = "PERFBENCH_RUN_TAG"
 
 
@@ -321,7 +321,7 @@ def launch(
         tag if nodes == 1 else f"{run_config['run_id']}-{launch_cfg.get('master_addr', '127.0.0.1')}-{port}"
     )
     env.update(env_extra or {})
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
 
     timeout_s = float(launch_cfg.get("timeout_s", 900))

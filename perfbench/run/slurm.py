@@ -34,7 +34,7 @@ from typing import Callable
 from perfbench.errors import UserError
 from perfbench.run.launcher import LaunchResult, count_steps, failing_rank, kill_stale, launch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: states after which a job runs no more (squeue/scontrol/sacct spell them alike)
 FINAL = (
     "COMPLETED",
