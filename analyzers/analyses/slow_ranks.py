@@ -50,9 +50,10 @@ SIGMA_THRESHOLD = 3.0
 PAIR_LAST_SHARE = 0.75
 #: ... and a one-sided sign test (binomial, p = 1/2) must reject "random last arrival" at this level
 PAIR_ALPHA = 0.05
-#: ... or, by time instead of count, the rank carries at least this share of the pair's summed lateness: a straggler
-#: late by a lot at a few collectives (host work before its step: the other rank waits at its first collective of
-#: every step and nowhere else) arrives last in only ~half of all collectives, but nearly all waiting is for it
+#: ... or, by time instead of count (group scope only: a collective's instances are its steps, too few for a time
+#: share to mean anything), the rank carries at least this share of the pair's summed lateness: a straggler late
+#: by a lot at a few collectives (host work before its step: the other rank waits at its first collective of every
+#: step and nowhere else) arrives last in only ~half of all collectives, but nearly all waiting is for it
 PAIR_LATENESS_SHARE = 0.9
 #: the slow rank's mean lateness must be at least this share of the mean collective time ...
 MIN_LATENESS_SHARE = 0.10
@@ -233,7 +234,7 @@ def _judge(df: pd.DataFrame, scope: str, gnames: np.ndarray, onames: np.ndarray)
             stat, crit = float(share), PAIR_LAST_SHARE
             outlier = bool(share >= PAIR_LAST_SHARE and p_value < PAIR_ALPHA)
             block_total = float(np.nansum(tot[s0:s1]))
-            if not outlier and block_total > 0 and tot[top] / block_total >= PAIR_LATENESS_SHARE:
+            if scope == "group" and not outlier and block_total > 0 and tot[top] / block_total >= PAIR_LATENESS_SHARE:
                 stat, crit, outlier = float(tot[top] / block_total), PAIR_LATENESS_SHARE, True
         el = bel[top]
         floor = MIN_LATENESS_SHARE * el if el == el and el > 0 else MIN_LATENESS_MS

@@ -284,3 +284,14 @@ def test_pairs_also_find_a_straggler_by_time():
     # time share 0.75 (3 x 4 of 16 ms, the 3-of-4 case above): neither count nor time evidence
     even = find_slow_ranks(_ops({0: [4.0, 4.0, 4.0, 0.0], 1: [0.0, 0.0, 0.0, 4.0]}))
     assert not even[even["scope"] == "group"]["slow"].any()
+
+
+def test_the_time_share_is_a_group_test_only():
+    # one collective, rank 1 last in 4 of 4 steps by 0.15 ms: time share 1.0, but 4 instances are the count
+    # test's to judge (P = 1/16 > 0.05): not slow, at collective or group scope (one name: no collective rows)
+    res = find_slow_ranks(_ops({0: [0.15] * 4, 1: [0.0] * 4}, elapse=1.0, names=("a", "b")))
+    col = res[res["scope"] == "collective"]
+    assert len(col) and not col["slow"].any()
+    grp = res[(res["scope"] == "group") & (res["rank"] == 1)].iloc[0]
+    # at group scope the 8 instances pass the count test (8 of 8, P = 1/256; 0.15 ms >= 10% of the 1 ms elapse)
+    assert bool(grp["slow"]) and grp["statistic"] == pytest.approx(1.0) and grp["critical"] == 0.75
