@@ -357,3 +357,22 @@ class Profile:
     #: problems met while reading (a missing or damaged file on some rank), each naming the file; the
     #: rank is still analyzed with what it has (`perfbench analyze --strict` turns them into an error)
     warnings: list[str] = field(default_factory=list)
+
+
+#: the advice table's columns (analyzers/analyses/advice.py; docs/advice.md): every rule module's rows have them
+ADVICE_COLUMNS = [
+    "id",
+    "rule",
+    "severity",
+    "message",
+    "evidence",
+    "ranks",
+    "stage",
+    "gain_ms",
+    "gain_share",
+    "basis",
+    "symptom_of",
+    "try",
+    "predicted_step_ms",
+    "explains",
+]

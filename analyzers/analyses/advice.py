@@ -18,7 +18,7 @@ import math
 import pandas as pd
 
 from analyzers.context import Output
-from analyzers.schema import bandwidth_gbps
+from analyzers.schema import ADVICE_COLUMNS, bandwidth_gbps
 
 # ---- thresholds ---------------------------------------------------------------------------
 
@@ -72,23 +72,6 @@ P2P_MAJORITY = 0.5
 IMBALANCE_HIGH = 0.2
 #: msprof-analyze AicpuChecker._MIN_TASK_DURATION: an AI_CPU task longer than this (us) is worth replacing
 AICPU_MIN_TASK_US = 20.0
-
-ADVICE_COLUMNS = [
-    "id",
-    "rule",
-    "severity",
-    "message",
-    "evidence",
-    "ranks",
-    "stage",
-    "gain_ms",
-    "gain_share",
-    "basis",
-    "symptom_of",
-    "try",
-    "predicted_step_ms",
-    "explains",
-]
 
 
 def _t(tables: dict, name: str) -> pd.DataFrame | None:

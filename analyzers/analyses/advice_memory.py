@@ -20,6 +20,7 @@ import json
 import pandas as pd
 
 from analyzers.analyses.memory import _num
+from analyzers.schema import ADVICE_COLUMNS
 
 #: peak above this share of the capacity: near capacity
 NEAR_CAPACITY = 0.9
@@ -33,21 +34,7 @@ FRAGMENTATION_MIN_BYTES = 256 << 20
 RECOMPUTE_KEEPS = 0.3
 RECOMPUTE_TIME_SHARE = 1.0 / 3.0
 
-COLUMNS = [
-    "rule",
-    "severity",
-    "message",
-    "evidence",
-    "ranks",
-    "stage",
-    "id",
-    "gain_ms",
-    "gain_share",
-    "basis",
-    "symptom_of",
-    "try",
-    "predicted_step_ms",
-]
+COLUMNS = ADVICE_COLUMNS
 
 
 def _row(

@@ -1,7 +1,7 @@
 """Advice on tensor-parallel traffic (issue 26): "tensor-parallel all-reduce is X% of the step".
 
 `advise_tp(tables, summary, config=None) -> list[dict]` returns advice rows with the usual columns
-(`analyzers.analyses.advice.ADVICE_COLUMNS`: rule, severity, message, evidence, ranks, stage, and the ranking columns of
+(`analyzers.schema.ADVICE_COLUMNS`: rule, severity, message, evidence, ranks, stage, and the ranking columns of
 the advice contract of issue 23: id, gain_ms, gain_share, basis, symptom_of, try, predicted_step_ms). The lead
 wires it into the advice ranking.
 

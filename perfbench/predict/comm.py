@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analyzers.analyses.collectives import busbw_factor, factor, steps  # noqa: F401  (the cost model's terms)
+from analyzers.analyses.collectives import factor, steps
 from workloads.parallel.bucketing import parse_fusion, plan_buckets  # pure Python (no MindSpore)
 
 

@@ -21,6 +21,7 @@ import pytest
 
 from perfbench.store import Store
 from tests.support import run_perfbench, write_yaml
+from tests.unit.test_advise_try import CONTRACT
 
 pytestmark = pytest.mark.msrun
 
@@ -105,21 +106,6 @@ def test_input_delay_is_the_top_finding(input_delay):
 
 # ---- the whole `advise --try` path ----------------------------------------------------------------------
 
-CONTRACT = [
-    "rule",
-    "severity",
-    "message",
-    "evidence",
-    "ranks",
-    "stage",
-    "id",
-    "gain_ms",
-    "gain_share",
-    "basis",
-    "symptom_of",
-    "try",
-    "predicted_step_ms",
-]
 CRASH = {"inject.crash_rank": 0, "inject.crash_step": 3}
 UNSTRAGGLE = {"inject.straggler_busy_ms": 0}
 
