@@ -710,9 +710,12 @@ def rule_stage_imbalance(tables, summary):
                 )
     ranks = [int(x) for x in str(hi["ranks"]).split(",") if x != ""]
     mean = float(st["computing_ms"].mean())
+    # a split the user fixed by hand (parallel.pipeline_split) has a knob to try: the cost-balanced split
+    split = ((tables.get(CONFIG_KEY) or {}).get("parallel") or {}).get("pipeline_split")
     return [
         {
             "rule": "stage_imbalance",
+            "try": {"parallel.pipeline_split": None} if split else None,
             "key": str(int(hi["stage"])),
             "gain_ms": float(hi["computing_ms"]) - mean,
             "explains": "imbalance",
@@ -727,7 +730,8 @@ def rule_stage_imbalance(tables, summary):
                 f"Pipeline stage {int(hi['stage'])} is the bottleneck: stage {int(hi['stage'])} computes "
                 f"{ratio:.1f}x more than stage {int(lo['stage'])} ({hi['computing_ms']:.3g} vs "
                 f"{lo['computing_ms']:.3g} ms per step).{wait} Move layers off stage {int(hi['stage'])} (rebalance "
-                f"the layer split) or use more micro-batches."
+                f"the layer split{f', now {list(split)} by parallel.pipeline_split' if split else ''}) or use more "
+                f"micro-batches."
             ),
             "evidence": (
                 f"stages[stage={int(hi['stage'])}, ranks {hi['ranks']}]: computing_ms {hi['computing_ms']:.3f}; "
@@ -874,10 +878,21 @@ def rule_dynamic_shape(tables, summary):
 
 
 def rule_free_time(tables, summary):
+    """Idle time on the host's account. With imbalanced pipeline stages only the slowest stage's ranks count: the
+    others' idle time is the wait for that stage (the stage_imbalance cause and its pipeline_bubble symptom), and
+    host work removed there would not shorten the step."""
     r = _breakdown_share(tables, "free_us")
     if r is None:
         return []
     share, sb = r
+    bottleneck = _bottleneck_stage(tables)
+    on = ""
+    if bottleneck is not None:
+        ranks = _stage_ranks(tables, bottleneck[0])
+        if ranks and sb["rank"].isin(ranks).any():
+            sb = sb[sb["rank"].isin(ranks)]
+            share = float(_num(sb, "free_us").sum() / _num(sb, "step_us").sum())
+            on = f" (ranks of the slowest pipeline stage {bottleneck[0]}; the other stages' idle time waits for it)"
     if share <= FREE_SHARE:
         return []
     per = sb.groupby("rank")[["free_us", "step_us"]].sum()
@@ -890,7 +905,9 @@ def rule_free_time(tables, summary):
             "severity": "medium",
             "gain_ms": _budget_part(sb, "free_us"),
             "explains": "idle",
-            "basis": "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank)",
+            "basis": "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank"
+            + on
+            + ")",
             "ranks": idle,
             "message": (
                 f"{share:.0%} of step time nothing runs on the device (> {FREE_SHARE:.0%}): the host is the "

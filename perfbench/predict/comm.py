@@ -104,7 +104,7 @@ def layout_collectives(workload: str, model: dict | None, settings: dict) -> lis
     [] for workloads / layouts without them or when the model config is unknown."""
     if workload != "moe" or not model:
         return []
-    from workloads.parallel.layout_math import capacity, comm_bytes_per_call, moe_tp_comm_per_microbatch, partition
+    from workloads.parallel.layout_math import capacity, comm_bytes_per_call, moe_tp_comm_per_microbatch, stage_bounds
 
     n = int(settings["world_size"])
     S, T = int(settings.get("pipeline_stages") or 1), int(settings.get("tensor_parallel") or 1)
@@ -114,7 +114,10 @@ def layout_collectives(workload: str, model: dict | None, settings: dict) -> lis
     tokens = int(settings["batch_size"]) // M * int(model["seq_len"])
     C = capacity(tokens, E, k, float(model["capacity_factor"]))
     costs = [0.25] + [1.0] * L + [0.5]
-    blocks = max(sum(1 for i in range(L) if lo <= i + 1 < hi) for lo, hi in partition(costs, S))
+    blocks = max(
+        sum(1 for i in range(L) if lo <= i + 1 < hi)
+        for lo, hi in stage_bounds(costs, S, settings.get("pipeline_split"))
+    )
     out: list[Collective] = []
     if T > 1:
         both, _ = moe_tp_comm_per_microbatch(tokens, H, E, C, T)

@@ -175,6 +175,12 @@ class Parallel(Section):
     )
     micro_batches: int = _int(1, 4096, 1, "M; with S = 1 it is gradient accumulation")
     pipeline_schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    pipeline_split: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None,
+        description="layers per pipeline stage, e.g. [3, 15] (resnet50: stem + blocks + head; moe: embedding + "
+        "layers + head), as MindSpore users set each cell's pipeline_stage by hand; null: split by the layers' "
+        "estimated cost",
+    )
     zero_stage: Literal[0, 1, 2] = Field(
         0,
         description="ZeRO: 0 = replicated; 1 = optimizer state sharded over the data-parallel ranks; "

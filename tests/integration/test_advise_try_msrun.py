@@ -4,6 +4,11 @@
   burned; its top finding is the straggler (`slow_rank`).
 - An input-delay run (`inject.input_delay_ms`): every step record shows the wait before the compiled step and the
   profiler's own breakdown shows it as idle time; its top finding is `free_time`.
+- An unbalanced pipeline split (`parallel.pipeline_split: [2, 16]`: stem + one block on stage 0, the other 15
+  blocks and the head on stage 1): its top finding is `stage_imbalance` of stage 1, with the balanced split to try.
+- Unfused small all-reduces (`comm_fusion: 0`, one all-reduce per parameter): the top finding is `small_packets`.
+- On all of them the root gains add up to no more than the step's exposed + idle + imbalance time, and no more
+  than the step (the budget computed here from the stored tables, not by the advice module).
 - `advise STRAGGLER --try 2 --repeats 1` on hand-made advice rows (the contract's columns): a fix that crashes is
   stored failed with its reason and the next fix still runs; removing the straggler measures a gain.
 
@@ -58,6 +63,35 @@ def input_delay(tmp_path_factory):
     return _sweep(tmp_path_factory.mktemp("advise_try"), "indelay", {"input_delay_ms": INPUT_MS})
 
 
+#: the unbalanced split: resnet50 3-4-6-3 has 18 layers (stem, 16 blocks, head); the cost-balanced split of this
+#: model is about [7, 11]. A heavier model than TINY so that stage 1's compute stands out of the host loop's
+#: per-op idle time (PyNative, docs/advice.md)
+SPLIT = [2, 16]
+PIPE = dict(
+    TINY,
+    model={"image_size": 32, "num_classes": 10, "width": 8, "layers": [3, 4, 6, 3]},
+    train={"batch_size": 8, "steps": 6, "warmup_steps": 3},
+    parallel={"pipeline_stages": 2, "micro_batches": 4, "pipeline_split": SPLIT},
+)
+
+
+@pytest.fixture(scope="module")
+def unbalanced(tmp_path_factory):
+    base = tmp_path_factory.mktemp("advise_try")
+    results = base / "unbalanced"
+    run_perfbench(
+        "sweep", write_yaml(base / "unbalanced.yaml", dict(PIPE, name="unbalanced")), "--results", results, timeout=600
+    )
+    (rec,) = Store(results).list_runs()
+    assert rec["status"] == "ok", rec.get("error")
+    return results, rec
+
+
+@pytest.fixture(scope="module")
+def unfused(tmp_path_factory):
+    return _sweep(tmp_path_factory.mktemp("advise_try"), "unfused", {})
+
+
 def _steps(results, rec) -> pd.DataFrame:
     df = Store(results).read_table(rec["run_id"], "workload_steps")
     return df[df["step"] >= TINY["train"]["warmup_steps"]]
@@ -102,6 +136,55 @@ def test_straggler_is_the_top_finding(straggler):
 
 def test_input_delay_is_the_top_finding(input_delay):
     assert _top_root(*input_delay)["rule"] == "free_time"
+
+
+def test_unbalanced_split_is_the_top_finding(unbalanced):
+    results, rec = unbalanced
+    assert rec["config"]["parallel"]["pipeline_split"] == SPLIT
+    st = Store(results).read_table(rec["run_id"], "stages").set_index("stage")
+    assert st.loc[1, "computing_ms"] > 2 * st.loc[0, "computing_ms"], st  # the split did what it says
+    top = _top_root(results, rec)
+    assert top["id"] == "stage_imbalance:1", top
+    assert json.loads(top["try"]) == {"parallel.pipeline_split": None}
+    # its gain is the formula's: the slowest stage's compute above the stages' mean (docs/advice.md)
+    assert top["gain_ms"] == pytest.approx(st.loc[1, "computing_ms"] - st["computing_ms"].mean(), rel=1e-6)
+
+
+def test_unfused_small_allreduces_is_the_top_finding(unfused):
+    results, rec = unfused
+    assert rec["config"]["parallel"]["comm_fusion"] == 0
+    top = _top_root(results, rec)
+    assert top["rule"] == "small_packets" and json.loads(top["try"]) == {"parallel.comm_fusion": "all"}, top
+
+
+def _budget(store, rid) -> float:
+    """exposed + idle (per rank the median over profiled steps, the largest rank) + imbalance (the stages'
+    compute spread + the largest computing spread of a group), ms per step."""
+    sb = store.read_table(rid, "step_breakdown")
+    total = 0.0
+    for col in ("communication_not_overlapped_us", "free_us"):
+        total += float(sb.groupby("rank")[col].median().max()) / 1000.0
+    st = store.read_table(rid, "stages")
+    if st is not None and len(st) >= 2:
+        total += float(st["computing_ms"].max() - st["computing_ms"].min())
+    ri = store.read_table(rid, "rank_imbalance")
+    if ri is not None and len(ri):
+        total += float(
+            ri.loc[ri["dimension"] == "computing", "spread_ms"].max() if (ri["dimension"] == "computing").any() else 0.0
+        )
+    return total
+
+
+@pytest.mark.parametrize("which", ["straggler", "input_delay", "unbalanced", "unfused"])
+def test_root_gains_within_the_steps_waiting_idle_and_imbalance(which, request):
+    results, rec = request.getfixturevalue(which)
+    store = Store(results)
+    adv = store.read_table(rec["run_id"], "advice")
+    roots = adv[adv["symptom_of"].isna()]
+    gains = roots["gain_ms"].dropna()
+    assert len(gains) and (gains >= 0).all()
+    assert gains.sum() <= _budget(store, rec["run_id"]) + 1e-6, roots[["id", "gain_ms"]]
+    assert gains.sum() <= rec["metrics"]["step_time_s"] * 1000.0 + 1e-6
 
 
 # ---- the whole `advise --try` path ----------------------------------------------------------------------

@@ -239,6 +239,43 @@ def test_stage_imbalance_gain_and_cross_stage_rank_imbalance_folded():
     assert list(out["symptom_of"].isna()) == [True] + [False] * (len(out) - 1)
 
 
+def test_stage_imbalance_of_a_split_given_by_hand_tries_the_balanced_split():
+    """A split the user fixed (parallel.pipeline_split) has a knob: null, the cost-balanced split; the predicted
+    step is the step minus the gain (100 - (30 - 20) = 90 ms). Without the key there is nothing to try."""
+    tables = {"stages": _stages(10.0, 30.0), "rank_stages": _rank_stages()}
+    cfg = {"parallel": {"pipeline_stages": 2, "pipeline_split": [2, 16]}}
+    st = _row(advise({**tables, A.CONFIG_KEY: cfg}, {"step_time_s": 0.1}), "stage_imbalance")
+    assert json.loads(st["try"]) == {"parallel.pipeline_split": None}
+    assert st["predicted_step_ms"] == pytest.approx(90.0) and "[2, 16]" in st["message"]
+    st = _row(advise(tables, {"step_time_s": 0.1}), "stage_imbalance")
+    assert st["try"] is None and pd.isna(st["predicted_step_ms"])
+
+
+def test_free_time_of_an_unbalanced_pipeline_counts_the_slowest_stage_only():
+    """Stage 0 (ranks 0, 1) computes 10 ms, stage 1 (ranks 2, 3) 30 ms: stage 0's idle time (600 us a step) is its
+    wait for stage 1, stage 1's own idle time (200 us of a 1000 us step = 20% > 10%) is the host's. free_time's gain
+    is stage 1's 0.2 ms, and stage_imbalance (10 ms) comes first."""
+    sb = _sb(0.0, 0.0, ranks=(0, 1, 2, 3))
+    sb["free_us"] = [600.0 if r < 2 else 200.0 for r in sb["rank"]]
+    tables = {"stages": _stages(10.0, 30.0), "rank_stages": _rank_stages(), "step_breakdown": sb}
+    out = advise(tables, {"step_time_s": 0.1})
+    ft = _row(out, "free_time")
+    assert ft["gain_ms"] == pytest.approx(0.2)
+    assert list(ft["ranks"]) == [2, 3] and "slowest pipeline stage 1" in ft["basis"]
+    assert out.iloc[0]["id"] == "stage_imbalance:1"
+    # balanced stages: every rank's idle time counts (the most idle rank, 0.6 ms)
+    out = advise({**tables, "stages": _stages(10.0, 11.0)}, {"step_time_s": 0.1})
+    assert _row(out, "free_time")["gain_ms"] == pytest.approx(0.6) and list(_row(out, "free_time")["ranks"]) == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    # stage 1's idle below 10% of its step: no free_time at all, though stage 0 idles 60%
+    sb["free_us"] = [600.0 if r < 2 else 50.0 for r in sb["rank"]]
+    assert "free_time" not in set(advise(tables, {"step_time_s": 0.1})["rule"])
+
+
 def test_rank_imbalance_within_a_stage_keeps_its_remedy():
     ri = pd.DataFrame(
         [

@@ -406,3 +406,39 @@ def test_slurm_rules():
     # the slurm settings as written, over their defaults
     s = ok(conf(launch={"backend": "slurm", "slurm": {"partition": "debug"}})).launch["slurm"]
     assert s["partition"] == "debug" and s["account"] is None and s["sbatch_args"] == []
+
+
+# ---- a pipeline split given by hand (issue 23: the injected unbalanced split) ------------------------------
+
+
+def test_pipeline_split_cuts_the_layers_as_given():
+    """parallel.pipeline_split [n0, n1, ...] gives each stage that many consecutive layers (stem/embedding first,
+    head last); without it the cost-balanced partition. Hand-computed bounds."""
+    from workloads.parallel.layout_math import partition, stage_bounds
+
+    costs = [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert stage_bounds(costs, 2, [1, 4]) == [(0, 1), (1, 5)]
+    assert stage_bounds(costs, 3, [2, 2, 1]) == [(0, 2), (2, 4), (4, 5)]
+    # no split: the partitioner's (1+2+3 = 6 | 4+5 = 9 is the best max for 2 stages)
+    assert stage_bounds(costs, 2, None) == partition(costs, 2) == [(0, 3), (3, 5)]
+    with pytest.raises(ValueError):
+        stage_bounds(costs, 2, [1, 3])
+
+
+def test_pipeline_split_rules_name_the_key_and_value():
+    par = {"pipeline_stages": 2, "micro_batches": 4}
+    # resnet50 default layers 3-4-6-3: 16 blocks + stem + head = 18 layers
+    assert ok(conf(parallel={**par, "pipeline_split": [2, 16]}, sweep={"world_size": [2]})).parallel[
+        "pipeline_split"
+    ] == [2, 16]
+    assert error_of(conf(parallel={**par, "pipeline_split": [2, 15]}, sweep={"world_size": [2]})) == (
+        "parallel.pipeline_split=[2, 15] adds up to 17 layers but workload resnet50 has 18 to split (run world_size=2)"
+    )
+    assert error_of(conf(parallel={**par, "pipeline_split": [18]}, sweep={"world_size": [2]})) == (
+        "parallel.pipeline_split=[18] has 1 entries but parallel.pipeline_stages is 2 (one layer count per stage) "
+        "(run world_size=2)"
+    )
+    assert error_of(conf(parallel={"pipeline_split": [1, 17]}, sweep={"world_size": [2]})) == (
+        "parallel.pipeline_split=[1, 17] is set but parallel.pipeline_stages is 1: nothing to split (run world_size=2)"
+    )
+    assert "parallel.pipeline_split" in error_of(conf(parallel={**par, "pipeline_split": [0, 18]}))

@@ -28,7 +28,7 @@ class MoEWorkload:
 
         from workloads.moe.model import SyntheticTokens, build_layers, build_loss
         from workloads.parallel.experts import build_expert_comm, default_impl
-        from workloads.parallel.layout_math import comm_bytes_per_call, partition
+        from workloads.parallel.layout_math import comm_bytes_per_call, stage_bounds
         from workloads.parallel.pipeline import PipelineTrainer, create_groups
 
         cfg = ctx.config
@@ -55,7 +55,7 @@ class MoEWorkload:
 
             tp = (lambda: build_f_g(groups[3]), TP, tpr)
         costs = [0.25] + [1.0] * L + [0.5]
-        lo, hi = partition(costs, S)[stage]
+        lo, hi = stage_bounds(costs, S, par.get("pipeline_split"))[stage]
         impl = default_impl(D, world_group=(S == 1 and TP == 1))
         self.expert_impl = impl
 

@@ -41,6 +41,21 @@ def partition(costs: list[float], stages: int) -> list[tuple[int, int]]:
     return bounds[::-1]
 
 
+def stage_bounds(costs: list[float], stages: int, split: list[int] | None = None) -> list[tuple[int, int]]:
+    """The stages' layer ranges: ``split`` (layers per stage, as the user gave them in
+    ``parallel.pipeline_split``, validated by ``rules.validate_parallel``) when given, else the cost-balanced
+    ``partition``. Returns ``[(start, end), ...]`` with ``end`` exclusive."""
+    if not split:
+        return partition(costs, stages)
+    if len(split) != stages or sum(split) != len(costs) or min(split) < 1:
+        raise ValueError(f"pipeline split {list(split)} does not cut {len(costs)} layers into {stages} stages")
+    bounds, lo = [], 0
+    for n in split:
+        bounds.append((lo, lo + int(n)))
+        lo += int(n)
+    return bounds
+
+
 def capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) -> int:
     return max(1, int(math.ceil(capacity_factor * tokens * top_k / num_experts)))
 

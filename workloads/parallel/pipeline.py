@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from workloads.parallel.layout_math import partition
+from workloads.parallel.layout_math import stage_bounds
 from workloads.parallel.rules import layout_groups, stage_layout
 from workloads.parallel.schedules import schedule as make_schedule
 
@@ -149,7 +149,7 @@ class PipelineTrainer:
             stale.unlink()
 
         costs = list(layer_costs) if layer_costs is not None else [1.0] * len(layers)
-        self.bounds = partition(costs, self.S)
+        self.bounds = stage_bounds(costs, self.S, par.get("pipeline_split"))
         lo, hi = self.bounds[self.stage]
         self.stage_layers = (lo, hi)
         self.cell = _build_stage_cell(ms, nn, ops, list(layers)[lo:hi], stats_size)

@@ -77,6 +77,26 @@ def layout_groups(world_size: int, stages: int, tp: int = 1) -> dict[str, list[i
     return out
 
 
+def _validate_split(split, S: int, units: int | None, workload: str) -> list[str]:
+    """``parallel.pipeline_split``: one positive layer count per stage, adding up to the workload's layers."""
+    counts = [_int(n) for n in split] if isinstance(split, (list, tuple)) else None
+    if counts is None or any(n is None or n < 1 for n in counts):
+        return [f"parallel.pipeline_split must be a list of positive layer counts, one per stage, got {split!r}"]
+    if S == 1:
+        return [f"parallel.pipeline_split={list(split)} is set but parallel.pipeline_stages is 1: nothing to split"]
+    if len(counts) != S:
+        return [
+            f"parallel.pipeline_split={list(split)} has {len(counts)} entries but parallel.pipeline_stages is {S} "
+            f"(one layer count per stage)"
+        ]
+    if units is not None and sum(n for n in counts if n is not None) != units:
+        return [
+            f"parallel.pipeline_split={list(split)} adds up to {sum(n for n in counts if n is not None)} layers but "
+            f"workload {workload} has {units} to split"
+        ]
+    return []
+
+
 def parallel_layout(
     workload: str, model_cfg: dict, parallel_cfg: dict, train_cfg: dict, rank: int, world_size: int
 ) -> tuple[int, int, int, int, int]:
@@ -160,6 +180,9 @@ def validate_parallel(
             f"parallel.pipeline_stages={S} is more than the {units} layers workload {workload} can be "
             f"split into ({what})"
         )
+    split = par.get("pipeline_split")
+    if split is not None:
+        errs += _validate_split(split, S, units, workload)
     if train_cfg is not None and "batch_size" in train_cfg:
         b = _int(train_cfg.get("batch_size"))
         if b is None or b < 1:
