@@ -7,7 +7,8 @@
       "warnings": ["<file>: <problem>", ...] (a missing or damaged file on some rank; the rank is analyzed
                   with what it has),
       "summary": {...run metrics...},
-      "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "inputs" (files read), "steps": [{"step", "step_us", "computing_us", "communication_us",
+      "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "inputs" (files read), "steps": [{"step",
+      "step_us", "computing_us", "communication_us",
                  "communication_not_overlapped_us", "overlapped_us", "free_us", "preparing_us",
                  "bubble_us", "stage_us"}],
                  "peak_bytes", "peak_allocated_bytes", "peak_reserved_bytes", "peak_active_bytes",

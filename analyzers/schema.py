@@ -61,7 +61,8 @@ OPS = {
     "step": "Int64",  # step the op falls in (filled by parser or by analyzers.steps.assign_steps)
     "name": "object",  # op / kernel name (full scope name if known)
     "type": "object",  # op type, e.g. MatMul, Conv2D, AllReduce
-    "category": "object",  # "compute" | "communication" | "communication_task" (HCCL sub-task of a collective) | "other"
+    # "compute" | "communication" | "communication_task" (HCCL sub-task of a collective) | "other"
+    "category": "object",
     "start_us": "float64",
     "dur_us": "float64",
     "stream": "object",  # stream / thread / core the op ran on

@@ -41,7 +41,9 @@ for n in (128, 1024):
             to.append(time.process_time() - t)
         new_ms, old_ms = statistics.median(ts) * 1000, statistics.median(to) * 1000
         print(
-            f"synth-{n}: analyze in-process CPU {total:.2f} s; advise() CPU median new {new_ms:.1f} ms, main {old_ms:.1f} ms: "
-            f"added {new_ms - old_ms:.1f} ms = {(new_ms - old_ms) / 1000 / total:.2%} of analyze; rows {len(a.tables['advice'])}",
+            f"synth-{n}: analyze in-process CPU {total:.2f} s; advise() CPU median new {new_ms:.1f} ms, main "
+            f"{old_ms:.1f} ms: "
+            f"added {new_ms - old_ms:.1f} ms = {(new_ms - old_ms) / 1000 / total:.2%} of analyze; rows "
+            f"{len(a.tables['advice'])}",
             flush=True,
         )

@@ -91,7 +91,8 @@ def main(argv=None) -> int:
         return 0
     print(f"load average at the start {' '.join(load0)}, at the end {' '.join(load1)}")
     print(
-        "| run | ranks | step ms | profiler_overhead (per recorded step) | capture_cost (share of the run) | capture calls ms |"
+        "| run | ranks | step ms | profiler_overhead (per recorded step) | capture_cost (share of the run) | capture "
+        "calls ms |"
     )
     print("|---|---|---|---|---|---|")
     for row in rows:

@@ -11,7 +11,8 @@ subprocess (one server per store size), and loads each page in headless Chromium
 itself (a MutationObserver sees the content enter the DOM, the next requestAnimationFrame is its frame;
 Playwright's polled wait, which a busy main thread delays, is reported beside it); and, separately, until
 its first chart is drawn ("charts", which waits for plotly.js). "reference" is a page with no data at all (an
-unregistered path: Dash's own bootstrap and its 404 heading), measured in the same rounds: the floor for every page. Only the
+unregistered path: Dash's own bootstrap and its 404 heading), measured in the same rounds: the floor for every page.
+Only the
 last --tables-for runs get analysis tables (the Run page reads one run's tables; writing 40,000 parquet
 files would only slow the set-up). The store is synthetic on purpose: this measures the dashboard's cost,
 not MindSpore's. Reports medians over repeats (the machine is shared).

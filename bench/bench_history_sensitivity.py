@@ -223,7 +223,8 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     print(
-        f"history ({args.history_mode}): {len(hist)} clean runs; trials: {n} slowed (busy_ms {busy}, 10% of the history's CPU gate value "
+        f"history ({args.history_mode}): {len(hist)} clean runs; trials: {n} slowed (busy_ms {busy}, 10% of the "
+        "history's CPU gate value "
         f"{cpu_gate * 1000:.1f} ms) + {n} clean, {args.current} run(s) each; load 1-min "
         + (
             f"{out['load_1min']['min']:.1f}-{out['load_1min']['max']:.1f} (median {out['load_1min']['median']:.1f})"

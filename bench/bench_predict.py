@@ -6,7 +6,8 @@ model on FIT (one run per knob on each of the two code paths: 1 rank, 2 micro-ba
 single-buffer all-reduce, fp16, each with M = 1 (the compiled step) and with M = 2 on 2 ranks (the host loop
 that runs the same gradient exchange op by op), and predicts every other run (other bucket sizes, compression
 with other buckets, other micro-batch counts, their combinations). Until session 6 the fit had one M > 1 run
-(per-tensor, uncompressed), so the micro-batch path's cost was calibrated on a single exchange variant. Reports per held-out run the measured and
+(per-tensor, uncompressed), so the micro-batch path's cost was calibrated on a single exchange variant. Reports per
+held-out run the measured and
 predicted step time, the absolute % error, their median and the worst case, and the replay error on the
 real Ascend fixtures (set B level1/level2: kernels + collectives rebuilt into each rank's step vs
 step_trace_time).
@@ -167,19 +168,22 @@ def main() -> int:
         for x in res["held_out"]:
             print(
                 f"{x['run'].split('-', 5)[-1]:<34}{x['measured_s'] * 1e3:>12.1f}{x['predicted_s'] * 1e3:>13.1f}"
-                f"{x['interval'][0] * 1e3:>8.0f}-{x['interval'][1] * 1e3:<7.0f}{x['error']:>+9.1%}{x['step_noise']:>8.1%}"
+                f"{x['interval'][0] * 1e3:>8.0f}-{x['interval'][1] * 1e3:<7.0f}"
+                f"{x['error']:>+9.1%}{x['step_noise']:>8.1%}"
             )
         print(
             f"median |error| {res['median_abs_error']:.1%}, worst {res['worst_abs_error']:.1%}, "
             f"measured inside the interval {res['within_interval']}\n"
         )
     print(
-        f"{'replay (Ascend)':<18}{'rank':>5}{'measured ms':>12}{'replay ms':>10}{'error':>8}{'kernels+comm':>14}{'error':>8}"
+        f"{'replay (Ascend)':<18}{'rank':>5}{'measured ms':>12}{'replay ms':>10}{'error':>8}"
+        f"{'kernels+comm':>14}{'error':>8}"
         f"{'modelled comm':>15}{'error':>8}"
     )
     for x in replay:
         print(
-            f"{x['set']:<18}{x['rank']:>5}{x['measured_s'] * 1e3:>12.2f}{x['replay_s'] * 1e3:>10.2f}{x['replay_error']:>+8.1%}"
+            f"{x['set']:<18}{x['rank']:>5}{x['measured_s'] * 1e3:>12.2f}{x['replay_s'] * 1e3:>10.2f}"
+            f"{x['replay_error']:>+8.1%}"
             f"{x['critical_path_s'] * 1e3:>14.2f}{x['critical_path_error']:>+8.1%}"
             f"{x['modelled_comm_s'] * 1e3:>15.2f}{x['modelled_comm_error']:>+8.1%}"
         )

@@ -103,7 +103,8 @@ def main(argv=None) -> int:
             f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | "
             f"{m['step_time_s']:.1f} | {m['baseline_mb']:.0f} |"
             if m["baseline_mb"]
-            else f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | {m['step_time_s']:.1f} | - |"
+            else f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | {m['step_time_s']:.1f} "
+            "| - |"
         )
     print()
     print("| held-out zero_stage | recompute | fitted on | measured MB | predicted MB | error |")

@@ -1,7 +1,8 @@
 """Profiler overhead per `profile.level` on the quickstart's own runs (real msrun, real MindSpore profiler).
 
 For each round, one run per level (`off` = profiler disabled, then each profiled level, their order
-rotated from round to round), launched back to back through perfbench.run.launcher with the quickstart's model and schedule (ResNet-50 3-4-6-3 width 16,
+rotated from round to round), launched back to back through perfbench.run.launcher with the quickstart's model and
+schedule (ResNet-50 3-4-6-3 width 16,
 32x32, batch 8 per rank, 14 steps, 3 warm-up, 4 profiled). Per run:
   * reported:  the run's own `profiler_overhead` as ingest reports it = median step time of the profiled
                steps / median step time of the unprofiled measured steps of the same run - 1

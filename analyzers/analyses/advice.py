@@ -2,7 +2,8 @@
 
 `advise(tables, summary)` runs every rule in `RULES` and returns one row per finding with columns
 `rule, severity, message, evidence, ranks, stage` (`ranks`: the global ranks the finding concerns, a
-list, empty when it concerns the whole run; `stage`: the pipeline stage, or None). `evidence` names the table and the rows/values the finding
+list, empty when it concerns the whole run; `stage`: the pipeline stage, or None). `evidence` names the table and the
+rows/values the finding
 rests on (e.g. ``comm_ops[rank=3]: wait 12.1 ms / (wait+transit) 30.2 ms = 0.40``), so a reader can
 check it. Severity is ``high`` | ``medium`` | ``low``. A rule whose input table is missing or empty
 says nothing. The thresholds are the module constants below (documented in docs/analyzers.md).
@@ -134,7 +135,8 @@ def rule_wait_ratio(tables, summary):
                 ),
                 "evidence": (
                     f"comm_ops[rank={rank}, op_type not send/recv]: wait {_fmt(r['wait'])} ms / (wait+transit) "
-                    f"{_fmt(r['wait'] + r['transit'])} ms = {_fmt(r['ratio'])}; {_fmt(r['wait_per_step'])} ms wait per step"
+                    f"{_fmt(r['wait'] + r['transit'])} ms = {_fmt(r['ratio'])}; {_fmt(r['wait_per_step'])} ms wait "
+                    "per step"
                 ),
             }
         )
@@ -170,13 +172,15 @@ def rule_slow_rank(tables, summary):
                 "severity": "high",
                 "message": (
                     f"Rank {r['rank']} is the rank the others wait for in "
-                    f"{(str(r['group_kind']) + ' ') if pd.notna(r.get('group_kind', None)) else ''}group '{r['group']}' "
+                    f"{(str(r['group_kind']) + ' ') if pd.notna(r.get('group_kind', None)) else ''}group "
+                    f"'{r['group']}' "
                     f"(mean {_fmt(r['mean_lateness_ms'])} ms late per collective). Check its input "
                     f"pipeline, host load, and compute imbalance."
                 ),
                 "evidence": (
                     f"slow_ranks[group={r['group']}, rank={r['rank']}]: {r['test']} statistic "
-                    f"{_fmt(r['statistic'], 3)} > {_fmt(r['critical'], 3)}, last in {r['last_arrivals']}/{r['n_ops']} ops"
+                    f"{_fmt(r['statistic'], 3)} > {_fmt(r['critical'], 3)}, last in "
+                    f"{r['last_arrivals']}/{r['n_ops']} ops"
                 ),
             }
         )
@@ -833,7 +837,8 @@ def rule_aicpu_ops(tables, summary):
             "ranks": sorted(int(x) for x in long["rank"].unique()),
             "stage": None,
             "message": (
-                f"{len(long)} AI_CPU kernels run longer than {AICPU_MIN_TASK_US:.0f} us ({long['dur_us'].sum() / 1000:.2f} ms, "
+                f"{len(long)} AI_CPU kernels run longer than {AICPU_MIN_TASK_US:.0f} us "
+                f"({long['dur_us'].sum() / 1000:.2f} ms, "
                 f"{share:.1%} of compute time), led by {', '.join(types.index)}: AI_CPU ops are slow and "
                 f"serialize with the AI Core; change the data type (e.g. int64/double -> int32/float) or the "
                 f"code so an AI Core kernel is used."
@@ -914,7 +919,8 @@ def rule_free_time(tables, summary):
                 f"bottleneck (data loading, Python overhead, op dispatch); try graph mode, data prefetch, more workers."
             ),
             "evidence": (
-                f"step_breakdown: sum free_us {_num(sb, 'free_us').sum():.0f} / sum step_us {_num(sb, 'step_us').sum():.0f}"
+                f"step_breakdown: sum free_us {_num(sb, 'free_us').sum():.0f} / sum step_us "
+                f"{_num(sb, 'step_us').sum():.0f}"
             ),
         }
     ]
@@ -987,7 +993,8 @@ def rule_pipeline_bubble(tables, summary):
                     f"Pipeline stage {stage} is idle {r['frac']:.0%} of the pipeline window ({ideal_txt}): "
                     f"more micro-batches, balance layers across stages, or an interleaved/1F1B schedule."
                 ),
-                "evidence": f"pipeline[stage={stage}]: median bubble_fraction {_fmt(r['frac'], 3)} over {int(r['n'])} steps",
+                "evidence": f"pipeline[stage={stage}]: median bubble_fraction {_fmt(r['frac'], 3)} over "
+                f"{int(r['n'])} steps",
             }
         )
     return out
@@ -1020,7 +1027,8 @@ def rule_expert_balance(tables, summary):
                 "rule": "dropped_tokens",
                 "basis": "not estimated: dropped tokens cost accuracy, not step time",
                 "severity": "medium",
-                "message": f"{dropped:.1%} of routed tokens are dropped by the expert capacity limit: raise capacity_factor.",
+                "message": f"{dropped:.1%} of routed tokens are dropped by the expert capacity limit: raise "
+                "capacity_factor.",
                 "evidence": f"experts: mean dropped_fraction {_fmt(dropped, 4)} over {len(ex)} steps",
             }
         )
@@ -1048,7 +1056,8 @@ def rule_step_spread(tables, summary):
                     "basis": f"rank {rank}'s median step time above the ranks' median: ({v:.4f} - {med:.4f}) s",
                     "ranks": [int(rank)],
                     "severity": "medium",
-                    "message": f"Rank {rank}'s median step time {v:.4f} s is {v / med - 1:.0%} above the ranks' median {med:.4f} s.",
+                    "message": f"Rank {rank}'s median step time {v:.4f} s is {v / med - 1:.0%} above the ranks' "
+                    f"median {med:.4f} s.",
                     "evidence": f"workload_steps[rank={rank}]: median step_time_s {v:.4f}",
                 }
             )

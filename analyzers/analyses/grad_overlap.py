@@ -1,4 +1,5 @@
-"""Overlapped gradient all-reduce (parallel.overlap_grad_comm; workloads/parallel/overlap.py), from the workload's spans.
+"""Overlapped gradient all-reduce (parallel.overlap_grad_comm; workloads/parallel/overlap.py), from the workload's
+spans.
 
 The MindSpore CPU profiler records no op for `mint.distributed` collectives, so an overlapped run's profile
 cannot split its communication; the workload times it on the host instead. Per rank and step after warm-up:

@@ -98,7 +98,8 @@ def rank_imbalance(
     per = per.dropna(subset=cols)
     if len(per) < 2:
         return None
-    # msprof-analyze's denominator: computing + communication(not overlapped) + free; the step time when a part is unknown
+    # msprof-analyze's denominator: computing + communication(not overlapped) + free; the step time when a part is
+    # unknown
     total = per[cols].sum(axis=1) if len(cols) == len(DIMENSIONS) else per.get("step_us")
     if total is None:
         return None

@@ -64,7 +64,8 @@ def double_hash(data: str) -> int:
 
 
 def kind_of(label) -> str | None:
-    """'dp' | 'pp' | 'tp' | 'ep' | 'cp' | 'stage' from a group label such as 'dp', 'pp_group', 'stage1'; None if unknown."""
+    """'dp' | 'pp' | 'tp' | 'ep' | 'cp' | 'stage' from a group label such as 'dp', 'pp_group', 'stage1'; None if
+    unknown."""
     words = [w for w in re.split(r"[^a-z]+", str(label or "").lower()) if w]
     return KIND_WORDS.get(words[0]) if words else None
 

@@ -219,7 +219,8 @@ def load_profile(
 
     `kernels`: "all" reads every rank's kernels (kernel_details.csv / trace_view.json / the profiler db);
     "auto" (default) does so up to KERNEL_CROSS_CHECK_RANKS ranks, and in a larger cluster only for that
-    many ranks spread over it (the first and the last) plus every rank without the profiler's step trace: the step trace is the
+    many ranks spread over it (the first and the last) plus every rank without the profiler's step trace: the step
+    trace is the
     breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
     many ranks they cover), so the import stays fast at hundreds of ranks; "none" reads no kernels where
     the step trace is there. `ranks.inputs` says what each rank was read from.

@@ -10,7 +10,8 @@ Files can be gigabytes, so nothing here loads a whole file with `json.load`:
   than a Python loop) and falls back to `iter_events` if DuckDB cannot read the file shape; files under
   16 MB go straight to the ijson reader.
 
-Both accept gzip-compressed files, and a top-level array (`[{...}, ...]`) or an object with a `traceEvents` array. A truncated
+Both accept gzip-compressed files, and a top-level array (`[{...}, ...]`) or an object with a `traceEvents` array. A
+truncated
 or corrupt file raises `ProfileFormatError(path, problem)`.
 
 Precision: timestamps are float64 microseconds; at epoch-scale values (~1.7e15 us) float64 resolves

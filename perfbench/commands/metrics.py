@@ -1,4 +1,5 @@
-"""`perfbench metrics`: the metric catalogue (analyzers/catalogue.py) — every metric's unit, direction and definition."""
+"""`perfbench metrics`: the metric catalogue (analyzers/catalogue.py) — every metric's unit, direction and
+definition."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`perfbench schema`: the sweep YAML's JSON Schema, generated from the config models (perfbench/run/config_models.py)."""
+"""`perfbench schema`: the sweep YAML's JSON Schema, generated from the config models
+(perfbench/run/config_models.py)."""
 
 from __future__ import annotations
 

@@ -506,10 +506,12 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
     thr, thr1 = r["samples"] / step, one["samples"] / one["step_time_s"]
     sigma = math.sqrt(cal.noise**2 + cal.residual**2)
     assumptions = [
-        f"per-rank compute scales with samples per replica (batch_size {s['batch_size']} vs {cal.batch_ref:g} measured); "
+        f"per-rank compute scales with samples per replica (batch_size {s['batch_size']} vs {cal.batch_ref:g} "
+        "measured); "
         "world size changes it only through that"
         + (" and the measured machine's shared-core slowdown" if hw.kind == "measured" else ""),
-        "collective time = latency x ring hops + algorithm factor (all-reduce 2(n-1)/n, all-gather (n-1)/n, broadcast 1) "
+        "collective time = latency x ring hops + algorithm factor (all-reduce 2(n-1)/n, all-gather (n-1)/n, "
+        "broadcast 1) "
         f"x bytes / bandwidth; link for {D} ranks: "
         + (
             f"{r['comm']['link']['transport']} {r['comm']['link']['bandwidth_gbps']:.3g} GB/s, "
@@ -518,14 +520,17 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
             else "none"
         ),
         (
-            "communication overlaps backward: a bucket starts when backward has produced it (gradients ready in backward order, "
+            "communication overlaps backward: a bucket starts when backward has produced it (gradients ready in "
+            "backward order, "
             "forward:backward 1:2)"
         )
         if _overlaps(s, hw)
-        else f"communication does not overlap compute (measured hidden share {hw.overlap_fraction if hw.overlap == 'none' else 0:.0%})",
+        else "communication does not overlap compute (measured hidden share "
+        f"{hw.overlap_fraction if hw.overlap == 'none' else 0:.0%})",
         f"precision {s.get('precision') or cal.precision}: gradients are all-reduced in fp32 whatever the compute "
         "precision (MindSpore AMP O2 keeps fp32 weights and gradients; only grad_compression=fp16 halves the bytes)",
-        "gradient buckets as the workload plans them (workloads/parallel/bucketing.plan_buckets) over the measured tensor sizes",
+        "gradient buckets as the workload plans them (workloads/parallel/bucketing.plan_buckets) over the measured "
+        "tensor sizes",
     ]
     if hw is not cal.machine and hw.compute_scale is None:
         assumptions.append(

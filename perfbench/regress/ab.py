@@ -16,7 +16,8 @@ Two ways to give the sides:
 
 Each run's value is its gate value (perfbench.regress.history.gate_value: the 10th percentile of its per-step samples on
 the good side), the decision perfbench.regress.check.decide_paired. A pair with a failed or unsteady run
-(analyzers.analyses.steadiness) is measured again, up to `--remeasure` extra pairs per job; what is still unsteady is kept
+(analyzers.analyses.steadiness) is measured again, up to `--remeasure` extra pairs per job; what is still unsteady is
+kept
 and flagged.
 """
 
@@ -134,7 +135,8 @@ class CommandSides:
                 "run_id": None,
                 "status": "failed",
                 "metrics": {},
-                "error": f"--{side}-cmd added no run to {store.root} (exit {proc.returncode}, {time.time() - t0:.0f} s)",
+                "error": f"--{side}-cmd added no run to {store.root} (exit {proc.returncode}, {time.time() - t0:.0f} "
+                "s)",
             }
         rec = max(new, key=lambda r: (r.get("timings") or {}).get("started") or 0)
         rec.setdefault("ab", {"job": ab_id, "side": side, "pair": pair, "attempt": attempt})

@@ -156,7 +156,8 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
             else:
                 res.update(
                     verdict="undecided",
-                    reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; need {MIN_SAMPLES})",
+                    reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; "
+                    f"need {MIN_SAMPLES})",
                 )
             res.update(baseline=_median(bp or bs), current=_median(cp or cs), change=None, p_value=None)
             return res
@@ -553,7 +554,10 @@ def to_junit(res: dict) -> str:
             )
             if m["verdict"] == "regression":
                 n_fail += 1
-                body = f'<failure message={quoteattr(msg)} type="regression">{escape(json.dumps(m, default=str))}</failure>'
+                body = (
+                    f"<failure message={quoteattr(msg)} "
+                    f'type="regression">{escape(json.dumps(m, default=str))}</failure>'
+                )
             elif m["verdict"] == "undecided":
                 n_err += 1
                 body = f'<error message={quoteattr(msg)} type="undecided"/>'
@@ -696,7 +700,8 @@ def judge_series(
         began_commit=cur[0].commit,
         began_run=cur[0].run_id,
     )
-    # metrics without per-step samples in the store (perfbench.regress.compare.step_samples) are judged by the prediction test alone
+    # metrics without per-step samples in the store (perfbench.regress.compare.step_samples) are judged by the
+    # prediction test alone
     no_samples = not any(p.samples for p in ref_pts) or not any(p.samples for p in cur)
     sig_mw = no_samples or (p_mw is not None and p_mw < alpha)
     if w > threshold and p_pred is not None and p_pred < alpha and sig_mw:
@@ -816,7 +821,8 @@ def history_markdown(h: dict) -> str:
         f"E-Divisive change points (permutation test, alpha {h['alpha']}) and, within the current segment, "
         f"a Student-t prediction test with the per-step Mann–Whitney test; threshold {h['threshold'] * 100:g}%.",
         "",
-        "| settings | metric | points | reference (median) | current (median) | change | p / confidence | began at | verdict |",
+        "| settings | metric | points | reference (median) | current (median) | change | p / confidence | began at | "
+        "verdict |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for j in h["results"]:

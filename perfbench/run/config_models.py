@@ -112,7 +112,8 @@ class Train(Section):
     dispatch_threads: Annotated[int, Field(ge=1, le=256)] | Literal["mindspore"] | None = Field(
         None,
         description=(
-            "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: 1 for "
+            "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: 1 "
+            "for "
             "a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"
         ),
     )

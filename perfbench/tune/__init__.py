@@ -1,1 +1,2 @@
-"""`perfbench tune`: the search (Optuna), its `search:` section, confirmation re-runs, the answer, the memory constraint."""
+"""`perfbench tune`: the search (Optuna), its `search:` section, confirmation re-runs, the answer, the memory
+constraint."""

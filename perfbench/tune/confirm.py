@@ -9,7 +9,8 @@ is the candidate with the best median of its trial value and these fresh runs: w
 the middle of 3 runs, so neither one lucky trial nor one slow re-measurement decides (measured in
 docs/benchmarks.md: a single 65.4 among runs of 92-96 samples/s flipped a pick made from the fresh runs alone).
 Each run's value is its objective as the catalogue defines it (for throughput: the median over the run's
-measured steps). A re-measurement that is unsteady by its own CPU time (analyzers.analyses.steadiness: CPU time per step CV
+measured steps). A re-measurement that is unsteady by its own CPU time (analyzers.analyses.steadiness: CPU time per
+step CV
 or ranks' CPU spread beyond their limits) does not vote; the candidate row lists it under `unsteady`.
 With fewer than 2 contenders there is nothing to decide and nothing is re-measured.
 

@@ -279,7 +279,8 @@ def flagged(df: pd.DataFrame | None, col: str = "slow") -> tuple[pd.DataFrame, i
 
 
 def peak_holders(attr: pd.DataFrame | None, mem: pd.DataFrame | None) -> tuple[int | None, pd.DataFrame]:
-    """The rank with the largest peak and what holds it (analyzers/analyses/memory.py memory_attribution), largest first."""
+    """The rank with the largest peak and what holds it (analyzers/analyses/memory.py memory_attribution), largest
+    first."""
     if attr is None or attr.empty or mem is None or mem.empty:
         return None, pd.DataFrame()
     peaks = pd.to_numeric(mem["peak_bytes"], errors="coerce")

@@ -71,7 +71,8 @@ def render(out, ans: dict, results) -> None:
             )
     elif ans.get("finalist_value") is not None:
         out.print(
-            f"the best re-measured (its profiled re-run {ans['finalist']}): {format_value(obj, ans['finalist_value'])} {unit}"
+            f"the best re-measured (its profiled re-run {ans['finalist']}): "
+            f"{format_value(obj, ans['finalist_value'])} {unit}"
         )
     if ans["importance"]:
         imp = ", ".join(f"{k} {v:.2f}" for k, v in sorted(ans["importance"].items(), key=lambda kv: -kv[1]))
@@ -100,9 +101,11 @@ def render(out, ans: dict, results) -> None:
                 )
         for r in ex.get("collectives") or []:
             out.print(
-                f"  {r['op']:<32} count {format_value('num', r.get('count_a'))} → {format_value('num', r.get('count_b'))}, "
+                f"  {r['op']:<32} count {format_value('num', r.get('count_a'))} → "
+                f"{format_value('num', r.get('count_b'))}, "
                 f"bytes {format_value('bytes', r.get('bytes_a'))} → {format_value('bytes', r.get('bytes_b'))}, "
-                f"time {format_value('num', r.get('time_ms_a'))} → {format_value('num', r.get('time_ms_b'))} ms per rank-step"
+                f"time {format_value('num', r.get('time_ms_a'))} → {format_value('num', r.get('time_ms_b'))} ms per "
+                "rank-step"
             )
     w = ans.get("wall_split") or {}
     if w.get("wall_s"):

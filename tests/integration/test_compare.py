@@ -26,7 +26,8 @@ def _pick(results, ws, repeat=None):
 
 
 def _expected_step_samples(results, rec):
-    """Per-step values straight from the stored table (the documented formulas), independent of perfbench.regress.compare."""
+    """Per-step values straight from the stored table (the documented formulas), independent of
+    perfbench.regress.compare."""
     ws = Store(results, create=False).read_table(rec["run_id"], "workload_steps")
     ws = ws[ws["step"] >= rec["config"]["train"]["warmup_steps"]]
     # docs/concepts.md: measured steps are the post-warm-up steps outside the profiled window

@@ -77,7 +77,8 @@ def wait_for_job(store: Store, proc, state: str = "RUNNING", timeout: float = 12
 
 
 def two_node_sweep(tmp_path, name: str, timeout_s: int = 300, **over):
-    """SMALL (tests/integration/test_launcher_failures.py) as one 2-rank run on 2 Slurm nodes; returns (config, results)."""
+    """SMALL (tests/integration/test_launcher_failures.py) as one 2-rank run on 2 Slurm nodes; returns (config,
+    results)."""
     cfg = write_yaml(
         tmp_path / f"{name}.yaml",
         dict(

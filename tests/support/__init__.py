@@ -81,7 +81,8 @@ def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None
     )
     if check and r.returncode != 0:
         raise AssertionError(
-            f"perfbench {' '.join(map(str, args))} exited {r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
+            f"perfbench {' '.join(map(str, args))} exited "
+            f"{r.returncode}\nstdout:\n{r.stdout[-3000:]}\nstderr:\n{r.stderr[-3000:]}"
         )
     return r
 

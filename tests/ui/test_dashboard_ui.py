@@ -474,7 +474,8 @@ def test_slow_ranks_flagged_rows_first_and_the_verdict(synthetic, browser):
 
 @pytest.fixture(scope="module")
 def gains_store(tmp_path_factory):
-    """One run whose advice carries gains (analyzers.analyses.advice): two causes, one symptom folded under the first."""
+    """One run whose advice carries gains (analyzers.analyses.advice): two causes, one symptom folded under the
+    first."""
     root = tmp_path_factory.mktemp("gains") / "results"
     # a run whose advice carries gains (analyzers.analyses.advice): two causes, one symptom folded under the first
     store = Store(root)

@@ -368,7 +368,8 @@ def test_config_boundaries(tmp_path, capsys, name, train, profile, ok):
         assert key in err, err
 
 
-# ---- the run record's workload metrics at their edges (kills `make mutation` survivors) -------------------------------
+# ---- the run record's workload metrics at their edges (kills `make mutation` survivors)
+# -------------------------------
 
 
 def test_profiled_steps_stay_out_of_throughput_and_give_the_overhead():

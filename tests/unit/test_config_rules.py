@@ -218,14 +218,16 @@ def test_moe_experts_divide_over_the_data_parallel_ranks():
     assert ok(conf(MOE, model={"num_experts": 4}, sweep={"world_size": [1, 2, 4]}))
     assert ok(conf(MOE, model={"num_experts": 3, "top_k": 2}))  # one rank holds any number of experts
     assert error_of(conf(MOE, model={"num_experts": 3, "top_k": 2}, sweep={"world_size": [2]})) == (
-        "model.num_experts=3 is not divisible by the expert-parallel size 2 (world_size / (parallel.pipeline_stages x parallel.tensor_parallel)): "
+        "model.num_experts=3 is not divisible by the expert-parallel size 2 (world_size / (parallel.pipeline_stages "
+        "x parallel.tensor_parallel)): "
         "every rank must own the same number of experts (run world_size=2)"
     )
     # the data-parallel size is world_size / stages: 4 ranks in 2 stages hold the 6 experts 2 ways
     par = {"pipeline_stages": 2, "micro_batches": 2}
     assert ok(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [4]}))
     assert error_of(conf(MOE, model={"num_experts": 6, "top_k": 2}, parallel=par, sweep={"world_size": [8]})) == (
-        "model.num_experts=6 is not divisible by the expert-parallel size 4 (world_size / (parallel.pipeline_stages x parallel.tensor_parallel)): "
+        "model.num_experts=6 is not divisible by the expert-parallel size 4 (world_size / (parallel.pipeline_stages "
+        "x parallel.tensor_parallel)): "
         "every rank must own the same number of experts (run world_size=8)"
     )
 

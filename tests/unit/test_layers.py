@@ -2,7 +2,8 @@
 functions included: a module may import its own layer and the layers its layer lists in ALLOWED, nothing else.
 
     base       perfbench (the package), perfbench.errors, perfbench.startup: import nothing of the project
-    planning   workloads.parallel.{rules,schedules,bucketing,layout_math}: pure parallel planners (no MindSpore at import)
+    planning   workloads.parallel.{rules,schedules,bucketing,layout_math}: pure parallel planners (no MindSpore at
+    import)
     workloads  the rest of workloads/ (MindSpore): base and planning only
     analyzers  analyzers/: base and planning (parsers, schema, analyses, catalogue)
     core       the rest of perfbench/ (store, runs, compare/check, tune, predict, views)

@@ -90,7 +90,8 @@ def test_stage_from_pp_groups_and_distributed_args():
 def test_strategy_stage_devices_set_h():
     files = sorted(fixture_path(*H_STRATEGY).glob("parallel_strategy_*.json"))
     g = groups_from_strategy(files)
-    # parallel_strategy_0.json: config.stageDevices = [{"dim": [{"size": "0"}, {"size": "1"}]}] (one stage, devices 0, 1)
+    # parallel_strategy_0.json: config.stageDevices = [{"dim": [{"size": "0"}, {"size": "1"}]}] (one stage, devices 0,
+    # 1)
     assert g == {
         "stage0": {"ranks": [0, 1], "kind": "stage", "source": "parallel_strategy", "label": "stage0", "stage": 0}
     }

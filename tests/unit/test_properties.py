@@ -153,7 +153,8 @@ def test_unknown_stays_null_through_every_surface(values, unknown_in_b):
     assert rows["run-a"]["scaling_efficiency"] is None  # no 1-rank run of this configuration: unknown
 
 
-# ---- the gate's decision: symmetric, by the catalogue's direction -----------------------------------------------------
+# ---- the gate's decision: symmetric, by the catalogue's direction
+# -----------------------------------------------------
 
 #: the metrics `perfbench check` gates by default, each with a direction in the catalogue
 GATED = [m for m in DEFAULT_METRICS if CATALOGUE[m].better in ("higher", "lower")]

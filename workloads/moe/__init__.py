@@ -3,7 +3,8 @@
 Axes: data parallel (D = world_size / (pipeline_stages x tensor_parallel) replicas, which are also the
 expert-parallel group: each replica owns ``num_experts / D`` experts), ``tensor_parallel`` T (attention heads and
 every expert's feed-forward split Megatron-style over T ranks, ``workloads.parallel.tensor``; the T slices of a
-replica hold the same tokens, so the expert counters below are reported by slice 0 only), ``pipeline_stages`` / ``micro_batches`` / ``pipeline_schedule``
+replica hold the same tokens, so the expert counters below are reported by slice 0 only), ``pipeline_stages`` /
+``micro_batches`` / ``pipeline_schedule``
 (``workloads.parallel.pipeline``), ``grad_compression`` / ``comm_fusion`` for the replicated weights when
 ``pipeline_stages == 1`` (``workloads.parallel.compression``; expert weights are never all-reduced).
 

@@ -244,7 +244,10 @@ def _validate_memory_knobs(workload: str, par: dict, train: dict, ws: int, S: in
                 "(pipeline_stages=1, micro_batches=1)"
             )
         elif par.get("fusion_impl", "perfbench") != "perfbench":
-            why = f"fusion_impl={par.get('fusion_impl')!r}: sharding needs perfbench's own reducer (fusion_impl=perfbench)"
+            why = (
+                f"fusion_impl={par.get('fusion_impl')!r}: sharding needs perfbench's own reducer "
+                "(fusion_impl=perfbench)"
+            )
         elif par.get("grad_compression", "none") != "none":
             why = (
                 f"grad_compression={par.get('grad_compression')!r}: sharding reduces uncompressed gradients (use none)"

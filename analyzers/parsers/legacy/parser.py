@@ -2,14 +2,18 @@
 
 Files read (rank R = the number in the file name):
 
-| file | gives |
-|---|---|
-| `step_trace_raw_{R}_detail_time.csv` | steps (start/end), reference breakdown (iteration_interval, fp_and_bp, tail), timing of every HCCL op column (`NAME`, `NAME_start_point`, `NAME_end_point`, any order; `stream_N_parallel_M` stream columns are skipped). Times are 10 ns ticks. The final average row (`step_num` = `-`) is dropped. |
-| `hccl_raw_{R}.csv` | comm_ops (per step and op: cost = transit, wait), links and comm_bandwidth from the JSON embedded in `link_info` / `communication_operator_cost` (`{"src-dst": {"SDMA": [time_ms, size_KB, bw_KB/s]}}`). |
-| `ascend_cluster_analyse_{mode}_{S}_{N}_{R}.csv` | per step (last row = MindSpore's mean, dropped): computation, communication alone, stage and receive-alone time (ms) -> reference breakdown `computing_us`, `communication_not_overlapped_us`, `stage_us`, `bubble_us`; a pipeline-parallel layout (S stages, N ranks) gives every rank its stage. |
-| `output_timeline_data_{R}.txt` | ops (name, stream, start, duration; ms) with op types from `framework_raw_{R}.csv` |
-| `profiler_info_{R}.json`, `parallel_strategy_{R}.json` | rank_size, stage_num, parallel_mode, stageId |
-| `flops_summary_{R}.json` | meta |
+- `step_trace_raw_{R}_detail_time.csv`: steps (start/end), reference breakdown (iteration_interval, fp_and_bp, tail),
+  timing of every HCCL op column (`NAME`, `NAME_start_point`, `NAME_end_point`, any order; `stream_N_parallel_M` stream
+  columns are skipped). Times are 10 ns ticks. The final average row (`step_num` = `-`) is dropped.
+- `hccl_raw_{R}.csv`: comm_ops (per step and op: cost = transit, wait), links and comm_bandwidth from the JSON embedded
+  in `link_info` / `communication_operator_cost` (`{"src-dst": {"SDMA": [time_ms, size_KB, bw_KB/s]}}`).
+- `ascend_cluster_analyse_{mode}_{S}_{N}_{R}.csv`: per step (last row = MindSpore's mean, dropped): computation,
+  communication alone, stage and receive-alone time (ms) -> reference breakdown `computing_us`,
+  `communication_not_overlapped_us`, `stage_us`, `bubble_us`; a pipeline-parallel layout (S stages, N ranks) gives every
+  rank its stage.
+- `output_timeline_data_{R}.txt`: ops (name, stream, start, duration; ms) with op types from `framework_raw_{R}.csv`
+- `profiler_info_{R}.json`, `parallel_strategy_{R}.json`: rank_size, stage_num, parallel_mode, stageId
+- `flops_summary_{R}.json`: meta
 
 Units: step-trace ticks / 100 = us; hccl_raw and pipeline times are ms.
 

@@ -3,22 +3,22 @@ older per-iteration timeline export `PROF_*/device_N/timeline/*.json` (set F).
 
 `mindstudio_profiler_output/` (newest export of each kind; `_slice_N` parts concatenated):
 
-| file | gives |
-|---|---|
-| `op_summary_*.csv` | ops (one row per task; `Block Dim`/`Block Num` -> `block_dim`, all other columns kept); communication tasks also become comm_ops |
-| `task_time_*.csv` | ops when there is no op_summary |
-| `msprof_*.json` | ops (Ascend Hardware tasks) when there is neither; steps from `Iteration Time` events |
-| `step_trace_*.csv` | steps and the reference breakdown (iteration time, FP-BP, refresh, data-aug bound) |
-| `op_statistic_*`, `communication_statistic_*`, `api_statistic_*` | `meta` (records) |
+- `op_summary_*.csv`: ops (one row per task; `Block Dim`/`Block Num` -> `block_dim`, all other columns kept);
+  communication tasks also become comm_ops
+- `task_time_*.csv`: ops when there is no op_summary
+- `msprof_*.json`: ops (Ascend Hardware tasks) when there is neither; steps from `Iteration Time` events
+- `step_trace_*.csv`: steps and the reference breakdown (iteration time, FP-BP, refresh, data-aug bound)
+- `op_statistic_*`, `communication_statistic_*`, `api_statistic_*`: `meta` (records)
 
 `device_N/timeline/` (one file per kind and iteration: `{kind}_{dev}_{model}_{iter}.json`):
 
-| file | gives |
-|---|---|
-| `step_trace_*` | steps (`Iteration N` events; step N = end of iteration N-1 to end of iteration N) and reference breakdown (FP_BP Time, Iteration Refresh, Data Aug Bound = the gap) |
-| `task_time_*` | ops of iteration `iter` (HCCL sub-tasks: category `communication_task`) |
-| `hccl_*` | comm_ops (the `Communication Kernel` op; wait = Notify_Wait on plane 0, transit = data tasks on plane 0, size = bytes this rank moved), links (src->dst per link type) and comm_bandwidth |
-| `msprof_*` | ops when there is no task_time; its Overlap Analysis events -> the reference breakdown (computing, communication, not overlapped, free) |
+- `step_trace_*`: steps (`Iteration N` events; step N = end of iteration N-1 to end of iteration N) and reference
+  breakdown (FP_BP Time, Iteration Refresh, Data Aug Bound = the gap)
+- `task_time_*`: ops of iteration `iter` (HCCL sub-tasks: category `communication_task`)
+- `hccl_*`: comm_ops (the `Communication Kernel` op; wait = Notify_Wait on plane 0, transit = data tasks on plane 0,
+  size = bytes this rank moved), links (src->dst per link type) and comm_bandwidth
+- `msprof_*`: ops when there is no task_time; its Overlap Analysis events -> the reference breakdown (computing,
+  communication, not overlapped, free)
 
 Missing kinds are `Profile.warnings` naming the file pattern; `ranks.inputs` lists the kinds read.
 The rank is `rank_id` of `device_N/info.json.N` when it is >= 0, else the device id.
