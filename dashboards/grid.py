@@ -13,6 +13,7 @@ import threading
 import numpy as np
 import pandas as pd
 
+from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
 from analyzers.catalogue import KEY_METRICS, METRICS
 from dashboards import data
 from dashboards.components import cell_text
@@ -161,13 +162,34 @@ def apply_sort(df: pd.DataFrame, sort_by: list[dict] | None) -> pd.DataFrame:
     return df.loc[order.index]
 
 
+def _interval(rid, name: str) -> tuple:
+    """(low, high) of a run's estimate of its own cost, from the run records (None when unknown)."""
+    full = data.get().runs_frame()
+    hit = full[full["run_id"] == rid] if "run_id" in full.columns else full.iloc[0:0]
+
+    def end(which):
+        col = f"metrics.{name}_{which}"
+        if hit.empty or col not in hit.columns:
+            return None
+        v = hit[col].iloc[0]
+        return None if v is None or pd.isna(v) else float(v)
+
+    return end("low"), end("high")
+
+
 def rows(df: pd.DataFrame) -> list[dict]:
-    """Rows as the grid shows them: formatted text, a link to the run, `id` = run id (for ticking)."""
+    """Rows as the grid shows them: formatted text, a link to the run, `id` = run id (for ticking). A run's
+    estimates of its own cost (SELF_ESTIMATES) are shown as `show` prints them: with their interval, or "below what
+    this run can resolve", never as a bare negative cost (their raw values still sort and filter)."""
     out = []
     cols = list(df.columns)
     for rec in df.itertuples(index=False, name=None):
         row = {c: cell_text(c, v) for c, v in zip(cols, rec)}
         rid = row.get("run_id")
+        for name in SELF_ESTIMATES:
+            v = dict(zip(cols, rec)).get(f"metrics.{name}")
+            if v is not None and not pd.isna(v):
+                row[f"metrics.{name}"] = resolved(float(v), *_interval(rid, name))
         row["id"] = rid
         row["open"] = f"[open](/run/{rid})"
         out.append(row)

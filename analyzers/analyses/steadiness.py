@@ -91,6 +91,11 @@ def unsteady_reasons(m: dict, wall: bool = True) -> list[str]:
     return why
 
 
+#: a run's estimates of its own cost, shown with their interval (`resolved`), never as a bare negative cost; the
+#: run record holds each as `name`, `name_low`, `name_high`
+SELF_ESTIMATES = ("profiler_overhead", "capture_cost")
+
+
 def resolved(value, low, high, fmt=lambda v: f"{v * 100:+.1f}%") -> str:
     """How views print a run's estimate of its own cost: with its interval; an interval that holds 0 (or a
     negative estimate without one) is "below what this run can resolve", never a bare negative cost."""

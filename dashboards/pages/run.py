@@ -11,6 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
 
+from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
 from analyzers.catalogue import KEY_METRICS, METRICS
 from analyzers.schema import warmup_steps
 from dashboards import data
@@ -216,11 +217,16 @@ def key_numbers(metrics: dict):
     key = [m for m in KEY_METRICS if metrics.get(m) is not None]
     rest = [m for m in metrics if m not in key and m in METRICS and metrics.get(m) is not None]
     unknown = [m for m in metrics if m not in METRICS]
+    ends = {f"{m}_{e}" for m in SELF_ESTIMATES for e in ("low", "high")}
+    rest = [m for m in rest if m not in ends]
+
+    def text(m):  # a run's estimate of its own cost: with its interval, never a bare negative cost
+        if m in SELF_ESTIMATES:
+            return resolved(metrics[m], metrics.get(f"{m}_low"), metrics.get(f"{m}_high"))
+        return metric_text(m, metrics[m])
+
     rows = pd.DataFrame(
-        [
-            {"metric": metric_label(m), "value": metric_text(m, metrics[m]), "definition": METRICS[m].definition}
-            for m in rest
-        ]
+        [{"metric": metric_label(m), "value": text(m), "definition": METRICS[m].definition} for m in rest]
     )
     return html.Div(
         [

@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from analyzers.catalogue import KEY_METRICS, METRICS, format_value, unit_label
 from analyzers.schema import BREAKDOWN_PARTS, STEP_SHARE_PARTS
-from analyzers.analyses.steadiness import resolved, unsteady_reasons
+from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 #: the share of the step each part of the breakdown takes, shown next to its time
@@ -162,8 +162,6 @@ def print_advice(
         console.print(f"  [dim]{len(tree) - len(shown)} more finding(s) with smaller gains: --all shows them[/dim]")
 
 
-#: a run's estimates of its own cost, shown with their interval (analyzers.analyses.steadiness.resolved)
-SELF_ESTIMATES = ("profiler_overhead", "capture_cost")
 INTERVAL_ENDS = tuple(f"{n}_{end}" for n in SELF_ESTIMATES for end in ("low", "high"))
 
 
