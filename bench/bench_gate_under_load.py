@@ -3,8 +3,8 @@
 A background CPU hog (`--hog-procs` busy processes) is started and stopped at random while the jobs run (on and
 off periods drawn from an exponential distribution with mean `--hog-period` s; each hog process is started by
 this bench and killed by its pid, at the latest when the bench ends). Each trial runs two real A/B jobs of the CI
-model (narrow ResNet-50 layout, width 8, 32x32, batch 4, 1 rank, `--steps` steps of which 10 warm-up, no
-profiler), `--pairs` pairs each:
+model (narrow ResNet-50 layout, width 8, 32x32, batch 4, 1 rank pinned to one core, `--steps` steps of which
+10 warm-up, no profiler), `--pairs` pairs each:
 
 * detection: candidate = `--set inject.busy_ms=X`, X = 10% of the CPU time per step of a calibration run
   (`--busy-ms` to give it): every rank burns X ms of CPU in every step, as 10% slower code would;
@@ -39,12 +39,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_history_sensitivity import LoadSampler  # noqa: E402  (1-minute load average every 15 s)
 
+#: the CI example's A/B run (examples/ci/ab-run.yaml: pinned to one core, kernel and dispatch pools at 1 thread)
 CONFIG = """name: gate
 workload: resnet50
 model: {{image_size: 32, num_classes: 10, width: 8, layers: [3, 4, 6, 3]}}
-train: {{batch_size: 4, steps: {steps}, warmup_steps: 10, seed: 0}}
+train: {{batch_size: 4, steps: {steps}, warmup_steps: 10, seed: 0, kernel_threads: 1, dispatch_threads: 1}}
 profile: {{enabled: false, steps: 1}}
-launch: {{timeout_s: 900, stall_timeout_s: 300}}
+launch: {{timeout_s: 900, stall_timeout_s: 300, bind_core: true}}
 """
 
 

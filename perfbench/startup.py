@@ -23,6 +23,10 @@ import os
 import time
 from pathlib import Path
 
+#: what the launcher tells a rank's process at start: for a single local rank it pins (launch.bind_core true;
+#: msrun --bind_core gives a single worker every core), the CPU the rank pins itself to before MindSpore starts
+PIN_VAR = "PERFBENCH_PIN_CORE"
+
 #: consecutive phases from the launcher's start to the first step, in order (name, what it is)
 PHASES = (
     ("msrun_start", "launcher → msrun process created (the reaper's Python start)"),

@@ -405,9 +405,15 @@ class Checkpoints:
 
 
 def run(cfg: dict, entry_ts: float | None = None) -> int:
-    from perfbench.startup import process_started
+    from perfbench.startup import PIN_VAR, process_started
+    from workloads.pinning import set_process_affinity
 
     startup = {"process": process_started(), "entry": entry_ts}  # the start-up timeline (perfbench/startup.py)
+    pin = os.environ.get(PIN_VAR)
+    if pin is not None and os.environ.get("MS_ROLE") != "MS_SCHED":
+        # a single rank with launch.bind_core true: msrun gives it every core, so it pins itself to one before
+        # MindSpore starts its threads (they inherit it); the cluster join still runs on all (workloads/pinning.py)
+        set_process_affinity({int(pin)})
     import mindspore as ms
 
     world_size = int(cfg["world_size"])
@@ -465,6 +471,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
         run_id=cfg.get("run_id"),
         workload=cfg["workload"],
         threads_per_rank=cfg.get("threads_per_rank"),
+        affinity=sorted(os.sched_getaffinity(0)),  # the CPUs this rank trains on (after the join's widening)
         ms_threads=ms_threads,
         comm_backend="mccl" if world_size > 1 else "none",
         clock={

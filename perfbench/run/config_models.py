@@ -236,7 +236,9 @@ class Launch(Section):
     stall_timeout_s: int = _int(10, None, 180, "no rank finished a step for this long = hung")
     max_world_size: int = _int(1, 4096, 8, "world sizes above this are rejected")
     bind_core: Annotated[Union[Literal["auto"], bool], explain("must be auto, true or false")] = Field(
-        "auto", description="auto: msrun --bind_core when every local rank gets a core of its own"
+        "auto",
+        description="auto: msrun --bind_core when every local rank gets a core of its own; true: always (a single "
+        "local rank is then pinned to the first core by the rank itself, with 1-thread MindSpore pools)",
     )
     master_port: Annotated[
         Union[Literal["auto"], Annotated[int, Field(ge=1024, le=65535)]],

@@ -28,7 +28,7 @@ from typing import Callable
 
 import psutil
 
-from perfbench.startup import process_started
+from perfbench.startup import PIN_VAR, process_started
 
 ENTRY = Path(__file__).resolve().parents[2] / "workloads" / "entry.py"
 TAG_VAR = "PERFBENCH_RUN_TAG"
@@ -321,6 +321,10 @@ def launch(
     env["PERFBENCH_SYNC_TAG"] = (
         tag if nodes == 1 else f"{run_config['run_id']}-{launch_cfg.get('master_addr', '127.0.0.1')}-{port}"
     )
+    cpus = sorted(os.sched_getaffinity(0))
+    if bind and local == 1 and len(cpus) > 1:
+        # msrun --bind_core gives a single worker every core: the rank pins itself to the first (workloads/runner.py)
+        env[PIN_VAR] = str(cpus[0])
     env.update(env_extra or {})
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

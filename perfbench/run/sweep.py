@@ -161,8 +161,10 @@ def execute_run(
     local = rc["world_size"] // cfg.launch["nodes"]
     rc["output_dir"] = str(art)
     cpus = cfg.launch["slurm"]["cpus_per_task"] if cfg.launch["backend"] == "slurm" else None
-    rc["threads_per_rank"] = threads_per_rank(local, cpus)
     bind = should_bind(cfg.launch["bind_core"], local)
+    # a single local rank with bind_core true is pinned to one core (launcher / workloads/runner.py)
+    one = bind and local == 1 and cfg.launch["backend"] == "local"
+    rc["threads_per_rank"] = 1 if one else threads_per_rank(local, cpus)
     record = {
         "run_id": plan.run_id,
         "sweep_id": sweep_id,
