@@ -12,7 +12,7 @@
 #
 # Pull requests (PERFBENCH_AB_BASE_REF set, e.g. origin/main): the interleaved A/B gate instead. The base ref is
 # checked out beside this checkout (git worktree), and `perfbench check --ab` runs examples/ci/ab-run.yaml from
-# the base checkout (A) and from this one (B) alternately, PERFBENCH_AB_PAIRS pairs (default 5), and decides on
+# the base checkout (A) and from this one (B) alternately, PERFBENCH_AB_PAIRS pairs (default 7), and decides on
 # the per-pair ratios: load that changes during the job cancels out (docs/check.md, "check --ab"). Needs no
 # baseline or history. The history gate below stays for trends on main.
 # Keep RESULTS_DIR between CI runs (cache/artifact) so the baseline survives; a baseline file is
@@ -46,7 +46,7 @@ if [[ -n "${PERFBENCH_AB_BASE_REF:-}" ]]; then
   mkdir -p "$results"
   abs_results="$(cd "$results" && pwd)"
   # `python -m perfbench` from a checkout's folder runs that checkout's perfbench and workloads
-  check_and_report --ab --pairs "${PERFBENCH_AB_PAIRS:-5}" --threshold "$threshold" \
+  check_and_report --ab --pairs "${PERFBENCH_AB_PAIRS:-7}" --threshold "$threshold" \
     --baseline-cmd "cd '$base' && $py -m perfbench sweep '$here/ab-run.yaml' --results '$abs_results'" \
     --candidate-cmd "cd '$here/../..' && $py -m perfbench sweep '$here/ab-run.yaml' --results '$abs_results'"
 fi
