@@ -540,3 +540,40 @@ def test_idle_time_on_the_straggler_folds_under_it():
         {"comm_ops": _comm(steps=2, ranks=2, wait=0.0, transit=1.0), "step_breakdown": even}, {"step_time_s": 0.336}
     )
     assert out[out["symptom_of"].isna()].iloc[0]["rule"] == "free_time"
+
+
+def test_fusion_gain_edges_by_hand():
+    """fusion_gain's other paths, hand-computed. _small(): 16 all-reduces per rank and step over 2 ranks, 2 ring
+    hops each, 0.05 ms per hop: 30 hops removed per rank and step -> 1.5 ms; basis "50 us per ring hop x 30"."""
+    base = _small()
+    gain, basis = A.fusion_gain(base)
+    assert gain == pytest.approx(1.5) and "50 us per ring hop x 30 hops per step per rank" in basis
+    # without `group` (one group) and without `group_size` (the ranks seen: 2): the same
+    gain, _ = A.fusion_gain(base.drop(columns=["group", "group_size"]))
+    assert gain == pytest.approx(1.5)
+    # point-to-point transfers are not fused: Send/Recv rows (any case) change nothing
+    p2p = base.iloc[:4].assign(op_type=["Send", "recv", "SEND", "Recv"], transit_ms=50.0, elapse_ms=50.0)
+    gain, _ = A.fusion_gain(pd.concat([base, p2p], ignore_index=True))
+    assert gain == pytest.approx(1.5)
+    # a negative bytes term (times fall with size): latency alone, mean(t) / 2 hops. Two all-reduces per rank and
+    # step, 0.11 ms (4 KB) and 0.09 ms (8 KB): lat = (2 x 0.11 + 2 x 0.09) / (4 + 4) = 0.05 ms; 2 hops removed
+    two = _small(per_step=2)
+    two["transit_ms"] = [0.11 if s == 4096.0 else 0.09 for s in two["size_bytes"]]
+    two["elapse_ms"] = two["transit_ms"]
+    gain, basis = A.fusion_gain(two)
+    assert gain == pytest.approx(0.1) and "50 us per ring hop x 2 hops" in basis
+
+
+def test_fusion_gain_not_estimated_says_why():
+    base = _small()
+    assert A.fusion_gain(base.drop(columns=["step"])) == (
+        None,
+        "not estimated: no collective with a size, a time and a step",
+    )
+    one = base.assign(group_size=1)  # a collective over one rank has no ring hop
+    assert A.fusion_gain(one) == (None, "not estimated: no collective over more than one rank")
+    zero = base.assign(transit_ms=0.0, elapse_ms=0.0)  # no time at all: latency 0 is no latency
+    assert A.fusion_gain(zero) == (
+        None,
+        "not estimated: this run's collectives show no latency term (fit <= 0)",
+    )

@@ -67,3 +67,30 @@ def test_a_warm_up_step_without_a_recorded_call_adds_nothing():
     # calls: 0.002 + 0.200 = 0.202; added = 2 * 0.025 + 0.202 = 0.252; total = 0.25 + 0.40 + 0.202 = 0.852
     assert m["capture_calls_s"] == pytest.approx(0.202)
     assert m["capture_cost"] == pytest.approx(0.252 / 0.852)
+
+
+def test_capture_cost_interval_by_hand():
+    """The interval of a run's capture cost (issue 25): the Welch 95% interval of mean(log on) - mean(log off),
+    worked out here with scipy's t quantile, turned into the ratio r of the medians, and the cost at either end:
+    (2 x off x (r - 1) + calls) / (2 x off x r + 4 x off + calls) with off = 0.10 s, calls = 0.232 s."""
+    from scipy import stats
+
+    on, off = [math.log(v) for v in (0.12, 0.13)], [math.log(v) for v in (0.10, 0.11, 0.10, 0.10)]
+    mo, mf = sum(on) / 2, sum(off) / 4
+    vo = sum((x - mo) ** 2 for x in on) / 1 / 2  # sample variance / n
+    vf = sum((x - mf) ** 2 for x in off) / 3 / 4
+    dof = (vo + vf) ** 2 / (vo**2 / 1 + vf**2 / 3)
+    half = stats.t.ppf(0.975, dof) * math.sqrt(vo + vf)
+    m = capture_cost.analysis(ctx(ROWS)).metrics
+    for key, r in (("capture_cost_low", math.exp(mo - mf - half)), ("capture_cost_high", math.exp(mo - mf + half))):
+        want = (2 * 0.10 * (r - 1) + 0.232) / (2 * 0.10 * r + 4 * 0.10 + 0.232)
+        assert m[key] == pytest.approx(want, rel=1e-9), key
+    assert m["capture_cost_low"] < m["capture_cost"] < m["capture_cost_high"]
+
+
+def test_capture_cost_needs_step_records_and_a_positive_unprofiled_step():
+    empty = pd.DataFrame(columns=["rank", "step", "step_time_s", "profiled", "capture_s"])
+    assert capture_cost.analysis(Context(workload_steps=empty, config={"train": {"warmup_steps": 2}})).metrics == {}
+    assert capture_cost.analysis(Context(workload_steps=None, config={"train": {"warmup_steps": 2}})).metrics == {}
+    zero = [r if r[3] or r[1] < 2 else r[:2] + (0.0,) + r[3:] for r in ROWS]  # unprofiled steps of 0 s
+    assert capture_cost.analysis(ctx(zero)).metrics == {}
