@@ -162,19 +162,21 @@ def apply_sort(df: pd.DataFrame, sort_by: list[dict] | None) -> pd.DataFrame:
     return df.loc[order.index]
 
 
-def _interval(rid, name: str) -> tuple:
-    """(low, high) of a run's estimate of its own cost, from the run records (None when unknown)."""
+def _interval_ends(run_ids: pd.Series, cols: list[str]) -> dict:
+    """{(run id, estimate column): (low, high)} of the given runs, from the run records (None when unknown)."""
     full = data.get().runs_frame()
-    hit = full[full["run_id"] == rid] if "run_id" in full.columns else full.iloc[0:0]
+    if "run_id" not in full.columns:
+        return {}
+    full = full[full["run_id"].isin(set(run_ids))]
 
-    def end(which):
-        col = f"metrics.{name}_{which}"
-        if hit.empty or col not in hit.columns:
-            return None
-        v = hit[col].iloc[0]
+    def num(v):
         return None if v is None or pd.isna(v) else float(v)
 
-    return end("low"), end("high")
+    return {
+        (r["run_id"], c): (num(r.get(f"{c}_low")), num(r.get(f"{c}_high")))
+        for r in full.to_dict("records")
+        for c in cols
+    }
 
 
 def rows(df: pd.DataFrame) -> list[dict]:
@@ -183,13 +185,16 @@ def rows(df: pd.DataFrame) -> list[dict]:
     this run can resolve", never as a bare negative cost (their raw values still sort and filter)."""
     out = []
     cols = list(df.columns)
+    estimates = [f"metrics.{n}" for n in SELF_ESTIMATES if f"metrics.{n}" in cols]
+    ends = _interval_ends(df["run_id"], estimates) if estimates and "run_id" in cols else {}
     for rec in df.itertuples(index=False, name=None):
-        row = {c: cell_text(c, v) for c, v in zip(cols, rec)}
+        raw = dict(zip(cols, rec))
+        row = {c: cell_text(c, v) for c, v in raw.items()}
         rid = row.get("run_id")
-        for name in SELF_ESTIMATES:
-            v = dict(zip(cols, rec)).get(f"metrics.{name}")
+        for col in estimates:
+            v = raw[col]
             if v is not None and not pd.isna(v):
-                row[f"metrics.{name}"] = resolved(float(v), *_interval(rid, name))
+                row[col] = resolved(float(v), *ends.get((rid, col), (None, None)))
         row["id"] = rid
         row["open"] = f"[open](/run/{rid})"
         out.append(row)

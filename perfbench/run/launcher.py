@@ -72,6 +72,13 @@ def should_bind(bind_core, local_ranks: int, cpus: int | None = None) -> bool:
     return bool(bind_core)
 
 
+def pins_single_rank(bind: bool, local_ranks: int, cpus: int | None = None) -> bool:
+    """A single local rank with bind_core on a machine of several CPUs: msrun --bind_core gives such a worker every
+    core, so the rank pins itself to the first one (PERFBENCH_PIN_CORE, workloads/runner.py) and runs 1-thread pools."""
+    cpus = cpus or len(os.sched_getaffinity(0))
+    return bool(bind) and local_ranks == 1 and cpus > 1
+
+
 def msrun_executable() -> str:
     """The msrun that belongs to this interpreter's MindSpore (falls back to PATH)."""
     beside = Path(sys.executable).parent / "msrun"
@@ -321,10 +328,8 @@ def launch(
     env["PERFBENCH_SYNC_TAG"] = (
         tag if nodes == 1 else f"{run_config['run_id']}-{launch_cfg.get('master_addr', '127.0.0.1')}-{port}"
     )
-    cpus = sorted(os.sched_getaffinity(0))
-    if bind and local == 1 and len(cpus) > 1:
-        # msrun --bind_core gives a single worker every core: the rank pins itself to the first (workloads/runner.py)
-        env[PIN_VAR] = str(cpus[0])
+    if pins_single_rank(bind, local):
+        env[PIN_VAR] = str(min(os.sched_getaffinity(0)))
     env.update(env_extra or {})
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

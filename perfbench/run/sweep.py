@@ -19,7 +19,15 @@ from perfbench import __version__
 from perfbench.run.config import RunPlan, SweepConfig
 from perfbench.errors import UserError
 from perfbench.run.ingest import ingest_run
-from perfbench.run.launcher import close_spare, kill_stale, launch, should_bind, threads_per_rank, write_json
+from perfbench.run.launcher import (
+    close_spare,
+    kill_stale,
+    launch,
+    pins_single_rank,
+    should_bind,
+    threads_per_rank,
+    write_json,
+)
 from perfbench.store import FINISHED, Store
 
 
@@ -162,8 +170,7 @@ def execute_run(
     rc["output_dir"] = str(art)
     cpus = cfg.launch["slurm"]["cpus_per_task"] if cfg.launch["backend"] == "slurm" else None
     bind = should_bind(cfg.launch["bind_core"], local)
-    # a single local rank with bind_core true is pinned to one core (launcher / workloads/runner.py)
-    one = bind and local == 1 and cfg.launch["backend"] == "local"
+    one = cfg.launch["backend"] == "local" and pins_single_rank(bind, local)
     rc["threads_per_rank"] = 1 if one else threads_per_rank(local, cpus)
     record = {
         "run_id": plan.run_id,

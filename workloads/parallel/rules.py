@@ -89,10 +89,10 @@ def _validate_split(split, S: int, units: int | None, workload: str) -> list[str
             f"parallel.pipeline_split={list(split)} has {len(counts)} entries but parallel.pipeline_stages is {S} "
             f"(one layer count per stage)"
         ]
-    if units is not None and sum(n for n in counts if n is not None) != units:
+    if units is not None and sum(counts) != units:
         return [
-            f"parallel.pipeline_split={list(split)} adds up to {sum(n for n in counts if n is not None)} layers but "
-            f"workload {workload} has {units} to split"
+            f"parallel.pipeline_split={list(split)} adds up to {sum(counts)} layers but workload {workload} has "
+            f"{units} to split"
         ]
     return []
 
