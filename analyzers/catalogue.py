@@ -426,8 +426,7 @@ _ALL = [
         "lower",
         "robust coefficient of variation of the per-step step_time_s over the measured steps: (Q3 - Q1) / 1.349 / "
         "median (sd / mean for normal steps; one slow step cannot move it; analyzers.analyses.steadiness); above 10% "
-        "the "
-        "run is flagged unsteady",
+        "the run is flagged unsteady",
         "pct",
         "over measured steps",
     ),

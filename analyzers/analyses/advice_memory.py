@@ -117,12 +117,10 @@ def advise_memory(tables: dict, summary: dict, config: dict | None = None) -> pd
                     "memory_fragmentation",
                     f"memory_fragmentation:{rank}",
                     "medium",
-                    f"rank {rank}: the allocator reserved {res / 2**30:.2f} GiB but at most {alloc / 2**30:.2f} GiB "
-                    "was "
-                    f"allocated ({(res - alloc) / 2**30:.2f} GiB, {(res - alloc) / res:.0%} of reserved, held but "
-                    "unused): "
-                    "fragmentation or a pool sized larger than needed; the headroom is smaller than the allocations "
-                    "say",
+                    f"rank {rank}: the allocator reserved {res / 2**30:.2f} GiB but at most "
+                    f"{alloc / 2**30:.2f} GiB was allocated ({(res - alloc) / 2**30:.2f} GiB, "
+                    f"{(res - alloc) / res:.0%} of reserved, held but unused): fragmentation or a pool sized larger "
+                    "than needed; the headroom is smaller than the allocations say",
                     f"memory[rank={rank}]: peak_reserved_bytes {res:.0f} - peak_allocated_bytes {alloc:.0f} = "
                     f"{res - alloc:.0f} > {FRAGMENTATION_SHARE:.0%} of reserved",
                     [rank],

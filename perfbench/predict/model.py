@@ -507,8 +507,7 @@ def predict(cal: Calibration, target: dict, hw: Hardware | None = None) -> dict:
     sigma = math.sqrt(cal.noise**2 + cal.residual**2)
     assumptions = [
         f"per-rank compute scales with samples per replica (batch_size {s['batch_size']} vs {cal.batch_ref:g} "
-        "measured); "
-        "world size changes it only through that"
+        "measured); world size changes it only through that"
         + (" and the measured machine's shared-core slowdown" if hw.kind == "measured" else ""),
         "collective time = latency x ring hops + algorithm factor (all-reduce 2(n-1)/n, all-gather (n-1)/n, "
         "broadcast 1) "

@@ -135,8 +135,8 @@ class CommandSides:
                 "run_id": None,
                 "status": "failed",
                 "metrics": {},
-                "error": f"--{side}-cmd added no run to {store.root} (exit {proc.returncode}, {time.time() - t0:.0f} "
-                "s)",
+                "error": f"--{side}-cmd added no run to {store.root} "
+                f"(exit {proc.returncode}, {time.time() - t0:.0f} s)",
             }
         rec = max(new, key=lambda r: (r.get("timings") or {}).get("started") or 0)
         rec.setdefault("ab", {"job": ab_id, "side": side, "pair": pair, "attempt": attempt})

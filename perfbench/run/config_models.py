@@ -113,8 +113,7 @@ class Train(Section):
         None,
         description=(
             "MindSpore's runtime (actor dispatch) threads per rank (mindspore.runtime.dispatch_threads_num); null: 1 "
-            "for "
-            "a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"
+            "for a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"
         ),
     )
     precision: Annotated[Literal["fp32", "fp16", "bf16"], WrapValidator(lambda v, h: _cpu_precision(h(v)))] = Field(

@@ -91,8 +91,8 @@ def msrun_executable() -> str:
         from perfbench.errors import UserError
 
         raise UserError(
-            "msrun not found: install the training extra (`pip install -e '.[train]'`), which brings MindSpore and "
-            "msrun"
+            "msrun not found: install the training extra (`pip install -e '.[train]'`), "
+            "which brings MindSpore and msrun"
         )
     return found
 
