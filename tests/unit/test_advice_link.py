@@ -1,0 +1,132 @@
+"""Causes before symptoms, as a decision table: `advice._link` sets each finding's `symptom_of` from the rules
+written in docs/advice.md (the rule table's "folds under it" column). Each case lists findings by hand and the
+root each one folds under, derived from those rules, not from running the code."""
+
+from __future__ import annotations
+
+import pytest
+
+from analyzers.analyses.advice import FOLD_SHARE, _link
+
+
+def _f(id_, rule, gain=None, **kw):
+    return {
+        "id": id_,
+        "rule": rule,
+        "gain_ms": gain,
+        "ranks": kw.pop("ranks", []),
+        "explains": kw.pop("explains", None),
+        **kw,
+    }
+
+
+def _links(rows):
+    _link(rows)
+    return {r["id"]: r["symptom_of"] for r in rows}
+
+
+def test_stage_straggler_and_idle_on_the_straggler():
+    rows = [
+        _f("stage:a", "stage_imbalance", None),  # no gain counts as 0: the other stage finding is the root
+        _f("stage:b", "stage_imbalance", 0.5),
+        _f("slow:3", "slow_rank", 20.0, ranks=[3]),
+        _f("slow:1", "slow_rank", 5.0, ranks=[1]),
+        _f("free", "free_time", 8.0, ranks=[3]),  # idle time on the straggler itself: why it is late
+        _f("ri:cross", "rank_imbalance", 4.0, explains="exposed", cross_stage=True),
+        _f("ri:exp", "rank_imbalance", 4.0, explains="exposed"),
+        _f("ri:idle", "rank_imbalance", 4.0, explains="idle"),
+        _f("bubble", "pipeline_bubble", 3.0),
+        _f("wait", "wait_ratio", 2.0),
+        _f("spread:3", "step_time_spread", 1.0, ranks=[3]),
+        _f("spread:1", "step_time_spread", 1.0, ranks=[1]),
+        _f("exp:pipe", "exposed_communication", 9.0, kind="pipeline"),
+        _f("exp:at", "exposed_communication", 20.0 / FOLD_SHARE, kind="collective"),  # straggler gain = half: folds
+        _f("exp:big", "exposed_communication", 20.0 / FOLD_SHARE + 1.0, kind="collective"),  # a bit more: its own
+    ]
+    assert _links(rows) == {
+        "stage:a": None,
+        "stage:b": None,
+        "slow:3": None,
+        "slow:1": None,
+        "free": "slow:3",
+        "ri:cross": "stage:b",
+        "ri:exp": "slow:3",
+        "ri:idle": "slow:3",
+        "bubble": "stage:b",
+        "wait": "slow:3",
+        "spread:3": "slow:3",
+        "spread:1": "stage:b",
+        "exp:pipe": "stage:b",
+        "exp:at": "slow:3",
+        "exp:big": None,
+    }
+
+
+def test_idle_elsewhere_is_its_own_cause():
+    rows = [
+        _f("slow:3", "slow_rank", 20.0, ranks=[3]),
+        _f("free", "free_time", 8.0, ranks=[2, 3]),  # not all of it on the straggler
+        _f("ri:idle", "rank_imbalance", 4.0, explains="idle"),
+        _f("ri:cross", "rank_imbalance", 4.0, explains="exposed", cross_stage=True),  # no stage finding
+        _f("exp:pipe", "exposed_communication", 9.0, kind="pipeline"),  # no stage finding: the straggler check
+    ]
+    assert _links(rows) == {"slow:3": None, "free": None, "ri:idle": "free", "ri:cross": "slow:3", "exp:pipe": "slow:3"}
+
+
+def test_free_time_without_ranks_is_not_on_the_straggler():
+    rows = [_f("slow:3", "slow_rank", 20.0, ranks=[3]), _f("free", "free_time", 8.0, ranks=[])]
+    assert _links(rows) == {"slow:3": None, "free": None}
+
+
+def test_no_straggler_stage_takes_the_waits():
+    rows = [
+        _f("stage", "stage_imbalance", 10.0),
+        _f("ri:exp", "rank_imbalance", 4.0, explains="exposed"),
+        _f("ri:idle", "rank_imbalance", 4.0, explains="idle"),
+        _f("free", "free_time", 5.0, ranks=[0]),
+        _f("wait", "wait_ratio", 2.0),
+        _f("spread", "step_time_spread", 1.0, ranks=[0]),
+        _f("exp", "exposed_communication", 9.0, kind="collective"),
+    ]
+    assert _links(rows) == {
+        "stage": None,
+        "ri:exp": "stage",
+        "ri:idle": "free",
+        "free": None,
+        "wait": "stage",
+        "spread": "stage",
+        "exp": None,
+    }
+
+
+@pytest.mark.parametrize("slow_gain,exp_gain", [(None, 10.0), (20.0, None)])
+def test_unknown_gains_do_not_fold_exposed_communication(slow_gain, exp_gain):
+    rows = [
+        _f("slow", "slow_rank", slow_gain, ranks=[1]),
+        _f("exp", "exposed_communication", exp_gain, kind="collective"),
+    ]
+    assert _links(rows) == {"slow": None, "exp": None}
+
+
+def test_waits_without_a_cause_fold_under_exposed_communication():
+    rows = [
+        _f("w0", "wait_ratio", 3.0),
+        _f("w1", "wait_ratio", 7.0),
+        _f("exp", "exposed_communication", 9.0, kind="collective"),
+    ]
+    assert _links(rows) == {"w0": "exp", "w1": "exp", "exp": None}
+
+
+def test_waits_alone_fold_under_the_largest():
+    rows = [_f("w0", "wait_ratio", 3.0), _f("w1", "wait_ratio", 7.0), _f("w2", "wait_ratio", None)]
+    assert _links(rows) == {"w0": "w1", "w1": None, "w2": "w1"}
+    assert _links([_f("w0", "wait_ratio", 3.0)]) == {"w0": None}  # one wait is its own root
+
+
+def test_a_folded_exposed_communication_does_not_take_the_waits():
+    rows = [
+        _f("stage", "stage_imbalance", 10.0),
+        _f("exp:pipe", "exposed_communication", 9.0, kind="pipeline"),  # folded under the stage
+        _f("w0", "wait_ratio", 3.0),
+    ]
+    assert _links(rows) == {"stage": None, "exp:pipe": "stage", "w0": "stage"}
