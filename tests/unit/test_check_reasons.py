@@ -93,19 +93,39 @@ def test_p_exactly_at_alpha_is_not_significant():
     assert r["verdict"] == "unchanged" and r["reason"].startswith(f"p={p:.3g} ≥ ")
 
 
+#: t_{0.975, df} from the tables
+T975 = {2: 4.302652729911275, 3: 3.182446305284263}
+
+
+def _margin(b_meds, c_meds):
+    """t_{0.975, df} * pooled s * sqrt(1/n_b + 1/n_c), df = n_b + n_c - 2 (docs/check.md, between-run margin)."""
+    ss = sum((x - sum(m) / len(m)) ** 2 for m in (b_meds, c_meds) for x in m)
+    df = len(b_meds) + len(c_meds) - 2
+    return T975[df] * math.sqrt(ss / df) * math.sqrt(1 / len(b_meds) + 1 / len(c_meds))
+
+
 def test_the_share_noise_floor_is_the_between_run_margin_in_points():
-    # two repeats a side, medians 0.30 / 0.34 and 0.50 / 0.52: pooled s = sqrt((4 * 0.02^2 ... ) / df)
-    b_meds, c_meds = (0.30, 0.34), (0.50, 0.52)
-    ss = sum((x - sum(m) / 2) ** 2 for m in (b_meds, c_meds) for x in m)  # 0.02^2 * 2 + 0.01^2 * 2 = 0.001
-    margin = 4.302652729911275 * math.sqrt(ss / 2) * math.sqrt(1 / 2 + 1 / 2)  # t_{0.975, 2} (tables)
-    assert margin == pytest.approx(0.0962, abs=1e-4)
+    # two baseline repeats (medians 0.30 / 0.34) and three current ones (0.50 / 0.52 / 0.51): ss = 0.001, df = 3
+    b_meds, c_meds = (0.30, 0.34), (0.50, 0.52, 0.51)
+    margin = _margin(b_meds, c_meds)
+    assert margin == pytest.approx(3.182446 * math.sqrt(0.001 / 3) * math.sqrt(5 / 6))  # 0.0530 > the 0.04 range
     base = [_e(_cluster(m)) for m in b_meds]
     cur = [_e(_cluster(m)) for m in c_meds]
     r = decide_metric("comm_share", base, cur, 0.05, 0.05)
     assert r["noise_floor"] == pytest.approx(margin) and r["threshold_used"] == pytest.approx(margin)
-    # the pooled medians: 0.32 and 0.51 -> 19 points worse, beyond the 9.6-point margin (on the log scale the
-    # margin would be 28 points and hide it)
+    # pooled medians 0.32 and 0.51: 19 points worse, beyond the margin (on the log scale it would be 0.15)
     assert r["worse_by"] == pytest.approx(0.19) and r["verdict"] == "regression"
+
+
+def test_the_ratio_noise_floor_is_the_between_run_margin_of_the_log_medians():
+    # step times under 1 s (their logs are negative): medians 0.50 / 0.55 and 0.80 / 0.88 / 0.84
+    b_meds, c_meds = (0.50, 0.55), (0.80, 0.88, 0.84)
+    factor = math.exp(_margin([math.log(v) for v in b_meds], [math.log(v) for v in c_meds]))
+    assert factor > 0.55 / 0.50  # the margin, not the 10% range of the repeats, sets the floor
+    base = [_e(_cluster(m), "step_time_s") for m in b_meds]
+    cur = [_e(_cluster(m), "step_time_s") for m in c_meds]
+    r = decide_metric("step_time_s", base, cur, 0.05, 0.05)
+    assert r["noise_floor"] == pytest.approx(factor - 1.0) and r["threshold_used"] == pytest.approx(factor - 1.0)
 
 
 def test_a_metric_the_catalogue_does_not_know_is_a_lower_is_better_ratio():

@@ -84,3 +84,44 @@ def test_warmup_steps_are_left_out():
     res = expert_load(ws, warmup_steps=1)
     assert res["step"].tolist() == [1] and res["cv"].iloc[0] == 0.0
     assert expert_load(ws)["step"].tolist() == [0, 1]
+
+
+def test_loads_under_one_token_on_average_and_an_empty_step():
+    # step 0: load [1, 0]: mean 0.5, max/mean 2, population std 0.5 -> cv 1; 1 dropped of 1 routed
+    # step 1: no token routed: ratios unknown (NaN), not 0 and not infinite
+    ws = _ws(
+        [
+            {"rank": 0, "step": 0, "tokens_per_expert": [1, 0], "dropped_tokens": 1},
+            {"rank": 0, "step": 1, "tokens_per_expert": [0, 0], "dropped_tokens": 0},
+        ]
+    )
+    res = expert_load(ws).set_index("step")
+    assert res.loc[0, "max_mean_ratio"] == 2.0 and res.loc[0, "cv"] == 1.0 and res.loc[0, "dropped_fraction"] == 1.0
+    assert math.isnan(res.loc[1, "max_mean_ratio"]) and math.isnan(res.loc[1, "cv"])
+    assert math.isnan(res.loc[1, "dropped_fraction"])
+    assert mean_expert_cv(res.reset_index()) == 1.0  # the unknown step does not count as 0
+    assert mean_expert_cv(res.reset_index().iloc[1:]) is None  # only unknown: None
+
+
+def test_a_rank_without_expert_data_does_not_end_the_step():
+    ws = _ws(
+        [
+            {"rank": 0, "step": 0, "tokens_per_expert": None},
+            {"rank": 1, "step": 0, "tokens_per_expert": [3, 1]},
+            {"rank": 0, "step": 1, "tokens_per_expert": None},
+            {"rank": 1, "step": 1, "tokens_per_expert": None},
+            {"rank": 0, "step": 2, "tokens_per_expert": [2, 2]},
+        ]
+    )
+    res = expert_load(ws)
+    assert res["step"].tolist() == [0, 2] and res["ranks"].tolist() == [1, 1]
+    assert list(res.columns)[:3] == ["step", "ranks", "experts"]
+
+
+def test_warmup_steps_given_as_text_are_compared_as_numbers():
+    ws = _ws([{"rank": 0, "step": s, "tokens_per_expert": [1, 1]} for s in ("0", "1", "x")])
+    assert expert_load(ws, warmup_steps=1)["step"].tolist() == [1]
+
+
+def test_one_step_of_expert_data_has_a_cv():
+    assert mean_expert_cv(expert_load(_ws([{"rank": 0, "step": 0, "tokens_per_expert": [3, 1]}]))) == 0.5

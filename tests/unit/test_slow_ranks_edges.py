@@ -105,3 +105,25 @@ def test_column_types():
     r0 = res[(res["scope"] == "group") & (res["rank"] == 0)].iloc[0]
     assert math.isnan(r0["statistic"]) and math.isnan(r0["critical"])
     assert PAIR_LATENESS_SHARE == 0.9 and PAIR_LAST_SHARE == 0.75
+
+
+def test_outlier_tests_need_more_than_their_critical_value():
+    from analyzers.analyses.slow_ranks import DIXON_Q95, SIGMA_THRESHOLD, _outlier_test
+
+    # Dixon's Q of [0, 0.03, 1] = (1 - 0.03) / 1 = 0.97 = the n = 3 critical value: not an outlier; just above is
+    assert _outlier_test([0.0, 0.03, 1.0]) == ("dixon_q", 0.97, DIXON_Q95[3], False)
+    assert _outlier_test([0.0, 0.02, 1.0])[3] is True
+    # 3 sigma: ten others at -1 / +1 (mean 0, sd sqrt(10/9)) and a top of exactly 3 sd: z = 3, not beyond
+    sd = math.sqrt(10 / 9)
+    assert _outlier_test([-1.0] * 5 + [1.0] * 5 + [3 * sd]) == ("3sigma", 3.0, SIGMA_THRESHOLD, False)
+    assert _outlier_test([-1.0] * 5 + [1.0] * 5 + [3.1 * sd])[3] is True
+
+
+def test_sign_test_beyond_2000_is_the_normal_approximation():
+    from analyzers.analyses.slow_ranks import sign_test_p
+
+    # n = 2001: z = (k - 0.5 - n / 2) / sqrt(n / 4) with continuity correction, P = 1 - Phi(z)
+    z = (1050 - 0.5 - 1000.5) / math.sqrt(2001 / 4)
+    assert sign_test_p(1050, 2001) == pytest.approx(0.5 * math.erfc(z / math.sqrt(2)), rel=1e-12)
+    assert sign_test_p(1050, 2001) != pytest.approx(0.0142206, rel=1e-4)  # the exact tail differs in the 4th digit
+    assert sign_test_p(0, 3000) == 1.0 and sign_test_p(0, 10) == 1.0  # no last arrival: no evidence at all
