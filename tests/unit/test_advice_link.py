@@ -130,3 +130,37 @@ def test_a_folded_exposed_communication_does_not_take_the_waits():
         _f("w0", "wait_ratio", 3.0),
     ]
     assert _links(rows) == {"stage": None, "exp:pipe": "stage", "w0": "stage"}
+
+
+def test_a_gain_exactly_its_pool_is_not_cut():
+    from analyzers.analyses.advice import _account
+
+    rows = [{"id": "a", "rule": "free_time", "gain_ms": 5.0, "symptom_of": None, "explains": "idle", "basis": "b"}]
+    _account(rows, {"idle": 5.0, "step": 100.0})
+    assert rows[0]["gain_ms"] == 5.0 and rows[0]["basis"] == "b"  # nothing cut: the basis is unchanged
+    rows = [{"id": "a", "rule": "free_time", "gain_ms": 6.0, "symptom_of": None, "explains": "idle", "basis": "b"}]
+    _account(rows, {"idle": 5.0, "step": 100.0})
+    assert (
+        rows[0]["gain_ms"] == 5.0
+        and rows[0]["basis"] == "b; cut to the idle time no larger finding explains (5 ms of 6)"
+    )
+
+
+def test_order_puts_a_zero_gain_after_a_positive_one_and_unknown_last():
+    from analyzers.analyses.advice import _order
+
+    rows = [
+        {"id": "none", "gain_ms": None, "symptom_of": None},
+        {"id": "zero", "gain_ms": 0.0, "symptom_of": None},
+        {"id": "half", "gain_ms": 0.5, "symptom_of": None},
+        {"id": "s0", "gain_ms": 0.0, "symptom_of": "half"},
+        {"id": "s1", "gain_ms": 0.25, "symptom_of": "half"},
+    ]
+    assert [r["id"] for r in _order(rows)] == ["half", "s1", "s0", "zero", "none"]
+
+
+def test_severity_without_a_share_is_the_rules_own_or_medium():
+    from analyzers.analyses.advice import _severity
+
+    assert _severity({"gain_share": None}) == "medium"
+    assert _severity({"gain_share": None, "severity": "high"}) == "high"
