@@ -35,11 +35,15 @@ def test_zero_and_recompute_rules_name_key_and_value():
         ({"zero_stage": 2, "fusion_impl": "mindspore"}, "fusion_impl='mindspore'"),
         ({"zero_stage": 1, "grad_compression": "fp16"}, "grad_compression='fp16'"),
         ({"zero_stage": 1, "micro_batches": 2}, "micro_batches=2"),
+        ({"zero_stage": 1, "train": {"mode": "pynative"}}, "train.mode='pynative'"),
     ]:
         (msg,) = _rules(**kw)
         assert f"parallel.zero_stage={kw['zero_stage']}" in msg and words in msg, msg
     (msg,) = [e for e in validate_parallel("moe", {}, {"zero_stage": 1}, 2, {}) if "zero_stage" in e]
     assert "workload moe" in msg
+    (msg,) = _rules(train={"recompute": True, "mode": "pynative"})
+    assert "train.recompute=true" in msg and "train.mode='pynative'" in msg
+    assert _rules(train={"recompute": True, "mode": "graph"}) == []
 
 
 def test_run_config_rejects_impossible_memory_knobs_before_launch():
