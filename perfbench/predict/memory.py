@@ -10,8 +10,8 @@
 * activations: bytes per sample kept for backward, times the samples in flight (the micro-batch, batch_size / M);
   fitted per `recompute` setting from stored runs as (measured peak - baseline - model states - buffers) / samples.
 * buffers: communication buffers the data-parallel step adds: a flattened bucket and its all-reduced copy
-  (2 x the largest bucket's bytes, D > 1), and with ZeRO the receive buffer of one broadcast of updated parameters
-  (the owners broadcast in buckets of the same size: one more bucket).
+  (2 x the largest bucket's bytes, D > 1). ZeRO's broadcast of the updated parameters writes into the parameters
+  in place, one tensor at a time (workloads/parallel/zero.py): the root's copy of one tensor is not modelled.
 * baseline: the process before the model (CPU: the MindSpore process's resident set, from the hardware profile or
   fitted; Ascend: the device's runtime reservation from the profile).
 
@@ -28,12 +28,12 @@ from perfbench.errors import UserError
 from workloads.parallel.layout_math import FP32, model_states
 
 
-def buffer_bytes(params: int, dp: int, zero_stage: int, largest_bucket_bytes: float | None) -> float:
-    """Communication buffers of one data-parallel step (0 on one rank)."""
+def buffer_bytes(params: int, dp: int, largest_bucket_bytes: float | None) -> float:
+    """Communication buffers of one data-parallel step (0 on one rank): the largest bucket and its all-reduced copy."""
     if dp <= 1:
         return 0.0
     bucket = FP32 * params if largest_bucket_bytes is None else float(largest_bucket_bytes)
-    return 2.0 * bucket + (bucket if zero_stage else 0.0)
+    return 2.0 * bucket
 
 
 @dataclass
@@ -62,7 +62,7 @@ class MemoryCalibration:
 
 def _fixed(o: MemoryObservation, grads_sharded: bool) -> float:
     st = model_states(o.params, o.dp, o.zero_stage, o.states_per_param, grads_sharded)["total_bytes"]
-    return st + buffer_bytes(o.params, o.dp, o.zero_stage, o.largest_bucket_bytes)
+    return st + buffer_bytes(o.params, o.dp, o.largest_bucket_bytes)
 
 
 def fit_memory(
@@ -135,7 +135,7 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
         int(s["params"]), int(s["dp"]), int(s["zero_stage"]), int(s["states_per_param"]), grads_sharded
     )
     act = cal.activation_bytes_per_sample[recompute] * float(s["samples_in_flight"])
-    buf = buffer_bytes(int(s["params"]), int(s["dp"]), int(s["zero_stage"]), s.get("largest_bucket_bytes"))
+    buf = buffer_bytes(int(s["params"]), int(s["dp"]), s.get("largest_bucket_bytes"))
     if on_device:
         base = float(getattr(hw, "device_baseline_bytes", None) or 0.0)
         base_src = f"{hw.name}'s device_baseline_bytes" if base else f"{hw.name}: no device baseline given (0)"
@@ -169,9 +169,8 @@ def predict_memory(cal: MemoryCalibration, s: dict, hw=None) -> dict:
             f"(recompute={str(recompute).lower()}, fitted on the measured machine as the rest of its peak, so it also "
             "holds what the model does not name, e.g. MindSpore's compile-time and pool memory on CPU; carried as it "
             "is to other hardware, where it is an upper bound)",
-            "buffers: 2 x the largest gradient bucket"
-            + (" + one broadcast bucket" if s["zero_stage"] else "")
-            + " when data-parallel",
+            "buffers: 2 x the largest gradient bucket when data-parallel"
+            + ("; ZeRO's parameter broadcast is in place (no receive buffer)" if s["zero_stage"] else ""),
             f"baseline: {base_src}",
         ],
     }

@@ -88,7 +88,7 @@ class Train(Section):
     recompute: bool = Field(
         False,
         description="recompute the activations of the model's blocks in backward "
-        "instead of keeping them (cell.recompute())",
+        "instead of keeping them (graph: cell.recompute(); pynative: mindspore.recompute)",
     )
     mode: Literal["graph", "pynative"] = "graph"
     checkpoint_every: int = _int(
@@ -184,7 +184,7 @@ class Parallel(Section):
     zero_stage: Literal[0, 1, 2] = Field(
         0,
         description="ZeRO: 0 = replicated; 1 = optimizer state sharded over the data-parallel ranks; "
-        "2 = optimizer state and gradients sharded (CPU: emulated with AllReduce + Broadcast, docs/workloads.md)",
+        "2 = optimizer state and gradients sharded (CPU: AllReduce + in-place Broadcast, docs/workloads.md)",
     )
     overlap_grad_comm: bool = Field(
         False,

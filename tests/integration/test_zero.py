@@ -35,15 +35,16 @@ def test_zero_and_recompute_rules_name_key_and_value():
         ({"zero_stage": 2, "fusion_impl": "mindspore"}, "fusion_impl='mindspore'"),
         ({"zero_stage": 1, "grad_compression": "fp16"}, "grad_compression='fp16'"),
         ({"zero_stage": 1, "micro_batches": 2}, "micro_batches=2"),
-        ({"zero_stage": 1, "train": {"mode": "pynative"}}, "train.mode='pynative'"),
     ]:
         (msg,) = _rules(**kw)
         assert f"parallel.zero_stage={kw['zero_stage']}" in msg and words in msg, msg
     (msg,) = [e for e in validate_parallel("moe", {}, {"zero_stage": 1}, 2, {}) if "zero_stage" in e]
     assert "workload moe" in msg
-    (msg,) = _rules(train={"recompute": True, "mode": "pynative"})
-    assert "train.recompute=true" in msg and "train.mode='pynative'" in msg
+    # both knobs act in PyNative too (in-place eager broadcasts; mindspore.recompute per block)
+    assert _rules(zero_stage=2, train={"recompute": True, "mode": "pynative"}) == []
     assert _rules(train={"recompute": True, "mode": "graph"}) == []
+    (msg,) = [e for e in validate_parallel("moe", {}, {}, 2, {"recompute": True}) if "recompute" in e]
+    assert "train.recompute=true" in msg and "workload moe" in msg
 
 
 def test_run_config_rejects_impossible_memory_knobs_before_launch():
@@ -77,7 +78,9 @@ def test_sweep_error_names_the_key(tmp_path):
 SPECS = {
     "z0": {"parallel": {"zero_stage": 0, "comm_fusion": "all"}},
     "z1": {"parallel": {"zero_stage": 1, "comm_fusion": "all"}},
-    "z2r": {"parallel": {"zero_stage": 2, "comm_fusion": 0.1}, "train": {"recompute": True}},  # several broadcasts
+    "z2r": {"parallel": {"zero_stage": 2, "comm_fusion": 0.1}, "train": {"recompute": True}},  # several buckets
+    # PyNative: the same sharded step run eagerly, recompute through mindspore.recompute
+    "z1rp": {"parallel": {"zero_stage": 1, "comm_fusion": "all"}, "train": {"recompute": True, "mode": "pynative"}},
 }
 TRAIN = {"optimizer": "adamw", "lr": 0.001, "steps": 6, "warmup_steps": 1, "weight_decay": 0.01}
 
@@ -104,7 +107,7 @@ def zero_runs(tmp_path_factory):
 def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
     ref = [s["loss"] for s in zero_runs["z0"].steps(0)]
     assert len(ref) == TRAIN["steps"] and len(set(ref)) == len(ref)  # the weights change every step
-    for name in ("z1", "z2r"):
+    for name in ("z1", "z2r", "z1rp"):
         for rank in (0, 1):
             got = [s["loss"] for s in zero_runs[name].steps(rank)]
             assert got == pytest.approx(
@@ -114,6 +117,8 @@ def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
     assert m0["optimizer"] == "adamw" and m0["zero_stage"] == 1
     # the two shards partition the parameters
     assert m0["zero_shard_params"] + m1["zero_shard_params"] == m0["params"]
-    assert zero_runs["z2r"].meta(0)["recompute"] is True
-    # 0.1 MB buckets: the owners' broadcasts are split too (more collectives than one broadcast per owner)
-    assert zero_runs["z2r"].meta(0)["collectives_per_step"] > zero_runs["z1"].meta(0)["collectives_per_step"]
+    assert zero_runs["z2r"].meta(0)["recompute"] is True and zero_runs["z1rp"].meta(0)["mode"] == "pynative"
+    # one in-place broadcast per parameter tensor, plus the all-reduce buckets (1 with "all", more with 0.1 MB)
+    n = m0["param_tensors"]
+    assert m0["collectives_per_step"] == n + 1
+    assert zero_runs["z2r"].meta(0)["collectives_per_step"] > n + 1

@@ -41,10 +41,9 @@ def test_model_states_per_zero_stage_by_hand():
 
 
 def test_buffers_and_buckets_by_hand():
-    assert buffer_bytes(1000, 1, 1, None) == 0  # one rank: no all-reduce, no broadcast
-    assert buffer_bytes(1000, 2, 0, 1000) == 2000  # flattened bucket + its all-reduced copy
-    assert buffer_bytes(1000, 2, 1, 1000) == 2000 + 1000  # + one broadcast bucket of updated parameters
-    assert buffer_bytes(1000, 2, 1, None) == 8000 + 4000  # unknown bucket: every gradient in one
+    assert buffer_bytes(1000, 1, None) == 0  # one rank: no all-reduce
+    assert buffer_bytes(1000, 2, 1000) == 2000  # flattened bucket + its all-reduced copy (ZeRO's broadcast: in place)
+    assert buffer_bytes(1000, 2, None) == 8000  # unknown bucket: every gradient in one
     assert largest_bucket_bytes("all", 1000) == 4000
     assert largest_bucket_bytes(32, 10**9) == 32 * MiB
     assert largest_bucket_bytes(32, 1000) == 4000  # a bucket holds at most every gradient
@@ -68,10 +67,10 @@ def _obs(z, r, b, peak, rid=None):
 # A machine whose truth is: baseline 400e6, activations 1e6 B/sample (0.3e6 with recompute), P = 1e6 (4 MB each of
 # params and grads, 8 MB of Adam state), 2 ranks, 2 MiB buckets.
 #   z0, no recompute, b 8:  400e6 + (4e6 + 4e6 + 8e6) + 8e6 + 2 x 2 MiB                   = 428_194_304
-#   z1, no recompute, b 8:  400e6 + (4e6 + 4e6 + 4e6) + 8e6 + 3 x 2 MiB (+ broadcast)    = 426_291_456
+#   z1, no recompute, b 8:  400e6 + (4e6 + 4e6 + 4e6) + 8e6 + 2 x 2 MiB (broadcast in place) = 424_194_304
 #   z0, recompute,    b 8:  400e6 + 16e6 + 2.4e6 + 4_194_304                               = 422_594_304
 #   z0, no recompute, b 16: 400e6 + 16e6 + 16e6 + 4_194_304                                = 436_194_304
-TRUTH = {(0, False, 8): 428_194_304, (1, False, 8): 426_291_456, (0, True, 8): 422_594_304, (0, False, 16): 436_194_304}
+TRUTH = {(0, False, 8): 428_194_304, (1, False, 8): 424_194_304, (0, True, 8): 422_594_304, (0, False, 16): 436_194_304}
 
 
 def test_fit_with_the_baseline_given_and_predict_held_out_settings():
@@ -121,8 +120,8 @@ def test_ascend_profile_shards_gradients_and_checks_capacity():
     )
     p = predict_memory(cal, dict(s, zero_stage=2), hw)
     # no process baseline on the device; gradients really sharded: 4e6 + 2e6 + 4e6 + 8e6 (activations)
-    # + 3 x 2 MiB (bucket, its all-reduced copy, one broadcast bucket) = 24_291_456
-    assert p["peak_bytes"] == pytest.approx(24_291_456)
+    # + 2 x 2 MiB (bucket, its all-reduced copy) = 22_194_304
+    assert p["peak_bytes"] == pytest.approx(22_194_304)
     assert p["fits"] is True and p["capacity_bytes"] == hw.device_memory_bytes
     big = predict_memory(cal, dict(s, zero_stage=0, params=3_000_000_000), hw)  # 48 GB of states: does not fit
     assert big["fits"] is False
@@ -198,6 +197,6 @@ def test_cli_memory_keys_need_memory_flag_and_the_answer_is_json(tmp_path, capsy
         == 0
     )
     out = json.loads(capsys.readouterr().out)
-    # activations 8e6 / 8 samples = 1e6 per sample; stage 1: 400e6 + (4e6 + 4e6 + 4e6) + 8e6 + 8e6 + 4e6 broadcast
-    assert out["peak_bytes"] == pytest.approx(432e6) and out["settings"]["zero_stage"] == 1
+    # activations 8e6 / 8 samples = 1e6 per sample; stage 1: 400e6 + (4e6 + 4e6 + 4e6) + 8e6 (buffers) + 8e6
+    assert out["peak_bytes"] == pytest.approx(428e6) and out["settings"]["zero_stage"] == 1
     assert out["parts"]["optimizer_bytes"] == 4e6 and out["inputs"] == ["m0"]

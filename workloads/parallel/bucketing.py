@@ -98,12 +98,18 @@ def emit_bucket_allreduce(
     scale: str | None = None,
     op: str = "self.allreduce",
     chain: list[str] | None = None,
+    keep: set[int] | None = None,
 ) -> None:
     """Append straight-line code: ``outs[i] = allreduce(ins[i])`` in ``buckets`` (lists of indices).
 
     Every AllReduce is made to depend on the previous one (``chain`` carries the last result across calls):
     independent collectives may otherwise run in a different order on each rank and deadlock (seen on CPU:
     "Ring ReduceScatter wait receiving failed" after 30 s).
+
+    ``keep``: only these tensors come out of their buckets (ZeRO-2, ``workloads/parallel/zero.py``): every bucket
+    is still all-reduced whole (the other ranks need it), but the others' reduced gradients are never split out
+    or scaled, so no tensor of theirs outlives the bucket's buffer; ``scale`` then applies to each kept slice
+    (elementwise, so the values are the same as scaling the bucket first).
     """
     if chain is None:
         chain = []
@@ -123,6 +129,15 @@ def emit_bucket_allreduce(
         else:
             lines.append(f"    {f} = {op}({f})")
         chain.append(f)
+        if keep is not None:
+            off = 0
+            for i in b:
+                n = int(math.prod(shapes[i]))
+                if i in keep:
+                    part = f if len(b) == 1 else f"ops.reshape({f}[{off}:{off + n}], {tuple(shapes[i])})"
+                    lines.append(f"    {outs[i]} = {part} * {scale}" if scale else f"    {outs[i]} = {part}")
+                off += n
+            continue
         if scale:
             lines.append(f"    {f} = {f} * {scale}")
         if len(b) == 1:
@@ -143,7 +158,7 @@ def _build_cell():
     class GradBuckets(nn.Cell):
         """All-reduce (mean) a tuple of tensors in the given buckets; optionally fp16 on the wire."""
 
-        def __init__(self, shapes, buckets, world_size: int, comm_dtype=None):
+        def __init__(self, shapes, buckets, world_size: int, comm_dtype=None, keep=None):
             super().__init__()
             shapes = [tuple(int(d) for d in s) for s in shapes]
             n = len(shapes)
@@ -155,10 +170,24 @@ def _build_cell():
             wire = "ms.float16" if comm_dtype is not None and str(comm_dtype) in ("Float16", "float16") else None
             if comm_dtype is not None and wire is None:
                 raise ValueError(f"unsupported wire dtype {comm_dtype}")
+            chain: list[str] = []
             emit_bucket_allreduce(
-                lines, ins, outs, shapes, buckets, tag="b", wire=wire, scale="self.scale" if world_size > 1 else None
+                lines,
+                ins,
+                outs,
+                shapes,
+                buckets,
+                tag="b",
+                wire=wire,
+                scale="self.scale" if world_size > 1 else None,
+                chain=chain,
+                keep=keep,
             )
-            lines.append("    return (" + ", ".join(outs) + ",)")
+            if keep is None:
+                lines.append("    return (" + ", ".join(outs) + ",)")
+            else:  # the kept tensors in index order; the last all-reduce stays in the graph even if nothing is kept
+                kept = [outs[i] for i in sorted(keep)]
+                lines.append(f"    return ops.depend(({', '.join(kept)},), {chain[-1]})")
             self._construct = compile_construct(lines)
             self.scale = 1.0 / float(world_size)
             self.allreduce = ops.AllReduce()
@@ -172,9 +201,10 @@ def _build_cell():
 _CELL = None
 
 
-def BucketAllReduce(shapes, buckets, world_size: int, comm_dtype=None):
-    """Factory for the MindSpore Cell (keeps this module importable without MindSpore)."""
+def BucketAllReduce(shapes, buckets, world_size: int, comm_dtype=None, keep=None):
+    """Factory for the MindSpore Cell (keeps this module importable without MindSpore).  With ``keep`` (a set of
+    tensor indices) the cell returns only those tensors, in index order."""
     global _CELL
     if _CELL is None:
         _CELL = _build_cell()
-    return _CELL(shapes, buckets, world_size, comm_dtype)
+    return _CELL(shapes, buckets, world_size, comm_dtype, keep)

@@ -13,6 +13,7 @@
 
 ``make_reducer(parallel, shapes, world_size) -> (cell, info, comm)`` where ``comm`` is the list of
 ``(bytes, n_collectives)`` this rank sends per step (the workload counts it with ``ctx.count_collective``).
+``keep`` (ZeRO-2's owned tensors, uncompressed reducers only): the cell returns only those reduced gradients.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def powersgd_ranks(shapes, ratio: float) -> list[int]:
     return best
 
 
-def make_reducer(parallel: dict, shapes, world_size: int):
+def make_reducer(parallel: dict, shapes, world_size: int, keep: set[int] | None = None):
     import mindspore as ms
 
     from workloads.parallel.bucketing import BucketAllReduce
@@ -79,11 +80,13 @@ def make_reducer(parallel: dict, shapes, world_size: int):
     shapes = [tuple(int(d) for d in s) for s in shapes]
     fp32 = [int(math.prod(s)) * 4 for s in shapes]
     uncompressed = sum(fp32)
+    if keep is not None and kind not in ("none", "fp16"):
+        raise ValueError(f"only uncompressed reducers return a subset of the gradients, not {kind}")
     if kind in ("none", "fp16"):
         wire = 2 if kind == "fp16" else 4
         nbytes = [b // 4 * wire for b in fp32]
         buckets = plan_buckets(nbytes, fusion)
-        cell = BucketAllReduce(shapes, buckets, world_size, ms.float16 if kind == "fp16" else None)
+        cell = BucketAllReduce(shapes, buckets, world_size, ms.float16 if kind == "fp16" else None, keep)
         sent = sum(nbytes)
         info = {
             "buckets": len(buckets),

@@ -252,22 +252,12 @@ def _validate_memory_knobs(workload: str, par: dict, train: dict, ws: int, S: in
             why = (
                 f"grad_compression={par.get('grad_compression')!r}: sharding reduces uncompressed gradients (use none)"
             )
-        elif train.get("mode", "graph") == "pynative":
-            why = (
-                "train.mode='pynative': the sharded step crashes MindSpore 2.10's CPU runtime (SIGSEGV before the "
-                "first step, docs/benchmarks.md); use train.mode=graph"
-            )
         if why:
             errs.append(f"parallel.zero_stage={z} is not supported with {why}")
     if train.get("recompute") and workload != "resnet50":
         errs.append(
             f"train.recompute=true is not supported for workload {workload} (only resnet50 marks its blocks "
             "for recompute)"
-        )
-    elif train.get("recompute") and train.get("mode", "graph") == "pynative":
-        errs.append(
-            "train.recompute=true is not supported with train.mode='pynative': Cell.recompute() acts in graph mode "
-            "only (use train.mode=graph)"
         )
     return errs
 

@@ -61,10 +61,22 @@ def _check(cfg: dict) -> dict:
     return par
 
 
-def recompute_blocks(blocks) -> None:
-    """train.recompute: every bottleneck block recomputes its activations in backward (cell.recompute())."""
-    for block in blocks:
-        block.recompute()
+def recompute_blocks(net, compiled: bool) -> None:
+    """train.recompute: every bottleneck block recomputes its activations in backward instead of keeping them.
+
+    Compiled (``train.mode: graph``: the data-parallel step, or the pipeline trainer's ``ms.jit`` stage functions):
+    ``cell.recompute()`` (the compiler drops the block's inner outputs and recomputes them in backward).  Eager
+    (``train.mode: pynative``), where ``cell.recompute()`` has no effect: each block runs through
+    ``mindspore.recompute`` (``workloads.resnet50.model.Recomputed``), which keeps only the block's input."""
+    from mindspore import nn
+
+    from workloads.resnet50.model import Recomputed
+
+    if compiled:
+        for block in net.blocks:
+            block.recompute()
+    else:
+        net.blocks = nn.SequentialCell([Recomputed(b) for b in net.blocks])
 
 
 def _pipelined(cfg: dict) -> bool:
@@ -104,7 +116,7 @@ class ResNetWorkload:
         self.overflow_step = (cfg.get("inject") or {}).get("overflow_step")
         self.net = ResNet(tuple(int(n) for n in m["layers"]), int(m["width"]), int(m["num_classes"]))
         if t.get("recompute"):
-            recompute_blocks(self.net.blocks)
+            recompute_blocks(self.net, compiled=t.get("mode", "graph") == "graph")
         loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
         # AMP O2 for fp16 (weights and gradients stay fp32, the loss runs on fp32 logits)
         self.net_loss = nn.WithLossCell(apply_precision(self.net, self.precision), loss)
@@ -129,9 +141,10 @@ class ResNetWorkload:
             from workloads.parallel.compression import make_reducer
             from workloads.parallel.zero import ZeroSync, ZeroTrainStep, shard_owners
 
-            reducer, info, comm = make_reducer(par, shapes, ws)
             numels = [int(math.prod(s)) for s in shapes]
             owners = shard_owners(numels, ws)
+            keep = {i for i, o in enumerate(owners) if o == ctx.rank} if zero == 2 else None
+            reducer, info, comm = make_reducer(par, shapes, ws, keep=keep)
             self.step_comm.extend(comm)
             mine = sum(n for n, o in zip(numels, owners) if o == ctx.rank)
             # the owners' broadcasts: this rank sends its shard (op count set once the sync cell exists)
@@ -140,12 +153,11 @@ class ResNetWorkload:
                 ParameterTuple(params),
                 owners,
                 ctx.rank,
-                ws,
                 lambda ps: make_optimizer(ps, t),
                 reducer,
                 zero,
             )
-            self.sync = ZeroSync(ParameterTuple(params), owners, ws, par["comm_fusion"])
+            self.sync = ZeroSync(params, owners)
             self.step_comm.append((mine * 4, self.sync.broadcasts))
             reducer_info = dict(info, fusion_impl_used="perfbench")
             zero_info["zero_shard_params"] = mine
@@ -315,7 +327,7 @@ class ResNetPipelineWorkload:
         # every rank builds the whole net (same seed: same initial weights), then keeps its stage's layers
         net = ResNet(layers_cfg, int(m["width"]), int(m["num_classes"]))
         if t.get("recompute"):
-            recompute_blocks(net.blocks)
+            recompute_blocks(net, compiled=t.get("mode", "graph") == "graph")  # graph: ms.jit stage functions
         layers = pipeline_layers(net)
         costs = layer_costs(layers_cfg, int(m["width"]), int(m["image_size"]), int(m["num_classes"]))
 

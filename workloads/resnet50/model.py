@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mindspore as ms
 from mindspore import nn, ops
 
 
@@ -45,6 +46,18 @@ class Bottleneck(nn.Cell):
         if self.has_down:
             identity = self.down(x)
         return self.relu(out + identity)
+
+
+class Recomputed(nn.Cell):
+    """A block whose activations are recomputed in backward in PyNative mode (``mindspore.recompute``: only the
+    block's input is kept).  ``auto_prefix=False``: the block's parameters keep their names."""
+
+    def __init__(self, block):
+        super().__init__(auto_prefix=False)
+        self.block = block
+
+    def construct(self, x):
+        return ms.recompute(self.block, x)
 
 
 class ResNet(nn.Cell):
