@@ -122,3 +122,30 @@ def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
     n = m0["param_tensors"]
     assert m0["collectives_per_step"] == n + 1
     assert zero_runs["z2r"].meta(0)["collectives_per_step"] > n + 1
+
+
+@pytest.mark.msrun
+@pytest.mark.timeout(600)
+def test_recompute_in_the_pipeline_trainer_keeps_the_losses(tmp_path):
+    """2 stages x 2 micro-batches: recompute through ms.jit stage functions (graph) and through mindspore.recompute
+    (pynative, where cell.recompute() has no effect) trains exactly as without it."""
+    from tests.integration.test_workload_resnet50 import launch
+
+    losses = {}
+    for name, train in {
+        "plain": {},
+        "rc_graph": {"recompute": True},
+        "rc_pynative": {"recompute": True, "mode": "pynative"},
+    }.items():
+        over = {
+            "parallel": {"pipeline_stages": 2, "micro_batches": 2},
+            "train": {**TRAIN, "steps": 4, **train},
+            "profile": {"enabled": False, "steps": 1},
+        }
+        run = launch(tmp_path, name, over)
+        assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
+        assert run.meta(1)["recompute"] is bool(train)
+        losses[name] = [s["loss"] for s in run.steps(1)]  # the last stage computes the loss
+    assert len(set(losses["plain"])) == 4
+    for name in ("rc_graph", "rc_pynative"):
+        assert losses[name] == pytest.approx(losses["plain"], rel=2e-4, abs=2e-5), name
