@@ -32,6 +32,36 @@ def _runs(store) -> list[dict]:
     return [r for r in store.list_runs(sweep=sweeps[-1]["sweep_id"]) if r.get("status") == "ok"]
 
 
+def _rank_peaks_mb(store, run_id: str) -> list[float]:
+    """Each rank's peak resident MB, from the run's `memory` table (rank order)."""
+    import pandas as pd
+
+    path = store.run_dir(run_id) / "tables" / "memory.parquet"
+    if not path.exists():
+        return []
+    m = pd.read_parquet(path).sort_values("rank")
+    return [float(v) / 2**20 for v in m["peak_rss_bytes"]]
+
+
+def ordering(measured: list[dict]) -> list[tuple[str, bool]]:
+    """The expected ordering of the largest rank's peaks, one comparison a line: at each recompute setting
+    stage 0 > stage 1 >= stage 2; at each stage recompute below no recompute."""
+    peak = {(m["zero_stage"], m["recompute"]): m["peak_mb"] for m in measured}
+    out = []
+    for rc in (False, True):
+        for a, b, strict in ((0, 1, True), (1, 2, False)):
+            if (a, rc) in peak and (b, rc) in peak:
+                x, y = peak[a, rc], peak[b, rc]
+                ok = x > y if strict else x >= y
+                sign = ">" if strict else ">="
+                out.append((f"recompute={str(rc).lower()}: stage {a} {x:.0f} {sign} stage {b} {y:.0f} MB", ok))
+    for z in (0, 1, 2):
+        if (z, False) in peak and (z, True) in peak:
+            x, y = peak[z, True], peak[z, False]
+            out.append((f"stage {z}: recompute {x:.0f} < no recompute {y:.0f} MB", x < y))
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--results", default=str(ROOT / "bench-results" / "memory"))
@@ -62,6 +92,7 @@ def main(argv=None) -> int:
                 "baseline_mb": base / 2**20 if base else None,
                 "params": o.params,
                 "world_size": cfg["world_size"],
+                "rank_peaks_mb": _rank_peaks_mb(store, r["run_id"]),
             }
         )
     rows = []
@@ -87,8 +118,10 @@ def main(argv=None) -> int:
                 }
             )
     errs = [abs(r["error"]) for r in rows]
+    order = ordering(measured)
     out = {
         "measured": measured,
+        "ordering": [{"comparison": c, "holds": ok} for c, ok in order],
         "held_out": rows,
         "median_abs_error": statistics.median(errs) if errs else None,
         "worst_abs_error": max(errs) if errs else None,
@@ -96,16 +129,18 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    print("| zero_stage | recompute | peak MB (largest rank) | step s | baseline MB |")
-    print("|---|---|---|---|---|")
+    print("| zero_stage | recompute | peak MB (largest rank) | rank 0 / rank 1 MB | step s | baseline MB |")
+    print("|---|---|---|---|---|---|")
     for m in sorted(measured, key=lambda m: (m["zero_stage"], m["recompute"])):
+        ranks = " / ".join(f"{v:.0f}" for v in m["rank_peaks_mb"]) or "-"
+        base = f"{m['baseline_mb']:.0f}" if m["baseline_mb"] else "-"
         print(
-            f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | "
-            f"{m['step_time_s']:.1f} | {m['baseline_mb']:.0f} |"
-            if m["baseline_mb"]
-            else f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | {m['step_time_s']:.1f} "
-            "| - |"
+            f"| {m['zero_stage']} | {str(m['recompute']).lower()} | {m['peak_mb']:.0f} | {ranks} | "
+            f"{m['step_time_s']:.1f} | {base} |"
         )
+    print()
+    for c, ok in order:
+        print(f"{'holds' if ok else 'DOES NOT HOLD'}: {c}")
     print()
     print("| held-out zero_stage | recompute | fitted on | measured MB | predicted MB | error |")
     print("|---|---|---|---|---|---|")

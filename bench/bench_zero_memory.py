@@ -8,8 +8,9 @@ Two measurements, each in fresh processes so that one does not inherit the other
    in graph mode and in PyNative mode (`--modes`). The difference is what sharding the optimizer state frees
    when no broadcast of the parameters follows.
 2. `--sweep`: the 2-rank sweep `perfbench sweep` runs for parallel.zero_stage 0 / 1 / 2 (the same model, AdamW,
-   3 steps, no profiler), peak resident MB per rank from each run's `memory` table: what the owners' broadcast
-   of the updated parameters takes back.
+   3 steps, no profiler), peak resident MB per rank from each run's `memory` table: how much of that saving the
+   2-rank step keeps after the owners' broadcast of the updated parameters (compiled Broadcast graphs took all
+   of it back; the in-place broadcast of workloads/parallel/zero.py keeps it).
 
     .venv/bin/python bench/bench_zero_memory.py [--width 64] [--image 32] [--modes graph,pynative] [--sweep] [--json F]
 
