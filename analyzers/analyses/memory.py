@@ -136,21 +136,24 @@ def _workload_peaks(ws: pd.DataFrame | None) -> dict[int, float]:
     return {int(r): float(v) for r, v in g.items()}
 
 
-def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer: str | None) -> list[dict]:
+def attribution(
+    row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer: str | None, shard_params: float | None = None
+) -> list[dict]:
     """What holds one rank's peak, as (part, bytes, source) rows. From the profile's allocations where it has
     them (allocations live at the allocator's peak; what was allocated before the profiled window is the
     persistent model state), from the model's own sizes otherwise (parameter count x 4 bytes for parameters
-    and gradients, x optimizer states per parameter for the optimizer). Parts that cannot be known are left
-    out, not guessed."""
+    and gradients, x optimizer states per parameter for the optimizer: of the rank's own ZeRO shard,
+    `shard_params`, where the optimizer state is sharded). Parts that cannot be known are left out, not guessed."""
     parts: list[tuple[str, float | None, str]] = []
     params = row.get("params")
     states = OPTIMIZER_STATES.get(str(optimizer or "momentum").lower())
+    opt_params = params if shard_params is None else shard_params
     model = None
     if params:
         model = {
             "parameters": params * PARAM_BYTES,
             "gradients": params * PARAM_BYTES,
-            "optimizer_state": None if states is None else params * PARAM_BYTES * states,
+            "optimizer_state": None if states is None else opt_params * PARAM_BYTES * states,
         }
     alloc, reserved = row.get("peak_allocated_bytes"), row.get("peak_reserved_bytes")
     if alloc is not None and live is not None and len(live) and row.get("peak_at_us") is not None:
@@ -233,7 +236,12 @@ def attribution(row: dict, live: pd.DataFrame, modules: pd.DataFrame, optimizer:
                     (
                         k,
                         float(v),
-                        "model sizes: parameter count x 4 bytes (fp32)"
+                        (
+                            f"model sizes: the rank's ZeRO shard ({opt_params:.0f} of {params:.0f} parameters)"
+                            if k == "optimizer_state" and shard_params is not None
+                            else "model sizes: parameter count"
+                        )
+                        + " x 4 bytes (fp32)"
                         + (f" x {states} optimizer states" if k == "optimizer_state" else ""),
                     )
                 )
@@ -370,7 +378,9 @@ def analysis(ctx: Context) -> Output:
                         }
                     )
                 )
-        for a in attribution(row, live, rmods, optimizer):
+        # parallel.zero_stage >= 1: the rank keeps optimizer state for its own shard only (workloads/parallel/zero.py)
+        shard = _num(m.get("zero_shard_params")) if m.get("zero_stage") else None
+        for a in attribution(row, live, rmods, optimizer, shard):
             attr_rows.append({"rank": r, **a})
         rows.append(row)
     tables: dict = {}
