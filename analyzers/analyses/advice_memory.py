@@ -9,8 +9,9 @@ Inputs: the `memory` table (analyzers/analyses/memory.py: per rank `peak_bytes`,
 `peak_allocated_bytes`, `peak_reserved_bytes`), the run's `step_time_s` and `computing_s` from `summary`, and the
 run config (`parallel`, `train`, `world_size`) for the knobs' current values. Savings come from the memory model
 (perfbench/predict/memory.py: ZeRO-paper model states; recompute keeps the activations of block inputs only,
-taken as RECOMPUTE_KEEPS of the activations, the activations being the peak minus the model states: an upper
-bound where the peak includes a process baseline) and time costs from the step's own parts (below).
+taken as RECOMPUTE_KEEPS of the activations, the activations being the peak minus the model states and, where the
+memory table knows it, the process's baseline before the model was built: still an upper bound where the rest
+of the peak holds compiled graphs and pools, as on CPU) and time costs from the step's own parts (below).
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def _row(
     }
 
 
-def knob_options(peak: float, params: int, config: dict, summary: dict) -> list[dict]:
+def knob_options(peak: float, params: int, config: dict, summary: dict, baseline: float | None = None) -> list[dict]:
     """Each knob that frees memory from the current settings: {try, saving_bytes, time_cost_ms, how}, cheapest
-    (least time) first."""
+    (least time) first. `baseline`: the process before the model (not activations, so recompute cannot free it)."""
     from analyzers.analyses.memory import OPTIMIZER_STATES
     from workloads.parallel.layout_math import model_states
 
@@ -86,7 +87,7 @@ def knob_options(peak: float, params: int, config: dict, summary: dict) -> list[
                 "data-parallel ranks, adds a broadcast of the parameters each step",
             }
         )
-    acts = max(0.0, peak - model_states(params, D, zero, k)["total_bytes"])
+    acts = max(0.0, peak - (baseline or 0.0) - model_states(params, D, zero, k)["total_bytes"])
     if not train.get("recompute"):
         out.append(
             {
@@ -146,7 +147,7 @@ def _near_capacity(rank: int, peak: float, cap: float, r: dict, config: dict, su
             "no parameter count in the memory table",
             None,
         )
-    options = knob_options(peak, int(params), config, summary)
+    options = knob_options(peak, int(params), config, summary, _num(r.get("baseline_bytes")))
     fits = [o for o in options if peak - o["saving_bytes"] <= FIT_TARGET * cap]
     pick = fits[0] if fits else (max(options, key=lambda o: o["saving_bytes"]) if options else None)
     if pick is None:

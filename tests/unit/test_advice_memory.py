@@ -75,3 +75,15 @@ def test_no_knob_left_says_so(zero, recompute):
     cfg = {**CONFIG, "train": {"optimizer": "adamw", "recompute": recompute}, "parallel": {"zero_stage": zero}}
     (row,) = advise_memory(_mem(peak_bytes=31 * GiB, params=1e9), SUMMARY, cfg).to_dict("records")
     assert row["try"] is None and "micro_batches" in row["message"]
+
+
+def test_recompute_cannot_free_the_process_baseline():
+    # a CPU rank: 22 GiB peak of a 24 GiB machine, 1e8 parameters, 2 ranks, AdamW, zero_stage 2 already (only
+    # recompute is left), 10 GiB of it the process before the model was built (meta baseline_rss_bytes).
+    # states at stage 2, D = 2: 4e8 + 2e8 + 4e8 = 1e9; activations = 22 GiB - 10 GiB - 1e9 = 11.885e9;
+    # recompute frees 0.7 x that = 8.32e9 B = 7.75 GiB -> 14.25 GiB (without the baseline it would claim 14.75 GiB)
+    cfg = {**CONFIG, "world_size": 2, "parallel": {"zero_stage": 2, "pipeline_stages": 1}}
+    mem = _mem(peak_bytes=22 * GiB, params=100_000_000, capacity_bytes=24 * GiB, baseline_bytes=10 * GiB)
+    row = advise_memory(mem, SUMMARY, cfg).iloc[0]
+    assert json.loads(row["try"]) == {"train.recompute": True}
+    assert "saving 7.75 GiB -> 14.25 GiB (fits)" in row["message"], row["message"]
