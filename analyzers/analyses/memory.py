@@ -124,6 +124,13 @@ def downsample(df: pd.DataFrame, col: str, n: int = TIMELINE_POINTS) -> pd.DataF
     return df.loc[sorted(keep)]
 
 
+def _by_rank(df: pd.DataFrame | None) -> dict[int, pd.DataFrame]:
+    """A table's rows per rank (ranks without rows are absent)."""
+    if df is None or not len(df):
+        return {}
+    return {int(k): g for k, g in df.groupby("rank", sort=False)}
+
+
 def _workload_peaks(ws: pd.DataFrame | None) -> dict[int, float]:
     if ws is None or "max_rss_bytes" not in ws.columns:
         return {}
@@ -310,6 +317,8 @@ def analysis(ctx: Context) -> Output:
     if ws is not None:
         ranks |= set(int(r) for r in ws["rank"].unique())
     rss = _workload_peaks(ws)
+    # each table split by rank once (filtering the whole table per rank costs O(ranks x rows))
+    rec_by, opm_by, mod_by = _by_rank(rec), _by_rank(opm), _by_rank(mod)
     optimizer = ((ctx.config or {}).get("train") or {}).get("optimizer")
     # the device's capacity: `device_memory_bytes` of the hardware profile the caller named (perfbench analyze
     # --hardware resolves it from perfbench/predict/hardware/); None without one (an imported profile does not say
@@ -318,7 +327,7 @@ def analysis(ctx: Context) -> Output:
     rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
     for r in sorted(ranks):
         m = meta.get(r) or {}
-        rr = rec[rec["rank"] == r] if rec is not None else None
+        rr = rec_by.get(r)
         pk = rank_peaks(rr)
         if m.get("host"):
             hosts[r] = m["host"]
@@ -345,15 +354,15 @@ def analysis(ctx: Context) -> Output:
         row["capacity_bytes"] = (
             _num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else device_capacity
         )
-        om = opm[opm["rank"] == r] if opm is not None else None
+        om = opm_by.get(r)
         live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
         row["live_allocations"] = None if live is None else int(len(live))
         row["live_bytes"] = None if live is None else float(live["size_bytes"].sum())
         if live is not None and len(live):
             live_parts.append(live[["rank", "name", "size_bytes", "alloc_us", "release_us"]])
         rmods = None
-        if mod is not None:
-            mm = mod[mod["rank"] == r]
+        mm = mod_by.get(r)
+        if mm is not None:
             if len(mm):
                 g = pd.to_numeric(mm["reserved_bytes"], errors="coerce").groupby(mm["module"]).max().dropna()
                 g = g[g > 0]  # the ~80 modules that never reserved anything are left out
