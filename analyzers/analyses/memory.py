@@ -103,6 +103,58 @@ def rank_peaks(rec: pd.DataFrame) -> dict:
     return out
 
 
+def all_rank_peaks(rec: pd.DataFrame | None) -> dict[int, dict]:
+    """`rank_peaks` of every rank in the memory records at once (grouped, not rank by rank: a cluster has
+    thousands of ranks); ranks without records are absent."""
+    if rec is None or not len(rec):
+        return {}
+    comps = rec.groupby("rank", sort=False)["component"].unique()
+    fw_of = {int(r): framework_component(pd.Series(c).dropna()) for r, c in comps.items()}
+    out = {r: rank_peaks(None) for r in fw_of}
+    num = rec[["rank", "component", "ts_us"]].assign(
+        **{c: pd.to_numeric(rec[c], errors="coerce") for c in ("allocated_bytes", "reserved_bytes", "active_bytes")}
+    )
+    fw = num[num["component"] == num["rank"].map(fw_of)]
+    if len(fw):
+        peaks = fw.groupby("rank")[["allocated_bytes", "reserved_bytes", "active_bytes"]].max()
+        # when the allocator peaked: the first record at the maximum
+        at_max = fw[fw["allocated_bytes"] == fw["rank"].map(peaks["allocated_bytes"])]
+        when = at_max.groupby("rank")["ts_us"].min()
+        for r, p in peaks.iterrows():
+            o = out[int(r)]
+            o["allocator"] = fw_of[int(r)]
+            for c in ("allocated", "reserved", "active"):
+                o[f"peak_{c}_bytes"] = _num(p[f"{c}_bytes"])
+            if o["peak_allocated_bytes"] is not None:
+                o["peak_at_us"] = float(when[r])
+    app = num[num["component"] == PROCESS_COMPONENT]
+    for r, v in app.groupby("rank")["reserved_bytes"].max().items():
+        out[int(r)]["peak_process_bytes"] = _num(v)
+    return out
+
+
+def timelines(rec: pd.DataFrame | None, n: int = TIMELINE_POINTS) -> pd.DataFrame | None:
+    """Every rank's and component's memory series, time-ordered, in one grouped pass: a series of at most `n`
+    records whole, a longer one cut into n/2 buckets of consecutive records keeping each bucket's max and min
+    (of the allocator's allocated bytes; the process's (APP) reserved), the first and the last record: at most
+    ~n points, and the peak is never dropped."""
+    if rec is None or not len(rec):
+        return None
+    cols = ["rank", "component", "ts_us", "allocated_bytes", "reserved_bytes"]
+    df = rec.sort_values(["rank", "component", "ts_us"], kind="stable")[cols].reset_index(drop=True)
+    keys = ["rank", "component"]
+    pos = df.groupby(keys, sort=False).cumcount()
+    size = df.groupby(keys, sort=False)["ts_us"].transform("size")
+    keep = (size <= n) | (pos == 0) | (pos == size - 1)
+    big = size > n
+    if big.any():
+        col = df["reserved_bytes"].where(df["component"] == PROCESS_COMPONENT, df["allocated_bytes"])
+        v = pd.to_numeric(col, errors="coerce").fillna(-1)[big]
+        by = [df["rank"][big], df["component"][big], (pos * (n // 2) // size)[big]]
+        keep |= df.index.isin(set(v.groupby(by).idxmax()) | set(v.groupby(by).idxmin()))
+    return df[keep]
+
+
 def live_at(op_mem: pd.DataFrame, ts_us: float) -> pd.DataFrame:
     """Allocations live at `ts_us`: allocated at or before it and released after it (or never, in the window)."""
     if op_mem is None or op_mem.empty or ts_us is None:
@@ -110,18 +162,6 @@ def live_at(op_mem: pd.DataFrame, ts_us: float) -> pd.DataFrame:
     rel = op_mem["release_us"]
     m = (op_mem["alloc_us"] <= ts_us) & (rel.isna() | (rel > ts_us))
     return op_mem[m].sort_values("size_bytes", ascending=False)
-
-
-def downsample(df: pd.DataFrame, col: str, n: int = TIMELINE_POINTS) -> pd.DataFrame:
-    """At most ~n rows of a time-ordered series, keeping the first, the last, and each bucket's max and min of
-    `col` (the peak is never dropped)."""
-    if len(df) <= n:
-        return df
-    df = df.reset_index(drop=True)
-    bucket = df.index * (n // 2) // len(df)
-    v = pd.to_numeric(df[col], errors="coerce").fillna(-1)
-    keep = set(v.groupby(bucket).idxmax()) | set(v.groupby(bucket).idxmin()) | {0, len(df) - 1}
-    return df.loc[sorted(keep)]
 
 
 def _by_rank(df: pd.DataFrame | None) -> dict[int, pd.DataFrame]:
@@ -317,18 +357,21 @@ def analysis(ctx: Context) -> Output:
     if ws is not None:
         ranks |= set(int(r) for r in ws["rank"].unique())
     rss = _workload_peaks(ws)
+    rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
     # each table split by rank once (filtering the whole table per rank costs O(ranks x rows))
-    rec_by, opm_by, mod_by = _by_rank(rec), _by_rank(opm), _by_rank(mod)
+    opm_by, mod_by = _by_rank(opm), _by_rank(mod)
+    peaks_of = all_rank_peaks(rec)
+    recorded = timelines(rec)
+    if recorded is not None:
+        tl_parts.append(recorded)
     optimizer = ((ctx.config or {}).get("train") or {}).get("optimizer")
     # the device's capacity: `device_memory_bytes` of the hardware profile the caller named (perfbench analyze
     # --hardware resolves it from perfbench/predict/hardware/); None without one (an imported profile does not say
     # which hardware profile describes its device)
     device_capacity = _num((ctx.config or {}).get("device_memory_bytes"))
-    rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
     for r in sorted(ranks):
         m = meta.get(r) or {}
-        rr = rec_by.get(r)
-        pk = rank_peaks(rr)
+        pk = peaks_of.get(r) or rank_peaks(None)
         if m.get("host"):
             hosts[r] = m["host"]
         row = {
@@ -368,12 +411,7 @@ def analysis(ctx: Context) -> Output:
                 g = g[g > 0]  # the ~80 modules that never reserved anything are left out
                 rmods = pd.DataFrame({"rank": r, "module": g.index, "peak_bytes": g.values})
                 mod_rows.append(rmods)
-        if rr is not None and len(rr):
-            for comp, g in rr.groupby("component", sort=True):
-                g = g.sort_values("ts_us")
-                col = "reserved_bytes" if comp == PROCESS_COMPONENT else "allocated_bytes"
-                tl_parts.append(downsample(g, col)[["rank", "component", "ts_us", "allocated_bytes", "reserved_bytes"]])
-        elif ws is not None and "rss_bytes" in ws.columns:
+        if r not in peaks_of and ws is not None and "rss_bytes" in ws.columns:  # no memory records: the OS's
             g = ws[ws["rank"] == r]
             if len(g):
                 tl_parts.append(
@@ -399,8 +437,9 @@ def analysis(ctx: Context) -> Output:
     tables["memory"] = pd.DataFrame(rows)[MEMORY_COLUMNS]
     if mod_rows:
         tables["memory_modules"] = pd.concat(mod_rows, ignore_index=True)
-    if tl_parts:
-        tables["memory_timeline"] = pd.concat(tl_parts, ignore_index=True)
+    if tl_parts:  # rank by rank (a stable sort keeps each rank's components and times in order)
+        tl = pd.concat(tl_parts, ignore_index=True)
+        tables["memory_timeline"] = tl.sort_values("rank", kind="stable").reset_index(drop=True)
     if live_parts:
         tables["memory_live"] = pd.concat(live_parts, ignore_index=True)
     if attr_rows:

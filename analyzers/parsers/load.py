@@ -287,7 +287,7 @@ def _pack(parts: list[Profile]) -> None:
     """Turn each run of consecutive parts whose table is `Columns` into one DataFrame held by the run's first
     part (the others keep an empty table). merge_profiles only concatenates tables in order, so the merged
     Profile is the same; a worker sends back one DataFrame per table and chunk instead of thousands of lists."""
-    for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links", "reference_breakdown"):
+    for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links", "reference_breakdown") + MEMORY_TABLES:
         run: list[Profile] = []
         for p in parts + [None]:
             t = getattr(p, name) if p is not None else None
@@ -380,6 +380,8 @@ def _rank_ids(p: Profile) -> list:
     return t["rank"].tolist() if "rank" in t else []
 
 
+#: the memory tables (a text export's are `Columns` while ranks are parsed)
+MEMORY_TABLES = ("memory_records", "op_memory", "module_memory")
 #: the Profile tables merged across parts (rank-level tables, concatenated)
 MERGED_TABLES = (
     "ranks",

@@ -18,75 +18,106 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyzers.parsers.ascend.common import RankInputs, read_csv
-from analyzers.schema import MEMORY, MODULE_MEMORY, OP_MEMORY, conform, empty
+from analyzers.parsers.ascend.common import RankInputs, read_csv, read_plain_csv
+from analyzers.schema import MEMORY, MODULE_MEMORY, OP_MEMORY, Columns, conform, empty
 from perfbench.errors import ProfileFormatError
 
 MIB, KIB = 1048576.0, 1024.0
 MEMORY_FILES = ("memory_record.csv", "operator_memory.csv", "npu_module_mem.csv")
 
 
-def _record(path: Path, r: int) -> pd.DataFrame:
-    df = read_csv(
-        path,
-        {"Component": "component", "Timestamp(us)": "ts_us"},
-        {
-            "Total Allocated(MB)": "allocated_mb",
-            "Total Reserved(MB)": "reserved_mb",
-            "Total Active(MB)": "active_mb",
-            "Device Type": "device",
-        },
-        numeric=("ts_us", "allocated_mb", "reserved_mb", "active_mb"),
-    )
-    out = pd.DataFrame({"rank": r, "component": df["component"].astype(str).str.strip(), "ts_us": df["ts_us"]})
-    for c in ("allocated", "reserved", "active"):
-        out[f"{c}_bytes"] = df[f"{c}_mb"] * MIB if f"{c}_mb" in df else float("nan")
-    out["device"] = df["device"] if "device" in df else None
-    return conform(out, MEMORY)
+#: each file: (required headers, optional headers, numeric columns (our names)) as `read_csv` takes them
+_RECORD = (
+    {"Component": "component", "Timestamp(us)": "ts_us"},
+    {
+        "Total Allocated(MB)": "allocated_mb",
+        "Total Reserved(MB)": "reserved_mb",
+        "Total Active(MB)": "active_mb",
+        "Device Type": "device",
+    },
+    ("ts_us", "allocated_mb", "reserved_mb", "active_mb"),
+)
+_OPERATOR = (
+    {"Name": "name", "Size(KB)": "size_kb", "Allocation Time(us)": "alloc_us"},
+    {"Release Time(us)": "release_us", "Device Type": "device"},
+    ("size_kb", "alloc_us", "release_us"),
+)
+_MODULE = (
+    {"Component": "module", "Timestamp(us)": "ts_us", "Total Reserved(MB)": "reserved_mb"},
+    {"Device": "device"},
+    ("ts_us", "reserved_mb"),
+)
 
 
-def _operator(path: Path, r: int) -> pd.DataFrame:
-    df = read_csv(
-        path,
-        {"Name": "name", "Size(KB)": "size_kb", "Allocation Time(us)": "alloc_us"},
-        {"Release Time(us)": "release_us", "Device Type": "device"},
-        numeric=("size_kb", "alloc_us", "release_us"),
-    )
-    out = pd.DataFrame(
-        {
-            "rank": r,
-            "name": df["name"],
-            "size_bytes": df["size_kb"] * KIB,
-            "alloc_us": df["alloc_us"],
-            "release_us": df["release_us"] if "release_us" in df else float("nan"),
-            "device": df["device"] if "device" in df else None,
-        }
-    )
-    return conform(out, OP_MEMORY)
+def _columns(path: Path, spec: tuple) -> tuple[dict, int, bool]:
+    """The file's wanted columns as plain lists (fast path) or from `read_csv` (anything irregular, which also
+    reports a damaged file), their row count, and whether they are plain lists."""
+    cols = read_plain_csv(path, *spec)
+    if cols is not None:
+        return cols, len(next(iter(cols.values()))), True
+    df = read_csv(path, spec[0], spec[1], numeric=spec[2])
+    return {c: df[c] for c in df.columns}, len(df), False
 
 
-def _module(path: Path, r: int) -> pd.DataFrame:
-    df = read_csv(
-        path,
-        {"Component": "module", "Timestamp(us)": "ts_us", "Total Reserved(MB)": "reserved_mb"},
-        {"Device": "device"},
-        numeric=("ts_us", "reserved_mb"),
-    )
-    out = pd.DataFrame(
-        {
-            "rank": r,
-            "module": df["module"].astype(str).str.strip(),
-            "ts_us": df["ts_us"],
-            "reserved_bytes": df["reserved_mb"] * MIB,
-            "device": df["device"] if "device" in df else None,
-        }
-    )
-    return conform(out, MODULE_MEMORY)
+def _table(data: dict, n: int, plain: bool, schema: dict, columns: bool):
+    """`Columns` (for load_profile to merge across ranks) or a conformed DataFrame."""
+    if plain and columns:
+        return Columns(data, n)
+    return conform(pd.DataFrame(data) if n else empty(schema), schema)
 
 
-def read_text_memory(out_dir: Path, r: int, io: RankInputs) -> dict:
+def _scaled(cols: dict, key: str, n: int, factor: float, plain: bool):
+    if key not in cols:
+        return [float("nan")] * n if plain else float("nan")
+    return [v * factor for v in cols[key]] if plain else cols[key] * factor
+
+
+def _text(cols: dict, key: str, n: int, plain: bool, strip: bool = False):
+    if key not in cols:
+        return [None] * n if plain else None
+    if not strip:
+        return cols[key]
+    return [v.strip() for v in cols[key]] if plain else cols[key].astype(str).str.strip()
+
+
+def _record(path: Path, r: int, columns: bool = False):
+    c, n, plain = _columns(path, _RECORD)
+    data = {"rank": [r] * n, "component": _text(c, "component", n, plain, strip=True), "ts_us": c["ts_us"]}
+    for k in ("allocated", "reserved", "active"):
+        data[f"{k}_bytes"] = _scaled(c, f"{k}_mb", n, MIB, plain)
+    data["device"] = _text(c, "device", n, plain)
+    return _table(data, n, plain, MEMORY, columns)
+
+
+def _operator(path: Path, r: int, columns: bool = False):
+    c, n, plain = _columns(path, _OPERATOR)
+    data = {
+        "rank": [r] * n,
+        "name": c["name"],
+        "size_bytes": _scaled(c, "size_kb", n, KIB, plain),
+        "alloc_us": c["alloc_us"],
+        "release_us": _scaled(c, "release_us", n, 1.0, plain),
+        "device": _text(c, "device", n, plain),
+    }
+    return _table(data, n, plain, OP_MEMORY, columns)
+
+
+def _module(path: Path, r: int, columns: bool = False):
+    c, n, plain = _columns(path, _MODULE)
+    data = {
+        "rank": [r] * n,
+        "module": _text(c, "module", n, plain, strip=True),
+        "ts_us": c["ts_us"],
+        "reserved_bytes": _scaled(c, "reserved_mb", n, MIB, plain),
+        "device": _text(c, "device", n, plain),
+    }
+    return _table(data, n, plain, MODULE_MEMORY, columns)
+
+
+def read_text_memory(out_dir: Path, r: int, io: RankInputs, columns: bool = False) -> dict:
     """{memory_records, op_memory, module_memory} of one rank's text export (empty tables where absent; all
-    empty when any memory file present is damaged: the rank's memory is then unknown)."""
+    empty when any memory file present is damaged: the rank's memory is then unknown). `columns`: regular files
+    as `Columns`, which load_profile turns into one DataFrame per table across ranks."""
     readers = {
         "memory_records": ("memory_record.csv", _record),
         "op_memory": ("operator_memory.csv", _operator),
@@ -99,7 +130,7 @@ def read_text_memory(out_dir: Path, r: int, io: RankInputs) -> dict:
         if not p.exists():
             continue
         before = len(io.warnings)
-        df = io.read(p, fn, r)
+        df = io.read(p, fn, r, columns=columns)
         if df is None:
             if len(io.warnings) > before:
                 damaged = True

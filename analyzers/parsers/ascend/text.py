@@ -234,7 +234,7 @@ def parse_text_rank(
 
     from analyzers.parsers.ascend.memory import no_memory, read_text_memory
 
-    memory = {**no_memory(), **read_text_memory(out, r, io)}
+    memory = {**no_memory(), **read_text_memory(out, r, io, columns=columns)}
     ranks = Columns()
     ranks.append(
         {
