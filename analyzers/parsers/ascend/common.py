@@ -111,6 +111,22 @@ _NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _INTEGER = re.compile(r"\d+")
 
 
+def _csv_rows(path: Path, required: dict[str, str], optional: dict[str, str]):
+    """A CSV's non-empty rows (header first) and our name for each header (None: not wanted), without pandas;
+    None when it cannot be read or has no data row."""
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            rows = [r for r in csv.reader(fh) if r]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if len(rows) < 2:
+        return None
+    by_norm = {norm(k): v for k, v in {**required, **optional}.items()}
+    return rows, [by_norm.get(norm(h)) for h in rows[0]]
+
+
 def read_small_csv(
     path: Path,
     required: dict[str, str],
@@ -126,17 +142,10 @@ def read_small_csv(
     the exact number the profiler wrote; pandas' own parser is off by one ulp for ~7% of such numbers),
     `integer` as int; a file with any other column is left to `read_csv`. Same columns, order and values
     as `read_csv` gives for such a file."""
-    import csv
-
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r]
-    except (OSError, UnicodeDecodeError, csv.Error):
+    got_rows = _csv_rows(path, required, optional)
+    if got_rows is None:
         return None
-    if len(rows) < 2:
-        return None
-    by_norm = {norm(k): v for k, v in {**required, **optional}.items()}
-    names = [by_norm.get(norm(h)) for h in rows[0]]
+    rows, names = got_rows
     if (
         None in names
         or len(set(names)) != len(names)
@@ -177,17 +186,10 @@ def read_plain_csv(
     width, a number that is not one, an empty or N/A text cell, no data row): then `read_csv` reads it and
     reports its problems. For the files it reads, the same values as `read_csv`, numbers correctly rounded
     (Python's float())."""
-    import csv
-
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r]
-    except (OSError, UnicodeDecodeError, csv.Error):
+    got_rows = _csv_rows(path, required, optional)
+    if got_rows is None:
         return None
-    if len(rows) < 2:
-        return None
-    by_norm = {norm(k): v for k, v in {**required, **optional}.items()}
-    names = [by_norm.get(norm(h)) for h in rows[0]]
+    rows, names = got_rows
     wanted = [(i, n) for i, n in enumerate(names) if n is not None]
     got = [n for _, n in wanted]
     if len(set(got)) != len(got) or not set(required.values()) <= set(got):
