@@ -65,52 +65,26 @@ def _num(v) -> float | None:
     return None if math.isnan(f) else f
 
 
-def _max(s: pd.Series) -> float | None:
-    s = pd.to_numeric(s, errors="coerce").dropna()
-    return float(s.max()) if len(s) else None
-
-
 def framework_component(components) -> str | None:
     have = set(components)
     return next((c for c in FRAMEWORK_COMPONENTS if c in have), None)
 
 
-def rank_peaks(rec: pd.DataFrame) -> dict:
-    """Peaks of one rank's memory records: the framework allocator's (allocated, reserved, active and when
-    allocated peaked: the first record at the maximum) and the process's (APP Total Reserved)."""
-    out = {
-        "allocator": None,
-        "peak_allocated_bytes": None,
-        "peak_reserved_bytes": None,
-        "peak_active_bytes": None,
-        "peak_at_us": None,
-        "peak_process_bytes": None,
-    }
-    if rec is None or rec.empty:
-        return out
-    comp = framework_component(rec["component"].dropna().unique())
-    if comp is not None:
-        fw = rec[rec["component"] == comp]
-        out["allocator"] = comp
-        out["peak_allocated_bytes"] = _max(fw["allocated_bytes"])
-        out["peak_reserved_bytes"] = _max(fw["reserved_bytes"])
-        out["peak_active_bytes"] = _max(fw["active_bytes"])
-        if out["peak_allocated_bytes"] is not None:
-            out["peak_at_us"] = float(fw.loc[fw["allocated_bytes"] == out["peak_allocated_bytes"], "ts_us"].min())
-    app = rec[rec["component"] == PROCESS_COMPONENT]
-    if len(app):
-        out["peak_process_bytes"] = _max(app["reserved_bytes"])
-    return out
+def no_peaks() -> dict:
+    """The peaks of a rank without memory records: all unknown."""
+    keys = ("allocator", "peak_allocated_bytes", "peak_reserved_bytes", "peak_active_bytes", "peak_at_us")
+    return dict.fromkeys((*keys, "peak_process_bytes"))
 
 
 def all_rank_peaks(rec: pd.DataFrame | None) -> dict[int, dict]:
-    """`rank_peaks` of every rank in the memory records at once (grouped, not rank by rank: a cluster has
-    thousands of ranks); ranks without records are absent."""
+    """Each rank's peaks from its memory records, in one grouped pass (a cluster has thousands of ranks): the
+    framework allocator's (allocated, reserved, active, and when allocated peaked: the first record at the
+    maximum) and the process's (APP Total Reserved). Ranks without records are absent."""
     if rec is None or not len(rec):
         return {}
     comps = rec.groupby("rank", sort=False)["component"].unique()
     fw_of = {int(r): framework_component(pd.Series(c).dropna()) for r, c in comps.items()}
-    out = {r: rank_peaks(None) for r in fw_of}
+    out = {r: no_peaks() for r in fw_of}
     num = rec[["rank", "component", "ts_us"]].assign(
         **{c: pd.to_numeric(rec[c], errors="coerce") for c in ("allocated_bytes", "reserved_bytes", "active_bytes")}
     )
@@ -371,7 +345,7 @@ def analysis(ctx: Context) -> Output:
     device_capacity = _num((ctx.config or {}).get("device_memory_bytes"))
     for r in sorted(ranks):
         m = meta.get(r) or {}
-        pk = peaks_of.get(r) or rank_peaks(None)
+        pk = peaks_of.get(r) or no_peaks()
         if m.get("host"):
             hosts[r] = m["host"]
         row = {

@@ -49,69 +49,67 @@ _MODULE = (
 )
 
 
-def _columns(path: Path, spec: tuple) -> tuple[dict, int, bool]:
-    """The file's wanted columns as plain lists (fast path) or from `read_csv` (anything irregular, which also
-    reports a damaged file), their row count, and whether they are plain lists."""
+def _columns(path: Path, spec: tuple) -> tuple[dict[str, list], int]:
+    """The file's wanted columns as lists and their row count: read without pandas when the file is regular,
+    else by `read_csv` (which also reports a damaged file)."""
     cols = read_plain_csv(path, *spec)
-    if cols is not None:
-        return cols, len(next(iter(cols.values()))), True
-    df = read_csv(path, spec[0], spec[1], numeric=spec[2])
-    return {c: df[c] for c in df.columns}, len(df), False
+    if cols is None:
+        df = read_csv(path, spec[0], spec[1], numeric=spec[2])
+        cols = {c: df[c].tolist() for c in df.columns}
+    return cols, len(next(iter(cols.values()), []))
 
 
-def _table(data: dict, n: int, plain: bool, schema: dict, columns: bool):
+def _table(data: dict, n: int, schema: dict, columns: bool):
     """`Columns` (for load_profile to merge across ranks) or a conformed DataFrame."""
-    if plain and columns:
+    if columns:
         return Columns(data, n)
     return conform(pd.DataFrame(data) if n else empty(schema), schema)
 
 
-def _scaled(cols: dict, key: str, n: int, factor: float, plain: bool):
-    if key not in cols:
-        return [float("nan")] * n if plain else float("nan")
-    return [v * factor for v in cols[key]] if plain else cols[key] * factor
+def _scaled(cols: dict, key: str, n: int, factor: float) -> list:
+    """Column `key` times `factor` (NaN where the file has no such column)."""
+    return [v * factor for v in cols[key]] if key in cols else [float("nan")] * n
 
 
-def _text(cols: dict, key: str, n: int, plain: bool, strip: bool = False):
+def _text(cols: dict, key: str, n: int, strip: bool = False) -> list:
+    """Text column `key` (stripped: as `str(v).strip()`), None where the file has no such column."""
     if key not in cols:
-        return [None] * n if plain else None
-    if not strip:
-        return cols[key]
-    return [v.strip() for v in cols[key]] if plain else cols[key].astype(str).str.strip()
+        return [None] * n
+    return [str(v).strip() for v in cols[key]] if strip else cols[key]
 
 
 def _record(path: Path, r: int, columns: bool = False):
-    c, n, plain = _columns(path, _RECORD)
-    data = {"rank": [r] * n, "component": _text(c, "component", n, plain, strip=True), "ts_us": c["ts_us"]}
+    c, n = _columns(path, _RECORD)
+    data = {"rank": [r] * n, "component": _text(c, "component", n, strip=True), "ts_us": c["ts_us"]}
     for k in ("allocated", "reserved", "active"):
-        data[f"{k}_bytes"] = _scaled(c, f"{k}_mb", n, MIB, plain)
-    data["device"] = _text(c, "device", n, plain)
-    return _table(data, n, plain, MEMORY, columns)
+        data[f"{k}_bytes"] = _scaled(c, f"{k}_mb", n, MIB)
+    data["device"] = _text(c, "device", n)
+    return _table(data, n, MEMORY, columns)
 
 
 def _operator(path: Path, r: int, columns: bool = False):
-    c, n, plain = _columns(path, _OPERATOR)
+    c, n = _columns(path, _OPERATOR)
     data = {
         "rank": [r] * n,
         "name": c["name"],
-        "size_bytes": _scaled(c, "size_kb", n, KIB, plain),
+        "size_bytes": _scaled(c, "size_kb", n, KIB),
         "alloc_us": c["alloc_us"],
-        "release_us": _scaled(c, "release_us", n, 1.0, plain),
-        "device": _text(c, "device", n, plain),
+        "release_us": _scaled(c, "release_us", n, 1.0),
+        "device": _text(c, "device", n),
     }
-    return _table(data, n, plain, OP_MEMORY, columns)
+    return _table(data, n, OP_MEMORY, columns)
 
 
 def _module(path: Path, r: int, columns: bool = False):
-    c, n, plain = _columns(path, _MODULE)
+    c, n = _columns(path, _MODULE)
     data = {
         "rank": [r] * n,
-        "module": _text(c, "module", n, plain, strip=True),
+        "module": _text(c, "module", n, strip=True),
         "ts_us": c["ts_us"],
-        "reserved_bytes": _scaled(c, "reserved_mb", n, MIB, plain),
-        "device": _text(c, "device", n, plain),
+        "reserved_bytes": _scaled(c, "reserved_mb", n, MIB),
+        "device": _text(c, "device", n),
     }
-    return _table(data, n, plain, MODULE_MEMORY, columns)
+    return _table(data, n, MODULE_MEMORY, columns)
 
 
 def read_text_memory(out_dir: Path, r: int, io: RankInputs, columns: bool = False) -> dict:
