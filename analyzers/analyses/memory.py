@@ -130,12 +130,16 @@ def timelines(rec: pd.DataFrame | None, n: int = TIMELINE_POINTS) -> pd.DataFram
 
 
 def live_at(op_mem: pd.DataFrame, ts_us: float) -> pd.DataFrame:
-    """Allocations live at `ts_us`: allocated at or before it and released after it (or never, in the window)."""
+    """Allocations live at `ts_us`: allocated at or before it and released after it (or never, in the window).
+
+    Largest first; equal sizes in allocation order (the earlier first), then by name, so the order is the data's,
+    not the sort algorithm's or the library version's."""
     if op_mem is None or op_mem.empty or ts_us is None:
         return op_mem.iloc[0:0] if op_mem is not None else pd.DataFrame()
     rel = op_mem["release_us"]
     m = (op_mem["alloc_us"] <= ts_us) & (rel.isna() | (rel > ts_us))
-    return op_mem[m].sort_values("size_bytes", ascending=False)
+    keys = [c for c in ("size_bytes", "alloc_us", "name") if c in op_mem.columns]
+    return op_mem[m].sort_values(keys, ascending=[False] + [True] * (len(keys) - 1), kind="stable")
 
 
 def _by_rank(df: pd.DataFrame | None) -> dict[int, pd.DataFrame]:

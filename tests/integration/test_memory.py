@@ -124,6 +124,21 @@ def test_live_at_is_inclusive_of_the_allocation_and_exclusive_of_the_release():
     assert sorted(live_at(om, 10.0)["name"]) == ["a", "c"]
 
 
+def test_live_at_breaks_size_ties_by_allocation_time_then_name():
+    # equal sizes: the earlier allocation first, then the name; never the input order or the sort algorithm's
+    om = pd.DataFrame(
+        {
+            "rank": 0,
+            "name": ["z_late", "b_same_time", "big", "a_same_time", "small"],
+            "size_bytes": [8.0, 8.0, 16.0, 8.0, 1.0],
+            "alloc_us": [7.0, 3.0, 9.0, 3.0, 1.0],
+            "release_us": [None] * 5,
+        }
+    )
+    assert list(live_at(om, 10.0)["name"]) == ["big", "a_same_time", "b_same_time", "z_late", "small"]
+    assert list(live_at(om.iloc[::-1], 10.0)["name"]) == ["big", "a_same_time", "b_same_time", "z_late", "small"]
+
+
 def test_attribution_shares_of_the_peak():
     _, a, _ = _memory(fixture_path(*PT, "text", "level1"))
     at = a.tables["memory_attribution"]
