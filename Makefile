@@ -6,15 +6,32 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install quickstart lint test browser slurm slurm-up slurm-down mutation clean
 
-# Python environment with perfbench, MindSpore (CPU) and the test tools; redone when pyproject.toml changes.
-$(STAMP): pyproject.toml
+LOCK   := requirements.lock
+
+.PHONY: lock
+
+# Python environment with perfbench, MindSpore (CPU), PyTorch (CPU) and the test tools, at the locked versions
+# (requirements.lock: every package pinned, installed without the resolver); redone when the lock or pyproject changes.
+$(STAMP): pyproject.toml $(LOCK)
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (perfbench targets Python 3.11)"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[train,test]'
+	$(BIN)/python -m pip install --quiet --no-deps -r $(LOCK)
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# Move the locked versions forward on purpose: resolve pyproject.toml's dependencies and extras afresh in a scratch
+# environment and write requirements.lock from it (then `make test`, and commit the lock with the result).
+LOCK_VENV ?= /tmp/perfbench-lock-venv
+lock:
+	rm -rf $(LOCK_VENV) && $(PYTHON) -m venv $(LOCK_VENV)
+	$(LOCK_VENV)/bin/python -m pip install --quiet '.[train,test]'
+	$(LOCK_VENV)/bin/python -m pip install --quiet $$($(LOCK_VENV)/bin/python -c "import tomllib; \
+	  print(*tomllib.load(open('pyproject.toml', 'rb'))['project']['optional-dependencies']['pytorch'])")
+	{ sed -n '/^#/p' $(LOCK); $(LOCK_VENV)/bin/python -m pip freeze --all --exclude-editable \
+	  | grep -v -i -e '^pip==' -e '^perfbench'; } > $(LOCK).new && mv $(LOCK).new $(LOCK)
+	rm -rf $(LOCK_VENV)
 
 # A real sweep: ResNet-50 on 1 and 2 ranks through msrun, profiled, analyzed, stored in ./perfbench-results.
 quickstart: install
