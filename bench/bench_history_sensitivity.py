@@ -10,7 +10,7 @@ many injected 10% slowdowns it catches and how many clean runs it flags.
 3. Trials (one more sweep, `busy_ms` in {0, X}, `--trials` x `--current` repeats, repeats the outer loop so
    clean and slowed runs alternate in time and share the machine's load): trial k's current entry is the k-th
    `--current` clean runs (false-alarm trial) or slowed runs (detection trial), judged against the fixed history
-   by perfbench.regress.check.judge_series (the code of `check --history`): E-Divisive + prediction test + per-step
+   by perfbench.regress.history.judge_series (the code of `check --history`): E-Divisive + prediction test + per-step
    Mann-Whitney, threshold 5%, alpha 0.05. Every trial's current runs are its own; none is reused.
    `--history-mode spread` judges the same trials against a history whose points span the whole session (the
    history runs plus all clean trial runs except the trial's own, in time order), as a CI history spans days of
@@ -42,9 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from analyzers.catalogue import METRICS as CATALOGUE  # noqa: E402
-from perfbench.regress.check import judge_series  # noqa: E402
 from perfbench.regress.compare import step_samples  # noqa: E402
-from perfbench.regress.history import Point, Series, gate_value  # noqa: E402
+from perfbench.regress.history import Point, Series, gate_value, judge_series  # noqa: E402
 from perfbench.store import Store  # noqa: E402
 
 SWEEP = """name: {name}

@@ -127,15 +127,9 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from perfbench.regress.check import (
-        DEFAULT_METRICS,
-        IGNORED_SETTINGS,
-        parse_threshold,
-        run_check,
-        run_history_check,
-        to_junit,
-        to_markdown,
-    )
+    from perfbench.regress.check import DEFAULT_METRICS, IGNORED_SETTINGS, parse_threshold, run_check
+    from perfbench.regress.history import run_history_check
+    from perfbench.views.check_report import to_junit, to_markdown
     from perfbench.store import Store
 
     if not (0 < args.alpha < 1):
@@ -189,8 +183,9 @@ def emit(args, res: dict, md: str, junit: str) -> int:
 
 
 def run_ab_cli(args) -> int:
-    from perfbench.regress.check import AB_METRICS, parse_threshold, to_junit
-    from perfbench.regress.ab import CommandSides, SettingsSides, ab_markdown, run_ab
+    from perfbench.regress.ab import AB_METRICS, CommandSides, SettingsSides, run_ab
+    from perfbench.regress.check import parse_threshold
+    from perfbench.views.check_report import ab_markdown, to_junit
     from perfbench.run.config import load_config
     from perfbench.store import Store
 

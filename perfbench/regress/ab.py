@@ -15,7 +15,7 @@ Two ways to give the sides:
   PERFBENCH_AB_PAIR=i in its environment); the run it added (the newest) is that side's run of the pair.
 
 Each run's value is its gate value (perfbench.regress.history.gate_value: the 10th percentile of its per-step samples on
-the good side), the decision perfbench.regress.check.decide_paired. A pair with a failed or unsteady run
+the good side), the decision `decide_paired` below. A pair with a failed or unsteady run
 (analyzers.analyses.steadiness) is measured again, up to `--remeasure` extra pairs per job; what is still unsteady is
 kept
 and flagged.
@@ -23,17 +23,110 @@ and flagged.
 
 from __future__ import annotations
 
+import math
 import os
-from typing import Any
 import subprocess
 import time
+from typing import Any
 
+import numpy as np
 import yaml
 
 from perfbench.errors import ConfigError, UserError
+from perfbench.regress.compare import METRICS
+from perfbench.regress.verdict import exit_code, fold
 from perfbench.store import Store
 
 SIDES = ("baseline", "candidate")
+AB_METRICS = ("step_time_s", "step_cpu_s")
+MIN_PAIRS = 3
+
+
+def decide_paired(metric: str, pairs: list[tuple[float | None, float | None]], threshold: float, alpha: float) -> dict:
+    """`check --ab`: the verdict for one metric from the (baseline, candidate) values of interleaved run pairs.
+
+    d_i = ln(candidate_i / baseline_i), turned so that > 0 = worse (throughput: ln(baseline_i / candidate_i));
+    pairs missing a side or with a value <= 0 are left out. With n >= MIN_PAIRS pairs: mean d, its standard
+    error s / sqrt(n), a two-sided one-sample t-test of mean d = 0 (df = n - 1), the effect exp(mean d) (the
+    geometric mean of the per-pair ratios) with its (1 - alpha) interval exp(mean d +- t_{1-alpha/2} s/sqrt(n)),
+    and the Wilcoxon signed-rank p (reported; with n <= 5 it cannot go below 0.0625). Verdict: regression =
+    p < alpha and exp(mean d) - 1 > threshold; improvement = p < alpha and exp(-mean d) - 1 > threshold;
+    otherwise unchanged; fewer than MIN_PAIRS usable pairs: undecided. Load that drifts over the job moves both
+    runs of a pair alike and cancels in d_i; load that changes within a pair is noise the t-test sees."""
+    from scipy import stats
+
+    higher, unit, _ = METRICS.get(metric, (False, "", "ratio"))
+    res = {
+        "metric": metric,
+        "unit": unit,
+        "higher_is_better": higher,
+        "threshold": threshold,
+        "alpha": alpha,
+        "change_kind": "relative",
+        "basis": "pairs",
+    }
+    ok = [(b, c) for b, c in pairs if b is not None and c is not None and b > 0 and c > 0]
+    res.update(
+        n_pairs=len(ok),
+        pairs_left_out=len(pairs) - len(ok),
+        baseline=float(np.median([b for b, _ in ok])) if ok else None,
+        current=float(np.median([c for _, c in ok])) if ok else None,
+    )
+    if len(ok) < MIN_PAIRS:
+        return dict(
+            res, verdict="undecided", change=None, p_value=None, reason=f"{len(ok)} complete pair(s); need {MIN_PAIRS}"
+        )
+    d = np.array([math.log(b / c) if higher else math.log(c / b) for b, c in ok])
+    n, mean = len(d), float(d.mean())
+    sd = float(d.std(ddof=1))
+    se = sd / math.sqrt(n)
+    tq = float(stats.t.ppf(1 - alpha / 2, n - 1))
+    if se == 0:
+        p = 1.0 if mean == 0 else 0.0
+    else:
+        p = float(2 * stats.t.sf(abs(mean / se), n - 1))
+    try:
+        p_w = float(stats.wilcoxon(d).pvalue) if np.any(d != 0) else 1.0
+    except ValueError:
+        p_w = None
+    worse = math.exp(mean) - 1.0 if mean >= 0 else -(math.exp(-mean) - 1.0)
+    lo, hi = math.exp(mean - tq * se), math.exp(mean + tq * se)
+    # change of the metric itself (candidate / baseline - 1), as in `check`; worse_by is turned by direction
+    ratio = math.exp(-mean) if higher else math.exp(mean)
+    ci = (1 / hi - 1, 1 / lo - 1) if higher else (lo - 1, hi - 1)
+    significant = p < alpha
+    if significant and worse > threshold:
+        verdict = "regression"
+    elif significant and worse < -threshold:
+        verdict = "improvement"
+    else:
+        verdict = "unchanged"
+    res.update(
+        verdict=verdict,
+        change=ratio - 1.0,
+        change_ci=list(ci),
+        worse_by=worse,
+        mean_log_ratio=mean,
+        sd_log_ratio=sd,
+        t=None if se == 0 else mean / se,
+        p_value=p,
+        p_wilcoxon=p_w,
+        threshold_used=threshold,
+    )
+    why = []
+    if not significant:
+        why.append(f"paired t p={p:.3g} ≥ {alpha}")
+    if abs(worse) <= threshold:
+        why.append(f"|change| {abs(worse) * 100:.1f}% ≤ {threshold * 100:g}%")
+    res["reason"] = (
+        "; ".join(why)
+        if verdict == "unchanged"
+        else (
+            f"paired t p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}% > "
+            f"{threshold * 100:g}% over {n} pairs"
+        )
+    )
+    return res
 
 
 def parse_set(text: str, cfg) -> tuple[str, object]:
@@ -174,7 +267,6 @@ def run_ab(
     name: str = "ab",
     on_run=None,
 ) -> dict:
-    from perfbench.regress.check import AB_METRICS, decide_paired
     from perfbench.run.launcher import close_spare
     from perfbench.run.sweep import new_sweep_id
 
@@ -235,17 +327,8 @@ def run_ab(
     store.write_sweep(job)
     used = [r for r in rows if not r.get("replaced")]
     ms = [decide_paired(m, [tuple(r["values"][m]) for r in used], threshold, alpha) for m in metrics]
-    vs = [m["verdict"] for m in ms]
-    status = (
-        "regression"
-        if "regression" in vs
-        else "undecided"
-        if "undecided" in vs
-        else "improvement"
-        if "improvement" in vs
-        else "unchanged"
-    )
-    code = 1 if status == "regression" else 2 if status == "undecided" else 0
+    status = fold(m["verdict"] for m in ms)
+    code = exit_code(status)
     group = {
         "settings": sides.settings("candidate"),
         "baseline_settings": sides.settings("baseline"),
@@ -270,62 +353,3 @@ def run_ab(
         "unsteady_pairs_kept": sum(1 for r in used if r["unsteady"]),
         "checked_at": time.time(),
     }
-
-
-def ab_markdown(res: dict) -> str:
-    from perfbench.regress.check import ICON, _settings_label, _v
-
-    g = res["groups"][0]
-    differ = {
-        k: (g["baseline_settings"].get(k), g["settings"].get(k))
-        for k in sorted(set(g["baseline_settings"]) | set(g["settings"]))
-        if g["baseline_settings"].get(k) != g["settings"].get(k)
-    }
-    lines = [
-        f"## perfbench check --ab: {ICON.get(res['verdict'], res['verdict'])}",
-        "",
-        f"Job `{res['job']}`: baseline (A) and candidate (B) run alternately, {len(g['current_runs'])} pairs "
-        f"(order AB, BA, ...). Per pair the ratio B / A of each run's 10% fastest steps; paired t-test on the "
-        f"log ratios, p < {res['alpha']}, threshold {res['threshold'] * 100:g}%.",
-        "",
-        "Candidate differs in: "
-        + (", ".join(f"{k}: {a} → {b}" for k, (a, b) in differ.items()) or "nothing")
-        + f" (baseline: {_settings_label(g['baseline_settings'])}).",
-        "",
-        f"| metric | A (median of runs) | B (median of runs) | change (geo. mean of pair ratios) | "
-        f"{int((1 - res['alpha']) * 100)}% interval | pairs | p (t / Wilcoxon) | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for m in g["metrics"]:
-        chg = "–" if m.get("change") is None else f"{m['change'] * 100:+.1f}%"
-        ci = "–" if not m.get("change_ci") else f"{m['change_ci'][0] * 100:+.1f}% … {m['change_ci'][1] * 100:+.1f}%"
-        p = (
-            "–"
-            if m.get("p_value") is None
-            else f"{m['p_value']:.2g}" + ("" if m.get("p_wilcoxon") is None else f" / {m['p_wilcoxon']:.2g}")
-        )
-        lines.append(
-            f"| {m['metric']} | {_v(m.get('baseline'))} | {_v(m.get('current'))} | {chg} | {ci} | "
-            f"{m.get('n_pairs', 0)} | {p} | {ICON[m['verdict']]}"
-            f"{' (' + m['reason'] + ')' if m['verdict'] == 'undecided' else ''} |"
-        )
-    lines += [
-        "",
-        "| pair | order | A run | B run | " + " | ".join(f"{m} A / B" for m in g_metrics(g)) + " | note |",
-        "|---|---|---|---|" + "---|" * len(g_metrics(g)) + "---|",
-    ]
-    for r in res["pairs"]:
-        vals = " | ".join(f"{_v(r['values'][m][0])} / {_v(r['values'][m][1])}" for m in g_metrics(g))
-        note = "; ".join(f"{s}: {', '.join(w)}" for s, w in r["unsteady"].items())
-        note = ("measured again: " if r.get("replaced") else "kept, unsteady: " if note else "") + note
-        again = f" (again {r['attempt']})" if r["attempt"] else ""
-        lines.append(
-            f"| {r['pair']}{again} | {r['order']} | {r['baseline_run']} | {r['candidate_run']} | {vals} | "
-            f"{note or '–'} |"
-        )
-    lines.append(f"\nExit code {res['exit_code']} (0 no regression, 1 regression, 2 could not decide).\n")
-    return "\n".join(lines)
-
-
-def g_metrics(g: dict) -> list[str]:
-    return [m["metric"] for m in g["metrics"]]

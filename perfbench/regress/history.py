@@ -28,8 +28,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from perfbench.regress.baseline import resolve_target, run_entry
+import numpy as np
+
+from analyzers.stats import mann_whitney_p
 from perfbench.errors import UserError
+from perfbench.regress.baseline import resolve_target, run_entry
+from perfbench.regress.check import DEFAULT_METRICS, IGNORED_SETTINGS, run_check
+from perfbench.regress.verdict import DECIDED, exit_code, fold
 from perfbench.store import Store, atomic_write_json
 
 FAST_QUANTILE = 0.1  # gate value: this quantile of a run's per-step samples on the good side
@@ -239,3 +244,223 @@ def series_with_change_points(
         ]
         out.append(d)
     return out
+
+
+# ---- `check --history`: the current results against the metric's history ----------------------------------
+
+MIN_HISTORY = 3  # reference points the prediction test needs
+GATE_STATISTIC = (
+    "per run: 10th percentile of the per-step samples on the good side (perfbench.regress.history.gate_value)"
+)
+
+
+def judge_series(
+    ser, current_entry: str, metric: str, *, threshold: float, alpha: float, permutations: int = 200
+) -> dict:
+    """Verdict for the current entry's points at the end of one series (perfbench.regress.history.Series).
+
+    Each run is one point, valued by its gate value (perfbench.regress.history.gate_value: the 10% fastest steps),
+    so a run that neighbours slowed in bursts still shows its own speed.
+
+    1. E-Divisive over every point with a value; each change point is reported (where it began, size,
+       confidence). If the segment holding the current points began at a change point that made the
+       metric worse (better) by more than `threshold` (E-Divisive keeps a change point only when its permutation
+       test gives p <= alpha): regression (improvement), began at that point's commit/run.
+    2. Otherwise the current points against the history part of their own segment: regression when the
+       Student-t prediction test (changepoint.prediction_p) AND the per-pair Mann–Whitney test on the
+       per-step samples both give p < alpha and the current median is worse by more than `threshold`.
+    """
+    from perfbench.regress.changepoints import e_divisive, prediction_p, segments
+
+    from analyzers.catalogue import metric as catalogued
+
+    m = catalogued(metric)  # direction and unit: the metric catalogue
+    higher, unit = m.better == "higher", m.unit
+
+    gates = {id(p): gate_value(p.value, p.samples, m.better) for p in ser.points}
+    pts = [p for p in ser.points if gates[id(p)] is not None and gates[id(p)] > 0]
+    cur = [p for p in pts if p.entry_id == current_entry]
+    res = {
+        "settings": ser.settings,
+        "key": ser.key,
+        "metric": metric,
+        "unit": unit,
+        "higher_is_better": higher,
+        "points": len(pts),
+        "current_points": len(cur),
+        "change_points": [],
+        "statistic": GATE_STATISTIC,
+    }
+    if not cur:
+        return dict(res, verdict="skipped", reason="not measured in the current results")
+    vals = [gates[id(p)] for p in pts]
+
+    def worse_by(ratio: float) -> float:  # > 0 worse, < 0 better, as in decide_metric
+        f = 1.0 / ratio if higher else ratio
+        return f - 1.0 if f >= 1 else -(1.0 / f - 1.0)
+
+    cps = e_divisive(vals, alpha=alpha, permutations=permutations)
+    for c in cps:
+        p = pts[c.index]
+        res["change_points"].append(
+            {
+                "index": c.index,
+                "began_at": p.ref,
+                "commit": p.commit,
+                "entry_id": p.entry_id,
+                "run_id": p.run_id,
+                "before": c.before,
+                "after": c.after,
+                "ratio": c.ratio,
+                "worse_by": worse_by(c.ratio),
+                "confidence": c.confidence,
+            }
+        )
+    start, _ = segments(len(vals), cps)[-1]
+    first_cur = len(pts) - len(cur)
+    cur_vals = vals[first_cur:]
+    res["current"] = float(np.median(cur_vals))
+    if start > 0:
+        cp = res["change_points"][-1]
+        if abs(cp["worse_by"]) > threshold:  # E-Divisive kept it: its permutation test gave p <= alpha
+            verdict = "regression" if cp["worse_by"] > 0 else "improvement"
+            return dict(
+                res,
+                verdict=verdict,
+                reference=cp["before"],
+                change=cp["ratio"] - 1.0,
+                worse_by=cp["worse_by"],
+                began_at=cp["began_at"],
+                began_commit=cp["commit"],
+                began_run=cp["run_id"],
+                confidence=cp["confidence"],
+                method="e-divisive",
+                reason=f"change point at {cp['began_at']}: {'worse' if cp['worse_by'] > 0 else 'better'} by "
+                f"{abs(cp['worse_by']) * 100:.1f}% > {threshold * 100:g}%, confidence {cp['confidence']:.2f}",
+            )
+    # reference: the history part of the segment holding the last earlier point
+    ref_start = max([a for a, _ in segments(len(vals), cps) if a < first_cur] or [0])
+    ref_pts = pts[ref_start:first_cur]
+    if len(ref_pts) < MIN_HISTORY:
+        return dict(
+            res,
+            verdict="no-history",
+            reason=f"{len(ref_pts)} earlier point(s) in the current segment; need {MIN_HISTORY}",
+        )
+    ref_vals = [gates[id(p)] for p in ref_pts]
+    reference = float(np.median(ref_vals))
+    ratio = res["current"] / reference
+    p_pred = prediction_p(ref_vals, cur_vals, higher_is_better=higher)
+    p_mw = mann_whitney_p([x for p in ref_pts for x in p.samples], [x for p in cur for x in p.samples])
+    w = worse_by(ratio)
+    p_better = prediction_p(ref_vals, cur_vals, higher_is_better=not higher)
+    res.update(
+        reference=reference,
+        reference_points=len(ref_pts),
+        change=ratio - 1.0,
+        worse_by=w,
+        p_value=p_pred,
+        p_mann_whitney=p_mw,
+        method="prediction",
+        began_at=cur[0].ref,
+        began_commit=cur[0].commit,
+        began_run=cur[0].run_id,
+    )
+    # metrics without per-step samples in the store (perfbench.regress.compare.step_samples) are judged by the
+    # prediction test alone
+    no_samples = not any(p.samples for p in ref_pts) or not any(p.samples for p in cur)
+    sig_mw = no_samples or (p_mw is not None and p_mw < alpha)
+    if w > threshold and p_pred is not None and p_pred < alpha and sig_mw:
+        res.update(verdict="regression", confidence=1 - p_pred)
+    elif w < -threshold and p_better is not None and p_better < alpha and sig_mw:
+        res.update(verdict="improvement", confidence=1 - p_better)
+    else:
+        res["verdict"] = "unchanged"
+    why = []
+    if abs(w) <= threshold:
+        why.append(f"|change| {abs(w) * 100:.1f}% ≤ {threshold * 100:g}%")
+    pp = p_pred if w >= 0 else p_better
+    if pp is None or pp >= alpha:
+        why.append(f"prediction p={'–' if pp is None else f'{pp:.3g}'} ≥ {alpha}")
+    if not sig_mw:
+        why.append(f"Mann–Whitney p={'–' if p_mw is None else f'{p_mw:.3g}'} ≥ {alpha}")
+    res["reason"] = (
+        "; ".join(why)
+        if res["verdict"] == "unchanged"
+        else (
+            f"{'worse' if w > 0 else 'better'} by {abs(w) * 100:.1f}% than the {len(ref_pts)} points since "
+            f"{ref_pts[0].ref}; prediction p={pp:.3g}" + ("" if p_mw is None else f", Mann–Whitney p={p_mw:.3g}")
+        )
+    )
+    return res
+
+
+def run_history_check(
+    store: Store,
+    current: str,
+    *,
+    baseline_name: str | None = None,
+    label: str | None = None,
+    commit: str | None = None,
+    threshold: float = 0.05,
+    alpha: float = 0.05,
+    metrics=DEFAULT_METRICS,
+    ignore=IGNORED_SETTINGS,
+    permutations: int = 200,
+    history_metrics=None,
+) -> dict:
+    """`perfbench check --history`: record the current results in the history, judge them against it
+    (judge_series per configuration x metric) and, with a baseline, also run the per-pair check.
+    Exit code: 1 if either judged a regression; else the per-pair check's code when a baseline was given;
+    else 2 if no configuration had enough history, else 0. `history_metrics` (default: `metrics`) are the
+    metrics judged against the history, `metrics` those of the per-pair check."""
+    from analyzers.catalogue import METRICS as CATALOGUE
+
+    history_metrics = tuple(history_metrics or metrics)
+    unknown = [m for m in history_metrics if m not in CATALOGUE or CATALOGUE[m].better is None]
+    if unknown:
+        raise UserError(
+            f"cannot judge metric(s) {', '.join(unknown)} against the history; known metrics with a "
+            f"direction: {', '.join(k for k, v in CATALOGUE.items() if v.better)}"
+        )
+    pair = (
+        run_check(store, baseline_name, current, threshold=threshold, alpha=alpha, metrics=metrics, ignore=ignore)
+        if baseline_name
+        else None
+    )
+    entry = record(store, current, via="check", label=label, commit=commit)
+    past = [e for e in entries(store) if e["entry_id"] != entry["entry_id"]]
+    judged = []
+    for m in history_metrics:
+        for ser in series(past + [entry], m, ignore=ignore):
+            if any(p.entry_id == entry["entry_id"] for p in ser.points):
+                judged.append(
+                    judge_series(ser, entry["entry_id"], m, threshold=threshold, alpha=alpha, permutations=permutations)
+                )
+    hist_verdict = fold((j["verdict"] for j in judged if j["verdict"] in DECIDED), empty="no-history")
+    out = {
+        "entry": {k: entry[k] for k in ("entry_id", "ref", "commit", "label", "time", "machine", "source")},
+        "entries": len(past) + 1,
+        "verdict": hist_verdict,
+        "threshold": threshold,
+        "alpha": alpha,
+        "permutations": permutations,
+        "results": judged,
+    }
+    if pair is not None:
+        res = dict(pair, history=out)
+        if hist_verdict == "regression" and res["verdict"] != "regression":
+            res.update(verdict="regression", exit_code=exit_code("regression"))
+        return res
+    return {
+        "verdict": hist_verdict,
+        "exit_code": exit_code(hist_verdict),
+        "baseline": None,
+        "current": {"kind": entry["source"]["kind"], "id": current, "unfinished_runs": []},
+        "threshold": threshold,
+        "alpha": alpha,
+        "groups": [],
+        "unmatched_baseline_groups": [],
+        "history": out,
+        "checked_at": time.time(),
+    }

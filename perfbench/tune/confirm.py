@@ -11,7 +11,9 @@ docs/benchmarks.md: a single 65.4 among runs of 92-96 samples/s flipped a pick m
 Each run's value is its objective as the catalogue defines it (for throughput: the median over the run's
 measured steps). A re-measurement that is unsteady by its own CPU time (analyzers.analyses.steadiness: CPU time per
 step CV
-or ranks' CPU spread beyond their limits) does not vote; the candidate row lists it under `unsteady`.
+or ranks' CPU spread beyond their limits) does not vote; the candidate row lists it under `unsteady`. A candidate
+whose fresh runs were all unsteady keeps its trial value alone as its vote (`unconfirmed: true`): on a loaded machine
+that keeps the search's answer from flipping to a worse setting whose fresh run happened to be steady.
 With fewer than 2 contenders there is nothing to decide and nothing is re-measured.
 
 With `profile_best`, the last round runs the leader so far (best median of its trial and earlier rounds) with
@@ -114,7 +116,11 @@ def confirm(study, cfg, store: Store, study_id: str, spec, *, profile_last: bool
             if v is not None and not (isinstance(v, float) and math.isnan(v)):
                 row["values"].append(float(v))
     for row in rows.values():
-        row["median"] = _vote(row) if row["values"] else None
+        # every fresh run unsteady: that says the machine was noisy, not that the setting is worse, so the trial's
+        # own value stands alone (flagged); fresh runs that failed or measured nothing leave no vote
+        if not row["values"] and row.get("unsteady") and len(row["unsteady"]) == len(row["runs"]):
+            row["unconfirmed"] = True
+        row["median"] = _vote(row) if row["values"] or row.get("unconfirmed") else None
     measured = [r for r in rows.values() if r["median"] is not None]
     if not measured:
         return {"candidates": list(rows.values()), "pick": None, "profiled_run": None, "rounds": conf.rounds}

@@ -61,7 +61,9 @@ def render(out, ans: dict, results) -> None:
             "interleaved; the best has the best median of its trial and these runs:"
         )
         for c in conf["candidates"]:
-            vals = ", ".join(format_value(obj, v) for v in c["values"]) or "no value"
+            vals = ", ".join(format_value(obj, v) for v in c["values"]) or (
+                "unsteady, not counted: the trial's value alone" if c.get("unconfirmed") else "no value"
+            )
             mark = " [bold green]← best[/bold green]" if c["number"] == conf.get("pick") else ""
             point = ", ".join(f"{k}={c['settings'].get(k)}" for k in varied)
             out.print(

@@ -1,4 +1,4 @@
-"""`perfbench check --ab`: the paired decision (perfbench.regress.check.decide_paired) on hand-computed cases, and the
+"""`perfbench check --ab`: the paired decision (perfbench.regress.ab.decide_paired) on hand-computed cases, and the
 job's order and re-measurement (perfbench.regress.ab.run_ab) with sides that need no msrun."""
 
 from __future__ import annotations
@@ -7,8 +7,7 @@ import math
 
 import pytest
 
-from perfbench.regress.check import decide_paired
-from perfbench.regress.ab import run_ab
+from perfbench.regress.ab import decide_paired, run_ab
 from perfbench.store import Store
 
 E = math.exp

@@ -9,8 +9,7 @@ import math
 import pytest
 
 from perfbench.regress.changepoints import e_divisive, prediction_p, segments
-from perfbench.regress.check import judge_series
-from perfbench.regress.history import Point, Series, gate_value
+from perfbench.regress.history import Point, Series, gate_value, judge_series
 
 # a fixed "noise" pattern (±1%) so the series are exactly reproducible
 WIGGLE = [0.0, 0.01, -0.008, 0.004, -0.01, 0.007, -0.003, 0.009, -0.006, 0.002, -0.009, 0.005]

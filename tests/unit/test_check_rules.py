@@ -162,7 +162,7 @@ def test_run_check_end_to_end(tmp_path):
 
 def test_check_names_the_top_finding_of_the_regressed_run(tmp_path):
     """check reads the same ranked advice as show / advise: the first root (largest gain), not a symptom."""
-    from perfbench.regress.check import to_markdown
+    from perfbench.views.check_report import to_markdown
 
     st = Store(tmp_path / "results")
     steady = [1.00, 1.01, 0.99, 1.02, 0.98, 1.00, 1.01]
@@ -319,7 +319,7 @@ def test_history_metric_judges_cpu_time_while_the_pair_check_keeps_its_metrics(t
     """`check --history --history-metric step_cpu_s`: the history judges CPU time per step (a 10% rise is a
     regression although wall-clock step times are the same), the per-pair check still judges its --metric list."""
     from perfbench.regress import history
-    from perfbench.regress.check import run_history_check
+    from perfbench.regress.history import run_history_check
 
     st = Store(tmp_path / "results")
     wiggle = [0.0, 0.01, -0.008, 0.004, -0.01, 0.007, -0.003, 0.009]

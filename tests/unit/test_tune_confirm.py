@@ -156,8 +156,27 @@ def test_an_unsteady_re_measurement_does_not_vote(tmp_path):
     res = confirm(study, cfg, store, STUDY, spec, profile_last=False, env_for=lambda plan: None)
     rows = {r["number"]: r for r in res["candidates"]}
     assert rows[0]["values"] == [] and list(rows[0]["unsteady"]) == [confirm_run_id(STUDY, 0, 1, a)]
-    assert rows[0]["median"] is None  # no vote of its own left (a trial value alone is not re-measured)
-    assert rows[1]["values"] == [80.0] and rows[1]["median"] == 85.0  # median of 90, 80
+    # its only fresh run unsteady: the trial's own 100 stands alone (flagged), and beats b's median of 90, 80
+    assert rows[0]["median"] == 100.0 and rows[0]["unconfirmed"] is True
+    assert rows[1]["values"] == [80.0] and rows[1]["median"] == 85.0 and "unconfirmed" not in rows[1]
+    assert res["pick"] == 0
+
+
+def test_a_steady_fresh_run_still_outvotes_an_unsteady_one_of_the_same_candidate(tmp_path):
+    # two rounds for a: one unsteady (left out), one steady at 60: a = median(100, 60) = 80, confirmed; b = 85
+    a, b = {"batch_size": 8}, {"batch_size": 16}
+    study = study_of([(a, 100.0, []), (b, 90.0, [])])
+    store = Store(tmp_path)
+    stored(store, 0, 1, a, 40.0, extra={"rank_cpu_spread": 0.54})
+    stored(store, 0, 2, a, 60.0)
+    stored(store, 1, 1, b, 80.0)
+    stored(store, 1, 2, b, 90.0)
+    cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [8, 16]}})
+    spec = SearchSpec.model_validate({"confirm": {"top": 2, "rounds": 2}})
+    res = confirm(study, cfg, store, STUDY, spec, profile_last=False, env_for=lambda plan: None)
+    rows = {r["number"]: r for r in res["candidates"]}
+    assert rows[0]["values"] == [60.0] and rows[0]["median"] == 80.0 and "unconfirmed" not in rows[0]
+    assert rows[1]["median"] == 90.0  # median of 90, 80, 90
     assert res["pick"] == 1
 
 

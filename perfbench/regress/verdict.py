@@ -1,0 +1,39 @@
+"""One rule that folds the verdicts of a check into one, and the exit code of that verdict.
+
+Used by `check --baseline` (metrics into a group, groups into the check), `check --ab` (metrics into the job) and
+`check --history` (configurations x metrics into the history's verdict, and that with the baseline's):
+
+* regression, if any verdict is a regression;
+* else `empty` (undecided, or no-history for the history gate) when nothing was compared;
+* else undecided, if any verdict is undecided;
+* else improvement, if any is an improvement;
+* else unchanged (skipped metrics change nothing).
+
+Exit codes: 1 regression, 2 could not decide (undecided, no-history), 0 otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+VERDICTS = ("regression", "improvement", "unchanged", "undecided", "skipped")
+#: the verdicts of something that was compared (the history gate's other verdicts: skipped, no-history)
+DECIDED = ("regression", "improvement", "unchanged")
+EXIT_CODES = {"regression": 1, "undecided": 2, "no-history": 2}
+
+
+def fold(verdicts: Iterable[str], *, empty: str = "unchanged") -> str:
+    """The one verdict of several (see the module's rule); `empty` when there are none."""
+    vs = list(verdicts)
+    if "regression" in vs:
+        return "regression"
+    if not vs:
+        return empty
+    if "undecided" in vs:
+        return "undecided"
+    return "improvement" if "improvement" in vs else "unchanged"
+
+
+def exit_code(verdict: str) -> int:
+    """1 for a regression, 2 when the check could not decide, else 0."""
+    return EXIT_CODES.get(verdict, 0)

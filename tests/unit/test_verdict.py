@@ -1,0 +1,38 @@
+"""The one verdict fold of `check` (baseline groups, --ab metrics, --history) and its exit codes, by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfbench.regress.verdict import exit_code, fold
+
+
+@pytest.mark.parametrize(
+    "verdicts, empty, expected",
+    [
+        (["unchanged", "regression", "undecided"], "unchanged", "regression"),  # a regression outranks everything
+        (["improvement", "undecided"], "unchanged", "undecided"),  # could not decide outranks an improvement
+        (["unchanged", "improvement", "skipped"], "unchanged", "improvement"),
+        (["unchanged", "skipped"], "unchanged", "unchanged"),
+        (["skipped"], "unchanged", "unchanged"),  # a skipped metric changes nothing
+        ([], "unchanged", "unchanged"),
+        ([], "undecided", "undecided"),  # nothing compared: the caller's word for it
+        ([], "no-history", "no-history"),
+        (["improvement"], "no-history", "improvement"),
+        (iter(["unchanged", "regression"]), "unchanged", "regression"),  # any iterable, read once
+    ],
+)
+def test_fold(verdicts, empty, expected):
+    assert fold(verdicts, empty=empty) == expected
+
+
+def test_fold_default_for_nothing_is_unchanged():
+    assert fold([]) == "unchanged"
+
+
+@pytest.mark.parametrize(
+    "verdict, code",
+    [("regression", 1), ("undecided", 2), ("no-history", 2), ("unchanged", 0), ("improvement", 0), ("skipped", 0)],
+)
+def test_exit_code(verdict, code):
+    assert exit_code(verdict) == code
