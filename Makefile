@@ -68,7 +68,7 @@ lint: install
 # The whole test suite (what CI runs: .ci/run), after `make lint`. The Slurm tests start their own two-node cluster and stop it.
 # PERFBENCH_MSPROF_FRESH=1: the parity tests run msprof-analyze itself, never its kept output (tests/msprof_cache.py).
 test: install lint browser slurm
-	PERFBENCH_MSPROF_FRESH=1 $(BIN)/python -m pytest -q -ra
+	PERFBENCH_MSPROF_FRESH=1 $(BIN)/python -m pytest -q -ra --durations=30
 
 # Mutation testing of the metric and decision code with mutmut against the fast tests (docs/testing.md).
 # Slow (tens of minutes on 2 cores), so not part of `make test`/CI. Last line: `mutation score: S (killed K of N)`.
