@@ -1,7 +1,8 @@
 """The analysis registry: every analysis perfbench runs, with what it reads and what it produces.
 
-In the spirit of msprof-analyze's recipes, but each analysis is a pure function `run(ctx) -> Output`
-over the normalized schema. An entry declares
+In the spirit of msprof-analyze's recipes, but each analysis is a pure function `analysis(ctx) -> Output`
+over the normalized schema, in its own module under analyzers/analyses/ (imported when it first runs). An entry
+declares
 
     name      the analysis
     needs     inputs it cannot do without. Each item is one of the profile tables ("ops", "steps",
@@ -13,8 +14,8 @@ over the normalized schema. An entry declares
 
 `analyzers.analyze()` runs the entries in order. An entry whose needs are missing is skipped and the
 reason recorded (`Analysis.skipped`); an entry that returns a table or metric it did not declare, or a
-metric not in the catalogue, is a bug and raises. Adding an analysis is one module with its `run`
-function plus one `AnalysisSpec` line in `REGISTRY`.
+metric not in the catalogue, is a bug and raises. Adding an analysis is one module with its `analysis`
+function plus one `AnalysisSpec` entry in `REGISTRY` (or a `register()` call).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Issue 22: shared names have one home. Bandwidth is size / time with unknown (time not > 0) as NaN, never 0.0;
+"""Shared names have one home. Bandwidth is size / time with unknown (time not > 0) as NaN, never 0.0;
 the warm-up steps come from the run config in one place; the per-view metric lists come from the catalogue;
 each analysis table has one writer in the registry. Expected values are written out by hand."""
 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pandas as pd
@@ -22,7 +23,7 @@ def test_bandwidth_is_size_over_time_and_unknown_without_time():
 
 
 def test_collectives_and_link_totals_leave_a_zero_time_unknown():
-    """Before: 0.0 GB/s in the collectives' per-rank totals and the link totals for a zero time."""
+    """Not 0.0 GB/s in the collectives' per-rank totals and the link totals for a zero time."""
     from analyzers.analyses.collectives import rank_totals
     from analyzers.analyses.parallel_groups import link_totals
 
@@ -146,3 +147,80 @@ def test_the_architecture_map_covers_every_module():
             if not named:
                 missing.append(rel.as_posix())
     assert missing == [], missing
+
+
+def _layer_rows() -> dict[str, tuple[str, str]]:
+    """docs/architecture.md's layer table: {layer: (modules cell, may-import cell)}."""
+    from tests.support import ROOT
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("## Layers") :]
+    section = section[: section.index("\n## ", 1)]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 3 and cells[0] not in ("layer", "---"):
+            rows[cells[0]] = (cells[1], cells[2])
+    return rows
+
+
+def _names_in_row(module: str, path, row: str) -> bool:
+    """The row names the module: its file (`pkg/x.py`, or `x.py` after its folder's first file), the package
+    itself (`pkg` or `pkg/`), or a folder above it (`workloads/`, `perfbench/commands/`)."""
+    from tests.support import ROOT
+
+    rel = path.relative_to(ROOT).as_posix()
+    folders = [p.as_posix() for p in path.relative_to(ROOT).parents if p.as_posix() != "."]
+    if path.name == "__init__.py":
+        candidates = [f"`{folders[0]}`", f"`{folders[0]}/`"]
+    else:
+        candidates = [f"`{rel}`"]
+        if f"`{folders[0]}/" in row:  # a row lists one folder's files as `folder/a.py`, `b.py`, ...
+            candidates.append(f"`{path.name}`")
+    candidates += [f"`{f}/`" for f in folders if path.name != "__init__.py" or f != folders[0]]
+    return any(c in row for c in candidates)
+
+
+def test_the_layer_table_matches_the_layer_test():
+    """docs/architecture.md "Layers": one row per layer of tests/unit/test_layers.py, every module the layer test
+    puts in a layer named in that layer's row (by file, package or a folder above it), every file a row names
+    by path in that layer, and the row's "may import" the layers the test allows."""
+    from tests.support import ROOT
+    from tests.unit.test_layers import ALLOWED, layer_of, modules
+
+    rows = _layer_rows()
+    assert sorted(rows) == sorted(ALLOWED), (sorted(rows), sorted(ALLOWED))
+    mods = modules()
+    unlisted = [f"{m} ({layer_of(m)})" for m, p in mods.items() if not _names_in_row(m, p, rows[layer_of(m)][0])]
+    assert unlisted == [], unlisted
+    by_path = {p.relative_to(ROOT).as_posix(): m for m, p in mods.items()}
+    wrong = [
+        f"{path} is listed under {layer} but the layer test puts it in {layer_of(by_path[path])}"
+        for layer, (cell, _) in rows.items()
+        for path in re.findall(r"`([\w/]+\.py)`", cell)
+        if path in by_path and layer_of(by_path[path]) != layer
+    ]
+    assert wrong == [], wrong
+    named = {p for cell, _ in rows.values() for p in re.findall(r"`([\w/]+/[\w]+\.py)`", cell)}
+    assert named <= set(by_path), sorted(named - set(by_path))
+    for layer, (_, may) in rows.items():
+        others = ALLOWED[layer] - {layer}
+        if may == "nothing of the project":
+            said = set()
+        elif may.startswith("all but "):
+            said = set(ALLOWED) - {layer} - {x.strip() for x in may[len("all but ") :].split(",")}
+        else:
+            said = {x.strip() for x in may.split(",")}
+        assert said == others, f"{layer}: the doc says it may import {may!r}, the layer test allows {sorted(others)}"
+
+
+def test_the_layer_table_check_catches_a_missing_module():
+    """A planning module left out of the planning row is reported; named there, it is found."""
+    from tests.unit.test_layers import modules
+
+    path = modules()["workloads.parallel.layout_math"]
+    row = "`workloads/parallel/rules.py` (...), `schedules.py` (...)"
+    assert not _names_in_row("workloads.parallel.layout_math", path, row)
+    assert _names_in_row("workloads.parallel.layout_math", path, row + ", `layout_math.py` (...)")
+    assert _names_in_row("workloads.runner", modules()["workloads.runner"], "the rest of `workloads/` (MindSpore)")
+    assert not _names_in_row("workloads.runner", modules()["workloads.runner"], "`workloads/parallel/rules.py`")
