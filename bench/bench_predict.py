@@ -5,9 +5,8 @@ Runs bench/predict/ws1.yaml (1 rank, micro-batches 1/2/4) and bench/predict/ws2.
 model on FIT (one run per knob on each of the two code paths: 1 rank, 2 micro-batches, per-tensor and
 single-buffer all-reduce, fp16, each with M = 1 (the compiled step) and with M = 2 on 2 ranks (the host loop
 that runs the same gradient exchange op by op), and predicts every other run (other bucket sizes, compression
-with other buckets, other micro-batch counts, their combinations). Until session 6 the fit had one M > 1 run
-(per-tensor, uncompressed), so the micro-batch path's cost was calibrated on a single exchange variant. Reports per
-held-out run the measured and
+with other buckets, other micro-batch counts, their combinations). With a single M > 1 run in the fit the
+micro-batch path's cost would be calibrated on one exchange variant only. Reports per held-out run the measured and
 predicted step time, the absolute % error, their median and the worst case, and the replay error on the
 real Ascend fixtures (set B level1/level2: kernels + collectives rebuilt into each rank's step vs
 step_trace_time).
