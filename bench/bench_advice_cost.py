@@ -1,4 +1,4 @@
-"""What ranking and gains (issue 23) add to `perfbench analyze`, in process: CPU time of
+"""What ranking and gains add to `perfbench analyze`, in process: CPU time of
 analyzers.analyses.advice.advise() of this checkout vs the one in a baseline checkout (default ../main), on the same
 tables of bench_cluster_vs_msprof's synthetic clusters (synth-128, synth-1024), medians of 5 calls each,
 against the in-process CPU time of the whole analysis (parsing workers not counted: the share is an upper bound).

@@ -12,7 +12,7 @@ many injected 10% slowdowns it catches and how many clean runs it flags.
    `--current` clean runs (false-alarm trial) or slowed runs (detection trial), judged against the fixed history
    by perfbench.regress.history.judge_series (the code of `check --history`): E-Divisive + prediction test + per-step
    Mann-Whitney, threshold 5%, alpha 0.05. Every trial's current runs are its own; none is reused.
-   `--history-mode spread` judges the same trials against a history whose points span the whole session (the
+   `--history-mode spread` judges the same trials against a history whose points span the whole bench run (the
    history runs plus all clean trial runs except the trial's own, in time order), as a CI history spans days of
    different load; the default history is the `--history` runs made just before the trials.
 
@@ -127,7 +127,7 @@ def main() -> None:
         choices=("first", "spread"),
         default="first",
         help="first: the history is the --history runs made before the trials (one time window); "
-        "spread: those plus every clean trial run except the trial's own (points across the session)",
+        "spread: those plus every clean trial run except the trial's own (points across the bench run)",
     )
     ap.add_argument("--json", type=Path, help="also write the results here")
     args = ap.parse_args()
@@ -180,7 +180,7 @@ def main() -> None:
                 picked = pool[k * args.current : (k + 1) * args.current]
                 h_runs = hist
                 if args.history_mode == "spread":  # the history runs and every clean trial run but this trial's,
-                    # in time order: a history whose points span the whole session's load, as a CI history spans days
+                    # in time order: a history whose points span the whole run's load, as a CI history spans days
                     own = clean[k * args.current : (k + 1) * args.current]
                     h_runs = sorted(
                         [r for r in hist + clean if r not in own],

@@ -1,4 +1,4 @@
-"""What sampling memory after every step costs (issue 24): the runner's `memory_sample()` (one getrusage and one
+"""What sampling memory after every step costs: the runner's `memory_sample()` (one getrusage and one
 /proc/self/statm read, workloads/runner.py) against the step time of the quickstart model (ResNet-50 3-4-6-3
 width 16, 32x32, batch 8, GRAPH mode, CPU), measured side by side in one process.
 

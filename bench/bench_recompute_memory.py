@@ -1,4 +1,4 @@
-"""What `train.recompute` frees on MindSpore's CPU backend, per sample (issue 24; docs/benchmarks.md "Memory knobs").
+"""What `train.recompute` frees on MindSpore's CPU backend, per sample (docs/benchmarks.md "Memory knobs").
 
 One process each (no msrun, graph mode, AdamW): a narrow ResNet-50 (width `--width`, `--image` px) whose memory is
 mostly activations, trained 3 steps at each batch size of `--batches`, with and without `cell.recompute()` on every

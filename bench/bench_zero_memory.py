@@ -1,4 +1,4 @@
-"""Where ZeRO's memory saving goes on MindSpore's CPU backend (issue 24; results in docs/benchmarks.md, "Memory knobs").
+"""Where ZeRO's memory saving goes on MindSpore's CPU backend (results in docs/benchmarks.md, "Memory knobs").
 
 Two measurements, each in fresh processes so that one does not inherit the other's memory pool:
 

@@ -1,9 +1,9 @@
-"""Advice on tensor-parallel traffic (issue 26): "tensor-parallel all-reduce is X% of the step".
+"""Advice on tensor-parallel traffic: "tensor-parallel all-reduce is X% of the step".
 
 `advise_tp(tables, summary, config=None) -> list[dict]` returns advice rows with the usual columns
 (`analyzers.schema.ADVICE_COLUMNS`: rule, severity, message, evidence, ranks, stage, and the ranking columns of
-the advice contract of issue 23: id, gain_ms, gain_share, basis, symptom_of, try, predicted_step_ms). The lead
-wires it into the advice ranking.
+the advice contract: id, gain_ms, gain_share, basis, symptom_of, try, predicted_step_ms); the advice ranking
+calls it.
 
 Input: `comm_exposure_classes` (per rank, step and traffic class: exposed_us, time_us; analyzers.analyses.comm_exposure)
 and the step time (`steps` table: end_us - start_us per rank and step; else `summary["step_time_s"]`).

@@ -361,7 +361,7 @@ def _comm(cal: Calibration, s: dict, hw: Hardware, backward_s: float) -> dict:
     T = int(s.get("tensor_parallel") or 1)
     D = max(1, int(s["world_size"]) // (S * T))
     # tensor-parallel collectives run inside the compute, on its critical path: all exposed. Expert dispatch is
-    # reported per class but not added (the calibration's base time already holds it, as before issue 26)
+    # reported per class but not added (the calibration's base time already holds it)
     layout = comm.layout_collectives(cal.workload, cal.model, s)
     layout_link = hw.link(T) if T > 1 else (hw.link(int(s["world_size"])) if layout else None)
     layout_s = sum(

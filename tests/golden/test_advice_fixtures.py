@@ -1,4 +1,4 @@
-"""Advice gains on every multi-rank shared fixture (issue 23): the root gains add up to no more than the
+"""Advice gains on every multi-rank shared fixture: the root gains add up to no more than the
 step's exposed communication + idle + imbalance time (computed here from what `analyze --json` reports per
 rank and stage, not from analyzers.analyses.advice), no more than the step, no two roots draw on the same time beyond
 what it holds, and on set G (4 ranks, 2 pipeline stages) the stage imbalance is the top root with the

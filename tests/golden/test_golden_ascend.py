@@ -1,5 +1,5 @@
 """Golden tests for the Ascend (torch_npu / MindSpore) exports and msprof-analyze's output, sets B0-2, C0-2,
-E, J, K, L (plus H run_2 for issue 15 item 11): `perfbench analyze DIR --json --no-store` is run as a user
+E, J, K, L (plus H run_2, a profile without step data): `perfbench analyze DIR --json --no-store` is run as a user
 would, on a temp copy, and every number it reports is compared with the profiler's own files, read here
 at test time:
 
@@ -292,7 +292,7 @@ def test_set_c_db(tmp_path, level):
 
 
 def test_level0_kernel_types_text_and_db_same_rule(tmp_path):
-    """Issue 15 item 8: level 0 writes Type "N/A" in both exports; both readers report the kernel name
+    """Level 0 writes Type "N/A" in both exports; both readers report the kernel name
     instead (never "N/A"), so the same kernel gets the same type in either export."""
     types = {}
     for name, parts in (("text", B + ("level0",)), ("db", C + ("level0",))):
@@ -369,7 +369,7 @@ def test_sets_k_l_kernels_and_one_rank(tmp_path, parts):
 
 @pytest.mark.parametrize("parts", [K, L_RUN, H2], ids=["K", "L", "H-run_2"])
 def test_source_ranks_counts_every_rank_analyzed(tmp_path, parts):
-    """Issue 15 item 11: a profile without step data still has its rank: source.ranks == len(ranks) == 1,
+    """A profile without step data still has its rank: source.ranks == len(ranks) == 1,
     and the rank lists the files it was read from."""
     d = _copy(tmp_path, parts)
     doc = analyze_json(d)
@@ -415,7 +415,7 @@ def intact_b1(tmp_path_factory):
     ids=["kernels+trace", "kernels", "trace", "step-trace", "communication"],
 )
 def test_b1_file_removed_from_one_rank(tmp_path, intact_b1, removed):
-    """Issue 15 item 1 (and its siblings): one rank without a file still counts; the warning names it."""
+    """One rank without a file still counts; the warning names it."""
     ref, intact = intact_b1
     d = _copy(tmp_path, B + ("level1",))
     _remove(d, "rank1_ascend_pt", *removed)
@@ -520,7 +520,7 @@ G = ("mindspore-ai__mindinsight", "tests", "utils", "resource", "cluster_propose
     ids=["B1", "C1", "E", "G"],
 )
 def test_reference_is_labelled_with_what_it_is(tmp_path, parts, label):
-    """Issue 15 item 11: the console and `source.reference` name where the profiler's own breakdown came
+    """The console and `source.reference` name where the profiler's own breakdown came
     from (G's comes from MindSpore's cluster analysis files, not from a step_trace_time.csv)."""
     d = _copy(tmp_path, parts)
     assert analyze_json(d)["source"]["reference"] == [label]

@@ -1,4 +1,4 @@
-"""Issue 8 item 1: one run pipeline. A sweep run whose profiler wrote Ascend output (as MindSpore does on
+"""One run pipeline. A sweep run whose profiler wrote Ascend output (as MindSpore does on
 NPUs) is ingested by the same code path `perfbench analyze` uses: format detection, the Ascend parser,
 the registered analyses. Here the run's artifacts/profile holds a copy of real torch_npu output (set B)."""
 

@@ -117,7 +117,7 @@ def test_f_hccl_comm_ops_wait_and_links(f_profile):
     assert row["elapse_ms"].iloc[0] == pytest.approx(op["dur"] / 1000)
     assert row["wait_ms"].iloc[0] == pytest.approx(wait / 1000)
     # payload: bytes sent to other ranks; the on-chip copy (link type ON_CHIP, dst rank invalid) stays
-    # on the device and is not part of it (item 6 of issue 15)
+    # on the device and is not part of it
     sent = [e for e in data if e["args"]["link type"] != "ON_CHIP" and e["args"]["dst rank"] != 4294967295]
     assert len(sent) < len(data)
     assert row["size_bytes"].iloc[0] == pytest.approx(sum(e["args"]["size(Byte)"] for e in sent))

@@ -1,4 +1,4 @@
-"""Memory per rank (issue 24): peaks parsed from every format equal the profiler's own files, the allocations
+"""Memory per rank: peaks parsed from every format equal the profiler's own files, the allocations
 live at the peak, null for ranks without memory data, a damaged memory file names itself and leaves the rest
 of the rank analyzed, and the run-level catalogue metrics.
 

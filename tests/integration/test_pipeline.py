@@ -169,7 +169,7 @@ def test_rules_moe_model_keys():
 
 
 def test_rules_resnet_pipeline_accepted():
-    # resnet50 runs pipelines and accumulation since engineer F's change (tests/integration/test_resnet_pipeline.py)
+    # resnet50 runs pipelines and accumulation (tests/integration/test_resnet_pipeline.py)
     assert validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(pipeline_stages=2, micro_batches=2), 2) == []
     assert validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(micro_batches=2), 2) == []
     assert validate_parallel("resnet50", {"layers": [1, 1, 1, 1]}, _par(), 2) == []

@@ -1,4 +1,4 @@
-"""Tensor (model) parallelism for the MoE transformer (issue 26): layout rules, groups, collective counts, and
+"""Tensor (model) parallelism for the MoE transformer: layout rules, groups, collective counts, and
 real msrun runs against the single-rank model (workloads/parallel/tensor.py)."""
 
 from __future__ import annotations

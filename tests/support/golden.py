@@ -1,7 +1,7 @@
 """Helpers for the golden tests: run `perfbench analyze DIR --json --no-store` as a user would and
 compare what it reports with numbers read from the profiler's own files (never from perfbench).
 
-Tolerances (issue 15): a breakdown part within 1% of its step time, a step time within 1% of itself,
+Tolerances: a breakdown part within 1% of its step time, a step time within 1% of itself,
 per-op communication numbers within 1%; a number the files do not give must be null (None)."""
 
 from __future__ import annotations

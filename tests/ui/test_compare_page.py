@@ -1,4 +1,4 @@
-"""The dashboard's Compare page takes the run ids the CLI takes (issue 22): `/compare?a=ws1-r0&b=ws2-r0` (short ids,
+"""The dashboard's Compare page takes the run ids the CLI takes: `/compare?a=ws1-r0&b=ws2-r0` (short ids,
 as `perfbench ls` shows them) fills both pickers with the full run ids, and each table says which statistic it
 shows (mean over steps vs the stored catalogue aggregation). Fast: real Ascend profiles imported with `analyze`."""
 

@@ -267,7 +267,7 @@ def test_compare_page_shows_both_runs(dashboard, browser, sweep_store):
     page.close()
 
 
-# ---- the story at a glance (issue 11) ---------------------------------------------------------------
+# ---- the story at a glance ---------------------------------------------------------------------
 
 
 @pytest.mark.msrun

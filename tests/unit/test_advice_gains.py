@@ -1,4 +1,4 @@
-"""Advice gains (issue 23): every gain formula against a hand-computed value, the cause/symptom tree, the
+"""Advice gains: every gain formula against a hand-computed value, the cause/symptom tree, the
 accounting that explains each stretch of time once, severity from the gain share, and the ordering. The
 formulas are in docs/advice.md; the numbers below are worked out by hand from the tables built here."""
 

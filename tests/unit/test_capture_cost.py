@@ -70,7 +70,7 @@ def test_a_warm_up_step_without_a_recorded_call_adds_nothing():
 
 
 def test_capture_cost_interval_by_hand():
-    """The interval of a run's capture cost (issue 25): the Welch 95% interval of mean(log on) - mean(log off),
+    """The interval of a run's capture cost: the Welch 95% interval of mean(log on) - mean(log off),
     worked out here with scipy's t quantile, turned into the ratio r of the medians, and the cost at either end:
     (2 x off x (r - 1) + calls) / (2 x off x r + 4 x off + calls) with off = 0.10 s, calls = 0.232 s."""
     from scipy import stats

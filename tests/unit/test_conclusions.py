@@ -1,7 +1,7 @@
 """The conclusions users act on, against expected values from outside the code under test.
 
-Each test here guards one of the conclusions issue 16 found unguarded (a one-line bug in any of them used
-to pass the whole suite). The expected values are worked out by hand in the test, taken from a published
+Each test here guards a conclusion that was once unguarded (a one-line bug in any of them used to pass the
+whole suite). The expected values are worked out by hand in the test, taken from a published
 formula (nccl-tests doc/PERFORMANCE.md), or computed independently (an exact Mann-Whitney p-value by
 enumerating every split of the pooled samples). Nothing here launches msrun.
 """

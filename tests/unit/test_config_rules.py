@@ -157,9 +157,8 @@ def test_fusion_by_mindspore_excludes_compression():
 
 
 def test_moe_stages_up_to_the_layers():
-    """Issue 22: config validation said 'pipeline_stages=3 is more than model.num_layers=2' while the workload's
-    partitioner splits embedding + num_layers blocks + head (num_layers + 2 units) and runs 3 stages of a 2-block
-    MoE. One rule now, the partitioner's: up to num_layers + 2 stages."""
+    """The partitioner splits embedding + num_layers blocks + head (num_layers + 2 units), so a 2-block MoE runs 3
+    stages; config validation applies the partitioner's rule (up to num_layers + 2 stages), not num_layers."""
     from workloads.parallel.layout_math import partition
 
     par = {"pipeline_stages": 2, "micro_batches": 2}
@@ -410,7 +409,7 @@ def test_slurm_rules():
     assert s["partition"] == "debug" and s["account"] is None and s["sbatch_args"] == []
 
 
-# ---- a pipeline split given by hand (issue 23: the injected unbalanced split) ------------------------------
+# ---- a pipeline split given by hand (the injected unbalanced split) ---------------------------------------------
 
 
 def test_pipeline_split_cuts_the_layers_as_given():

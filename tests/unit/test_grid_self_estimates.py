@@ -1,5 +1,5 @@
 """The dashboard's runs grid shows a run's estimates of its own cost (profiler_overhead, capture_cost) as `show`
-prints them (issue 25): with their interval, or "below what this run can resolve", never as a bare negative cost;
+prints them: with their interval, or "below what this run can resolve", never as a bare negative cost;
 the raw value still sorts. Hand-built runs in a store, no msrun."""
 
 from __future__ import annotations

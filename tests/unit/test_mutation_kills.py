@@ -121,7 +121,7 @@ def test_rank_totals_by_hand():
     assert r0["wait_ms"] == pytest.approx(3.0) and r0["synchronization_ms"] == pytest.approx(4.0)
     assert r0["idle_ms"] == pytest.approx(0.5)
     assert r0["wait_ratio"] == pytest.approx(3 / 12) and r0["sync_ratio"] == pytest.approx(4 / 13)
-    # per transport: summed size / summed time (MB/ms = GB/s); 0 ms -> unknown (NaN, never 0: issue 22)
+    # per transport: summed size / summed time (MB/ms = GB/s); 0 ms -> unknown (NaN, never 0)
     assert r0["HCCS_size_mb"] == pytest.approx(150.0) and r0["HCCS_time_ms"] == pytest.approx(20.0)
     assert r0["HCCS_bandwidth_gbps"] == pytest.approx(7.5) and math.isnan(r0["RDMA_bandwidth_gbps"])
     r1 = t.loc[1]

@@ -1,4 +1,4 @@
-"""Issue 8 item 3: one definition per metric. The same stored run shows the same value of every catalogue
+"""One definition per metric. The same stored run shows the same value of every catalogue
 metric on every surface (run.json, `ls --json`, `show --json`, `compare --json`, the dashboard's data layer,
 the per-step samples `check` tests), and docs/concepts.md carries the catalogue as `perfbench metrics` prints it.
 Fast: the runs are real Ascend profiles imported with `perfbench analyze` (no msrun)."""
