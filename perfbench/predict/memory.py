@@ -246,7 +246,7 @@ def observe_memory(store, record: dict) -> tuple[MemoryObservation, float | None
         peak_bytes=float(peak),
     )
     # baseline_rss_bytes (workloads/runner.py); rss_before_build_bytes: the same sample under its first name, in
-    # the runs of docs/benchmarks.md "Memory knobs"
+    # runs stored before the rename
     base = [m.get("baseline_rss_bytes") or m.get("rss_before_build_bytes") for m in meta.values()]
     base = [b for b in base if b]
     return obs, (float(max(base)) if base else None)

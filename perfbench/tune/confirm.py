@@ -6,8 +6,8 @@ single value is biased upward for that very reason (it was selected for being hi
 (a trial 30% behind is not a contender, and re-measuring it only costs runs), and measures each of them `rounds`
 more times, interleaved (A B C A B C ...: every candidate sees the same stretch of the machine's load). The pick
 is the candidate with the best median of its trial value and these fresh runs: with the default 2 rounds that is
-the middle of 3 runs, so neither one lucky trial nor one slow re-measurement decides (measured in
-docs/benchmarks.md: a single 65.4 among runs of 92-96 samples/s flipped a pick made from the fresh runs alone).
+the middle of 3 runs, so neither one lucky trial nor one slow re-measurement decides (measured, docs/tune.md: a
+single 65.4 among runs of 92-96 samples/s flipped a pick made from the fresh runs alone).
 Each run's value is its objective as the catalogue defines it (for throughput: the median over the run's
 measured steps). A re-measurement that is unsteady by its own CPU time (analyzers.analyses.steadiness: CPU time per
 step CV

@@ -15,9 +15,9 @@ What runs on the CPU backend (ReduceScatter and Reduce are missing there, see do
   every local gradient first (graph mode runs backward, then the reducer).
 * after the update (``ZeroSync``), each owner broadcasts its updated parameters **in place**, one tensor at a
   time, in parameter order (``mindspore.mint.distributed.broadcast``, eager, outside any compiled graph), where
-  ZeRO's AllGather would be.  Nothing is allocated for it but one tensor's send copy at a time: an earlier
-  build broadcast in compiled graphs, whose receive buffers (4 B per parameter, kept between calls) took back
-  at D = 2 exactly the optimizer state stage 1 saves (docs/benchmarks.md, "Memory knobs").  Extra traffic:
+  ZeRO's AllGather would be.  Nothing is allocated for it but one tensor's send copy at a time: a broadcast in
+  compiled graphs would keep receive buffers (4 B per parameter, kept between calls) that take back at D = 2
+  exactly the optimizer state stage 1 saves (docs/benchmarks.md, "Memory knobs").  Extra traffic:
   P x 4 bytes per step received, each rank sends its shard.
 
 Losses equal stage 0's: the same reduced gradients feed the same update rule, the broadcast copies it exactly.
