@@ -224,3 +224,21 @@ def test_the_layer_table_check_catches_a_missing_module():
     assert _names_in_row("workloads.parallel.layout_math", path, row + ", `layout_math.py` (...)")
     assert _names_in_row("workloads.runner", modules()["workloads.runner"], "the rest of `workloads/` (MindSpore)")
     assert not _names_in_row("workloads.runner", modules()["workloads.runner"], "`workloads/parallel/rules.py`")
+
+
+def test_every_module_the_map_names_exists():
+    """docs/architecture.md "Where things live" names no module that is gone (a file name, or a path from the
+    repository root)."""
+    from tests.support import ROOT
+
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    section = doc[doc.index("## Where things live") : doc.index("## Layers")]
+    files = [
+        p.relative_to(ROOT)
+        for d in ("perfbench", "analyzers", "workloads", "dashboards", "tests", "bench")
+        for p in (ROOT / d).rglob("*.py")
+    ]
+    known = {p.name for p in files} | {p.as_posix() for p in files}
+    named = set(re.findall(r"`([\w/]+\.py)`", section))
+    assert len(named) > 50
+    assert sorted(named - known) == [], sorted(named - known)
