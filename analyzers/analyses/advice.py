@@ -149,6 +149,8 @@ def rule_slow_rank(tables, summary):
         return []
     hit = sr[sr["slow"].astype(bool) & (sr.get("scope", "group") == "group")]
     steps = _n_steps(tables)
+    stage_of, members = _stage_of(tables), _group_members(tables)
+    bottleneck = _bottleneck_stage(tables)
     out = []
     for _, r in hit.iterrows():
         # the others' wait for it: its summed lateness (mean over its collectives x their count; a rank that is not
@@ -156,6 +158,11 @@ def rule_slow_rank(tables, summary):
         late, n = float(r["mean_lateness_ms"]), float(r["n_ops"])
         total = float(r["total_lateness_ms"]) if pd.notna(r.get("total_lateness_ms")) else late * n
         gain = total / steps if steps and pd.notna(total) else None
+        # a group between pipeline stages (a pp group, or one whose ranks sit on different stages) has a "slow rank"
+        # whenever the stages are unbalanced: the rank of the slower stage arrives last at every transfer
+        cross = (
+            r.get("group_kind") == "pp" or len({stage_of.get(m) for m in members.get(str(r["group"]), ())} - {None}) > 1
+        )
         out.append(
             {
                 "rule": "slow_rank",
@@ -163,6 +170,7 @@ def rule_slow_rank(tables, summary):
                 "ranks": [int(r["rank"])],
                 "gain_ms": gain,
                 "explains": "exposed",
+                "cross_stage": cross,
                 "basis": (
                     f"straggler lateness x collectives it delays: {_fmt(total)} ms late in all (mean {_fmt(late)} ms "
                     f"over {n:.0f} collectives) / {steps} steps"
@@ -184,7 +192,34 @@ def rule_slow_rank(tables, summary):
                 ),
             }
         )
+        if cross and bottleneck is not None:
+            at = f" (stage {stage_of[int(r['rank'])]})" if int(r["rank"]) in stage_of else ""
+            out[-1]["message"] = (
+                f"Rank {r['rank']}{at} arrives last in group '{r['group']}' between pipeline stages (mean "
+                f"{_fmt(r['mean_lateness_ms'])} ms late per transfer) while stage {bottleneck[0]} computes "
+                f"{bottleneck[1]:.1f}x the least stage: the other stage waits for the slower one. This is the "
+                f"pipeline split, not a slow rank: rebalance the layers across stages (see stage_imbalance)."
+            )
     return out
+
+
+def _group_members(tables) -> dict[str, set[int]]:
+    """Communication group name -> the ranks that took part in its collectives (comm_ops)."""
+    co = _t(tables, "comm_ops")
+    if co is None or not {"group", "rank"} <= set(co.columns):
+        return {}
+    df = pd.DataFrame({"group": co["group"].astype(str), "rank": pd.to_numeric(co["rank"], errors="coerce")}).dropna()
+    return {str(g): {int(x) for x in v} for g, v in df.groupby("group")["rank"].unique().items()}
+
+
+def _stragglers(tables) -> set[int]:
+    """Ranks a group's others wait for (slow_ranks, group scope), leaving out ranks late only in a group between
+    pipeline stages while the stages are unbalanced (that lateness is the stage imbalance's)."""
+    return {
+        int(r["ranks"][0])
+        for r in rule_slow_rank(tables, {})
+        if not (r["cross_stage"] and _bottleneck_stage(tables) is not None)
+    }
 
 
 def rule_slow_link(tables, summary):
@@ -883,47 +918,111 @@ def rule_dynamic_shape(tables, summary):
 
 
 def rule_free_time(tables, summary):
-    """Idle time on the host's account. With imbalanced pipeline stages only the slowest stage's ranks count: the
-    others' idle time is the wait for that stage (the stage_imbalance cause and its pipeline_bubble symptom), and
-    host work removed there would not shorten the step."""
+    """Idle time on the host's account. The idle time of a straggler (a rank the others wait for, slow_ranks) is why
+    it is late: with other ranks idle too, only those count (the host work every rank pays); with the straggler alone
+    idle, the finding names it and folds under it. With imbalanced pipeline stages only the slowest stage's ranks
+    count: the others' idle time is the wait for that stage (the stage_imbalance cause and its pipeline_bubble
+    symptom), and host work removed there would not shorten the step; where the pipeline window is known
+    (pipeline table), the slowest stage's idle time inside it is the host cost of its own layers and its wait at the
+    pipeline's fill and drain, which move with the layer split: only the idle time outside the window is the
+    host's, and a finding without it folds under stage_imbalance."""
     r = _breakdown_share(tables, "free_us")
     if r is None:
         return []
     share, sb = r
-    bottleneck = _bottleneck_stage(tables)
     on = ""
+    late = _stragglers(tables)
+    rest = sb[~sb["rank"].isin(late)]
+    if late and len(rest) and _num(rest, "step_us").sum() > 0:
+        rest_share = float(_num(rest, "free_us").sum() / _num(rest, "step_us").sum())
+        if rest_share > FREE_SHARE:  # idle elsewhere too: the host work of every rank, the straggler's own left out
+            sb, share = rest, rest_share
+            on = (
+                f" other than the straggler{'s' if len(late) > 1 else ''} {', '.join(map(str, sorted(late)))}: its "
+                "idle time is why it is late (slow_rank)"
+            )
+    bottleneck = _bottleneck_stage(tables)
+    window = None
     if bottleneck is not None:
         ranks = _stage_ranks(tables, bottleneck[0])
         if ranks and sb["rank"].isin(ranks).any():
             sb = sb[sb["rank"].isin(ranks)]
             share = float(_num(sb, "free_us").sum() / _num(sb, "step_us").sum())
-            on = f" (ranks of the slowest pipeline stage {bottleneck[0]}; the other stages' idle time waits for it)"
+            on = f" of the slowest pipeline stage {bottleneck[0]}; the other stages' idle time waits for it"
+            window = _pipeline_window_us(tables, bottleneck[0])
     if share <= FREE_SHARE:
         return []
     per = sb.groupby("rank")[["free_us", "step_us"]].sum()
     per = per[per["step_us"] > 0]
     idle = sorted(int(r) for r in per.index[per["free_us"] / per["step_us"] > FREE_SHARE])
+    row = {
+        "rule": "free_time",
+        "key": "all",
+        "severity": "medium",
+        "gain_ms": _budget_part(sb, "free_us"),
+        "explains": "idle",
+        "basis": "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank"
+        + (f"; ranks{on}" if on else "")
+        + ")",
+        "ranks": idle,
+        "message": (
+            f"{share:.0%} of step time nothing runs on the device (> {FREE_SHARE:.0%}): the host is the "
+            f"bottleneck (data loading, Python overhead, op dispatch); try graph mode, data prefetch, more workers."
+        ),
+        "evidence": (
+            f"step_breakdown: sum free_us {_num(sb, 'free_us').sum():.0f} / sum step_us {_num(sb, 'step_us').sum():.0f}"
+        ),
+    }
+    if window is None:
+        return [row]
+    med = sb.groupby("rank")[["free_us", "step_us"]].median()
+    outside = (med["step_us"] - window).clip(lower=0.0).clip(upper=med["free_us"])
+    out_share = float(outside.sum() / med["step_us"].sum()) if med["step_us"].sum() > 0 else 0.0
+    evidence = (
+        f"{row['evidence']}; pipeline[stage={bottleneck[0]}]: median window_us {window:.0f}, idle outside it per rank "
+        f"(median step_us - window_us, at most free_us): "
+        + ", ".join(f"rank {int(k)} {v:.0f} us" for k, v in outside.items())
+    )
+    if out_share > FREE_SHARE:
+        return [
+            dict(
+                row,
+                gain_ms=float(outside.max()) / 1000.0,
+                ranks=sorted(int(k) for k in outside.index[outside / med["step_us"] > FREE_SHARE]),
+                basis=(
+                    f"the idle time per step outside the pipeline window on the slowest stage {bottleneck[0]}'s ranks "
+                    "(median step_us - median window_us, the most idle rank): the idle time inside the window is "
+                    "the stage's own host cost and its fill/drain wait (stage_imbalance)"
+                ),
+                message=(
+                    f"{out_share:.0%} of step time nothing runs on the device outside the pipeline's forward/backward "
+                    f"window (> {FREE_SHARE:.0%}): the host is the bottleneck between steps (data loading, Python "
+                    f"overhead, optimizer dispatch); try data prefetch, more workers, graph mode."
+                ),
+                evidence=evidence,
+            )
+        ]
     return [
-        {
-            "rule": "free_time",
-            "key": "all",
-            "severity": "medium",
-            "gain_ms": _budget_part(sb, "free_us"),
-            "explains": "idle",
-            "basis": "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank"
-            + on
-            + ")",
-            "ranks": idle,
-            "message": (
-                f"{share:.0%} of step time nothing runs on the device (> {FREE_SHARE:.0%}): the host is the "
-                f"bottleneck (data loading, Python overhead, op dispatch); try graph mode, data prefetch, more workers."
+        dict(
+            row,
+            in_pipeline=True,
+            message=(
+                f"{share:.0%} of step time nothing runs on the device on the slowest pipeline stage "
+                f"{bottleneck[0]}, inside the pipeline window: the host cost of its own layers (op dispatch) and its "
+                f"wait at the pipeline's fill and drain. Both move with the layer split (see stage_imbalance)."
             ),
-            "evidence": (
-                f"step_breakdown: sum free_us {_num(sb, 'free_us').sum():.0f} / sum step_us "
-                f"{_num(sb, 'step_us').sum():.0f}"
-            ),
-        }
+            evidence=evidence,
+        )
     ]
+
+
+def _pipeline_window_us(tables, stage) -> float | None:
+    """The median pipeline window (us) of one stage over its steps (pipeline table), None when unknown."""
+    pl = _t(tables, "pipeline")
+    if pl is None or not {"stage", "window_us"} <= set(pl.columns):
+        return None
+    w = _num(pl[pd.to_numeric(pl["stage"], errors="coerce") == stage], "window_us").dropna()
+    return float(w.median()) if len(w) and w.median() > 0 else None
 
 
 def _stage_ranks(tables, stage) -> list[int]:
@@ -1133,12 +1232,14 @@ MAX_ROOTS = 5
 def _link(rows: list[dict]) -> None:
     """Causes before symptoms: set `symptom_of` (the id of the explaining root) in place.
 
-    stage_imbalance folds rank_imbalance between ranks of different stages, pipeline_bubble, the pipeline
-    kind of exposed_communication, wait_ratio, within-group communication rank_imbalance and
-    step_time_spread (when no straggler is found); slow_rank folds wait_ratio, communication rank_imbalance,
-    its own rank's step_time_spread, the collective kind of exposed_communication when its gain is at
-    least FOLD_SHARE of the exposed time, and free_time (with free rank_imbalance) when the idle time sits on the
-    straggler itself; free_time folds free rank_imbalance; wait_ratio left without a
+    stage_imbalance folds rank_imbalance between ranks of different stages, slow_rank of a group between
+    pipeline stages (the slower stage arrives last at every transfer), pipeline_bubble, the pipeline
+    kind of exposed_communication, the slowest stage's free_time inside the pipeline window, wait_ratio,
+    within-group communication rank_imbalance and step_time_spread (when no straggler is found); slow_rank
+    (the largest one left a root) folds wait_ratio, communication rank_imbalance, its own rank's
+    step_time_spread, the collective kind of exposed_communication when its gain is at least FOLD_SHARE of
+    the exposed time, free rank_imbalance whose most idle rank is the straggler, and free_time when the idle
+    ranks are the straggler itself; free_time folds the other free rank_imbalance; wait_ratio left without a
     cause folds under exposed_communication (the wait is part of that exposed time), else the largest
     wait_ratio folds the other ranks' wait_ratio (one wait, seen on several ranks)."""
 
@@ -1146,17 +1247,28 @@ def _link(rows: list[dict]) -> None:
         c = [r for r in rows if r["rule"] == rule]
         return max(c, key=lambda r: r.get("gain_ms") or 0.0) if c else None
 
-    stage, slow, free = best("stage_imbalance"), best("slow_rank"), best("free_time")
+    stage, free = best("stage_imbalance"), best("free_time")
+    # lateness in a group between pipeline stages is the stage imbalance's (the slower stage arrives last)
+    slow = max(
+        (r for r in rows if r["rule"] == "slow_rank" and not (stage and r.get("cross_stage"))),
+        key=lambda r: r.get("gain_ms") or 0.0,
+        default=None,
+    )
     # idle time that sits on the straggler itself is why it is late (host work before its step), not a second cause
     host_straggler = slow if free and slow and free.get("ranks") and set(free["ranks"]) <= set(slow["ranks"]) else None
     for r in rows:
         rule, cause = r["rule"], None
-        if rule == "rank_imbalance" and r.get("cross_stage") and stage:
+        if rule == "slow_rank" and stage and r.get("cross_stage"):
+            cause = stage
+        elif rule == "rank_imbalance" and r.get("cross_stage") and stage:
             cause = stage
         elif rule == "rank_imbalance" and r["explains"] == "exposed":
             cause = slow or stage
         elif rule == "rank_imbalance" and r["explains"] == "idle":
-            cause = host_straggler or free
+            # the most idle rank being the straggler: its idle time is why it is late
+            cause = slow if slow and r["ranks"] and r["ranks"][0] in slow["ranks"] else host_straggler or free
+        elif rule == "free_time" and stage and r.get("in_pipeline"):
+            cause = stage
         elif rule == "free_time":
             cause = host_straggler
         elif rule == "pipeline_bubble":
