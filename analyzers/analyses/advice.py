@@ -163,7 +163,8 @@ def rule_slow_rank(tables, summary):
         # a group between pipeline stages (a pp group, or one whose ranks sit on different stages) has a "slow rank"
         # whenever the stages are unbalanced: the rank of the slower stage arrives last at every transfer
         cross = (
-            r.get("group_kind") == "pp" or len({stage_of.get(m) for m in members.get(str(r["group"]), ())} - {None}) > 1
+            str(r.get("group_kind")) == "pp"
+            or len({stage_of.get(m) for m in members.get(str(r["group"]), ())} - {None}) > 1
         )
         out.append(
             {

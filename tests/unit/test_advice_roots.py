@@ -175,8 +175,12 @@ def test_lateness_between_stages_without_a_stage_imbalance_stays_a_straggler():
     assert {"slow_rank:pp-1-3:3", "slow_rank:pp-0-2:2"} <= set(_roots(out)["id"])
 
 
-def test_the_group_kind_or_the_ranks_stages_mark_a_group_between_stages():
-    out = advise(_pipeline_tables(group_kind_known=False), {"step_time_s": STEP_MS / 1000})
+@pytest.mark.parametrize("string_dtype", [False, True])
+def test_the_group_kind_or_the_ranks_stages_mark_a_group_between_stages(string_dtype):
+    tables = _pipeline_tables(group_kind_known=False)
+    if string_dtype:  # a stored table's unknown kind reads back as <NA>
+        tables["slow_ranks"]["group_kind"] = pd.array([pd.NA, pd.NA], dtype="string")
+    out = advise(tables, {"step_time_s": STEP_MS / 1000})
     rows = _by_id(out)
     assert rows["slow_rank:pp-1-3:3"]["symptom_of"] == rows["slow_rank:pp-0-2:2"]["symptom_of"] == "stage_imbalance:1"
 
