@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -149,6 +151,8 @@ def rule_slow_rank(tables, summary):
         return []
     hit = sr[sr["slow"].astype(bool) & (sr.get("scope", "group") == "group")]
     steps = _n_steps(tables)
+    stage_of, members = _stage_of(tables), _group_members(tables)
+    bottleneck = _bottleneck_stage(tables)
     out = []
     for _, r in hit.iterrows():
         # the others' wait for it: its summed lateness (mean over its collectives x their count; a rank that is not
@@ -156,6 +160,12 @@ def rule_slow_rank(tables, summary):
         late, n = float(r["mean_lateness_ms"]), float(r["n_ops"])
         total = float(r["total_lateness_ms"]) if pd.notna(r.get("total_lateness_ms")) else late * n
         gain = total / steps if steps and pd.notna(total) else None
+        # a group between pipeline stages (a pp group, or one whose ranks sit on different stages) has a "slow rank"
+        # whenever the stages are unbalanced: the rank of the slower stage arrives last at every transfer
+        cross = (
+            str(r.get("group_kind")) == "pp"
+            or len({stage_of.get(m) for m in members.get(str(r["group"]), ())} - {None}) > 1
+        )
         out.append(
             {
                 "rule": "slow_rank",
@@ -163,6 +173,7 @@ def rule_slow_rank(tables, summary):
                 "ranks": [int(r["rank"])],
                 "gain_ms": gain,
                 "explains": "exposed",
+                "cross_stage": cross,
                 "basis": (
                     f"straggler lateness x collectives it delays: {_fmt(total)} ms late in all (mean {_fmt(late)} ms "
                     f"over {n:.0f} collectives) / {steps} steps"
@@ -184,7 +195,34 @@ def rule_slow_rank(tables, summary):
                 ),
             }
         )
+        if cross and bottleneck is not None:
+            at = f" (stage {stage_of[int(r['rank'])]})" if int(r["rank"]) in stage_of else ""
+            out[-1]["message"] = (
+                f"Rank {r['rank']}{at} arrives last in group '{r['group']}' between pipeline stages (mean "
+                f"{_fmt(r['mean_lateness_ms'])} ms late per transfer) while stage {bottleneck[0]} computes "
+                f"{bottleneck[1]:.1f}x the least stage: the other stage waits for the slower one. This is the "
+                f"pipeline split, not a slow rank: rebalance the layers across stages (see stage_imbalance)."
+            )
     return out
+
+
+def _group_members(tables) -> dict[str, set[int]]:
+    """Communication group name -> the ranks that took part in its collectives (comm_ops)."""
+    co = _t(tables, "comm_ops")
+    if co is None or not {"group", "rank"} <= set(co.columns):
+        return {}
+    df = pd.DataFrame({"group": co["group"].astype(str), "rank": pd.to_numeric(co["rank"], errors="coerce")}).dropna()
+    return {str(g): {int(x) for x in v} for g, v in df.groupby("group")["rank"].unique().items()}
+
+
+def _stragglers(tables) -> set[int]:
+    """Ranks a group's others wait for (slow_ranks, group scope), leaving out ranks late only in a group between
+    pipeline stages while the stages are unbalanced (that lateness is the stage imbalance's)."""
+    return {
+        int(r["ranks"][0])
+        for r in rule_slow_rank(tables, {})
+        if not (r["cross_stage"] and _bottleneck_stage(tables) is not None)
+    }
 
 
 def rule_slow_link(tables, summary):
@@ -883,47 +921,121 @@ def rule_dynamic_shape(tables, summary):
 
 
 def rule_free_time(tables, summary):
-    """Idle time on the host's account. With imbalanced pipeline stages only the slowest stage's ranks count: the
-    others' idle time is the wait for that stage (the stage_imbalance cause and its pipeline_bubble symptom), and
-    host work removed there would not shorten the step."""
+    """Idle time on the host's account. The idle time of a straggler (a rank the others wait for, slow_ranks) is why
+    it is late: with other ranks idle too, only those count (the host work every rank pays); with the straggler alone
+    idle, the finding names it and folds under it. With imbalanced pipeline stages only the slowest stage's ranks
+    count: the others' idle time is the wait for that stage (the stage_imbalance cause and its pipeline_bubble
+    symptom), and host work removed there would not shorten the step; where the pipeline window is known
+    (pipeline table), the slowest stage's idle time inside it is the host cost of its own layers and its wait at the
+    pipeline's fill and drain, which move with the layer split: only the idle time outside the window is the
+    host's, and a finding without it folds under stage_imbalance."""
     r = _breakdown_share(tables, "free_us")
     if r is None:
         return []
     share, sb = r
-    bottleneck = _bottleneck_stage(tables)
     on = ""
+    late = _stragglers(tables)
+    rest = sb[~sb["rank"].isin(late)]
+    if late and len(rest) and _num(rest, "step_us").sum() > 0:
+        rest_share = float(_num(rest, "free_us").sum() / _num(rest, "step_us").sum())
+        if rest_share > FREE_SHARE:  # idle elsewhere too: the host work of every rank, the straggler's own left out
+            sb, share = rest, rest_share
+            on = (
+                f" other than the straggler{'s' if len(late) > 1 else ''} {', '.join(map(str, sorted(late)))}: its "
+                "idle time is why it is late (slow_rank)"
+            )
+    bottleneck = _bottleneck_stage(tables)
+    window = None
     if bottleneck is not None:
         ranks = _stage_ranks(tables, bottleneck[0])
         if ranks and sb["rank"].isin(ranks).any():
             sb = sb[sb["rank"].isin(ranks)]
             share = float(_num(sb, "free_us").sum() / _num(sb, "step_us").sum())
-            on = f" (ranks of the slowest pipeline stage {bottleneck[0]}; the other stages' idle time waits for it)"
+            on = f" of the slowest pipeline stage {bottleneck[0]}; the other stages' idle time waits for it"
+            window = _pipeline_window_us(tables, bottleneck[0])
     if share <= FREE_SHARE:
         return []
     per = sb.groupby("rank")[["free_us", "step_us"]].sum()
     per = per[per["step_us"] > 0]
     idle = sorted(int(r) for r in per.index[per["free_us"] / per["step_us"] > FREE_SHARE])
+    row = {
+        "rule": "free_time",
+        "key": "all",
+        "severity": "medium",
+        "gain_ms": _budget_part(sb, "free_us"),
+        "explains": "idle",
+        "basis": "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank"
+        + (f"; ranks{on}" if on else "")
+        + ")",
+        "ranks": idle,
+        "message": (
+            f"{share:.0%} of step time nothing runs on the device (> {FREE_SHARE:.0%}): the host is the "
+            f"bottleneck (data loading, Python overhead, op dispatch); try graph mode, data prefetch, more workers."
+        ),
+        "evidence": (
+            f"step_breakdown: sum free_us {_num(sb, 'free_us').sum():.0f} / sum step_us {_num(sb, 'step_us').sum():.0f}"
+        ),
+    }
+    if window is None:
+        return [row]
+    med = sb.groupby("rank")[["free_us", "step_us"]].median()
+    outside = _idle_outside(sb, window).groupby(sb["rank"]).median().reindex(med.index)
+    out_share = float(outside.sum() / med["step_us"].sum()) if med["step_us"].sum() > 0 else 0.0
+    evidence = (
+        f"{row['evidence']}; pipeline[stage={bottleneck[0]}]: median window_us {window.median():.0f}, idle outside "
+        f"it per rank (median over steps of step_us - window_us, at most free_us): "
+        + ", ".join(f"rank {int(k)} {v:.0f} us" for k, v in outside.items())
+    )
+    if out_share > FREE_SHARE:
+        return [
+            dict(
+                row,
+                gain_ms=float(outside.max()) / 1000.0,
+                ranks=sorted(int(k) for k in outside.index[outside / med["step_us"] > FREE_SHARE]),
+                basis=(
+                    f"the idle time per step outside the pipeline window on the slowest stage {bottleneck[0]}'s ranks "
+                    "(median over steps of step_us - window_us, the most idle rank): the idle time inside the window "
+                    "is the stage's own host cost and its fill/drain wait (stage_imbalance)"
+                ),
+                message=(
+                    f"{out_share:.0%} of step time nothing runs on the device outside the pipeline's forward/backward "
+                    f"window (> {FREE_SHARE:.0%}): the host is the bottleneck between steps (data loading, Python "
+                    f"overhead, optimizer dispatch); try data prefetch, more workers, graph mode."
+                ),
+                evidence=evidence,
+            )
+        ]
     return [
-        {
-            "rule": "free_time",
-            "key": "all",
-            "severity": "medium",
-            "gain_ms": _budget_part(sb, "free_us"),
-            "explains": "idle",
-            "basis": "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank"
-            + on
-            + ")",
-            "ranks": idle,
-            "message": (
-                f"{share:.0%} of step time nothing runs on the device (> {FREE_SHARE:.0%}): the host is the "
-                f"bottleneck (data loading, Python overhead, op dispatch); try graph mode, data prefetch, more workers."
+        dict(
+            row,
+            in_pipeline=True,
+            message=(
+                f"{share:.0%} of step time nothing runs on the device on the slowest pipeline stage "
+                f"{bottleneck[0]}, inside the pipeline window: the host cost of its own layers (op dispatch) and its "
+                f"wait at the pipeline's fill and drain. Both move with the layer split (see stage_imbalance)."
             ),
-            "evidence": (
-                f"step_breakdown: sum free_us {_num(sb, 'free_us').sum():.0f} / sum step_us "
-                f"{_num(sb, 'step_us').sum():.0f}"
-            ),
-        }
+            evidence=evidence,
+        )
     ]
+
+
+def _pipeline_window_us(tables, stage) -> pd.Series | None:
+    """One stage's pipeline window (us) per step (pipeline table), None when unknown."""
+    pl = _t(tables, "pipeline")
+    if pl is None or not {"stage", "window_us", "step"} <= set(pl.columns):
+        return None
+    pl = pl[pd.to_numeric(pl["stage"], errors="coerce") == stage]
+    w = pd.Series(_num(pl, "window_us").to_numpy(), index=pd.to_numeric(pl["step"], errors="coerce")).dropna()
+    w = w[w > 0]
+    return w.groupby(level=0).median() if len(w) else None
+
+
+def _idle_outside(sb: pd.DataFrame, window: pd.Series) -> pd.Series:
+    """Per step_breakdown row, the idle time outside the pipeline window of its step: step_us - window_us, at least
+    0 and at most free_us; a step the pipeline table lacks compares with the median window."""
+    step = pd.to_numeric(sb["step"], errors="coerce") if "step" in sb.columns else pd.Series(math.nan, index=sb.index)
+    w = step.map(window).fillna(float(window.median()))
+    return (_num(sb, "step_us") - w).clip(lower=0.0).clip(upper=_num(sb, "free_us"))
 
 
 def _stage_ranks(tables, stage) -> list[int]:
@@ -1099,24 +1211,161 @@ def rule_tensor_parallel(tables, summary):
 #: where `analysis()` hands the run config to the rules that need it (memory, tensor parallel)
 CONFIG_KEY = "_config"
 
+
+@dataclass(frozen=True)
+class Fold:
+    """One cause a finding folds under: the root finding of rule `cause` (the one with the largest gain) when `when`
+    (symptom row, cause row) holds; with `to_root`, the cause's own root when that finding is itself a symptom. A
+    rule's folds are tried in order, the first that holds wins; a fold whose cause is the rule itself folds every
+    finding of it that is left a root under the largest one (one wait seen from several ranks)."""
+
+    cause: str
+    doc: str
+    when: Callable[[dict, dict], bool] | None = None
+    to_root: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One rule: the function that finds (`run(tables, summary) -> rows`), the finding ids it emits, the tables it
+    reads, the module constants that are its thresholds, and per emitted id the causes it folds under (Fold)."""
+
+    run: Callable[[dict, dict], list[dict]]
+    emits: tuple[str, ...]
+    reads: tuple[str, ...]
+    thresholds: tuple[str, ...] = ()
+    folds: dict[str, tuple[Fold, ...]] = field(default_factory=dict)
+
+
+def _gains_known(r: dict, c: dict) -> bool:
+    return c.get("gain_ms") is not None and r.get("gain_ms") is not None and c["gain_ms"] >= FOLD_SHARE * r["gain_ms"]
+
+
+_STAGE = "stage_imbalance"
+_SLOW = "slow_rank"
+
 RULES = [
-    rule_stage_imbalance,
-    rule_rank_imbalance,
-    rule_slow_rank,
-    rule_wait_ratio,
-    rule_slow_link,
-    rule_bandwidth_reference,
-    rule_small_packets,
-    rule_exposed_comm,
-    rule_free_time,
-    rule_pipeline_bubble,
-    rule_expert_balance,
-    rule_step_spread,
-    rule_aicpu_ops,
-    rule_dynamic_shape,
-    rule_tensor_parallel,
-    rule_memory,
+    Rule(
+        rule_stage_imbalance,
+        (_STAGE,),
+        ("stages", "rank_stages", "step_breakdown", "comm_exposure"),
+        ("STAGE_IMBALANCE_RATIO", "STAGE_IMBALANCE_HIGH"),
+    ),
+    Rule(
+        rule_rank_imbalance,
+        ("rank_imbalance",),
+        ("rank_imbalance", "rank_stages"),
+        ("IMBALANCE_HIGH",),
+        folds={
+            "rank_imbalance": (
+                Fold(_STAGE, "between ranks of different stages", lambda r, c: bool(r.get("cross_stage"))),
+                Fold(_SLOW, "communication", lambda r, c: r.get("explains") == "exposed"),
+                Fold(_STAGE, "communication, no straggler", lambda r, c: r.get("explains") == "exposed"),
+                Fold(
+                    _SLOW,
+                    "free, its most idle rank the straggler",
+                    lambda r, c: r.get("explains") == "idle" and bool(r["ranks"]) and r["ranks"][0] in c["ranks"],
+                ),
+                Fold("free_time", "free: under free_time's root", lambda r, c: r.get("explains") == "idle", True),
+            )
+        },
+    ),
+    Rule(
+        rule_slow_rank,
+        (_SLOW,),
+        ("slow_ranks", "comm_ops", "rank_stages", "stages"),
+        folds={_SLOW: (Fold(_STAGE, "in a group between stages", lambda r, c: bool(r.get("cross_stage"))),)},
+    ),
+    Rule(
+        rule_wait_ratio,
+        ("wait_ratio",),
+        ("comm_ops",),
+        ("WAIT_RATIO", "WAIT_RATIO_HIGH", "WAIT_MIN_MS_PER_STEP", "WAIT_STEP_SHARE_HIGH"),
+        folds={
+            "wait_ratio": (
+                Fold(_SLOW, "always"),
+                Fold(_STAGE, "no straggler"),
+                Fold("exposed_communication", "no straggler or stage: part of that exposed time"),
+                Fold("wait_ratio", "else the largest wait"),
+            )
+        },
+    ),
+    Rule(rule_slow_link, ("slow_link",), ("slow_links", "comm_ops")),
+    Rule(
+        rule_bandwidth_reference,
+        ("bandwidth_reference",),
+        ("comm_bandwidth", "comm_ops"),
+        ("REFERENCE_BANDWIDTH_GBPS", "BANDWIDTH_REFERENCE_RATIO", "BANDWIDTH_MIN_MB"),
+    ),
+    Rule(
+        rule_small_packets,
+        ("small_packets",),
+        ("comm_ops",),
+        ("SMALL_PACKET_BYTES", "SMALL_PACKET_SHARE", "SMALL_PACKET_MIN_PER_STEP"),
+    ),
+    Rule(
+        rule_exposed_comm,
+        ("exposed_communication",),
+        ("step_breakdown", "comm_exposure", "rank_stages", "stages", "comm_ops"),
+        ("EXPOSED_COMM_SHARE", "P2P_MAJORITY"),
+        folds={
+            "exposed_communication": (
+                Fold(_STAGE, "pipeline kind", lambda r, c: r.get("kind") == "pipeline"),
+                Fold(_SLOW, "the straggler's gain >= FOLD_SHARE of it", _gains_known),
+            )
+        },
+    ),
+    Rule(
+        rule_free_time,
+        ("free_time",),
+        ("step_breakdown", "slow_ranks", "comm_ops", "stages", "rank_stages", "pipeline"),
+        ("FREE_SHARE",),
+        folds={
+            "free_time": (
+                Fold(
+                    _STAGE, "the slowest stage's, inside the pipeline window", lambda r, c: bool(r.get("in_pipeline"))
+                ),
+                Fold(
+                    _SLOW,
+                    "the idle ranks are the straggler",
+                    lambda r, c: bool(r.get("ranks")) and set(r["ranks"]) <= set(c["ranks"]),
+                ),
+            )
+        },
+    ),
+    Rule(
+        rule_pipeline_bubble,
+        ("pipeline_bubble",),
+        ("pipeline", "rank_stages"),
+        ("BUBBLE_EXCESS", "BUBBLE_FRACTION"),
+        folds={"pipeline_bubble": (Fold(_STAGE, "always"),)},
+    ),
+    Rule(
+        rule_expert_balance,
+        ("expert_imbalance", "dropped_tokens"),
+        ("experts",),
+        ("EXPERT_MAX_MEAN", "EXPERT_CV", "DROPPED_FRACTION"),
+    ),
+    Rule(
+        rule_step_spread,
+        ("step_time_spread",),
+        ("workload_steps",),
+        ("STEP_TIME_SPREAD",),
+        folds={
+            "step_time_spread": (
+                Fold(_SLOW, "its own rank", lambda r, c: r["ranks"] == c["ranks"]),
+                Fold(_STAGE, "else"),
+            )
+        },
+    ),
+    Rule(rule_aicpu_ops, ("aicpu_ops",), ("ops_for_checks",), ("AICPU_MIN_TASK_US",)),
+    Rule(rule_dynamic_shape, ("dynamic_shape",), ("ops_for_checks",)),
+    Rule(rule_tensor_parallel, ("tensor_parallel_comm",), ("comm_exposure_classes", "steps", CONFIG_KEY)),
+    Rule(rule_memory, ("memory_near_capacity", "memory_fragmentation"), ("memory", CONFIG_KEY)),
 ]
+
+#: finding id -> the causes it folds under, in order (from the rules' records)
+FOLDS: dict[str, tuple[Fold, ...]] = {k: v for rule in RULES for k, v in rule.folds.items()}
 
 _ORDER = {"high": 0, "medium": 1, "low": 2}
 
@@ -1131,61 +1380,74 @@ MAX_ROOTS = 5
 
 
 def _link(rows: list[dict]) -> None:
-    """Causes before symptoms: set `symptom_of` (the id of the explaining root) in place.
-
-    stage_imbalance folds rank_imbalance between ranks of different stages, pipeline_bubble, the pipeline
-    kind of exposed_communication, wait_ratio, within-group communication rank_imbalance and
-    step_time_spread (when no straggler is found); slow_rank folds wait_ratio, communication rank_imbalance,
-    its own rank's step_time_spread, the collective kind of exposed_communication when its gain is at
-    least FOLD_SHARE of the exposed time, and free_time (with free rank_imbalance) when the idle time sits on the
-    straggler itself; free_time folds free rank_imbalance; wait_ratio left without a
-    cause folds under exposed_communication (the wait is part of that exposed time), else the largest
-    wait_ratio folds the other ranks' wait_ratio (one wait, seen on several ranks)."""
-
-    def best(rule):
-        c = [r for r in rows if r["rule"] == rule]
-        return max(c, key=lambda r: r.get("gain_ms") or 0.0) if c else None
-
-    stage, slow, free = best("stage_imbalance"), best("slow_rank"), best("free_time")
-    # idle time that sits on the straggler itself is why it is late (host work before its step), not a second cause
-    host_straggler = slow if free and slow and free.get("ranks") and set(free["ranks"]) <= set(slow["ranks"]) else None
+    """Causes before symptoms: set `symptom_of` (the id of the explaining root) in place, from the rules' folds
+    (`FOLDS`, declared on each Rule record; docs/advice.md's rule records are generated from them). A rule's causes
+    are settled before its own findings (a finding folds under a root, never under a symptom); each finding takes
+    the first of its folds whose cause is present and whose condition holds."""
+    by_id = {r["id"]: r for r in rows}
     for r in rows:
-        rule, cause = r["rule"], None
-        if rule == "rank_imbalance" and r.get("cross_stage") and stage:
-            cause = stage
-        elif rule == "rank_imbalance" and r["explains"] == "exposed":
-            cause = slow or stage
-        elif rule == "rank_imbalance" and r["explains"] == "idle":
-            cause = host_straggler or free
-        elif rule == "free_time":
-            cause = host_straggler
-        elif rule == "pipeline_bubble":
-            cause = stage
-        elif rule == "wait_ratio":
-            cause = slow or stage
-        elif rule == "step_time_spread":
-            cause = slow if slow and r["ranks"] == slow["ranks"] else stage
-        elif rule == "exposed_communication":
-            if stage and r.get("kind") == "pipeline":
-                cause = stage
-            elif (
-                slow
-                and slow.get("gain_ms") is not None
-                and r.get("gain_ms") is not None
-                and slow["gain_ms"] >= FOLD_SHARE * r["gain_ms"]
-            ):
-                cause = slow
-        r["symptom_of"] = cause["id"] if cause is not None else None
-    waits = [r for r in rows if r["rule"] == "wait_ratio" and r["symptom_of"] is None]
-    exposed = next((r for r in rows if r["rule"] == "exposed_communication" and r["symptom_of"] is None), None)
-    if exposed is not None:  # the wait is a part of the exposed communication that finding already counts
-        for r in waits:
-            r["symptom_of"] = exposed["id"]
-    elif len(waits) > 1:
-        top = max(waits, key=lambda r: r.get("gain_ms") or 0.0)
-        for r in waits:
-            if r is not top:
-                r["symptom_of"] = top["id"]
+        r["symptom_of"] = None
+
+    def best(rule: str, to_root: bool) -> dict | None:
+        c = [r for r in rows if r["rule"] == rule and (to_root or r["symptom_of"] is None)]
+        if not c:
+            return None
+        top = max(c, key=lambda r: r.get("gain_ms") or 0.0)
+        while to_root and top["symptom_of"] is not None:
+            top = by_id[top["symptom_of"]]
+        return top
+
+    for rule in _fold_order({r["rule"] for r in rows}):
+        mine = [r for r in rows if r["rule"] == rule]
+        folds = FOLDS.get(rule, ())
+        for r in mine:
+            for f in folds:
+                c = best(f.cause, f.to_root) if f.cause != rule else None
+                if c is not None and (f.when is None or f.when(r, c)):
+                    r["symptom_of"] = c["id"]
+                    break
+        left = [r for r in mine if r["symptom_of"] is None]
+        if any(f.cause == rule for f in folds) and len(left) > 1:
+            top = max(left, key=lambda r: r.get("gain_ms") or 0.0)
+            for r in left:
+                if r is not top:
+                    r["symptom_of"] = top["id"]
+
+
+def rule_records_markdown() -> str:
+    """docs/advice.md's table of rule records, generated from RULES (tests/unit/test_advice_records.py checks that
+    the docs hold exactly this text)."""
+    g = globals()
+    lines = [
+        "| finding | function | reads | thresholds | folds under (first that holds) |",
+        "|---|---|---|---|---|",
+    ]
+    for rule in RULES:
+        th = ", ".join(f"`{n}` = {g[n]!r}" for n in rule.thresholds) or "–"
+        reads = ", ".join(f"`{t}`" for t in rule.reads)
+        for rid in rule.emits:
+            folds = "; ".join(f"`{f.cause}` ({f.doc})" for f in rule.folds.get(rid, ())) or "–"
+            lines.append(f"| `{rid}` | `{rule.run.__name__}` | {reads} | {th} | {folds} |")
+    return "\n".join(lines) + "\n"
+
+
+def _fold_order(rules: set[str]) -> list[str]:
+    """The rules in an order where every cause a rule folds under comes before it (sorted names otherwise)."""
+    out: list[str] = []
+
+    def visit(rule: str, path: tuple[str, ...]) -> None:
+        if rule in out:
+            return
+        if rule in path:
+            raise ValueError(f"advice rules fold under each other in a cycle: {' -> '.join(path + (rule,))}")
+        for f in FOLDS.get(rule, ()):
+            if f.cause != rule:
+                visit(f.cause, path + (rule,))
+        out.append(rule)
+
+    for rule in sorted(rules):
+        visit(rule, ())
+    return [r for r in out if r in rules]
 
 
 def _account(rows: list[dict], budget: dict) -> None:
@@ -1240,7 +1502,7 @@ def advise(tables: dict[str, pd.DataFrame], summary: dict) -> pd.DataFrame:
     rows: list[dict] = []
     seen: set[str] = set()
     for rule in RULES:
-        for row in rule(tables or {}, summary or {}):
+        for row in rule.run(tables or {}, summary or {}):
             row = {
                 "ranks": [],
                 "stage": None,
