@@ -356,8 +356,9 @@ def _comm_ops(t: KinetoTrace, rank: int, ops: pd.DataFrame, info: dict) -> pd.Da
         colls = {i: op[7] for i, op in enumerate(t.device_ops)}
         used: set = set()
         for i, op in comm.iterrows():
-            args = colls.get(i) or _enclosing(t, index, op["correlation"])
-            used.add(id(args))
+            launched_by = _enclosing(t, index, op["correlation"])
+            used.add(id(launched_by))
+            args = colls.get(i) or launched_by
             if args.get("Collective name"):
                 typ, size = (
                     _collective_type(args["Collective name"]),
