@@ -208,3 +208,37 @@ def test_a_truncated_trace_is_a_one_line_error(tmp_path):
 def test_analyze_reports_every_set(folder):
     doc = analyze_json(kineto_path(folder))
     assert doc["ranks"] and all(r["steps"] for r in doc["ranks"])
+
+
+def test_streaming_and_one_read_agree(monkeypatch):
+    """Traces over SMALL_TRACE_BYTES are streamed with ijson: the same Profile as the one-read path (set Q)."""
+    from analyzers.parsers.kineto import reader
+
+    whole = analyzers.load_profile(kineto_path(Q))
+    monkeypatch.setattr(reader, "SMALL_TRACE_BYTES", 1024)
+    streamed = analyzers.load_profile(kineto_path(Q))
+    for name in ("ranks", "steps", "ops", "comm_ops"):
+        assert getattr(whole, name).equals(getattr(streamed, name)), name
+    assert whole.meta["parallel_groups"] == streamed.meta["parallel_groups"]
+
+
+def test_a_truncated_trace_is_a_one_line_error_when_streamed(tmp_path, monkeypatch):
+    from analyzers.parsers.kineto import reader
+
+    monkeypatch.setattr(reader, "SMALL_TRACE_BYTES", 1024)
+    src = gzip.open(kineto_path(S, "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")).read()
+    (tmp_path / "rank-34.pt.trace.json").write_bytes(src[: len(src) // 2])
+    with pytest.raises(ProfileFormatError, match=r"truncated or corrupt JSON after \d+ events"):
+        analyzers.load_profile(tmp_path, strict=True)
+
+
+def test_a_damaged_rank_beside_good_ones_is_a_warning(tmp_path):
+    """One truncated trace among a folder's ranks: the others are analyzed, the damaged file is named."""
+    (tmp_path / "sampled_rank-0.json.gz").symlink_to(kineto_path(P, "sampled_rank-0.json.gz"))
+    src = gzip.open(kineto_path(P, "sampled_rank-1.json.gz")).read()
+    (tmp_path / "sampled_rank-1.json").write_bytes(src[: len(src) // 2])
+    p = analyzers.load_profile(tmp_path)
+    assert list(p.ranks["rank"]) == [0]
+    assert any("sampled_rank-1.json" in w and "not analyzed" in w for w in p.warnings)
+    with pytest.raises(UserError, match="sampled_rank-1.json"):
+        analyzers.load_profile(tmp_path, strict=True)

@@ -116,14 +116,26 @@ def parse(d: Path, **kw) -> Profile:
     files = [d] if d.is_file() else trace_files(d)
     if not files:
         raise ProfileFormatError(d, "no PyTorch profiler trace (*.json[.gz] with traceEvents) here")
-    parts = [parse_trace(f) for f in files]
+    parts, read, failed = [], [], []
+    for f in files:
+        try:
+            parts.append(parse_trace(f))
+            read.append(f)
+        except ProfileFormatError as exc:
+            if len(files) == 1:
+                raise
+            failed.append(f"{exc.path}: {exc.problem} (this rank is not analyzed)")
+    if not parts:
+        raise ProfileFormatError(d, f"no readable trace: {failed[0]}")
     owner: dict[int, Path] = {}
-    for f, p in zip(files, parts):
+    for f, p in zip(read, parts):
         r = int(p.ranks["rank"].iloc[0])
         if r in owner:
             raise UserError(f"rank {r} claimed by two traces under {d}: {owner[r]} and {f} (distributedInfo.rank)")
         owner[r] = f
-    return _merge(parts, d)
+    out = _merge(parts, d)
+    out.warnings = failed + out.warnings
+    return out
 
 
 def parse_trace(path: Path) -> Profile:
