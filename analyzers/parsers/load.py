@@ -122,7 +122,7 @@ def load_profile(
         raise UserError(
             f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
             "step_trace_time.csv, communication.json, trace_view.json, analysis.db or "
-            "ascend_*_profiler_*.db, and the other registered formats)"
+            "ascend_*_profiler_*.db, PyTorch profiler traces (*.pt.trace.json[.gz]), and the other registered formats)"
         )
     checks = [u for u in units if u[0] in CROSS_CHECK_FORMATS]
     if len(checks) < len(units):

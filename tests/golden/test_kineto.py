@@ -177,16 +177,24 @@ def test_two_files_claiming_one_rank_is_an_error_naming_both(tmp_path):
 
 
 def test_a_trace_without_profiler_steps_is_one_step_with_a_warning(tmp_path):
+    """A hand-written trace (no distributedInfo, no ProfilerStep, one [memory] event), values hand-computed."""
     events = [
         {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100.0, "dur": 50.0, "args": {}},
         {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 9,
          "ts": 120.0, "dur": 60.0, "args": {}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 110.0, "s": "t",
+         "args": {"Device Type": 1, "Device Id": 0, "Addr": 1, "Bytes": 4096, "Total Allocated": 8192,
+                  "Total Reserved": 2097152}},
     ]  # fmt: skip
     (tmp_path / "t.pt.trace.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
     p = analyzers.load_profile(tmp_path)
     assert p.steps[["step", "start_us", "end_us"]].values.tolist() == [[0, 100.0, 180.0]]
     assert any("no ProfilerStep" in w for w in p.warnings) and any("rank 0" in w for w in p.warnings)
     assert p.comm_ops["op_type"].tolist() == ["allreduce"]
+    mem = p.memory_records
+    assert mem[["ts_us", "allocated_bytes", "reserved_bytes", "device"]].values.tolist() == [
+        [110.0, 8192, 2097152, "gpu:0"]
+    ]
     b = analyzers.analyze(p).tables["step_breakdown"].iloc[0]
     # hand-computed: compute [100,150], comm [120,180]: overlap 30, exposed 30, free 0 in [100,180]
     assert (b["computing_us"], b["overlapped_us"], b["communication_not_overlapped_us"], b["free_us"]) == (
