@@ -1,144 +1,34 @@
 """Format detection, rank discovery and parallel per-rank parsing: `load_profile(path) -> Profile`.
 
 `path` may be one rank's folder, its ASCEND_PROFILER_OUTPUT folder, or any folder holding many ranks
-(found by walking it). Formats are tried in the order of `FORMATS`; each entry is
-
-    Format(name, detect(dir) -> bool, parse(dir) -> Profile, per_rank)
-
-`detect` must look only at `dir` itself (its own files / direct children), never deep. The walk is
+(found by walking it). Formats come from the one registry, `analyzers.parsers.formats` (the
+`ProfileFormat` protocol: name, detect(dir) -> bool, parse(dir, **kw) -> Profile, per_rank), tried in
+its order. `detect` must look only at `dir` itself (its own files / direct children), never deep. The walk is
 top-down: the first format whose `detect` accepts a folder claims it and the walk does not descend
 into it. `per_rank=True` formats parse one rank per claimed folder; the folders are parsed in
 parallel (processes) and merged. `per_rank=False` formats parse a whole claimed folder into a
-(possibly multi-rank) Profile. Other parsers add themselves with `register_format(...)`; modules
-named in `PLUGIN_MODULES` that expose `SOURCE, detect, parse` are registered automatically.
+(possibly multi-rank) Profile.
 """
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
 from analyzers.analyses.parallel_groups import group_ranks
+from analyzers.parsers.formats import ProfileFormat, formats
 from analyzers.schema import TABLES, Columns, Profile, conform, empty, frames
 from perfbench.errors import ProfileFormatError, UserError
 
 
-@dataclass
-class Format:
-    name: str
-    detect: Callable[[Path], bool]
-    parse: Callable[..., Profile]
-    per_rank: bool = True
-
-
-def _ascend_text_parse(d: Path, **kw) -> Profile:
-    from analyzers.parsers.ascend.text import parse_text_rank
-
-    return parse_text_rank(
-        d, read_trace=kw.get("read_trace", "auto"), fit=False, read_kernels=kw.get("read_kernels", True), columns=True
-    )
-
-
-def _ascend_text_detect(d: Path) -> bool:
-    from analyzers.parsers.ascend.text import is_text_rank
-
-    return is_text_rank(d)
-
-
-def _ascend_db_parse(d: Path, **kw) -> Profile:
-    from analyzers.parsers.ascend.db import parse_db_rank
-
-    return parse_db_rank(d, read_kernels=kw.get("read_kernels", True))
-
-
-def _ascend_db_detect(d: Path) -> bool:
-    from analyzers.parsers.ascend.db import is_db_rank
-
-    return is_db_rank(d)
-
-
-def _cluster_output_detect(d: Path) -> bool:
-    from analyzers.parsers.ascend.cluster_output import detect
-
-    return detect(d)
-
-
-def _cluster_output_parse(d: Path, **kw) -> Profile:
-    from analyzers.parsers.ascend.cluster_output import parse
-
-    return parse(d)
-
-
-FORMATS: list[Format] = [
-    Format("ascend-db", _ascend_db_detect, _ascend_db_parse, per_rank=True),
-    Format("ascend-text", _ascend_text_detect, _ascend_text_parse, per_rank=True),
-    Format("msprof-analyze-cluster", _cluster_output_detect, _cluster_output_parse, per_rank=False),
-]
-
-PLUGIN_MODULES = ("analyzers.parsers.msprof", "analyzers.parsers.legacy", "analyzers.parsers.cpu")
-_plugins_loaded = False
-
-
-def register_format(
-    name: str,
-    detect: Callable[[Path], bool],
-    parse: Callable[..., Profile],
-    *,
-    per_rank: bool = True,
-    before: str | None = None,
-) -> None:
-    """Add (or replace) a format. `before` puts it ahead of an existing entry."""
-    global FORMATS
-    FORMATS = [f for f in FORMATS if f.name != name]
-    entry = Format(name, detect, parse, per_rank)
-    if before is not None:
-        for i, f in enumerate(FORMATS):
-            if f.name == before:
-                FORMATS.insert(i, entry)
-                return
-    FORMATS.append(entry)
-
-
-def _load_plugins() -> None:
-    global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for modname in PLUGIN_MODULES:
-        try:
-            mod = importlib.import_module(modname)
-        except ImportError:
-            continue
-        if any(f.name == getattr(mod, "SOURCE", None) for f in FORMATS):
-            continue
-        if all(hasattr(mod, a) for a in ("SOURCE", "detect", "parse")):
-            per_rank = bool(getattr(mod, "PER_RANK", False))
-            register_format(mod.SOURCE, mod.detect, _with_hints(mod.parse), per_rank=per_rank)
-
-
-def _with_hints(parse: Callable[..., Profile]) -> Callable[..., Profile]:
-    """Call a plug-in parser with the hints (`workload_steps`, `meta`) its signature accepts."""
-    import inspect
-
-    accepted = set(inspect.signature(parse).parameters)
-
-    def call(d, **kw):
-        hints = kw.get("hints") or {}
-        return parse(d, **{k: v for k, v in hints.items() if k in accepted})
-
-    return call
-
-
 def find_units(path: str | os.PathLike) -> list[tuple[str, Path]]:
     """(format name, folder) for every profiler output under `path`, in walk order."""
-    _load_plugins()
+    registered = formats()
     root = Path(path)
     if not root.exists():
         raise UserError(f"{root}: no such file or directory")
@@ -149,7 +39,7 @@ def find_units(path: str | os.PathLike) -> list[tuple[str, Path]]:
     units: list[tuple[str, Path]] = []
     for dirpath, dirnames, _ in os.walk(root):
         d = Path(dirpath)
-        hit = next((f for f in FORMATS if _safe_detect(f, d)), None)
+        hit = next((f for f in registered if _safe_detect(f, d)), None)
         if hit is not None:
             units.append((hit.name, d))
             dirnames[:] = []
@@ -158,7 +48,7 @@ def find_units(path: str | os.PathLike) -> list[tuple[str, Path]]:
     return units
 
 
-def _safe_detect(f: Format, d: Path) -> bool:
+def _safe_detect(f: ProfileFormat, d: Path) -> bool:
     try:
         return bool(f.detect(d))
     except (OSError, ProfileFormatError):
@@ -167,8 +57,7 @@ def _safe_detect(f: Format, d: Path) -> bool:
 
 def _parse_unit(fmt_name: str, d: str, opts: dict):
     """Worker: returns ("ok", Profile) or ("error", path, problem) (exceptions with custom __init__ don't pickle)."""
-    _load_plugins()
-    fmt = next(f for f in FORMATS if f.name == fmt_name)
+    fmt = next(f for f in formats() if f.name == fmt_name)
     try:
         return ("ok", fmt.parse(Path(d), **opts))
     except ProfileFormatError as exc:
@@ -233,7 +122,7 @@ def load_profile(
         raise UserError(
             f"{path}: no profiler output found (looked for ASCEND_PROFILER_OUTPUT/ with kernel_details.csv, "
             "step_trace_time.csv, communication.json, trace_view.json, analysis.db or "
-            "ascend_*_profiler_*.db, and the other registered formats)"
+            "ascend_*_profiler_*.db, PyTorch profiler traces (*.pt.trace.json[.gz]), and the other registered formats)"
         )
     checks = [u for u in units if u[0] in CROSS_CHECK_FORMATS]
     if len(checks) < len(units):

@@ -234,6 +234,7 @@ def test_parallel_and_serial_loading_agree():
 
 
 def test_register_format_claims_folders_first(tmp_path):
+    from analyzers.parsers import formats as F
     from analyzers.parsers import load as L
     from analyzers.schema import Profile
 
@@ -244,14 +245,14 @@ def test_register_format_claims_folders_first(tmp_path):
         calls.append(d)
         return Profile(source="marker", path=str(d), ranks=pd.DataFrame({"rank": [7]}))
 
-    saved = list(L.FORMATS)
+    saved = list(F.formats())
     try:
-        L.register_format("marker", lambda d: (d / "marker").is_dir(), parse, before="ascend-db")
+        F.register(F.Format("marker", lambda d: (d / "marker").is_dir(), parse), before="ascend-db")
         assert L.find_units(tmp_path) == [("marker", tmp_path / "a")]
         p = L.load_profile(tmp_path, workers=1)
         assert list(p.ranks["rank"]) == [7] and calls == [tmp_path / "a"]
     finally:
-        L.FORMATS[:] = saved
+        F.REGISTERED[:] = saved
 
 
 def test_large_cluster_reads_kernels_of_a_sample(tmp_path):

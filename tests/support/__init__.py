@@ -27,6 +27,14 @@ FIXTURES = next(
 ).resolve()
 
 
+def kineto_path(*parts: str) -> Path:
+    """Path to a real PyTorch profiler trace set under ../shared/fixtures/kineto/ (its README: sets P-T)."""
+    p = FIXTURES.parent.joinpath("kineto", "facebookresearch__HolisticTraceAnalysis", "tests", "data", *parts)
+    if not p.exists():
+        raise FileNotFoundError(f"fixture {p} is missing (is ../shared/fixtures beside the checkout?)")
+    return p
+
+
 def fixture_path(*parts: str) -> Path:
     """Path to a real fixture under ../shared/fixtures/ascend; fails loudly if it is missing."""
     p = FIXTURES.joinpath(*parts)

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from analyzers.parsers.formats import Format, with_hints
 from analyzers.parsers.cpu.parser import find_rank_dirs, infer_steps, is_cpu_profile_dir, parse
 
 #: registration with analyzers.parsers.load (format detection for `perfbench analyze`)
@@ -20,4 +21,7 @@ def detect(d: Path) -> bool:
         return False
 
 
-__all__ = ["parse", "detect", "find_rank_dirs", "infer_steps", "SOURCE", "PER_RANK"]
+#: this module's formats in the registry (analyzers.parsers.formats)
+FORMATS = [Format(SOURCE, detect, with_hints(parse), per_rank=PER_RANK)]
+
+__all__ = ["parse", "detect", "find_rank_dirs", "infer_steps", "SOURCE", "PER_RANK", "FORMATS"]

@@ -1,0 +1,252 @@
+"""The PyTorch profiler (Kineto) parser on the real traces of ../shared/fixtures/kineto (sets P-T of its README).
+
+Expected values come from the trace files themselves, read here with a small independent `json` scan (the
+files are a few MB), never from the parser under test."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+import analyzers
+from analyzers.parsers.formats import formats
+from analyzers.parsers.load import find_units
+from perfbench.errors import ProfileFormatError, UserError
+from tests.support import kineto_path
+from tests.support.golden import analyze_json
+
+P = "trace_filter"  # CUDA + NCCL, 2 ranks of 128
+Q = "nccl_parser_config"  # CUDA + NCCL 2.17.1, rank 0 of 2
+R = "ns_resolution_trace"  # V100, 1 rank, fractional us
+S = "cpu_only"  # gloo, rank 34 of 300
+T = "amd_trace"  # ROCm, no distributedInfo
+SETS = (P, Q, R, S, T)
+
+
+def scan(folder: str) -> list[dict]:
+    """Each trace file of a set, json-loaded whole (independent of the streaming reader)."""
+    out = []
+    for f in sorted(Path(kineto_path(folder)).iterdir()):
+        with gzip.open(f, "rt") as fh:
+            doc = json.load(fh)
+        doc["_file"] = f
+        out.append(doc)
+    return out
+
+
+def rank_of(doc: dict) -> int:
+    return int((doc.get("distributedInfo") or {}).get("rank", 0))
+
+
+def x_events(doc: dict, cat=None) -> list[dict]:
+    return [e for e in doc["traceEvents"] if e.get("ph") == "X" and (cat is None or e.get("cat") in cat)]
+
+
+@pytest.fixture(scope="module")
+def profiles() -> dict:
+    return {s: analyzers.load_profile(kineto_path(s)) for s in SETS}
+
+
+def test_every_set_is_found_as_kineto():
+    units = find_units(kineto_path())
+    assert sorted(d.name for f, d in units) == sorted(SETS)
+    assert {f for f, _ in units} == {"kineto"}
+    assert "kineto" in [f.name for f in formats()]
+
+
+@pytest.mark.parametrize("folder", SETS)
+def test_ranks_come_from_distributed_info(profiles, folder):
+    p = profiles[folder]
+    docs = scan(folder)
+    assert sorted(p.ranks["rank"]) == sorted(rank_of(d) for d in docs)
+    for d in docs:
+        info = d.get("distributedInfo")
+        row = p.ranks[p.ranks["rank"] == rank_of(d)].iloc[0]
+        if info and "world_size" in info:
+            assert int(row["world_size"]) == info["world_size"]
+    no_info = [d["_file"] for d in docs if "distributedInfo" not in d]
+    for f in no_info:
+        assert any(str(f) in w and "rank 0" in w for w in p.warnings)
+    assert bool(no_info) == (folder == T)
+
+
+@pytest.mark.parametrize("folder", SETS)
+def test_steps_are_the_profiler_steps(profiles, folder):
+    p = profiles[folder]
+    for d in scan(folder):
+        want = sorted(
+            {
+                int(m.group(1))
+                for e in x_events(d, ("user_annotation",))
+                if (m := re.match(r"ProfilerStep#(\d+)", e.get("name", "")))
+            }
+        )
+        got = sorted(p.steps.loc[p.steps["rank"] == rank_of(d), "step"])
+        assert got == want and want
+
+
+@pytest.mark.parametrize("folder", SETS)
+def test_every_device_op_and_gloo_collective_is_read(profiles, folder):
+    p = profiles[folder]
+    for d in scan(folder):
+        ops = p.ops[p.ops["rank"] == rank_of(d)]
+        device = x_events(d, ("kernel", "gpu_memcpy", "gpu_memset"))
+        cats = Counter(e["cat"] for e in device)
+        assert (ops["category"] == "memory").sum() == cats["gpu_memcpy"] + cats["gpu_memset"]
+        nccl = [e for e in device if e["cat"] == "kernel" and re.match(r"nccl.*Kernel", e["name"])]
+        assert (ops["category"] == "communication").sum() == (len(nccl) if device else len(_gloo(d)))
+        if device:
+            assert (ops["category"] == "compute").sum() == cats["kernel"] - len(nccl)
+            assert abs(ops["dur_us"].sum() - sum(e["dur"] for e in device)) < 1e-3 * len(device)
+
+
+def _gloo(doc):
+    return [e for e in x_events(doc, ("user_annotation",)) if e["name"].startswith("gloo:")]
+
+
+@pytest.mark.parametrize("folder", [P, Q, R, S])
+def test_collectives(profiles, folder):
+    """One collective per NCCL kernel (sets P, Q), per record_param_comms that launched none (R: a world of
+    one rank, NCCL launches nothing) or per gloo annotation (S); T (a single-GPU toy) has none."""
+    p = profiles[folder]
+    for d in scan(folder):
+        co = p.comm_ops[p.comm_ops["rank"] == rank_of(d)]
+        nccl = [e for e in x_events(d, ("kernel",)) if re.match(r"nccl.*Kernel", e["name"])]
+        rpc = [e for e in x_events(d, ("cpu_op",)) if e["name"] == "record_param_comms"]
+        if folder == R:
+            want = [e for e in rpc if e["args"].get("Collective name") not in (None, "wait")]
+            assert not nccl and len(co) == len(want) == 35
+            assert co["elapse_ms"].isna().all()  # the device time of a collective that ran no kernel: unknown
+        elif folder == S:
+            assert len(co) == len(_gloo(d)) == 10
+        else:
+            assert len(co) == len(nccl) > 0
+            assert (co["elapse_ms"] * 1000).sum() == pytest.approx(sum(e["dur"] for e in nccl), rel=1e-9)
+        assert co["op_name"].is_unique
+
+
+def test_nccl_collective_sizes_from_the_kernel_args(profiles):
+    """Set Q: NCCL kernels carry Collective name, In msg nelems and dtype (Float: 4 bytes, Long: 8)."""
+    co = profiles[Q].comm_ops.sort_values("start_us")
+    nccl = sorted((e for e in x_events(scan(Q)[0], ("kernel",)) if e["name"].startswith("nccl")), key=lambda e: e["ts"])
+    assert list(co["op_type"]) == [e["args"]["Collective name"] for e in nccl]
+    width = {"Float": 4, "Long": 8}
+    assert list(co["size_bytes"]) == [e["args"]["In msg nelems"] * width[e["args"]["dtype"]] for e in nccl]
+    assert set(co["group"]) == {"0"} and set(co["group_size"]) == {2}
+    assert Counter(co["op_type"]) == {"allreduce": 15, "broadcast": 6}
+
+
+def test_older_traces_name_collectives_by_the_nccl_annotation(profiles):
+    """Set P: the kernels are all ncclKernel_SendRecv; the nccl:* annotation around each launch names the
+    collective (all_to_all, all_reduce, _all_gather_base) and its input dims give the size."""
+    p = profiles[P]
+    for d in scan(P):
+        co = p.comm_ops[p.comm_ops["rank"] == rank_of(d)]
+        notes = Counter(e["name"] for e in x_events(d, ("user_annotation",)) if e["name"].startswith("nccl:"))
+        want = {"alltoall": notes["nccl:all_to_all"], "allreduce": notes["nccl:all_reduce"]}
+        want["allgather"] = notes["nccl:_all_gather_base"]
+        assert Counter(co["op_type"]) == want
+        assert co["size_bytes"].notna().all()
+
+
+def test_gloo_collectives_and_process_groups(profiles):
+    """Set S: ten gloo:all_reduce annotations on two gloo threads, sized by Input Dims x float; ten
+    process groups in distributedInfo.pg_config (eleven entries: pg_count says 10)."""
+    p = profiles[S]
+    d = scan(S)[0]
+    gloo = sorted(_gloo(d), key=lambda e: e["ts"])
+    co = p.comm_ops.sort_values("start_us")
+    assert list(co["size_bytes"]) == [e["args"]["Input Dims"][0][0] * 4 for e in gloo]
+    assert set(co["op_type"]) == {"allreduce"}
+    groups = p.meta["parallel_groups"]
+    assert len(groups) == len(d["distributedInfo"]["pg_config"]) == 11
+    assert groups["0"]["ranks"] == list(range(300))
+
+
+def test_two_files_claiming_one_rank_is_an_error_naming_both(tmp_path):
+    src = kineto_path(P, "sampled_rank-0.json.gz")
+    (tmp_path / "a.json.gz").symlink_to(src)
+    (tmp_path / "b.json.gz").symlink_to(src)
+    with pytest.raises(UserError, match=r"rank 0 claimed by two traces.*a\.json\.gz.*b\.json\.gz"):
+        analyzers.load_profile(tmp_path)
+
+
+def test_a_trace_without_profiler_steps_is_one_step_with_a_warning(tmp_path):
+    """A hand-written trace (no distributedInfo, no ProfilerStep, one [memory] event), values hand-computed."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 100.0, "dur": 50.0, "args": {}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": 9,
+         "ts": 120.0, "dur": 60.0, "args": {}},
+        {"ph": "i", "name": "[memory]", "pid": 1, "tid": 1, "ts": 110.0, "s": "t",
+         "args": {"Device Type": 1, "Device Id": 0, "Addr": 1, "Bytes": 4096, "Total Allocated": 8192,
+                  "Total Reserved": 2097152}},
+    ]  # fmt: skip
+    (tmp_path / "t.pt.trace.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    p = analyzers.load_profile(tmp_path)
+    assert p.steps[["step", "start_us", "end_us"]].values.tolist() == [[0, 100.0, 180.0]]
+    assert any("no ProfilerStep" in w for w in p.warnings) and any("rank 0" in w for w in p.warnings)
+    assert p.comm_ops["op_type"].tolist() == ["allreduce"]
+    mem = p.memory_records
+    assert mem[["ts_us", "allocated_bytes", "reserved_bytes", "device"]].values.tolist() == [
+        [110.0, 8192, 2097152, "gpu:0"]
+    ]
+    b = analyzers.analyze(p).tables["step_breakdown"].iloc[0]
+    # hand-computed: compute [100,150], comm [120,180]: overlap 30, exposed 30, free 0 in [100,180]
+    assert (b["computing_us"], b["overlapped_us"], b["communication_not_overlapped_us"], b["free_us"]) == (
+        50.0,
+        30.0,
+        30.0,
+        0.0,
+    )
+
+
+def test_a_truncated_trace_is_a_one_line_error(tmp_path):
+    src = gzip.open(kineto_path(S, "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")).read()
+    (tmp_path / "rank-34.pt.trace.json").write_bytes(src[: len(src) // 2])
+    with pytest.raises(ProfileFormatError, match="truncated or corrupt JSON"):
+        analyzers.load_profile(tmp_path, strict=True)
+
+
+@pytest.mark.parametrize("folder", SETS)
+def test_analyze_reports_every_set(folder):
+    doc = analyze_json(kineto_path(folder))
+    assert doc["ranks"] and all(r["steps"] for r in doc["ranks"])
+
+
+def test_streaming_and_one_read_agree(monkeypatch):
+    """Traces over SMALL_TRACE_BYTES are streamed with ijson: the same Profile as the one-read path (set Q)."""
+    from analyzers.parsers.kineto import reader
+
+    whole = analyzers.load_profile(kineto_path(Q))
+    monkeypatch.setattr(reader, "SMALL_TRACE_BYTES", 1024)
+    streamed = analyzers.load_profile(kineto_path(Q))
+    for name in ("ranks", "steps", "ops", "comm_ops"):
+        assert getattr(whole, name).equals(getattr(streamed, name)), name
+    assert whole.meta["parallel_groups"] == streamed.meta["parallel_groups"]
+
+
+def test_a_truncated_trace_is_a_one_line_error_when_streamed(tmp_path, monkeypatch):
+    from analyzers.parsers.kineto import reader
+
+    monkeypatch.setattr(reader, "SMALL_TRACE_BYTES", 1024)
+    src = gzip.open(kineto_path(S, "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz")).read()
+    (tmp_path / "rank-34.pt.trace.json").write_bytes(src[: len(src) // 2])
+    with pytest.raises(ProfileFormatError, match=r"truncated or corrupt JSON after \d+ events"):
+        analyzers.load_profile(tmp_path, strict=True)
+
+
+def test_a_damaged_rank_beside_good_ones_is_a_warning(tmp_path):
+    """One truncated trace among a folder's ranks: the others are analyzed, the damaged file is named."""
+    (tmp_path / "sampled_rank-0.json.gz").symlink_to(kineto_path(P, "sampled_rank-0.json.gz"))
+    src = gzip.open(kineto_path(P, "sampled_rank-1.json.gz")).read()
+    (tmp_path / "sampled_rank-1.json").write_bytes(src[: len(src) // 2])
+    p = analyzers.load_profile(tmp_path)
+    assert list(p.ranks["rank"]) == [0]
+    assert any("sampled_rank-1.json" in w and "not analyzed" in w for w in p.warnings)
+    with pytest.raises(UserError, match="sampled_rank-1.json"):
+        analyzers.load_profile(tmp_path, strict=True)
