@@ -351,6 +351,12 @@ def _script_section(top: SweepFile, raw: dict, base_dir: Path | None) -> dict | 
                     f"{key}: {show(raw[key])} is only for `workload: script` (workload is {top.workload})"
                 )
         return None
+    launch = raw.get("launch") or {}
+    if launch.get("backend", "local") != "local" or int(launch.get("nodes") or 1) > 1:
+        raise ConfigError(
+            f"launch: {show(launch)}: workload script runs on one machine (launch.backend local, launch.nodes 1) "
+            "for now; Slurm and multi-node launches are for the reference workloads"
+        )
     if top.script is None:
         raise ConfigError(
             "missing key `script` (workload script needs `script: {path: train.py, framework: mindspore | pytorch}`)"

@@ -88,6 +88,7 @@ def test_reference_workloads_run_configs_have_no_script_keys():
         ({"script": None}, "missing key `script`"),
         ({"workload": "resnet50"}, "script: "),
         ({"parallel": {"zero_stage": 1}}, "parallel.zero_stage 1: not handed to a PyTorch script"),
+        ({"launch": {"backend": "slurm"}}, "workload script runs on one machine"),
         ({"parallel": {"grad_compression": "topk"}}, "parallel.grad_compression topk: PyTorch has no top-k DDP hook"),
     ],
 )
