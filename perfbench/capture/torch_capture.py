@@ -5,8 +5,6 @@ profiler window (`torch.profiler.profile` with a schedule, CPU activity, one Chr
 
 from __future__ import annotations
 
-import time
-
 from perfbench.capture.recorder import Recorder
 
 
@@ -62,7 +60,7 @@ def _rows(args) -> int | None:
     return None
 
 
-def install(rec: Recorder) -> None:
+def install(rec: Recorder):
     """Global hooks: a step ends when the first optimizer seen finishes `step()`; the next starts there (step 0
     starts at the first forward of a module). Samples: the batch dimension of the outermost module's inputs, summed
     over its forwards with gradients on (accumulation); else the `train.batch_size` setting."""
@@ -70,7 +68,7 @@ def install(rec: Recorder) -> None:
     from torch.nn.modules.module import register_module_forward_pre_hook
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    state: dict = {"opt": None, "outer": None, "samples": None, "global": None}
+    state: dict = {"opt": None, "outer": None, "samples": None, "global": None, "outer_handle": None}
     rec.set_meta(framework="pytorch", torch_version=torch.__version__)
 
     def first_step_begins() -> None:
@@ -93,7 +91,7 @@ def install(rec: Recorder) -> None:
         # the first module called is the outermost one (it calls the others): hook it alone from now on
         if state["outer"] is None and torch.is_grad_enabled():
             state["outer"] = module
-            module.register_forward_pre_hook(outer_pre)
+            state["outer_handle"] = module.register_forward_pre_hook(outer_pre)
             state["global"].remove()
             outer_pre(module, args)
 
@@ -109,10 +107,19 @@ def install(rec: Recorder) -> None:
             rec.samples_source = "input batch dimension"
         state["samples"] = None
         rec.end(samples=samples)
-        rec.begin(time.time() if rec.last_end is None else rec.last_end)
+        rec.begin()  # the next step starts after this one's record is written (its cost is in neither)
 
     state["global"] = register_module_forward_pre_hook(global_pre)
-    register_optimizer_step_post_hook(post)
+    handles = [state["global"], register_optimizer_step_post_hook(post)]
+
+    def uninstall() -> None:
+        """Remove the hooks (bench/bench_script_capture.py: capture on and off in one process)."""
+        for h in handles:
+            h.remove()
+        if state["outer_handle"] is not None:
+            state["outer_handle"].remove()
+
+    return uninstall
 
 
 def backend_name() -> str | None:
