@@ -63,7 +63,7 @@ def main() -> None:
     ratios, bare_all, cap_all = [], [], []
     for c in range(a.cycles):
         res = {}
-        for side in (("bare", "capture") if c % 2 == 0 else ("capture", "bare")):
+        for side in ("bare", "capture") if c % 2 == 0 else ("capture", "bare"):
             if side == "capture":
                 rec = Recorder(cfg, rank=0)
                 rec.profile_window = lambda: None  # type: ignore[method-assign]
