@@ -67,7 +67,23 @@ def resolve_script(script: dict, run_config: dict) -> dict:
     values = placeholder_values(run_config)
     args = [resolve(a, values, f"script.args[{i}]") for i, a in enumerate(script.get("args") or [])]
     env = {str(k): resolve(v, values, f"script.env.{k}") for k, v in (script.get("env") or {}).items()}
-    return {**script, "args": args, "env": env, "args_template": script.get("args") or []}
+    return {
+        **script,
+        "args": args,
+        "env": env,
+        "args_template": script.get("args") or [],
+        "env_template": script.get("env") or {},
+    }
+
+
+def script_source(resolved: dict) -> dict:
+    """The `script:` section a run's resolved one came from (templates back in place): to plan it again."""
+    return {
+        "path": resolved["path"],
+        "framework": resolved["framework"],
+        "args": list(resolved.get("args_template", resolved.get("args") or [])),
+        "env": dict(resolved.get("env_template", resolved.get("env") or {})),
+    }
 
 
 def script_path(raw: str, base: Path) -> str:
