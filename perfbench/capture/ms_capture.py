@@ -129,6 +129,7 @@ def callback_class():
             super().__init__()
             self.rec = recorder or current()
             self._bs: int | None = None
+            self._last = 0
 
         def on_train_begin(self, run_context):
             rec = self.rec
@@ -136,7 +137,9 @@ def callback_class():
                 return
             rec.mode = rec.mode or "mindspore-callback"
             rec.set_meta(framework="mindspore", mindspore_version=ms.__version__)
-            self._bs = _batch_size(run_context.original_args())
+            cb = run_context.original_args()
+            self._bs = _batch_size(cb)
+            self._last = getattr(cb, "cur_step_num", 0) if isinstance(getattr(cb, "cur_step_num", 0), int) else 0
             if self._bs is not None:
                 rec.samples_source = "dataset batch size"
             start_window(rec)
@@ -151,7 +154,13 @@ def callback_class():
                 return
             cb = run_context.original_args()
             loss = _loss(getattr(cb, "net_outputs", None))  # waits for the step's result: the step's true end
-            rec.end(samples=self._bs, loss=loss)
+            # dataset sink mode calls this once per sink of several steps: one record for all of them
+            n = getattr(cb, "cur_step_num", None)
+            steps = n - self._last if isinstance(n, int) and n > self._last else 1
+            self._last = n if isinstance(n, int) else self._last
+            if steps > 1:
+                rec.set_meta(steps_per_record=steps)
+            rec.end(samples=None if self._bs is None else self._bs * steps, loss=loss)
 
     _CLASS = Callback
     return Callback
