@@ -84,7 +84,8 @@ def _finish(rec, status: int, error: str | None) -> None:
     if rec.config.get("script", {}).get("framework") == "pytorch":
         from perfbench.capture.torch_capture import backend_name
 
-        rec.set_meta(comm_backend=backend_name() or ("gloo" if rec.world_size > 1 else "none"))
+        if rec.meta.get("comm_backend") in (None, "none"):
+            rec.set_meta(comm_backend=backend_name() or rec.meta.get("comm_backend") or "none")
     rec.finish(status, error)
 
 

@@ -102,6 +102,8 @@ def install(rec: Recorder):
             return
         if rec.mode is None:
             first_step_begins()
+        if rec.step == 0:  # the process group is up by the first step (and may be gone at the end)
+            rec.set_meta(comm_backend=backend_name() or "none")
         samples = state["samples"]
         if samples is not None and rec.samples_source is None:
             rec.samples_source = "input batch dimension"
