@@ -540,6 +540,8 @@ def json_schema() -> dict:
         }
         for name, cls in MODELS.items()
     ]
+    # workload script: the user's knobs are axes too (knobs.NAME)
+    schema["$defs"]["SweepAxes"]["patternProperties"] = {r"^knobs\.[A-Za-z_][A-Za-z0-9_]*$": {}}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "perfbench sweep config"
     return schema

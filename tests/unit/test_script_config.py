@@ -116,3 +116,18 @@ def test_literal_braces_pass_through():
     from perfbench.run.script import resolve
 
     assert resolve("{{x}}-{world_size}", {"world_size": 2}, "w") == "{x}-2"
+
+
+def test_the_json_schema_accepts_the_own_job_examples():
+    import jsonschema
+    import yaml
+
+    from perfbench.run.config_models import json_schema
+
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        errors = list(validator.iter_errors(yaml.safe_load(path.read_text())))
+        assert not errors, (path, errors[0].message)
+    bad = yaml.safe_load((EXAMPLES / "pytorch.yaml").read_text())
+    bad["sweep"]["knob.hidden"] = [1]  # not knobs.NAME
+    assert list(validator.iter_errors(bad))
