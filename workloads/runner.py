@@ -20,9 +20,11 @@ import socket
 import sys
 import time
 
+from perfbench.capture.ms_capture import PROFILE_LEVELS, MsWindow
 from perfbench.errors import ConfigError, UserError
+from perfbench.capture.writer import STEP_KEYS, append_record, machine_memory_bytes, memory_sample, write_meta
 
-STEP_KEYS = ("rank", "step", "start_ts", "end_ts", "step_time_s", "samples", "loss", "profiled")
+__all__ = ["PROFILE_LEVELS", "STEP_KEYS", "memory_sample"]
 
 
 def _cpu_threads() -> int:
@@ -43,38 +45,8 @@ def _os_threads() -> int | None:
     return None
 
 
-def _machine_memory_bytes() -> int | None:
-    """The machine's total memory (MemTotal of /proc/meminfo), or None where it cannot be read."""
-    try:
-        for line in pathlib.Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
-
-
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def memory_sample() -> dict:
-    """This process's memory now, cheaply (~10 us: one getrusage and one small /proc read; docs/benchmarks.md):
-    `max_rss_bytes` = the OS's high-water mark of the resident set since the process started (ru_maxrss, KiB on
-    Linux), which catches peaks inside a step; `rss_bytes` = the resident set right now (/proc/self/statm).
-    A value the OS does not give is None (unknown, not 0)."""
-    import resource
-
-    out: dict = {"max_rss_bytes": None, "rss_bytes": None}
-    try:
-        out["max_rss_bytes"] = int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024 or None
-    except (OSError, ValueError):
-        pass
-    try:
-        with open("/proc/self/statm", "rb") as fh:
-            out["rss_bytes"] = int(fh.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        pass
-    return out
+# the record files, memory samples and the profiler window: one capture path with perfbench.capture
+_machine_memory_bytes = machine_memory_bytes
 
 
 def framework_peak_bytes(ms) -> int | None:
@@ -209,15 +181,10 @@ class RunContext:
         if self._counted:
             rec.setdefault("comm_bytes", self._comm_bytes)
             rec.setdefault("collectives", self._collectives)
-        self._steps.write(json.dumps(rec) + "\n")
-        self._steps.flush()
-        os.fsync(self._steps.fileno())
+        append_record(self._steps, rec)
 
     def write_meta(self) -> None:
-        path = self.metrics_dir / f"rank{self.rank}.meta.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self._meta, indent=1, default=str))
-        os.replace(tmp, path)
+        write_meta(self.metrics_dir, self.rank, self._meta)
 
     def close(self) -> None:
         for f in (self._spans, self._steps):
@@ -258,66 +225,7 @@ class _Summary:
         self._rows = []
 
 
-#: `profile.level`: what the MindSpore profiler records on each profiled step and whether MindSpore's own
-#: parser runs. On the CPU backend the profiler records op start/duration (FRAMEWORK/cpu_op_*, what
-#: analyzers.parsers.cpu reads); memory and shapes are extras. MindSpore's parser (ASCEND_PROFILER_OUTPUT/
-#: trace_view.json, for MindStudio Insight) never runs inside the training loop: at most once, after the
-#: last step ("exit"). docs/benchmarks.md has the measured cost of each level.
-PROFILE_LEVELS = {  # the same names as perfbench.run.config.PROFILE_LEVELS (tests/unit/test_config.py checks it)
-    "off": None,
-    "light": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": None},
-    "default": {"profile_memory": False, "record_shapes": False, "with_stack": False, "parse": "exit"},
-    "full": {"profile_memory": True, "record_shapes": True, "with_stack": True, "parse": "exit"},
-}
-
-
-class _Capture:
-    """The MindSpore profiler over steps [warmup_steps, warmup_steps + active) at one `profile.level`.
-
-    At the end of the window MindSpore only stops recording and writes its raw FRAMEWORK files (what
-    analyzers.parsers.cpu parses); its own parse (trace_view.json) is deferred to `finish()`, after the last step.
-    """
-
-    def __init__(self, profile_dir: pathlib.Path, warmup_steps: int, active: int, level: str = "default"):
-        from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
-
-        self.opts = PROFILE_LEVELS[level]
-        self._ctx: dict | None = None
-        profile_dir.mkdir(parents=True, exist_ok=True)
-        # p.step() is called after every step; the schedule counts from step 0.
-        if warmup_steps >= 1:
-            sched = schedule(skip_first=0, wait=warmup_steps - 1, warmup=1, active=active, repeat=1)
-        else:
-            sched = schedule(wait=0, warmup=0, active=active, repeat=1)
-        tensorboard_trace_handler(str(profile_dir), analyse_flag=False)  # sets the output folder, parses nothing
-        self.prof = profile(
-            activities=[ProfilerActivity.CPU],
-            schedule=sched,
-            on_trace_ready=self._window_done,
-            profile_memory=self.opts["profile_memory"],
-            record_shapes=self.opts["record_shapes"],
-            with_stack=self.opts["with_stack"],
-        )
-
-    def _window_done(self, _prof) -> None:
-        if self.opts["parse"]:  # remember where the window's data is; MindSpore clears it right after
-            from mindspore.profiler.common.profiler_context import ProfilerContext
-
-            self._ctx = ProfilerContext().to_dict()
-
-    def finish(self) -> None:
-        """MindSpore's own parse of the window (ASCEND_PROFILER_OUTPUT/trace_view.json), once, after training."""
-        if self._ctx is None:
-            return
-        from mindspore.profiler.analysis.time_converter import TimeConverter
-        from mindspore.profiler.common.log import ProfilerLogger
-        from mindspore.profiler.platform.cpu_profiler import CPUProfilerAnalysis
-
-        ctx, self._ctx = self._ctx, None
-        (pathlib.Path(ctx["ascend_ms_dir"]) / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True, exist_ok=True)
-        ProfilerLogger.init(ctx["ascend_ms_dir"])
-        TimeConverter.init_parameters(freq=100.0, cntvct=0, localtime_diff=0)  # as MindSpore's online parse does
-        CPUProfilerAnalysis._run_tasks(**ctx)
+_Capture = MsWindow  # the MindSpore profiler window (perfbench/capture/ms_capture.py)
 
 
 def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:

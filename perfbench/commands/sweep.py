@@ -109,6 +109,21 @@ def _dry_run(cfg, args) -> int:
     for i, p in enumerate(plans, 1):
         t.add_row(str(i), *[str(p.settings[k]) for k in keys])
     console().print(t)
+    if cfg.workload == "script" and plans:  # what each rank runs (the first run's resolved templates)
+        import shlex
+
+        sc = plans[0].run_config["script"]
+        launcher = "torchrun" if sc["framework"] == "pytorch" else "msrun"
+        console().print(
+            f"each rank runs (run 1, under {launcher}): " + shlex.join(["python", sc["path"], *sc["args"]]),
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        if sc.get("env"):
+            console().print(
+                "with " + " ".join(f"{k}={shlex.quote(v)}" for k, v in sc["env"].items()), markup=False, soft_wrap=True
+            )
     return 0
 
 

@@ -124,6 +124,12 @@ def base_config(store: Store, record: dict):
         "sweep": {"world_size": [int(rc["world_size"])]},
         **{s: dict(rc.get(s) or {}) for s in ("model", "train", "profile", "parallel", "inject")},
     }
+    if rc["workload"] == "script":  # the script and its knobs, templates back in place
+        from perfbench.run.script import script_source
+
+        raw["script"] = script_source(rc["script"])
+        raw["knobs"] = dict(rc.get("knobs") or {})
+        raw.pop("model")
     raw["launch"]["max_world_size"] = max(int(launch.get("max_world_size", 8)), int(rc["world_size"]))
     try:
         return parse_config(raw, default_name="advise")

@@ -70,6 +70,21 @@ class SweepConfig:
     ranges: dict[str, "Range"] = field(default_factory=dict)
     #: the validated `search:` section for `perfbench tune` (perfbench.tune.spec.SearchSpec), or None
     search: Any = None
+    #: workload script: the user's knobs (defaults) and the `script:` section (path made absolute)
+    knobs: dict[str, Any] = field(default_factory=dict)
+    script: dict[str, Any] | None = None
+
+    def sections(self) -> tuple[str, ...]:
+        base = ("model", "train", "profile", "parallel", "inject")
+        return (*base, "knobs") if self.workload == "script" else base
+
+    def finish_run_config(self, run_config: dict) -> dict:
+        """workload script: the run's resolved `script` section (templates over its settings)."""
+        if self.workload == "script" and self.script is not None:
+            from perfbench.run.script import resolve_script
+
+            run_config["script"] = resolve_script(self.script, run_config)
+        return run_config
 
     def axes(self) -> dict[str, list]:
         axes = {"world_size": self.sweep.get("world_size", [1])}
@@ -93,10 +108,10 @@ class SweepConfig:
         used: set[str] = set()
         for combo in itertools.product(*(axes[n] for n in names)):
             point = dict(zip(names, combo))
-            sections = {s: copy.deepcopy(getattr(self, s)) for s in ("model", "train", "profile", "parallel", "inject")}
+            sections = {s: copy.deepcopy(getattr(self, s)) for s in self.sections()}
             for key, value in point.items():
                 if key != "world_size":
-                    sections[section_of(key, self.workload)][key] = value
+                    assign(sections, key, value, self.workload)
             settings = {"workload": self.workload, "world_size": point["world_size"]}
             settings.update({k: v for k, v in point.items() if k != "world_size"})
             short = _short(point)
@@ -117,6 +132,7 @@ class SweepConfig:
                     "threads_per_rank": None,  # filled by the launcher
                     **copy.deepcopy(sections),
                 }
+                self.finish_run_config(run_config)
                 plans.append(RunPlan(run_id, dict(settings, repeat=repeat), run_config, config_key(run_config)))
         return plans
 
@@ -124,10 +140,10 @@ class SweepConfig:
 def plan_point(cfg: SweepConfig, point: dict[str, Any], run_id: str, repeat: int = 0) -> RunPlan:
     """One run at an arbitrary point of the space (e.g. a value sampled from a range axis), checked
     with the same value and cross-key rules as a sweep's runs (ConfigError when it breaks one)."""
-    sections = {s: copy.deepcopy(getattr(cfg, s)) for s in ("model", "train", "profile", "parallel", "inject")}
+    sections = {s: copy.deepcopy(getattr(cfg, s)) for s in cfg.sections()}
     for key, value in point.items():
         if key != "world_size":
-            sections[section_of(key, cfg.workload)][key] = value
+            assign(sections, key, value, cfg.workload)
         _check_value(cfg, key, value)
     ws = point.get("world_size", cfg.axes()["world_size"][0])
     settings = {"workload": cfg.workload, "world_size": ws}
@@ -141,6 +157,7 @@ def plan_point(cfg: SweepConfig, point: dict[str, Any], run_id: str, repeat: int
         "threads_per_rank": None,
         **sections,
     }
+    cfg.finish_run_config(run_config)
     plan = RunPlan(run_id, dict(settings, repeat=repeat), run_config, config_key(run_config))
     _check_run(plan)
     return plan
@@ -164,8 +181,16 @@ def config_key(run_config: dict) -> str:
 UNSET_IS_OLD = ("kernel_threads", "dispatch_threads")
 
 
+def assign(sections: dict, key: str, value: Any, workload: str) -> None:
+    """Set a swept key's value in its section (`knobs.NAME` into the knobs)."""
+    section = section_of(key, workload)
+    sections[section][key.removeprefix("knobs.") if section == "knobs" else key] = value
+
+
 def section_of(key: str, workload: str) -> str:
     """The section a sweepable key belongs to (KeyError if it is not sweepable for this workload)."""
+    if key.startswith("knobs.") and workload == "script":
+        return "knobs"
     for name, section in (("parallel", Parallel), ("train", Train), ("model", MODELS[workload]), ("inject", Inject)):
         if key in section.model_fields:
             return name
@@ -189,6 +214,7 @@ _ABBREV = {
 def _short(point: dict) -> str:
     parts = []
     for k, v in point.items():
+        k = k.removeprefix("knobs.")
         if isinstance(v, list):
             v = "x".join(map(str, v))
         val = re.sub(r"[^A-Za-z0-9.]+", "", str(v))[:12]
@@ -218,12 +244,12 @@ def load_config(path: str | os.PathLike) -> SweepConfig:
         raise ConfigError(f"{p}: not valid YAML{where}: {problem}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{p}: cannot read ({exc})") from None
-    cfg = parse_config(raw, default_name=p.stem)
+    cfg = parse_config(raw, default_name=p.stem, base_dir=p.resolve().parent)
     cfg.source = str(p)
     return cfg
 
 
-def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
+def parse_config(raw: Any, default_name: str = "sweep", base_dir: Path | None = None) -> SweepConfig:
     if raw is None:
         raise ConfigError("the config is empty: expected a mapping with at least `workload`")
     if not isinstance(raw, dict):
@@ -233,6 +259,7 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
     except ValidationError as exc:
         raise config_error(exc, model=SweepFile) from None
     raw = tidy_sections(raw)
+    script = _script_section(top, raw, base_dir)
     model_cls = MODELS[top.workload]
     try:
         model = model_cls.model_validate(top.model)
@@ -253,6 +280,12 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
     sweep: dict[str, list] = {}
     ranges: dict[str, Range] = {}
     for key, values in top.sweep.items():
+        if key.startswith("knobs.") and top.workload == "script" and key[6:] not in top.knobs:
+            raise ConfigError(
+                f"sweep.{key}: unknown knob{suggest(key[6:], top.knobs)} (value {show(values)}); declare it under "
+                f"`knobs:` with a default, e.g. `knobs: {{{key[6:]}: ...}}`"
+                + (f" (knobs: {', '.join(top.knobs)})" if top.knobs else "")
+            )
         if key != "world_size":
             try:
                 section_of(key, top.workload)
@@ -266,7 +299,8 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
                 ]
                 raise ConfigError(
                     f"sweep.{key}: unknown sweep axis{suggest(key, allowed)} (value {show(values)}; axes may be "
-                    f"world_size or any key of parallel, train, model or inject for {top.workload})"
+                    f"world_size or any key of parallel, train, model or inject for {top.workload}"
+                    + (", or knobs.NAME)" if top.workload == "script" else ")")
                 ) from None
         if isinstance(values, dict):
             ranges[key] = parse_range(f"sweep.{key}", values)
@@ -293,6 +327,8 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
         top.results,
         raw=raw,
         ranges=ranges,
+        knobs=dict(top.knobs),
+        script=script,
     )
     for key, values in cfg.axes().items():
         for value in values:
@@ -306,6 +342,43 @@ def parse_config(raw: Any, default_name: str = "sweep") -> SweepConfig:
     return cfg
 
 
+def _script_section(top: SweepFile, raw: dict, base_dir: Path | None) -> dict | None:
+    """The `script:` and `knobs:` sections: present exactly for workload script; knobs need values."""
+    if top.workload != "script":
+        for key in ("script", "knobs"):
+            if raw.get(key):
+                raise ConfigError(
+                    f"{key}: {show(raw[key])} is only for `workload: script` (workload is {top.workload})"
+                )
+        return None
+    launch = raw.get("launch") or {}
+    if launch.get("backend", "local") != "local" or int(launch.get("nodes") or 1) > 1:
+        raise ConfigError(
+            f"launch: {show(launch)}: workload script runs on one machine (launch.backend local, launch.nodes 1) "
+            "for now; Slurm and multi-node launches are for the reference workloads"
+        )
+    if top.script is None:
+        raise ConfigError(
+            "missing key `script` (workload script needs `script: {path: train.py, framework: mindspore | pytorch}`)"
+        )
+    if raw.get("model"):
+        raise ConfigError(
+            f"model: {show(raw['model'])} has no meaning for workload script; put your knobs under `knobs:`"
+        )
+    for name, value in top.knobs.items():
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ConfigError(f"knobs.{name}: a knob name must be letters, digits and '_' (used as {{knobs.NAME}})")
+        if value is None and f"knobs.{name}" not in top.sweep:
+            raise ConfigError(f"knobs.{name}: the knob has no value: give it a default (or sweep it as knobs.{name})")
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise ConfigError(f"knobs.{name}: {show(value)} must be a string, number or true/false")
+    from perfbench.run.script import script_path
+
+    sc = top.script.model_dump()
+    sc["path"] = script_path(sc["path"], base_dir or Path.cwd())
+    return sc
+
+
 def parse_range(where: str, raw: dict) -> Range:
     try:
         return Range.model_validate(raw)
@@ -316,6 +389,10 @@ def parse_range(where: str, raw: dict) -> Range:
 def _check_value(cfg: SweepConfig, key: str, value: Any) -> None:
     """One value of a key (swept or a tune trial's), by the key's own field in its section's model."""
     where = "sweep" if key in cfg.sweep else ""
+    if key.startswith("knobs."):
+        if value is None or not isinstance(value, (str, int, float, bool)):
+            raise ConfigError(f"sweep.{key}: {show(value)} must be a string, number or true/false")
+        return
     if key == "world_size":
         where = "sweep.world_size" if key in cfg.sweep else "world_size"
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

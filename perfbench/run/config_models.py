@@ -324,7 +324,28 @@ class Inject(Section):
     )
 
 
-MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel}
+class ScriptModel(Section):
+    """workload: script has no model knobs (the script builds its own model; its knobs go under `knobs:`)."""
+
+
+class Script(Section):
+    """workload: script: the user's own training script (docs/workloads.md, "Your own job")."""
+
+    path: Annotated[str, Field(min_length=1), explain("must be the path of a Python script")] = Field(
+        description="the entry script, relative to the sweep file"
+    )
+    framework: Literal["mindspore", "pytorch"] = Field(
+        description="mindspore (started by msrun) | pytorch (started by torchrun, gloo on CPU)"
+    )
+    args: Annotated[list[Union[str, int, float, bool]], explain("must be a list of arguments (strings or numbers)")] = (
+        Field(default_factory=list, description='the script\'s arguments, templates: ["--lr", "{knobs.lr}"]')
+    )
+    env: Annotated[
+        dict[str, Union[str, int, float, bool]], explain("must be a mapping of variable names to values")
+    ] = Field(default_factory=dict, description='environment of every rank, templates: {HCCL_BUFFSIZE: "{knobs.buf}"}')
+
+
+MODELS: dict[str, type[Section]] = {"resnet50": ResNet50Model, "moe": MoEModel, "script": ScriptModel}
 #: sections whose keys may be sweep axes, in the order a key is looked up
 SWEEPABLE: dict[str, type[Section]] = {"parallel": Parallel, "train": Train, "inject": Inject}
 
@@ -402,7 +423,7 @@ def tidy_sections(raw):
     return raw
 
 
-SECTION_KEYS = ("model", "train", "profile", "parallel", "launch", "inject", "sweep")
+SECTION_KEYS = ("model", "train", "profile", "parallel", "launch", "inject", "sweep", "knobs")
 
 
 class SweepFile(BaseModel):
@@ -417,8 +438,12 @@ class SweepFile(BaseModel):
         ]
         | None
     ) = Field(None, description="sweep name: run ids start with it; default: the file's stem")
-    workload: Literal["resnet50", "moe"]
+    workload: Literal["resnet50", "moe", "script"]
     model: dict[str, Any] = Field(default_factory=dict, description="workload knobs")
+    script: Script | None = Field(None, description="workload: script: the entry script, framework, args, env")
+    knobs: dict[str, Any] = Field(
+        default_factory=dict, description="workload: script: free knobs with their defaults; sweep them as knobs.NAME"
+    )
     train: Train = Field(default_factory=Train)
     profile: Profile = Field(default_factory=Profile)
     parallel: Parallel = Field(
@@ -440,13 +465,14 @@ class RunConfig(BaseModel):
     """One planned run's resolved knobs (run_config.json), with the rules across keys checked for it."""
 
     model_config = ConfigDict(extra="ignore", strict=True)
-    workload: Literal["resnet50", "moe"]
+    workload: Literal["resnet50", "moe", "script"]
     world_size: int = Field(ge=1)
     model: dict[str, Any]
     train: Train
     profile: Profile
     parallel: Parallel
     inject: Inject = Field(default_factory=Inject)
+    script: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _rules(self):
@@ -468,6 +494,13 @@ def run_rules(run: RunConfig) -> RunConfig:
         )
     if run.inject.straggler_rank is not None and run.inject.straggler_rank >= ws:
         raise rule(f"inject.straggler_rank ({run.inject.straggler_rank}) must be less than world_size ({ws})")
+    if run.workload == "script":  # what a user's script can be given (perfbench/run/script.py)
+        from perfbench.run.script import script_rules
+
+        problems = script_rules((run.script or {}).get("framework", ""), par.model_dump(), ws)
+        if problems:
+            raise rule(problems[0] + " (refused before running)")
+        return run
     # the parallel rules have one home, shared with the workloads and `predict` (pure Python, no MindSpore)
     problems = validate_parallel(run.workload, m, par.model_dump(), ws, train.model_dump())
     if problems:
@@ -494,7 +527,7 @@ def json_schema() -> dict:
     Schema = create_model(
         "SweepConfig",
         __base__=SweepFile,
-        model=(Union[ResNet50Model, MoEModel], Field(default_factory=dict, description="workload knobs")),
+        model=(Union[ResNet50Model, MoEModel, ScriptModel], Field(default_factory=dict, description="workload knobs")),
         sweep=(Axes, Field(default_factory=dict, description="axes: lists (or ranges); runs are their product")),
         search=(SearchSpec | None, Field(None, description="how `perfbench tune` searches the sweep axes")),
     )
@@ -507,6 +540,8 @@ def json_schema() -> dict:
         }
         for name, cls in MODELS.items()
     ]
+    # workload script: the user's knobs are axes too (knobs.NAME)
+    schema["$defs"]["SweepAxes"]["patternProperties"] = {r"^knobs\.[A-Za-z_][A-Za-z0-9_]*$": {}}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "perfbench sweep config"
     return schema

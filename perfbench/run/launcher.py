@@ -108,6 +108,7 @@ def msrun_command(
     master_addr: str = "127.0.0.1",
     bind_core: bool = False,
     cluster_time_out: int = 120,
+    entry: list[str] | None = None,
 ) -> list[str]:
     local = world_size // nodes
     cmd = [
@@ -124,7 +125,7 @@ def msrun_command(
         cmd.append(f"--node_rank={node_rank}")
     if bind_core:
         cmd.append("--bind_core=True")
-    cmd += [str(ENTRY), "--config", str(run_config)]
+    cmd += entry if entry is not None else [str(ENTRY), "--config", str(run_config)]
     return cmd
 
 
@@ -296,18 +297,31 @@ def launch(
     local = ws // nodes
     port = free_port() if launch_cfg.get("master_port", "auto") == "auto" else int(launch_cfg["master_port"])
     bind = should_bind(launch_cfg.get("bind_core", "auto"), local)
-    cmd = msrun_command(
-        run_config_path,
-        ws,
-        log_dir,
-        port,
-        nodes=nodes,
-        node_rank=launch_cfg.get("node_rank", 0),
-        master_addr=launch_cfg.get("master_addr", "127.0.0.1"),
-        bind_core=bind,
-        # how long msrun's cluster waits for every rank to join: start-up under load can take minutes
-        cluster_time_out=int(min(float(launch_cfg.get("timeout_s", 900)), 600)),
-    )
+    # workload script: the user's script in the capture bootstrap, under msrun (MindSpore) or torchrun (PyTorch)
+    script = run_config.get("script") if run_config.get("workload") == "script" else None
+    torch_job = script is not None and script.get("framework") == "pytorch"
+    tool = "torchrun" if torch_job else "msrun"
+    if script is not None:
+        from perfbench.run import script as script_mod
+
+        warm = skip_teardown = False
+    if torch_job:
+        bind = False
+        cmd = script_mod.torchrun_command(ws, port, script, master_addr=launch_cfg.get("master_addr", "127.0.0.1"))
+    else:
+        cmd = msrun_command(
+            run_config_path,
+            ws,
+            log_dir,
+            port,
+            nodes=nodes,
+            node_rank=launch_cfg.get("node_rank", 0),
+            master_addr=launch_cfg.get("master_addr", "127.0.0.1"),
+            bind_core=bind,
+            # how long msrun's cluster waits for every rank to join: start-up under load can take minutes
+            cluster_time_out=int(min(float(launch_cfg.get("timeout_s", 900)), 600)),
+            entry=script_mod.entry(script) if script is not None else None,
+        )
     tag = f"{run_config['run_id']}-{uuid.uuid4().hex[:8]}"
     env = dict(os.environ)
     env[TAG_VAR] = tag
@@ -330,6 +344,13 @@ def launch(
     )
     if pins_single_rank(bind, local):
         env[PIN_VAR] = str(min(os.sched_getaffinity(0)))
+    if script is not None:
+        env["PERFBENCH_RUN_CONFIG"] = str(run_config_path)
+        env["PERFBENCH_SETTINGS"] = script_mod.settings_json(run_config)
+        env.update(script.get("env") or {})
+        if torch_job:
+            env["PERFBENCH_WORKER_LOG_DIR"] = str(log_dir)
+            env.setdefault("OMP_NUM_THREADS", str(run_config.get("threads_per_rank") or 1))
     env.update(env_extra or {})
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -341,7 +362,7 @@ def launch(
     ranks: dict[int, int] = {}  # worker pid -> rank, for naming the rank that died
     result = LaunchResult(status="failed", command=cmd, master_port=port, bind_core=bind)
     node_rank = launch_cfg.get("node_rank", 0)
-    msrun_log = msrun_log_name(nodes, node_rank)
+    msrun_log = "torchrun.out" if torch_job else msrun_log_name(nodes, node_rank)
     result.startup["launched"] = time.time()
     with open(log_dir / msrun_log, "wb") as msrun_out:
         # msrun runs under perfbench.run.reaper, which ends the whole run when this process dies (even by SIGKILL)
@@ -437,6 +458,9 @@ def launch(
     final = count_steps(metrics_dir)
     if result.status == "stopped":
         return result
+    if result.reason is None and result.returncode == 0 and script is not None:
+        result.status = "ok"  # the script decides its steps; one that recorded none is stored with the reason
+        return result
     if result.reason is None and result.returncode == 0:
         missing = [r for r in range(ws) if final.get(r, 0) < run_config["train"]["steps"]]
         if missing and nodes == 1:
@@ -468,14 +492,14 @@ def launch(
         if died is not None and died["rank"] is not None:
             result.reason = (
                 f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} "
-                f"(msrun exit code {result.returncode})" + _first_error(tail)
+                f"({tool} exit code {result.returncode})" + _first_error(tail)
             )
         else:
             who = f"rank {rank}" if rank is not None else "msrun"
             result.reason = (
-                f"{who} failed {_after_step(metrics_dir, rank)} (msrun exit code {result.returncode})"
+                f"{who} failed {_after_step(metrics_dir, rank)} ({tool} exit code {result.returncode})"
                 if rank is not None
-                else f"msrun failed (msrun exit code {result.returncode})"
+                else f"{tool} failed ({tool} exit code {result.returncode})"
             ) + _first_error(tail)
     elif rank is not None:
         result.reason += f"; rank {rank} stopped first"

@@ -258,6 +258,8 @@ def execute_run(
         record["slurm"] = result.slurm
     metrics, warnings = ingest_run(store, plan.run_id, rc)
     record["metrics"] = metrics
+    if rc.get("workload") == "script":
+        warnings = warnings + script_capture(record, art / "metrics")
     if warnings:
         record["warnings"] = warnings
     if result.status == "ok":
@@ -274,6 +276,32 @@ def execute_run(
     record["timings"]["wall_s"] = round(record["timings"]["finished"] - record["timings"]["started"], 3)
     store.write_run(record)
     return record
+
+
+def script_capture(record: dict, metrics_dir: Path) -> list[str]:
+    """workload script: how its steps were found (record["capture"]) and, when none were, why (a warning)."""
+    from perfbench.run.ingest import read_meta
+
+    meta = read_meta(metrics_dir)
+    m0 = meta.get(0) or next(iter(meta.values()), {})
+    record["capture"] = {
+        "framework": (record["config"].get("script") or {}).get("framework"),
+        "mode": m0.get("capture"),
+        "samples_source": m0.get("samples_source"),
+        "steps_per_rank": {str(r): m.get("recorded_steps") for r, m in sorted(meta.items())},
+    }
+    if record["config"]["script"].get("framework") == "pytorch":
+        try:
+            from importlib.metadata import version
+
+            record["env"]["torch"] = version("torch")
+        except Exception:  # noqa: BLE001 - unknown, not a failure
+            record["env"]["torch"] = None
+    reason = m0.get("no_steps_reason") if meta else "no rank wrote its meta (the script never started capture)"
+    if reason and not any(m.get("recorded_steps") for m in meta.values()):
+        record["no_steps_reason"] = reason
+        return [f"no steps recorded (wall time {record['launch']['wall_s']:.1f} s only): {reason}"]
+    return []
 
 
 def live_slurm_job(existing: dict | None) -> str | None:

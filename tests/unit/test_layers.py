@@ -4,7 +4,8 @@ functions included: a module may import its own layer and the layers its layer l
     base       perfbench (the package), perfbench.errors, perfbench.startup: import nothing of the project
     planning   workloads.parallel.{rules,schedules,bucketing,layout_math}: pure parallel planners (no MindSpore at
     import)
-    workloads  the rest of workloads/ (MindSpore): base and planning only
+    capture    perfbench.capture.* (a training script's step capture; frameworks only inside functions): base only
+    workloads  the rest of workloads/ (MindSpore): base, planning and capture
     analyzers  analyzers/: base and planning (parsers, schema, analyses, catalogue)
     core       the rest of perfbench/ (store, runs, compare/check, tune, predict, views)
     top        perfbench.cli, perfbench.__main__, perfbench.commands.*, dashboards.*
@@ -32,10 +33,11 @@ TOP = ("perfbench.cli", "perfbench.__main__", "perfbench.commands", "dashboards"
 ALLOWED = {
     "base": {"base"},
     "planning": {"base", "planning"},
-    "workloads": {"base", "planning", "workloads"},
+    "capture": {"base", "capture"},
+    "workloads": {"base", "planning", "capture", "workloads"},
     "analyzers": {"base", "planning", "analyzers"},
-    "core": {"base", "planning", "analyzers", "core"},
-    "top": {"base", "planning", "analyzers", "core", "top"},
+    "core": {"base", "planning", "analyzers", "capture", "core"},
+    "top": {"base", "planning", "analyzers", "capture", "core", "top"},
 }
 
 
@@ -44,6 +46,8 @@ def layer_of(module: str) -> str:
         return "base"
     if module in PLANNING:
         return "planning"
+    if module == "perfbench.capture" or module.startswith("perfbench.capture."):
+        return "capture"
     if any(module == t or module.startswith(t + ".") for t in TOP):
         return "top"
     return {"workloads": "workloads", "analyzers": "analyzers", "perfbench": "core"}[module.split(".")[0]]

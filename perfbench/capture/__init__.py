@@ -1,0 +1,65 @@
+"""perfbench.capture: a training script's steps, samples, memory and profiler window, in the records the
+reference workloads write (docs/workloads.md, "Your own job"), so every analysis works on the user's job.
+
+Scripts started by `perfbench sweep` (workload: script) need nothing: the bootstrap (`perfbench.capture.run`)
+finds MindSpore's `Model.train` steps and PyTorch's optimizer steps by itself. A hand-written loop it cannot
+see takes one line:
+
+    from perfbench import capture
+    for batch in data:
+        with capture.step(samples=len(batch)) as s:
+            ...
+            s.loss = float(loss)
+
+`capture.Callback()` is the MindSpore callback; `capture.settings()` the run's settings; `capture.apply_parallel()`
+applies its `parallel.*` knobs. Outside perfbench every call is a no-op. Light: standard library at import,
+the framework only when used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from perfbench.capture.parallel import apply_parallel
+from perfbench.capture.recorder import current, settings
+
+__all__ = ["Callback", "apply_parallel", "settings", "step"]
+
+
+class _Step:
+    """What `capture.step()` yields: set `loss` (a float) and `samples` inside the block if known only there."""
+
+    def __init__(self, samples: int | None, loss: float | None):
+        self.samples = samples
+        self.loss = loss
+
+
+@contextlib.contextmanager
+def step(samples: int | None = None, loss: float | None = None):
+    """One training step of a hand-written loop, recorded when the block ends (not if it raises). Once used,
+    the automatic step detection of the bootstrap stands down, so steps are not counted twice."""
+    rec = current()
+    s = _Step(samples, loss)
+    if rec is None:
+        yield s
+        return
+    if rec.mode != "manual":
+        rec.mode = "manual"
+        rec.open = False
+    if rec.step == 0 and rec.window is None:
+        from perfbench.capture.framework import start_window
+
+        start_window(rec)
+    rec.begin()
+    yield s
+    if s.samples is not None and rec.samples_source is None:
+        rec.samples_source = "capture.step(samples=...)"
+    rec.end(samples=s.samples, loss=None if s.loss is None else float(s.loss))
+
+
+def __getattr__(name: str):
+    if name == "Callback":  # a mindspore.train.Callback subclass, made on first use
+        from perfbench.capture.ms_capture import callback_class
+
+        return callback_class()
+    raise AttributeError(name)

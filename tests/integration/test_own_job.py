@@ -1,0 +1,131 @@
+"""Your own job: real msrun and torchrun sweeps of user scripts (examples/own-job and tests/integration/own_job),
+checked against what the scripts did: steps, samples, and the collectives per step in the profile."""
+
+from __future__ import annotations
+
+import glob
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from perfbench.store import Store
+from tests.support import ROOT, run_perfbench, write_yaml
+
+pytestmark = pytest.mark.msrun
+
+HERE = Path(__file__).resolve().parent / "own_job"
+
+
+def sweep(tmp_path: Path, name: str, cfg: dict) -> tuple[Store, list[dict]]:
+    path = write_yaml(tmp_path / f"{name}.yaml", dict(cfg, name=name))
+    results = tmp_path / "results"
+    r = run_perfbench("sweep", path, "--results", results, check=False, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    store = Store(results)
+    (sw,) = [s for s in store.list_sweeps() if s.get("name") == name]
+    runs = [store.read_run(rid) for rid in sw["runs"]]
+    return store, runs
+
+
+def steps_of(store: Store, run: dict) -> dict[int, list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for f in sorted((store.artifacts_dir(run["run_id"]) / "metrics").glob("rank*.steps.jsonl")):
+        for line in f.read_text().splitlines():
+            rec = json.loads(line)
+            out.setdefault(rec["rank"], []).append(rec)
+    return out
+
+
+def test_plain_mindspore_script_under_msrun(tmp_path):
+    """examples/own-job/train_mindspore.py imports nothing of perfbench: its Model.train steps are found; its MLP has
+    6 parameters and no fusion, so MindSpore's data parallel runs 6 AllReduce per step (read from the profile)."""
+    store, (run,) = sweep(
+        tmp_path,
+        "ms",
+        {
+            "workload": "script",
+            "script": {
+                "path": str(ROOT / "examples" / "own-job" / "train_mindspore.py"),
+                "framework": "mindspore",
+                "args": ["--batch-size", "{train.batch_size}", "--steps", "{train.steps}", "--hidden", "32"],
+            },
+            "train": {"batch_size": 8, "steps": 6, "warmup_steps": 2},
+            "profile": {"steps": 2},
+            "sweep": {"world_size": [2]},
+        },
+    )
+    assert run["status"] == "ok", run.get("error")
+    steps = steps_of(store, run)
+    assert sorted(steps) == [0, 1]
+    for recs in steps.values():
+        assert [r["step"] for r in recs] == list(range(6))
+        assert {r["samples"] for r in recs} == {8}  # the dataset's batch size on each rank
+        assert all(r["loss"] is not None for r in recs)
+    assert run["capture"]["mode"] == "mindspore-callback"
+    assert run["metrics"]["collectives_per_step"] == 6
+    assert run["metrics"]["samples_per_step"] == 16
+
+
+def test_pytorch_script_with_the_capture_line_and_a_failing_one(tmp_path):
+    """A DDP script using perfbench.capture (steps, samples, loss, apply_parallel) and, in the same sweep, a script
+    that crashes on rank 1 at step 3 (failed, with the reason and its log) and one whose steps cannot be found
+    (kept with its wall time and the reason). With comm_fusion 0 DDP puts each of the 4 parameters in its own
+    bucket: 4 gloo all-reduces per profiled step on each rank, in each rank's Chrome trace."""
+    report = tmp_path / "report"
+    report.mkdir()
+    store, runs = sweep(
+        tmp_path,
+        "pt",
+        {
+            "workload": "script",
+            "script": {
+                "path": str(HERE / "train_torch_capture.py"),
+                "framework": "pytorch",
+                "args": ["--batch-size", "{train.batch_size}", "--steps", "{train.steps}", "--report", str(report)],
+            },
+            "train": {"batch_size": 8, "steps": 6, "warmup_steps": 1},
+            "profile": {"steps": 2},
+            "sweep": {"world_size": [2]},
+        },
+    )
+    (run,) = runs
+    assert run["status"] == "ok", run.get("error")
+    did = {int(Path(f).stem[4:]): json.loads(Path(f).read_text()) for f in glob.glob(str(report / "rank*.json"))}
+    steps = steps_of(store, run)
+    assert sorted(steps) == sorted(did) == [0, 1]
+    for rank, recs in steps.items():
+        assert [r["step"] for r in recs] == list(range(did[rank]["steps"]))
+        assert {r["samples"] for r in recs} == {did[rank]["batch_size"]}
+        assert all(isinstance(r["loss"], float) for r in recs)
+        assert [r["profiled"] for r in recs] == [False, True, True, False, False, False]
+    assert run["capture"]["mode"] == "manual"
+    traces = sorted((store.artifacts_dir(run["run_id"]) / "profile").glob("rank*.pt.trace.json"))
+    assert [t.name.split(".")[0] for t in traces] == ["rank0", "rank1"]
+    for t in traces:
+        events = json.loads(t.read_text())["traceEvents"]
+        counts = Counter(e["name"] for e in events if e.get("ph") == "X" and e.get("name") == "gloo:all_reduce")
+        assert counts["gloo:all_reduce"] == 2 * did[0]["params"]  # 2 profiled steps x one bucket per parameter
+
+    _, runs = sweep(
+        tmp_path,
+        "broken",
+        {
+            "workload": "script",
+            "script": {"path": str(HERE / "broken.py"), "framework": "pytorch", "args": ["--mode", "{knobs.mode}"]},
+            "knobs": {"mode": "crash"},
+            "train": {"steps": 6, "warmup_steps": 1},
+            "profile": {"enabled": False},
+            "sweep": {"world_size": [2], "knobs.mode": ["crash", "nosteps"]},
+            "launch": {"timeout_s": 120},
+        },
+    )
+    crash, nosteps = runs
+    assert crash["status"] == "failed"
+    assert crash["failed_rank"] == 1
+    assert "rank 1 failed after step 2 (torchrun exit code" in crash["error"]
+    assert "RuntimeError: boom at step 3" in crash["error"] and "boom at step 3" in crash["log_tail"]
+    assert nosteps["status"] == "ok" and nosteps["launch"]["wall_s"] > 0
+    assert "no step boundary was seen" in nosteps["no_steps_reason"]
+    assert any("no steps recorded" in w for w in nosteps["warnings"])

@@ -1,0 +1,133 @@
+"""workload: script: the sweep YAML's script/knobs sections, templates, and the one-line errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from perfbench.errors import ConfigError
+from perfbench.run.config import load_config, parse_config
+from tests.support import ROOT
+
+EXAMPLES = ROOT / "examples" / "own-job"
+
+
+def raw(**over) -> dict:
+    base = {
+        "workload": "script",
+        "script": {
+            "path": "train_pytorch.py",
+            "framework": "pytorch",
+            "args": ["--batch-size", "{train.batch_size}", "--lr={knobs.lr}", "--ws", "{world_size}"],
+            "env": {"MY_FUSION": "{parallel.comm_fusion}"},
+        },
+        "knobs": {"lr": 0.1},
+        "train": {"batch_size": 4, "steps": 6, "warmup_steps": 1},
+        "profile": {"steps": 2},
+        "sweep": {"world_size": [1, 2], "knobs.lr": [0.1, 0.01]},
+    }
+    for k, v in over.items():
+        if v is None:
+            base.pop(k, None)
+        else:
+            base[k] = v
+    return base
+
+
+def error_of(r: dict) -> str:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(r, base_dir=EXAMPLES)
+    msg = str(exc.value)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+def test_templates_resolve_per_run_and_knobs_are_axes():
+    cfg = parse_config(raw(), base_dir=EXAMPLES)
+    plans = cfg.plan("s")
+    assert len(plans) == 4
+    p = plans[3]  # world_size 2, lr 0.01
+    assert p.settings == {"workload": "script", "world_size": 2, "knobs.lr": 0.01, "repeat": 0}
+    sc = p.run_config["script"]
+    assert sc["args"] == ["--batch-size", "4", "--lr=0.01", "--ws", "2"]
+    assert sc["env"] == {"MY_FUSION": "0"}
+    assert sc["path"] == str((EXAMPLES / "train_pytorch.py").resolve())
+    assert p.run_config["knobs"] == {"lr": 0.01}
+    assert p.run_id == "s-ws2-lr0.01-r0"
+
+
+def test_the_examples_plan_eight_runs():
+    for name in ("mindspore.yaml", "pytorch.yaml"):
+        cfg = load_config(EXAMPLES / name)
+        assert len(cfg.plan()) == 8, name
+        assert all(Path(p.run_config["script"]["path"]).is_file() for p in cfg.plan())
+
+
+def test_reference_workloads_run_configs_have_no_script_keys():
+    cfg = load_config(ROOT / "examples" / "quickstart.yaml")
+    assert all("script" not in p.run_config and "knobs" not in p.run_config for p in cfg.plan())
+
+
+@pytest.mark.parametrize(
+    "over,expected",
+    [
+        (
+            {"script": {"path": "train_pytorch.py", "framework": "pytorch", "args": ["--lr", "{knobs.lrr}"]}},
+            "script.args[1]: unknown placeholder {knobs.lrr} in '{knobs.lrr}' (did you mean `{knobs.lr}`?)",
+        ),
+        (
+            {"script": {"path": "train_pytorch.py", "framework": "pytorch", "env": {"X": "{train.batchsize}"}}},
+            "script.env.X: unknown placeholder {train.batchsize}",
+        ),
+        ({"script": {"path": "nope.py", "framework": "pytorch"}}, "script.path: 'nope.py' does not exist"),
+        ({"script": {"path": "train_pytorch.py", "framework": "jax"}}, "script.framework: 'jax' must be one of"),
+        ({"knobs": {"lr": 0.1, "depth": None}}, "knobs.depth: the knob has no value"),
+        ({"sweep": {"knobs.lrr": [1, 2]}}, "sweep.knobs.lrr: unknown knob (did you mean `lr`?)"),
+        ({"script": None}, "missing key `script`"),
+        ({"workload": "resnet50"}, "script: "),
+        ({"parallel": {"zero_stage": 1}}, "parallel.zero_stage 1: not handed to a PyTorch script"),
+        ({"launch": {"backend": "slurm"}}, "workload script runs on one machine"),
+        ({"parallel": {"grad_compression": "topk"}}, "parallel.grad_compression topk: PyTorch has no top-k DDP hook"),
+    ],
+)
+def test_config_errors_are_one_line_naming_key_and_value(over, expected):
+    assert expected in error_of(raw(**over))
+
+
+def test_mindspore_refusals_say_why_at_dry_run():
+    r = raw(script={"path": "train_mindspore.py", "framework": "mindspore"}, parallel={"zero_stage": 1})
+    assert "optimizer sharding runs on Ascend only" in error_of(r)
+    r = raw(script={"path": "train_mindspore.py", "framework": "mindspore"}, parallel={"pipeline_stages": 2})
+    assert "need Ascend/GPU" in error_of(r)
+
+
+def test_settings_json_holds_the_run_settings():
+    from perfbench.run.script import settings_json
+
+    p = parse_config(raw(), base_dir=EXAMPLES).plan("s")[0]
+    s = json.loads(settings_json(p.run_config))
+    assert s["knobs"] == {"lr": 0.1} and s["world_size"] == 1 and s["script"] == {"framework": "pytorch"}
+    assert s["parallel"]["comm_fusion"] == 0 and s["train"]["batch_size"] == 4
+
+
+def test_literal_braces_pass_through():
+    from perfbench.run.script import resolve
+
+    assert resolve("{{x}}-{world_size}", {"world_size": 2}, "w") == "{x}-2"
+
+
+def test_the_json_schema_accepts_the_own_job_examples():
+    import jsonschema
+    import yaml
+
+    from perfbench.run.config_models import json_schema
+
+    validator = jsonschema.Draft202012Validator(json_schema())
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        errors = list(validator.iter_errors(yaml.safe_load(path.read_text())))
+        assert not errors, (path, errors[0].message)
+    bad = yaml.safe_load((EXAMPLES / "pytorch.yaml").read_text())
+    bad["sweep"]["knob.hidden"] = [1]  # not knobs.NAME
+    assert list(validator.iter_errors(bad))
