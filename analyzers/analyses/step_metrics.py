@@ -78,6 +78,8 @@ def _breakdown_part(sb: pd.DataFrame, warmup: int) -> pd.DataFrame | None:
         return None
     g = sb.groupby("step")
     out = pd.DataFrame({"window_s": g["step_us"].max() / 1e6})
+    # the step the parts split (catalogue breakdown_step_s): mean over the same ranks the parts are means over
+    out["breakdown_step_s"] = g["step_us"].mean() / 1e6
     for part in BREAKDOWN_PARTS:
         col = f"{part}_us"
         if col in sb.columns:

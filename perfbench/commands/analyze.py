@@ -148,6 +148,12 @@ def run(args) -> int:
             "timings": {"started": t0, "finished": time.time(), "wall_s": wall},
             "metrics": dict(analysis.summary),
             "warnings": list(analysis.warnings),
+            # per rank: the inputs it had but could not use, and what was recomputed instead (show, the Run page)
+            "input_problems": [
+                {"rank": r["rank"], **p, "recomputed": r.get("recomputed")}
+                for r in doc["ranks"]
+                for p in r.get("input_problems") or []
+            ],
             "skipped_analyses": dict(analysis.skipped),
         }
         store.write_run(record)
@@ -267,8 +273,22 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     elif len(sets) > 1:
         for r in doc["ranks"]:
             c.print(f"inputs of rank {r['rank']}: {', '.join(r.get('inputs') or []) or '-'}")
-    if src.get("reference"):
+    bad = [r for r in doc["ranks"] if r.get("input_problems")]
+    for r in bad:
+        files = ", ".join(f"{p['file']} {p['problem']}" for p in r["input_problems"])
+        c.print(
+            f"[yellow]rank {r['rank']}: {files}[/yellow]" + (f"; {r['recomputed']}" if r.get("recomputed") else ""),
+            highlight=False,
+        )
+    own = [r["rank"] for r in doc["ranks"] if r.get("breakdown_source") == "profiler"]
+    redone = [r["rank"] for r in doc["ranks"] if r.get("breakdown_source") == "recomputed"]
+    if src.get("reference") and own and not redone:
         c.print(f"breakdown: the profiler's own, from {_reference_label(src)}")
+    elif own and redone:
+        c.print(
+            f"breakdown: the profiler's own ({_reference_label(src)}) on {_ranks(own)}; recomputed from the "
+            f"kernels on {_ranks(redone)}"
+        )
     rec = analysis.tables.get("reconciliation")
     if rec is not None and len(rec):
         c.print(
@@ -353,6 +373,10 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     c.print(f"kernel utilization {_pct(s.get('kernel_utilization'))}, comm share {_pct(s.get('comm_share'))}")
     if stored:
         c.print(f"stored as run [bold]{stored[0]}[/bold] in {stored[1]} (see `perfbench show {stored[0]}`)")
+
+
+def _ranks(ranks: list) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
 def _ms1(v):

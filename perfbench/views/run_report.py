@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from rich.markup import escape
 
-from analyzers.catalogue import KEY_METRICS, METRICS, format_value, unit_label
+from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, KEY_METRICS, METRICS, format_value, unit_label
 from analyzers.schema import BREAKDOWN_PARTS, STEP_SHARE_PARTS
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 
@@ -165,13 +165,66 @@ def print_advice(
 INTERVAL_ENDS = tuple(f"{n}_{end}" for n in SELF_ESTIMATES for end in ("low", "high"))
 
 
-def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
-    """(label, value with unit, definition) for the lead metrics, then every other known metric of the run."""
+#: how the Key numbers name a metric's basis (analyzers.catalogue.BASES)
+BASIS_SHORT = {"measured": "measured steps", "profiled": "profiled steps", "run": "run"}
+
+
+def breakdown_step(m: dict) -> float | None:
+    """The step the breakdown parts are shares of (catalogue breakdown_step_s); for runs stored before it
+    existed, the sum of the parts that add up to it (computing + exposed comm + free)."""
+    v = m.get(BREAKDOWN_TOTAL)
+    if not _missing(v) and v:
+        return float(v)
+    parts = [m.get(p) for p in ADDING_PARTS]
+    if any(_missing(p) for p in parts):
+        return None
+    total = float(sum(parts))
+    return total or None
+
+
+def step_story(m: dict) -> str | None:
+    """One line: the unprofiled step, the profiler's cost, the profiled step the breakdown splits."""
+    step, prof = m.get("step_time_s"), breakdown_step(m)
+    if _missing(step) or prof is None:
+        return None
+    over = m.get("profiler_overhead")
+    if not _missing(over) and m.get("measured_steps"):
+        return (
+            f"step {format_value('ms', step)} ms (unprofiled, slowest rank) -> profiler cost "
+            f"{format_value('pct', over)} -> the breakdown splits the profiled step: "
+            f"{format_value('ms', prof)} ms (mean over ranks)"
+        )
+    return (
+        f"step {format_value('ms', step)} ms (slowest rank); the breakdown splits the ranks' mean step: "
+        f"{format_value('ms', prof)} ms (profiled steps)"
+    )
+
+
+def input_problem_lines(rec: dict) -> list[str]:
+    """One line per rank and input it had but could not use (the record's input_problems, written by `perfbench
+    analyze`), with what was recomputed instead; else the record's warnings about files."""
+    probs = rec.get("input_problems") or []
+    if probs:
+        return [
+            f"rank {p.get('rank')}: {p.get('file')} {p.get('problem')}"
+            + (f" ({p['detail']})" if p.get("detail") else "")
+            + (f"; {p['recomputed']}" if p.get("recomputed") else "; the numbers use the rank's other files")
+            for p in probs
+        ]
+    return [str(w) for w in rec.get("warnings") or []]
+
+
+def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str, str]]:
+    """(label, value with unit, which steps it is over, definition) for the lead metrics, then every other known
+    metric of the run. A breakdown part's share is of the profiled step it splits (catalogue breakdown_step_s)."""
     m = dict(rec.get("metrics") or {})
     m["scaling_efficiency"] = row.get("scaling_efficiency")
-    step = m.get("step_time_s")
+    step = breakdown_step(m)
+    if step is not None and _missing(m.get(BREAKDOWN_TOTAL)):
+        m[BREAKDOWN_TOTAL] = step
     out = []
-    names = list(KEY_METRICS) + [k for k in m if k not in KEY_METRICS]
+    lead = [*KEY_METRICS[:2], BREAKDOWN_TOTAL, *KEY_METRICS[2:]]
+    names = lead + [k for k in m if k not in lead]
     for name in names:
         v = m.get(name)
         if name not in METRICS or _missing(v) or name in INTERVAL_ENDS:
@@ -182,8 +235,9 @@ def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
         if name in SELF_ESTIMATES:  # never a bare negative cost: with its interval, or "below what ... resolve"
             text = resolved(v, m.get(f"{name}_low"), m.get(f"{name}_high"))
         if name in STEP_PARTS and step:
-            text += f"  ({format_value('pct', v / step)} of step)"
-        out.append((meta.label, text, meta.definition))
+            inside = ", within compute" if name == "overlapped_s" else ""
+            text += f"  ({format_value('pct', v / step)} of profiled step{inside})"
+        out.append((meta.label, text, BASIS_SHORT.get(meta.basis, meta.basis), meta.definition))
     return out
 
 
@@ -193,6 +247,8 @@ def rank_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     if "stage" in df and df["stage"].notna().any():
         out["stage"] = df["stage"]
     out["step_us"] = df["step_us"]
+    if "source" in df and df["source"].nunique(dropna=False) > 1:
+        out["source"] = df["source"].map({"profiler": "profiler's own", "recomputed": "recomputed"}).fillna("-")
     for col, _label in BREAKDOWN:
         if col in df:
             share = df[col] / df["step_us"].where(df["step_us"] > 0)
@@ -363,6 +419,9 @@ def render(
             console.print("[dim]--- tail of the failing rank's log ---[/dim]")
             console.print(rec["log_tail"], markup=False, highlight=False)
 
+    for line in input_problem_lines(rec):
+        console.print(f"[bold yellow]Missing or damaged input:[/bold yellow] {escape(line)}", highlight=False)
+
     why = unsteady_reasons(rec.get("metrics") or {})
     if why:
         console.print(
@@ -409,14 +468,18 @@ def render(
         )
         t.add_column("metric")
         t.add_column("value", justify="right")
-        for label, text, _definition in numbers:
-            t.add_row(label, text)
+        t.add_column("over", style="dim")
+        for label, text, basis, _definition in numbers:
+            t.add_row(label, text, basis)
         console.print(t)
-        console.print("  [dim]definitions: perfbench metrics[/dim]")
+        story = step_story(dict(rec.get("metrics") or {}))
+        if story:
+            console.print(Padding(escape(story), (0, 0, 0, 2), expand=False), highlight=False)
+        console.print("  [dim]definitions and which steps each is over: perfbench metrics[/dim]")
 
     bd = tables.get("rank_breakdown")
     if bd is not None and not bd.empty and "step_us" in bd:
-        heads = {"rank": "rank", "stage": "stage", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
+        heads = {"rank": "rank", "stage": "stage", "source": "from", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
         console.print()
         console.print(
             table(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
