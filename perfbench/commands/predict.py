@@ -49,6 +49,19 @@ SETTABLE: dict[str, Any] = {
     "precision": str,
     "overlap_grad_comm": "bool",
 }
+#: --set keys with a smallest possible value: (minimum, what the error says)
+AT_LEAST: dict[str, tuple[float, str]] = {
+    "world_size": (1, "expected a number of ranks >= 1"),
+    "batch_size": (1, "expected a batch size >= 1"),
+    "micro_batches": (1, "expected a number of micro-batches >= 1"),
+    "pipeline_stages": (1, "expected a number of pipeline stages >= 1"),
+    "tensor_parallel": (1, "expected a tensor-parallel size >= 1"),
+    "compression_ratio": (0.0, "expected a ratio >= 0"),
+    "compute_scale": (0.0, "expected a scale > 0"),
+    "zero_stage": (0, "expected a ZeRO stage 0-3"),
+}
+#: AT_LEAST keys whose minimum itself is impossible
+ABOVE = ("compute_scale",)
 #: keys only the memory model (--memory) knows
 MEMORY_ONLY = ("zero_stage", "recompute", "optimizer")
 
@@ -139,6 +152,9 @@ def parse_sets(sets: list[str]) -> list[dict]:
                 vals.append(SETTABLE[key](v.strip()))
             except ValueError:
                 raise UserError(f"--set {key}={v!r}: expected {SETTABLE[key].__name__}") from None
+            low = AT_LEAST.get(key)
+            if low is not None and not (vals[-1] > low[0] if key in ABOVE else vals[-1] >= low[0]):
+                raise UserError(f"--set {key}={v.strip()}: {low[1]}")
         axes[key] = vals
     if not axes:
         return [{}]
