@@ -114,13 +114,13 @@ _ALL = [
         "profiled step ms",
         "s",
         "lower",
-        "per step: mean over ranks of the profiled step window (step_us: the step trace's step time, or the device "
-        "span of the step's ops) that the breakdown splits: computing + exposed comm + free = this step "
-        "(overlap lies within computing); run: median over the profiled steps. It differs from step_time_s "
-        "(unprofiled steps, slowest rank) by the profiler's cost and the ranks' spread",
+        "the profiled step the breakdown splits: computing_s + communication_not_overlapped_s + free_s (each per "
+        "step the mean over ranks, run: the median over the profiled steps; overlap lies within computing). Per step "
+        "and rank the three add up to the step window step_us exactly; the medians of the parts may differ from the "
+        "median window by the steps' spread. It differs from step_time_s (unprofiled steps, slowest rank) by the "
+        "profiler's cost and the ranks' spread",
         "ms",
-        _RANKS_MEAN,
-        series="breakdown_step_s",
+        "sum of the parts' medians over profiled steps",
     ),
     Metric(
         "communication_s",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.catalogue import METRICS as CATALOGUE
+from analyzers.catalogue import ADDING_PARTS, METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
 from analyzers.stats import mann_whitney_p, welch_ci
 from analyzers.analyses.step_metrics import run_metrics, samples, step_series
@@ -220,7 +220,10 @@ def _breakdown_means(store: Store, rec: dict) -> dict[str, float] | None:
     }
     out = {}
     for col, _ in [("step_us", "step")] + BREAKDOWN_PARTS:
-        v = m.get("step_time_s" if col == "step_us" else col.replace("_us", "_s"))
+        # the step the parts split (catalogue breakdown_step_s), not the unprofiled step time
+        v = m.get("breakdown_step_s" if col == "step_us" else col.replace("_us", "_s"))
+        if v is None and col == "step_us" and all(m.get(p) is not None for p in ADDING_PARTS):
+            v = sum(m[p] for p in ADDING_PARTS)
         if v is not None:
             out[col] = float(v) * 1000.0
     return out or None
@@ -405,7 +408,7 @@ def to_markdown(cmp: Comparison) -> str:
         out += ["No per-step samples in either run.", ""]
     if cmp.breakdown:
         out += [
-            "## Step breakdown (ms per rank-step)",
+            "## Step breakdown (ms per rank-step, profiled steps; step = the profiled step the parts add up to)",
             "",
             _md_table(
                 ["part", "A", "B", "Δ"],

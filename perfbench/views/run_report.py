@@ -63,18 +63,30 @@ def cell(column: str, v: Any) -> str:
     return f"{f:.3g}"
 
 
-def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int | None = None):
-    """A rich Table of `df`'s `columns` (name -> heading), all-empty columns left out, cells formatted."""
-    from rich.table import Table
+def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int | None = None, width: int | None = None):
+    """A rich Table of `df`'s `columns` (name -> heading, in priority order), all-empty columns left out, cells
+    formatted. `width`: the last columns are left out until it fits (said in its caption); numbers never wrap."""
+    from perfbench.views.results import dropped_note, fit_columns
 
     cols = {c: h for c, h in columns.items() if c in df.columns and not df[c].map(_missing).all()}
-    t = Table(title=title, title_justify="left", title_style="bold")
-    for c, h in cols.items():
-        numeric = pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-        t.add_column(h, justify="right" if numeric else "left", overflow="fold")
     rows = df if max_rows is None else df.head(max_rows)
-    for rec in rows.to_dict("records"):
-        t.add_row(*[cell(c, rec.get(c)) for c in cols])
+    recs = rows.to_dict("records")
+
+    def build(keep: list[str]):
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left", title_style="bold")
+        for c in keep:
+            numeric = pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+            t.add_column(cols[c], justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
+        for rec in recs:
+            t.add_row(*[cell(c, rec.get(c)) for c in keep])
+        return t
+
+    t, dropped = fit_columns(build, list(cols), width, keep=2)
+    if dropped:
+        t.caption = dropped_note([cols[c] for c in dropped], "--wide, or --json")
+        t.caption_justify = "left"
     return t
 
 
@@ -343,7 +355,7 @@ def peak_holders(attr: pd.DataFrame | None, mem: pd.DataFrame | None) -> tuple[i
     return rank, rows
 
 
-def memory_section(console, tables: dict) -> None:
+def memory_section(console, tables: dict, width: int | None = None) -> None:
     """Per-rank memory peaks, then what holds the largest rank's peak (bytes and share)."""
     mem = tables.get("memory")
     if mem is None or mem.empty:
@@ -363,6 +375,7 @@ def memory_section(console, tables: dict) -> None:
                 "capacity_bytes": "capacity",
             },
             "Memory per rank (peaks; - = unknown: the rank's files lack the data)",
+            width=width,
         )
     )
     rank, rows = peak_holders(tables.get("memory_attribution"), mem)
@@ -372,6 +385,7 @@ def memory_section(console, tables: dict) -> None:
                 rows,
                 {"part": "part", "bytes": "bytes", "share": "share", "source": "from"},
                 f"What holds the peak (rank {rank}, the largest)",
+                width=width,
             )
         )
 
@@ -386,8 +400,14 @@ def render(
     top: int,
     artifacts: str,
     show_all: bool = False,
+    wide: bool = False,
 ) -> None:
+    from functools import partial
+
     from rich.padding import Padding
+
+    width = None if wide else console.width
+    tbl = partial(table, width=width)
 
     status = rec.get("status")
     colour = {"ok": "green", "failed": "red"}.get(status, "yellow")
@@ -482,18 +502,18 @@ def render(
         heads = {"rank": "rank", "stage": "stage", "source": "from", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
         console.print()
         console.print(
-            table(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
+            tbl(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
         )
 
-    memory_section(console, tables)
+    memory_section(console, tables, width)
 
     kern = tables.get("top_kernels")
     if kern is not None and not kern.empty:
         kern = kern.assign(name=kern["name"].astype(str).str.rsplit("/", n=1).str[-1])
         console.print(
-            table(
+            tbl(
                 kern,
-                {"name": "kernel", "type": "type", "count": "calls", "total_us": "total", "mean_us": "mean"},
+                {"name": "kernel", "total_us": "total", "mean_us": "mean", "count": "calls", "type": "type"},
                 f"Top kernels (by total time, all ranks, top {top})",
                 top,
             )
@@ -502,18 +522,18 @@ def render(
     comm = tables.get("comm_ops")
     if comm is not None and not comm.empty and "elapse_ms" in comm:
         console.print(
-            table(
+            tbl(
                 top_collectives(comm, top),
                 {
                     "name": "collective",
-                    "op_type": "type",
-                    "group_size": "ranks",
-                    "calls": "calls",
                     "total_elapse_ms": "total",
                     "mean_elapse_ms": "mean",
+                    "calls": "calls",
                     "size_bytes": "size",
                     "busbw_gbps": "bus bw",
                     "wait_ratio": "wait",
+                    "op_type": "type",
+                    "group_size": "ranks",
                 },
                 f"Top collectives (by total time, all ranks and steps, top {top})",
             )
@@ -522,7 +542,7 @@ def render(
     tc = traffic_classes(tables.get("comm_classes"), tables.get("comm_exposure_classes"))
     if tc is not None:
         console.print(
-            table(
+            tbl(
                 tc,
                 {
                     "comm_class": "traffic class",
@@ -538,7 +558,7 @@ def render(
     pipe = tables.get("pipeline")
     if pipe is not None and not pipe.empty and "stage" in pipe:
         console.print(
-            table(
+            tbl(
                 pipeline_stages(pipe),
                 {
                     "stage": "stage",
@@ -557,7 +577,7 @@ def render(
     exp = tables.get("experts")
     if exp is not None and not exp.empty:
         console.print(
-            table(
+            tbl(
                 experts(exp),
                 {
                     "experts": "experts",
@@ -582,7 +602,7 @@ def render(
         )
         if len(slow):
             console.print(
-                table(
+                tbl(
                     slow,
                     {
                         "group": "group",
@@ -604,7 +624,7 @@ def render(
         console.print(f"[bold]Slow links[/bold]: {len(links)} of {tested} links flagged")
         if len(links):
             console.print(
-                table(
+                tbl(
                     links,
                     {
                         "kind": "kind",
@@ -624,7 +644,7 @@ def render(
         console.print(f"[bold]Rank imbalance[/bold]: {len(imb)} of {tested} group checks flagged")
         if len(imb):
             console.print(
-                table(
+                tbl(
                     imb,
                     {
                         "group": "group",
