@@ -24,6 +24,8 @@ SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 #: the share of the step each part of the breakdown takes, shown next to its time
 _PART_LABELS = {"computing": "compute", "communication_not_overlapped": "exposed comm"}
 BREAKDOWN = tuple((f"{p}_us", _PART_LABELS.get(p, p)) for p in STEP_SHARE_PARTS)
+#: text columns whose cells are values that must not wrap ("8.87 ms (6.5%)")
+NO_WRAP = tuple(col for col, _ in BREAKDOWN)
 
 
 #: run-level times that are parts of the step, shown with their share of it
@@ -78,7 +80,8 @@ def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int |
         t = Table(title=title, title_justify="left", title_style="bold")
         for c in keep:
             numeric = pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-            t.add_column(cols[c], justify="right" if numeric else "left", overflow="fold", no_wrap=numeric)
+            whole = numeric or c in NO_WRAP
+            t.add_column(cols[c], justify="right" if numeric else "left", overflow="fold", no_wrap=whole)
         for rec in recs:
             t.add_row(*[cell(c, rec.get(c)) for c in keep])
         return t
