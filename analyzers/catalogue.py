@@ -670,8 +670,8 @@ def format_value(name_or_fmt: str, v) -> str:
     if fmt == "ms":
         return f"{1000 * v:.1f}" if abs(v) < 100 else f"{1000 * v:.0f}"
     if fmt == "bytes":
-        for unit in ("B", "KB", "MB", "GB", "TB"):
-            if abs(v) < 1024 or unit == "TB":
+        for unit in ("B", "KiB", "MiB", "GiB", "TiB"):  # binary units, named as such (the charts' axes too)
+            if abs(v) < 1024 or unit == "TiB":
                 return f"{v:.0f}{unit}" if unit == "B" else f"{v:.1f}{unit}"
             v /= 1024
     if fmt == "gbps":

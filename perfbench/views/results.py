@@ -235,6 +235,27 @@ def fit_columns(build, columns: list, width: int | None, keep: int = 1):
     return t, dropped
 
 
+def grid(
+    title: str | None, heads: list[str], rows: list[list[str]], width: int | None, *, left: int = 1, keep: int = 2
+):
+    """A plain table of text cells (the first `left` columns left-aligned, the rest right-aligned, none wrapping)
+    fitted to `width`: the last columns are left out and named in its caption."""
+    from rich.table import Table
+
+    def build(cols):
+        t = Table(title=title)
+        for c in cols:
+            t.add_column(heads[c], justify="left" if c < left else "right", no_wrap=True)
+        for r in rows:
+            t.add_row(*[r[c] for c in cols])
+        return t
+
+    t, dropped = fit_columns(build, list(range(len(heads))), width, keep=keep)
+    if dropped:
+        t.caption = dropped_note([heads[c] for c in dropped])
+    return t
+
+
 def dropped_note(names: list[str], how: str = "--wide") -> str:
     """The line under a table that had to leave columns out to fit the screen."""
     return f"columns left out to fit the screen: {', '.join(names)} ({how} shows them)"
