@@ -381,21 +381,20 @@ def _md_table(headers: list[str], rows: list[list]) -> str:
 def to_markdown(cmp: Comparison) -> str:
     a, b = cmp.a["run_id"], cmp.b["run_id"]
     out = [f"# Compare `{a}` (A) → `{b}` (B)", ""]
+    from perfbench.views.compare import change, change_text, value
+
     if cmp.metrics:
         out += [
-            "## Throughput and step time (per-step samples, steady state: mean over measured steps)",
+            "## Per-step metrics (medians over each metric's steps, as the catalogue says: `perfbench metrics`)",
             "",
             _md_table(
-                ["metric", "A mean", "B mean", "change", "95% CI of change", "p (Mann-Whitney)", "steps A/B"],
+                ["metric", "A", "B", "change", "p (Mann-Whitney)", "steps A/B"],
                 [
                     [
                         m["metric"],
-                        fmt(m["a"]),
-                        fmt(m["b"]),
-                        pct(m["rel"])
-                        if METRICS.get(m["metric"], ("", "", "ratio"))[2] != "share" or m["delta"] is None
-                        else f"{m['delta'] * 100:+.1f}pt",
-                        f"[{pct(m['ci_low'])}, {pct(m['ci_high'])}]" if m.get("ci_low") is not None else "–",
+                        value(m["metric"], m.get("median_a", m["a"])),
+                        value(m["metric"], m.get("median_b", m["b"])),
+                        change_text(m["metric"], m),
                         fmt(m.get("p_value"), 2),
                         f"{m['n_a']}/{m['n_b']}",
                     ]
@@ -476,7 +475,15 @@ def to_markdown(cmp: Comparison) -> str:
             "",
             _md_table(
                 ["metric", "A", "B", "change"],
-                [[r["metric"], fmt(r["a"]), fmt(r["b"]), pct(r["rel"])] for r in cmp.summary_metrics],
+                [
+                    [
+                        r["metric"],
+                        value(r["metric"], r["a"]),
+                        value(r["metric"], r["b"]),
+                        change(r["metric"], r["a"], r["b"]),
+                    ]
+                    for r in cmp.summary_metrics
+                ],
             ),
             "",
         ]

@@ -12,14 +12,30 @@ ALPHA = 0.05
 
 
 def change_text(name: str, m: dict) -> str:
-    """A change as the catalogue says to show it: points for shares, % for the rest."""
+    """The change of a per-step metric's medians (compare's rows: median_a/median_b), as `change`."""
+    return change(name, m.get("median_a", m.get("a")), m.get("median_b", m.get("b")))
+
+
+def change(name: str, a, b) -> str:
+    """A change as the catalogue says to show it: points for shares (kind "share"), % for ratios; none for a
+    p-value or a metric outside the catalogue (a relative change of those means nothing)."""
     meta = METRICS.get(name)
-    a, b = m.get("median_a", m.get("a")), m.get("median_b", m.get("b"))
-    if a is None or b is None:
+    if a is None or b is None or meta is None or name.endswith("_p"):
         return "-"
-    if meta is not None and meta.kind == "share":
+    if not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+        return "-"
+    if meta.kind == "share":
         return f"{(b - a) * 100:+.1f}pt"
     return f"{(b - a) / a * 100:+.1f}%" if a else "-"
+
+
+def value(name: str, v) -> str:
+    """A value in its catalogue format with its unit (ms, %, MiB, ...)."""
+    if name not in METRICS:
+        return "-" if v is None else str(v)
+    unit = unit_label(name)
+    text = format_value(name, v)
+    return text if text == "-" or unit in ("", "%") else f"{text} {unit}"
 
 
 def verdict(cmp) -> str:
