@@ -39,8 +39,10 @@ def _expected_step_samples(results, rec):
 
 def test_compare_one_vs_two_ranks_markdown_and_json(sweep_store):
     a, b = _pick(sweep_store, 1, 0), _pick(sweep_store, 2)
-    md = run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store).stdout
-    for heading in ("Throughput and step time", "Settings that differ", "Run metrics"):
+    term = run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store).stdout
+    assert term.splitlines()[1].startswith("Verdict: B is")  # the terminal report leads with the verdict
+    md = run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store, "--markdown").stdout
+    for heading in ("Per-step metrics", "Settings that differ", "Run metrics"):
         assert heading in md
     assert re.search(r"\| settings\.world_size \| 1 \| 2 \|", md)
     doc = json.loads(run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store, "--json").stdout)
