@@ -1,6 +1,7 @@
 """The dashboard's Compare page takes the run ids the CLI takes (issue 22): `/compare?a=ws1-r0&b=ws2-r0` (short ids,
 as `perfbench ls` shows them) fills both pickers with the full run ids, and each table says which statistic it
-shows (the catalogue's median over each metric's steps, as the CLI). Fast: real Ascend profiles imported with `analyze`."""
+shows (the catalogue's median over each metric's steps, as the CLI). Fast: real Ascend profiles imported with
+`analyze`."""
 
 from __future__ import annotations
 
