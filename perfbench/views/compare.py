@@ -42,11 +42,16 @@ def verdict(cmp) -> str:
     """One line: is B faster or slower than A, by how much, and is it significant."""
     by = {m["metric"]: m for m in cmp.metrics}
     m = by.get("throughput") or by.get("step_time_s")
-    if m is None or m.get("p_value") is None:
+    if m is None or m.get("median_a") is None or m.get("median_b") is None:
         return "no per-step samples in both runs: no verdict (the tables below compare what the runs have)"
     name = m["metric"]
     a, b = m.get("median_a"), m.get("median_b")
     faster = (b > a) if name == "throughput" else (b < a)
+    if m.get("p_value") is None:
+        return (
+            f"B is {'faster' if faster else 'slower'} than A: {METRICS[name].label} {format_value(name, a)} -> "
+            f"{format_value(name, b)} ({change_text(name, m)}; too few steps for a significance test)"
+        )
     sig = m["p_value"] < ALPHA
     word = "faster" if faster else "slower"
     label = METRICS[name].label

@@ -60,10 +60,30 @@ def test_a_rank_with_a_header_only_step_trace_is_named_and_fails_strict(tmp_path
     assert "Missing or damaged input: rank 0: step_trace_time.csv empty" in shown
 
 
-def test_commands_fit_the_terminal(imported_store, monkeypatch):
+def test_commands_fit_the_terminal(imported_store, monkeypatch, tmp_path):
+    res = tmp_path / "res"
+    shutil.copytree(imported_store, res)  # (the session's store stays as it is)
+    run_perfbench("analyze", fixture_path(*LEVEL1[:-1], "level2"), "--results", res, "--run-id", "imp-level2")
     for cols in (120, 80):
         monkeypatch.setenv("COLUMNS", str(cols))
-        for cmd in (["ls"], ["ls", "--sweeps"], ["show", "analyze-level1"]):
-            out = run_perfbench(*cmd, "--results", imported_store).stdout
+        for cmd in (
+            ["ls"],
+            ["ls", "--sweeps"],
+            ["show", "analyze-level1"],
+            ["compare", "analyze-level1", "imp-level2"],
+            ["predict", "--from", "analyze-level1", "--set", "world_size=2,4"],
+        ):
+            out = run_perfbench(*cmd, "--results", res).stdout
             widest = max(len(line) for line in out.splitlines())
             assert widest <= cols, (cmd, cols, widest)
+            if cmd[0] == "compare":
+                assert out.splitlines()[1].startswith("Verdict: B is")
+
+
+def test_impossible_what_if_settings_are_refused(imported_store):
+    for key, v in (("world_size", "0"), ("batch_size", "-1"), ("compute_scale", "0")):
+        r = run_perfbench(
+            "predict", "--from", "analyze-level1", "--set", f"{key}={v}", "--results", imported_store, check=False
+        )
+        err = r.stderr.strip()
+        assert r.returncode == 2 and "\n" not in err and f"--set {key}={v}" in err and "Traceback" not in err
