@@ -224,30 +224,23 @@ def _ms(v):
 
 
 def _print(doc: dict, analysis, wall: float, stored) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    c = Console()
+    from perfbench.views.results import console
+
+    c = console()
     s = doc["summary"]
     src = doc["source"]
     c.print(
         f"[bold]{src['path']}[/bold]  format: {src['format']}  ranks: {src['ranks']}  steps: {s.get('steps')}  "
         f"({wall:.2f} s)"
     )
-    t = Table(title="step breakdown per rank (ms; mean over steps)")
+    from perfbench.views.results import grid
+
     staged = any(r.get("stage") is not None for r in doc["ranks"])
-    for col in (
-        "rank",
-        *(("stage",) if staged else ()),
-        "steps",
-        "step",
-        "computing",
-        "comm (not overlapped)",
-        "overlapped",
-        "free",
-        "preparing",
-    ):
-        t.add_column(col, justify="right")
+    heads = ["rank", *(("stage",) if staged else ()), "steps", "step", "compute", "exposed comm", "free", "overlap"]
+    heads.append("preparing")
+    rows = []
     for r in doc["ranks"]:
         st = r["steps"]
 
@@ -255,17 +248,20 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
             vals = [x[k] for x in st if x.get(k) is not None]
             return sum(vals) / len(vals) if vals else None
 
-        t.add_row(
-            str(r["rank"]),
-            *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
-            str(len(st)),
-            _ms(m("step_us")),
-            _ms(m("computing_us")),
-            _ms(m("communication_not_overlapped_us")),
-            _ms(m("overlapped_us")),
-            _ms(m("free_us")),
-            _ms(m("preparing_us")),
+        rows.append(
+            [
+                str(r["rank"]),
+                *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
+                str(len(st)),
+                _ms(m("step_us")),
+                _ms(m("computing_us")),
+                _ms(m("communication_not_overlapped_us")),
+                _ms(m("free_us")),
+                _ms(m("overlapped_us")),
+                _ms(m("preparing_us")),
+            ]
         )
+    t = grid("step breakdown per rank (ms; mean over steps; overlap lies within compute)", heads, rows, c.width, left=0)
     c.print(t)
     sets = {tuple(r.get("inputs") or []) for r in doc["ranks"]}
     if len(sets) == 1 and sets != {()}:
