@@ -144,7 +144,7 @@ def test_breakdown_parts_add_up_to_the_profiled_step_on_a_stored_run(sweep_store
     shares = [
         float(line.split("(")[1].split("%")[0])
         for line in out.splitlines()
-        if "of profiled step" in line and line.split()[0] in ("compute", "exposed", "free")
+        if "of profiled step" in line and line.strip().startswith(("compute ms ", "exposed comm ms ", "free ms "))
     ]
     assert len(shares) == 3 and sum(shares) == pytest.approx(100, abs=1.0)
     assert "profiler cost" in out and "the breakdown splits the profiled step" in out
