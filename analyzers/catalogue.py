@@ -16,12 +16,18 @@ Fields:
     fmt          how views print it: "ms" (seconds shown in ms), "pct", "bytes", "gbps", "num", "int"
     aggregation  how ranks and steps are combined into the run's value
     kind         "ratio" (a change is a ratio of values) | "share" (a change is a difference in points)
+    basis        which steps the value is computed over (BASES): "measured" (the unprofiled measured steps),
+                 "profiled" (the profiled steps the step breakdown splits), "run" (not per step)
+
+A breakdown part (computing_s, communication_not_overlapped_s, free_s; overlapped_s lies within computing_s) is a
+share of `breakdown_step_s`, the profiled step it splits, never of `step_time_s`, the unprofiled step: the two
+differ by the profiler's cost (`profiler_overhead`), and views show both with it between them.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class Metric:
     key: bool = False
     #: position in what `perfbench check` tests when no --metric is given (0: not tested by default)
     check: int = 0
+    #: which steps the value is computed over: a key of BASES
+    basis: str = "run"
 
     def worse(self, before: float, after: float) -> bool:
         """True when `after` is worse than `before` by this metric's direction."""
@@ -49,6 +57,15 @@ class Metric:
             return after > before
         return False
 
+
+#: which steps a metric is computed over (`Metric.basis`), as views name it
+BASES = {
+    "measured": "the measured steps: after warm-up, every rank finished, unprofiled when the run has unprofiled "
+    "steps (the profiler's cost stays out)",
+    "profiled": "the profiled steps after warm-up (an imported profile: all its steps): the steps the step "
+    "breakdown splits",
+    "run": "the run as a whole (not a per-step value)",
+}
 
 _STEP = "median over measured steps of the per-step value"
 _RANKS_MEAN = "per step: mean over ranks; run: median over steps"
@@ -91,6 +108,19 @@ _ALL = [
         _RANKS_MEAN,
         series="computing_s",
         key=True,
+    ),
+    Metric(
+        "breakdown_step_s",
+        "profiled step ms",
+        "s",
+        "lower",
+        "the profiled step the breakdown splits: computing_s + communication_not_overlapped_s + free_s (each per "
+        "step the mean over ranks, run: the median over the profiled steps; overlap lies within computing). Per step "
+        "and rank the three add up to the step window step_us exactly; the medians of the parts may differ from the "
+        "median window by the steps' spread. It differs from step_time_s (unprofiled steps, slowest rank) by the "
+        "profiler's cost and the ranks' spread",
+        "ms",
+        "sum of the parts' medians over profiled steps",
     ),
     Metric(
         "communication_s",
@@ -484,7 +514,7 @@ _ALL = [
     ),
     Metric(
         "profiled_step_time_s",
-        "profiled step ms",
+        "profiled wall ms",
         "s",
         "lower",
         "median over profiled steps of the per-step step_time_s",
@@ -537,7 +567,7 @@ _ALL = [
     ),
     Metric(
         "measured_steps",
-        "steps",
+        "measured steps",
         "count",
         None,
         "number of steps the run-level workload metrics are computed over (after warm-up, every rank "
@@ -559,7 +589,57 @@ _ALL = [
     Metric("steps", "profiled steps", "count", None, "distinct steps in the step breakdown", "int", "count"),
 ]
 
+#: which steps each metric is computed over (Metric.basis; BASES says what each means); every other metric: "run"
+_BASIS = {
+    "measured": (
+        "throughput",
+        "step_time_s",
+        "step_cpu_s",
+        "samples_per_step",
+        "dropped_tokens_per_step",
+        "measured_steps",
+        "collectives_per_step",
+        "comm_bytes_per_step",
+        "scaling_efficiency",
+        "step_time_cv",
+        "step_cpu_cv",
+        "warmup_drift",
+        "warmup_drift_p",
+        "rank_cpu_spread",
+        "checkpoint_cost",
+        "skipped_steps",
+        "expert_load_cv",
+        "grad_comm_wait_s",
+        "grad_buckets_early",
+    ),
+    "profiled": (
+        "breakdown_step_s",
+        "computing_s",
+        "communication_s",
+        "communication_not_overlapped_s",
+        "overlapped_s",
+        "free_s",
+        "preparing_s",
+        "bubble_s",
+        "comm_share",
+        "kernel_utilization",
+        "comm_wait_ratio",
+        "bubble_fraction",
+        "stage_compute_imbalance",
+        "exposed_p2p_s",
+        "exposed_collective_s",
+        "reconciliation_max_rel_diff",
+        "profiled_step_time_s",
+        "steps",
+    ),
+}
+_BASIS_OF = {name: basis for basis, names in _BASIS.items() for name in names}
+_ALL = [replace(m, basis=_BASIS_OF.get(m.name, "run")) for m in _ALL]
+
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
+#: the parts of the step breakdown that add up to breakdown_step_s (overlapped_s lies within computing_s)
+BREAKDOWN_TOTAL = "breakdown_step_s"
+ADDING_PARTS = ("computing_s", "communication_not_overlapped_s", "free_s")
 
 #: the metrics the results table and `show` lead with, in this order
 KEY_METRICS = tuple(m.name for m in _ALL if m.key)
@@ -590,8 +670,8 @@ def format_value(name_or_fmt: str, v) -> str:
     if fmt == "ms":
         return f"{1000 * v:.1f}" if abs(v) < 100 else f"{1000 * v:.0f}"
     if fmt == "bytes":
-        for unit in ("B", "KB", "MB", "GB", "TB"):
-            if abs(v) < 1024 or unit == "TB":
+        for unit in ("B", "KiB", "MiB", "GiB", "TiB"):  # binary units, named as such (the charts' axes too)
+            if abs(v) < 1024 or unit == "TiB":
                 return f"{v:.0f}{unit}" if unit == "B" else f"{v:.1f}{unit}"
             v /= 1024
     if fmt == "gbps":
@@ -607,6 +687,11 @@ def unit_label(name: str) -> str:
     return {"ms": "ms", "pct": "%", "bytes": "", "gbps": "GB/s"}.get(
         m.fmt, "" if m.unit in ("count", "ratio") else m.unit
     )
+
+
+def basis_text(name: str) -> str:
+    """Which steps a metric is computed over, in words (BASES)."""
+    return BASES[METRICS[name].basis]
 
 
 def catalogue_json() -> list[dict]:

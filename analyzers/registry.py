@@ -125,6 +125,7 @@ REGISTRY: list[AnalysisSpec] = [
             "step_time_s",
             "step_cpu_s",
             "computing_s",
+            "breakdown_step_s",
             "communication_s",
             "communication_not_overlapped_s",
             "overlapped_s",

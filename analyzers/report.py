@@ -7,7 +7,9 @@
       "warnings": ["<file>: <problem>", ...] (a missing or damaged file on some rank; the rank is analyzed
                   with what it has),
       "summary": {...run metrics...},
-      "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "inputs" (files read), "steps": [{"step",
+      "ranks": [{"rank", "stage" (pipeline stage, null when unknown), "inputs" (files read), "input_problems"
+                 ([{"file", "problem": "empty" | "unreadable", "detail"}]: files the rank has but could not use),
+                 "recomputed" (what was recomputed instead, null when nothing), "steps": [{"step",
       "step_us", "computing_us", "communication_us",
                  "communication_not_overlapped_us", "overlapped_us", "free_us", "preparing_us",
                  "bubble_us", "stage_us"}],
@@ -160,6 +162,25 @@ MEMORY_FIELDS = [
 LIVE_LIMIT = 50  # allocations live at the peak listed per rank (largest first; the `memory_live` table has all)
 
 
+def rank_input_problems(profile: Profile) -> dict[int, list[dict]]:
+    """{rank: [{"file", "problem": "empty" | "unreadable", "detail"}]}: the inputs a rank had but could not use
+    (the parsers' meta["input_problems"]); ranks without problems are left out."""
+    per = (profile.meta or {}).get("rank_meta") or {}
+    if not per and len(profile.ranks):  # one part: its meta is the profile's
+        per = {int(r): profile.meta for r in profile.ranks["rank"]}
+    return {int(r): list(m.get("input_problems")) for r, m in per.items() if m and m.get("input_problems")}
+
+
+def recomputed_note(rank: dict) -> str | None:
+    """What was recomputed for a rank because an input was missing or damaged, or None."""
+    bad = {p["file"] for p in rank.get("input_problems") or []}
+    if rank.get("breakdown_source") == "recomputed" and "step_trace_time.csv" in bad:
+        return "step breakdown recomputed from the kernels (the profiler's own step trace unusable)"
+    if "kernel_details.csv" in bad:
+        return "kernels from trace_view.json where read, else unknown"
+    return None
+
+
 def build_document(profile: Profile, analysis: Analysis) -> dict:
     t = analysis.tables
     sb = t.get("step_breakdown")
@@ -173,6 +194,7 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
                 {"step": int(row["step"]), **{f: row.get(f) for f in STEP_FIELDS}}
             )
     inputs = rank_inputs(profile)
+    problems = rank_input_problems(profile)
     mem = {int(m["rank"]): m for m in records(t.get("memory"))}
     mods: dict[int, dict] = {}
     for m in records(t.get("memory_modules")):
@@ -187,6 +209,7 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
                 "rank": r,
                 "stage": stage_of.get(r),
                 "inputs": inputs.get(r, []),
+                "input_problems": problems.get(r, []),
                 "breakdown_source": c.get("breakdown_source"),
                 "consistent": c.get("consistent"),
                 "cross_check_max_rel_diff": c.get("max_rel_diff"),
@@ -197,6 +220,7 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
                 "live_at_peak": live.get(r, [])[:LIVE_LIMIT] if r in live else None,
             }
         )
+        ranks[-1]["recomputed"] = recomputed_note(ranks[-1])
     comm = []
     co = t.get("comm_ops")
     if co is not None and len(co):

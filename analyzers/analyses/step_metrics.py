@@ -24,7 +24,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from analyzers.catalogue import SERIES_COLUMN
+from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, SERIES_COLUMN
 from analyzers.context import Output
 from analyzers.schema import BREAKDOWN_PARTS
 
@@ -185,6 +185,9 @@ def run_metrics(
         after = set(series["step"]) if "step" in series else set()  # the series holds the steps after warm-up
         hit = ws[ws["step"].isin(after) & ws["overflow"].fillna(False).astype(bool)]
         m["skipped_steps"] = int(hit["step"].nunique())
+    parts = [m.get(p) for p in ADDING_PARTS]
+    if all(p is not None and not (isinstance(p, float) and math.isnan(p)) for p in parts):
+        m[BREAKDOWN_TOTAL] = float(sum(parts))  # the step the parts split (catalogue breakdown_step_s)
     m["ranks"] = ranks
     m["steps"] = int(step_breakdown["step"].nunique()) if step_breakdown is not None and len(step_breakdown) else None
     return {k: _plain(v) for k, v in m.items() if not (v is None and k not in SERIES_COLUMN)}

@@ -9,18 +9,19 @@ from dash import Input, Output, State, callback, dcc, html, no_update
 from analyzers.catalogue import METRICS, format_value, unit_label
 from dashboards import data
 from dashboards.components import empty, section, table
-from perfbench.regress.compare import compare_runs, figures, pct
+from perfbench.regress.compare import compare_runs, figures
+from perfbench.views.compare import change, change_text
 from perfbench.errors import UserError
 
 
 #: which statistic each table shows (the two differ: a mean of the steps vs the catalogue's median)
 PER_STEP_NOTE = (
-    "mean over the measured steps of each run (the samples `perfbench check` tests); change and its "
-    "95% CI are of the difference of the means"
+    "median over each metric's steps (the catalogue's aggregate, as `ls`, `show` and the CLI's compare), of the "
+    "samples `perfbench check` tests; change: % for ratios, points (pt) for shares; p: Mann-Whitney"
 )
 RUN_METRICS_NOTE = (
-    "the values stored in run.json, aggregated as the metric catalogue says (`perfbench metrics`): "
-    "median over measured steps for per-step metrics, so they differ from the means above"
+    "the values stored in run.json, aggregated as the metric catalogue says (`perfbench metrics`); the per-step "
+    "metrics among them equal the medians above"
 )
 
 
@@ -74,10 +75,10 @@ def body(a, b):
             {
                 "metric": r["metric"],
                 "unit": unit_label(r["metric"]) if r["metric"] in METRICS else "",
-                f"A {cmp.a['run_id']}": _fmt(r["metric"], r["a"]),
-                f"B {cmp.b['run_id']}": _fmt(r["metric"], r["b"]),
-                "change": pct(r["rel"]),
-                "95% CI": f"[{pct(r.get('ci_low'))}, {pct(r.get('ci_high'))}]" if r.get("ci_low") is not None else "–",
+                f"A {cmp.a['run_id']}": _fmt(r["metric"], r.get("median_a", r["a"])),
+                f"B {cmp.b['run_id']}": _fmt(r["metric"], r.get("median_b", r["b"])),
+                "change": change_text(r["metric"], r),
+                "p": "–" if r.get("p_value") is None else f"{r['p_value']:.2g}",
                 "steps A/B": f"{r['n_a']}/{r['n_b']}",
             }
             for r in cmp.metrics
@@ -98,7 +99,7 @@ def body(a, b):
             style={"margin": "10px 0"},
         ),
         section(
-            "Per-step metrics (steady state, mean over steps)",
+            "Per-step metrics (median over each metric's steps)",
             html.Div([html.P(PER_STEP_NOTE, className="note"), table(m, id="compare-metrics")]),
         ),
         section(
@@ -133,7 +134,7 @@ def body(a, b):
                                     "metric": r["metric"],
                                     "A": _fmt(r["metric"], r["a"]),
                                     "B": _fmt(r["metric"], r["b"]),
-                                    "change": pct(r["rel"]),
+                                    "change": change(r["metric"], r["a"], r["b"]),
                                 }
                                 for r in cmp.summary_metrics
                             ]

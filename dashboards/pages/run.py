@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
 
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
-from analyzers.catalogue import KEY_METRICS, METRICS
+from analyzers.catalogue import BREAKDOWN_TOTAL, KEY_METRICS, METRICS
 from analyzers.schema import warmup_steps
 from dashboards import data
 from dashboards.components import (
@@ -27,10 +27,12 @@ from dashboards.components import (
     table,
 )
 
+#: the stacked parts add up to the rank's profiled step: overlapped lies within computing, so it is stacked as
+#: its own part and computing as the rest of it (computing - overlapped)
 PARTS = [
-    ("computing_ms", "computing", "#4c78a8"),
+    ("compute_only_ms", "computing (not overlapped)", "#4c78a8"),
+    ("overlapped_ms", "overlapped (computing with communication)", "#f58518"),
     ("communication_not_overlapped_ms", "communication (not overlapped)", "#e45756"),
-    ("overlapped_ms", "overlapped", "#f58518"),
     ("free_ms", "free", "#bab0ac"),
 ]
 SPAN_COLORS = {
@@ -79,6 +81,7 @@ def layout(run_id: str | None = None, **_):
             if rec.get("error")
             else None,
             settings_line(rec.get("settings") or {}),
+            input_problems(rec),
             verdict(rid, rec),
             key_numbers(rec.get("metrics") or {}),
             section(
@@ -212,9 +215,32 @@ def verdict(rid: str, rec: dict):
     )
 
 
+def input_problems(rec: dict):
+    """Per rank, the inputs it had but could not use and what was recomputed (perfbench.views.run_report)."""
+    from perfbench.views.run_report import input_problem_lines
+
+    lines = input_problem_lines(rec)
+    if not lines:
+        return None
+    return html.Div(
+        [html.B("Missing or damaged inputs: "), html.Ul([html.Li(line) for line in lines])],
+        id="run-input-problems",
+        style={"background": "#fff4d6", "padding": "6px 10px", "margin": "6px 0"},
+    )
+
+
 def key_numbers(metrics: dict):
-    """The catalogue's key metrics as cards (label, value with unit, definition as tooltip); the rest folded."""
-    key = [m for m in KEY_METRICS if metrics.get(m) is not None]
+    """The catalogue's key metrics as cards (label, value with unit, definition as tooltip); the rest folded.
+    The profiled step the breakdown splits stands beside the step time, with the profiler's cost between them
+    (perfbench.views.run_report.step_story)."""
+    from perfbench.views.run_report import breakdown_step, step_story
+
+    metrics = dict(metrics)
+    if metrics.get(BREAKDOWN_TOTAL) is None and breakdown_step(metrics) is not None:
+        metrics[BREAKDOWN_TOTAL] = breakdown_step(metrics)
+    lead = [*KEY_METRICS[:2], BREAKDOWN_TOTAL, *KEY_METRICS[2:]]
+    key = [m for m in lead if metrics.get(m) is not None]
+    story = step_story(metrics)
     rest = [m for m in metrics if m not in key and m in METRICS and metrics.get(m) is not None]
     unknown = [m for m in metrics if m not in METRICS]
     ends = {f"{m}_{e}" for m in SELF_ESTIMATES for e in ("low", "high")}
@@ -231,6 +257,7 @@ def key_numbers(metrics: dict):
     return html.Div(
         [
             html.Div([metric_card(m, metrics[m], id=f"run-metric-{m}") for m in key], id="run-key-numbers"),
+            html.P(story, id="run-step-story", style={"fontSize": "13px", "color": "#444"}) if story else None,
             html.Details(
                 [
                     html.Summary(f"all {len(rest)} other metrics"),
@@ -294,10 +321,15 @@ def breakdown_figure(rid: str, step: int | None) -> go.Figure:
     fig = go.Figure()
     if bd is not None and not bd.empty:
         x = [f"rank {int(r)}" for r in bd["rank"]]
+        if "computing_ms" in bd.columns:
+            over = bd["overlapped_ms"].fillna(0) if "overlapped_ms" in bd.columns else 0.0
+            bd = bd.assign(compute_only_ms=bd["computing_ms"] - over)
         for col, label, color in PARTS:
             if col in bd.columns:
                 fig.add_trace(go.Bar(name=label, x=x, y=bd[col].fillna(0).tolist(), marker_color=color))
-        title = "ms per step" + (f" (step {step})" if step is not None else " (steady-state steps)")
+        title = "ms per profiled step, parts adding up to it" + (
+            f" (step {step})" if step is not None else " (median over the profiled steps)"
+        )
     else:  # no profile: step time per rank from the workload's own metrics
         ws = d.table(rid, "workload_steps")
         if ws is None or ws.empty:

@@ -148,6 +148,12 @@ def run(args) -> int:
             "timings": {"started": t0, "finished": time.time(), "wall_s": wall},
             "metrics": dict(analysis.summary),
             "warnings": list(analysis.warnings),
+            # per rank: the inputs it had but could not use, and what was recomputed instead (show, the Run page)
+            "input_problems": [
+                {"rank": r["rank"], **p, "recomputed": r.get("recomputed")}
+                for r in doc["ranks"]
+                for p in r.get("input_problems") or []
+            ],
             "skipped_analyses": dict(analysis.skipped),
         }
         store.write_run(record)
@@ -218,30 +224,23 @@ def _ms(v):
 
 
 def _print(doc: dict, analysis, wall: float, stored) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    c = Console()
+    from perfbench.views.results import console
+
+    c = console()
     s = doc["summary"]
     src = doc["source"]
     c.print(
         f"[bold]{src['path']}[/bold]  format: {src['format']}  ranks: {src['ranks']}  steps: {s.get('steps')}  "
         f"({wall:.2f} s)"
     )
-    t = Table(title="step breakdown per rank (ms; mean over steps)")
+    from perfbench.views.results import grid
+
     staged = any(r.get("stage") is not None for r in doc["ranks"])
-    for col in (
-        "rank",
-        *(("stage",) if staged else ()),
-        "steps",
-        "step",
-        "computing",
-        "comm (not overlapped)",
-        "overlapped",
-        "free",
-        "preparing",
-    ):
-        t.add_column(col, justify="right")
+    heads = ["rank", *(("stage",) if staged else ()), "steps", "step", "compute", "exposed comm", "free", "overlap"]
+    heads.append("preparing")
+    rows = []
     for r in doc["ranks"]:
         st = r["steps"]
 
@@ -249,17 +248,20 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
             vals = [x[k] for x in st if x.get(k) is not None]
             return sum(vals) / len(vals) if vals else None
 
-        t.add_row(
-            str(r["rank"]),
-            *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
-            str(len(st)),
-            _ms(m("step_us")),
-            _ms(m("computing_us")),
-            _ms(m("communication_not_overlapped_us")),
-            _ms(m("overlapped_us")),
-            _ms(m("free_us")),
-            _ms(m("preparing_us")),
+        rows.append(
+            [
+                str(r["rank"]),
+                *((str(r["stage"]) if r.get("stage") is not None else "-",) if staged else ()),
+                str(len(st)),
+                _ms(m("step_us")),
+                _ms(m("computing_us")),
+                _ms(m("communication_not_overlapped_us")),
+                _ms(m("free_us")),
+                _ms(m("overlapped_us")),
+                _ms(m("preparing_us")),
+            ]
         )
+    t = grid("step breakdown per rank (ms; mean over steps; overlap lies within compute)", heads, rows, c.width, left=0)
     c.print(t)
     sets = {tuple(r.get("inputs") or []) for r in doc["ranks"]}
     if len(sets) == 1 and sets != {()}:
@@ -267,8 +269,22 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     elif len(sets) > 1:
         for r in doc["ranks"]:
             c.print(f"inputs of rank {r['rank']}: {', '.join(r.get('inputs') or []) or '-'}")
-    if src.get("reference"):
+    bad = [r for r in doc["ranks"] if r.get("input_problems")]
+    for r in bad:
+        files = ", ".join(f"{p['file']} {p['problem']}" for p in r["input_problems"])
+        c.print(
+            f"[yellow]rank {r['rank']}: {files}[/yellow]" + (f"; {r['recomputed']}" if r.get("recomputed") else ""),
+            highlight=False,
+        )
+    own = [r["rank"] for r in doc["ranks"] if r.get("breakdown_source") == "profiler"]
+    redone = [r["rank"] for r in doc["ranks"] if r.get("breakdown_source") == "recomputed"]
+    if src.get("reference") and own and not redone:
         c.print(f"breakdown: the profiler's own, from {_reference_label(src)}")
+    elif own and redone:
+        c.print(
+            f"breakdown: the profiler's own ({_reference_label(src)}) on {_ranks(own)}; recomputed from the "
+            f"kernels on {_ranks(redone)}"
+        )
     rec = analysis.tables.get("reconciliation")
     if rec is not None and len(rec):
         c.print(
@@ -353,6 +369,10 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
     c.print(f"kernel utilization {_pct(s.get('kernel_utilization'))}, comm share {_pct(s.get('comm_share'))}")
     if stored:
         c.print(f"stored as run [bold]{stored[0]}[/bold] in {stored[1]} (see `perfbench show {stored[0]}`)")
+
+
+def _ranks(ranks: list) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(str(r) for r in ranks)
 
 
 def _ms1(v):

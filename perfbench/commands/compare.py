@@ -1,5 +1,6 @@
 """`perfbench compare RUN_A RUN_B`: throughput/step-time change with confidence intervals, breakdown,
-kernel and collective deltas, settings that differ. Markdown to stdout; --html FILE; --json."""
+kernel and collective deltas, settings that differ. A terminal report, verdict first; --markdown; --html FILE;
+--json."""
 
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ def register(subparsers) -> None:
     p.add_argument("run_b", metavar="RUN_B", help="run to compare, named the same way")
     p.add_argument("--html", metavar="FILE", help="also write a self-contained HTML report with the Plotly figures")
     p.add_argument("--top", type=int, default=10, help="kernel movers to list (default 10)")
+    p.add_argument("--markdown", action="store_true", help="print the full report as Markdown instead")
+    p.add_argument("--wide", action="store_true", help="every table column, even beyond the terminal's width")
     add_results_arg(p)
     add_json_arg(p)
     p.set_defaults(func=run)
@@ -42,8 +45,14 @@ def run(args) -> int:
             raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     if args.json:
         print(json.dumps(cmp.to_dict(), indent=2, default=str))
-    else:
+    elif args.markdown:
         print(to_markdown(cmp))
+    else:
+        from perfbench.views.compare import render
+        from perfbench.views.results import console
+
+        render(console(wide=args.wide), cmp, wide=args.wide)
+    if not args.json:
         if args.html:
             print(f"\nHTML report: {args.html}")
     return 0

@@ -17,6 +17,8 @@ def register(sub) -> None:
     add_results_arg(p)
     add_json_arg(p)
     p.add_argument("--sweep", help="only runs of this sweep id")
+    p.add_argument("--sweeps", action="store_true", help="list the sweep ids (with their runs and dates) instead")
+    p.add_argument("--wide", action="store_true", help="every column, even where the table is wider than the terminal")
     from perfbench.run.record import STATUSES
 
     p.add_argument("--status", choices=STATUSES, help="only runs with this status")
@@ -34,6 +36,8 @@ def run(args) -> int:
         for r in everything
         if (not args.sweep or r.get("sweep_id") == args.sweep) and (not args.status or r.get("status") == args.status)
     ]
+    if args.sweeps:
+        return _sweeps(records, args.json)
     rows = summarize(records, context=everything)
     if args.json:
         print(json.dumps(rows, indent=2, default=str))
@@ -41,5 +45,41 @@ def run(args) -> int:
     if not rows:
         console().print(f"no runs in {store.root}" + (f" for sweep {args.sweep}" if args.sweep else ""))
         return 0
-    console().print(render_table(rows, title=f"{len(rows)} runs in {store.root}"))
+    out = console(wide=args.wide)
+    out.print(render_table(rows, title=f"{len(rows)} runs in {store.root}", wide=args.wide, width=out.width))
+    return 0
+
+
+def _sweeps(records: list[dict], as_json: bool) -> int:
+    """One row per sweep id: its runs, how many finished ok, when it started."""
+    import time
+
+    from perfbench.views.results import console
+
+    by: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("sweep_id"):
+            by.setdefault(r["sweep_id"], []).append(r)
+    rows = []
+    for sid, runs in sorted(by.items()):
+        started = min(((r.get("timings") or {}).get("started") or 0 for r in runs), default=0)
+        rows.append(
+            {
+                "sweep_id": sid,
+                "runs": len(runs),
+                "ok": sum(r.get("status") == "ok" for r in runs),
+                "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)) if started else None,
+            }
+        )
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    from rich.table import Table
+
+    t = Table(title=f"{len(rows)} sweeps")
+    for col in ("sweep id", "runs", "ok", "started"):
+        t.add_column(col, justify="right" if col in ("runs", "ok") else "left", no_wrap=col != "sweep id")
+    for r in rows:
+        t.add_row(r["sweep_id"], str(r["runs"]), str(r["ok"]), r["started"] or "-")
+    console().print(t)
     return 0

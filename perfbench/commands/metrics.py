@@ -26,14 +26,17 @@ def register(sub) -> None:
 def markdown() -> str:
     from analyzers.catalogue import catalogue_json
 
-    lines = ["| metric | unit | better | definition | aggregation |", "|---|---|---|---|---|"]
+    lines = ["| metric | unit | better | definition | aggregation | steps |", "|---|---|---|---|---|---|"]
     for m in catalogue_json():
-        lines.append(f"| `{m['name']}` | {m['unit']} | {m['better'] or '-'} | {m['definition']} | {m['aggregation']} |")
+        lines.append(
+            f"| `{m['name']}` | {m['unit']} | {m['better'] or '-'} | {m['definition']} | {m['aggregation']} "
+            f"| {m['basis']} |"
+        )
     return "\n".join(lines)
 
 
 def run(args) -> int:
-    from analyzers.catalogue import catalogue_json
+    from analyzers.catalogue import BASES, catalogue_json
 
     if args.json:
         print(json.dumps(catalogue_json(), indent=2))
@@ -49,6 +52,11 @@ def run(args) -> int:
     for col in ("metric", "unit", "better", "definition"):
         t.add_column(col, overflow="fold")
     for m in catalogue_json():
-        t.add_row(m["name"], m["unit"], m["better"] or "-", f"{m['definition']} [dim]({m['aggregation']})[/dim]")
+        t.add_row(
+            m["name"],
+            m["unit"],
+            m["better"] or "-",
+            f"{m['definition']} [dim]({m['aggregation']}; over: {BASES[m['basis']]})[/dim]",
+        )
     console().print(t)
     return 0

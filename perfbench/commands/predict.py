@@ -49,6 +49,19 @@ SETTABLE: dict[str, Any] = {
     "precision": str,
     "overlap_grad_comm": "bool",
 }
+#: --set keys with a smallest possible value: (minimum, what the error says)
+AT_LEAST: dict[str, tuple[float, str]] = {
+    "world_size": (1, "expected a number of ranks >= 1"),
+    "batch_size": (1, "expected a batch size >= 1"),
+    "micro_batches": (1, "expected a number of micro-batches >= 1"),
+    "pipeline_stages": (1, "expected a number of pipeline stages >= 1"),
+    "tensor_parallel": (1, "expected a tensor-parallel size >= 1"),
+    "compression_ratio": (0.0, "expected a ratio >= 0"),
+    "compute_scale": (0.0, "expected a scale > 0"),
+    "zero_stage": (0, "expected a ZeRO stage 0-3"),
+}
+#: AT_LEAST keys whose minimum itself is impossible
+ABOVE = ("compute_scale",)
 #: keys only the memory model (--memory) knows
 MEMORY_ONLY = ("zero_stage", "recompute", "optimizer")
 
@@ -83,6 +96,7 @@ def register(sub) -> None:
         "the target hardware). VALUE may be a comma-separated list: one prediction per value "
         "(the cartesian product over several keys)",
     )
+    p.add_argument("--wide", action="store_true", help="every table column, even beyond the terminal's width")
     p.add_argument(
         "--hardware",
         metavar="FILE",
@@ -139,6 +153,9 @@ def parse_sets(sets: list[str]) -> list[dict]:
                 vals.append(SETTABLE[key](v.strip()))
             except ValueError:
                 raise UserError(f"--set {key}={v!r}: expected {SETTABLE[key].__name__}") from None
+            low = AT_LEAST.get(key)
+            if low is not None and not (vals[-1] > low[0] if key in ABOVE else vals[-1] >= low[0]):
+                raise UserError(f"--set {key}={v.strip()}: {low[1]}")
         axes[key] = vals
     if not axes:
         return [{}]
@@ -180,24 +197,16 @@ def run(args) -> int:
     if args.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return 0
-    _render(out, cal)
+    _render(out, cal, getattr(args, "wide", False))
     return 0
 
 
-def _render(preds: list[dict], cal) -> None:
-    from rich.table import Table
+def _render(preds: list[dict], cal, wide: bool = False) -> None:
+    from perfbench.views.results import console, grid
 
-    from perfbench.views.results import console
-
-    c = console()
+    c = console(wide=wide)
     keys = [k for k in preds[0]["settings"] if len({repr(p["settings"][k]) for p in preds}) > 1] or ["world_size"]
-    t = Table(
-        title=f"predicted on {preds[0]['hardware']} from {len(cal.inputs)} runs"
-        + (" (CPU time per step)" if preds[0].get("measure") == "cpu" else "")
-    )
-    for k in keys:
-        t.add_column(k.replace("_", " "))
-    for col in (
+    heads = [k.replace("_", " ") for k in keys] + [
         "step ms",
         "interval ms",
         "samples/s",
@@ -205,30 +214,35 @@ def _render(preds: list[dict], cal) -> None:
         "comm share",
         "compute ms",
         "exposed comm ms",
-        "overlap ms",
         "free ms",
+        "overlap ms",
         "bubble ms",
         "collectives",
-    ):
-        t.add_column(col, justify="right")
+    ]
+    rows = []
     for p in preds:
         b = p["breakdown"]
         eff = p["scaling_efficiency"]
-        t.add_row(
-            *[str(p["settings"][k]) for k in keys],
-            f"{p['step_time_s'] * 1e3:.1f}",
-            f"{p['interval']['low'] * 1e3:.0f}-{p['interval']['high'] * 1e3:.0f}",
-            f"{p['throughput']:.1f}",
-            "-" if eff is None else f"{eff:.1%}",
-            f"{p['comm_share']:.1%}",
-            f"{b['computing_s'] * 1e3:.1f}",
-            f"{b['communication_not_overlapped_s'] * 1e3:.1f}",
-            f"{b['overlapped_s'] * 1e3:.1f}",
-            f"{b['free_s'] * 1e3:.1f}",
-            f"{b['bubble_s'] * 1e3:.1f}",
-            str(p["collectives"]["count"]),
+        rows.append(
+            [
+                *[str(p["settings"][k]) for k in keys],
+                f"{p['step_time_s'] * 1e3:.1f}",
+                f"{p['interval']['low'] * 1e3:.0f}-{p['interval']['high'] * 1e3:.0f}",
+                f"{p['throughput']:.1f}",
+                "-" if eff is None else f"{eff:.1%}",
+                f"{p['comm_share']:.1%}",
+                f"{b['computing_s'] * 1e3:.1f}",
+                f"{b['communication_not_overlapped_s'] * 1e3:.1f}",
+                f"{b['free_s'] * 1e3:.1f}",
+                f"{b['overlapped_s'] * 1e3:.1f}",
+                f"{b['bubble_s'] * 1e3:.1f}",
+                str(p["collectives"]["count"]),
+            ]
         )
-    c.print(t)
+    title = f"predicted on {preds[0]['hardware']} from {len(cal.inputs)} runs" + (
+        " (CPU time per step)" if preds[0].get("measure") == "cpu" else ""
+    )
+    c.print(grid(title, heads, rows, None if wide else c.width, left=len(keys), keep=len(keys) + 1))
     _trailer(c, preds, keys, cal.inputs)
 
 
@@ -271,49 +285,49 @@ def _memory(args, store, targets: list[dict]) -> int:
     if args.json:
         print(json.dumps(out[0] if len(out) == 1 else out, indent=2))
         return 0
-    from rich.table import Table
+    from perfbench.views.results import console, grid
 
-    from perfbench.views.results import console
-
-    c = console()
+    wide = getattr(args, "wide", False)
+    c = console(wide=wide)
     keys = [k for k in out[0]["settings"] if len({repr(p["settings"][k]) for p in out}) > 1] or ["zero_stage"]
-    t = Table(title=f"predicted peak memory per rank on {out[0]['hardware']} from {len(cal.inputs)} runs")
-    for k in keys:
-        t.add_column(k.replace("_", " "))
-    for col in (
-        "peak MB",
-        "interval MB",
-        "params MB",
-        "grads MB",
-        "optimizer MB",
-        "activations MB",
-        "buffers MB",
-        "baseline MB",
-        "capacity MB",
+    heads = [k.replace("_", " ") for k in keys] + [
+        "peak MiB",
         "fits",
-    ):
-        t.add_column(col, justify="right")
+        "interval MiB",
+        "capacity MiB",
+        "params MiB",
+        "grads MiB",
+        "optimizer MiB",
+        "activations MiB",
+        "buffers MiB",
+        "baseline MiB",
+    ]
     mb = 2**20
+    rows = []
     for p in out:
         q = p["parts"]
-        t.add_row(
-            *[str(p["settings"][k]) for k in keys],
-            f"{p['peak_bytes'] / mb:.0f}",
-            f"{p['interval']['low'] / mb:.0f}-{p['interval']['high'] / mb:.0f}",
-            *[
-                f"{q[k] / mb:.0f}"
-                for k in (
-                    "params_bytes",
-                    "grads_bytes",
-                    "optimizer_bytes",
-                    "activations_bytes",
-                    "buffers_bytes",
-                    "baseline_bytes",
-                )
-            ],
-            "-" if p["capacity_bytes"] is None else f"{p['capacity_bytes'] / mb:.0f}",
-            "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"),
+        rows.append(
+            [
+                *[str(p["settings"][k]) for k in keys],
+                f"{p['peak_bytes'] / mb:.0f}",
+                "-" if p["fits"] is None else ("yes" if p["fits"] else "NO"),
+                f"{p['interval']['low'] / mb:.0f}-{p['interval']['high'] / mb:.0f}",
+                "-" if p["capacity_bytes"] is None else f"{p['capacity_bytes'] / mb:.0f}",
+                *[
+                    f"{q[k] / mb:.0f}"
+                    for k in (
+                        "params_bytes",
+                        "grads_bytes",
+                        "optimizer_bytes",
+                        "activations_bytes",
+                        "buffers_bytes",
+                        "baseline_bytes",
+                    )
+                ],
+            ]
         )
+    title = f"predicted peak memory per rank on {out[0]['hardware']} from {len(cal.inputs)} runs"
+    t = grid(title, heads, rows, None if wide else c.width, left=len(keys), keep=len(keys) + 1)
     c.print(t)
     _trailer(c, out, keys, cal.inputs)
     return 0

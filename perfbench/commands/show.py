@@ -31,6 +31,9 @@ def register(sub) -> None:
     p.add_argument(
         "--all", action="store_true", help="list every advice root (default: the 5 with the largest expected gain)"
     )
+    p.add_argument(
+        "--wide", action="store_true", help="every table column, even where a table is wider than the terminal"
+    )
     p.set_defaults(func=run)
 
 
@@ -57,7 +60,7 @@ def run(args) -> int:
         return 0
     tables = {name: store.read_table(rid, name) for name in names if name not in RAW_TABLES}
     render(
-        console(),
+        console(wide=args.wide),
         rec,
         row,
         tables,
@@ -65,5 +68,6 @@ def run(args) -> int:
         top=args.top,
         artifacts=str(store.run_dir(rid) / "artifacts"),
         show_all=args.all,
+        wide=args.wide,
     )
     return 0

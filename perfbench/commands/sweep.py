@@ -71,7 +71,7 @@ def run(args) -> int:
         print(json.dumps({"sweep_id": sweep["sweep_id"], "results": str(results), "runs": rows}, indent=2, default=str))
     else:
         out = console()
-        out.print(render_table(rows, title=f"sweep {sweep['sweep_id']}"))
+        out.print(render_table(rows, title=f"sweep {sweep['sweep_id']}", width=out.width))
         for r in failed:
             out.print(f"[red]{r['run_id']} failed:[/red] {r['error']}")
         flag = "" if args.results == DEFAULT_RESULTS and not cfg.results else f" --results {results}"

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.catalogue import METRICS as CATALOGUE
+from analyzers.catalogue import ADDING_PARTS, METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
 from analyzers.stats import mann_whitney_p, welch_ci
 from analyzers.analyses.step_metrics import run_metrics, samples, step_series
@@ -220,7 +220,10 @@ def _breakdown_means(store: Store, rec: dict) -> dict[str, float] | None:
     }
     out = {}
     for col, _ in [("step_us", "step")] + BREAKDOWN_PARTS:
-        v = m.get("step_time_s" if col == "step_us" else col.replace("_us", "_s"))
+        # the step the parts split (catalogue breakdown_step_s), not the unprofiled step time
+        v = m.get("breakdown_step_s" if col == "step_us" else col.replace("_us", "_s"))
+        if v is None and col == "step_us" and all(m.get(p) is not None for p in ADDING_PARTS):
+            v = sum(m[p] for p in ADDING_PARTS)
         if v is not None:
             out[col] = float(v) * 1000.0
     return out or None
@@ -378,21 +381,20 @@ def _md_table(headers: list[str], rows: list[list]) -> str:
 def to_markdown(cmp: Comparison) -> str:
     a, b = cmp.a["run_id"], cmp.b["run_id"]
     out = [f"# Compare `{a}` (A) → `{b}` (B)", ""]
+    from perfbench.views.compare import change, change_text, value
+
     if cmp.metrics:
         out += [
-            "## Throughput and step time (per-step samples, steady state: mean over measured steps)",
+            "## Per-step metrics (medians over each metric's steps, as the catalogue says: `perfbench metrics`)",
             "",
             _md_table(
-                ["metric", "A mean", "B mean", "change", "95% CI of change", "p (Mann-Whitney)", "steps A/B"],
+                ["metric", "A", "B", "change", "p (Mann-Whitney)", "steps A/B"],
                 [
                     [
                         m["metric"],
-                        fmt(m["a"]),
-                        fmt(m["b"]),
-                        pct(m["rel"])
-                        if METRICS.get(m["metric"], ("", "", "ratio"))[2] != "share" or m["delta"] is None
-                        else f"{m['delta'] * 100:+.1f}pt",
-                        f"[{pct(m['ci_low'])}, {pct(m['ci_high'])}]" if m.get("ci_low") is not None else "–",
+                        value(m["metric"], m.get("median_a", m["a"])),
+                        value(m["metric"], m.get("median_b", m["b"])),
+                        change_text(m["metric"], m),
                         fmt(m.get("p_value"), 2),
                         f"{m['n_a']}/{m['n_b']}",
                     ]
@@ -405,7 +407,7 @@ def to_markdown(cmp: Comparison) -> str:
         out += ["No per-step samples in either run.", ""]
     if cmp.breakdown:
         out += [
-            "## Step breakdown (ms per rank-step)",
+            "## Step breakdown (ms per rank-step, profiled steps; step = the profiled step the parts add up to)",
             "",
             _md_table(
                 ["part", "A", "B", "Δ"],
@@ -473,7 +475,15 @@ def to_markdown(cmp: Comparison) -> str:
             "",
             _md_table(
                 ["metric", "A", "B", "change"],
-                [[r["metric"], fmt(r["a"]), fmt(r["b"]), pct(r["rel"])] for r in cmp.summary_metrics],
+                [
+                    [
+                        r["metric"],
+                        value(r["metric"], r["a"]),
+                        value(r["metric"], r["b"]),
+                        change(r["metric"], r["a"], r["b"]),
+                    ]
+                    for r in cmp.summary_metrics
+                ],
             ),
             "",
         ]

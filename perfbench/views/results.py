@@ -88,6 +88,19 @@ def fmt(v, kind: str = "") -> str:
     return str(v)
 
 
+#: the key metrics in the order the results table keeps them when it must leave columns out (the last goes first)
+LS_PRIORITY = (
+    "throughput",
+    "step_time_s",
+    "scaling_efficiency",
+    "comm_share",
+    "communication_not_overlapped_s",
+    "computing_s",
+    "kernel_utilization",
+    "free_s",
+    "overlapped_s",
+)
+
 #: catalogue metrics shown in the table when any run has them
 OPTIONAL_COLUMNS = (
     "collectives_per_step",
@@ -100,36 +113,64 @@ OPTIONAL_COLUMNS = (
 )
 
 
-def render_table(rows: list[dict], title: str | None = None, wide: bool = False):
-    """A rich Table of runs (settings, throughput, step time, split, shares, efficiency)."""
-    from rich.table import Table
-
+def render_table(rows: list[dict], title: str | None = None, wide: bool = False, width: int | None = None):
+    """A rich Table of runs (settings, throughput, step time, split, shares, efficiency). `width`: leave out the
+    lowest-priority columns (the last metrics first) until it fits, and say which under it."""
     keys = swept_keys(rows)
     sweeps = {r.get("sweep_id") for r in rows}
+    key = sorted(KEY_METRICS, key=lambda k: LS_PRIORITY.index(k) if k in LS_PRIORITY else len(LS_PRIORITY))
+    shown = key + [k for k in OPTIONAL_COLUMNS if wide or any(r.get(k) not in (None, 0, 0.0) for r in rows)]
+    columns = ["run", "status", *(("setting", k) for k in keys), *shown]
+    t, dropped = fit_columns(lambda cols: _runs_table(rows, cols, title, len(sweeps) == 1), columns, width, keep=3)
+    left_out = [CATALOGUE[c].label if isinstance(c, str) and c in CATALOGUE else c[1] for c in dropped]
+    if left_out:
+        t.caption = (t.caption or "") + "\n" + dropped_note(left_out, "--wide, or --json")
+    return t
+
+
+def basis_caption(names: list[str]) -> str:
+    """Which steps the shown metrics are over, from the catalogue (Metric.basis), one clause per basis."""
+    by: dict[str, list[str]] = {}
+    for n in names:
+        by.setdefault(CATALOGUE[n].basis, []).append(CATALOGUE[n].label)
+    words = {
+        "measured": "over the measured (unprofiled) steps",
+        "profiled": "over the profiled steps",
+        "run": "per run",
+    }
+    return "; ".join(f"{', '.join(v)}: {words[b]}" for b, v in by.items())
+
+
+def _runs_table(rows: list[dict], cols: list, title: str | None, one_sweep: bool):
+    from rich.table import Table
+
     t = Table(title=title, show_lines=False)
-    t.add_column("run" if len(sweeps) == 1 else "run id", no_wrap=True)
-    t.add_column("status", no_wrap=True)
-    for k in keys:
-        t.add_column(_ABBREV.get(k, k.replace("_", " ")), no_wrap=True)
-    shown = list(KEY_METRICS) + [
-        k for k in OPTIONAL_COLUMNS if wide or any(r.get(k) not in (None, 0, 0.0) for r in rows)
-    ]
-    for name in shown:
-        t.add_column(CATALOGUE[name].label, justify="right", no_wrap=True)
+    for c in cols:
+        if c == "run":
+            t.add_column("run" if one_sweep else "run id", no_wrap=True)
+        elif c == "status":
+            t.add_column("status", no_wrap=True)
+        elif isinstance(c, tuple):
+            t.add_column(_ABBREV.get(c[1], c[1].replace("_", " ")), no_wrap=True)
+        else:
+            t.add_column(CATALOGUE[c].label, justify="right", no_wrap=True)
     for r in rows:
         status = {"failed": "[red]failed[/red]", "pruned": "[yellow]pruned[/yellow]"}.get(r["status"], r["status"])
         if r.get("unsteady"):
             status += " [yellow]⚠[/yellow]"
-        t.add_row(
-            short_id(r) if len(sweeps) == 1 else r["run_id"],
-            status,
-            *[fmt(r["settings"].get(k)) for k in keys],
-            *[fmt(r.get(name), name) for name in shown],
-        )
-    t.caption = (
-        "samples/s, step ms: medians over measured steps; compute/exposed comm/overlap/free ms: the profiled "
-        "steps' breakdown (mean over ranks, median over steps); `perfbench metrics` defines every column"
-    )
+        cells = []
+        for c in cols:
+            if c == "run":
+                cells.append(short_id(r) if one_sweep else r["run_id"])
+            elif c == "status":
+                cells.append(status)
+            elif isinstance(c, tuple):
+                cells.append(fmt(r["settings"].get(c[1])))
+            else:
+                cells.append(fmt(r.get(c), c))
+        t.add_row(*cells)
+    metrics = [c for c in cols if isinstance(c, str) and c in CATALOGUE]
+    t.caption = basis_caption(metrics) + "; `perfbench metrics` defines every column"
     n_bad = sum(1 for r in rows if r.get("unsteady"))
     if n_bad:
         t.caption += (
@@ -139,14 +180,85 @@ def render_table(rows: list[dict], title: str | None = None, wide: bool = False)
     return t
 
 
-def console(stderr: bool = False):
-    """A rich Console that does not squeeze tables to 80 columns when output is not a terminal."""
+#: the width of output that is not a terminal, when COLUMNS does not say
+PIPE_WIDTH = 100
+
+
+def console(stderr: bool = False, wide: bool = False):
+    """A rich Console as wide as the terminal: `COLUMNS` when set, else the terminal's width, else PIPE_WIDTH
+    when output is piped. `wide=True`: no limit (tables show every column; lines may exceed the screen)."""
+    import os
+
     from rich.console import Console
 
+    cols = os.environ.get("COLUMNS", "")
+    if wide:
+        return Console(stderr=stderr, width=1000)
+    if cols.isdigit() and int(cols) > 0:
+        return Console(stderr=stderr, width=int(cols))
     c = Console(stderr=stderr)
     if not c.is_terminal:
-        c = Console(stderr=stderr, width=220)
+        c = Console(stderr=stderr, width=PIPE_WIDTH)
     return c
+
+
+def fits(table, width: int) -> bool:
+    """True when `table` can be drawn in `width` columns without cutting a value (text columns may wrap)."""
+    from rich.console import Console
+
+    probe = Console(width=max(width, 1000), file=_Null())
+    need = 0
+    for col in table.columns:  # a no-wrap column needs its widest cell, a wrapping one its longest word
+        m = table._measure_column(probe, probe.options, col)
+        need += m.maximum if col.no_wrap else m.minimum
+    need += table._extra_width
+    return need <= width  # (a title wraps)
+
+
+class _Null:
+    def write(self, _s) -> int:
+        return 0
+
+    def flush(self) -> None:
+        pass
+
+
+def fit_columns(build, columns: list, width: int | None, keep: int = 1):
+    """(table, dropped): `build(columns)` with the fewest trailing (lowest-priority) columns left out that makes it
+    fit `width`; never fewer than `keep` columns. `width=None` keeps every column."""
+    cols = list(columns)
+    dropped: list = []
+    t = build(cols)
+    while width is not None and len(cols) > keep and not fits(t, width):
+        dropped.insert(0, cols.pop())
+        t = build(cols)
+    return t, dropped
+
+
+def grid(
+    title: str | None, heads: list[str], rows: list[list[str]], width: int | None, *, left: int = 1, keep: int = 2
+):
+    """A plain table of text cells (the first `left` columns left-aligned, the rest right-aligned, none wrapping)
+    fitted to `width`: the last columns are left out and named in its caption."""
+    from rich.table import Table
+
+    def build(cols):
+        t = Table(title=title)
+        for c in cols:
+            t.add_column(heads[c], justify="left" if c < left else "right", no_wrap=True)
+        for r in rows:
+            t.add_row(*[r[c] for c in cols])
+        return t
+
+    t, dropped = fit_columns(build, list(range(len(heads))), width, keep=keep)
+    if dropped:
+        t.caption = dropped_note([heads[c] for c in dropped])
+    return t
+
+
+def dropped_note(names: list[str], how: str = "--wide") -> str:
+    """The line under a table that had to leave columns out to fit the screen."""
+    return f"columns left out to fit the screen: {', '.join(names)} ({how} shows them)"
 
 
 _ABBREV = {

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from rich.markup import escape
 
-from analyzers.catalogue import KEY_METRICS, METRICS, format_value, unit_label
+from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, KEY_METRICS, METRICS, format_value, unit_label
 from analyzers.schema import BREAKDOWN_PARTS, STEP_SHARE_PARTS
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 
@@ -24,6 +24,8 @@ SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 #: the share of the step each part of the breakdown takes, shown next to its time
 _PART_LABELS = {"computing": "compute", "communication_not_overlapped": "exposed comm"}
 BREAKDOWN = tuple((f"{p}_us", _PART_LABELS.get(p, p)) for p in STEP_SHARE_PARTS)
+#: text columns whose cells are values that must not wrap ("8.87 ms (6.5%)")
+NO_WRAP = tuple(col for col, _ in BREAKDOWN)
 
 
 #: run-level times that are parts of the step, shown with their share of it
@@ -63,18 +65,31 @@ def cell(column: str, v: Any) -> str:
     return f"{f:.3g}"
 
 
-def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int | None = None):
-    """A rich Table of `df`'s `columns` (name -> heading), all-empty columns left out, cells formatted."""
-    from rich.table import Table
+def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int | None = None, width: int | None = None):
+    """A rich Table of `df`'s `columns` (name -> heading, in priority order), all-empty columns left out, cells
+    formatted. `width`: the last columns are left out until it fits (said in its caption); numbers never wrap."""
+    from perfbench.views.results import dropped_note, fit_columns
 
     cols = {c: h for c, h in columns.items() if c in df.columns and not df[c].map(_missing).all()}
-    t = Table(title=title, title_justify="left", title_style="bold")
-    for c, h in cols.items():
-        numeric = pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
-        t.add_column(h, justify="right" if numeric else "left", overflow="fold")
     rows = df if max_rows is None else df.head(max_rows)
-    for rec in rows.to_dict("records"):
-        t.add_row(*[cell(c, rec.get(c)) for c in cols])
+    recs = rows.to_dict("records")
+
+    def build(keep: list[str]):
+        from rich.table import Table
+
+        t = Table(title=title, title_justify="left", title_style="bold")
+        for c in keep:
+            numeric = pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
+            whole = numeric or c in NO_WRAP
+            t.add_column(cols[c], justify="right" if numeric else "left", overflow="fold", no_wrap=whole)
+        for rec in recs:
+            t.add_row(*[cell(c, rec.get(c)) for c in keep])
+        return t
+
+    t, dropped = fit_columns(build, list(cols), width, keep=2)
+    if dropped:
+        t.caption = dropped_note([cols[c] for c in dropped], "--wide, or --json")
+        t.caption_justify = "left"
     return t
 
 
@@ -165,13 +180,66 @@ def print_advice(
 INTERVAL_ENDS = tuple(f"{n}_{end}" for n in SELF_ESTIMATES for end in ("low", "high"))
 
 
-def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
-    """(label, value with unit, definition) for the lead metrics, then every other known metric of the run."""
+#: how the Key numbers name a metric's basis (analyzers.catalogue.BASES)
+BASIS_SHORT = {"measured": "measured steps", "profiled": "profiled steps", "run": "run"}
+
+
+def breakdown_step(m: dict) -> float | None:
+    """The step the breakdown parts are shares of (catalogue breakdown_step_s); for runs stored before it
+    existed, the sum of the parts that add up to it (computing + exposed comm + free)."""
+    v = m.get(BREAKDOWN_TOTAL)
+    if not _missing(v) and v:
+        return float(v)
+    parts = [m.get(p) for p in ADDING_PARTS]
+    if any(_missing(p) for p in parts):
+        return None
+    total = float(sum(parts))
+    return total or None
+
+
+def step_story(m: dict) -> str | None:
+    """One line: the unprofiled step, the profiler's cost, the profiled step the breakdown splits."""
+    step, prof = m.get("step_time_s"), breakdown_step(m)
+    if _missing(step) or prof is None:
+        return None
+    over = m.get("profiler_overhead")
+    if not _missing(over) and m.get("measured_steps"):
+        return (
+            f"step {format_value('ms', step)} ms (unprofiled, slowest rank) -> profiler cost "
+            f"{format_value('pct', over)} -> the breakdown splits the profiled step: "
+            f"{format_value('ms', prof)} ms (mean over ranks)"
+        )
+    return (
+        f"step {format_value('ms', step)} ms (slowest rank); the breakdown splits the ranks' mean step: "
+        f"{format_value('ms', prof)} ms (profiled steps)"
+    )
+
+
+def input_problem_lines(rec: dict) -> list[str]:
+    """One line per rank and input it had but could not use (the record's input_problems, written by `perfbench
+    analyze`), with what was recomputed instead; else the record's warnings about files."""
+    probs = rec.get("input_problems") or []
+    if probs:
+        return [
+            f"rank {p.get('rank')}: {p.get('file')} {p.get('problem')}"
+            + (f" ({p['detail']})" if p.get("detail") else "")
+            + (f"; {p['recomputed']}" if p.get("recomputed") else "; the numbers use the rank's other files")
+            for p in probs
+        ]
+    return [str(w) for w in rec.get("warnings") or []]
+
+
+def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str, str]]:
+    """(label, value with unit, which steps it is over, definition) for the lead metrics, then every other known
+    metric of the run. A breakdown part's share is of the profiled step it splits (catalogue breakdown_step_s)."""
     m = dict(rec.get("metrics") or {})
     m["scaling_efficiency"] = row.get("scaling_efficiency")
-    step = m.get("step_time_s")
+    step = breakdown_step(m)
+    if step is not None and _missing(m.get(BREAKDOWN_TOTAL)):
+        m[BREAKDOWN_TOTAL] = step
     out = []
-    names = list(KEY_METRICS) + [k for k in m if k not in KEY_METRICS]
+    lead = [*KEY_METRICS[:2], BREAKDOWN_TOTAL, *KEY_METRICS[2:]]
+    names = lead + [k for k in m if k not in lead]
     for name in names:
         v = m.get(name)
         if name not in METRICS or _missing(v) or name in INTERVAL_ENDS:
@@ -182,8 +250,9 @@ def key_numbers(rec: dict, row: dict) -> list[tuple[str, str, str]]:
         if name in SELF_ESTIMATES:  # never a bare negative cost: with its interval, or "below what ... resolve"
             text = resolved(v, m.get(f"{name}_low"), m.get(f"{name}_high"))
         if name in STEP_PARTS and step:
-            text += f"  ({format_value('pct', v / step)} of step)"
-        out.append((meta.label, text, meta.definition))
+            inside = ", within compute" if name == "overlapped_s" else ""
+            text += f"  ({format_value('pct', v / step)} of profiled step{inside})"
+        out.append((meta.label, text, BASIS_SHORT.get(meta.basis, meta.basis), meta.definition))
     return out
 
 
@@ -193,6 +262,8 @@ def rank_breakdown(df: pd.DataFrame) -> pd.DataFrame:
     if "stage" in df and df["stage"].notna().any():
         out["stage"] = df["stage"]
     out["step_us"] = df["step_us"]
+    if "source" in df and df["source"].nunique(dropna=False) > 1:
+        out["source"] = df["source"].map({"profiler": "profiler's own", "recomputed": "recomputed"}).fillna("-")
     for col, _label in BREAKDOWN:
         if col in df:
             share = df[col] / df["step_us"].where(df["step_us"] > 0)
@@ -287,7 +358,7 @@ def peak_holders(attr: pd.DataFrame | None, mem: pd.DataFrame | None) -> tuple[i
     return rank, rows
 
 
-def memory_section(console, tables: dict) -> None:
+def memory_section(console, tables: dict, width: int | None = None) -> None:
     """Per-rank memory peaks, then what holds the largest rank's peak (bytes and share)."""
     mem = tables.get("memory")
     if mem is None or mem.empty:
@@ -307,6 +378,7 @@ def memory_section(console, tables: dict) -> None:
                 "capacity_bytes": "capacity",
             },
             "Memory per rank (peaks; - = unknown: the rank's files lack the data)",
+            width=width,
         )
     )
     rank, rows = peak_holders(tables.get("memory_attribution"), mem)
@@ -316,6 +388,7 @@ def memory_section(console, tables: dict) -> None:
                 rows,
                 {"part": "part", "bytes": "bytes", "share": "share", "source": "from"},
                 f"What holds the peak (rank {rank}, the largest)",
+                width=width,
             )
         )
 
@@ -330,8 +403,14 @@ def render(
     top: int,
     artifacts: str,
     show_all: bool = False,
+    wide: bool = False,
 ) -> None:
+    from functools import partial
+
     from rich.padding import Padding
+
+    width = None if wide else console.width
+    tbl = partial(table, width=width)
 
     status = rec.get("status")
     colour = {"ok": "green", "failed": "red"}.get(status, "yellow")
@@ -362,6 +441,9 @@ def render(
         if rec.get("log_tail"):
             console.print("[dim]--- tail of the failing rank's log ---[/dim]")
             console.print(rec["log_tail"], markup=False, highlight=False)
+
+    for line in input_problem_lines(rec):
+        console.print(f"[bold yellow]Missing or damaged input:[/bold yellow] {escape(line)}", highlight=False)
 
     why = unsteady_reasons(rec.get("metrics") or {})
     if why:
@@ -409,28 +491,32 @@ def render(
         )
         t.add_column("metric")
         t.add_column("value", justify="right")
-        for label, text, _definition in numbers:
-            t.add_row(label, text)
+        t.add_column("over", style="dim")
+        for label, text, basis, _definition in numbers:
+            t.add_row(label, text, basis)
         console.print(t)
-        console.print("  [dim]definitions: perfbench metrics[/dim]")
+        story = step_story(dict(rec.get("metrics") or {}))
+        if story:
+            console.print(Padding(escape(story), (0, 0, 0, 2), expand=False), highlight=False)
+        console.print("  [dim]definitions and which steps each is over: perfbench metrics[/dim]")
 
     bd = tables.get("rank_breakdown")
     if bd is not None and not bd.empty and "step_us" in bd:
-        heads = {"rank": "rank", "stage": "stage", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
+        heads = {"rank": "rank", "stage": "stage", "source": "from", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
         console.print()
         console.print(
-            table(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
+            tbl(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
         )
 
-    memory_section(console, tables)
+    memory_section(console, tables, width)
 
     kern = tables.get("top_kernels")
     if kern is not None and not kern.empty:
         kern = kern.assign(name=kern["name"].astype(str).str.rsplit("/", n=1).str[-1])
         console.print(
-            table(
+            tbl(
                 kern,
-                {"name": "kernel", "type": "type", "count": "calls", "total_us": "total", "mean_us": "mean"},
+                {"name": "kernel", "total_us": "total", "mean_us": "mean", "count": "calls", "type": "type"},
                 f"Top kernels (by total time, all ranks, top {top})",
                 top,
             )
@@ -439,18 +525,18 @@ def render(
     comm = tables.get("comm_ops")
     if comm is not None and not comm.empty and "elapse_ms" in comm:
         console.print(
-            table(
+            tbl(
                 top_collectives(comm, top),
                 {
                     "name": "collective",
-                    "op_type": "type",
-                    "group_size": "ranks",
-                    "calls": "calls",
                     "total_elapse_ms": "total",
                     "mean_elapse_ms": "mean",
+                    "calls": "calls",
                     "size_bytes": "size",
                     "busbw_gbps": "bus bw",
                     "wait_ratio": "wait",
+                    "op_type": "type",
+                    "group_size": "ranks",
                 },
                 f"Top collectives (by total time, all ranks and steps, top {top})",
             )
@@ -459,7 +545,7 @@ def render(
     tc = traffic_classes(tables.get("comm_classes"), tables.get("comm_exposure_classes"))
     if tc is not None:
         console.print(
-            table(
+            tbl(
                 tc,
                 {
                     "comm_class": "traffic class",
@@ -475,7 +561,7 @@ def render(
     pipe = tables.get("pipeline")
     if pipe is not None and not pipe.empty and "stage" in pipe:
         console.print(
-            table(
+            tbl(
                 pipeline_stages(pipe),
                 {
                     "stage": "stage",
@@ -494,7 +580,7 @@ def render(
     exp = tables.get("experts")
     if exp is not None and not exp.empty:
         console.print(
-            table(
+            tbl(
                 experts(exp),
                 {
                     "experts": "experts",
@@ -519,7 +605,7 @@ def render(
         )
         if len(slow):
             console.print(
-                table(
+                tbl(
                     slow,
                     {
                         "group": "group",
@@ -541,7 +627,7 @@ def render(
         console.print(f"[bold]Slow links[/bold]: {len(links)} of {tested} links flagged")
         if len(links):
             console.print(
-                table(
+                tbl(
                     links,
                     {
                         "kind": "kind",
@@ -561,7 +647,7 @@ def render(
         console.print(f"[bold]Rank imbalance[/bold]: {len(imb)} of {tested} group checks flagged")
         if len(imb):
             console.print(
-                table(
+                tbl(
                     imb,
                     {
                         "group": "group",

@@ -39,8 +39,10 @@ def _expected_step_samples(results, rec):
 
 def test_compare_one_vs_two_ranks_markdown_and_json(sweep_store):
     a, b = _pick(sweep_store, 1, 0), _pick(sweep_store, 2)
-    md = run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store).stdout
-    for heading in ("Throughput and step time", "Settings that differ", "Run metrics"):
+    term = run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store).stdout
+    assert term.splitlines()[1].startswith("Verdict: B is")  # the terminal report leads with the verdict
+    md = run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store, "--markdown").stdout
+    for heading in ("Per-step metrics", "Settings that differ", "Run metrics"):
         assert heading in md
     assert re.search(r"\| settings\.world_size \| 1 \| 2 \|", md)
     doc = json.loads(run_perfbench("compare", a["run_id"], b["run_id"], "--results", sweep_store, "--json").stdout)
@@ -119,3 +121,31 @@ def test_step_samples_match_the_tables_for_every_run(sweep_store):
         t, x = _expected_step_samples(sweep_store, rec)
         np.testing.assert_allclose(s["step_time_s"], t)
         np.testing.assert_allclose(s["throughput"], x)
+
+
+def test_breakdown_parts_add_up_to_the_profiled_step_on_a_stored_run(sweep_store):
+    """By hand from the stored step_breakdown (profiled steps after warm-up): per step the mean over ranks of each
+    part, the median over steps; compute + exposed comm + free = the profiled step `show` divides by, within 1%, and
+    `show`'s shares of it add to 100%. The unprofiled step time stands beside it with the profiler's cost."""
+    import numpy as np
+
+    rec = _pick(sweep_store, 2)
+    store = Store(sweep_store, create=False)
+    sb = store.read_table(rec["run_id"], "step_breakdown")
+    sb = sb[(sb["step"] >= rec["config"]["train"]["warmup_steps"]) & (sb["step_us"] > 0)]
+    per_step = sb.groupby("step")[["computing_us", "communication_not_overlapped_us", "free_us"]].mean()
+    hand_ms = float(np.median(per_step, axis=0).sum()) / 1000
+    shown = json.loads(run_perfbench("show", rec["run_id"], "--results", sweep_store, "--json").stdout)["metrics"]
+    assert 1000 * shown["breakdown_step_s"] == pytest.approx(hand_ms, rel=0.01)
+    # per rank and step the parts add up to the step window exactly (the profiler's windows, not our sum)
+    parts = sb["computing_us"] + sb["communication_not_overlapped_us"] + sb["free_us"]
+    assert np.allclose(parts, sb["step_us"], rtol=0.01)
+    out = run_perfbench("show", rec["run_id"], "--results", sweep_store).stdout
+    shares = [
+        float(line.split("(")[1].split("%")[0])
+        for line in out.splitlines()
+        if "of profiled step" in line and line.strip().startswith(("compute ms ", "exposed comm ms ", "free ms "))
+    ]
+    assert len(shares) == 3 and sum(shares) == pytest.approx(100, abs=1.0)
+    flat = " ".join(out.split())  # (the line wraps at the terminal's width)
+    assert "profiler cost" in flat and "the breakdown splits the profiled step" in flat

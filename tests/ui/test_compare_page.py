@@ -1,6 +1,7 @@
 """The dashboard's Compare page takes the run ids the CLI takes: `/compare?a=ws1-r0&b=ws2-r0` (short ids,
 as `perfbench ls` shows them) fills both pickers with the full run ids, and each table says which statistic it
-shows (mean over steps vs the stored catalogue aggregation). Fast: real Ascend profiles imported with `analyze`."""
+shows (the catalogue's median over each metric's steps, as the CLI). Fast: real Ascend profiles imported with
+`analyze`."""
 
 from __future__ import annotations
 
@@ -55,9 +56,24 @@ def test_short_ids_fill_both_pickers(store):
     text = _text(page)
     assert "no run" not in text and "pick two runs" not in text
     # each table names its statistic
-    assert "mean over steps" in text and compare.PER_STEP_NOTE in text
+    assert "median over each metric's steps" in text and compare.PER_STEP_NOTE in text
     assert "catalogue aggregation" in text and compare.RUN_METRICS_NOTE in text
     # an id that matches nothing stays as given and the page says so
     page = compare.layout(a="ws9-r0", b="ws2-r0")
     assert _values(page, {})["compare-a"] == "ws9-r0"
     assert "no run 'ws9-r0'" in _text(page)
+
+
+def test_changes_follow_the_catalogue(store):
+    """A share changes in points, a ratio in %, as in the CLI: kernel utilization of the two imports by hand."""
+    from perfbench.regress.compare import compare_runs
+    from perfbench.store import Store
+    from perfbench.views.compare import change, change_text
+
+    cmp = compare_runs(Store(store, create=False), "ws1-r0", "ws2-r0")
+    by = {m["metric"]: m for m in cmp.metrics}
+    ku = by["kernel_utilization"]
+    assert change_text("kernel_utilization", ku) == f"{(ku['median_b'] - ku['median_a']) * 100:+.1f}pt"
+    st = by["step_time_s"]
+    assert change_text("step_time_s", st) == f"{(st['median_b'] / st['median_a'] - 1) * 100:+.1f}%"
+    assert change("warmup_drift_p", 0.01, 0.5) == "-"

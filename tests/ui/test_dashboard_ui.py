@@ -298,6 +298,10 @@ def test_run_page_opens_with_the_verdict_and_key_numbers(dashboard, browser, swe
     # the definition is the tooltip
     title = page.locator("#run-metric-comm_share").get_attribute("title")
     assert "communication_us / step_us" in title
+    # the profiled step the breakdown splits, beside the step time, with the profiler's cost between them
+    prof = page.locator("#run-metric-breakdown_step_s .metric-value").inner_text()
+    assert prof == f"{1000 * m['breakdown_step_s']:.1f} ms"
+    assert "profiler cost" in page.locator("#run-step-story").inner_text()
     text = page.locator("#run-page").inner_text()
     assert '{"repeat"' not in text and f"{m['comm_share']:.4g}" not in text
     assert page.locator("#run-settings").inner_text().count("world size") == 1

@@ -94,7 +94,10 @@ def test_show_leads_with_the_verdict_and_formats_every_table(imported_store):
         comp = rb.loc[rank, "computing_us"]
         assert f"{comp / 1000:.2f} ms ({100 * comp / rb.loc[rank, 'step_us']:.1f}%)" in out
     # collectives: the profiler's op names with bus bandwidth in GB/s
-    assert "hcom_allReduce__586_0_1" in out and "GB/s" in out
+    # (a narrow screen leaves the lower-priority columns out and names them; --wide shows every one)
+    assert "hcom_allReduce__586_0_1" in out and ("GB/s" in out or "bus bw" in flat)
+    wide = run_perfbench("show", "analyze-level1", "--results", imported_store, "--wide").stdout
+    assert "GB/s" in wide
     # flagged rows only, with how many were tested
     slow = store.read_table(rid, "slow_ranks")
     assert f"Slow ranks: {int(slow['slow'].sum())} of {len(slow)} rank tests flagged" in flat

@@ -419,17 +419,25 @@ class RankInputs:
     """The files one rank was read from and the problems met, for `ranks.inputs` and `Profile.warnings`.
 
     `read(path, fn, *args)` calls `fn(path, *args)`; a damaged file (ProfileFormatError) becomes a
-    warning naming the file and the result is None, so the rank keeps what its other files give."""
+    warning naming the file and the result is None, so the rank keeps what its other files give.
+    `need_rows=True`: a file that reads but holds no rows (a CSV cut to its header) is damaged too.
+    `problems` lists them per file ({"file", "problem": "empty" | "unreadable", "detail"}) for the views."""
 
     def __init__(self) -> None:
         self.used: list[str] = []
         self.warnings: list[str] = []
+        self.problems: list[dict] = []
 
-    def read(self, path: Path, fn, *args, label: str | None = None, **kw):
+    def read(self, path: Path, fn, *args, label: str | None = None, need_rows: bool = False, **kw):
         try:
             out = fn(path, *args, **kw)
         except ProfileFormatError as exc:
             self.warnings.append(f"{exc.path}: {exc.problem} (ignored: the rank is analyzed without it)")
+            self.problems.append({"file": label or path.name, "problem": "unreadable", "detail": str(exc.problem)})
+            return None
+        if need_rows and out is not None and len(out) == 0:
+            self.warnings.append(f"{path}: no data rows (header only; ignored: the rank is analyzed without it)")
+            self.problems.append({"file": label or path.name, "problem": "empty", "detail": "no data rows"})
             return None
         self.add(label or path.name)
         return out

@@ -139,11 +139,11 @@ def parse_text_rank(
     io = RankInputs()
 
     kd, tv, st = out / "kernel_details.csv", out / "trace_view.json", out / "step_trace_time.csv"
-    ref = io.read(st, _step_trace, r) if st.exists() else None
+    ref = io.read(st, _step_trace, r, need_rows=True) if st.exists() else None
     skip = not read_kernels and ref is not None
     if skip:
         meta["kernels_skipped"] = SKIPPED
-    ops = io.read(kd, _kernel_details, r) if kd.exists() and not skip else None
+    ops = io.read(kd, _kernel_details, r, need_rows=True) if kd.exists() and not skip else None
     if ref is not None:
         meta["reference_source"] = "step_trace_time.csv"
     comm_ops = comm_bw = None
@@ -263,6 +263,7 @@ def parse_text_rank(
         if fit:
             out = {k: conform(t, tables[k][1]) for k, t in out.items()}  # (load_profile conforms merged tables)
         ref = _frame(ref) if ref is not None else None
+    meta["input_problems"] = io.problems
     return Profile(
         source="ascend-text",
         path=str(rank_dir),

@@ -1,0 +1,89 @@
+"""One run, one story: the breakdown's parts add up to the step they are shares of (hand-computed from the
+profiler's own step_trace_time.csv), a damaged rank is named and fails --strict, impossible what-ifs are refused,
+and every command's default output fits COLUMNS."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+
+import pytest
+
+from tests.support import fixture_path, run_perfbench
+
+LEVEL1 = ("Ascend__msinsight", "test", "data", "pytorch", "text", "level1")
+
+
+def _step_trace_rows(rank_dir: str) -> dict:
+    path = fixture_path(*LEVEL1, rank_dir) / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    with open(path, newline="") as f:
+        return next(csv.DictReader(f))
+
+
+def test_parts_add_up_to_the_profiled_step_on_an_imported_fixture(imported_store, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")
+    m = json.loads(run_perfbench("show", "analyze-level1", "--results", imported_store, "--json").stdout)["metrics"]
+    # by hand from the profiler's files: one step per rank; Computing + Communication(Not Overlapped) + Free = Stage
+    r0, r1 = _step_trace_rows("rank0_ascend_pt"), _step_trace_rows("rank1_ascend_pt")
+    hand_step_ms = (float(r0["Stage"]) + float(r1["Stage"])) / 2 / 1000  # mean over ranks, us -> ms
+    parts_ms = 1000 * (m["computing_s"] + m["communication_not_overlapped_s"] + m["free_s"])
+    assert parts_ms == pytest.approx(hand_step_ms, rel=0.01)
+    assert 1000 * m["breakdown_step_s"] == pytest.approx(hand_step_ms, rel=0.01)
+    out = run_perfbench("show", "analyze-level1", "--results", imported_store).stdout
+    shares = [
+        float(line.split("(")[1].split("%")[0])
+        for line in out.splitlines()
+        if "of profiled step" in line and ("compute ms" in line or "exposed comm ms" in line or "free ms" in line)
+    ]
+    assert len(shares) == 3 and sum(shares) == pytest.approx(100, abs=1.0)
+
+
+def test_a_rank_with_a_header_only_step_trace_is_named_and_fails_strict(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    copy = tmp_path / "level1"
+    shutil.copytree(fixture_path(*LEVEL1), copy)
+    st = copy / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    st.write_text(st.read_text().splitlines()[0] + "\n")
+    res = tmp_path / "res"
+    r = run_perfbench("analyze", copy, "--results", res)
+    assert "rank 0: step_trace_time.csv empty" in r.stdout
+    assert "recomputed from the kernels on rank 0" in r.stdout
+    doc = json.loads(run_perfbench("analyze", copy, "--no-store", "--json").stdout)
+    r0 = next(x for x in doc["ranks"] if x["rank"] == 0)
+    assert r0["input_problems"][0]["file"] == "step_trace_time.csv" and r0["breakdown_source"] == "recomputed"
+    assert "step_trace_time.csv" not in r0["inputs"]
+    strict = run_perfbench("analyze", copy, "--no-store", "--strict", check=False)
+    assert strict.returncode != 0 and "step_trace_time.csv" in strict.stderr
+    assert len(strict.stderr.strip().splitlines()) == 1 and "Traceback" not in strict.stderr
+    shown = run_perfbench("show", "analyze-level1", "--results", res).stdout
+    assert "Missing or damaged input: rank 0: step_trace_time.csv empty" in shown
+
+
+def test_commands_fit_the_terminal(imported_store, monkeypatch, tmp_path):
+    res = tmp_path / "res"
+    shutil.copytree(imported_store, res)  # (the session's store stays as it is)
+    run_perfbench("analyze", fixture_path(*LEVEL1[:-1], "level2"), "--results", res, "--run-id", "imp-level2")
+    for cols in (120, 80):
+        monkeypatch.setenv("COLUMNS", str(cols))
+        for cmd in (
+            ["ls"],
+            ["ls", "--sweeps"],
+            ["show", "analyze-level1"],
+            ["compare", "analyze-level1", "imp-level2"],
+            ["predict", "--from", "analyze-level1", "--set", "world_size=2,4"],
+        ):
+            out = run_perfbench(*cmd, "--results", res).stdout
+            widest = max(len(line) for line in out.splitlines())
+            assert widest <= cols, (cmd, cols, widest)
+            if cmd[0] == "compare":
+                assert out.splitlines()[1].startswith("Verdict: B is")
+
+
+def test_impossible_what_if_settings_are_refused(imported_store):
+    for key, v in (("world_size", "0"), ("batch_size", "-1"), ("compute_scale", "0")):
+        r = run_perfbench(
+            "predict", "--from", "analyze-level1", "--set", f"{key}={v}", "--results", imported_store, check=False
+        )
+        err = r.stderr.strip()
+        assert r.returncode == 2 and "\n" not in err and f"--set {key}={v}" in err and "Traceback" not in err
