@@ -28,6 +28,13 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
 
 
+def command_names() -> list[str]:
+    """The sub-commands: one module each under perfbench/commands/, found by name (nothing imported)."""
+    import perfbench.commands as commands
+
+    return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfbench",
