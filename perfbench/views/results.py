@@ -11,7 +11,8 @@ import statistics
 
 from analyzers.catalogue import KEY_METRICS, METRICS as CATALOGUE, format_value
 from analyzers.analyses.steadiness import unsteady_reasons
-from perfbench.store import short_id
+from perfbench.records import short_id
+from perfbench.views.table import FastTable
 
 #: swept keys shown in tables, in this order when present
 SETTING_ORDER = (
@@ -101,12 +102,10 @@ OPTIONAL_COLUMNS = (
 
 
 def render_table(rows: list[dict], title: str | None = None, wide: bool = False):
-    """A rich Table of runs (settings, throughput, step time, split, shares, efficiency)."""
-    from rich.table import Table
-
+    """A table of runs (settings, throughput, step time, split, shares, efficiency), printed like a rich Table."""
     keys = swept_keys(rows)
     sweeps = {r.get("sweep_id") for r in rows}
-    t = Table(title=title, show_lines=False)
+    t = FastTable(title=title)
     t.add_column("run" if len(sweeps) == 1 else "run id", no_wrap=True)
     t.add_column("status", no_wrap=True)
     for k in keys:
