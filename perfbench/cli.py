@@ -1,12 +1,13 @@
 """The `perfbench` command. Each sub-command lives in its own module under perfbench/commands/
-and exposes `register(subparsers)`; modules are discovered, so adding a command touches no other file."""
+and exposes `register(subparsers)`; modules are discovered, so adding a command touches no other file.
+Command modules import only light modules at their top and their implementation in `run()`, so building the
+parser imports none of the heavy libraries (docs/architecture.md, "Heavy libraries and the CLI's start-up")."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
-import pkgutil
 import sys
 
 from perfbench import __version__
@@ -29,10 +30,10 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def command_names() -> list[str]:
-    """The sub-commands: one module each under perfbench/commands/, found by name (nothing imported)."""
-    import perfbench.commands as commands
-
-    return sorted(m.name for m in pkgutil.iter_modules(commands.__path__) if not m.name.startswith("_"))
+    """The sub-commands: one module each under perfbench/commands/, found by file name (nothing imported; a
+    directory listing instead of pkgutil, which imports inspect)."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "commands")
+    return sorted(n[:-3] for n in os.listdir(here) if n.endswith(".py") and not n.startswith("_"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,10 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"perfbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    import perfbench.commands as commands
-
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"perfbench.commands.{info.name}")
+    for name in command_names():  # each command module is light (docs/architecture.md, "Heavy libraries")
+        module = importlib.import_module(f"perfbench.commands.{name}")
         if hasattr(module, "register"):
             module.register(sub)
     return parser
