@@ -1,8 +1,8 @@
 """A table of short text cells that prints like rich's `Table` (heavy head box, title, caption) at a fraction of
 its cost: rich lays out and renders every cell on its own (~0.1 ms a cell: 0.82 CPU-s for `perfbench ls` on 500
-runs, ~7,500 cells), this formats each row as one line (0.015 CPU-s; docs/benchmarks.md, "CLI start-up"). Cells are strings with optional rich markup
-(`[red]failed[/red]`); columns never wrap. When the table is wider than the console, it prints as a rich
-`Table` with the same columns and rows instead, which shrinks columns to fit."""
+runs, ~7,500 cells), this formats each row as one line (0.015 CPU-s; docs/benchmarks.md, "CLI start-up"). Cells
+are strings with optional rich markup (`[red]failed[/red]`); columns never wrap. When the table is wider than the
+console, it prints as a rich `Table` with the same columns and rows instead, which shrinks columns to fit."""
 
 from __future__ import annotations
 
