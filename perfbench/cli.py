@@ -36,7 +36,9 @@ def command_names() -> list[str]:
     return sorted(n[:-3] for n in os.listdir(here) if n.endswith(".py") and not n.startswith("_"))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of the command `only` alone (what `main` builds when the command line names
+    one: the other command modules are not even imported)."""
     parser = argparse.ArgumentParser(
         prog="perfbench",
         description=(
@@ -47,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"perfbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in command_names():  # each command module is light (docs/architecture.md, "Heavy libraries")
+    for name in [only] if only else command_names():  # each is light (docs/architecture.md, "Heavy libraries")
         module = importlib.import_module(f"perfbench.commands.{name}")
         if hasattr(module, "register"):
             module.register(sub)
@@ -55,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    named = next((a for a in argv if not a.startswith("-")), None)  # the top level has no option with a value
+    parser = build_parser(only=named if named in command_names() else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
