@@ -1,12 +1,13 @@
 """The `perfbench` command. Each sub-command lives in its own module under perfbench/commands/
-and exposes `register(subparsers)`; modules are discovered, so adding a command touches no other file."""
+and exposes `register(subparsers)`; modules are discovered, so adding a command touches no other file.
+Command modules import only light modules at their top and their implementation in `run()`, so building the
+parser imports none of the heavy libraries (docs/architecture.md, "Heavy libraries and the CLI's start-up")."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
-import pkgutil
 import sys
 
 from perfbench import __version__
@@ -28,7 +29,16 @@ def add_json_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON instead of tables")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_names() -> list[str]:
+    """The sub-commands: one module each under perfbench/commands/, found by file name (nothing imported; a
+    directory listing instead of pkgutil, which imports inspect)."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "commands")
+    return sorted(n[:-3] for n in os.listdir(here) if n.endswith(".py") and not n.startswith("_"))
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or of the command `only` alone (what `main` builds when the command line names
+    one: the other command modules are not even imported)."""
     parser = argparse.ArgumentParser(
         prog="perfbench",
         description=(
@@ -39,17 +49,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"perfbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    import perfbench.commands as commands
-
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"perfbench.commands.{info.name}")
+    for name in [only] if only else command_names():  # each is light (docs/architecture.md, "Heavy libraries")
+        module = importlib.import_module(f"perfbench.commands.{name}")
         if hasattr(module, "register"):
             module.register(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    named = next((a for a in argv if not a.startswith("-")), None)  # the top level has no option with a value
+    parser = build_parser(only=named if named in command_names() else None)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -6,9 +6,11 @@ docs/advice.md); with --try, its best knobs proven by real runs (perfbench/run/a
 from __future__ import annotations
 
 import json
+import signal
 import sys
 
 from perfbench.cli import add_json_arg, add_results_arg
+from perfbench.errors import UserError
 
 
 def register(sub) -> None:
@@ -64,7 +66,6 @@ def run(args) -> int:
         return 0
     # ---- --try (perfbench/run/advise_try.py) ----
     from perfbench.run.advise_try import render_tried, rerun_problem, try_fixes
-    from perfbench.errors import UserError
     from perfbench.views.results import console
 
     problem = rerun_problem(rec)
@@ -74,8 +75,6 @@ def run(args) -> int:
         return 2
     if not args.json:
         _print_advice(args, rec, table)
-    import signal
-
     from perfbench.commands.sweep import _progress_events, _raise_interrupt
 
     signal.signal(signal.SIGTERM, _raise_interrupt)  # unwinds like Ctrl-C: the running fix's processes are killed

@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from perfbench import __version__
 from perfbench.cli import add_json_arg, add_results_arg
+from perfbench.errors import UserError
 
 
 def register(sub) -> None:
@@ -84,7 +86,6 @@ def _run_id(path: Path) -> str:
 def run(args) -> int:
     import analyzers
     from analyzers.report import build_document, dumps
-    from perfbench.errors import UserError
     from perfbench.run.ingest import store_analysis
     from perfbench.store import Store, atomic_write_bytes
 
@@ -214,8 +215,6 @@ def _workload(profile) -> str:
 
 
 def _version() -> str:
-    from perfbench import __version__
-
     return __version__
 
 

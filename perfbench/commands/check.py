@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from perfbench.cli import add_json_arg, add_results_arg
@@ -217,8 +218,6 @@ def run_ab_cli(args) -> int:
         raise UserError(f"cannot judge metric(s) {', '.join(bad)} in an A/B job: need a metric with a direction")
 
     def progress(pair, side, rec):
-        import sys
-
         print(f"pair {pair} {side}: {rec.get('run_id')} {rec.get('status')}", file=sys.stderr, flush=True)
 
     res = run_ab(

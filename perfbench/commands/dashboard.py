@@ -3,7 +3,9 @@ comparisons in a Dash app (read-only over the store). Binds 127.0.0.1 unless --h
 
 from __future__ import annotations
 
+import socket
 import sys
+from pathlib import Path
 
 from perfbench.cli import add_results_arg
 from perfbench.errors import UserError
@@ -23,8 +25,6 @@ def register(subparsers) -> None:
 
 
 def run(args) -> int:
-    from pathlib import Path
-
     if not (0 < args.port < 65536):
         raise UserError(f"bad --port {args.port}")
     if not Path(args.results).is_dir():
@@ -37,8 +37,6 @@ def run(args) -> int:
             "(the dashboard has no authentication)",
             file=sys.stderr,
         )
-    import socket
-
     with socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET) as s:
         try:
             s.bind((args.host, args.port))

@@ -9,6 +9,7 @@ import json
 import time
 
 from perfbench.cli import add_json_arg, add_results_arg
+from perfbench.errors import UserError
 
 
 def register(subparsers) -> None:
@@ -39,7 +40,6 @@ def register(subparsers) -> None:
 def run(args) -> int:
     from perfbench.regress import history
     from analyzers.catalogue import METRICS
-    from perfbench.errors import UserError
     from perfbench.store import Store
 
     if args.metric not in METRICS:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from perfbench.cli import add_json_arg, add_results_arg
+from perfbench.records import STATUSES, Records
 
 
 def register(sub) -> None:
@@ -19,17 +20,14 @@ def register(sub) -> None:
     p.add_argument("--sweep", help="only runs of this sweep id")
     p.add_argument("--sweeps", action="store_true", help="list the sweep ids (with their runs and dates) instead")
     p.add_argument("--wide", action="store_true", help="every column, even where the table is wider than the terminal")
-    from perfbench.run.record import STATUSES
-
     p.add_argument("--status", choices=STATUSES, help="only runs with this status")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from perfbench.views.results import console, render_table, summarize
-    from perfbench.store import Store
 
-    store = Store(args.results, create=False)
+    store = Records(args.results, create=False)  # run records only: no tables, no pandas
     everything = store.list_runs()
     records = [
         r

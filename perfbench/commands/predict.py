@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+import argparse
+import copy
+import itertools
 import json
+from typing import Any
 
 from perfbench.cli import add_json_arg, add_results_arg
 from perfbench.errors import UserError
@@ -67,8 +69,6 @@ MEMORY_ONLY = ("zero_stage", "recompute", "optimizer")
 
 
 def register(sub) -> None:
-    import argparse
-
     p = sub.add_parser(
         "predict",
         help="predict step time, throughput and scaling for settings never run",
@@ -131,8 +131,6 @@ def register(sub) -> None:
 
 def parse_sets(sets: list[str]) -> list[dict]:
     """`--set` values -> the list of targets (cartesian product of comma-separated values)."""
-    import itertools
-
     axes: dict[str, list] = {}
     for item in sets:
         if "=" not in item:
@@ -189,8 +187,6 @@ def run(args) -> int:
         scale = t.pop("compute_scale", None)
         h = hw
         if scale is not None:
-            import copy
-
             h = copy.copy(hw or cal.machine)
             h.compute_scale = scale
         out.append(dict(predict(cal, t, h), measure=args.measure))

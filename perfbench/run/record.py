@@ -10,7 +10,6 @@ from pydantic import BaseModel, ConfigDict, field_validator
 
 from analyzers.catalogue import METRICS
 
-STATUSES = ("planned", "running", "ok", "failed", "pruned")
 SOURCES = ("sweep", "analyze", "tune", "advise", "ab")
 
 

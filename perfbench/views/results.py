@@ -11,7 +11,8 @@ import statistics
 
 from analyzers.catalogue import KEY_METRICS, METRICS as CATALOGUE, format_value
 from analyzers.analyses.steadiness import unsteady_reasons
-from perfbench.store import short_id
+from perfbench.records import short_id
+from perfbench.views.table import FastTable
 
 #: swept keys shown in tables, in this order when present
 SETTING_ORDER = (
@@ -142,9 +143,7 @@ def basis_caption(names: list[str]) -> str:
 
 
 def _runs_table(rows: list[dict], cols: list, title: str | None, one_sweep: bool):
-    from rich.table import Table
-
-    t = Table(title=title, show_lines=False)
+    t = FastTable(title=title)
     for c in cols:
         if c == "run":
             t.add_column("run" if one_sweep else "run id", no_wrap=True)
@@ -206,6 +205,8 @@ def fits(table, width: int) -> bool:
     """True when `table` can be drawn in `width` columns without cutting a value (text columns may wrap)."""
     from rich.console import Console
 
+    if hasattr(table, "natural_width"):  # a FastTable: its columns never wrap
+        return table.natural_width() <= width
     probe = Console(width=max(width, 1000), file=_Null())
     need = 0
     for col in table.columns:  # a no-wrap column needs its widest cell, a wrapping one its longest word
