@@ -21,6 +21,7 @@ own switch for that off (HTA_DISABLE_NS_ROUNDING=1).
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -37,10 +38,11 @@ GPU_SETS = ("trace_filter", "nccl_parser_config", "ns_resolution_trace", "amd_tr
 REL = 0.01
 
 
-def run_hta(folder: str, tmp_path, monkeypatch) -> dict:
-    """HTA's numbers per rank: compute, idle, window, communication union and overlapped communication."""
+def run_hta(folder, tmp_path, monkeypatch) -> dict:
+    """HTA's numbers per rank: compute, idle, window, communication union and overlapped communication.
+    `folder`: a Kineto set's name in the shared fixtures, or any folder of traces (a Path)."""
     monkeypatch.setenv("HTA_DISABLE_NS_ROUNDING", "1")
-    src = kineto_path(folder)
+    src = folder if isinstance(folder, Path) else kineto_path(folder)
     for f in src.iterdir():
         (tmp_path / f.name).symlink_to(f)
     logging.disable(logging.WARNING)
