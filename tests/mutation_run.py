@@ -52,6 +52,7 @@ FUNCTIONS = [
     "perfbench.regress.check.x_group_key__mutmut_*",
     "perfbench.regress.verdict.x_fold__mutmut_*",  # one verdict of many, and its exit code
     "perfbench.regress.verdict.x_exit_code__mutmut_*",
+    "perfbench.regress.verdict.x_decide__mutmut_*",
     "perfbench.regress.compare.x_metric_delta__mutmut_*",  # compare's statistics
     "analyzers.stats.x_welch_ci__mutmut_*",
     "analyzers.stats.x_mann_whitney_p__mutmut_*",

@@ -22,7 +22,14 @@ import time
 
 from perfbench.capture.ms_capture import PROFILE_LEVELS, MsWindow
 from perfbench.errors import ConfigError, UserError
-from perfbench.capture.writer import STEP_KEYS, append_record, machine_memory_bytes, memory_sample, write_meta
+from perfbench.capture.writer import (
+    STEP_KEYS,
+    append_record,
+    machine_memory_bytes,
+    memory_sample,
+    step_record,
+    write_meta,
+)
 
 __all__ = ["PROFILE_LEVELS", "STEP_KEYS", "memory_sample"]
 
@@ -464,19 +471,10 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             res = dict(res)
             loss = float(res.pop("loss"))
             samples = int(res.pop("samples"))
-            rec = {
-                "rank": rank,
-                "step": step,
-                "start_ts": start,
-                "end_ts": end,
-                "step_time_s": end - start,
-                "samples": samples,
-                "loss": loss,
-                "profiled": in_window,
-            }
-            rec["cpu_s"] = cpu_s  # CPU time of the whole rank process (all threads) during the step
-            if mem is not None:  # max_rss_bytes: high-water mark so far; rss_bytes: resident set at step end
-                rec.update(mem)
+            # cpu_s: CPU time of the whole rank process (all threads) during the step; mem: max_rss_bytes (high-water
+            # mark so far) and rss_bytes (resident set at step end)
+            rec = step_record(rank, step, start, end, samples, loss, in_window, cpu_s, mem)
+            if mem is not None:
                 peak_rss = max(peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
             rec.update(res)
             if saved_s is not None:

@@ -34,7 +34,7 @@ import yaml
 
 from perfbench.errors import ConfigError, UserError
 from perfbench.regress.compare import METRICS
-from perfbench.regress.verdict import exit_code, fold
+from perfbench.regress.verdict import decide, exit_code, fold
 from perfbench.store import Store
 
 SIDES = ("baseline", "candidate")
@@ -95,12 +95,7 @@ def decide_paired(metric: str, pairs: list[tuple[float | None, float | None]], t
     ratio = math.exp(-mean) if higher else math.exp(mean)
     ci = (1 / hi - 1, 1 / lo - 1) if higher else (lo - 1, hi - 1)
     significant = p < alpha
-    if significant and worse > threshold:
-        verdict = "regression"
-    elif significant and worse < -threshold:
-        verdict = "improvement"
-    else:
-        verdict = "unchanged"
+    verdict = decide(significant, worse, threshold)
     res.update(
         verdict=verdict,
         change=ratio - 1.0,

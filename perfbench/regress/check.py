@@ -36,7 +36,7 @@ from analyzers.catalogue import CHECK_DEFAULT
 from perfbench.regress.baseline import load_baseline, resolve_target, run_entry
 from analyzers.stats import mann_whitney_p, welch_ci
 from perfbench.regress.compare import METRICS, findings, top_findings
-from perfbench.regress.verdict import exit_code, fold
+from perfbench.regress.verdict import decide, exit_code, fold
 from perfbench.errors import UserError
 from perfbench.store import FINISHED, Store
 
@@ -212,12 +212,7 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
     p = mann_whitney_p(bp, cp)
     ci = welch_ci(bp, cp)
     significant = p is not None and p < alpha
-    if significant and worse > used:
-        verdict = "regression"
-    elif significant and worse < -used:
-        verdict = "improvement"
-    else:
-        verdict = "unchanged"
+    verdict = decide(significant, worse, used)
     res.update(
         verdict=verdict,
         baseline=mb,

@@ -34,6 +34,17 @@ def fold(verdicts: Iterable[str], *, empty: str = "unchanged") -> str:
     return "improvement" if "improvement" in vs else "unchanged"
 
 
+def decide(significant: bool, worse: float, limit: float) -> str:
+    """One metric's verdict from its test and its effect `worse` (> 0 = worse, in the metric's own terms: a
+    ratio - 1 or points): regression when significant and worse by more than `limit`, improvement when significant
+    and better by more than `limit`, else unchanged."""
+    if significant and worse > limit:
+        return "regression"
+    if significant and worse < -limit:
+        return "improvement"
+    return "unchanged"
+
+
 def exit_code(verdict: str) -> int:
     """1 for a regression, 2 when the check could not decide, else 0."""
     return EXIT_CODES.get(verdict, 0)

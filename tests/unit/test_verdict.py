@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfbench.regress.verdict import exit_code, fold
+from perfbench.regress.verdict import decide, exit_code, fold
 
 
 @pytest.mark.parametrize(
@@ -36,3 +36,20 @@ def test_fold_default_for_nothing_is_unchanged():
 )
 def test_exit_code(verdict, code):
     assert exit_code(verdict) == code
+
+
+@pytest.mark.parametrize(
+    "significant, worse, limit, expected",
+    [
+        (True, 0.06, 0.05, "regression"),
+        (True, 0.05, 0.05, "unchanged"),  # exactly at the limit is not past it
+        (True, -0.05, 0.05, "unchanged"),
+        (True, -0.06, 0.05, "improvement"),
+        (False, 0.50, 0.05, "unchanged"),  # large but not significant
+        (False, -0.50, 0.05, "unchanged"),
+        (True, 0.0, 0.0, "unchanged"),
+        (True, 1e-9, 0.0, "regression"),
+    ],
+)
+def test_decide(significant, worse, limit, expected):
+    assert decide(significant, worse, limit) == expected
