@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from analyzers.parsers.ascend.common import RankInputs, read_csv, read_plain_csv
+from analyzers.parsers.ascend.common import RankInputs, read_columnar_csv, read_csv
 from analyzers.schema import MEMORY, MODULE_MEMORY, OP_MEMORY, Columns, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -49,13 +50,13 @@ _MODULE = (
 )
 
 
-def _columns(path: Path, spec: tuple) -> tuple[dict[str, list], int]:
-    """The file's wanted columns as lists and their row count: read without pandas when the file is regular,
-    else by `read_csv` (which also reports a damaged file)."""
-    cols = read_plain_csv(path, *spec)
+def _columns(path: Path, spec: tuple) -> tuple[dict, int]:
+    """The file's wanted columns as NumPy arrays and their row count: read by Arrow when the file is regular
+    (`read_columnar_csv`), else by `read_csv` (which also reports a damaged file)."""
+    cols = read_columnar_csv(path, *spec)
     if cols is None:
         df = read_csv(path, spec[0], spec[1], numeric=spec[2])
-        cols = {c: df[c].tolist() for c in df.columns}
+        cols = {c: df[c].to_numpy(dtype="float64" if c in spec[2] else object) for c in df.columns}
     return cols, len(next(iter(cols.values()), []))
 
 
@@ -66,21 +67,29 @@ def _table(data: dict, n: int, schema: dict, columns: bool):
     return conform(pd.DataFrame(data) if n else empty(schema), schema)
 
 
-def _scaled(cols: dict, key: str, n: int, factor: float) -> list:
+def _scaled(cols: dict, key: str, n: int, factor: float) -> np.ndarray:
     """Column `key` times `factor` (NaN where the file has no such column)."""
-    return [v * factor for v in cols[key]] if key in cols else [float("nan")] * n
+    return cols[key] * factor if key in cols else np.full(n, np.nan)
 
 
-def _text(cols: dict, key: str, n: int, strip: bool = False) -> list:
+def _text(cols: dict, key: str, n: int, strip: bool = False) -> np.ndarray:
     """Text column `key` (stripped: as `str(v).strip()`), None where the file has no such column."""
     if key not in cols:
-        return [None] * n
-    return [str(v).strip() for v in cols[key]] if strip else cols[key]
+        return np.full(n, None, dtype=object)
+    if not strip:
+        return cols[key]
+    out = np.empty(n, dtype=object)
+    out[:] = [str(v).strip() for v in cols[key]]
+    return out
+
+
+def _rank(r: int, n: int) -> np.ndarray:
+    return np.full(n, r, dtype="int64")
 
 
 def _record(path: Path, r: int, columns: bool = False):
     c, n = _columns(path, _RECORD)
-    data = {"rank": [r] * n, "component": _text(c, "component", n, strip=True), "ts_us": c["ts_us"]}
+    data = {"rank": _rank(r, n), "component": _text(c, "component", n, strip=True), "ts_us": c["ts_us"]}
     for k in ("allocated", "reserved", "active"):
         data[f"{k}_bytes"] = _scaled(c, f"{k}_mb", n, MIB)
     data["device"] = _text(c, "device", n)
@@ -90,7 +99,7 @@ def _record(path: Path, r: int, columns: bool = False):
 def _operator(path: Path, r: int, columns: bool = False):
     c, n = _columns(path, _OPERATOR)
     data = {
-        "rank": [r] * n,
+        "rank": _rank(r, n),
         "name": c["name"],
         "size_bytes": _scaled(c, "size_kb", n, KIB),
         "alloc_us": c["alloc_us"],
@@ -103,7 +112,7 @@ def _operator(path: Path, r: int, columns: bool = False):
 def _module(path: Path, r: int, columns: bool = False):
     c, n = _columns(path, _MODULE)
     data = {
-        "rank": [r] * n,
+        "rank": _rank(r, n),
         "module": _text(c, "module", n, strip=True),
         "ts_us": c["ts_us"],
         "reserved_bytes": _scaled(c, "reserved_mb", n, MIB),
