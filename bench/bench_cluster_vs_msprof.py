@@ -282,6 +282,10 @@ def timed(cmd: list[str], timeout: float = 1800, cwd: Path = ROOT) -> tuple[floa
     import psutil
 
     r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    gnu = tempfile.NamedTemporaryFile(suffix=".time", delete=False)
+    gnu.close()
+    if GNU_TIME.exists():  # GNU time's max RSS (the largest single process of the tree) as a second figure
+        cmd = [str(GNU_TIME), "-v", "-o", gnu.name, *cmd]
     t = time.perf_counter()
     peak = 0
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -311,7 +315,24 @@ def timed(cmd: list[str], timeout: float = 1800, cwd: Path = ROOT) -> tuple[floa
             raise SystemExit(f"failed ({rc}): {' '.join(cmd)}\n{stdout[-1500:]}\n{err.read()[-1500:]}")
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     peak = max(peak, ru.ru_maxrss * 1024)
+    LAST_GNU_RSS_MB[0] = _gnu_max_rss_mb(Path(gnu.name))
+    os.unlink(gnu.name)
     return dt, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime), peak / 2**20, stdout
+
+
+GNU_TIME = Path("/usr/bin/time")
+#: GNU time's "Maximum resident set size" of the last `timed` command (MB; None without GNU time)
+LAST_GNU_RSS_MB: list = [None]
+
+
+def _gnu_max_rss_mb(path: Path) -> float | None:
+    try:
+        for line in path.read_text().splitlines():
+            if "Maximum resident set size" in line:
+                return int(line.rsplit(":", 1)[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _rss(q) -> int:
@@ -324,7 +345,7 @@ def _rss(q) -> int:
 def check_planted(name: str, stdout: bytes) -> str:
     """For synth-N: perfbench's --json names the planted slow rank (and no other rank, at group level) and the
     planted slow link. Returns a one-line summary; exits non-zero otherwise."""
-    if not name.startswith("synth-"):
+    if not name.startswith(("synth-", "large-")):
         return ""
     doc = json.loads(stdout)
     rank, link = planted(int(name.split("-")[1]))
@@ -415,22 +436,23 @@ def main() -> None:
                     if who == "b":
                         base_runs.setdefault(name, []).append(got[:3])
                         continue
-                    (ms if who == "m" else pb).append(got[:3])
+                    (ms if who == "m" else pb).append((*got[:3], LAST_GNU_RSS_MB[0] or float("nan")))
                     if who == "p":
                         found = check_planted(name, got[3])
                 shutil.rmtree(out, ignore_errors=True)
                 shutil.rmtree(res, ignore_errors=True)
                 shutil.rmtree(str(res) + "-base", ignore_errors=True)
-            med = [statistics.median(x[k] for x in pb) for k in range(3)]
-            mmed = [statistics.median(x[k] for x in ms) for k in range(3)] if ms else None
-            ranks = int(name.split("-")[1]) if name.startswith("synth") else 2
+            med = [statistics.median(x[k] for x in pb) for k in range(4)]
+            mmed = [statistics.median(x[k] for x in ms) for k in range(4)] if ms else None
+            ranks = int(name.split("-")[1]) if name.startswith(("synth", "large")) else 2
             rows.append((name, ranks, mmed, med, min(loads), max(loads)))
             print(
                 f"{name}: perfbench analyze wall {['%.2f' % x[0] for x in pb]} cpu {['%.2f' % x[1] for x in pb]} "
-                f"peak MB {['%.0f' % x[2] for x in pb]}"
+                f"peak MB {['%.0f' % x[2] for x in pb]} GNU time max RSS MB {['%.0f' % x[3] for x in pb]}"
                 + (
                     f"; msprof-analyze cluster wall {['%.2f' % x[0] for x in ms]} cpu {['%.2f' % x[1] for x in ms]} "
-                    f"peak MB {['%.0f' % x[2] for x in ms]}; median ratio wall {mmed[0] / med[0]:.1f}x "
+                    f"peak MB {['%.0f' % x[2] for x in ms]} GNU time max RSS MB {['%.0f' % x[3] for x in ms]}; "
+                    f"median ratio wall {mmed[0] / med[0]:.1f}x "
                     f"cpu {mmed[1] / med[1]:.1f}x"
                     if ms
                     else ""
@@ -450,15 +472,17 @@ def main() -> None:
             if args.data_dir is None:
                 shutil.rmtree(data, ignore_errors=True)
     print(
-        "\n| data | ranks | msprof-analyze cluster -m all: median wall / CPU (s) / peak MB | perfbench analyze: "
-        "median wall / CPU (s) / peak MB | ratio wall | ratio CPU | perfbench ms per rank: wall / CPU | load |"
+        "\n| data | ranks | msprof-analyze cluster -m all: median wall / CPU (s) / tree peak MB / GNU time max RSS MB "
+        "| perfbench analyze: median wall / CPU (s) / tree peak MB / GNU time max RSS MB | ratio wall | ratio CPU "
+        "| perfbench ms per rank: wall / CPU | load |"
     )
     print("|---|---:|---|---|---:|---:|---|---|")
     for name, ranks, m, p, lo, hi in rows:
-        ms_cell = f"{m[0]:.2f} / {m[1]:.2f} / {m[2]:.0f}" if m else "not run"
+        ms_cell = f"{m[0]:.2f} / {m[1]:.2f} / {m[2]:.0f} / {m[3]:.0f}" if m else "not run"
         ratio = (f"{m[0] / p[0]:.1f}x", f"{m[1] / p[1]:.1f}x") if m else ("-", "-")
         print(
-            f"| {name} | {ranks} | {ms_cell} | {p[0]:.2f} / {p[1]:.2f} / {p[2]:.0f} | {ratio[0]} | {ratio[1]} "
+            f"| {name} | {ranks} | {ms_cell} | {p[0]:.2f} / {p[1]:.2f} / {p[2]:.0f} / {p[3]:.0f} | {ratio[0]} "
+            f"| {ratio[1]} "
             f"| {p[0] / ranks * 1000:.1f} / {p[1] / ranks * 1000:.1f} | {lo:.1f}-{hi:.1f} |"
         )
 
