@@ -452,11 +452,8 @@ def analysis(ctx: Context) -> Output:
         if sm is not None:  # summary mode: the counts only; the live allocations, timeline, attribution on demand
             row["live_allocations"], row["live_bytes"] = sm["live_allocations"], sm["live_bytes"]
             if sm["modules"]:
-                mod_rows.append(
-                    pd.DataFrame(
-                        {"rank": r, "module": [m for m, _ in sm["modules"]], "peak_bytes": [v for _, v in sm["modules"]]}
-                    )
-                )
+                names, peaks = zip(*sm["modules"])
+                mod_rows.append(pd.DataFrame({"rank": r, "module": list(names), "peak_bytes": list(peaks)}))
             rows.append(row)
             continue
         om = opm_by.get(r)
