@@ -119,11 +119,11 @@ def rank_summary(rec: dict | None, opm: dict | None, mod: dict | None) -> dict:
     out: dict = {"peaks": None, "live_allocations": None, "live_bytes": None, "modules": []}
     if rec is not None and len(rec["ts_us"]):
         comp = rec["component"]
-        have = {c for c in comp if isinstance(c, str)}
+        have = _texts(comp)
         fw = framework_component([c for c in FRAMEWORK_COMPONENTS if c in have])
         pk = no_peaks()
         if fw is not None:
-            sel = comp == fw
+            sel = _equal(comp, fw)
             pk["allocator"] = fw
             for c in ("allocated", "reserved", "active"):
                 pk[f"peak_{c}_bytes"] = _nanmax(np.asarray(rec[f"{c}_bytes"], dtype="float64")[sel])
@@ -132,7 +132,7 @@ def rank_summary(rec: dict | None, opm: dict | None, mod: dict | None) -> dict:
                 ts = np.asarray(rec["ts_us"], dtype="float64")[sel][alloc == pk["peak_allocated_bytes"]]
                 ts = ts[~np.isnan(ts)]
                 pk["peak_at_us"] = float(ts.min()) if len(ts) else float("nan")
-        app = comp == PROCESS_COMPONENT
+        app = _equal(comp, PROCESS_COMPONENT)
         if app.any():
             pk["peak_process_bytes"] = _nanmax(np.asarray(rec["reserved_bytes"], dtype="float64")[app])
         out["peaks"] = pk
@@ -150,11 +150,33 @@ def rank_summary(rec: dict | None, opm: dict | None, mod: dict | None) -> dict:
     if mod is not None and len(mod["ts_us"]):
         names = mod["module"]
         reserved = np.asarray(mod["reserved_bytes"], dtype="float64")
-        for m in sorted({v for v in names if isinstance(v, str)}):
-            v = _nanmax(reserved[names == m])
+        for m in sorted(_texts(names)):
+            v = _nanmax(reserved[_equal(names, m)])
             if v is not None and v > 0:
                 out["modules"].append((m, v))
     return out
+
+
+def _texts(col) -> set[str]:
+    """The distinct strings of a text column (a NumPy object array or an Arrow array)."""
+    import numpy as np
+
+    if isinstance(col, np.ndarray):
+        return {v for v in col if isinstance(v, str)}
+    import pyarrow.compute as pc
+
+    return {v for v in pc.unique(col).to_pylist() if isinstance(v, str)}
+
+
+def _equal(col, value: str):
+    """Boolean NumPy mask of a text column's cells equal to `value`."""
+    import numpy as np
+
+    if isinstance(col, np.ndarray):
+        return col == value
+    import pyarrow.compute as pc
+
+    return pc.fill_null(pc.equal(col, value), False).to_numpy(zero_copy_only=False)
 
 
 def _nanmax(a) -> float | None:

@@ -198,12 +198,13 @@ def _header(path: Path) -> list[str] | None:
 
 
 def read_columnar_csv(
-    path: Path, required: dict[str, str], optional: dict[str, str], numeric: tuple[str, ...]
+    path: Path, required: dict[str, str], optional: dict[str, str], numeric: tuple[str, ...], arrow_text: bool = False
 ) -> dict | None:
     """A regular profiler CSV's wanted columns as NumPy arrays, read by Arrow's CSV reader (its own threads,
     ~20x Python's csv module on a 20,000-row memory_record.csv): `required` and `optional` as in `read_csv`
     (other columns are skipped, not kept); `numeric` (our names) as float64, an empty or N/A cell as NaN and
-    surrounding blanks (the profiler's trailing tabs) ignored; the rest as text (object arrays), as written.
+    surrounding blanks (the profiler's trailing tabs) ignored; the rest as text (object arrays, or Arrow arrays with
+    `arrow_text`: no Python string made), as written.
 
     None when the file is anything but plain (a required header missing, a header repeated, a row of another
     width, a number that is not one, an empty or N/A text cell, no data row): then `read_csv` reads it and
@@ -257,7 +258,7 @@ def read_columnar_csv(
         else:
             if pc.any(pc.is_in(cells, value_set=na)).as_py():
                 return None
-            cols[n] = cells.to_numpy(zero_copy_only=False)
+            cols[n] = cells.combine_chunks() if arrow_text else cells.to_numpy(zero_copy_only=False)
     return cols
 
 

@@ -242,7 +242,7 @@ def parse_text_rank(
     else:  # summary mode: the rank's memory numbers now, its records read again on demand (show --rank)
         from analyzers.analyses.memory import rank_summary
 
-        got = read_text_memory(out, r, io, columns=True)
+        got = read_text_memory(out, r, io, columns=True, arrow_text=True)
         if got:
             meta["memory_summary"] = rank_summary(
                 *(got[k].data if k in got else None for k in ("memory_records", "op_memory", "module_memory"))
