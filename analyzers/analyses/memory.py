@@ -113,7 +113,7 @@ def rank_summary(rec: dict | None, opm: dict | None, mod: dict | None) -> dict:
     rank while reading and keeps no records): {"peaks": as `all_rank_peaks` gives for the rank, or None without
     records; "live_allocations", "live_bytes": the allocations live at the allocator's peak as the `memory` table
     counts them (None without allocation rows); "modules": [(module, peak reserved bytes > 0)] sorted by module}.
-    The same numbers as `analysis` computes from the whole tables (tests/unit/test_memory_summary.py)."""
+    The same numbers as `analysis` computes from the whole tables (tests/integration/test_memory_summary.py)."""
     import numpy as np
 
     out: dict = {"peaks": None, "live_allocations": None, "live_bytes": None, "modules": []}
