@@ -308,14 +308,31 @@ class Columns:
         cols: dict[str, None] = {}
         for p in parts:
             cols.update(dict.fromkeys(p.data))
+        n = sum(p.n for p in parts)
+        if any(isinstance(v, np.ndarray) for p in parts for v in p.data.values()):  # columnar readers' arrays
+            return Columns({c: _concat_arrays([p.data.get(c) for p in parts], [p.n for p in parts]) for c in cols}, n)
         out: dict[str, list] = {c: [] for c in cols}
-        n = 0
         for p in parts:
             for c, col in out.items():
                 v = p.data.get(c)
                 col.extend(v if v is not None else [float("nan")] * p.n)
-            n += p.n
         return Columns(out, n)
+
+
+def _concat_arrays(cols: list, sizes: list[int]) -> np.ndarray:
+    """One array of the parts' columns (a list made an array, a missing column NaN), as `Columns.concat`'s
+    lists would hold them."""
+    arrays = []
+    for v, k in zip(cols, sizes):
+        if v is None:
+            arrays.append(np.full(k, np.nan))
+        elif isinstance(v, np.ndarray):
+            arrays.append(v)
+        else:
+            a = np.empty(k, dtype=object)
+            a[:] = v
+            arrays.append(a)
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def frames(parts: list, dtypes: dict | None = None) -> list[pd.DataFrame]:

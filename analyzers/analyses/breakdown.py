@@ -105,6 +105,9 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     ops["step"] = assign_steps(ops, steps)
     ops = ops.dropna(subset=["step", "start_us", "dur_us"])
     ops["end_us"] = ops["start_us"] + ops["dur_us"].clip(lower=0)
+    ops["_comm"] = ops["category"].eq("communication").fillna(False).to_numpy(dtype=bool)
+    ops["_comp"] = ops["category"].eq("compute").fillna(False).to_numpy(dtype=bool)
+    ops["_recv"] = ops["_comm"].to_numpy() & is_receive(ops["name"], ops["type"] if "type" in ops.columns else None)
     grouped = {k: g for k, g in ops.groupby(["rank", "step"], sort=False)}
     rows = []
     for rec in steps.itertuples(index=False):
@@ -120,14 +123,14 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             continue
         st = np.clip(g["start_us"].to_numpy(float), w0, w1)
         en = np.clip(g["end_us"].to_numpy(float), w0, w1)
-        comm = (g["category"] == "communication").to_numpy()
-        comp = (g["category"] == "compute").to_numpy()
+        comm = g["_comm"].to_numpy(dtype=bool)
+        comp = g["_comp"].to_numpy(dtype=bool)
         c = union_length(st[comp], en[comp])
         m = union_length(st[comm], en[comm])
         both = comm | comp
         cm = union_length(st[both], en[both])
         ov = c + m - cm
-        recv = comm & is_receive(g["name"], g["type"] if "type" in g.columns else None)
+        recv = g["_recv"].to_numpy(dtype=bool)
         bubble = float(np.sum(en[recv] - st[recv]))
         host0 = getattr(rec, "host_start_us", np.nan)
         first = float(st[both].min()) if both.any() else np.nan

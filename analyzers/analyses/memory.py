@@ -107,6 +107,86 @@ def all_rank_peaks(rec: pd.DataFrame | None) -> dict[int, dict]:
     return out
 
 
+def rank_summary(rec: dict | None, opm: dict | None, mod: dict | None) -> dict:
+    """One rank's memory summary from its tables' columns ({column: NumPy array}: MEMORY, OP_MEMORY,
+    MODULE_MEMORY, any may be None), in NumPy without building DataFrames (a cluster import computes it per
+    rank while reading and keeps no records): {"peaks": as `all_rank_peaks` gives for the rank, or None without
+    records; "live_allocations", "live_bytes": the allocations live at the allocator's peak as the `memory` table
+    counts them (None without allocation rows); "modules": [(module, peak reserved bytes > 0)] sorted by module}.
+    The same numbers as `analysis` computes from the whole tables (tests/integration/test_memory_summary.py)."""
+    import numpy as np
+
+    out: dict = {"peaks": None, "live_allocations": None, "live_bytes": None, "modules": []}
+    if rec is not None and len(rec["ts_us"]):
+        comp = rec["component"]
+        have = _texts(comp)
+        fw = framework_component([c for c in FRAMEWORK_COMPONENTS if c in have])
+        pk = no_peaks()
+        if fw is not None:
+            sel = _equal(comp, fw)
+            pk["allocator"] = fw
+            for c in ("allocated", "reserved", "active"):
+                pk[f"peak_{c}_bytes"] = _nanmax(np.asarray(rec[f"{c}_bytes"], dtype="float64")[sel])
+            if pk["peak_allocated_bytes"] is not None:
+                alloc = np.asarray(rec["allocated_bytes"], dtype="float64")[sel]
+                ts = np.asarray(rec["ts_us"], dtype="float64")[sel][alloc == pk["peak_allocated_bytes"]]
+                ts = ts[~np.isnan(ts)]
+                pk["peak_at_us"] = float(ts.min()) if len(ts) else float("nan")
+        app = _equal(comp, PROCESS_COMPONENT)
+        if app.any():
+            pk["peak_process_bytes"] = _nanmax(np.asarray(rec["reserved_bytes"], dtype="float64")[app])
+        out["peaks"] = pk
+    if opm is not None and len(opm["alloc_us"]):
+        t = (out["peaks"] or {}).get("peak_at_us")
+        if t is None:
+            out["live_allocations"], out["live_bytes"] = 0, 0.0
+        else:
+            alloc = np.asarray(opm["alloc_us"], dtype="float64")
+            rel = np.asarray(opm["release_us"], dtype="float64")
+            live = (alloc <= t) & (np.isnan(rel) | (rel > t))
+            size = np.asarray(opm["size_bytes"], dtype="float64")[live]
+            out["live_allocations"] = int(live.sum())
+            out["live_bytes"] = float(np.nansum(size)) if len(size) else 0.0
+    if mod is not None and len(mod["ts_us"]):
+        names = mod["module"]
+        reserved = np.asarray(mod["reserved_bytes"], dtype="float64")
+        for m in sorted(_texts(names)):
+            v = _nanmax(reserved[_equal(names, m)])
+            if v is not None and v > 0:
+                out["modules"].append((m, v))
+    return out
+
+
+def _texts(col) -> set[str]:
+    """The distinct strings of a text column (a NumPy object array or an Arrow array)."""
+    import numpy as np
+
+    if isinstance(col, np.ndarray):
+        return {v for v in col if isinstance(v, str)}
+    import pyarrow.compute as pc
+
+    return {v for v in pc.unique(col).to_pylist() if isinstance(v, str)}
+
+
+def _equal(col, value: str):
+    """Boolean NumPy mask of a text column's cells equal to `value`."""
+    import numpy as np
+
+    if isinstance(col, np.ndarray):
+        return col == value
+    import pyarrow.compute as pc
+
+    return pc.fill_null(pc.equal(col, value), False).to_numpy(zero_copy_only=False)
+
+
+def _nanmax(a) -> float | None:
+    """The largest number of `a`, None when it has none (as pandas' max of a group, then `_num`)."""
+    import numpy as np
+
+    a = a[~np.isnan(a)]
+    return float(a.max()) if len(a) else None
+
+
 def timelines(rec: pd.DataFrame | None, n: int = TIMELINE_POINTS) -> pd.DataFrame | None:
     """Every rank's and component's memory series, time-ordered, in one grouped pass: a series of at most `n`
     records whole, a longer one cut into n/2 buckets of consecutive records keeping each bucket's max and min
@@ -140,6 +220,20 @@ def live_at(op_mem: pd.DataFrame, ts_us: float) -> pd.DataFrame:
     m = (op_mem["alloc_us"] <= ts_us) & (rel.isna() | (rel > ts_us))
     keys = [c for c in ("size_bytes", "alloc_us", "name") if c in op_mem.columns]
     return op_mem[m].sort_values(keys, ascending=[False] + [True] * (len(keys) - 1), kind="stable")
+
+
+def rank_summaries(prof) -> dict[int, dict]:
+    """{rank: `rank_summary`} of the ranks a cluster import read in summary mode (meta "memory_summary")."""
+    if prof is None:
+        return {}
+    meta = prof.meta or {}
+    out: dict[int, dict] = {}
+    for r, m in (meta.get("rank_meta") or {}).items():
+        if isinstance(m, dict) and m.get("memory_summary") is not None:
+            out[int(r)] = m["memory_summary"]
+    if meta.get("memory_summary") is not None and len(prof.ranks):
+        out[int(prof.ranks["rank"].iloc[0])] = meta["memory_summary"]
+    return out
 
 
 def _by_rank(df: pd.DataFrame | None) -> dict[int, pd.DataFrame]:
@@ -339,6 +433,11 @@ def analysis(ctx: Context) -> Output:
     # each table split by rank once (filtering the whole table per rank costs O(ranks x rows))
     opm_by, mod_by = _by_rank(opm), _by_rank(mod)
     peaks_of = all_rank_peaks(rec)
+    summaries = rank_summaries(prof)  # ranks read in summary mode: their numbers, no records
+    for r, sm in summaries.items():
+        ranks.add(r)
+        if sm["peaks"] is not None:
+            peaks_of[r] = sm["peaks"]
     recorded = timelines(rec)
     if recorded is not None:
         tl_parts.append(recorded)
@@ -375,6 +474,14 @@ def analysis(ctx: Context) -> Output:
         row["capacity_bytes"] = (
             _num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else device_capacity
         )
+        sm = summaries.get(r)
+        if sm is not None:  # summary mode: the counts only; the live allocations, timeline, attribution on demand
+            row["live_allocations"], row["live_bytes"] = sm["live_allocations"], sm["live_bytes"]
+            if sm["modules"]:
+                names, peaks = zip(*sm["modules"])
+                mod_rows.append(pd.DataFrame({"rank": r, "module": list(names), "peak_bytes": list(peaks)}))
+            rows.append(row)
+            continue
         om = opm_by.get(r)
         live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
         row["live_allocations"] = None if live is None else int(len(live))

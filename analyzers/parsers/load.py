@@ -84,6 +84,8 @@ LOST_WITHOUT = {
 #: with kernels="auto", clusters up to this many ranks read every rank's kernels; larger ones read the
 #: kernels of this many ranks (spread over the cluster) as the cross-check of the profiler's step trace
 KERNEL_CROSS_CHECK_RANKS = 2
+#: with detail="auto", clusters up to this many ranks keep every rank's memory records (timeline, live allocations)
+DETAIL_RANKS = 8
 
 
 def load_profile(
@@ -95,6 +97,7 @@ def load_profile(
     strict: bool = False,
     kernels: str = "auto",
     progress: Callable[[int, int], None] | None = None,
+    detail: str = "all",
 ) -> Profile:
     """Find every rank under `path`, parse them (in parallel when there are several) and merge.
     `hints` are facts a parser may use when it accepts them: `workload_steps` (the workload's own step
@@ -116,7 +119,12 @@ def load_profile(
 
     `workers`: processes parsing the ranks (default `default_workers`: one, in-process, up to a few hundred
     light ranks; more for bigger clusters or many ranks with kernels). `progress(done, total)` is called as
-    ranks are parsed (units parsed so far, units found)."""
+    ranks are parsed (units parsed so far, units found).
+
+    `detail`: "all" (default) keeps every rank's memory records; "summary" reduces each rank's memory files to its
+    numbers while reading them (peaks, live allocations at the peak, module peaks: the memory analysis's `memory`
+    and `memory_modules` tables) and keeps no records (the per-rank detail is computed on demand); "auto" is
+    "summary" above DETAIL_RANKS ranks."""
     units = find_units(path)
     if not units:
         raise UserError(
@@ -129,8 +137,10 @@ def load_profile(
         units = [u for u in units if u[0] not in CROSS_CHECK_FORMATS]
     else:
         checks = []
-    opts = {"read_trace": read_trace, "hints": hints or {}}
     n = len(units)
+    opts = {"read_trace": read_trace, "hints": hints or {}}
+    if detail == "summary" or (detail == "auto" and n > DETAIL_RANKS):
+        opts["memory_detail"] = False
     light = _light_units(units, kernels)
     tasks = [(f, str(d), dict(opts, read_kernels=i not in light)) for i, (f, d) in enumerate(units)]
     workers = default_workers(n, n - len(light)) if workers is None else max(1, int(workers))

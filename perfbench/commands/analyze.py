@@ -61,6 +61,15 @@ def register(sub) -> None:
         "without a step trace",
     )
     p.add_argument(
+        "--detail",
+        choices=("auto", "all", "summary"),
+        default="auto",
+        help="per-rank memory detail (each rank's memory timeline, the allocations live at its peak, what holds "
+        "the peak): all = computed for every rank at import; summary = each rank's memory files reduced to its "
+        "peaks while read, the detail computed on demand by `perfbench show RUN --rank R`; auto (default) = all "
+        "up to 8 ranks, summary above",
+    )
+    p.add_argument(
         "--hardware",
         metavar="NAME",
         help="hardware profile (perfbench/predict/hardware/*.yaml name, or a YAML path) whose "
@@ -105,6 +114,7 @@ def run(args) -> int:
             strict=getattr(args, "strict", False),
             kernels=getattr(args, "kernels", "auto"),
             progress=progress,
+            detail=getattr(args, "detail", "auto"),
         )
     finally:
         progress.close()

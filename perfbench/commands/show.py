@@ -34,6 +34,13 @@ def register(sub) -> None:
     p.add_argument(
         "--wide", action="store_true", help="every table column, even where a table is wider than the terminal"
     )
+    p.add_argument(
+        "--rank",
+        type=int,
+        metavar="R",
+        help="one rank's memory detail: its peaks, memory timeline and the allocations live at its peak (computed "
+        "on first use for a cluster imported in summary mode, then cached in the store)",
+    )
     p.set_defaults(func=run)
 
 
@@ -45,8 +52,10 @@ def run(args) -> int:
     store = Store(args.results, create=False)
     rec = store.get_run(args.run)
     rid = rec["run_id"]
+    if args.rank is not None:
+        return _rank(store, rec, args)
     row = summarize([rec], context=store.list_runs())[0]
-    names = store.table_names(rid)
+    names = [n for n in store.table_names(rid) if not n.startswith("detail_rank")]
     if args.json:
         tables = {}
         for name in names:
@@ -70,4 +79,50 @@ def run(args) -> int:
         show_all=args.all,
         wide=args.wide,
     )
+    return 0
+
+
+def _rank(store, rec: dict, args) -> int:
+    """`show RUN --rank R`: the rank's memory detail (perfbench.run.ingest.rank_detail)."""
+    from perfbench.run.ingest import rank_detail
+
+    r = args.rank
+    tables = rank_detail(store, rec["run_id"], r, config=rec.get("config"))
+    if args.json:
+        doc = {
+            "run_id": rec["run_id"],
+            "rank": r,
+            "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
+        }
+        print(json.dumps(doc, indent=2, default=str))
+        return 0
+    mem = tables.get("memory")
+    if mem is None or not len(mem):
+        print(f"rank {r}: no memory recorded")
+        return 0
+    m = mem.iloc[0]
+
+    def gib(v) -> str:
+        return "unknown" if v is None or v != v else f"{v / 2**30:.2f} GiB"
+
+    print(
+        f"rank {r}: peak {gib(m['peak_bytes'])} ({m['peak_source']}); allocator {m['allocator']} allocated "
+        f"{gib(m['peak_allocated_bytes'])}, reserved {gib(m['peak_reserved_bytes'])}"
+    )
+    tl = tables.get("memory_timeline")
+    if tl is not None:
+        print(
+            f"memory timeline: {len(tl)} points over {tl['component'].nunique()} components "
+            f"({(tl['ts_us'].max() - tl['ts_us'].min()) / 1e6:.3f} s)"
+        )
+    live = tables.get("memory_live")
+    if live is not None and len(live):
+        print(f"allocations live at the peak: {len(live)}, {gib(float(live['size_bytes'].sum()))}; largest {args.top}:")
+        for x in live.head(args.top).itertuples():
+            print(f"  {x.size_bytes / 2**20:10.1f} MiB  {x.name}")
+    att = tables.get("memory_attribution")
+    if att is not None and len(att):
+        print("what holds the peak:")
+        for x in att.itertuples():
+            print(f"  {x.part:<24} {gib(x.bytes)}")
     return 0

@@ -129,3 +129,45 @@ def store_analysis(
         if ref is not None and len(ref):
             store.write_table(run_id, "reference_breakdown", ref)
     return analysis
+
+
+#: per-rank detail tables `rank_detail` computes (the memory analysis's, for one rank) and caches in the store
+RANK_DETAIL_TABLES = ("memory", "memory_timeline", "memory_live", "memory_attribution", "memory_modules")
+
+
+def rank_detail_name(rank: int, table: str) -> str:
+    return f"detail_rank{rank}_{table}"
+
+
+def rank_detail(store: Store, run_id: str, rank: int, config: dict | None = None) -> dict[str, pd.DataFrame]:
+    """One rank's memory detail (timeline, allocations live at its peak, what holds the peak), computed on
+    demand for an import that kept only the ranks' summaries (`perfbench analyze --detail summary`, the default
+    above 8 ranks) and cached in the store (tables `detail_rank<R>_<table>`): the first call reads that rank's
+    memory files again (the rank's folder from the run's `profile_ranks`; kernels and trace not read), later calls
+    read the cache. {} when the rank recorded no memory."""
+    marker = rank_detail_name(rank, "done")
+    if marker in store.table_names(run_id):
+        return {
+            t: df
+            for t in RANK_DETAIL_TABLES
+            if (df := store.read_table(run_id, rank_detail_name(rank, t))) is not None and len(df)
+        }
+    import analyzers
+
+    ranks = store.read_table(run_id, "profile_ranks")
+    if ranks is None or not len(ranks):
+        raise UserError(f"{run_id}: no per-rank profile in the store (was it imported with `perfbench analyze`?)")
+    row = ranks[ranks["rank"] == rank]
+    if not len(row):
+        have = sorted(int(r) for r in ranks["rank"])
+        raise UserError(f"{run_id}: no rank {rank} (ranks {have[0]}-{have[-1]}, {len(have)} in all)")
+    path = Path(str(row["path"].iloc[0]))
+    if not path.exists():
+        raise UserError(f"rank {rank}: its profile folder {path} is gone (moved or deleted since the import)")
+    profile = analyzers.load_profile(path, workers=1, read_trace=False, kernels="none", detail="all")
+    tables = analyzers.analyze(profile, config=config).tables
+    got = {t: tables[t] for t in RANK_DETAIL_TABLES if tables.get(t) is not None and len(tables[t])}
+    for t, df in got.items():
+        store.write_table(run_id, rank_detail_name(rank, t), df)
+    store.write_table(run_id, marker, pd.DataFrame({"rank": [rank]}))
+    return got

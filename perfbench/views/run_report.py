@@ -391,6 +391,12 @@ def memory_section(console, tables: dict, width: int | None = None) -> None:
                 width=width,
             )
         )
+    elif tables.get("memory_timeline") is None and mem["peak_bytes"].notna().any():  # imported in summary mode
+        top = int(mem.loc[mem["peak_bytes"].idxmax(), "rank"])
+        console.print(
+            f"Per-rank memory detail (timeline, live allocations, what holds the peak): "
+            f"perfbench show RUN --rank R (the largest peak: rank {top})"
+        )
 
 
 def render(

@@ -42,3 +42,20 @@ def test_irregular_files_are_left_to_read_csv(tmp_path):
     assert _read(tmp_path, head) is None  # no data row
     assert _read(tmp_path, "Component,Total Allocated(MB)\nAPP,2.0\n") is None  # a required column missing
     assert _read(tmp_path, "Component,Component,Timestamp(us)\nA,B,1.0\n") is None  # a header twice
+
+
+def test_columnar_read_bom_quotes_and_arrow_text(tmp_path):
+    from analyzers.parsers.ascend.common import read_columnar_csv
+
+    p = tmp_path / "memory_record.csv"
+    p.write_bytes(
+        "\ufeffComponent,Timestamp(us),Total Allocated(MB),Device Type\n"
+        '"PTA,GE",1736408883613934.920\t,N/A,NPU:0\n'
+        "APP,0.1,3,NPU:0\n".encode()
+    )
+    cols = read_columnar_csv(p, REQ, OPT, NUM)
+    assert list(cols["component"]) == ["PTA,GE", "APP"]  # a quoted comma stays in the cell; the BOM is dropped
+    assert list(cols["ts_us"]) == [1736408883613935.0, 0.1]  # correctly rounded, as float() gives
+    assert math.isnan(cols["allocated_mb"][0]) and cols["allocated_mb"][1] == 3.0
+    text = read_columnar_csv(p, REQ, OPT, NUM, arrow_text=True)["component"]
+    assert text.to_pylist() == ["PTA,GE", "APP"]

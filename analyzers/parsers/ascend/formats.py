@@ -13,7 +13,12 @@ def _text_parse(d: Path, **kw) -> Profile:
     from analyzers.parsers.ascend.text import parse_text_rank
 
     return parse_text_rank(
-        d, read_trace=kw.get("read_trace", "auto"), fit=False, read_kernels=kw.get("read_kernels", True), columns=True
+        d,
+        read_trace=kw.get("read_trace", "auto"),
+        fit=False,
+        read_kernels=kw.get("read_kernels", True),
+        columns=True,
+        memory_detail=kw.get("memory_detail", True),
     )
 
 

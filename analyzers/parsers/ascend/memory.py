@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from analyzers.parsers.ascend.common import RankInputs, read_csv, read_plain_csv
+from analyzers.parsers.ascend.common import RankInputs, read_columnar_csv, read_csv
 from analyzers.schema import MEMORY, MODULE_MEMORY, OP_MEMORY, Columns, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -49,13 +50,14 @@ _MODULE = (
 )
 
 
-def _columns(path: Path, spec: tuple) -> tuple[dict[str, list], int]:
-    """The file's wanted columns as lists and their row count: read without pandas when the file is regular,
-    else by `read_csv` (which also reports a damaged file)."""
-    cols = read_plain_csv(path, *spec)
+def _columns(path: Path, spec: tuple, arrow_text: bool = False) -> tuple[dict, int]:
+    """The file's wanted columns as NumPy arrays (text as Arrow arrays with `arrow_text`) and their row count: read
+    by Arrow when the file is regular (`read_columnar_csv`), else by `read_csv` (which also reports a damaged
+    file)."""
+    cols = read_columnar_csv(path, *spec, arrow_text=arrow_text)
     if cols is None:
         df = read_csv(path, spec[0], spec[1], numeric=spec[2])
-        cols = {c: df[c].tolist() for c in df.columns}
+        cols = {c: df[c].to_numpy(dtype="float64" if c in spec[2] else object) for c in df.columns}
     return cols, len(next(iter(cols.values()), []))
 
 
@@ -66,31 +68,43 @@ def _table(data: dict, n: int, schema: dict, columns: bool):
     return conform(pd.DataFrame(data) if n else empty(schema), schema)
 
 
-def _scaled(cols: dict, key: str, n: int, factor: float) -> list:
+def _scaled(cols: dict, key: str, n: int, factor: float) -> np.ndarray:
     """Column `key` times `factor` (NaN where the file has no such column)."""
-    return [v * factor for v in cols[key]] if key in cols else [float("nan")] * n
+    return cols[key] * factor if key in cols else np.full(n, np.nan)
 
 
-def _text(cols: dict, key: str, n: int, strip: bool = False) -> list:
+def _text(cols: dict, key: str, n: int, strip: bool = False) -> np.ndarray:
     """Text column `key` (stripped: as `str(v).strip()`), None where the file has no such column."""
     if key not in cols:
-        return [None] * n
-    return [str(v).strip() for v in cols[key]] if strip else cols[key]
+        return np.full(n, None, dtype=object)
+    if not strip:
+        return cols[key]
+    if not isinstance(cols[key], np.ndarray):  # an Arrow array (summary mode): stripped by Arrow
+        import pyarrow.compute as pc
+
+        return pc.utf8_trim_whitespace(cols[key])
+    out = np.empty(n, dtype=object)
+    out[:] = [str(v).strip() for v in cols[key]]
+    return out
 
 
-def _record(path: Path, r: int, columns: bool = False):
-    c, n = _columns(path, _RECORD)
-    data = {"rank": [r] * n, "component": _text(c, "component", n, strip=True), "ts_us": c["ts_us"]}
+def _rank(r: int, n: int) -> np.ndarray:
+    return np.full(n, r, dtype="int64")
+
+
+def _record(path: Path, r: int, columns: bool = False, arrow_text: bool = False):
+    c, n = _columns(path, arrow_text=arrow_text, spec=_RECORD)
+    data = {"rank": _rank(r, n), "component": _text(c, "component", n, strip=True), "ts_us": c["ts_us"]}
     for k in ("allocated", "reserved", "active"):
         data[f"{k}_bytes"] = _scaled(c, f"{k}_mb", n, MIB)
     data["device"] = _text(c, "device", n)
     return _table(data, n, MEMORY, columns)
 
 
-def _operator(path: Path, r: int, columns: bool = False):
-    c, n = _columns(path, _OPERATOR)
+def _operator(path: Path, r: int, columns: bool = False, arrow_text: bool = False):
+    c, n = _columns(path, arrow_text=arrow_text, spec=_OPERATOR)
     data = {
-        "rank": [r] * n,
+        "rank": _rank(r, n),
         "name": c["name"],
         "size_bytes": _scaled(c, "size_kb", n, KIB),
         "alloc_us": c["alloc_us"],
@@ -100,10 +114,10 @@ def _operator(path: Path, r: int, columns: bool = False):
     return _table(data, n, OP_MEMORY, columns)
 
 
-def _module(path: Path, r: int, columns: bool = False):
-    c, n = _columns(path, _MODULE)
+def _module(path: Path, r: int, columns: bool = False, arrow_text: bool = False):
+    c, n = _columns(path, arrow_text=arrow_text, spec=_MODULE)
     data = {
-        "rank": [r] * n,
+        "rank": _rank(r, n),
         "module": _text(c, "module", n, strip=True),
         "ts_us": c["ts_us"],
         "reserved_bytes": _scaled(c, "reserved_mb", n, MIB),
@@ -112,10 +126,11 @@ def _module(path: Path, r: int, columns: bool = False):
     return _table(data, n, MODULE_MEMORY, columns)
 
 
-def read_text_memory(out_dir: Path, r: int, io: RankInputs, columns: bool = False) -> dict:
+def read_text_memory(out_dir: Path, r: int, io: RankInputs, columns: bool = False, arrow_text: bool = False) -> dict:
     """{memory_records, op_memory, module_memory} of one rank's text export (empty tables where absent; all
     empty when any memory file present is damaged: the rank's memory is then unknown). `columns`: regular files
-    as `Columns`, which load_profile turns into one DataFrame per table across ranks."""
+    as `Columns`, which load_profile turns into one DataFrame per table across ranks; `arrow_text` (with
+    `columns`): their text columns as Arrow arrays, for `rank_summary`."""
     readers = {
         "memory_records": ("memory_record.csv", _record),
         "op_memory": ("operator_memory.csv", _operator),
@@ -128,7 +143,7 @@ def read_text_memory(out_dir: Path, r: int, io: RankInputs, columns: bool = Fals
         if not p.exists():
             continue
         before = len(io.warnings)
-        df = io.read(p, fn, r, columns=columns)
+        df = io.read(p, fn, r, columns=columns, arrow_text=arrow_text)
         if df is None:
             if len(io.warnings) > before:
                 damaged = True

@@ -103,6 +103,7 @@ def parse_text_rank(
     fit: bool = True,
     read_kernels: bool = True,
     columns: bool = False,
+    memory_detail: bool = True,
 ) -> Profile:
     """One rank's text export as a Profile, from whatever of its files are there and readable.
 
@@ -113,7 +114,9 @@ def parse_text_rank(
     ranks beyond the cross-check sample, see analyzers.parsers.load). `fit=False` leaves tables
     unconformed (load_profile conforms once after merging many ranks); `columns=True` (with fit=False) leaves
     the small tables (ranks, communication, links, the step trace) as `Columns`, which load_profile turns
-    into one DataFrame per table across ranks."""
+    into one DataFrame per table across ranks. `memory_detail=False` (a large cluster's import): the memory files
+    are reduced to the rank's numbers while read (meta["memory_summary"], `analyzers.analyses.memory.rank_summary`)
+    and the memory tables left empty."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
         rank_dir = rank_dir.parent
@@ -234,7 +237,17 @@ def parse_text_rank(
 
     from analyzers.parsers.ascend.memory import no_memory, read_text_memory
 
-    memory = {**no_memory(), **read_text_memory(out, r, io, columns=columns)}
+    if memory_detail:
+        memory = {**no_memory(), **read_text_memory(out, r, io, columns=columns)}
+    else:  # summary mode: the rank's memory numbers now, its records read again on demand (show --rank)
+        from analyzers.analyses.memory import rank_summary
+
+        got = read_text_memory(out, r, io, columns=True, arrow_text=True)
+        if got:
+            meta["memory_summary"] = rank_summary(
+                *(got[k].data if k in got else None for k in ("memory_records", "op_memory", "module_memory"))
+            )
+        memory = no_memory()
     ranks = Columns()
     ranks.append(
         {
