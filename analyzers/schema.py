@@ -58,7 +58,7 @@ STEPS = {
 #: device (or CPU) operators / kernels, one row per execution
 OPS = {
     "rank": "int64",
-    "step": "Int64",  # step the op falls in (filled by parser or by analyzers.steps.assign_steps)
+    "step": "Int64",  # step the op falls in (filled by the parser, else by analyzers.schema.step_of)
     "name": "object",  # op / kernel name (full scope name if known)
     "type": "object",  # op type, e.g. MatMul, Conv2D, AllReduce
     # "compute" | "communication" | "communication_task" (HCCL sub-task of a collective) | "other"
@@ -394,3 +394,28 @@ ADVICE_COLUMNS = [
     "predicted_step_ms",
     "explains",
 ]
+
+
+def step_of(rows: pd.DataFrame, steps: pd.DataFrame | None, col: str = "start_us") -> pd.Series:
+    """The step whose window [start_us, end_us) on the same rank holds each row's `col` (Int64); NA outside every
+    window, for a rank without steps, or where `col` is unknown. The one rule every parser and the breakdown use to
+    put an op, a collective or a memory record into a step."""
+    out = pd.Series(pd.NA, index=rows.index, dtype="Int64")
+    if rows is None or not len(rows) or steps is None or not len(steps):
+        return out
+    for rank, st in steps.groupby("rank"):
+        sel = (rows["rank"] == rank).to_numpy()
+        if not sel.any():
+            continue
+        st = st.sort_values("start_us")
+        starts = st["start_us"].to_numpy(float)
+        ends = st["end_us"].to_numpy(float)
+        ids = st["step"].to_numpy()
+        t = rows.loc[sel, col].to_numpy(float)
+        idx = np.searchsorted(starts, t, side="right") - 1
+        j = np.clip(idx, 0, len(starts) - 1)
+        inside = (idx >= 0) & (t < ends[j])
+        vals = pd.array(np.where(inside, ids[j], 0).astype("int64"), dtype="Int64")
+        vals[~inside] = pd.NA
+        out.loc[sel] = vals
+    return out

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.context import Output
-from analyzers.schema import BREAKDOWN_PARTS, STEP_BREAKDOWN, conform, empty
+from analyzers.schema import BREAKDOWN_PARTS, STEP_BREAKDOWN, conform, empty, step_of
 
 #: a rank whose recomputed breakdown differs from the profiler's by more than this share of the step is inconsistent
 CONSISTENCY_TOLERANCE = 0.01
@@ -75,25 +75,14 @@ def is_receive(names: pd.Series, types: pd.Series | None = None) -> np.ndarray:
 
 
 def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
-    """Step of each op: its own `step` if set, else the window (same rank) its start falls in."""
+    """Step of each op: its own `step` if set, else the window (same rank) its start falls in (schema.step_of)."""
     out = (
         ops["step"].astype("Float64") if "step" in ops.columns else pd.Series(np.nan, index=ops.index, dtype="Float64")
     )
     missing = out.isna()
     if not missing.any() or steps is None or not len(steps):
         return out
-    for r, st in steps.groupby("rank"):
-        sel = missing & (ops["rank"] == r)
-        if not sel.any():
-            continue
-        st = st.sort_values("start_us")
-        starts = st["start_us"].to_numpy(float)
-        ends = st["end_us"].to_numpy(float)
-        ids = st["step"].to_numpy(float)
-        ts = ops.loc[sel, "start_us"].to_numpy(float)
-        idx = np.searchsorted(starts, ts, side="right") - 1
-        ok = (idx >= 0) & (ts < ends[np.clip(idx, 0, None)])
-        out.loc[sel] = np.where(ok, ids[np.clip(idx, 0, None)], np.nan)
+    out.loc[missing] = step_of(ops[missing], steps).astype("Float64")
     return out
 
 

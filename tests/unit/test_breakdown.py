@@ -141,3 +141,25 @@ def test_pipeline_run_without_receive_op_has_unknown_bubble(stages, p2p, expecte
     else:
         assert (sb["bubble_us"] == expected_bubble).all()
         assert (sb["stage_us"] == 100 - expected_bubble).all()
+
+
+def test_step_of_puts_each_row_in_its_ranks_window_by_hand():
+    from analyzers.schema import step_of
+
+    steps = pd.DataFrame(
+        {"rank": [0, 0, 1], "step": [5, 6, 5], "start_us": [10.0, 20.0, 100.0], "end_us": [20.0, 25.0, 110.0]}
+    )
+    rows = pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 0, 0, 1, 1, 2],
+            # window start is inside, its end is not (the next window's start is); a gap; before; unknown; rank 1's
+            # own window; rank 0's window on rank 1 is not; a rank without steps
+            "start_us": [10.0, 20.0, 26.0, 9.0, np.nan, 105.0, 15.0, 15.0],
+        }
+    )
+    got = step_of(rows, steps)
+    assert str(got.dtype) == "Int64"
+    assert got.tolist() == [5, 6, pd.NA, pd.NA, pd.NA, 5, pd.NA, pd.NA]
+    assert step_of(rows, None).isna().all() and step_of(rows.iloc[0:0], steps).empty
+    # another column than the start
+    assert step_of(rows.assign(end_us=[24.0] * 8), steps, col="end_us").tolist()[:2] == [6, 6]

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.schema import COMM_OPS, OPS, RANKS, STEPS, Profile, conform
+from analyzers.schema import COMM_OPS, OPS, RANKS, STEPS, Profile, conform, step_of
 from perfbench.errors import ProfileFormatError
 
 #: CPU op types that are collectives, and their normalized names
@@ -188,21 +188,6 @@ def steps_from_workload(workload_steps: pd.DataFrame, ops: pd.DataFrame) -> pd.D
     return out[keep].reset_index(drop=True)
 
 
-def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.Series:
-    """The step each op starts in (NA outside every window)."""
-    result = pd.Series(pd.NA, index=ops.index, dtype="Int64")
-    for rank, g in steps.groupby("rank"):
-        g = g.sort_values("start_us")
-        mask = ops["rank"] == rank
-        st = ops.loc[mask, "start_us"].to_numpy()
-        idx = np.searchsorted(g["start_us"].to_numpy(), st, side="right") - 1
-        ends = g["end_us"].to_numpy()
-        stepnums = g["step"].to_numpy()
-        vals = [int(stepnums[i]) if i >= 0 and s < ends[i] else pd.NA for i, s in zip(idx, st)]
-        result.loc[mask] = pd.array(vals, dtype="Int64")
-    return result
-
-
 def fill_wait_from_alignment(comm_ops: pd.DataFrame) -> pd.DataFrame:
     """The CPU profiler times a collective from call to return, waiting for peers included. A
     collective can only move data once every rank has entered it, so for the n-th execution of an
@@ -307,7 +292,7 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
     else:
         steps = infer_steps(ops)
         meta["step_source"] = "op-sequence"
-    ops["step"] = assign_steps(ops, steps)
+    ops["step"] = step_of(ops, steps)
 
     comm = ops[ops["category"] == "communication"].copy()
     dtype_bytes = float(meta.get("comm_dtype_bytes", 4))

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.parsers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
+from analyzers.parsers.msprof.common import comm_op_type, link_rows, op_type_from_name
 from analyzers.parsers.msprof.csvread import read_table, to_number, to_numbers
 from analyzers.analyses.parallel_groups import groups_from_strategy
 from analyzers.schema import (
@@ -46,6 +46,7 @@ from analyzers.schema import (
     bandwidth_gbps,
     conform,
     empty,
+    step_of,
 )
 from perfbench.errors import ProfileFormatError
 
@@ -443,7 +444,7 @@ def parse(path) -> Profile:
             ops["step"] = pd.NA
         missing = ops["step"].isna()
         if missing.any():
-            ops.loc[missing, "step"] = assign_steps(ops[missing], steps)
+            ops.loc[missing, "step"] = step_of(ops[missing], steps)
         ops = conform(ops, OPS)
     for rows in (links_l, bw_l):
         for r in rows:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
-import pandas as pd
 
 #: op-type spellings -> schema op_type (schema.COMM_OP_TYPES)
 _COMM_TYPES = [
@@ -70,28 +68,6 @@ def op_type_from_name(name: str) -> str:
     """'Default/network/Conv2D-op12' -> 'Conv2D'."""
     base = str(name).split("/")[-1]
     return re.sub(r"-op\d+.*$", "", base)
-
-
-def assign_steps(ops: pd.DataFrame, steps: pd.DataFrame, col: str = "start_us") -> pd.Series:
-    """Step of each row (per rank) whose `col` falls in [start_us, end_us) of a step window; NA otherwise."""
-    out = pd.Series(pd.NA, index=ops.index, dtype="Int64")
-    if ops.empty or steps is None or steps.empty:
-        return out
-    for rank, st in steps.groupby("rank"):
-        st = st.sort_values("start_us")
-        sel = ops["rank"] == rank
-        if not sel.any():
-            continue
-        t = ops.loc[sel, col].to_numpy(dtype=float)
-        starts = st["start_us"].to_numpy(dtype=float)
-        ends = st["end_us"].to_numpy(dtype=float)
-        idx = np.searchsorted(starts, t, side="right") - 1
-        ok = (idx >= 0) & (t < ends[np.clip(idx, 0, len(ends) - 1)])
-        vals = np.where(ok, st["step"].to_numpy()[np.clip(idx, 0, len(ends) - 1)], -1)
-        s = pd.Series(vals, index=ops.index[sel]).astype("Int64")
-        s[~ok] = pd.NA
-        out.loc[sel] = s
-    return out
 
 
 def rank_from_name(name: str, pattern: str) -> int | None:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.parsers.msprof.common import assign_steps, comm_op_type, link_rows, op_type_from_name
+from analyzers.parsers.msprof.common import comm_op_type, link_rows, op_type_from_name
 from analyzers.parsers.msprof.csvread import read_table, to_numbers
 from analyzers.parsers.msprof.files import device_id, device_info, summary_files
 from analyzers.schema import (
@@ -47,6 +47,7 @@ from analyzers.schema import (
     bandwidth_gbps,
     conform,
     empty,
+    step_of,
 )
 from perfbench.errors import ProfileFormatError
 
@@ -795,12 +796,12 @@ def _assemble(path: Path, parts: list[dict], units: list[Path]) -> Profile:
     ops = pd.concat(ops_l, ignore_index=True) if ops_l else empty(OPS)
     if len(ops):
         if "step" not in ops.columns or ops["step"].isna().all():
-            ops["step"] = assign_steps(ops, steps)
+            ops["step"] = step_of(ops, steps)
         ops = conform(ops, OPS)
     comm = pd.DataFrame([c for p in parts for c in p["comm"]])
     if len(comm):
         if "step" not in comm.columns:
-            comm["step"] = assign_steps(comm, steps)
+            comm["step"] = step_of(comm, steps)
         comm = conform(comm, COMM_OPS)
     else:
         comm = empty(COMM_OPS)
