@@ -25,7 +25,9 @@ def register(sub) -> None:
         "data for says so.",
     )
     p.add_argument(
-        "target", metavar="RUN|SWEEP", help="a run id, short id or unique prefix, or a sweep id (`perfbench ls --sweeps`)"
+        "target",
+        metavar="RUN|SWEEP",
+        help="a run id, short id or unique prefix, or a sweep id (`perfbench ls --sweeps`)",
     )
     p.add_argument("-o", "--output", default="report.html", metavar="FILE", help="where to write (default report.html)")
     add_results_arg(p)

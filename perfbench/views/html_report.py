@@ -39,6 +39,8 @@ BREAKDOWN_BARS = (
 #: the id of the one <script> holding plotly.js (tests strip it to check the rest of the page)
 PLOTLY_SCRIPT_ID = "plotly-js"
 NO_DATA = "no data"
+#: up to this many ranks the communication matrix is also listed link by link under its heat map
+MATRIX_TABLE_RANKS = 16
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;margin:24px auto;max-width:1200px;
@@ -71,7 +73,7 @@ def html_table(heads: list[str], rows: list[list[Any]], numeric: set[int] | None
     out = ["<table><thead><tr>", *(f"<th>{esc(h)}</th>" for h in heads), "</tr></thead><tbody>"]
     for r in rows:
         out.append("<tr>")
-        out += [f'<td{" class=num" if i in numeric else ""}>{esc(c)}</td>' for i, c in enumerate(r)]
+        out += [f"<td{' class=num' if i in numeric else ''}>{esc(c)}</td>" for i, c in enumerate(r)]
         out.append("</tr>")
     out.append("</tbody></table>")
     return "".join(out)
@@ -110,7 +112,7 @@ def page(title: str, subtitle: str, body: list[str]) -> str:
         f'<script type="text/javascript" id="{PLOTLY_SCRIPT_ID}">{get_plotlyjs()}</script>'
         f"</head><body><h1>{esc(title)}</h1><p class=sub>{esc(subtitle)}</p>"
         + "\n".join(body)
-        + f'<p class=dim>written by perfbench report, {stamp}; every number also in `perfbench show --json`</p>'
+        + f"<p class=dim>written by perfbench report, {stamp}; every number also in `perfbench show --json`</p>"
         "</body></html>"
     )
 
@@ -125,7 +127,10 @@ def verdict_html(rec: dict, advice: list[dict]) -> str:
         extra = gain_text(first) + (f"; {try_text(first)}" if first.get("try") else "")
         return f"<p class=verdict>{esc(first['message'])}<br><span class=dim>{esc(extra)}</span></p>"
     if rec.get("status") == "ok":
-        return "<p class=verdict>no advice rule fired: nothing stands out in this run's breakdown, collectives or ranks</p>"
+        return (
+            "<p class=verdict>no advice rule fired: nothing stands out in this run's breakdown, collectives or "
+            "ranks</p>"
+        )
     return f"<p class=verdict>the run did not finish: {esc(rec.get('error') or rec.get('status'))}</p>"
 
 
@@ -183,7 +188,7 @@ def breakdown_html(bd: pd.DataFrame | None, charts: Charts) -> str:
         r for r in bd.to_dict("records") if any(_missing(r[c]) for c, _, _ in BREAKDOWN_BARS) or _missing(r["step_us"])
     ]
     note = (
-        f'<p class=nodata>ranks {", ".join(str(int(r["rank"])) for r in gaps)}: part of the breakdown: {NO_DATA}</p>'
+        f"<p class=nodata>ranks {', '.join(str(int(r['rank'])) for r in gaps)}: part of the breakdown: {NO_DATA}</p>"
         if gaps
         else ""
     )
@@ -254,7 +259,21 @@ def comm_matrix_html(tables: dict[str, pd.DataFrame], charts: Charts) -> str:
         yaxis_type="category",
         title="Communication matrix (bandwidth by link, with its type)",
     )
-    return charts.div(fig) + "<p class=dim>bandwidth = bytes over time summed over the profiled steps' links.</p>"
+    note = "<p class=dim>bandwidth = bytes over time summed over the profiled steps' links.</p>"
+    if len(ranks) > MATRIX_TABLE_RANKS:
+        return charts.div(fig) + note
+    rows = [
+        [
+            int(s),
+            int(d),
+            r["kind"],
+            f"{r['size_mb']:.3f}",
+            f"{r['time_ms']:.3f}",
+            "-" if _missing(r["gbps"]) else f"{r['gbps']:.2f}",
+        ]
+        for (s, d), r in agg.iterrows()
+    ]
+    return charts.div(fig) + note + html_table(["src", "dst", "link type", "MB", "ms", "GB/s"], rows, numeric={3, 4, 5})
 
 
 def memory_html(mem: pd.DataFrame | None, charts: Charts) -> str:
@@ -419,7 +438,7 @@ def setting_charts_html(rows: list[dict], charts: Charts) -> str:
 
     keys = [k for k in swept_keys(rows) if k not in ("world_size", "workload", "repeat")]
     if not keys:
-        return '<p class=dim>the sweep varies no setting but the world size.</p>'
+        return "<p class=dim>the sweep varies no setting but the world size.</p>"
     out = []
     for k in keys:
         xs, ys, names = _throughput_points(rows, k)
@@ -443,7 +462,7 @@ def setting_charts_html(rows: list[dict], charts: Charts) -> str:
             yaxis_title="samples/s (measured steps)",
             title=f"samples/s by {k}",
         )
-        out.append(charts.div(fig))
+        out.append(f"<h3>samples/s by {esc(k)}</h3>" + charts.div(fig))
     return "".join(out)
 
 
