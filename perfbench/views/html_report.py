@@ -181,9 +181,14 @@ def breakdown_html(bd: pd.DataFrame | None, charts: Charts) -> str:
     fig.update_layout(
         barmode="stack", height=380, yaxis_title="ms per step (median over profiled steps)", title="Step breakdown"
     )
+    sources = {"profiler": "profiler's own step trace", "recomputed": "recomputed from the kernels"}
+    has_source = "source" in bd.columns and bd["source"].notna().any()
     rows = []
     for r in bd.to_dict("records"):
-        rows.append([int(r["rank"]), ms(r["step_us"]), *(ms(r[c]) for c, _, _ in BREAKDOWN_BARS)])
+        row = [int(r["rank"]), ms(r["step_us"]), *(ms(r[c]) for c, _, _ in BREAKDOWN_BARS)]
+        if has_source:
+            row.append("-" if _missing(r["source"]) else sources.get(str(r["source"]), str(r["source"])))
+        rows.append(row)
     gaps = [
         r for r in bd.to_dict("records") if any(_missing(r[c]) for c, _, _ in BREAKDOWN_BARS) or _missing(r["step_us"])
     ]
@@ -193,7 +198,9 @@ def breakdown_html(bd: pd.DataFrame | None, charts: Charts) -> str:
         else ""
     )
     table = html_table(
-        ["rank", "step ms", *(f"{label} ms" for _, label, _ in BREAKDOWN_BARS)], rows, numeric={0, 1, 2, 3, 4}
+        ["rank", "step ms", *(f"{label} ms" for _, label, _ in BREAKDOWN_BARS), *(["from"] if has_source else [])],
+        rows,
+        numeric={0, 1, 2, 3, 4},
     )
     return (
         charts.div(fig)

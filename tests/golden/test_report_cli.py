@@ -102,6 +102,27 @@ def test_a_missing_part_is_said_not_drawn(imported, tmp_path):
     assert "memory per rank: no data" in shown
 
 
+def test_a_damaged_rank_is_named_in_the_report(tmp_path):
+    """rank 0's step_trace_time.csv cut to its header (in a copy): the report names it, and its breakdown, now
+    recomputed from the kernels, still adds up to its step."""
+    copy = tmp_path / "level1"
+    shutil.copytree(fixture_path(*B1), copy)
+    st = copy / "rank0_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "step_trace_time.csv"
+    st.write_text(st.read_text().splitlines()[0] + "\n")
+    res = tmp_path / "res"
+    assert main(["analyze", str(copy), "--results", str(res)]) == 0
+    shown = visible(report(tmp_path, res, "analyze-level1"))
+    assert "Missing or damaged input: rank 0: step_trace_time.csv empty" in shown
+    store = Store(res, create=False)
+    bd = store.read_table(store.list_runs()[0]["run_id"], "rank_breakdown").set_index("rank")
+    r0 = bd.loc[0]
+    assert r0["source"] == "recomputed"
+    cells = [f"{r0[c] / 1000:.3f}" for c in ("step_us", "computing_us", "communication_not_overlapped_us", "free_us")]
+    assert re.search(r"\b0\s+" + r"\s+".join(map(re.escape, cells)) + r"\s+recomputed from the kernels", shown)
+    parts = r0["computing_us"] + r0["communication_not_overlapped_us"] + r0["free_us"]
+    assert parts == pytest.approx(r0["step_us"], rel=0.01)
+
+
 def _sweep(root):
     """Six runs of one sweep over world size x comm_fusion (records only, as a sweep's ingest writes them)."""
     store = Store(root)
