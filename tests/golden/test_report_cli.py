@@ -123,8 +123,9 @@ def test_a_damaged_rank_is_named_in_the_report(tmp_path):
     assert parts == pytest.approx(r0["step_us"], rel=0.01)
 
 
-def _sweep(root):
-    """Six runs of one sweep over world size x comm_fusion (records only, as a sweep's ingest writes them)."""
+def _sweep(root, tables_of: tuple | None = None):
+    """Six runs of one sweep over world size x comm_fusion (records, as a sweep's ingest writes them); with
+    `tables_of` (results, run id), its fastest run gets that run's analysis tables."""
     store = Store(root)
     for i, (ws, fusion) in enumerate([(1, 0), (2, 0), (4, 0), (1, 32), (2, 32), (4, 32)]):
         store.write_run(
@@ -139,6 +140,13 @@ def _sweep(root):
                 "metrics": {} if i == 5 else {"throughput": 100.0 * ws - i, "step_time_s": 0.1 + i / 100},
             }
         )
+    if tables_of:
+        src = Store(tables_of[0], create=False)
+        rid = src.get_run(tables_of[1])["run_id"]
+        names = src.table_names(rid)
+        assert names
+        for name in names:
+            store.write_table("swp-ws4-f0-r0", name, src.read_table(rid, name))
 
 
 def test_sweep_report_has_the_runs_the_scaling_and_a_chart_per_setting(tmp_path):
@@ -160,6 +168,17 @@ def test_sweep_report_has_the_runs_the_scaling_and_a_chart_per_setting(tmp_path)
     for part in ("per-rank step breakdown", "memory per rank", "top kernels", "advice"):
         assert f"{part}: no data" in shown
     assert len(page_without_plotly(text)) < 200_000 and len(text.encode()) < 5 * 2**20
+
+
+def test_sweep_report_with_a_profiled_run_stays_under_5_mb(imported, tmp_path):
+    res = tmp_path / "res"
+    _sweep(res, tables_of=imported)
+    text = report(tmp_path, res, "swp")
+    assert len(text.encode()) < 5_000_000
+    shown = visible(text)
+    assert "Run ws4-f0-r0 (the fastest finished run)" in shown
+    assert "no data" not in shown.split("Run ws4-f0-r0")[1]
+    assert text.count("Plotly.newPlot") == 2 + 3  # scaling, comm_fusion; breakdown, matrix, memory
 
 
 def test_unknown_target_is_one_line(tmp_path, capsys):

@@ -34,12 +34,14 @@ def report_file(tmp_path_factory):
     return out
 
 
-def test_report_opens_offline_with_charts_and_no_errors(report_file):
+def open_offline(path):
+    """Open `path` with file:// in headless Chromium, every other request counted and refused: (console and page
+    errors, requests, plotly charts, bar points, heat map images, the verdict's text)."""
     from playwright.sync_api import sync_playwright
 
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"{CHROMIUM} is missing: the test set-up must `apt-get install -y chromium`")
-    url = report_file.resolve().as_uri()
+    url = path.resolve().as_uri()
     errors: list[str] = []
     requests: list[str] = []
     with sync_playwright() as p:
@@ -61,15 +63,34 @@ def test_report_opens_offline_with_charts_and_no_errors(report_file):
             page.goto(url)
             page.wait_for_selector(".plotly .main-svg", timeout=60_000)
             page.wait_for_timeout(500)
-            charts = page.locator(".js-plotly-plot").count()
-            bars = page.locator(".js-plotly-plot .barlayer .point").count()
-            heat = page.locator(".js-plotly-plot .heatmaplayer image, .js-plotly-plot .hm image").count()
-            verdict = page.locator(".verdict").inner_text()
+            return (
+                errors,
+                requests,
+                page.locator(".js-plotly-plot").count(),
+                page.locator(".js-plotly-plot .barlayer .point").count(),
+                page.locator(".js-plotly-plot .heatmaplayer image, .js-plotly-plot .hm image").count(),
+                page.locator(".verdict").first.inner_text(),
+            )
         finally:
             browser.close()
+
+
+def test_report_opens_offline_with_charts_and_no_errors(report_file):
+    errors, requests, charts, bars, heat, verdict = open_offline(report_file)
     assert errors == []
     assert requests == []
     assert charts == 3  # breakdown, comm matrix, memory
     assert bars >= 2 * 3 + 2  # 2 ranks x 3 breakdown parts, 2 memory bars
     assert heat >= 1
     assert "communication not hidden behind compute" in verdict
+
+
+def test_sweep_report_opens_offline(report_file, tmp_path):
+    from tests.golden.test_report_cli import _sweep
+
+    res, out = tmp_path / "res", tmp_path / "sweep.html"
+    _sweep(res, tables_of=(report_file.parent / "res", "analyze-level1"))
+    assert main(["report", "swp", "--results", str(res), "-o", str(out)]) == 0
+    errors, requests, charts, _bars, heat, _verdict = open_offline(out)
+    assert errors == [] and requests == []
+    assert charts == 5 and heat >= 1  # scaling, comm_fusion; the fastest run's breakdown, matrix, memory
