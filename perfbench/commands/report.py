@@ -1,7 +1,7 @@
 """`perfbench report RUN|SWEEP [-o FILE]`: one self-contained HTML file to share (charts included, no server, no
 network): the verdict, the ranked advice with gains, the key numbers, the step breakdown per rank, the
-communication matrix, memory per rank, top kernels; for a sweep also the runs table, scaling and one chart per
-swept setting (perfbench/views/html_report.py)."""
+communication matrix, one step's multi-rank timeline, memory per rank, top kernels; for a sweep also the runs
+table, scaling and one chart per swept setting (perfbench/views/html_report.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ def register(sub) -> None:
         "inlined once, ~4.8 MB): for a run, the verdict and the ranked advice with gains (as `perfbench show` "
         "and `advise` give them), the key numbers, the step breakdown per rank (compute / exposed comm / free, "
         "adding up to the rank's step), the communication matrix (rank x rank bandwidth and link type), memory "
-        "per rank and the top kernels; for a sweep, the runs table (`perfbench ls`'s columns), samples/s "
-        "against world size, one chart per swept setting, then its fastest run in full. A part the run has no "
+        "per rank, the first profiled step across ranks (a multi-rank timeline) and the top kernels; for a sweep, "
+        "the runs table (`perfbench ls`'s columns), samples/s against world size, one chart per swept setting, "
+        "then its fastest run in full. A part the run has no "
         "data for says so.",
     )
     p.add_argument(

@@ -283,6 +283,50 @@ def comm_matrix_html(tables: dict[str, pd.DataFrame], charts: Charts) -> str:
     return charts.div(fig) + note + html_table(["src", "dst", "link type", "MB", "ms", "GB/s"], rows, numeric={3, 4, 5})
 
 
+#: the timeline's colours, by segment kind (analyzers/analyses/timeline.py)
+TIMELINE_KINDS = (("compute", "#4C78A8"), ("communication", "#E45756"))
+
+
+def timeline_html(tl: pd.DataFrame | None, charts: Charts) -> str:
+    """One profiled step across ranks (the first stored step): compute and communication segments per rank on one
+    time axis (ms from the step's first segment, each rank's profile clock), gaps are free time."""
+    need = ("rank", "step", "kind", "start_ts", "end_ts")
+    if tl is None or tl.empty or any(c not in tl.columns for c in need):
+        return no_data("multi-rank timeline")
+    import plotly.graph_objects as go
+
+    step = sorted(tl["step"].dropna().unique())[0]
+    one = tl[tl["step"] == step]
+    t0 = float(one["start_ts"].min())
+    ranks = sorted(int(r) for r in one["rank"].unique())
+    fig = go.Figure()
+    for kind, colour in TIMELINE_KINDS:
+        seg = one[one["kind"] == kind]
+        if seg.empty:
+            continue
+        top = seg["top_op"].astype(str) if "top_op" in seg.columns else pd.Series("", index=seg.index)
+        n_ops = seg["ops"] if "ops" in seg.columns else pd.Series(1, index=seg.index)
+        fig.add_bar(
+            orientation="h",
+            y=[f"rank {int(r)}" for r in seg["rank"]],
+            base=list((seg["start_ts"] - t0) * 1000),
+            x=list((seg["end_ts"] - seg["start_ts"]) * 1000),
+            name=kind,
+            marker_color=colour,
+            customdata=list(zip(top.str.rsplit("/", n=1).str[-1], n_ops)),
+            hovertemplate="%{y}: %{base:.3f} ms + %{x:.3f} ms<br>%{customdata[1]} ops, longest %{customdata[0]}"
+            "<extra>" + kind + "</extra>",
+        )
+    fig.update_layout(
+        barmode="overlay",
+        height=max(240, 50 * len(ranks) + 140),
+        xaxis_title=f"ms from the start of step {int(step)}",
+        yaxis={"categoryorder": "array", "categoryarray": [f"rank {r}" for r in reversed(ranks)]},
+        title=f"Step {int(step)} across ranks (compute and communication; gaps are free time)",
+    )
+    return charts.div(fig)
+
+
 def memory_html(mem: pd.DataFrame | None, charts: Charts) -> str:
     if mem is None or mem.empty or "peak_bytes" not in mem.columns:
         return no_data("memory per rank")
@@ -351,6 +395,8 @@ def run_sections(rec: dict, row: dict, tables: dict[str, pd.DataFrame], charts: 
     out.append(breakdown_html(tables.get("rank_breakdown"), charts))
     out.append(f"<h2>{h}Communication matrix</h2>")
     out.append(comm_matrix_html(tables, charts))
+    out.append(f"<h2>{h}Timeline of one step</h2>")
+    out.append(timeline_html(tables.get("timeline"), charts))
     out.append(f"<h2>{h}Memory per rank</h2>")
     out.append(memory_html(tables.get("memory"), charts))
     out.append(f"<h2>{h}Top kernels (by total time, all ranks)</h2>")
@@ -359,7 +405,7 @@ def run_sections(rec: dict, row: dict, tables: dict[str, pd.DataFrame], charts: 
 
 
 #: the stored tables a report reads (the rest stay on disk)
-REPORT_TABLES = ("advice", "rank_breakdown", "link_totals", "links", "memory", "top_kernels")
+REPORT_TABLES = ("advice", "rank_breakdown", "link_totals", "links", "timeline", "memory", "top_kernels")
 
 
 def run_tables(store, run_id: str) -> dict[str, pd.DataFrame]:

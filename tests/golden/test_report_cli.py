@@ -165,7 +165,7 @@ def test_sweep_report_has_the_runs_the_scaling_and_a_chart_per_setting(tmp_path)
     assert "Scaling" in shown
     # charts: scaling and comm_fusion (the run section's parts have no tables: said, not drawn)
     assert text.count("Plotly.newPlot") == 2
-    for part in ("per-rank step breakdown", "memory per rank", "top kernels", "advice"):
+    for part in ("per-rank step breakdown", "multi-rank timeline", "memory per rank", "top kernels", "advice"):
         assert f"{part}: no data" in shown
     assert len(page_without_plotly(text)) < 200_000 and len(text.encode()) < 5 * 2**20
 
@@ -178,7 +178,7 @@ def test_sweep_report_with_a_profiled_run_stays_under_5_mb(imported, tmp_path):
     shown = visible(text)
     assert "Run ws4-f0-r0 (the fastest finished run)" in shown
     assert "no data" not in shown.split("Run ws4-f0-r0")[1]
-    assert text.count("Plotly.newPlot") == 2 + 3  # scaling, comm_fusion; breakdown, matrix, memory
+    assert text.count("Plotly.newPlot") == 2 + 4  # scaling, comm_fusion; breakdown, matrix, timeline, memory
 
 
 def test_unknown_target_is_one_line(tmp_path, capsys):

@@ -79,8 +79,8 @@ def test_report_opens_offline_with_charts_and_no_errors(report_file):
     errors, requests, charts, bars, heat, verdict = open_offline(report_file)
     assert errors == []
     assert requests == []
-    assert charts == 3  # breakdown, comm matrix, memory
-    assert bars >= 2 * 3 + 2  # 2 ranks x 3 breakdown parts, 2 memory bars
+    assert charts == 4  # breakdown, comm matrix, timeline, memory
+    assert bars >= 2 * 3 + 2 + 2 * 2  # 2 ranks x 3 breakdown parts, 2 memory bars, timeline segments
     assert heat >= 1
     assert "communication not hidden behind compute" in verdict
 
@@ -93,4 +93,4 @@ def test_sweep_report_opens_offline(report_file, tmp_path):
     assert main(["report", "swp", "--results", str(res), "-o", str(out)]) == 0
     errors, requests, charts, _bars, heat, _verdict = open_offline(out)
     assert errors == [] and requests == []
-    assert charts == 5 and heat >= 1  # scaling, comm_fusion; the fastest run's breakdown, matrix, memory
+    assert charts == 6 and heat >= 1  # scaling, comm_fusion; the fastest run's breakdown, matrix, timeline, memory
