@@ -237,7 +237,7 @@ def comm_matrix_html(tables: dict[str, pd.DataFrame], charts: Charts) -> str:
         for d in ranks:
             if (s, d) in agg.index and not _missing(agg.loc[(s, d), "gbps"]):
                 v = float(agg.loc[(s, d), "gbps"])
-                zr.append(v)
+                zr.append(round(v, 2))
                 tr.append(f"{v:.1f} GB/s<br>{agg.loc[(s, d), 'kind']}")
             else:
                 zr.append(None)
@@ -251,7 +251,7 @@ def comm_matrix_html(tables: dict[str, pd.DataFrame], charts: Charts) -> str:
             x=labels,
             y=labels,
             text=text,
-            texttemplate="%{text}",
+            texttemplate="%{text}" if len(ranks) <= MATRIX_TABLE_RANKS else None,
             colorscale="Blues",
             colorbar={"title": "GB/s"},
             hovertemplate="src %{y} -> dst %{x}: %{text}<extra></extra>",
@@ -285,6 +285,8 @@ def comm_matrix_html(tables: dict[str, pd.DataFrame], charts: Charts) -> str:
 
 #: the timeline's colours, by segment kind (analyzers/analyses/timeline.py)
 TIMELINE_KINDS = (("compute", "#4C78A8"), ("communication", "#E45756"))
+#: the most ranks the timeline draws (the merged trace has them all)
+TIMELINE_RANKS = 32
 
 
 def timeline_html(tl: pd.DataFrame | None, charts: Charts) -> str:
@@ -299,6 +301,14 @@ def timeline_html(tl: pd.DataFrame | None, charts: Charts) -> str:
     one = tl[tl["step"] == step]
     t0 = float(one["start_ts"].min())
     ranks = sorted(int(r) for r in one["rank"].unique())
+    shown_note = ""
+    if len(ranks) > TIMELINE_RANKS:
+        shown_note = (
+            f"<p class=dim>the first {TIMELINE_RANKS} of {len(ranks)} ranks; every rank: "
+            "perfbench trace RUN -o FILE (Perfetto)</p>"
+        )
+        ranks = ranks[:TIMELINE_RANKS]
+        one = one[one["rank"].isin(ranks)]
     fig = go.Figure()
     for kind, colour in TIMELINE_KINDS:
         seg = one[one["kind"] == kind]
@@ -324,7 +334,7 @@ def timeline_html(tl: pd.DataFrame | None, charts: Charts) -> str:
         yaxis={"categoryorder": "array", "categoryarray": [f"rank {r}" for r in reversed(ranks)]},
         title=f"Step {int(step)} across ranks (compute and communication; gaps are free time)",
     )
-    return charts.div(fig)
+    return charts.div(fig) + shown_note
 
 
 def memory_html(mem: pd.DataFrame | None, charts: Charts) -> str:

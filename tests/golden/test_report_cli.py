@@ -188,3 +188,26 @@ def test_unknown_target_is_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("perfbench: error:") and "nope" in err and "\n" not in err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_large_cluster_draws_32_ranks_of_the_timeline_and_no_link_table():
+    import pandas as pd
+
+    from perfbench.views.html_report import Charts, comm_matrix_html, timeline_html
+
+    tl = pd.DataFrame(
+        [
+            {"rank": r, "step": 3, "kind": k, "start_ts": 1.0 + i * 0.01, "end_ts": 1.005 + i * 0.01, "ops": 2}
+            for r in range(40)
+            for i, k in enumerate(("compute", "communication"))
+        ]
+    )
+    charts = Charts()
+    out = timeline_html(tl, charts)
+    assert "the first 32 of 40 ranks" in out and charts.count == 1
+    links = pd.DataFrame(
+        [{"src": s, "dst": (s + 1) % 20, "size_mb": 10.0, "time_ms": 2.0, "transport": "RDMA"} for s in range(20)]
+    )
+    out = comm_matrix_html({"link_totals": links}, charts)
+    assert charts.count == 2 and "link type" not in out
+    assert timeline_html(None, charts) == '<p class="nodata">multi-rank timeline: no data</p>'
