@@ -110,11 +110,16 @@ def main() -> None:
 
         # broadcast_buffers=False: BatchNorm statistics stay per rank, so the only collectives are the buckets
         model = DDP(net, bucket_cap_mb=cap, broadcast_buffers=False)
-        capture.apply_parallel(model, framework="pytorch")  # the grad_compression hook, when set
-        if a.grad_compression == "fp16" and not capture.settings():
+        if capture.settings():
+            capture.apply_parallel(model, framework="pytorch")  # the grad_compression hook, when set
+        elif a.grad_compression == "fp16":
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif a.grad_compression == "powersgd":
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+
+            model.register_comm_hook(ps.PowerSGDState(process_group=None), ps.powerSGD_hook)
     elif world > 1:
         for t in net.state_dict().values():  # DDP's start: rank 0's weights everywhere
             dist.broadcast(t, 0)
