@@ -1,1 +1,2 @@
-"""Reference MindSpore training workloads launched by msrun (see docs/architecture.md for the contract)."""
+"""Reference training workloads: MindSpore ones launched by msrun (see docs/architecture.md for the contract), and
+the PyTorch one (`torch_ddp/`) swept as a script under torchrun."""

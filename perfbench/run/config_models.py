@@ -116,25 +116,22 @@ class Train(Section):
             "for a rank pinned to one core, MindSpore's default (5) otherwise; `mindspore`: always MindSpore's default"
         ),
     )
-    precision: Annotated[Literal["fp32", "fp16", "bf16"], WrapValidator(lambda v, h: _cpu_precision(h(v)))] = Field(
+    precision: Literal["fp32", "fp16", "bf16"] = Field(
         "fp32",
-        description="fp32 | fp16 (MindSpore AMP O2 + dynamic loss scaling) | bf16 (Ascend only: the CPU "
-        "backend has no bf16 MatMul/Conv2D kernels)",
+        description="fp32 | fp16 (MindSpore AMP O2 + dynamic loss scaling) | bf16 (Ascend only for the MindSpore "
+        "workloads: the CPU backend has no bf16 MatMul/Conv2D kernels; a PyTorch script's autocast runs it on CPU)",
     )
     loss_scale: float = Field(2.0**16, ge=1, le=2.0**64, description="fp16: initial dynamic loss scale")
     loss_scale_window: int = _int(1, 1_000_000, 1000, "fp16: steps without overflow before the loss scale doubles")
 
 
-def _cpu_precision(value: str) -> str:
-    if value == "bf16":  # workloads/runner.py runs on the CPU backend only
-        raise PydanticCustomError(
-            "invalid",
-            "cannot run on the MindSpore CPU backend perfbench launches: it has no "
-            "bf16 kernels for MatMul, Conv2D, BatchNorm, Softmax or the loss (only Add, Mul, "
-            "Cast); use fp16 or fp32 here (bf16 is the usual choice on Ascend, "
-            "docs/workloads.md)",
-        )
-    return value
+#: train.precision bf16 outside `workload: script` (workloads/runner.py runs on the CPU backend only)
+BF16_ON_CPU = (
+    "'bf16' cannot run on the MindSpore CPU backend perfbench launches: it has no "
+    "bf16 kernels for MatMul, Conv2D, BatchNorm, Softmax or the loss (only Add, Mul, "
+    "Cast); use fp16 or fp32 here (bf16 is the usual choice on Ascend, "
+    "docs/workloads.md)"
+)
 
 
 def _data_folder(value: str) -> str:
@@ -501,6 +498,8 @@ def run_rules(run: RunConfig) -> RunConfig:
         if problems:
             raise rule(problems[0] + " (refused before running)")
         return run
+    if train.precision == "bf16":
+        raise rule(BF16_ON_CPU, key="train.precision")
     # the parallel rules have one home, shared with the workloads and `predict` (pure Python, no MindSpore)
     problems = validate_parallel(run.workload, m, par.model_dump(), ws, train.model_dump())
     if problems:

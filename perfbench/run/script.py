@@ -119,8 +119,8 @@ def script_rules(framework: str, parallel: dict, world_size: int) -> list[str]:
             "parallel.micro_batches > 1: not handed to a script (MindSpore's GradAccumulation needs Ascend/GPU; "
             "in PyTorch accumulate with DDP's no_sync() and a user knob)"
         )
-    if parallel.get("overlap_grad_comm"):
-        problems.append("parallel.overlap_grad_comm: DDP and MindSpore overlap a script's gradients by themselves")
+    if parallel.get("overlap_grad_comm") and framework == "mindspore":
+        problems.append("parallel.overlap_grad_comm: MindSpore overlaps a script's gradients by itself")
     if gc != "none" and framework == "mindspore":
         problems.append(
             f"parallel.grad_compression {gc}: MindSpore's data parallel has no native gradient compression "

@@ -103,6 +103,27 @@ def test_mindspore_refusals_say_why_at_dry_run():
     assert "need Ascend/GPU" in error_of(r)
 
 
+def test_a_pytorch_script_takes_bf16_and_overlap_a_mindspore_one_and_the_reference_workloads_do_not():
+    r = raw(
+        train={"batch_size": 4, "steps": 6, "warmup_steps": 1, "precision": "bf16"},
+        parallel={"overlap_grad_comm": True},
+    )
+    (plan, *_) = parse_config(r, base_dir=EXAMPLES).plan("s")
+    assert plan.run_config["train"]["precision"] == "bf16" and plan.run_config["parallel"]["overlap_grad_comm"]
+    r = raw(script={"path": "train_mindspore.py", "framework": "mindspore"}, parallel={"overlap_grad_comm": True})
+    assert "MindSpore overlaps a script's gradients by itself" in error_of(r)
+    r = {"workload": "resnet50", "train": {"precision": "bf16"}}
+    assert error_of(r).startswith("train.precision: 'bf16' cannot run on the MindSpore CPU backend")
+
+
+def test_the_pytorch_reference_examples_plan():
+    assert len(load_config(ROOT / "examples" / "pytorch-resnet50.yaml").plan("s")) == 2
+    plans = load_config(ROOT / "examples" / "pytorch-overlap.yaml").plan("s")
+    assert [
+        (p.run_config["parallel"]["overlap_grad_comm"], p.run_config["parallel"]["comm_fusion"]) for p in plans
+    ] == [(True, 0.5), (True, 2), (True, 25), (False, 0.5), (False, 2), (False, 25)]
+
+
 def test_settings_json_holds_the_run_settings():
     from perfbench.run.script import settings_json
 

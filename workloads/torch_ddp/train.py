@@ -1,0 +1,163 @@
+"""The PyTorch reference workload: ResNet-50 (bottleneck 3-4-6-3, base width a knob) on synthetic images,
+data parallel with DDP: gloo on CPU, NCCL on CUDA. Swept as `workload: script` (examples/pytorch-resnet50.yaml);
+torchrun starts every rank in perfbench's capture bootstrap like any user's script.
+
+It reads the run's settings (`perfbench.capture.settings()`; the command-line flags win, and give the defaults
+outside perfbench: `torchrun --nproc_per_node=2 workloads/torch_ddp/train.py --steps 12`). The knobs, PyTorch's
+own way:
+
+- `parallel.comm_fusion` MB -> DDP `bucket_cap_mb` (0: a bucket per parameter; `all`: one bucket);
+- `parallel.grad_compression` fp16 / powersgd -> DDP's `fp16_compress_hook` / `powerSGD_hook`;
+- `parallel.overlap_grad_comm` true -> DDP all-reduces each bucket while backward goes on; false -> no DDP
+  hooks: after the whole backward, one all-reduce per bucket (the same buckets: parameters in reverse order,
+  a bucket closes once it holds `bucket_cap_mb`);
+- `train.precision` bf16 / fp16 -> `torch.autocast` (fp16 with a GradScaler);
+- `train.batch_size` (per rank), `train.steps`, `train.lr`, `knobs.width`, `knobs.image_size`, `knobs.num_classes`.
+
+With one rank there is no process group traffic: the model is trained without DDP.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from perfbench import capture
+from workloads.torch_ddp.model import ResNet
+
+MB = 1 << 20
+
+
+def _args() -> argparse.Namespace:
+    s = capture.settings()
+    train, par, knobs = s.get("train") or {}, s.get("parallel") or {}, s.get("knobs") or {}
+    fusion = par.get("comm_fusion", 25)
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--batch-size", type=int, default=int(train.get("batch_size", 8)), help="per rank")
+    p.add_argument("--steps", type=int, default=int(train.get("steps", 12)))
+    p.add_argument("--lr", type=float, default=float(train.get("lr", 0.05)))
+    p.add_argument("--precision", choices=["fp32", "bf16", "fp16"], default=train.get("precision", "fp32"))
+    p.add_argument("--width", type=int, default=int(knobs.get("width", 64)), help="base width (64: ResNet-50)")
+    p.add_argument("--image-size", type=int, default=int(knobs.get("image_size", 32)))
+    p.add_argument("--num-classes", type=int, default=int(knobs.get("num_classes", 10)))
+    p.add_argument("--bucket-cap-mb", default=fusion, help="DDP bucket size in MB (0: per parameter; all)")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=bool(par.get("overlap_grad_comm", True)))
+    p.add_argument(
+        "--grad-compression", choices=["none", "fp16", "powersgd"], default=par.get("grad_compression", "none")
+    )
+    return p.parse_args()
+
+
+def bucket_cap_mb(value) -> float:
+    """DDP's `bucket_cap_mb` for `parallel.comm_fusion` (capture.apply_parallel's rule)."""
+    mb = capture.parallel.fusion_mb(value)
+    return 0.0 if mb is None else mb
+
+
+def buckets(params: list[torch.nn.Parameter], cap_mb: float) -> list[list[torch.nn.Parameter]]:
+    """DDP's bucketing: parameters in reverse order, a bucket closes once its bytes reach the cap."""
+    cap = cap_mb * MB
+    out: list[list[torch.nn.Parameter]] = [[]]
+    size = 0
+    for p in reversed(params):
+        out[-1].append(p)
+        size += p.numel() * p.element_size()
+        if size >= cap:
+            out.append([])
+            size = 0
+    return [b for b in out if b]
+
+
+def allreduce_after_backward(groups: list[list[torch.nn.Parameter]], world: int, fp16: bool) -> None:
+    """The gradients of each bucket flattened, all-reduced (averaged) and copied back: after the whole backward."""
+    for group in groups:
+        grads = [p.grad for p in group]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        buf = flat.to(torch.float16) if fp16 else flat
+        dist.all_reduce(buf)
+        flat = buf.to(flat.dtype).div_(world)
+        offset = 0
+        for g in grads:
+            n = g.numel()
+            g.copy_(flat[offset : offset + n].view_as(g))
+            offset += n
+
+
+def main() -> None:
+    a = _args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if world > 1:
+        dist.init_process_group("nccl" if cuda else "gloo")
+    rank = dist.get_rank() if world > 1 else 0
+    if a.grad_compression == "powersgd" and not a.overlap:
+        raise SystemExit("parallel.grad_compression powersgd needs overlap_grad_comm: true (a DDP hook)")
+
+    torch.manual_seed(0)  # the same initial weights on every rank
+    net = ResNet(width=a.width, num_classes=a.num_classes).to(device)
+    cap = bucket_cap_mb(a.bucket_cap_mb)
+    model: nn.Module = net
+    groups: list[list[torch.nn.Parameter]] = []
+    if world > 1 and a.overlap:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        # broadcast_buffers=False: BatchNorm statistics stay per rank, so the only collectives are the buckets
+        model = DDP(net, bucket_cap_mb=cap, broadcast_buffers=False)
+        if capture.settings():
+            capture.apply_parallel(model, framework="pytorch")  # the grad_compression hook, when set
+        elif a.grad_compression == "fp16":
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        elif a.grad_compression == "powersgd":
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ps
+
+            model.register_comm_hook(ps.PowerSGDState(process_group=None), ps.powerSGD_hook)
+    elif world > 1:
+        for t in net.state_dict().values():  # DDP's start: rank 0's weights everywhere
+            dist.broadcast(t, 0)
+        groups = buckets([p for p in net.parameters() if p.requires_grad], cap)
+
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    loss_fn = nn.CrossEntropyLoss()
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "fp16")
+    g = torch.Generator().manual_seed(1 + rank)  # each rank its own data
+    data = [
+        (
+            torch.randn(a.batch_size, 3, a.image_size, a.image_size, generator=g).to(device),
+            torch.randint(0, a.num_classes, (a.batch_size,), generator=g).to(device),
+        )
+        for _ in range(4)
+    ]
+    model.train()
+    loss = torch.zeros(())
+    for i in range(a.steps):
+        x, y = data[i % len(data)]
+        with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+            loss = loss_fn(model(x), y)
+        opt.zero_grad(set_to_none=False)
+        scaler.scale(loss).backward()
+        if groups:
+            allreduce_after_backward(groups, world, a.grad_compression == "fp16")
+        scaler.step(opt)
+        scaler.update()
+    print(
+        f"rank {rank}: ResNet width {a.width}, {a.steps} steps of {a.batch_size} images {a.image_size}px, "
+        f"precision {a.precision}, bucket_cap_mb {cap:g}, overlap {a.overlap}, buckets "
+        f"{len(groups) if groups else 'DDP'}, last loss {loss.item():.4f}",
+        flush=True,
+    )
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
