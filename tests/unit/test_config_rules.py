@@ -277,7 +277,7 @@ def test_unknown_key_comes_before_other_problems():
 
 
 def test_missing_workload_lists_the_choices():
-    assert error_of({"train": {"steps": 3}}) == "missing key `workload` (one of: resnet50, moe)"
+    assert error_of({"train": {"steps": 3}}) == "missing key `workload` (one of: resnet50, moe, script)"
 
 
 def test_bad_values_read_with_key_value_and_bound():
