@@ -162,9 +162,11 @@ def test_compare_runs_by_hand(store):
     assert by["comm_share"]["a"] == pytest.approx(0.25) and by["comm_share"]["n_b"] == 1
     assert by["comm_share"]["ci_low"] is None  # one sample on a side: no interval
     # the breakdown in ms per step (catalogue: per step the mean over ranks, the median over the steady steps);
-    # the step row is the run's step time (record: 0.25 s and 0.125 s)
+    # the step row is the profiled step the parts split (catalogue breakdown_step_s = computing + exposed + free,
+    # each the mean over ranks and the median over steps 1-2): a 82.5 + median(35, 20) + median(55, 25) = 150 ms;
+    # b (step 1 only) 75 + 5 + 20 = 100 ms; not the unprofiled step time (record: 0.25 s and 0.125 s)
     bd = {r["part"]: r for r in c.breakdown}
-    assert bd["step"]["a_ms"] == pytest.approx(250.0) and bd["step"]["b_ms"] == pytest.approx(125.0)
+    assert bd["step"]["a_ms"] == pytest.approx(150.0) and bd["step"]["b_ms"] == pytest.approx(100.0)
     assert bd["computing"]["a_ms"] == pytest.approx(82.5) and bd["computing"]["delta_ms"] == pytest.approx(75.0 - 82.5)
     # kernels: ms per rank-step (a: 4 rank-steps incl. warm-up rows of the table = 5 distinct) sorted by |delta|
     k = {r["kernel"]: r for r in c.kernels}

@@ -140,4 +140,9 @@ def test_free_time_advice_names_the_idle_ranks():
     total = rows["Computing"] + rows["Communication(Not Overlapped)"] + rows["Free"]
     want = sorted(rows.loc[rows["Free"] / total > FREE_SHARE, "rank"].tolist())
     adv = analyzers.analyze(analyzers.load_profile(fixture_path(*B, "level0"))).tables["advice"]
-    assert adv[adv["rule"] == "free_time"].iloc[0]["ranks"] == want == [0, 1]
+    assert want == [0, 1]
+    # rank 1 is the rank the others wait for (slow_rank): its own idle time is why it is late and folds under that
+    # finding, so free time names the other idle ranks only
+    (straggler,) = adv[adv["rule"] == "slow_rank"].iloc[0]["ranks"]
+    assert straggler == 1
+    assert adv[adv["rule"] == "free_time"].iloc[0]["ranks"] == [r for r in want if r != straggler] == [0]
