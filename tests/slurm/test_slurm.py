@@ -138,7 +138,8 @@ def test_example_runs_on_two_nodes_and_resume_reattaches_to_its_job(slurm, tmp_p
     # the profiler ran on both nodes: both ranks are in the profiled breakdown
     assert set(store.read_table(rec["run_id"], "step_breakdown")["rank"]) == {0, 1}
     shown = run_perfbench("show", rec["run_id"], "--results", results).stdout
-    assert f"Slurm job {job} COMPLETED on pbnode[1-2]: pbnode1 (node 0, ok), pbnode2 (node 1, ok)" in shown
+    flat = " ".join(shown.split())  # show wraps its lines to the terminal's width (100 columns when piped)
+    assert f"Slurm job {job} COMPLETED on pbnode[1-2]: pbnode1 (node 0, ok), pbnode2 (node 1, ok)" in flat
     assert leftovers(results) == []
 
 
