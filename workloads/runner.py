@@ -52,10 +52,6 @@ def _os_threads() -> int | None:
     return None
 
 
-# the record files, memory samples and the profiler window: one capture path with perfbench.capture
-_machine_memory_bytes = machine_memory_bytes
-
-
 def framework_peak_bytes(ms) -> int | None:
     """MindSpore's own allocator peak (`ms.runtime.max_memory_allocated()`); on the CPU backend it returns 0,
     which means unknown (docs/concepts.md), so 0 and errors are None."""
@@ -230,9 +226,6 @@ class _Summary:
                 rec.add_value("scalar", "throughput", T(throughput, dt))
                 rec.record(step)
         self._rows = []
-
-
-_Capture = MsWindow  # the MindSpore profiler window (perfbench/capture/ms_capture.py)
 
 
 def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
@@ -423,13 +416,13 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
         warmup_steps=warmup,
         steps=steps,
     )
-    cap = _Capture(out / "profile", warmup, prof_steps, level) if profiling else None
+    cap = MsWindow(out / "profile", warmup, prof_steps, level) if profiling else None
     summary = _Summary(ms, out / "summary") if rank == 0 else None
     # memory of every run: sampled after each step (PERFBENCH_SAMPLE_MEMORY=0 turns it off, for
     # bench/bench_memory_sampling.py only); the machine's memory is the capacity a CPU run's headroom is against
     sample_memory = os.environ.get("PERFBENCH_SAMPLE_MEMORY", "1") != "0"
     peak_rss = None
-    ctx.set_meta(machine_memory_bytes=_machine_memory_bytes(), memory_sampling=sample_memory)
+    ctx.set_meta(machine_memory_bytes=machine_memory_bytes(), memory_sampling=sample_memory)
     delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
     busy_s = float((cfg.get("inject") or {}).get("busy_ms") or 0) / 1000.0
     inj = cfg.get("inject") or {}
