@@ -12,6 +12,7 @@ optional columns and order them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -31,6 +32,34 @@ def bandwidth_gbps(size, time):
         index = size.index if isinstance(size, pd.Series) else time.index
         return pd.Series(out, index=index, dtype="float64")
     return float(out) if out.ndim == 0 else out
+
+
+#: `comm_ops.op_type` of a collective, by the words in its op name (any producer's convention)
+_COMM_TYPES = [  # order matters: longer names first
+    ("reducescatter", "reducescatter"),
+    ("allgather", "allgather"),
+    ("allreduce", "allreduce"),
+    ("alltoallv", "alltoallv"),
+    ("alltoall", "alltoall"),
+    ("broadcast", "broadcast"),
+    ("batchsendrecv", "send"),
+    ("receive", "recv"),
+    ("recv", "recv"),
+    ("send", "send"),
+    ("reduce", "reduce"),
+    ("barrier", "barrier"),
+    ("gather", "gather"),
+    ("scatter", "scatter"),
+]
+
+
+def comm_op_type(name: str) -> str:
+    """allreduce | allgather | ... from an HCCL op name like hcom_allReduce__586_0_1 or AllReduce-op2."""
+    key = re.sub(r"[^a-z]", "", str(name).lower())
+    for needle, typ in _COMM_TYPES:
+        if needle in key:
+            return typ
+    return "other"
 
 
 # ---- raw-event tables (what parsers produce) ---------------------------------------------

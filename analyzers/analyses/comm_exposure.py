@@ -34,9 +34,10 @@ import pandas as pd
 
 from analyzers.analyses.breakdown import union_length
 from analyzers.context import Output
+from analyzers.schema import comm_op_type
 
 EXPOSURE_COLUMNS = ["rank", "step", "exposed_us", "exposed_p2p_us", "exposed_collective_us", "p2p_share", "source"]
-#: op types (analyzers.parsers.ascend.common.comm_op_type: batchSendRecv -> send, Receive-opN -> recv) that are p2p
+#: op types (analyzers.schema.comm_op_type: batchSendRecv -> send, Receive-opN -> recv) that are p2p
 P2P_TYPES = ("send", "recv")
 #: reference-breakdown columns that hold the profiler's exposed collective (non-receive) communication
 PROFILER_COLLECTIVE_COLUMNS = ("communication_not_overlapped_exclude_receive_us", "collective_not_overlapped_us")
@@ -44,8 +45,6 @@ PROFILER_COLLECTIVE_COLUMNS = ("communication_not_overlapped_exclude_receive_us"
 
 def is_p2p(names: pd.Series) -> np.ndarray:
     """True for pipeline point-to-point ops, by name (any producer's convention)."""
-    from analyzers.parsers.ascend.common import comm_op_type
-
     short = names.astype(str).str.rsplit("/", n=1).str[-1]
     return short.map(comm_op_type).isin(P2P_TYPES).to_numpy()
 

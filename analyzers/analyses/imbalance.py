@@ -24,7 +24,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzers.context import Output
-from analyzers.analyses.parallel_groups import group_ranks
+from analyzers.groups import group_ranks
 from analyzers.analyses.stages import trusted_ranks
 
 #: msprof-analyze SlowRankAnalyzer.RATIO_THRESHOLD: spread / mean step total above this is flagged

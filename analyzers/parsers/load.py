@@ -20,7 +20,7 @@ from typing import Callable
 
 import pandas as pd
 
-from analyzers.analyses.parallel_groups import group_ranks
+from analyzers.groups import group_ranks
 from analyzers.parsers.formats import ProfileFormat, formats
 from analyzers.schema import TABLES, Columns, Profile, conform, empty, frames
 from perfbench.errors import ProfileFormatError, UserError

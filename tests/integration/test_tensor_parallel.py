@@ -290,7 +290,8 @@ def _co(**cols):
 
 
 def test_classes_from_group_kinds_hashed_names_and_op_types():
-    from analyzers.analyses.parallel_groups import classify_comm_ops, double_hash, groups_from_metadata
+    from analyzers.analyses.parallel_groups import classify_comm_ops
+    from analyzers.groups import double_hash, groups_from_metadata
 
     # torch_npu's profiler_metadata.json: the communication files name groups by double_hash(group id)
     groups = groups_from_metadata(

@@ -219,3 +219,70 @@ def test_relative_imports_resolve():
         ("analyzers.parsers.ascend.common", 1),
         ("analyzers", 2),
     ]
+
+
+# ---- the analyzers' inner layers ----------------------------------------------------------------------------------
+
+#: analyzers/ inside: parsers -> schema -> analyses (docs/architecture.md, "Layers"). The schema sub-layer is what
+#: both sides share (tables, the catalogue, statistics, the parallel groups as the profilers name them); the facade
+#: (the package, `analyze()`, `analyze --json`'s document) may import all three.
+ANALYZERS_SCHEMA = {"analyzers.schema", "analyzers.catalogue", "analyzers.stats", "analyzers.groups"}
+ANALYZERS_FACADE = {"analyzers", "analyzers.analyze", "analyzers.report"}
+SUBLAYER_ALLOWED = {
+    "schema": {"schema"},
+    "parsers": {"schema", "parsers"},
+    "analyses": {"schema", "analyses"},
+    "facade": {"schema", "parsers", "analyses", "facade"},
+}
+#: (importer, imported) edges against the sub-layers, each with why it is still there
+SUBLAYER_PENDING = {
+    # summary mode reduces each rank's memory files while reading them (memory.rank_summary); rank_summary and its
+    # helpers move below both once the summary reader's rework (import speed, parsers/ascend) has landed
+    ("analyzers.parsers.ascend.text", "analyzers.analyses.memory"): "rank_summary",
+}
+
+
+def sublayer_of(module: str) -> str:
+    if module in ANALYZERS_SCHEMA:
+        return "schema"
+    if module in ANALYZERS_FACADE:
+        return "facade"
+    if module.startswith("analyzers.parsers"):
+        return "parsers"
+    return "analyses"  # analyzers.analyses.*, the registry and the analyses' context
+
+
+def sublayer_violations(edges: dict[str, list[tuple[str, int]]]) -> list[str]:
+    bad = []
+    for m, targets in sorted(edges.items()):
+        if not m.startswith("analyzers"):
+            continue
+        for t, line in targets:
+            if not t.startswith("analyzers") or (m, t) in SUBLAYER_PENDING:
+                continue
+            if sublayer_of(t) not in SUBLAYER_ALLOWED[sublayer_of(m)]:
+                may = ", ".join(sorted(SUBLAYER_ALLOWED[sublayer_of(m)]))
+                bad.append(f"{m}:{line} imports {t} ({sublayer_of(m)} may import {may}; {t} is {sublayer_of(t)})")
+    return bad
+
+
+def test_the_analyzers_sublayers_are_kept():
+    edges = graph()
+    assert sublayer_violations(edges) == [], "\n".join(sublayer_violations(edges))
+    assert all(t in {x for x, _ in edges[m]} for m, t in SUBLAYER_PENDING), "a pending edge is gone: drop it"
+
+
+@pytest.mark.parametrize(
+    "module,source",
+    [
+        ("analyzers.parsers.load", "from analyzers.analyses.parallel_groups import rank_stages\n"),
+        ("analyzers.analyses.comm_exposure", "def f():\n    from analyzers.parsers.ascend.common import x\n"),
+        ("analyzers.schema", "from analyzers.context import Output\n"),
+    ],
+)
+def test_the_sublayer_checker_catches_a_synthetic_violation(module, source):
+    edges = graph()
+    fake = dict(edges)
+    fake[module] = imports(module, source, set(edges))
+    bad = sublayer_violations(fake)
+    assert len(bad) == 1 and bad[0].startswith(f"{module}:"), bad

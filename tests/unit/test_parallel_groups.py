@@ -16,15 +16,8 @@ import pandas as pd
 import pytest
 
 import analyzers
-from analyzers.analyses.parallel_groups import (
-    double_hash,
-    global_links,
-    groups_from_communication_group,
-    groups_from_metadata,
-    groups_from_strategy,
-    rank_stages,
-    stage_of_rank,
-)
+from analyzers.analyses.parallel_groups import global_links, rank_stages, stage_of_rank
+from analyzers.groups import double_hash, groups_from_communication_group, groups_from_metadata, groups_from_strategy
 from analyzers.schema import Profile
 from tests.support import fixture_path
 
@@ -319,7 +312,7 @@ def test_db_meta_data_groups(tmp_path):
     msprof-analyze's communication_matrix_sum and pp_chart recipes read)."""
     import sqlite3
 
-    from analyzers.analyses.parallel_groups import add_db_meta
+    from analyzers.groups import add_db_meta
 
     con = sqlite3.connect(tmp_path / "p.db")
     con.execute("CREATE TABLE META_DATA (name TEXT, value TEXT)")

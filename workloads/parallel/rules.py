@@ -50,7 +50,7 @@ def tp_index(rank: int, tp: int = 1) -> int:
 
 def layout_groups(world_size: int, stages: int, tp: int = 1) -> dict[str, list[int]]:
     """Every communication group of the layout, by name -> global ranks (what ``pipeline.create_groups``
-    creates; the names carry the kind first, ``analyzers.analyses.parallel_groups.kind_of`` reads them):
+    creates; the names carry the kind first, ``analyzers.groups.kind_of`` reads them):
 
     * ``pb_tp_s{s}_d{d}``: the T tensor-parallel ranks of replica d on stage s (T > 1),
     * ``pb_dp_stage{s}`` (T = 1) / ``pb_dp_stage{s}_tp{t}`` (T > 1): the D data-parallel replicas of stage s

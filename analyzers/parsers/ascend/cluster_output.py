@@ -27,7 +27,7 @@ import pandas as pd
 
 from analyzers.parsers.ascend.common import comm_op_type, read_csv, read_json, step_of
 from analyzers.parsers.ascend.text import STEP_TRACE_OPTIONAL, STEP_TRACE_REQUIRED, _f
-from analyzers.analyses.parallel_groups import _entry, groups_from_communication_group
+from analyzers.groups import group_entry, groups_from_communication_group
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, RANKS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -280,7 +280,7 @@ def _groups(d: Path, used: list[str]) -> dict[str, list[int]]:
         for g, rs, pg, typ in zip(
             m["group_name"], m["rank_set"], m.get("pg_name", [None] * len(m)), m.get("type", [None] * len(m))
         ):
-            out[str(g)] = _entry(_group_ranks(str(rs)), None, "CommunicationGroupMapping", pg or None, type=typ)
+            out[str(g)] = group_entry(_group_ranks(str(rs)), None, "CommunicationGroupMapping", pg or None, type=typ)
     return out
 
 

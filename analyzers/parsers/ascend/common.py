@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyzers.schema import comm_op_type as comm_op_type  # its home is the schema; re-exported for the parsers
+
 from perfbench.errors import ProfileFormatError
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -349,40 +351,13 @@ def rank_info(rank_dir: Path) -> dict:
 
 
 def parallel_groups(metadata: dict) -> dict:
-    """Parallel groups from profiler_metadata.json (analyzers.analyses.parallel_groups.groups_from_metadata)."""
-    from analyzers.analyses.parallel_groups import groups_from_metadata
+    """Parallel groups from profiler_metadata.json (analyzers.groups.groups_from_metadata)."""
+    from analyzers.groups import groups_from_metadata
 
     return groups_from_metadata(metadata)
 
 
 # ---- op classification -------------------------------------------------------------------------
-
-_COMM_TYPES = [  # order matters: longer names first
-    ("reducescatter", "reducescatter"),
-    ("allgather", "allgather"),
-    ("allreduce", "allreduce"),
-    ("alltoallv", "alltoallv"),
-    ("alltoall", "alltoall"),
-    ("broadcast", "broadcast"),
-    ("batchsendrecv", "send"),
-    ("receive", "recv"),
-    ("recv", "recv"),
-    ("send", "send"),
-    ("reduce", "reduce"),
-    ("barrier", "barrier"),
-    ("gather", "gather"),
-    ("scatter", "scatter"),
-]
-
-
-def comm_op_type(name: str) -> str:
-    """allreduce | allgather | ... from an HCCL op name like hcom_allReduce__586_0_1 or AllReduce-op2."""
-    key = re.sub(r"[^a-z]", "", str(name).lower())
-    for needle, typ in _COMM_TYPES:
-        if needle in key:
-            return typ
-    return "other"
-
 
 _COMM_NAME = re.compile(
     r"^(hcom_|hccl|lccl)|^(allreduce|allgather|reducescatter|alltoallv?|broadcast|send|receive|recv)"

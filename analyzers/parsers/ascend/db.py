@@ -36,7 +36,7 @@ from analyzers.parsers.ascend.common import (
     rank_info,
     step_of,
 )
-from analyzers.analyses.parallel_groups import add_db_meta
+from analyzers.groups import add_db_meta
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 

@@ -33,7 +33,7 @@ import pandas as pd
 
 from analyzers.parsers.msprof.common import comm_op_type, link_rows, op_type_from_name
 from analyzers.parsers.msprof.csvread import read_table, to_number, to_numbers
-from analyzers.analyses.parallel_groups import groups_from_strategy
+from analyzers.groups import groups_from_strategy
 from analyzers.schema import (
     COMM_BANDWIDTH,
     COMM_OPS,
