@@ -19,8 +19,9 @@ import pandas as pd
 
 from analyzers.schema import STEP_SHARE_PARTS
 from perfbench.errors import UserError
+from perfbench.predict.model import calibrate, curve
 from perfbench.store import Store, flatten_runs
-
+from perfbench.views.results import baselines, scaling_efficiency
 
 #: how long one scan of the runs folder is reused (a run written meanwhile shows up on the next refresh after it)
 SCAN_TTL_S = 2.0
@@ -157,7 +158,6 @@ class DashData:
         """Mean throughput per (other settings, world_size) with its scaling efficiency: the mean over the
         group's runs of perfbench.views.results.scaling_efficiency (the catalogue's one definition: against the
         1-rank runs of the same config_key); ideal = N x the 1-rank baseline throughput."""
-        from perfbench.views.results import baselines, scaling_efficiency
 
         df = self.runs_frame() if df is None else df
         if df.empty or "settings.world_size" not in df.columns or "metrics.throughput" not in df.columns:
@@ -203,7 +203,6 @@ class DashData:
         """perfbench.predict's scaling curve, calibrated on the ok runs of `sweep` (default: the newest sweep):
         per world size the predicted throughput with its interval. Returns (frame, caption); the frame is
         empty and the caption says why when the runs cannot calibrate the model."""
-        from perfbench.predict.model import calibrate, curve
 
         sweeps = self.sweeps()
         sweep = sweep or (

@@ -17,6 +17,7 @@ from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
 from analyzers.catalogue import KEY_METRICS, METRICS
 from dashboards import data
 from dashboards.components import cell_text
+from perfbench.views import results
 
 #: metrics the grid offers besides the catalogue's key metrics (when some run has them)
 EXTRA_METRICS = (
@@ -37,7 +38,6 @@ _cache: dict = {}
 
 def _efficiency(df: pd.DataFrame) -> pd.Series:
     """Each run's scaling efficiency by the one definition (perfbench.views.results), against the whole store."""
-    from perfbench.views import results
 
     recs = data.get().runs()
     fn = getattr(results, "scaling_efficiency", None)

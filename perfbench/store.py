@@ -36,6 +36,7 @@ from perfbench.records import (  # noqa: F401  (re-exported: the store's JSON si
     atomic_write_json,
     short_id,
 )
+from perfbench.run.record import RunRecord
 
 
 class Store(Records):
@@ -44,7 +45,6 @@ class Store(Records):
     def write_run(self, record: dict) -> None:
         """Write (or replace) a run record atomically, after checking it against the typed record
         (perfbench.run.record.RunRecord: known status and source, catalogued metrics only)."""
-        from perfbench.run.record import RunRecord
 
         RunRecord.model_validate(record)
         atomic_write_json(self.run_dir(record["run_id"]) / "run.json", record)

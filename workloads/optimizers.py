@@ -7,6 +7,8 @@ adamw: ``nn.AdamWeightDecay`` (2 per parameter: moments1, moments2), the seeds' 
 
 from __future__ import annotations
 
+from perfbench.errors import ConfigError
+
 
 def make_optimizer(params, train: dict):
     from mindspore import nn
@@ -17,6 +19,5 @@ def make_optimizer(params, train: dict):
         return nn.AdamWeightDecay(params, learning_rate=lr, weight_decay=float(train.get("weight_decay") or 0.0))
     if kind == "momentum":
         return nn.Momentum(params, learning_rate=lr, momentum=float(train.get("momentum", 0.9)))
-    from perfbench.errors import ConfigError
 
     raise ConfigError(f"train.optimizer must be momentum or adamw, got {kind!r}")

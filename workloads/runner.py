@@ -21,7 +21,6 @@ import sys
 import time
 
 from perfbench.capture.ms_capture import PROFILE_LEVELS, MsWindow
-from perfbench.errors import ConfigError, UserError
 from perfbench.capture.writer import (
     STEP_KEYS,
     append_record,
@@ -30,6 +29,9 @@ from perfbench.capture.writer import (
     step_record,
     write_meta,
 )
+from perfbench.errors import ConfigError, UserError
+from perfbench.startup import PIN_VAR, process_started
+from workloads.pinning import set_process_affinity, widened_for_join
 
 __all__ = ["PROFILE_LEVELS", "STEP_KEYS", "memory_sample"]
 
@@ -313,8 +315,6 @@ class Checkpoints:
 
 
 def run(cfg: dict, entry_ts: float | None = None) -> int:
-    from perfbench.startup import PIN_VAR, process_started
-    from workloads.pinning import set_process_affinity
 
     startup = {"process": process_started(), "entry": entry_ts}  # the start-up timeline (perfbench/startup.py)
     pin = os.environ.get(PIN_VAR)
@@ -352,7 +352,6 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
 
         if os.environ.get("MS_ROLE") == "MS_SCHED":
             _write_json(pathlib.Path(cfg["output_dir"]) / "metrics" / "scheduler.startup.json", startup)
-        from workloads.pinning import widened_for_join
 
         with widened_for_join() as widened:  # a rank msrun pinned to one core joins on all (workloads/pinning.py)
             init()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.analyses.pipeline import _cfg
 from analyzers.context import Output
 from analyzers.schema import BREAKDOWN_PARTS, STEP_BREAKDOWN, conform, empty, step_of
 
@@ -294,7 +295,6 @@ def rank_breakdown(sb: pd.DataFrame, warmup: int = 0) -> pd.DataFrame:
 def unknown_bubble(sb: pd.DataFrame, ops: pd.DataFrame | None, config: dict | None) -> pd.DataFrame:
     """In a pipeline run (config: parallel.pipeline_stages > 1), a recomputed rank with no identifiable
     receive op (e.g. point-to-point done as a Broadcast on CPU) has an unknown bubble, not a zero one."""
-    from analyzers.analyses.pipeline import _cfg
 
     if (_cfg(config, "pipeline_stages") or 1) <= 1 or ops is None or not len(ops) or not len(sb):
         return sb

@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analyzers.analyses.parallel_groups import classify_comm_ops, comm_class_totals
 from analyzers.context import Output
 from analyzers.schema import bandwidth_gbps
 
@@ -168,7 +169,6 @@ def rank_totals(comm_ops: pd.DataFrame, comm_bandwidth: pd.DataFrame) -> pd.Data
 def analysis(ctx):
     """Registry entry `collectives`: per-op statistics with bandwidths and traffic class
     (`parallel_groups.classify_comm_ops`), per type, per rank, per class."""
-    from analyzers.analyses.parallel_groups import classify_comm_ops, comm_class_totals
 
     co = comm_op_stats(ctx.table("comm_ops"))
     meta = (ctx.profile.meta or {}) if ctx.profile is not None else {}

@@ -31,6 +31,8 @@ import math
 
 import numpy as np
 
+from analyzers.stats import mann_whitney_p
+
 MAX_CV = 0.10
 MAX_DRIFT = 0.05
 DRIFT_ALPHA = 0.05
@@ -50,7 +52,6 @@ def steadiness(
 ) -> dict:
     """The steadiness metrics from the measured steps' step times (in step order), each rank's per-step CPU
     times, and the per-step CPU time (slowest rank)."""
-    from analyzers.stats import mann_whitney_p
 
     x = [float(v) for v in step_times if v is not None and not math.isnan(v)]
     out = {
@@ -110,8 +111,8 @@ def resolved(value, low, high, fmt=lambda v: f"{v * 100:+.1f}%") -> str:
 
 def analysis(ctx):
     """Registry entry: the steadiness metrics of a run with workload step records."""
-    from analyzers.context import Output
     from analyzers.analyses.step_metrics import step_series
+    from analyzers.context import Output
 
     ws = ctx.workload_steps
     if ws is None or ws.empty or "step_time_s" not in ws.columns:

@@ -27,6 +27,7 @@ import pandas as pd
 from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, SERIES_COLUMN
 from analyzers.context import Output
 from analyzers.schema import BREAKDOWN_PARTS
+from analyzers.stats import ratio_interval
 
 #: columns that come from the workload's records and are taken over the measured steps only
 WORKLOAD_COLUMNS = (
@@ -173,7 +174,6 @@ def run_metrics(
             off = m["step_time_s"]
             m["profiled_step_time_s"] = on
             m["profiler_overhead"] = on / off - 1 if off else None
-            from analyzers.stats import ratio_interval
 
             ci = ratio_interval(list(prof["step_time_s"]), samples(series, "step_time_s"))
             if ci is not None and m["profiler_overhead"] is not None:

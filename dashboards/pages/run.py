@@ -26,6 +26,18 @@ from dashboards.components import (
     section,
     table,
 )
+from perfbench.views.run_report import (
+    advice_tree,
+    breakdown_step,
+    gain_text,
+    input_problem_lines,
+    ordered_advice,
+    peak_holders,
+    step_story,
+    traffic_classes,
+    try_text,
+)
+from perfbench.views.trace import write_trace
 
 #: the stacked parts add up to the rank's profiled step: overlapped lies within computing, so it is stacked as
 #: its own part and computing as the rest of it (computing - overlapped)
@@ -149,14 +161,12 @@ def settings_line(settings: dict):
 def _advice(rid: str) -> list[dict] | None:
     """The stored advice in its ranked order (causes by expected gain, symptoms after their cause; older runs
     without gains: most severe first) - the same list `perfbench show` and `perfbench advise` print."""
-    from perfbench.views.run_report import ordered_advice
 
     recs = ordered_advice(data.get().table(rid, "advice"))
     return recs or None
 
 
 def _gain(r: dict) -> str:
-    from perfbench.views.run_report import gain_text
 
     return gain_text(r)
 
@@ -217,7 +227,6 @@ def verdict(rid: str, rec: dict):
 
 def input_problems(rec: dict):
     """Per rank, the inputs it had but could not use and what was recomputed (perfbench.views.run_report)."""
-    from perfbench.views.run_report import input_problem_lines
 
     lines = input_problem_lines(rec)
     if not lines:
@@ -233,7 +242,6 @@ def key_numbers(metrics: dict):
     """The catalogue's key metrics as cards (label, value with unit, definition as tooltip); the rest folded.
     The profiled step the breakdown splits stands beside the step time, with the profiler's cost between them
     (perfbench.views.run_report.step_story)."""
-    from perfbench.views.run_report import breakdown_step, step_story
 
     metrics = dict(metrics)
     if metrics.get(BREAKDOWN_TOTAL) is None and breakdown_step(metrics) is not None:
@@ -431,7 +439,6 @@ def collectives_table(rid: str):
         if bw in c.columns:
             df[bw] = g[bw].mean()
     df = df.reset_index().sort_values("time_ms" if "time_ms" in df.columns else "count", ascending=False)
-    from perfbench.views.run_report import traffic_classes
 
     d = data.get()
     tc = traffic_classes(d.table(rid, "comm_classes"), d.table(rid, "comm_exposure_classes"))
@@ -463,7 +470,6 @@ def collectives_table(rid: str):
 def advice_list(rid: str):
     """Every cause, largest expected gain first, its gain as a bar (share of the step), its evidence, knob,
     and the symptoms it explains collapsed under it."""
-    from perfbench.views.run_report import advice_tree, try_text
 
     a = _advice(rid)
     if a is None:
@@ -642,7 +648,6 @@ def memory_figure(tl: pd.DataFrame | None, mem: pd.DataFrame) -> go.Figure:
 
 def memory_section(rid: str, mem: pd.DataFrame):
     """What holds the peak (the largest rank's parts, bytes and share), per-rank peaks and the timeline."""
-    from perfbench.views.run_report import peak_holders
 
     d = data.get()
     rank, parts = peak_holders(d.table(rid, "memory_attribution"), mem)
@@ -723,7 +728,6 @@ def _charts(step, _painted, rid):
     prevent_initial_call=True,
 )
 def _download_trace(_n, rid):
-    from perfbench.views.trace import write_trace
 
     def write(buf):
         write_trace(data.get().store, rid, buf, compress=True)

@@ -30,7 +30,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from analyzers.analyses.collectives import factor, steps
+from perfbench.errors import UserError
 from workloads.parallel.bucketing import parse_fusion, plan_buckets  # pure Python (no MindSpore)
+from workloads.parallel.layout_math import capacity, comm_bytes_per_call, moe_tp_comm_per_microbatch, stage_bounds
 
 
 @dataclass(frozen=True)
@@ -94,7 +96,6 @@ def plan(settings: dict, tensor_bytes: list[float], world_size: int | None = Non
             per_rank = ratio * b / 2  # values (fp32) and indices (int32): ratio x the fp32 bytes in all
             out += [Collective("allgather", D, per_rank * D, r), Collective("allgather", D, per_rank * D, r)]
         return out
-    from perfbench.errors import UserError
 
     raise UserError(f"grad_compression={kind!r}: the model knows none, fp16, powersgd, topk")
 
@@ -104,7 +105,6 @@ def layout_collectives(workload: str, model: dict | None, settings: dict) -> lis
     [] for workloads / layouts without them or when the model config is unknown."""
     if workload != "moe" or not model:
         return []
-    from workloads.parallel.layout_math import capacity, comm_bytes_per_call, moe_tp_comm_per_microbatch, stage_bounds
 
     n = int(settings["world_size"])
     S, T = int(settings.get("pipeline_stages") or 1), int(settings.get("tensor_parallel") or 1)

@@ -35,7 +35,8 @@ import numpy as np
 from perfbench.errors import UserError
 from perfbench.predict import comm
 from perfbench.predict.hardware import Hardware, Link
-from perfbench.predict.observe import Observation
+from perfbench.predict.observe import Observation, observe, resolve_runs
+from workloads.parallel.schedules import simulate
 
 FWD_SHARE = 1.0 / 3.0  # forward : backward = 1 : 2 (backward computes two gradients per layer)
 
@@ -435,8 +436,6 @@ def _step(cal: Calibration, s: dict, hw: Hardware) -> dict:
         base, why = _base(cal, s, hw)
         last_backward = base * cal.compute_share * (1 - FWD_SHARE) / M
     else:
-        from workloads.parallel.schedules import simulate  # pure Python (no MindSpore)
-
         one = dict(
             s, micro_batches=1, batch_size=float(s["batch_size"] or cal.batch_ref) / M, world_size=s["world_size"]
         )
@@ -587,7 +586,6 @@ def _overlaps(s: dict, hw: Hardware) -> bool:
 def calibrate(store, names: list[str], measure: str = "wall") -> Calibration:
     """Fit on stored runs: `names` are sweep ids, run ids, short ids or prefixes (`--from`); `measure`:
     wall-clock step time (the catalogue's step_time_s) or `cpu` (step_cpu_s)."""
-    from perfbench.predict.observe import observe, resolve_runs
 
     return fit([observe(store, r, measure=measure) for r in resolve_runs(store, names)])
 

@@ -20,7 +20,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+import analyzers
 from perfbench.errors import UserError
+from perfbench.predict import comm
+from perfbench.predict.hardware import load
 
 
 def _segments(start: np.ndarray, end: np.ndarray) -> list[tuple[float, float]]:
@@ -68,8 +71,6 @@ def replay_step(
 
 
 def replay_profile(profile, hardware=None) -> list[dict]:
-    from perfbench.predict import comm
-    from perfbench.predict.hardware import load
 
     hw = hardware or load("ascend910")
     ref = profile.reference_breakdown
@@ -147,7 +148,5 @@ def replay_profile(profile, hardware=None) -> list[dict]:
 
 
 def replay_path(path: str, hardware: str | None = None) -> list[dict]:
-    import analyzers
-    from perfbench.predict.hardware import load
 
     return replay_profile(analyzers.load_profile(path), load(hardware) if hardware else None)

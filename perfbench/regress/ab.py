@@ -32,9 +32,15 @@ from typing import Any
 import numpy as np
 import yaml
 
+from analyzers.analyses.steadiness import unsteady_reasons
+from analyzers.catalogue import METRICS as CATALOGUE
 from perfbench.errors import ConfigError, UserError
-from perfbench.regress.compare import METRICS
+from perfbench.regress.compare import METRICS, step_samples
+from perfbench.regress.history import gate_value
 from perfbench.regress.verdict import decide, exit_code, fold
+from perfbench.run.config import plan_point, section_of
+from perfbench.run.launcher import close_spare
+from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
 from perfbench.store import Store
 
 SIDES = ("baseline", "candidate")
@@ -126,7 +132,6 @@ def decide_paired(metric: str, pairs: list[tuple[float | None, float | None]], t
 
 def parse_set(text: str, cfg) -> tuple[str, object]:
     """'inject.busy_ms=4' or 'busy_ms=4' -> ('busy_ms', 4.0), checked against the config's workload."""
-    from perfbench.run.config import section_of
 
     if "=" not in text:
         raise UserError(f"bad --set {text!r}: expected KEY=VALUE, e.g. inject.busy_ms=4")
@@ -166,7 +171,6 @@ class SettingsSides:
     """Both sides from one config: baseline = its point, candidate = the point with the --set overrides."""
 
     def __init__(self, cfg, sets: list[str]):
-        from perfbench.run.config import plan_point
 
         self.cfg = cfg
         self.points = {"baseline": one_point(cfg)}
@@ -186,8 +190,6 @@ class SettingsSides:
         return {"workload": self.cfg.workload, **self.points[side]}
 
     def run(self, store: Store, ab_id: str, side: str, pair: int, attempt: int) -> dict:
-        from perfbench.run.config import plan_point
-        from perfbench.run.sweep import SweepEvents, execute_run
 
         run_id = f"{ab_id}-p{pair:02d}{'' if attempt == 0 else f'x{attempt}'}-{side[0]}"
         plan = plan_point(self.cfg, self.points[side], run_id, repeat=pair)
@@ -233,9 +235,6 @@ class CommandSides:
 
 def run_value(store: Store, rec: dict, metric: str) -> float | None:
     """A run's value in the paired test: its gate value (the 10% fastest steps), as the history gate uses."""
-    from analyzers.catalogue import METRICS as CATALOGUE
-    from perfbench.regress.compare import step_samples
-    from perfbench.regress.history import gate_value
 
     if rec.get("status") != "ok":
         return None
@@ -245,7 +244,6 @@ def run_value(store: Store, rec: dict, metric: str) -> float | None:
 
 def unsteady(rec: dict) -> list[str]:
     """Why a run is not steady enough to compare by its own CPU time ([] when it is, or when it cannot tell)."""
-    from analyzers.analyses.steadiness import unsteady_reasons
 
     return unsteady_reasons(rec.get("metrics") or {}, wall=False)  # by its CPU time: the wall clock is the load's
 
@@ -262,8 +260,6 @@ def run_ab(
     name: str = "ab",
     on_run=None,
 ) -> dict:
-    from perfbench.run.launcher import close_spare
-    from perfbench.run.sweep import new_sweep_id
 
     metrics = tuple(metrics or AB_METRICS)
     ab_id = new_sweep_id(f"{name}-ab")

@@ -20,12 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analyzers.catalogue import ADDING_PARTS, METRICS as CATALOGUE
+from analyzers.analyses.step_metrics import run_metrics, samples, step_series
+from analyzers.catalogue import ADDING_PARTS
+from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
 from analyzers.stats import mann_whitney_p, welch_ci
-from analyzers.analyses.step_metrics import run_metrics, samples, step_series
 from perfbench.errors import UserError
 from perfbench.store import Store
+from perfbench.views.compare import change, change_text, value
+from perfbench.views.run_report import ordered_advice
 
 #: the per-step metrics compare and check test, each defined once in analyzers/catalogue.py; per metric
 #: (higher is better, unit, kind), kind "ratio": relative change, "share": change in points.
@@ -109,7 +112,6 @@ class Comparison:
 
 def findings(store: Store, rec: dict) -> list[dict]:
     """The run's advice in its ranked order (analyzers.analyses.advice; perfbench.views.run_report.ordered_advice)."""
-    from perfbench.views.run_report import ordered_advice
 
     rid = rec["run_id"]
     return ordered_advice(store.read_table(rid, "advice") if "advice" in store.table_names(rid) else None)
@@ -381,7 +383,6 @@ def _md_table(headers: list[str], rows: list[list]) -> str:
 def to_markdown(cmp: Comparison) -> str:
     a, b = cmp.a["run_id"], cmp.b["run_id"]
     out = [f"# Compare `{a}` (A) → `{b}` (B)", ""]
-    from perfbench.views.compare import change, change_text, value
 
     if cmp.metrics:
         out += [

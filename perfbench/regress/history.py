@@ -30,9 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
+from analyzers.catalogue import METRICS
+from analyzers.catalogue import METRICS as CATALOGUE
+from analyzers.catalogue import metric as catalogued
 from analyzers.stats import mann_whitney_p
 from perfbench.errors import UserError
 from perfbench.regress.baseline import resolve_target, run_entry
+from perfbench.regress.changepoints import e_divisive, prediction_p, segments
 from perfbench.regress.check import DEFAULT_METRICS, IGNORED_SETTINGS, run_check
 from perfbench.regress.verdict import DECIDED, exit_code, fold
 from perfbench.store import Store, atomic_write_json
@@ -180,7 +184,6 @@ def _number(v) -> float | None:
 def series(history: list[dict], metric: str, *, config: str | None = None, ignore=("repeat",)) -> list[Series]:
     """One Series per configuration of `history` entries, points in entry order (then repeat).
     `config` keeps the configurations whose config_key starts with it or whose settings label contains it."""
-    from analyzers.catalogue import METRICS
 
     better = METRICS[metric].better if metric in METRICS else None
     out: dict[str, Series] = {}
@@ -224,7 +227,6 @@ def series_with_change_points(
 ) -> list[dict]:
     """Series.to_json() of each configuration plus the E-Divisive change points (perfbench.regress.changepoints) of its
     gate values: what `perfbench history` prints and the dashboard's History page draws."""
-    from perfbench.regress.changepoints import e_divisive
 
     out = []
     for ser in series(entries(store), metric, config=config, ignore=ignore):
@@ -270,9 +272,6 @@ def judge_series(
        Student-t prediction test (changepoint.prediction_p) AND the per-pair Mann–Whitney test on the
        per-step samples both give p < alpha and the current median is worse by more than `threshold`.
     """
-    from perfbench.regress.changepoints import e_divisive, prediction_p, segments
-
-    from analyzers.catalogue import metric as catalogued
 
     m = catalogued(metric)  # direction and unit: the metric catalogue
     higher, unit = m.better == "higher", m.unit
@@ -414,7 +413,6 @@ def run_history_check(
     Exit code: 1 if either judged a regression; else the per-pair check's code when a baseline was given;
     else 2 if no configuration had enough history, else 0. `history_metrics` (default: `metrics`) are the
     metrics judged against the history, `metrics` those of the per-pair check."""
-    from analyzers.catalogue import METRICS as CATALOGUE
 
     history_metrics = tuple(history_metrics or metrics)
     unknown = [m for m in history_metrics if m not in CATALOGUE or CATALOGUE[m].better is None]

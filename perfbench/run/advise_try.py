@@ -27,9 +27,13 @@ import time
 
 import pandas as pd
 
-from perfbench.run.config import RunPlan, parse_config, plan_point, section_of, short_name
+from analyzers.stats import welch_ci
 from perfbench.errors import ConfigError, UserError
 from perfbench.regress.history import _number as _num  # a finite number as float, else None
+from perfbench.run.config import RunPlan, parse_config, plan_point, section_of, short_name
+from perfbench.run.launcher import close_spare
+from perfbench.run.script import script_source
+from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
 from perfbench.store import Store
 
 #: run sources perfbench launched itself from a sweep config, so it can launch them again
@@ -125,8 +129,6 @@ def base_config(store: Store, record: dict):
         **{s: dict(rc.get(s) or {}) for s in ("model", "train", "profile", "parallel", "inject")},
     }
     if rc["workload"] == "script":  # the script and its knobs, templates back in place
-        from perfbench.run.script import script_source
-
         raw["script"] = script_source(rc["script"])
         raw["knobs"] = dict(rc.get("knobs") or {})
         raw.pop("model")
@@ -172,7 +174,6 @@ def plan_change(cfg, record: dict, change: dict, run_id: str, repeat: int) -> Ru
 def measured_gain(base_ms: list[float], fix_ms: list[float]) -> dict:
     """Measured gain of a fix in ms/step: mean(base) - mean(fix), with the Welch 95% interval of that difference
     (null with fewer than 2 values a side); every part null when a side has no value."""
-    from analyzers.stats import welch_ci
 
     if not base_ms or not fix_ms:
         return {"gain_ms": None, "low_ms": None, "high_ms": None, "n_base": len(base_ms), "n_fix": len(fix_ms)}
@@ -207,8 +208,6 @@ def try_fixes(
     """Run the `n` best knobs of `record`'s advice (`repeats` rounds, each the original then every fix) and
     return {session, of, fixes: [...], original: {...}}; the rows are also appended to the store's advice trials.
     `events`: perfbench.run.sweep.SweepEvents for progress; `announce(text)`: one line before each round."""
-    from perfbench.run.launcher import close_spare
-    from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
 
     if n < 1 or repeats < 1:
         raise UserError(f"--try {n} --repeats {repeats}: both must be at least 1")

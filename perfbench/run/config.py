@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from perfbench.errors import ConfigError
 from perfbench.run.config_models import (
     MODELS,
     SWEEPABLE,
@@ -27,12 +28,13 @@ from perfbench.run.config_models import (
     RunConfig,
     SweepFile,
     Train,
-    tidy_sections,
     config_error,
     show,
     suggest,
+    tidy_sections,
 )
-from perfbench.errors import ConfigError
+from perfbench.run.script import resolve_script, script_path
+from perfbench.tune.spec import parse_search
 
 WORKLOADS = tuple(MODELS)
 
@@ -81,8 +83,6 @@ class SweepConfig:
     def finish_run_config(self, run_config: dict) -> dict:
         """workload script: the run's resolved `script` section (templates over its settings)."""
         if self.workload == "script" and self.script is not None:
-            from perfbench.run.script import resolve_script
-
             run_config["script"] = resolve_script(self.script, run_config)
         return run_config
 
@@ -336,8 +336,6 @@ def parse_config(raw: Any, default_name: str = "sweep", base_dir: Path | None = 
     for plan in cfg.plan(strict=False):
         _check_run(plan)
     if top.search is not None:
-        from perfbench.tune.spec import parse_search
-
         cfg.search = parse_search(top.search, cfg)
     return cfg
 
@@ -372,7 +370,6 @@ def _script_section(top: SweepFile, raw: dict, base_dir: Path | None) -> dict | 
             raise ConfigError(f"knobs.{name}: the knob has no value: give it a default (or sweep it as knobs.{name})")
         if value is not None and not isinstance(value, (str, int, float, bool)):
             raise ConfigError(f"knobs.{name}: {show(value)} must be a string, number or true/false")
-    from perfbench.run.script import script_path
 
     sc = top.script.model_dump()
     sc["path"] = script_path(sc["path"], base_dir or Path.cwd())

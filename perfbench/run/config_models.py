@@ -19,6 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidato
 from pydantic_core import PydanticCustomError
 
 from perfbench.errors import ConfigError
+from perfbench.run.script import script_rules
+from perfbench.tune.spec import SearchSpec
 from workloads.parallel.rules import validate_parallel
 
 
@@ -492,8 +494,6 @@ def run_rules(run: RunConfig) -> RunConfig:
     if run.inject.straggler_rank is not None and run.inject.straggler_rank >= ws:
         raise rule(f"inject.straggler_rank ({run.inject.straggler_rank}) must be less than world_size ({ws})")
     if run.workload == "script":  # what a user's script can be given (perfbench/run/script.py)
-        from perfbench.run.script import script_rules
-
         problems = script_rules((run.script or {}).get("framework", ""), par.model_dump(), ws)
         if problems:
             raise rule(problems[0] + " (refused before running)")
@@ -517,7 +517,6 @@ def _axis(field) -> Any:
 
 def json_schema() -> dict:
     """The sweep YAML's JSON Schema (draft 2020-12), for yaml-language-server and other editors."""
-    from perfbench.tune.spec import SearchSpec
 
     axes: dict[str, Any] = {"world_size": (Union[list[Annotated[int, Field(ge=1)]], Range, int, None], Field(None))}
     for cls in (*SWEEPABLE.values(), *MODELS.values()):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
+import analyzers
 from perfbench.errors import UserError
 from perfbench.store import Store
 
@@ -63,7 +64,6 @@ def _profile_root(artifacts: Path) -> Path | None:
 
 def load_run_profile(root: Path, run_config: dict, steps: pd.DataFrame, meta: dict[int, dict]):
     """The run's profiler output, whatever format it is in (CPU on this machine, msprof/Ascend on NPUs)."""
-    import analyzers
 
     m0 = meta.get(0, {})
     pmeta = {"world_size": run_config["world_size"], "run_id": run_config.get("run_id")}
@@ -106,7 +106,6 @@ def store_analysis(
 ):
     """Run every registered analysis and write its tables (and the parsed profile's) into the store.
     Returns the Analysis with `warnings` (the parsers' and the skipped analyses' reasons) attached."""
-    import analyzers
 
     ws = workload_steps if workload_steps is not None and not workload_steps.empty else None
     sp = spans if spans is not None and not spans.empty else None
@@ -152,7 +151,6 @@ def rank_detail(store: Store, run_id: str, rank: int, config: dict | None = None
             for t in RANK_DETAIL_TABLES
             if (df := store.read_table(run_id, rank_detail_name(rank, t))) is not None and len(df)
         }
-    import analyzers
 
     ranks = store.read_table(run_id, "profile_ranks")
     if ranks is None or not len(ranks):

@@ -28,6 +28,8 @@ from typing import Callable
 
 import psutil
 
+from perfbench.errors import UserError
+from perfbench.run import script as script_mod
 from perfbench.startup import PIN_VAR, process_started
 
 ENTRY = Path(__file__).resolve().parents[2] / "workloads" / "entry.py"
@@ -88,8 +90,6 @@ def msrun_executable() -> str:
 
     found = shutil.which("msrun")
     if not found:
-        from perfbench.errors import UserError
-
         raise UserError(
             "msrun not found: install the training extra (`pip install -e '.[train]'`), "
             "which brings MindSpore and msrun"
@@ -302,8 +302,6 @@ def launch(
     torch_job = script is not None and script.get("framework") == "pytorch"
     tool = "torchrun" if torch_job else "msrun"
     if script is not None:
-        from perfbench.run import script as script_mod
-
         warm = skip_teardown = False
     if torch_job:
         bind = False

@@ -27,6 +27,11 @@ import signal
 import subprocess
 import sys
 
+# kill_run is imported at the top, before any signal can arrive: imported inside the handler, it failed when a
+# second signal came while the first handler was importing ("partially initialized module"), and the run's
+# `tail -f` processes outlived a SIGKILLed sweep
+from perfbench.run.launcher import kill_run
+
 PR_SET_PDEATHSIG = 1
 
 
@@ -40,11 +45,6 @@ def _set_parent_death_signal(sig: int) -> bool:
 
 def _arm(handler) -> None:
     """SIGTERM and SIGHUP reap the run (the parent's death arrives as SIGTERM)."""
-    # kill_run is imported here, before any signal can arrive: imported inside the handler, it failed when a
-    # second signal came while the first handler was importing ("partially initialized module"), and the
-    # run's `tail -f` processes outlived a SIGKILLed sweep
-    import perfbench.run.launcher  # noqa: F401
-
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
 
@@ -54,7 +54,6 @@ def _reap_and_exit(signum: int, tag: str | None, child: subprocess.Popen | None 
     Further SIGTERM/SIGHUP are ignored so that they cannot interrupt the kill passes."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    from perfbench.run.launcher import kill_run  # already imported by _arm: a lookup
 
     try:
         if child is not None and child.poll() is None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Callable
 
 from perfbench import __version__
-from perfbench.run.config import RunPlan, SweepConfig
 from perfbench.errors import UserError
-from perfbench.run.ingest import ingest_run
+from perfbench.run.config import RunPlan, SweepConfig
+from perfbench.run.ingest import ingest_run, read_meta
 from perfbench.run.launcher import (
     close_spare,
     kill_stale,
@@ -28,6 +28,7 @@ from perfbench.run.launcher import (
     threads_per_rank,
     write_json,
 )
+from perfbench.run.slurm import job_info, launch_slurm, slurm_tool
 from perfbench.store import FINISHED, Store
 
 
@@ -80,8 +81,6 @@ def run_sweep(
 ) -> dict:
     events = events or SweepEvents()
     if cfg.launch["backend"] == "slurm":  # before anything is written: a clear error where Slurm is missing
-        from perfbench.run.slurm import slurm_tool
-
         for tool in ("sbatch", "scontrol", "scancel"):
             slurm_tool(tool)
     sweep = latest_sweep(store, cfg.name) if resume else None
@@ -215,8 +214,6 @@ def execute_run(
 
     try:
         if slurm:
-            from perfbench.run.slurm import launch_slurm
-
             result = launch_slurm(
                 config_path,
                 rc,
@@ -280,7 +277,6 @@ def execute_run(
 
 def script_capture(record: dict, metrics_dir: Path) -> list[str]:
     """workload script: how its steps were found (record["capture"]) and, when none were, why (a warning)."""
-    from perfbench.run.ingest import read_meta
 
     meta = read_meta(metrics_dir)
     m0 = meta.get(0) or next(iter(meta.values()), {})
@@ -310,7 +306,6 @@ def live_slurm_job(existing: dict | None) -> str | None:
     job_id = ((existing or {}).get("slurm") or {}).get("job_id")
     if not job_id or existing.get("status") in FINISHED:
         return None
-    from perfbench.run.slurm import job_info
 
     info = job_info(job_id)
     if info is None or info.state == "CANCELLED":  # cancelled (Ctrl-C, timeout): run it again

@@ -10,11 +10,11 @@ measured peak decides afterwards (tune.constraint_values: measured above the lim
 from __future__ import annotations
 
 from perfbench.errors import UserError
+from perfbench.predict.memory import MemoryObservation, fit_memory, memory_settings, observe_memory, predict_memory
 
 
 def predicted_over_limit(store, study_id: str, run_config: dict, limit_bytes: float) -> dict | None:
     """{peak_bytes, interval, reason} when the point is predicted not to fit, else None (fits, or unknown)."""
-    from perfbench.predict.memory import MemoryObservation, fit_memory, memory_settings, observe_memory, predict_memory
 
     pairs: list[tuple[MemoryObservation, float | None]] = []
     for rec in store.list_runs(sweep=study_id):

@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from analyzers.analyses.step_metrics import WORKLOAD_COLUMNS, samples, step_series
 from analyzers.catalogue import SERIES_COLUMN
-from analyzers.analyses.step_metrics import WORKLOAD_COLUMNS
-from perfbench.run.config import Range, SweepConfig, plan_point, short_name
 from perfbench.errors import ConfigError, UserError
-from perfbench.store import Store
+from perfbench.run.config import Range, SweepConfig, plan_point, short_name
+from perfbench.run.ingest import read_workload_steps
+from perfbench.run.launcher import close_spare, kill_stale
 from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
+from perfbench.store import Store
+from perfbench.tune.confirm import confirm
 from perfbench.tune.memory import predicted_over_limit
 from perfbench.tune.report import answer, best_trial, study_db
 from perfbench.tune.spec import Bound, MemoryLimit, SearchSpec, default_trials, direction
@@ -193,9 +196,6 @@ class LiveObjective:
     def __call__(self, counts: dict[int, int]) -> str | None:
         import statistics
 
-        from analyzers.analyses.step_metrics import samples, step_series
-        from perfbench.run.ingest import read_workload_steps
-
         if self.objective not in LIVE_OBJECTIVES:
             return None
         steps = read_workload_steps(self.metrics_dir)
@@ -341,8 +341,6 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
             events,
         )
     finally:
-        from perfbench.run.launcher import close_spare
-
         close_spare()
 
 
@@ -375,8 +373,6 @@ def _search(
         rec["wall_s"] = round(rec.get("wall_s", 0.0) + time.time() - started, 3)
         started = time.time()
         store.write_sweep(rec)
-
-    from perfbench.tune.confirm import confirm
 
     # the best few re-measured interleaved (its last round profiled): the answer does not trust one lucky run
     conf = confirm(
@@ -566,8 +562,6 @@ def _abandon_unfinished(study, store: Store) -> None:
     ("interrupted"), mark the trial failed and queue its point again. An interrupted trial neither counts
     against the budget nor stands for its point."""
     import optuna
-
-    from perfbench.run.launcher import kill_stale
 
     for t in study.trials:
         if t.state != optuna.trial.TrialState.RUNNING:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from analyzers.catalogue import METRICS
 from perfbench.errors import ConfigError
 
 
@@ -96,7 +97,6 @@ class SearchSpec(BaseModel):
 
 def direction(metric_name: str) -> str:
     """'maximize' or 'minimize', from the metric catalogue's `better`."""
-    from analyzers.catalogue import METRICS
 
     m = METRICS.get(metric_name)
     if m is None:
@@ -135,7 +135,6 @@ def parse_search(raw: Any, cfg) -> SearchSpec:
         if isinstance(c, Bound):
             if c.min is None and c.max is None:
                 raise ConfigError(f"search.constraints: {{metric: {c.metric}}} needs `min` or `max`")
-            from analyzers.catalogue import METRICS
 
             if c.metric not in METRICS:
                 raise ConfigError(f"search.constraints: {c.metric!r} is not a metric of the catalogue")

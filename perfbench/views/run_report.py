@@ -8,7 +8,6 @@ long text wraps; `--json` (perfbench/commands/show.py) has every row of every ta
 from __future__ import annotations
 
 import json
-
 import math
 from typing import Any
 
@@ -16,9 +15,10 @@ import numpy as np
 import pandas as pd
 from rich.markup import escape
 
+from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, KEY_METRICS, METRICS, format_value, unit_label
 from analyzers.schema import BREAKDOWN_PARTS, STEP_SHARE_PARTS
-from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
+from perfbench.views.results import dropped_note, fit_columns
 
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 #: the share of the step each part of the breakdown takes, shown next to its time
@@ -68,7 +68,6 @@ def cell(column: str, v: Any) -> str:
 def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int | None = None, width: int | None = None):
     """A rich Table of `df`'s `columns` (name -> heading, in priority order), all-empty columns left out, cells
     formatted. `width`: the last columns are left out until it fits (said in its caption); numbers never wrap."""
-    from perfbench.views.results import dropped_note, fit_columns
 
     cols = {c: h for c, h in columns.items() if c in df.columns and not df[c].map(_missing).all()}
     rows = df if max_rows is None else df.head(max_rows)

@@ -286,3 +286,134 @@ def test_the_sublayer_checker_catches_a_synthetic_violation(module, source):
     fake[module] = imports(module, source, set(edges))
     bad = sublayer_violations(fake)
     assert len(bad) == 1 and bad[0].startswith(f"{module}:"), bad
+
+
+# ---- imports at the top ------------------------------------------------------------------------------------------
+
+#: a project import inside a function is there to defer a heavy library: allowed when the imported module brings
+#: (at its top, directly or through the project modules it imports at their top) a heavy library that the importing
+#: module does not. That covers the CLI's one deferral (a command's `run` imports its implementation, which
+#: imports pandas & co.; docs/architecture.md, "Heavy libraries") and the workloads' MindSpore modules.
+HEAVY = ("pandas", "numpy", "pyarrow", "duckdb", "scipy", "mindspore", "torch", "dash", "plotly", "optuna")
+#: the other function-level project imports, each with its reason
+FUNCTION_IMPORTS_ALLOWED = {
+    # the CLI's one deferral: a command's `run` imports its implementation (docs/architecture.md, "Heavy
+    # libraries"): a command line imports that command's module alone, and its top only light modules
+    "perfbench.commands": "the CLI's per-command deferral",
+    # the Ascend format entries load their parser on first use (a format registry of names, docs/analyzers.md)
+    "analyzers.parsers.ascend.formats": "lazy format registry",
+    # the capture module's `capture.Callback` (PEP 562 __getattr__) and the framework chosen at run time
+    "perfbench.capture": "PEP 562 attribute, pending: capture/ is being reworked",
+    "perfbench.capture.framework": "the framework of the process, pending: capture/ is being reworked",
+    "perfbench.capture.run": "the framework of the script, pending: capture/ is being reworked",
+    # pending: being split into a package (the advice rules)
+    "analyzers.analyses.advice": "pending split",
+    "analyzers.analyses.advice_memory": "pending split",
+    # pending: the Ascend parsers' import-speed rework (parsers/ascend) is in flight
+    "analyzers.parsers.ascend.text": "pending",
+    "analyzers.parsers.ascend.db": "pending",
+    "analyzers.parsers.ascend.cluster_output": "pending",
+    # pending: the script workload is being reworked
+    "perfbench.run.script": "pending",
+}
+
+
+def _top_level_nodes(tree: ast.Module):
+    """The statements that run at import (module level, inside if/try at module level; not `if TYPE_CHECKING`)."""
+    todo = list(tree.body)
+    while todo:
+        n = todo.pop()
+        if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test):
+            todo.extend(n.orelse)
+            continue
+        if isinstance(n, (ast.If, ast.Try, ast.With)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                todo.extend(getattr(n, field, []) or [])
+            continue
+        if isinstance(n, ast.ExceptHandler):
+            todo.extend(n.body)
+            continue
+        yield n
+
+
+def import_split(root: Path = ROOT):
+    """({module: top-level project imports}, {module: top-level third-party roots}, {module: [(line, target)] of
+    project imports inside functions})."""
+    mods = modules(root)
+    known = set(mods)
+    top: dict[str, set[str]] = {}
+    third: dict[str, set[str]] = {}
+    inner: dict[str, list[tuple[int, str]]] = {}
+    for m, path in mods.items():
+        tree = ast.parse(path.read_text())
+        is_pkg = path.name == "__init__.py"
+        top[m], third[m], inner[m] = set(), set(), []
+        for n in _top_level_nodes(tree):
+            if isinstance(n, ast.Import):
+                third[m] |= {a.name.split(".")[0] for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and not n.level and n.module:
+                third[m].add(n.module.split(".")[0])
+            if isinstance(n, (ast.Import, ast.ImportFrom)):
+                top[m] |= {t for t, _ in imports(m, ast.unparse(n), known, is_pkg)}
+        for f in ast.walk(tree):
+            if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                for n in f.body:
+                    for s in ast.walk(n):
+                        if isinstance(s, (ast.Import, ast.ImportFrom)):
+                            inner[m] += [(s.lineno, t) for t, _ in imports(m, ast.unparse(s), known, is_pkg)]
+    return top, third, {m: sorted(set(v)) for m, v in inner.items() if v}
+
+
+def heavy_at_import(top: dict[str, set[str]], third: dict[str, set[str]]) -> dict[str, set[str]]:
+    """{module: the heavy libraries importing it loads} (its own top-level imports and its project imports')."""
+    memo: dict[str, set[str]] = {}
+
+    def of(m: str, seen: frozenset = frozenset()) -> set[str]:
+        if m not in memo:
+            own = third.get(m, set()) & set(HEAVY)
+            for t in top.get(m, ()):
+                if t not in seen:
+                    own |= of(t, seen | {m})
+            parent = m.rpartition(".")[0]  # importing a.b imports the package a first
+            if parent and parent in top and parent not in seen:
+                own |= of(parent, seen | {m})
+            memo[m] = own
+        return memo[m]
+
+    return {m: of(m) for m in top}
+
+
+def function_import_violations(root: Path = ROOT, allowed=FUNCTION_IMPORTS_ALLOWED) -> list[str]:
+    top, third, inner = import_split(root)
+    heavy = heavy_at_import(top, third)
+    bad = []
+    for m, items in sorted(inner.items()):
+        if any(m == a or m.startswith(a + ".") for a in allowed):
+            continue
+        for line, t in items:
+            if not heavy[t] - heavy[m]:
+                bad.append(
+                    f"{m}:{line} imports {t} inside a function (it defers no heavy library: import it at the top)"
+                )
+    return bad
+
+
+def test_project_imports_sit_at_the_top_unless_they_defer_a_heavy_library():
+    bad = function_import_violations()
+    assert bad == [], f"{len(bad)}:\n" + "\n".join(bad)
+
+
+def test_the_function_import_allow_list_is_short_and_current():
+    _, _, inner = import_split()
+    assert len(FUNCTION_IMPORTS_ALLOWED) <= 12
+    stale = [a for a in FUNCTION_IMPORTS_ALLOWED if not any(m == a or m.startswith(a + ".") for m in inner)]
+    assert stale == [], stale
+
+
+def test_a_command_defers_its_implementation_and_a_needless_inner_import_is_caught(tmp_path):
+    """A command's `run` importing the store (pandas) is the CLI's deferral; a pandas module importing another
+    pandas module inside a function is not."""
+    top, third, inner = import_split()
+    heavy = heavy_at_import(top, third)
+    assert "pandas" in heavy["perfbench.store"] and "pandas" not in heavy["perfbench.commands.show"]
+    assert heavy["analyzers.analyses.breakdown"] >= {"pandas"} and heavy["analyzers.schema"] >= {"pandas"}

@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads.moe.model import SyntheticTokens, build_layers, build_loss
+from workloads.parallel.compression import make_reducer
+from workloads.parallel.experts import build_expert_comm, default_impl
+from workloads.parallel.layout_math import comm_bytes_per_call, moe_tp_comm_per_microbatch, stage_bounds
+from workloads.parallel.pipeline import PipelineTrainer, create_groups
 from workloads.parallel.rules import parallel_layout
+from workloads.parallel.tensor import build_f_g
 
 
 class MoEWorkload:
     def __init__(self, ctx):
         import mindspore as ms
-
-        from workloads.moe.model import SyntheticTokens, build_layers, build_loss
-        from workloads.parallel.experts import build_expert_comm, default_impl
-        from workloads.parallel.layout_math import comm_bytes_per_call, stage_bounds
-        from workloads.parallel.pipeline import PipelineTrainer, create_groups
 
         cfg = ctx.config
         m, t, par = cfg["model"], cfg["train"], dict(cfg["parallel"])
@@ -52,8 +53,6 @@ class MoEWorkload:
         ep_group = groups[2]
         tp = None
         if TP > 1:
-            from workloads.parallel.tensor import build_f_g
-
             tp = (lambda: build_f_g(groups[3]), TP, tpr)
         costs = [0.25] + [1.0] * L + [0.5]
         lo, hi = stage_bounds(costs, S, par.get("pipeline_split"))[stage]
@@ -76,7 +75,6 @@ class MoEWorkload:
 
         reducer_factory = None
         if S == 1 and D > 1 and TP == 1:
-            from workloads.parallel.compression import make_reducer
 
             def reducer_factory(shapes, world):
                 cell, info, comm = make_reducer(par, shapes, world)
@@ -99,7 +97,6 @@ class MoEWorkload:
         nbytes, n = comm_bytes_per_call(impl, D, E, C, H)
         # per micro-batch and MoE layer: forward, re-materialized forward, backward (each 2 collectives)
         self.expert_comm_step = (3 * nbytes * my_moe_layers * M, 3 * n * my_moe_layers * M)
-        from workloads.parallel.layout_math import moe_tp_comm_per_microbatch
 
         tb, tn = moe_tp_comm_per_microbatch(tokens, H, E, C, TP)
         # per micro-batch and block: g forward, g in the re-materialized forward, f backward (2 all-reduces each)

@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from workloads.parallel.layout_math import capacity
+from workloads.parallel.tensor import column_slice, qkv_rows
 
 
 def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer, tp=None):
@@ -39,8 +40,6 @@ def build_layers(m: dict, *, tokens: int, seq_len: int, seed: int, ep_for_layer,
     C = capacity(tokens, E, k, cf)
     hd = H // nh
     make_f_g, TP, tpr = tp if tp is not None and tp[1] > 1 else (None, 1, 0)
-    if TP > 1:
-        from workloads.parallel.tensor import column_slice, qkv_rows
 
     class Embedding(nn.Cell):
         def __init__(self):

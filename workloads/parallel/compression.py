@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 
-from workloads.parallel.bucketing import plan_buckets
+from workloads.parallel.bucketing import BucketAllReduce, compile_construct, emit_bucket_allreduce, plan_buckets
 
 
 def _matrix_shape(shape) -> tuple[int, int] | None:
@@ -73,8 +73,6 @@ def powersgd_ranks(shapes, ratio: float) -> list[int]:
 def make_reducer(parallel: dict, shapes, world_size: int, keep: set[int] | None = None):
     import mindspore as ms
 
-    from workloads.parallel.bucketing import BucketAllReduce
-
     kind = parallel.get("grad_compression", "none")
     fusion = parallel.get("comm_fusion", 0)
     shapes = [tuple(int(d) for d in s) for s in shapes]
@@ -117,8 +115,6 @@ def _topk(shapes, fusion, world_size: int, ratio: float):
     """
     import numpy as np
     from mindspore import Parameter, Tensor, nn, ops
-
-    from workloads.parallel.bucketing import compile_construct
 
     fp32 = [int(math.prod(s)) * 4 for s in shapes]
     buckets = plan_buckets(fp32, fusion)
@@ -182,8 +178,6 @@ MAX_RANK = 32  # upper bound on the PowerSGD rank per matrix
 def _powersgd(shapes, ranks, fusion, world_size: int, seed: int):
     import numpy as np
     from mindspore import Parameter, Tensor, nn, ops
-
-    from workloads.parallel.bucketing import compile_construct, emit_bucket_allreduce
 
     plain = [i for i, r in enumerate(ranks) if r == 0]
     comp = [i for i, r in enumerate(ranks) if r > 0]

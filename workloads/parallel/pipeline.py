@@ -29,7 +29,9 @@ import math
 
 import numpy as np
 
+from workloads.optimizers import make_optimizer
 from workloads.parallel.layout_math import stage_bounds
+from workloads.parallel.p2p import make_link
 from workloads.parallel.rules import layout_groups, stage_layout
 from workloads.parallel.schedules import schedule as make_schedule
 
@@ -49,7 +51,6 @@ def create_groups(rank: int, world: int, stages: int, tp: int = 1):
     Names: ``rules.layout_groups``.  Every rank walks the same global order, so group creation cannot wait
     in a cycle.
     """
-    from workloads.parallel.p2p import make_link
 
     prev_link = next_link = dp_group = tp_group = None
     if world <= 1:
@@ -158,8 +159,6 @@ class PipelineTrainer:
         local = local_param_filter or (lambda p: False)
         self.local_mask = [bool(local(p)) for p in self.params]
         if optimizer is None:
-            from workloads.optimizers import make_optimizer
-
             self.opt = make_optimizer(self.params, cfg["train"])
         else:
             self.opt = optimizer(self.params)

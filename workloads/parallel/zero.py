@@ -25,6 +25,8 @@ Losses equal stage 0's: the same reduced gradients feed the same update rule, th
 
 from __future__ import annotations
 
+from workloads.parallel.bucketing import compile_construct
+
 STAGES = (0, 1, 2)
 
 
@@ -50,8 +52,6 @@ def shard_bytes(sizes: list[int], dp: int) -> list[int]:
 
 def _build_cell():
     from mindspore import nn, ops
-
-    from workloads.parallel.bucketing import compile_construct
 
     class ZeroTrainStep(nn.Cell):
         """loss -> grads -> all-reduce (reducer) -> update of the owned shard (ZeroSync then broadcasts).

@@ -26,6 +26,13 @@ import numpy as np
 from perfbench.errors import ConfigError
 from workloads.data import make_image_data
 from workloads.optimizers import make_optimizer
+from workloads.parallel.bucketing import parse_fusion
+from workloads.parallel.compression import make_reducer
+from workloads.parallel.overlap import OverlapTrainStep
+from workloads.parallel.pipeline import PipelineTrainer, create_groups
+from workloads.parallel.precision import OVERFLOW_BOOST, LossScaleTrainStep, apply_precision
+from workloads.parallel.rules import parallel_layout
+from workloads.parallel.zero import ZeroSync, ZeroTrainStep, shard_owners
 
 COMPRESSIONS = ("none", "fp16", "powersgd", "topk")
 FUSION_IMPLS = ("perfbench", "mindspore")
@@ -89,7 +96,6 @@ class ResNetWorkload:
         import mindspore as ms
         from mindspore import nn
 
-        from workloads.parallel.bucketing import parse_fusion
         from workloads.resnet50.model import ResNet, param_count
 
         self.ctx = ctx
@@ -109,8 +115,6 @@ class ResNetWorkload:
             elif fusion_mb > 0:
                 kw["comm_fusion"] = {"allreduce": {"mode": "size", "config": max(1, int(round(fusion_mb)))}}
             ms.set_auto_parallel_context(**kw)
-
-        from workloads.parallel.precision import apply_precision
 
         self.precision = str(t.get("precision", "fp32"))
         self.overflow_step = (cfg.get("inject") or {}).get("overflow_step")
@@ -138,9 +142,6 @@ class ResNetWorkload:
         if zero and ws > 1:
             from mindspore import ParameterTuple
 
-            from workloads.parallel.compression import make_reducer
-            from workloads.parallel.zero import ZeroSync, ZeroTrainStep, shard_owners
-
             numels = [int(math.prod(s)) for s in shapes]
             owners = shard_owners(numels, ws)
             keep = {i for i, o in enumerate(owners) if o == ctx.rank} if zero == 2 else None
@@ -162,12 +163,8 @@ class ResNetWorkload:
             reducer_info = dict(info, fusion_impl_used="perfbench")
             zero_info["zero_shard_params"] = mine
         elif self.precision == "fp16":
-            from workloads.parallel.precision import LossScaleTrainStep
-
             reducer, reducer_info = None, {"fusion_impl_used": "none (world_size 1)"}
             if ws > 1:
-                from workloads.parallel.compression import make_reducer
-
                 reducer, info, comm = make_reducer(par, shapes, ws)
                 self.step_comm.extend(comm)
                 reducer_info = dict(info, fusion_impl_used="perfbench")
@@ -180,8 +177,6 @@ class ResNetWorkload:
                 int(t.get("loss_scale_window", 1000)),
             )
         elif self.overlap:
-            from workloads.parallel.overlap import OverlapTrainStep
-
             self.opt = make_optimizer(params, t)
             self.train = OverlapTrainStep(ctx, self.net_loss, self.opt, shapes, par["comm_fusion"], ws)
             self.step_comm.extend(self.train.comm)
@@ -198,8 +193,6 @@ class ResNetWorkload:
                 "mindspore_comm_fusion": ms.get_auto_parallel_context("comm_fusion") if ws > 1 else None,
             }
         else:
-            from workloads.parallel.compression import make_reducer
-
             reducer, info, comm = make_reducer(par, shapes, ws)
             self.step_comm.extend(comm)
             self.opt = make_optimizer(params, t)
@@ -265,7 +258,6 @@ class ResNetWorkload:
         """fp16: the loss-scale boost of this step (inject.overflow_step forces an overflow)."""
         if self.precision != "fp16":
             return ()
-        from workloads.parallel.precision import OVERFLOW_BOOST
 
         boost = OVERFLOW_BOOST if self.overflow_step is not None and step == int(self.overflow_step) else 1.0
         return (self.ms.Tensor(boost, self.ms.float32),)
@@ -300,8 +292,6 @@ class ResNetPipelineWorkload:
         import mindspore as ms
         from mindspore import nn
 
-        from workloads.parallel.pipeline import PipelineTrainer, create_groups
-        from workloads.parallel.rules import parallel_layout
         from workloads.resnet50.model import ResNet, layer_costs, param_count, pipeline_layers
 
         cfg = ctx.config
@@ -333,7 +323,6 @@ class ResNetPipelineWorkload:
 
         reducer_factory = None
         if S == 1 and D > 1:
-            from workloads.parallel.compression import make_reducer
 
             def reducer_factory(shapes, world):
                 cell, info, comm = make_reducer(par, shapes, world)

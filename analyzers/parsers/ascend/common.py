@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyzers.groups import groups_from_metadata
+from analyzers.schema import Columns
 from analyzers.schema import comm_op_type as comm_op_type  # its home is the schema; re-exported for the parsers
-
 from perfbench.errors import ProfileFormatError
 
 OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
@@ -155,7 +156,6 @@ def read_small_csv(
         or not set(names) <= set(numeric) | set(integer)
     ):
         return None
-    from analyzers.schema import Columns
 
     cols: dict[str, list] = {n: [] for n in names}
     for row in rows[1:]:
@@ -352,7 +352,6 @@ def rank_info(rank_dir: Path) -> dict:
 
 def parallel_groups(metadata: dict) -> dict:
     """Parallel groups from profiler_metadata.json (analyzers.groups.groups_from_metadata)."""
-    from analyzers.groups import groups_from_metadata
 
     return groups_from_metadata(metadata)
 

@@ -21,7 +21,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analyzers.schema import COMM_OPS, OPS, RANKS, STEPS, Profile, conform, step_of
+from analyzers.parsers.ascend.common import read_csv
+from analyzers.parsers.trace_view import iter_events
+from analyzers.schema import COMM_OPS, MEMORY, OPS, RANKS, STEPS, Profile, conform, empty, step_of
 from perfbench.errors import ProfileFormatError
 
 #: CPU op types that are collectives, and their normalized names
@@ -105,7 +107,6 @@ def read_timestamps(path: Path, rank: int) -> pd.DataFrame:
 
 
 def read_trace_view_ops(path: Path, rank: int) -> pd.DataFrame:
-    from analyzers.parsers.trace_view import iter_events
 
     pid_names: dict = {}
     rows = []
@@ -211,8 +212,6 @@ def read_memory_record(path: Path, rank: int) -> pd.DataFrame:
     """`FRAMEWORK/cpu_ms_memory_record_{rank}.txt` (written with profile_memory=True): `Timestamp(ns),Total
     Allocated(Byte),Total Reserved(Byte),Total Active(Byte)`, one row per allocation or free of MindSpore's CPU
     allocator -> schema MEMORY rows (component "cpu"). A damaged file raises ProfileFormatError naming it."""
-    from analyzers.parsers.ascend.common import read_csv
-    from analyzers.schema import MEMORY
 
     df = read_csv(
         path,
@@ -319,7 +318,6 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
     ranks = pd.DataFrame(rank_rows).drop_duplicates("rank")
     ranks["world_size"] = world_size
     meta.setdefault("device_type", "CPU")
-    from analyzers.schema import MEMORY, empty
 
     memory = pd.concat(mem_frames, ignore_index=True) if mem_frames else empty(MEMORY)
     memory = memory[~memory["rank"].isin(bad_memory)].sort_values(["rank", "ts_us"], kind="stable")

@@ -31,9 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from analyzers.groups import groups_from_strategy
 from analyzers.parsers.msprof.common import comm_op_type, link_rows, op_type_from_name
 from analyzers.parsers.msprof.csvread import read_table, to_number, to_numbers
-from analyzers.groups import groups_from_strategy
+from analyzers.parsers.msprof.parser import _units as msprof_units
+from analyzers.parsers.msprof.parser import parse as msprof_parse
 from analyzers.schema import (
     COMM_BANDWIDTH,
     COMM_OPS,
@@ -577,8 +579,6 @@ def _with_msprof_below(legacy: Profile, path: Path) -> Profile:
     """`legacy` plus the msprof jobs (PROF_*) below `path`. A rank found in both keeps the richer
     source (op data first, then collectives, steps, breakdown; msprof on a tie) and a warning names the
     files not used; every other rank of either source is kept."""
-    from analyzers.parsers.msprof.parser import _units as msprof_units
-    from analyzers.parsers.msprof.parser import parse as msprof_parse
 
     if not msprof_units(path):
         return legacy

@@ -35,6 +35,7 @@ import pandas as pd
 from analyzers.parsers.msprof.common import comm_op_type, link_rows, op_type_from_name
 from analyzers.parsers.msprof.csvread import read_table, to_numbers
 from analyzers.parsers.msprof.files import device_id, device_info, summary_files
+from analyzers.parsers.trace_view import iter_events
 from analyzers.schema import (
     COMM_BANDWIDTH,
     COMM_OPS,
@@ -305,7 +306,6 @@ def _trace(path: Path):
 def _iter_events(path: Path):
     """analyzers.parsers.trace_view.iter_events, falling back to ijson's pure-Python backend when the C backend
     (yajl) overflows: msprof writes 64-bit unsigned ids such as connection_id 18446744073709551615."""
-    from analyzers.parsers.trace_view import iter_events
 
     try:
         yield from list(iter_events(path))
