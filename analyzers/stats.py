@@ -1,4 +1,5 @@
-"""The two-sample statistics perfbench decides with: the Welch interval of a difference of means and the
+"""The two-sample statistics perfbench decides with (and the numeric helpers below them: `finite`, `median`,
+`step_ms`): the Welch interval of a difference of means and the
 Mann-Whitney U test's p-value (scipy), shared by compare/check (perfbench/) and the analyses that judge a run
 against itself (analyzers/analyses/steadiness.py)."""
 
@@ -10,6 +11,33 @@ import numpy as np
 
 #: confidence level of the intervals a run gives of its own estimates (profiler_overhead, capture_cost)
 LEVEL = 0.95
+
+
+# ---- the small numeric helpers every layer shares (one home each) --------------------------------------------
+
+
+def finite(v) -> float | None:
+    """`v` as a float when it is a finite real number (NumPy's included; not a bool or a string), else None
+    (unknown is None, never 0)."""
+    if v is None or isinstance(v, (bool, np.bool_, str, bytes)):
+        return None
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) else None
+
+
+def median(values) -> float | None:
+    """The median of the finite values (None, NaN and inf passed over), None without any."""
+    v = [f for f in (finite(x) for x in values) if f is not None]
+    return float(np.median(v)) if v else None
+
+
+def step_ms(step_time_s) -> float | None:
+    """A step time in seconds as milliseconds, None unless it is a finite number > 0."""
+    v = finite(step_time_s)
+    return v * 1000.0 if v is not None and v > 0 else None
 
 
 def welch_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float] | None:

@@ -19,11 +19,11 @@ Metrics: peak_memory_bytes, memory_headroom (definitions in analyzers/catalogue.
 
 from __future__ import annotations
 
-import math
 
 import pandas as pd
 
 from analyzers.context import Context, Output
+from analyzers.stats import finite
 
 #: the framework allocator's component in memory records, most inclusive first (torch_npu writes PTA, GE and
 #: their sum PTA+GE; MindSpore on Ascend MINDSPORE / MindSpore; MindSpore's CPU profiler "cpu")
@@ -55,14 +55,6 @@ MEMORY_COLUMNS = [
     "params",
     "baseline_bytes",
 ]
-
-
-def _num(v) -> float | None:
-    try:
-        f = float(v)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(f) else f
 
 
 def framework_component(components) -> str | None:
@@ -98,12 +90,12 @@ def all_rank_peaks(rec: pd.DataFrame | None) -> dict[int, dict]:
             o = out[int(r)]
             o["allocator"] = fw_of[int(r)]
             for c in ("allocated", "reserved", "active"):
-                o[f"peak_{c}_bytes"] = _num(p[f"{c}_bytes"])
+                o[f"peak_{c}_bytes"] = finite(p[f"{c}_bytes"])
             if o["peak_allocated_bytes"] is not None:
                 o["peak_at_us"] = float(when[r])
     app = num[num["component"] == PROCESS_COMPONENT]
     for r, v in app.groupby("rank")["reserved_bytes"].max().items():
-        out[int(r)]["peak_process_bytes"] = _num(v)
+        out[int(r)]["peak_process_bytes"] = finite(v)
     return out
 
 
@@ -445,7 +437,7 @@ def analysis(ctx: Context) -> Output:
     # the device's capacity: `device_memory_bytes` of the hardware profile the caller named (perfbench analyze
     # --hardware resolves it from perfbench/predict/hardware/); None without one (an imported profile does not say
     # which hardware profile describes its device)
-    device_capacity = _num((ctx.config or {}).get("device_memory_bytes"))
+    device_capacity = finite((ctx.config or {}).get("device_memory_bytes"))
     for r in sorted(ranks):
         m = meta.get(r) or {}
         pk = peaks_of.get(r) or no_peaks()
@@ -457,9 +449,9 @@ def analysis(ctx: Context) -> Output:
             "device": devices.get(r) or ("cpu" if m else None),
             **pk,
             "peak_rss_bytes": rss.get(r),
-            "framework_peak_bytes": _num(m.get("framework_peak_allocated_bytes")),
-            "params": _num(m.get("params")),
-            "baseline_bytes": _num(m.get("baseline_rss_bytes")),
+            "framework_peak_bytes": finite(m.get("framework_peak_allocated_bytes")),
+            "params": finite(m.get("params")),
+            "baseline_bytes": finite(m.get("baseline_rss_bytes")),
         }
         if row["peak_allocated_bytes"] is None and row["framework_peak_bytes"] is not None:
             row["peak_allocated_bytes"] = row["framework_peak_bytes"]
@@ -472,7 +464,7 @@ def analysis(ctx: Context) -> Output:
         else:
             row["peak_bytes"], row["peak_source"] = None, None
         row["capacity_bytes"] = (
-            _num(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else device_capacity
+            finite(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else device_capacity
         )
         sm = summaries.get(r)
         if sm is not None:  # summary mode: the counts only; the live allocations, timeline, attribution on demand
@@ -511,7 +503,7 @@ def analysis(ctx: Context) -> Output:
                     )
                 )
         # parallel.zero_stage >= 1: the rank keeps optimizer state for its own shard only (workloads/parallel/zero.py)
-        shard = _num(m.get("zero_shard_params")) if m.get("zero_stage") else None
+        shard = finite(m.get("zero_shard_params")) if m.get("zero_stage") else None
         for a in attribution(row, live, rmods, optimizer, shard):
             attr_rows.append({"rank": r, **a})
         rows.append(row)

@@ -27,6 +27,7 @@ import pandas as pd
 from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, SERIES_COLUMN
 from analyzers.context import Output
 from analyzers.schema import BREAKDOWN_PARTS
+from analyzers.stats import median
 from analyzers.stats import ratio_interval
 
 #: columns that come from the workload's records and are taken over the measured steps only
@@ -153,17 +154,13 @@ def samples(series: pd.DataFrame, metric: str) -> list[float]:
     return [float(x) for x in v]
 
 
-def _median(vals: list[float]):
-    return float(np.median(vals)) if vals else None
-
-
 def run_metrics(
     series: pd.DataFrame,
     workload_steps: pd.DataFrame | None = None,
     step_breakdown: pd.DataFrame | None = None,
     ranks: int | None = None,
 ) -> dict:
-    m: dict = {name: _median(samples(series, name)) for name in SERIES_COLUMN}
+    m: dict = {name: median(samples(series, name)) for name in SERIES_COLUMN}
     if m["step_time_s"] is not None or m["throughput"] is not None:
         m["measured_steps"] = int(series["measured"].sum())
     ws = workload_steps

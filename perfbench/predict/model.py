@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analyzers.stats import median
 from perfbench.errors import UserError
 from perfbench.predict import comm
 from perfbench.predict.hardware import Hardware, Link
@@ -97,11 +98,6 @@ def _comm_fit(obs: list[Observation]) -> tuple[float, float, str]:
     return lat, 1.0 / inv_bw, f"weighted least squares over the {len(y)} collectives of {used} runs"
 
 
-def _median(v):
-    v = [x for x in v if x is not None and math.isfinite(x)]
-    return statistics.median(v) if v else None
-
-
 def fit(obs: list[Observation]) -> Calibration:
     if not obs:
         raise UserError("no runs to calibrate on")
@@ -146,7 +142,7 @@ def fit(obs: list[Observation]) -> Calibration:
         fr = [
             o.overlapped_s / (o.overlapped_s + o.comm_exposed_s) for o in multi if o.overlapped_s + o.comm_exposed_s > 0
         ]
-        overlap_fraction = _median(fr) or 0.0
+        overlap_fraction = median(fr) or 0.0
         notes.append(f"collectives on this machine: {lat * 1e6:.1f} us per ring hop, {bw / 1e9:.3g} GB/s ({how})")
     # per-rank time outside collectives
     every_plain = [o for o in obs if o.settings["micro_batches"] == 1 and o.settings["pipeline_stages"] == 1]
@@ -162,7 +158,7 @@ def fit(obs: list[Observation]) -> Calibration:
         if o.settings.get("precision", "fp32") == ref_prec and not o.settings.get("overlap_grad_comm")
     ] or every_plain
     uncompressed = [o for o in plain if o.settings["grad_compression"] == "none"] or plain
-    b_ref = float(_median([o.settings["batch_size"] for o in uncompressed]) or 1)
+    b_ref = float(median([o.settings["batch_size"] for o in uncompressed]) or 1)
 
     def base_obs(o: Observation) -> float:
         return o.step_time_s - o.comm_exposed_s
@@ -222,7 +218,7 @@ def fit(obs: list[Observation]) -> Calibration:
                 f"run(s) against {ref_prec} runs of the same world size and batch"
             )
     shares = [o.computing_s / (o.computing_s + o.free_s) for o in plain if o.computing_s + o.free_s > 0]
-    cal.compute_share = _median(shares) or 1.0
+    cal.compute_share = median(shares) or 1.0
     # compression compute, per kind
     grad = sum(tensors) if tensors else None
     exchanging = [o for o in plain if o.settings["world_size"] > 1]  # one rank compresses nothing
@@ -234,7 +230,7 @@ def fit(obs: list[Observation]) -> Calibration:
             for o in exchanging
             if o.settings["grad_compression"] == kind
         ]
-        v = _median(per)
+        v = median(per)
         if v is not None:
             if v < 0:
                 notes.append(
@@ -267,7 +263,7 @@ def fit(obs: list[Observation]) -> Calibration:
     # how well the model reproduces its own runs, and how noisy they were
     errs = [predict(cal, o.settings)["step_time_s"] / o.step_time_s - 1 for o in obs]
     cal.residual = float(np.sqrt(np.mean(np.square(errs))))
-    cal.noise = _median([o.noise / math.sqrt(max(1, len(o.step_samples))) * 1.2533 for o in obs]) or 0.0
+    cal.noise = median([o.noise / math.sqrt(max(1, len(o.step_samples))) * 1.2533 for o in obs]) or 0.0
     return cal
 
 

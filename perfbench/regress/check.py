@@ -35,6 +35,7 @@ import numpy as np
 from analyzers.catalogue import CHECK_DEFAULT
 from perfbench.regress.baseline import load_baseline, resolve_target, run_entry
 from analyzers.stats import mann_whitney_p, welch_ci
+from analyzers.stats import median
 from perfbench.regress.compare import METRICS, findings, top_findings
 from perfbench.regress.verdict import decide, exit_code, fold
 from perfbench.errors import UserError
@@ -103,10 +104,6 @@ def match_groups(base: list[Group], cur: list[Group], direct: bool) -> list[tupl
     return pairs
 
 
-def _median(v):
-    return float(np.median(v)) if len(v) else None
-
-
 def between_run_margin(base_medians: list[float], cur_medians: list[float], alpha: float, *, log: bool) -> float:
     """How far apart the two sides' mean repeat medians may lie from run-to-run variation alone (on the log
     scale for ratio metrics, in points for shares): t_{1-alpha/2, df} * s * sqrt(1/n_b + 1/n_c), s = the pooled
@@ -160,7 +157,7 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
                     reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; "
                     f"need {MIN_SAMPLES})",
                 )
-            res.update(baseline=_median(bp or bs), current=_median(cp or cs), change=None, p_value=None)
+            res.update(baseline=median(bp or bs), current=median(cp or cs), change=None, p_value=None)
             return res
     else:
         res["basis"] = "steps"

@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from analyzers.catalogue import METRICS
-from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.catalogue import metric as catalogued
+from analyzers.stats import finite
 from analyzers.stats import mann_whitney_p
 from perfbench.errors import UserError
 from perfbench.regress.baseline import resolve_target, run_entry
@@ -177,10 +177,6 @@ def settings_key(settings: dict, ignore=("repeat",)) -> str:
     return ", ".join(f"{k}={settings[k]}" for k in sorted(settings) if k not in ignore) or "(no settings)"
 
 
-def _number(v) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
-
-
 def series(history: list[dict], metric: str, *, config: str | None = None, ignore=("repeat",)) -> list[Series]:
     """One Series per configuration of `history` entries, points in entry order (then repeat).
     `config` keeps the configurations whose config_key starts with it or whose settings label contains it."""
@@ -194,8 +190,8 @@ def series(history: list[dict], metric: str, *, config: str | None = None, ignor
             ser = out.setdefault(key, Series(key, {k: v for k, v in s.items() if k not in ignore}, [], metric, []))
             if r.get("config_key") and r["config_key"] not in ser.config_keys:
                 ser.config_keys.append(r["config_key"])
-            value = _number((r.get("metrics") or {}).get(metric))
-            samples = [float(x) for x in (r.get("samples") or {}).get(metric) or [] if _number(x) is not None]
+            value = finite((r.get("metrics") or {}).get(metric))
+            samples = [float(x) for x in (r.get("samples") or {}).get(metric) or [] if finite(x) is not None]
             ser.points.append(
                 Point(
                     e["entry_id"],
@@ -415,11 +411,11 @@ def run_history_check(
     metrics judged against the history, `metrics` those of the per-pair check."""
 
     history_metrics = tuple(history_metrics or metrics)
-    unknown = [m for m in history_metrics if m not in CATALOGUE or CATALOGUE[m].better is None]
+    unknown = [m for m in history_metrics if m not in METRICS or METRICS[m].better is None]
     if unknown:
         raise UserError(
             f"cannot judge metric(s) {', '.join(unknown)} against the history; known metrics with a "
-            f"direction: {', '.join(k for k, v in CATALOGUE.items() if v.better)}"
+            f"direction: {', '.join(k for k, v in METRICS.items() if v.better)}"
         )
     pair = (
         run_check(store, baseline_name, current, threshold=threshold, alpha=alpha, metrics=metrics, ignore=ignore)

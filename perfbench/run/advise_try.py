@@ -27,9 +27,8 @@ import time
 
 import pandas as pd
 
-from analyzers.stats import welch_ci
+from analyzers.stats import finite, step_ms, welch_ci
 from perfbench.errors import ConfigError, UserError
-from perfbench.regress.history import _number as _num  # a finite number as float, else None
 from perfbench.run.config import RunPlan, parse_config, plan_point, section_of, short_name
 from perfbench.run.launcher import close_spare
 from perfbench.run.script import script_source
@@ -88,7 +87,7 @@ def choose_findings(advice: pd.DataFrame | None, n: int) -> list[dict]:
         sym = r.get("symptom_of")
         if change is None or not (sym is None or (isinstance(sym, float) and math.isnan(sym))):
             continue
-        gain = _num(r.get("gain_ms"))
+        gain = finite(r.get("gain_ms"))
         rows.append((gain is None, -(gain or 0.0), pos, r, change))
     rows.sort(key=lambda t: t[:3])
     out, seen = [], set()
@@ -102,8 +101,8 @@ def choose_findings(advice: pd.DataFrame | None, n: int) -> list[dict]:
                 "id": str(r.get("id") or r.get("rule")),
                 "rule": r.get("rule"),
                 "try": change,
-                "gain_ms": _num(r.get("gain_ms")),
-                "predicted_step_ms": _num(r.get("predicted_step_ms")),
+                "gain_ms": finite(r.get("gain_ms")),
+                "predicted_step_ms": finite(r.get("predicted_step_ms")),
                 "message": r.get("message"),
             }
         )
@@ -189,10 +188,7 @@ def measured_gain(base_ms: list[float], fix_ms: list[float]) -> dict:
 
 
 def _step_ms(record: dict) -> float | None:
-    if record.get("status") != "ok":
-        return None
-    v = _num((record.get("metrics") or {}).get("step_time_s"))
-    return None if v is None else v * 1000.0
+    return step_ms((record.get("metrics") or {}).get("step_time_s")) if record.get("status") == "ok" else None
 
 
 def try_fixes(
