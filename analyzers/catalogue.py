@@ -48,6 +48,14 @@ class Metric:
     check: int = 0
     #: which steps the value is computed over: a key of BASES
     basis: str = "run"
+    #: position in what `compare` and `check --baseline` test per step (0: not tested)
+    compare: int = 0
+    #: position in what `check --ab` measures when no --metric is given (0: not measured by default)
+    ab: int = 0
+    #: a column the dashboard's runs grid offers besides the key metrics (when some run has it)
+    grid: bool = False
+    #: a run has it without the profiler (from the workload's own records): tune needs no profiled trials for it
+    without_profiler: bool = False
 
     def worse(self, before: float, after: float) -> bool:
         """True when `after` is worse than `before` by this metric's direction."""
@@ -636,6 +644,40 @@ _BASIS = {
 _BASIS_OF = {name: basis for basis, names in _BASIS.items() for name in names}
 _ALL = [replace(m, basis=_BASIS_OF.get(m.name, "run")) for m in _ALL]
 
+#: the per-view lists (Metric.compare, .ab: positions in these orders; .grid, .without_profiler: members)
+_COMPARE = (
+    "throughput",
+    "step_time_s",
+    "step_cpu_s",
+    "comm_share",
+    "communication_not_overlapped_s",
+    "computing_s",
+    "free_s",
+    "kernel_utilization",
+    "collectives_per_step",
+    "comm_bytes_per_step",
+)
+_AB = ("step_time_s", "step_cpu_s")
+_GRID = (
+    "collectives_per_step",
+    "comm_bytes_per_step",
+    "bubble_fraction",
+    "expert_load_cv",
+    "profiler_overhead",
+    "capture_cost",
+)
+_WITHOUT_PROFILER = ("collectives_per_step", "comm_bytes_per_step", "loss_first", "loss_last", "peak_memory_bytes")
+_ALL = [
+    replace(
+        m,
+        compare=_COMPARE.index(m.name) + 1 if m.name in _COMPARE else 0,
+        ab=_AB.index(m.name) + 1 if m.name in _AB else 0,
+        grid=m.name in _GRID,
+        without_profiler=m.without_profiler or m.name in _WITHOUT_PROFILER,
+    )
+    for m in _ALL
+]
+
 METRICS: dict[str, Metric] = {m.name: m for m in _ALL}
 #: the parts of the step breakdown that add up to breakdown_step_s (overlapped_s lies within computing_s)
 BREAKDOWN_TOTAL = "breakdown_step_s"
@@ -647,6 +689,14 @@ KEY_METRICS = tuple(m.name for m in _ALL if m.key)
 SERIES_COLUMN = {m.name: m.series for m in _ALL if m.series}
 #: what `perfbench check` tests by default
 CHECK_DEFAULT = tuple(m.name for m in sorted((m for m in _ALL if m.check), key=lambda m: m.check))
+#: the per-step metrics compare and check --baseline test, in their order
+STEP_METRICS = tuple(m.name for m in sorted((m for m in _ALL if m.compare), key=lambda m: m.compare))
+#: what `check --ab` measures by default
+AB_DEFAULT = tuple(m.name for m in sorted((m for m in _ALL if m.ab), key=lambda m: m.ab))
+#: the runs grid's columns besides KEY_METRICS
+GRID_EXTRA = tuple(m.name for m in _ALL if m.grid)
+#: metrics a run has without the profiler, besides the per-step series the workload records
+WITHOUT_PROFILER = tuple(m.name for m in _ALL if m.without_profiler)
 
 
 def metric(name: str) -> Metric:

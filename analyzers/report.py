@@ -49,33 +49,15 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyze import Analysis
-from analyzers.schema import Profile
+from analyzers.schema import COMM_OPS, STEP_BREAKDOWN, Profile
 
 SCHEMA = "perfbench.analyze/1"
-STEP_FIELDS = [
-    "step_us",
-    "computing_us",
-    "communication_us",
-    "communication_not_overlapped_us",
-    "overlapped_us",
-    "free_us",
-    "preparing_us",
-    "bubble_us",
-    "stage_us",
-]
+#: a step's breakdown fields: the schema's step_breakdown columns
+STEP_FIELDS = [c for c in STEP_BREAKDOWN if c not in ("rank", "step")]
+#: a collective's fields: the schema's comm_ops columns, with the collectives analysis's wait_ratio before the
+#: payload and its bandwidths after it
 COMM_FIELDS = [
-    "rank",
-    "step",
-    "op_name",
-    "op_type",
-    "group",
-    "group_size",
-    "start_us",
-    "elapse_ms",
-    "transit_ms",
-    "wait_ms",
-    "synchronization_ms",
-    "idle_ms",
+    *(c for c in COMM_OPS if c != "size_bytes"),
     "wait_ratio",
     "size_bytes",
     "algbw_gbps",

@@ -14,20 +14,11 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
-from analyzers.catalogue import KEY_METRICS, METRICS
+from analyzers.catalogue import GRID_EXTRA, KEY_METRICS, METRICS
 from dashboards import data
 from dashboards.components import cell_text
 from perfbench.views import results
 
-#: metrics the grid offers besides the catalogue's key metrics (when some run has them)
-EXTRA_METRICS = (
-    "collectives_per_step",
-    "comm_bytes_per_step",
-    "bubble_fraction",
-    "expert_load_cv",
-    "profiler_overhead",
-    "capture_cost",
-)
 ID_COLUMNS = ["run_id", "sweep_id", "status", "source"]
 #: fmt -> factor from the stored value to the shown number
 DISPLAY_SCALE = {"ms": 1000.0, "pct": 100.0}
@@ -67,7 +58,7 @@ def frame(sweep: str | None = None) -> pd.DataFrame:
     varying = [
         c for c in settings if c in ("settings.world_size", "settings.workload") or df[c].astype(str).nunique() > 1
     ]
-    names = list(KEY_METRICS) + [m for m in EXTRA_METRICS if m not in KEY_METRICS]
+    names = list(KEY_METRICS) + [m for m in GRID_EXTRA if m not in KEY_METRICS]
     metrics = [f"metrics.{m}" for m in names if f"metrics.{m}" in df.columns and df[f"metrics.{m}"].notna().any()]
     cols = [c for c in ID_COLUMNS if c in df.columns] + varying + metrics
     out = df[cols].reset_index(drop=True)

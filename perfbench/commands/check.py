@@ -17,6 +17,7 @@ import os
 import sys
 from pathlib import Path
 
+from analyzers.catalogue import AB_DEFAULT, CHECK_DEFAULT
 from perfbench.cli import add_json_arg, add_results_arg
 from perfbench.errors import UserError
 
@@ -42,8 +43,7 @@ def register(subparsers) -> None:
         action="append",
         dest="metrics",
         metavar="NAME",
-        help="metric to check (repeatable; default: throughput, step_time_s, comm_share, "
-        "communication_not_overlapped_s)",
+        help=f"metric to check (repeatable; default: {', '.join(CHECK_DEFAULT)}; with --ab: {', '.join(AB_DEFAULT)})",
     )
     p.add_argument(
         "--ignore-setting",
@@ -184,7 +184,7 @@ def emit(args, res: dict, md: str, junit: str) -> int:
 
 
 def run_ab_cli(args) -> int:
-    from perfbench.regress.ab import AB_METRICS, CommandSides, SettingsSides, run_ab
+    from perfbench.regress.ab import CommandSides, SettingsSides, run_ab
     from perfbench.regress.check import parse_threshold
     from perfbench.views.check_report import ab_markdown, to_junit
     from perfbench.run.config import load_config
@@ -212,7 +212,7 @@ def run_ab_cli(args) -> int:
     store = Store(args.results)
     from analyzers.catalogue import METRICS as CATALOGUE
 
-    metrics = tuple(args.metrics or AB_METRICS)
+    metrics = tuple(args.metrics or AB_DEFAULT)
     bad = [m for m in metrics if m not in CATALOGUE or CATALOGUE[m].better is None]
     if bad:
         raise UserError(f"cannot judge metric(s) {', '.join(bad)} in an A/B job: need a metric with a direction")

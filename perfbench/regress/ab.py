@@ -33,6 +33,7 @@ import numpy as np
 import yaml
 
 from analyzers.analyses.steadiness import unsteady_reasons
+from analyzers.catalogue import AB_DEFAULT
 from analyzers.catalogue import METRICS as CATALOGUE
 from perfbench.errors import ConfigError, UserError
 from perfbench.regress.compare import METRICS, step_samples
@@ -44,7 +45,6 @@ from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
 from perfbench.store import Store
 
 SIDES = ("baseline", "candidate")
-AB_METRICS = ("step_time_s", "step_cpu_s")
 MIN_PAIRS = 3
 
 
@@ -261,7 +261,7 @@ def run_ab(
     on_run=None,
 ) -> dict:
 
-    metrics = tuple(metrics or AB_METRICS)
+    metrics = tuple(metrics or AB_DEFAULT)
     ab_id = new_sweep_id(f"{name}-ab")
     while store.read_sweep(ab_id) is not None:
         time.sleep(1.0)

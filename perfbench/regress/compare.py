@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyses.step_metrics import run_metrics, samples, step_series
-from analyzers.catalogue import ADDING_PARTS
+from analyzers.catalogue import ADDING_PARTS, STEP_METRICS
 from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
 from analyzers.stats import mann_whitney_p, welch_ci
@@ -30,20 +30,8 @@ from perfbench.store import Store
 from perfbench.views.compare import change, change_text, value
 from perfbench.views.run_report import ordered_advice
 
-#: the per-step metrics compare and check test, each defined once in analyzers/catalogue.py; per metric
+#: the per-step metrics compare and check test (analyzers/catalogue.py: STEP_METRICS, Metric.compare); per metric
 #: (higher is better, unit, kind), kind "ratio": relative change, "share": change in points.
-STEP_METRICS = (
-    "throughput",
-    "step_time_s",
-    "step_cpu_s",
-    "comm_share",
-    "communication_not_overlapped_s",
-    "computing_s",
-    "free_s",
-    "kernel_utilization",
-    "collectives_per_step",
-    "comm_bytes_per_step",
-)
 METRICS: dict[str, tuple[bool, str, str]] = {
     n: (CATALOGUE[n].better == "higher", CATALOGUE[n].unit, CATALOGUE[n].kind) for n in STEP_METRICS
 }

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from analyzers.analyses.step_metrics import WORKLOAD_COLUMNS, samples, step_series
-from analyzers.catalogue import SERIES_COLUMN
+from analyzers.catalogue import SERIES_COLUMN, WITHOUT_PROFILER
 from perfbench.errors import ConfigError, UserError
 from perfbench.run.config import Range, SweepConfig, plan_point, short_name
 from perfbench.run.ingest import read_workload_steps
@@ -37,13 +37,7 @@ from perfbench.tune.spec import Bound, MemoryLimit, SearchSpec, default_trials, 
 LIVE_OBJECTIVES = tuple(m for m, col in SERIES_COLUMN.items() if col in WORKLOAD_COLUMNS)
 #: metrics a run has without the profiler; an objective or constraint on any other metric makes every
 #: trial run with the profiler
-WORKLOAD_METRICS = LIVE_OBJECTIVES + (
-    "collectives_per_step",
-    "comm_bytes_per_step",
-    "loss_first",
-    "loss_last",
-    "peak_memory_bytes",
-)
+WORKLOAD_METRICS = LIVE_OBJECTIVES + WITHOUT_PROFILER
 
 
 @dataclass
