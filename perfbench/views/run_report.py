@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pandas as pd
 from rich.markup import escape
+from rich.padding import Padding
+from rich.table import Table
 
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, KEY_METRICS, METRICS, format_value, unit_label
@@ -74,8 +77,6 @@ def table(df: pd.DataFrame, columns: dict[str, str], title: str, max_rows: int |
     recs = rows.to_dict("records")
 
     def build(keep: list[str]):
-        from rich.table import Table
-
         t = Table(title=title, title_justify="left", title_style="bold")
         for c in keep:
             numeric = pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c])
@@ -148,9 +149,6 @@ def print_advice(
 ) -> None:
     """The ranked advice: each root with its gain, basis, knob and evidence, its symptoms indented under it;
     at most `max_roots` roots unless show_all."""
-    from rich.markup import escape
-    from rich.padding import Padding
-
     tree = advice_tree(recs)
     shown = tree if show_all else tree[:max_roots]
     for i, (root, kids) in enumerate(shown):
@@ -398,25 +396,8 @@ def memory_section(console, tables: dict, width: int | None = None) -> None:
         )
 
 
-def render(
-    console,
-    rec: dict,
-    row: dict,
-    tables: dict[str, pd.DataFrame],
-    *,
-    short: str,
-    top: int,
-    artifacts: str,
-    show_all: bool = False,
-    wide: bool = False,
-) -> None:
-    from functools import partial
-
-    from rich.padding import Padding
-
-    width = None if wide else console.width
-    tbl = partial(table, width=width)
-
+def header_section(console, rec: dict, short: str) -> None:
+    """The run's name, status, settings, Slurm job, error, damaged inputs and steadiness."""
     status = rec.get("status")
     colour = {"ok": "green", "failed": "red"}.get(status, "yellow")
     console.print(
@@ -457,7 +438,10 @@ def render(
             "(analyzers/analyses/steadiness.py; measure it again before comparing it with another run)",
             highlight=False,
         )
-    advice = ordered_advice(tables.get("advice"))
+
+
+def verdict_section(console, advice: list[dict], status) -> None:
+    """The first advice (the largest expected gain), or why there is none."""
     console.print("\n[bold]Verdict[/bold]")
     if advice:
         first = advice[0]
@@ -486,11 +470,12 @@ def render(
     else:
         console.print("  no analysis (the run did not finish)")
 
+
+def key_numbers_section(console, rec: dict, row: dict) -> None:
+    """The key numbers with the steps each is over, and the step's story."""
     numbers = key_numbers(rec, row)
     console.print()
     if numbers:
-        from rich.table import Table
-
         t = Table(
             title="Key numbers", title_justify="left", title_style="bold", show_header=False, box=None, padding=(0, 2)
         )
@@ -505,6 +490,11 @@ def render(
             console.print(Padding(escape(story), (0, 0, 0, 2), expand=False), highlight=False)
         console.print("  [dim]definitions and which steps each is over: perfbench metrics[/dim]")
 
+
+def breakdown_section(console, tables: dict, width: int | None = None) -> None:
+    """The per-rank step breakdown."""
+    tbl = partial(table, width=width)
+
     bd = tables.get("rank_breakdown")
     if bd is not None and not bd.empty and "step_us" in bd:
         heads = {"rank": "rank", "stage": "stage", "source": "from", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
@@ -513,7 +503,10 @@ def render(
             tbl(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
         )
 
-    memory_section(console, tables, width)
+
+def hot_ops_section(console, tables: dict, top: int, width: int | None = None) -> None:
+    """Top kernels, top collectives and the collectives by traffic class."""
+    tbl = partial(table, width=width)
 
     kern = tables.get("top_kernels")
     if kern is not None and not kern.empty:
@@ -563,6 +556,11 @@ def render(
             )
         )
 
+
+def pipeline_section(console, tables: dict, width: int | None = None) -> None:
+    """Pipeline stages and expert load."""
+    tbl = partial(table, width=width)
+
     pipe = tables.get("pipeline")
     if pipe is not None and not pipe.empty and "stage" in pipe:
         console.print(
@@ -601,6 +599,11 @@ def render(
                 "Expert load (median over steps)",
             )
         )
+
+
+def flagged_section(console, tables: dict, width: int | None = None) -> None:
+    """Slow ranks, slow links and rank imbalance: what the tests flagged."""
+    tbl = partial(table, width=width)
 
     slow, tested = flagged(tables.get("slow_ranks"))
     if tested:
@@ -668,6 +671,31 @@ def render(
                     "",
                 )
             )
+
+
+def render(
+    console,
+    rec: dict,
+    row: dict,
+    tables: dict[str, pd.DataFrame],
+    *,
+    short: str,
+    top: int,
+    artifacts: str,
+    show_all: bool = False,
+    wide: bool = False,
+) -> None:
+    """`show`'s report of one run, verdict first: the sections below in order."""
+    width = None if wide else console.width
+    header_section(console, rec, short)
+    advice = ordered_advice(tables.get("advice"))
+    verdict_section(console, advice, rec.get("status"))
+    key_numbers_section(console, rec, row)
+    breakdown_section(console, tables, width)
+    memory_section(console, tables, width)
+    hot_ops_section(console, tables, top, width)
+    pipeline_section(console, tables, width)
+    flagged_section(console, tables, width)
 
     if len(advice) > 1:
         console.print("\n[bold]Advice, largest expected gain first[/bold] (symptoms under their cause)")
