@@ -25,6 +25,8 @@ import pandas as pd
 from analyzers.context import Context, Output
 from analyzers.stats import finite
 
+_num = finite  # the advice rules' name for it (advice_memory imports it), until they import finite
+
 #: the framework allocator's component in memory records, most inclusive first (torch_npu writes PTA, GE and
 #: their sum PTA+GE; MindSpore on Ascend MINDSPORE / MindSpore; MindSpore's CPU profiler "cpu")
 FRAMEWORK_COMPONENTS = ("PTA+GE", "MINDSPORE", "MindSpore", "PTA", "GE", "cpu")
