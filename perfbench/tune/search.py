@@ -321,39 +321,41 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
         return _search(
             study,
             objective,
-            launched,
-            trials_budget,
-            deadline,
-            size,
-            rec,
-            started,
-            store,
-            cfg,
-            spec,
-            study_id,
-            profile_trials,
-            events,
+            _Budget(launched, trials_budget, deadline, size),
+            _Study(rec, started, store, cfg, spec, study_id, profile_trials, events),
         )
     finally:
         close_spare()
 
 
-def _search(
-    study,
-    objective,
-    launched,
-    trials_budget,
-    deadline,
-    size,
-    rec,
-    started,
-    store,
-    cfg,
-    spec,
-    study_id,
-    profile_trials,
-    events,
-) -> dict:
+@dataclass
+class _Budget:
+    """When the search stops: trials launched against the budget, the deadline, the space's size."""
+
+    launched: Callable[[], int]
+    trials: float
+    deadline: float | None
+    size: float
+
+
+@dataclass
+class _Study:
+    """What the search writes and confirms with: the study's record, the store, the sweep and search settings."""
+
+    rec: dict
+    started: float
+    store: Store
+    cfg: SweepConfig
+    spec: SearchSpec
+    study_id: str
+    profile_trials: bool
+    events: TuneEvents
+
+
+def _search(study, objective, budget: _Budget, st: _Study) -> dict:
+    launched, trials_budget, deadline, size = budget.launched, budget.trials, budget.deadline, budget.size
+    rec, started, store, cfg, spec = st.rec, st.started, st.store, st.cfg, st.spec
+    study_id, profile_trials, events = st.study_id, st.profile_trials, st.events
     reuses = 0
     while launched() < trials_budget and (deadline is None or time.time() < deadline):
         if _explored(study) >= size:
