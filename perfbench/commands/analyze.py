@@ -233,19 +233,28 @@ def _ms(v):
 
 
 def _print(doc: dict, analysis, wall: float, stored) -> None:
-    from rich.table import Table
-
     from perfbench.views.results import console
+    from perfbench.views.run_report import traffic_class_section
 
     c = console()
+    _print_breakdown(c, doc, wall)
+    _print_provenance(c, doc, analysis)
+    _print_collective_types(c, analysis)
+    traffic_class_section(c, analysis.tables, "collectives by traffic class (per rank and step, mean)")
+    _print_kernels_and_stages(c, doc, analysis)
+    _print_slow_ranks_and_advice(c, doc, stored)
+
+
+def _print_breakdown(c, doc: dict, wall: float) -> None:
+    """The source line and the step breakdown per rank."""
+    from perfbench.views.results import grid
+
     s = doc["summary"]
     src = doc["source"]
     c.print(
         f"[bold]{src['path']}[/bold]  format: {src['format']}  ranks: {src['ranks']}  steps: {s.get('steps')}  "
         f"({wall:.2f} s)"
     )
-    from perfbench.views.results import grid
-
     staged = any(r.get("stage") is not None for r in doc["ranks"])
     heads = ["rank", *(("stage",) if staged else ()), "steps", "step", "compute", "exposed comm", "free", "overlap"]
     heads.append("preparing")
@@ -272,6 +281,11 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
         )
     t = grid("step breakdown per rank (ms; mean over steps; overlap lies within compute)", heads, rows, c.width, left=0)
     c.print(t)
+
+
+def _print_provenance(c, doc: dict, analysis) -> None:
+    """Where each rank's numbers come from: inputs, damaged files, the breakdown's source, its cross-checks."""
+    src = doc["source"]
     sets = {tuple(r.get("inputs") or []) for r in doc["ranks"]}
     if len(sets) == 1 and sets != {()}:
         c.print(f"inputs (every rank): {', '.join(next(iter(sets)))}")
@@ -307,6 +321,11 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
                 f"cross-check with msprof-analyze's output ({g['source'].iloc[0]}), {kind}: {len(g)} numbers, "
                 f"max |rel diff| {g['rel_diff'].abs().max() * 100:.4f}%"
             )
+
+
+def _print_collective_types(c, analysis) -> None:
+    from rich.table import Table
+
     ct = analysis.tables.get("comm_types")
     if ct is not None and len(ct):
         t = Table(title="collectives by type")
@@ -322,24 +341,11 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
                 "-" if row.busbw_gbps_mean != row.busbw_gbps_mean else f"{row.busbw_gbps_mean:.2f}",
             )
         c.print(t)
-    from perfbench.views.run_report import table as report_table
-    from perfbench.views.run_report import traffic_classes
 
-    tc = traffic_classes(analysis.tables.get("comm_classes"), analysis.tables.get("comm_exposure_classes"))
-    if tc is not None:
-        c.print(
-            report_table(
-                tc,
-                {
-                    "comm_class": "traffic class",
-                    "ops": "collectives",
-                    "size_bytes": "bytes",
-                    "elapse_ms": "time",
-                    "exposed_us": "not overlapped",
-                },
-                "collectives by traffic class (per rank and step, mean)",
-            )
-        )
+
+def _print_kernels_and_stages(c, doc: dict, analysis) -> None:
+    from rich.table import Table
+
     k = analysis.tables.get("kernels")
     if k is not None and len(k):
         t = Table(title="top kernel types by time")
@@ -368,6 +374,10 @@ def _print(doc: dict, analysis, wall: float, stored) -> None:
                 _ms1(row.get("bubble_ms")),
             )
         c.print(t)
+
+
+def _print_slow_ranks_and_advice(c, doc: dict, stored) -> None:
+    s = doc["summary"]
     slow = [r for r in doc["slow_ranks"] if r.get("slow") and r.get("scope", "group") == "group"]
     c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))
     if doc["advice"]:

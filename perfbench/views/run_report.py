@@ -540,21 +540,22 @@ def hot_ops_section(console, tables: dict, top: int, width: int | None = None) -
             )
         )
 
+    title = "Collectives by traffic class (per rank and step, mean; profiled steps)"
+    traffic_class_section(console, tables, title, width)
+
+
+def traffic_class_section(console, tables: dict, title: str, width: int | None = None) -> None:
+    """The collectives by traffic class (dp gradients, tensor parallel, pipeline p2p, expert dispatch), when known."""
     tc = traffic_classes(tables.get("comm_classes"), tables.get("comm_exposure_classes"))
     if tc is not None:
-        console.print(
-            tbl(
-                tc,
-                {
-                    "comm_class": "traffic class",
-                    "ops": "collectives",
-                    "size_bytes": "bytes",
-                    "elapse_ms": "time",
-                    "exposed_us": "not overlapped",
-                },
-                "Collectives by traffic class (per rank and step, mean; profiled steps)",
-            )
-        )
+        heads = {
+            "comm_class": "traffic class",
+            "ops": "collectives",
+            "size_bytes": "bytes",
+            "elapse_ms": "time",
+            "exposed_us": "not overlapped",
+        }
+        console.print(table(tc, heads, title, width=width))
 
 
 def pipeline_section(console, tables: dict, width: int | None = None) -> None:

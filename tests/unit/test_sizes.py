@@ -40,7 +40,6 @@ PENDING_FUNCTIONS = {
     "workloads.runner:run": "to split",
     "analyzers.parsers.legacy.parser:parse": "to split",
     "perfbench.predict.model:fit": "to split",
-    "perfbench.commands.analyze:_print": "to split, reusing run_report's sections",
     "perfbench.regress.history:judge_series": "to split",
     "perfbench.run.sweep:execute_run": "to split",
     "perfbench.regress.check:decide_metric": "to split",
