@@ -114,13 +114,7 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
     """The trace's events (a generator) and its summary (counts, alignment, offsets)."""
     ops = tables.get("profile_ops")
     comm = tables.get("comm_ops")
-    steps = tables.get("profile_steps")
-    if steps is None or steps.empty:
-        ws = tables.get("workload_steps")
-        if ws is not None and not ws.empty and {"start_ts", "end_ts"} <= set(ws.columns):
-            steps = pd.DataFrame(
-                {"rank": ws["rank"], "step": ws["step"], "start_us": ws["start_ts"] * 1e6, "end_us": ws["end_ts"] * 1e6}
-            )
+    steps = _step_windows(tables)
     spans = tables.get("spans")
     if (ops is None or ops.empty) and (comm is None or comm.empty) and (spans is None or spans.empty):
         raise UserError(
@@ -128,8 +122,31 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
             "(was the profiler enabled? failed runs may have none)"
         )
     offsets, how = clock_offsets(run, tables, align)
-    has_comm = comm is not None and not comm.empty and "start_us" in comm
+    frames, skipped = _frames(ops, comm, spans, steps)
+    ev, steps, origin = _on_one_clock(frames, steps, offsets)
+    tids = _tracks(ev)
+    ranks = sorted(set(ev["rank"]) | (set(steps["rank"]) if steps is not None else set()))
+    linked = ev[ev["inst"].fillna(-1) >= 0] if "inst" in ev else ev.iloc[:0].assign(inst=[])
+    summary = _summary(run, ev, steps, ranks, linked, (how, offsets, origin), skipped)
+    return _events(tables, ev, steps, ranks, tids, linked, origin), summary
 
+
+def _step_windows(tables: dict) -> pd.DataFrame | None:
+    """The profiled steps' windows, else the workload's own step records'."""
+    steps = tables.get("profile_steps")
+    if steps is None or steps.empty:
+        ws = tables.get("workload_steps")
+        if ws is not None and not ws.empty and {"start_ts", "end_ts"} <= set(ws.columns):
+            steps = pd.DataFrame(
+                {"rank": ws["rank"], "step": ws["step"], "start_us": ws["start_ts"] * 1e6, "end_us": ws["end_ts"] * 1e6}
+            )
+    return steps
+
+
+def _frames(ops, comm, spans, steps) -> tuple[list[pd.DataFrame], int]:
+    """One frame each of the profiler's ops, the collectives and the workload's spans; the collectives without a
+    start time (not drawn)."""
+    has_comm = comm is not None and not comm.empty and "start_us" in comm
     frames = []  # rank, tid, name, ts, dur, cat, args-ish columns
     if ops is not None and not ops.empty:
         o = ops
@@ -176,7 +193,6 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
                 }
             )
         )
-    spans = tables.get("spans")
     if spans is not None and not spans.empty and {"start_ts", "end_ts", "kind"} <= set(spans.columns):
         if steps is not None and not steps.empty and "step" in spans:  # the profiled window only
             spans = spans.merge(steps[["rank", "step"]].drop_duplicates(), on=["rank", "step"])
@@ -196,6 +212,11 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
                 }
             )
         )
+    return frames, skipped
+
+
+def _on_one_clock(frames: list[pd.DataFrame], steps, offsets: dict):
+    """The events and step windows shifted onto one clock and its origin (the first of them at 0)."""
     ev = pd.concat(frames, ignore_index=True)
     ev = ev[pd.to_numeric(ev["ts"], errors="coerce").notna()].copy()
     ev["rank"] = ev["rank"].astype(int)
@@ -208,8 +229,11 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         steps["start_us"], steps["end_us"] = steps["start_us"] + shift, steps["end_us"] + shift
     origin = float(min(ev["ts"].min(), steps["start_us"].min() if steps is not None and len(steps) else math.inf))
     ev["ts"] -= origin
+    return ev, steps, origin
 
-    # tracks (threads): collectives; one per (category, stream) for the profiler's ops
+
+def _tracks(ev: pd.DataFrame) -> dict[tuple[int, str], int]:
+    """Each event's track (thread): collectives, spans, one per (category, stream) for the profiler's ops."""
     named = {"collective": "collectives", "span": "workload spans (forward, backward, send, recv, ...)"}
     ev["track"] = [
         named[c] if c in named else (c if s in ("", "nan", "None") else f"{c} (stream {s})")
@@ -221,8 +245,12 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         same = sum(1 for (r, _t), tid in tids.items() if r == rank and tid // 100 == base.get(cat, OTHER_TID) // 100)
         tids[(rank, track)] = base.get(cat, OTHER_TID) + (0 if cat in ("collective", "span") else same)
     ev["tid"] = [tids[(r, t)] for r, t in zip(ev["rank"], ev["track"])]
+    return tids
 
-    ranks = sorted(set(ev["rank"]) | (set(steps["rank"]) if steps is not None else set()))
+
+def _summary(run, ev, steps, ranks, linked, clock, skipped) -> dict[str, Any]:
+    """Counts per rank and category, the clock alignment (how, offsets, origin), linked collectives."""
+    how, offsets, origin = clock
     summary: dict[str, Any] = {
         "run_id": run["run_id"],
         "ranks": ranks,
@@ -230,8 +258,8 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
         "offsets_us": {str(r): round(v, 3) for r, v in offsets.items()},
         "origin_us": origin,
         "events": {str(r): {} for r in ranks},
-        "collectives_linked": 0,
-        "flow_events": 0,
+        "collectives_linked": int(linked["inst"].nunique()) if len(linked) else 0,
+        "flow_events": int(len(linked)),
         "collectives_without_start": skipped,
     }
     for (rank, cat), n in ev.groupby(["rank", "cat"]).size().items():
@@ -239,75 +267,73 @@ def trace_events(run: dict, tables: dict[str, pd.DataFrame], align: str = "auto"
     if steps is not None:
         for rank, n in steps.groupby("rank").size().items():
             summary["events"][str(rank)]["step"] = int(n)
-    linked = ev[ev["inst"].fillna(-1) >= 0] if "inst" in ev else ev.iloc[:0].assign(inst=[])
-    summary["collectives_linked"] = int(linked["inst"].nunique()) if len(linked) else 0
-    summary["flow_events"] = int(len(linked))
+    return summary
 
-    def events() -> Iterator[dict]:
-        host = {}
-        pr = tables.get("profile_ranks")
-        if pr is not None and "host" in pr:
-            host = {int(r): h for r, h in zip(pr["rank"], pr["host"]) if isinstance(h, str) and h}
-        for rank in ranks:
-            label = f"rank {rank}" + (f" ({host[rank]})" if rank in host else "")
-            yield {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": label}}
-            yield {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}}
-            yield {"ph": "M", "name": "thread_name", "pid": rank, "tid": STEP_TID, "args": {"name": "steps"}}
-        for (rank, track), tid in tids.items():
-            yield {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": track}}
-            yield {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}}
-        if steps is not None:
-            for r in steps.itertuples(index=False):
-                yield {
-                    "ph": "X",
-                    "cat": "step",
-                    "name": f"step {int(r.step)}",
-                    "pid": int(r.rank),
-                    "tid": STEP_TID,
-                    "ts": round(float(r.start_us) - origin, 3),
-                    "dur": round(float(r.end_us - r.start_us), 3),
-                    "args": {"step": int(r.step)},
-                }
-        cols = list(ev.columns)
-        for row in ev.itertuples(index=False, name=None):
-            r = dict(zip(cols, row))
-            args = {
-                k: r[k]
-                for k in ("type", "step", "stage", "group", "size_bytes", "busbw_gbps", "wait_ms")
-                if k in r and r[k] is not None and not (isinstance(r[k], float) and math.isnan(r[k]))
-            }
-            if r["cat"] not in ("collective", "span"):
-                args["full_name"] = r["name"]
-            args = {k: (v.item() if hasattr(v, "item") else v) for k, v in args.items()}
+
+def _events(tables, ev, steps, ranks, tids, linked, origin) -> Iterator[dict]:
+    """The trace's events: process and thread names, steps, slices, then the collectives' flow arrows."""
+    host = {}
+    pr = tables.get("profile_ranks")
+    if pr is not None and "host" in pr:
+        host = {int(r): h for r, h in zip(pr["rank"], pr["host"]) if isinstance(h, str) and h}
+    for rank in ranks:
+        label = f"rank {rank}" + (f" ({host[rank]})" if rank in host else "")
+        yield {"ph": "M", "name": "process_name", "pid": rank, "tid": 0, "args": {"name": label}}
+        yield {"ph": "M", "name": "process_sort_index", "pid": rank, "tid": 0, "args": {"sort_index": rank}}
+        yield {"ph": "M", "name": "thread_name", "pid": rank, "tid": STEP_TID, "args": {"name": "steps"}}
+    for (rank, track), tid in tids.items():
+        yield {"ph": "M", "name": "thread_name", "pid": rank, "tid": tid, "args": {"name": track}}
+        yield {"ph": "M", "name": "thread_sort_index", "pid": rank, "tid": tid, "args": {"sort_index": tid}}
+    if steps is not None:
+        for r in steps.itertuples(index=False):
             yield {
                 "ph": "X",
-                "cat": r["cat"],
-                "name": r["name"].rsplit("/", 1)[-1],
-                "pid": int(r["rank"]),
-                "tid": int(r["tid"]),
-                "ts": round(float(r["ts"]), 3),
-                "dur": round(float(r["dur"]), 3),
-                "args": args,
+                "cat": "step",
+                "name": f"step {int(r.step)}",
+                "pid": int(r.rank),
+                "tid": STEP_TID,
+                "ts": round(float(r.start_us) - origin, 3),
+                "dur": round(float(r.end_us - r.start_us), 3),
+                "args": {"step": int(r.step)},
             }
-        # flow arrows: one chain per collective instance, in start order (s, t..., f), bound to the slices
-        for inst, g in linked.sort_values("ts").groupby("inst", sort=True):
-            n = len(g)
-            for i, r in enumerate(g.itertuples(index=False)):
-                ph = "s" if i == 0 else ("f" if i == n - 1 else "t")
-                e = {
-                    "ph": ph,
-                    "id": int(inst),
-                    "cat": "collective",
-                    "name": r.name.rsplit("/", 1)[-1],
-                    "pid": int(r.rank),
-                    "tid": COMM_TID,
-                    "ts": round(float(r.ts), 3),
-                }
-                if ph != "s":
-                    e["bp"] = "e"
-                yield e
-
-    return events(), summary
+    cols = list(ev.columns)
+    for row in ev.itertuples(index=False, name=None):
+        r = dict(zip(cols, row))
+        args = {
+            k: r[k]
+            for k in ("type", "step", "stage", "group", "size_bytes", "busbw_gbps", "wait_ms")
+            if k in r and r[k] is not None and not (isinstance(r[k], float) and math.isnan(r[k]))
+        }
+        if r["cat"] not in ("collective", "span"):
+            args["full_name"] = r["name"]
+        args = {k: (v.item() if hasattr(v, "item") else v) for k, v in args.items()}
+        yield {
+            "ph": "X",
+            "cat": r["cat"],
+            "name": r["name"].rsplit("/", 1)[-1],
+            "pid": int(r["rank"]),
+            "tid": int(r["tid"]),
+            "ts": round(float(r["ts"]), 3),
+            "dur": round(float(r["dur"]), 3),
+            "args": args,
+        }
+    # flow arrows: one chain per collective instance, in start order (s, t..., f), bound to the slices
+    for inst, g in linked.sort_values("ts").groupby("inst", sort=True):
+        n = len(g)
+        for i, r in enumerate(g.itertuples(index=False)):
+            ph = "s" if i == 0 else ("f" if i == n - 1 else "t")
+            e = {
+                "ph": ph,
+                "id": int(inst),
+                "cat": "collective",
+                "name": r.name.rsplit("/", 1)[-1],
+                "pid": int(r.rank),
+                "tid": COMM_TID,
+                "ts": round(float(r.ts), 3),
+            }
+            if ph != "s":
+                e["bp"] = "e"
+            yield e
 
 
 def write_trace(

@@ -36,7 +36,6 @@ PENDING_FUNCTIONS = {
     "analyzers.analyses.memory:analysis": "import-speed rework in flight",
     # not split yet
     "perfbench.run.launcher:launch": "to split",
-    "perfbench.views.trace:trace_events": "to split",
     "workloads.runner:run": "to split",
     "analyzers.parsers.legacy.parser:parse": "to split",
     "perfbench.predict.model:fit": "to split",
