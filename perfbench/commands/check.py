@@ -58,6 +58,14 @@ def register(subparsers) -> None:
         metavar="FILE",
         help="also append the Markdown summary to FILE (default: $GITHUB_STEP_SUMMARY when set)",
     )
+    _add_history_args(p)
+    _add_ab_args(p.add_argument_group("interleaved A/B (--ab)"))
+    add_results_arg(p)
+    add_json_arg(p)
+    p.set_defaults(func=run)
+
+
+def _add_history_args(p) -> None:
     p.add_argument(
         "--history",
         action="store_true",
@@ -85,7 +93,9 @@ def register(subparsers) -> None:
         default=200,
         help="with --history: permutations of E-Divisive's significance test (default 200)",
     )
-    ab = p.add_argument_group("interleaved A/B (--ab)")
+
+
+def _add_ab_args(ab) -> None:
     ab.add_argument(
         "--ab",
         nargs="?",
@@ -122,9 +132,6 @@ def register(subparsers) -> None:
         default=2,
         help="with --ab: pairs measured again because a run failed or was unsteady, at most (default 2)",
     )
-    add_results_arg(p)
-    add_json_arg(p)
-    p.set_defaults(func=run)
 
 
 def run(args) -> int:

@@ -48,7 +48,6 @@ PENDING_FUNCTIONS = {
     "perfbench.views.tune:render": "to split",
     "perfbench.tune.search:run_tune": "to split",
     "perfbench.regress.compare:to_markdown": "to split",
-    "perfbench.commands.check:register": "to split",
     "dashboards.pages.sweeps:layout": "to split",
     "analyzers.report:build_document": "to split",
 }
