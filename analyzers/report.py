@@ -49,7 +49,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyze import Analysis
-from analyzers.schema import COMM_OPS, STEP_BREAKDOWN, Profile
+from analyzers.schema import COMM_OPS, LINKS, STEP_BREAKDOWN, Profile
 
 SCHEMA = "perfbench.analyze/1"
 #: a step's breakdown fields: the schema's step_breakdown columns
@@ -163,6 +163,27 @@ def recomputed_note(rank: dict) -> str | None:
     return None
 
 
+def communication(profile: Profile, co: pd.DataFrame | None) -> list[dict]:
+    """`communication[]`: each collective (COMM_FIELDS) with its bandwidth and transit MB per transport."""
+    comm: list[dict] = []
+    if co is not None and len(co):
+        bw = profile.comm_bandwidth
+        bw_map: dict = {}
+        if bw is not None and len(bw):
+            for row in bw.itertuples(index=False):
+                k = (int(row.rank), None if pd.isna(row.step) else int(row.step), row.op_name)
+                d = bw_map.setdefault(k, ({}, {}))
+                d[0][row.transport] = clean(row.bandwidth_gbps)
+                d[1][row.transport] = clean(row.size_mb)
+        for rec in records(co, COMM_FIELDS):
+            k = (rec["rank"], rec["step"], rec["op_name"])
+            b, s = bw_map.get(k, ({}, {}))
+            rec["bandwidth"] = b
+            rec["transit_mb"] = s
+            comm.append(rec)
+    return comm
+
+
 def build_document(profile: Profile, analysis: Analysis) -> dict:
     t = analysis.tables
     sb = t.get("step_breakdown")
@@ -203,23 +224,6 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
             }
         )
         ranks[-1]["recomputed"] = recomputed_note(ranks[-1])
-    comm = []
-    co = t.get("comm_ops")
-    if co is not None and len(co):
-        bw = profile.comm_bandwidth
-        bw_map: dict = {}
-        if bw is not None and len(bw):
-            for row in bw.itertuples(index=False):
-                k = (int(row.rank), None if pd.isna(row.step) else int(row.step), row.op_name)
-                d = bw_map.setdefault(k, ({}, {}))
-                d[0][row.transport] = clean(row.bandwidth_gbps)
-                d[1][row.transport] = clean(row.size_mb)
-        for rec in records(co, COMM_FIELDS):
-            k = (rec["rank"], rec["step"], rec["op_name"])
-            b, s = bw_map.get(k, ({}, {}))
-            rec["bandwidth"] = b
-            rec["transit_mb"] = s
-            comm.append(rec)
     doc = {
         "schema": SCHEMA,
         "source": {
@@ -231,23 +235,10 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
         },
         "summary": clean(analysis.summary),
         "ranks": ranks,
-        "communication": comm,
+        "communication": communication(profile, t.get("comm_ops")),
         "links": records(
             t.get("links"),
-            [
-                "step",
-                "op_name",
-                "group",
-                "src",
-                "dst",
-                "transport",
-                "size_mb",
-                "time_ms",
-                "bandwidth_gbps",
-                "rank",
-                "src_local",
-                "dst_local",
-            ],
+            [*LINKS, "rank", "src_local", "dst_local"],
         ),
         "link_totals": records(t.get("link_totals")),
         "stages": records(t.get("stages")),

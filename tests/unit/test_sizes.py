@@ -49,7 +49,6 @@ PENDING_FUNCTIONS = {
     "perfbench.tune.search:run_tune": "to split",
     "perfbench.regress.compare:to_markdown": "to split",
     "dashboards.pages.sweeps:layout": "to split",
-    "analyzers.report:build_document": "to split",
 }
 
 #: modules over the limit still to split
