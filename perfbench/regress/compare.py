@@ -431,28 +431,7 @@ def to_markdown(cmp: Comparison) -> str:
             ),
             "",
         ]
-    if cmp.advice:
-        moved = [r for r in cmp.advice if r["change"] != "both" or r["cause_a"] == "root" or r["cause_b"] == "root"]
-        out += [
-            "## Findings (advice; appeared / vanished / in both; gain = expected saving, ms per step)",
-            "",
-            _md_table(
-                ["finding", "change", "gain A", "gain B", "A", "B", "message"],
-                [
-                    [
-                        r["id"],
-                        r["change"],
-                        fmt(r["gain_a_ms"]),
-                        fmt(r["gain_b_ms"]),
-                        r["cause_a"] or "–",
-                        r["cause_b"] or "–",
-                        r["message"][:120],
-                    ]
-                    for r in moved
-                ],
-            ),
-            "",
-        ]
+    out += _md_findings(cmp)
     out += ["## Settings that differ", ""]
     if cmp.settings_diff:
         out += [_md_table(["key", "A", "B"], [[r["key"], fmt(r["a"]), fmt(r["b"])] for r in cmp.settings_diff]), ""]
@@ -477,6 +456,34 @@ def to_markdown(cmp: Comparison) -> str:
             "",
         ]
     return "\n".join(out)
+
+
+def _md_findings(cmp: Comparison) -> list[str]:
+    """The advice that appeared, vanished or is a root in either run, as Markdown lines."""
+    out: list[str] = []
+    if cmp.advice:
+        moved = [r for r in cmp.advice if r["change"] != "both" or r["cause_a"] == "root" or r["cause_b"] == "root"]
+        out += [
+            "## Findings (advice; appeared / vanished / in both; gain = expected saving, ms per step)",
+            "",
+            _md_table(
+                ["finding", "change", "gain A", "gain B", "A", "B", "message"],
+                [
+                    [
+                        r["id"],
+                        r["change"],
+                        fmt(r["gain_a_ms"]),
+                        fmt(r["gain_b_ms"]),
+                        r["cause_a"] or "–",
+                        r["cause_b"] or "–",
+                        r["message"][:120],
+                    ]
+                    for r in moved
+                ],
+            ),
+            "",
+        ]
+    return out
 
 
 def figures(cmp: Comparison) -> list:

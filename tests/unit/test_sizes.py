@@ -47,7 +47,6 @@ PENDING_FUNCTIONS = {
     "workloads.parallel.rules:validate_parallel": "to split",
     "perfbench.views.tune:render": "to split",
     "perfbench.tune.search:run_tune": "to split",
-    "perfbench.regress.compare:to_markdown": "to split",
     "dashboards.pages.sweeps:layout": "to split",
 }
 
