@@ -82,7 +82,23 @@ def render(out, ans: dict, results) -> None:
     elif ans.get("importance_note"):
         out.print(f"importance: not computed ({ans['importance_note']})")
 
-    ex = ans.get("explanation")
+    _explanation(out, ans.get("explanation"))
+    w = ans.get("wall_split") or {}
+    if w.get("wall_s"):
+        share = w.get("training_share")
+        out.print(
+            f"wall time {w['wall_s']:.0f} s: runs {w['runs_wall_s']:.0f} s (start-up {w['startup_s']:.0f} s, "
+            f"training steps {w['training_s']:.0f} s, after {w['after_s']:.0f} s); training steps are "
+            f"{format_value('pct', share)} of the search's wall time"
+        )
+    out.print(
+        f"results stored in {results}; `perfbench ls --sweep {ans['study']} --results {results}`, "
+        f"the dashboard's Tuning page"
+    )
+
+
+def _explanation(out, ex: dict | None) -> None:
+    """Why the best beats the default: the settings that differ, the breakdown's and the collectives' changes."""
     if ex:
         out.print(f"why the best beats the default (perfbench compare {ex['a']} {ex['b']}):")
         diff = [
@@ -109,15 +125,3 @@ def render(out, ans: dict, results) -> None:
                 f"time {format_value('num', r.get('time_ms_a'))} → {format_value('num', r.get('time_ms_b'))} ms per "
                 "rank-step"
             )
-    w = ans.get("wall_split") or {}
-    if w.get("wall_s"):
-        share = w.get("training_share")
-        out.print(
-            f"wall time {w['wall_s']:.0f} s: runs {w['runs_wall_s']:.0f} s (start-up {w['startup_s']:.0f} s, "
-            f"training steps {w['training_s']:.0f} s, after {w['after_s']:.0f} s); training steps are "
-            f"{format_value('pct', share)} of the search's wall time"
-        )
-    out.print(
-        f"results stored in {results}; `perfbench ls --sweep {ans['study']} --results {results}`, "
-        f"the dashboard's Tuning page"
-    )

@@ -45,7 +45,6 @@ PENDING_FUNCTIONS = {
     "perfbench.run.advise_try:try_fixes": "to split",
     "dashboards.pages.scaling:_charts": "to split",
     "workloads.parallel.rules:validate_parallel": "to split",
-    "perfbench.views.tune:render": "to split",
     "perfbench.tune.search:run_tune": "to split",
     "dashboards.pages.sweeps:layout": "to split",
 }
