@@ -30,6 +30,31 @@ def _metric_options(df: pd.DataFrame) -> list[dict]:
     return [{"label": metric_label(c[8:]), "value": c[8:]} for c in df.columns if c.startswith("metrics.")]
 
 
+def _runs_grid(rows: list, columns: list, pages: int, tips: dict):
+    """The runs grid: paged, sorted and filtered on the server, rows ticked to compare."""
+    return dash_table.DataTable(
+        id="runs-grid",
+        data=rows,
+        columns=columns,
+        page_action="custom",
+        page_current=0,
+        page_size=PAGE_SIZE,
+        page_count=pages,
+        sort_action="custom",
+        sort_mode="multi",
+        sort_by=[],
+        filter_action="custom",
+        filter_query="",
+        row_selectable="multi",
+        selected_rows=[],
+        tooltip_header=tips,
+        tooltip_delay=300,
+        markdown_options={"link_target": "_self"},
+        css=[{"selector": ".dash-cell-value p, .dash-cell p", "rule": "margin: 0"}],
+        **TABLE_STYLE,
+    )
+
+
 def layout(sweep: str | None = None, **_):
     d = data.get()
     if d.runs_frame().empty:
@@ -76,27 +101,7 @@ def layout(sweep: str | None = None, **_):
                 "`ok`); sort by clicking a header; tick runs to compare them. Hover a heading for its definition.",
                 style={"color": "#555", "fontSize": "13px"},
             ),
-            dash_table.DataTable(
-                id="runs-grid",
-                data=rows,
-                columns=columns,
-                page_action="custom",
-                page_current=0,
-                page_size=PAGE_SIZE,
-                page_count=pages,
-                sort_action="custom",
-                sort_mode="multi",
-                sort_by=[],
-                filter_action="custom",
-                filter_query="",
-                row_selectable="multi",
-                selected_rows=[],
-                tooltip_header=tips,
-                tooltip_delay=300,
-                markdown_options={"link_target": "_self"},
-                css=[{"selector": ".dash-cell-value p, .dash-cell p", "rule": "margin: 0"}],
-                **TABLE_STYLE,
-            ),
+            _runs_grid(rows, columns, pages, tips),
             html.H3("Across settings"),
             html.Div(
                 [

@@ -46,7 +46,6 @@ PENDING_FUNCTIONS = {
     "dashboards.pages.scaling:_charts": "to split",
     "workloads.parallel.rules:validate_parallel": "to split",
     "perfbench.tune.search:run_tune": "to split",
-    "dashboards.pages.sweeps:layout": "to split",
 }
 
 #: modules over the limit still to split
