@@ -148,22 +148,7 @@ def validate_parallel(
             f"parallel.tensor_parallel={T} (world_size = data-parallel x tensor-parallel x pipeline stages)"
         )
     dp = ws // (S * T) if ws % (S * T) == 0 else None
-    if T > 1 and workload != "moe":
-        errs.append(
-            f"parallel.tensor_parallel={T}: workload {workload} has no tensor-parallel implementation "
-            f"(only 'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1"
-        )
-    if T > 1 and par.get("grad_compression", "none") != "none":
-        errs.append(
-            f"parallel.grad_compression={par.get('grad_compression')!r} with parallel.tensor_parallel={T} is "
-            f"not supported (compression runs on the world group only); use grad_compression='none'"
-        )
-    if T > 1 and par.get("comm_fusion", 0) not in (0, None):
-        errs.append(
-            f"parallel.comm_fusion={par.get('comm_fusion')!r} with parallel.tensor_parallel={T} is not "
-            f"supported (the data-parallel gradients of a tensor-parallel layout go in one flat all-reduce "
-            f"per group); use comm_fusion=0"
-        )
+    errs += _validate_tensor_parallel(workload, par, T)
     if S > 1 and sched == "1f1b" and M < S:
         errs.append(
             f"parallel.micro_batches={M} is less than parallel.pipeline_stages={S}: 1F1B needs at least "
@@ -194,6 +179,46 @@ def validate_parallel(
             f"parallel.pipeline_stages={S}: workload {workload} does not expose its layers to the "
             f"pipeline (only 'moe' and 'resnet50' do); use pipeline_stages=1"
         )
+    errs += _validate_fusion_impl(workload, par, S, M, dp)
+    if S > 1 and (dp or 1) > 1 and par.get("grad_compression", "none") != "none":
+        errs.append(
+            f"parallel.grad_compression={par.get('grad_compression')!r} with pipeline_stages={S} and "
+            f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "
+            f"group only); use grad_compression='none' or pipeline_stages=1"
+        )
+
+    errs += _validate_memory_knobs(workload, par, train_cfg or {}, ws, S, M)
+    errs += _validate_precision_overlap(workload, par, S, M, dp, train_cfg or {})
+    if workload == "moe":
+        errs += _validate_moe(model_cfg, par, S, dp, T)
+    return errs
+
+
+def _validate_tensor_parallel(workload: str, par: dict, T: int) -> list[str]:
+    """parallel.tensor_parallel > 1: the workloads and knobs that support it."""
+    errs: list[str] = []
+    if T > 1 and workload != "moe":
+        errs.append(
+            f"parallel.tensor_parallel={T}: workload {workload} has no tensor-parallel implementation "
+            f"(only 'moe' splits its attention heads and feed-forward over ranks); use tensor_parallel=1"
+        )
+    if T > 1 and par.get("grad_compression", "none") != "none":
+        errs.append(
+            f"parallel.grad_compression={par.get('grad_compression')!r} with parallel.tensor_parallel={T} is "
+            f"not supported (compression runs on the world group only); use grad_compression='none'"
+        )
+    if T > 1 and par.get("comm_fusion", 0) not in (0, None):
+        errs.append(
+            f"parallel.comm_fusion={par.get('comm_fusion')!r} with parallel.tensor_parallel={T} is not "
+            f"supported (the data-parallel gradients of a tensor-parallel layout go in one flat all-reduce "
+            f"per group); use comm_fusion=0"
+        )
+    return errs
+
+
+def _validate_fusion_impl(workload: str, par: dict, S: int, M: int, dp: int | None) -> list[str]:
+    """parallel.fusion_impl='mindspore': where MindSpore's own fused all-reduce can run."""
+    errs: list[str] = []
     if (
         workload == "resnet50"
         and (S > 1 or M > 1)
@@ -212,17 +237,6 @@ def validate_parallel(
             f"combined with parallel.grad_compression={par.get('grad_compression')!r} "
             f"(use fusion_impl='perfbench')"
         )
-    if S > 1 and (dp or 1) > 1 and par.get("grad_compression", "none") != "none":
-        errs.append(
-            f"parallel.grad_compression={par.get('grad_compression')!r} with pipeline_stages={S} and "
-            f"{dp} data-parallel replicas per stage is not supported (compression runs on the world "
-            f"group only); use grad_compression='none' or pipeline_stages=1"
-        )
-
-    errs += _validate_memory_knobs(workload, par, train_cfg or {}, ws, S, M)
-    errs += _validate_precision_overlap(workload, par, S, M, dp, train_cfg or {})
-    if workload == "moe":
-        errs += _validate_moe(model_cfg, par, S, dp, T)
     return errs
 
 
