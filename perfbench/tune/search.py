@@ -240,33 +240,7 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
         )
     size = space_size(space)
     trials_budget = spec.budget.trials or default_trials(size)
-    name = cfg.name
-    rec = latest_study(store, name) if resume else None
-    if resume and rec is None:
-        raise UserError(f"--resume: no earlier tune of {name!r} in {store.root} to resume (run it without --resume)")
-    if rec is None:
-        rec = {
-            "sweep_id": new_sweep_id(f"{name}-tune"),
-            "kind": "tune",
-            "name": name,
-            "created": time.time(),
-            "config": cfg.raw,
-            "config_path": cfg.source,
-            "runs": [],
-            "invocations": [],
-            "wall_s": 0.0,
-            "objective": spec.objective,
-            "direction": direction(spec.objective),
-            "default": default_point(cfg),
-        }
-        while store.read_sweep(rec["sweep_id"]) is not None:
-            time.sleep(1.0)
-            rec["sweep_id"] = new_sweep_id(f"{name}-tune")
-    elif rec.get("config") != cfg.raw:
-        raise UserError(
-            f"--resume: the config changed since tune {rec['sweep_id']} started; resume with the same "
-            "config, or start a new search without --resume"
-        )
+    rec = _study_record(cfg, store, spec, resume)
     study_id = rec["sweep_id"]
     db = study_db(store, study_id)
     db.parent.mkdir(parents=True, exist_ok=True)
@@ -326,6 +300,38 @@ def run_tune(cfg: SweepConfig, store: Store, *, resume: bool = False, events: Tu
         )
     finally:
         close_spare()
+
+
+def _study_record(cfg: SweepConfig, store: Store, spec: SearchSpec, resume: bool) -> dict:
+    """The study's record: the latest one of this search's name with --resume (its config unchanged), else new."""
+    name = cfg.name
+    rec = latest_study(store, name) if resume else None
+    if resume and rec is None:
+        raise UserError(f"--resume: no earlier tune of {name!r} in {store.root} to resume (run it without --resume)")
+    if rec is None:
+        rec = {
+            "sweep_id": new_sweep_id(f"{name}-tune"),
+            "kind": "tune",
+            "name": name,
+            "created": time.time(),
+            "config": cfg.raw,
+            "config_path": cfg.source,
+            "runs": [],
+            "invocations": [],
+            "wall_s": 0.0,
+            "objective": spec.objective,
+            "direction": direction(spec.objective),
+            "default": default_point(cfg),
+        }
+        while store.read_sweep(rec["sweep_id"]) is not None:
+            time.sleep(1.0)
+            rec["sweep_id"] = new_sweep_id(f"{name}-tune")
+    elif rec.get("config") != cfg.raw:
+        raise UserError(
+            f"--resume: the config changed since tune {rec['sweep_id']} started; resume with the same "
+            "config, or start a new search without --resume"
+        )
+    return rec
 
 
 @dataclass

@@ -44,7 +44,6 @@ PENDING_FUNCTIONS = {
     "perfbench.regress.check:decide_metric": "to split",
     "perfbench.run.advise_try:try_fixes": "to split",
     "dashboards.pages.scaling:_charts": "to split",
-    "perfbench.tune.search:run_tune": "to split",
 }
 
 #: modules over the limit still to split
