@@ -191,6 +191,27 @@ def _step_ms(record: dict) -> float | None:
     return step_ms((record.get("metrics") or {}).get("step_time_s")) if record.get("status") == "ok" else None
 
 
+def _planned_fixes(store: Store, cfg, record: dict, session: str, chosen: list[dict]) -> list[dict]:
+    """The chosen findings as fixes to run, each planned once: the original must plan as it is; a knob that breaks
+    a rule is stored failed once (its error kept) and not run."""
+    of = record["run_id"]
+    fixes = [dict(c, runs=[], step_ms=[], errors=[]) for c in chosen]
+    try:  # the original must plan as it is; a knob that breaks a rule is stored failed once and not run
+        plan_change(cfg, record, {}, f"{session}-orig", 0)
+    except ConfigError as exc:
+        raise CannotRerun(f"run {of}: its stored configuration no longer plans ({exc})") from None
+    for k, fix in enumerate(fixes, 1):
+        fix["tag"] = f"f{k}-{short_name(undotted_safe(fix['try'], cfg.workload))}"
+        try:
+            plan_change(cfg, record, fix["try"], f"{session}-{fix['tag']}", 0)
+        except ConfigError as exc:
+            run_id = f"{session}-{fix['tag']}"
+            _store_failed(store, session, record, run_id, fix, str(exc))
+            fix["runs"].append(run_id)
+            fix["errors"].append(f"cannot apply the knob: {exc}")
+    return fixes
+
+
 def try_fixes(
     store: Store,
     record: dict,
@@ -222,21 +243,8 @@ def try_fixes(
     while store.read_sweep(session) is not None:  # two sessions started within a second
         time.sleep(1.0)
         session = new_sweep_id(f"{of}-advise")
-    fixes = [dict(c, runs=[], step_ms=[], errors=[]) for c in chosen]
+    fixes = _planned_fixes(store, cfg, record, session, chosen)
     base = {"runs": [], "step_ms": [], "errors": []}
-    try:  # the original must plan as it is; a knob that breaks a rule is stored failed once and not run
-        plan_change(cfg, record, {}, f"{session}-orig", 0)
-    except ConfigError as exc:
-        raise CannotRerun(f"run {of}: its stored configuration no longer plans ({exc})") from None
-    for k, fix in enumerate(fixes, 1):
-        fix["tag"] = f"f{k}-{short_name(undotted_safe(fix['try'], cfg.workload))}"
-        try:
-            plan_change(cfg, record, fix["try"], f"{session}-{fix['tag']}", 0)
-        except ConfigError as exc:
-            run_id = f"{session}-{fix['tag']}"
-            _store_failed(store, session, record, run_id, fix, str(exc))
-            fix["runs"].append(run_id)
-            fix["errors"].append(f"cannot apply the knob: {exc}")
     runnable = [f for f in fixes if not f["errors"]]
     sweep = {
         "sweep_id": session,

@@ -42,7 +42,6 @@ PENDING_FUNCTIONS = {
     "perfbench.regress.history:judge_series": "to split",
     "perfbench.run.sweep:execute_run": "to split",
     "perfbench.regress.check:decide_metric": "to split",
-    "perfbench.run.advise_try:try_fixes": "to split",
     "dashboards.pages.scaling:_charts": "to split",
 }
 
