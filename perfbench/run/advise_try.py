@@ -302,18 +302,8 @@ def try_fixes(
         store.write_sweep(sweep)
     rows = [_trial_row(session, record, fix, base) for fix in fixes]
     store.append_advice_trials(rows)
-    return {
-        "session": session,
-        "of": of,
-        "repeats": repeats,
-        "original": {
-            "runs": base["runs"],
-            "step_ms": base["step_ms"],
-            "errors": base["errors"],
-            "stored_step_ms": _step_ms(record),
-        },
-        "fixes": rows,
-    }
+    original = {k: base[k] for k in ("runs", "step_ms", "errors")} | {"stored_step_ms": _step_ms(record)}
+    return {"session": session, "of": of, "repeats": repeats, "original": original, "fixes": rows}
 
 
 def undotted_safe(change: dict, workload: str) -> dict:
