@@ -120,45 +120,51 @@ def between_run_margin(base_medians: list[float], cur_medians: list[float], alph
     return float(stats.t.ppf(1 - alpha / 2, df)) * math.sqrt(ss / df) * math.sqrt(1 / len(b) + 1 / len(c))
 
 
+def _side(entries: list[dict], metric: str) -> tuple[list[float], list[float], list[float]]:
+    """One side's per-step samples pooled over its repeats, each repeat's median, each repeat's stored value."""
+    pooled, rep_meds, summary = [], [], []
+    for e in entries:
+        s = (e.get("samples") or {}).get(metric) or []
+        s = [float(x) for x in s if x is not None and not (isinstance(x, float) and math.isnan(x))]
+        if s:
+            pooled += s
+            rep_meds.append(float(np.median(s)))
+        v = (e.get("metrics") or {}).get(metric)
+        if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+            summary.append(float(v))
+    return pooled, rep_meds, summary
+
+
+def _unmeasured(res: dict, metric: str, base: tuple[list, list], cur: tuple[list, list]) -> dict:
+    """The result when a side has too few samples and too few repeats: skipped or undecided, with the reason."""
+    (bp, bs), (cp, cs) = base, cur
+    if not (bp or bs) and not (cp or cs):
+        res.update(verdict="skipped", reason="measured by neither side")
+    elif not (bp or bs) or not (cp or cs):
+        which = "baseline" if not (bp or bs) else "current"
+        res.update(verdict="undecided" if metric in REQUIRED else "skipped", reason=f"not measured in the {which}")
+    else:
+        res.update(
+            verdict="undecided",
+            reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; "
+            f"need {MIN_SAMPLES})",
+        )
+    res.update(baseline=median(bp or bs), current=median(cp or cs), change=None, p_value=None)
+    return res
+
+
 def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: float, alpha: float) -> dict:
     higher, unit, kind = METRICS.get(metric, (False, "", "ratio"))
     res = {"metric": metric, "unit": unit, "higher_is_better": higher, "threshold": threshold}
 
-    def side(entries):
-        pooled, rep_meds, summary = [], [], []
-        for e in entries:
-            s = (e.get("samples") or {}).get(metric) or []
-            s = [float(x) for x in s if x is not None and not (isinstance(x, float) and math.isnan(x))]
-            if s:
-                pooled += s
-                rep_meds.append(float(np.median(s)))
-            v = (e.get("metrics") or {}).get(metric)
-            if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
-                summary.append(float(v))
-        return pooled, rep_meds, summary
-
-    bp, bm, bs = side(base)
-    cp, cm, cs = side(cur)
+    bp, bm, bs = _side(base, metric)
+    cp, cm, cs = _side(cur, metric)
     if len(bp) < MIN_SAMPLES or len(cp) < MIN_SAMPLES:  # fall back to one value per repeat
         if len(bs) >= MIN_SAMPLES and len(cs) >= MIN_SAMPLES:
             bp, cp, bm, cm = bs, cs, bs, cs
             res["basis"] = "repeats"
         else:
-            if not (bp or bs) and not (cp or cs):
-                res.update(verdict="skipped", reason="measured by neither side")
-            elif not (bp or bs) or not (cp or cs):
-                which = "baseline" if not (bp or bs) else "current"
-                res.update(
-                    verdict="undecided" if metric in REQUIRED else "skipped", reason=f"not measured in the {which}"
-                )
-            else:
-                res.update(
-                    verdict="undecided",
-                    reason=f"too few samples (baseline {max(len(bp), len(bs))}, current {max(len(cp), len(cs))}; "
-                    f"need {MIN_SAMPLES})",
-                )
-            res.update(baseline=median(bp or bs), current=median(cp or cs), change=None, p_value=None)
-            return res
+            return _unmeasured(res, metric, (bp, bs), (cp, cs))
     else:
         res["basis"] = "steps"
     mb, mc = float(np.median(bp)), float(np.median(cp))

@@ -41,7 +41,6 @@ PENDING_FUNCTIONS = {
     "perfbench.predict.model:fit": "to split",
     "perfbench.regress.history:judge_series": "to split",
     "perfbench.run.sweep:execute_run": "to split",
-    "perfbench.regress.check:decide_metric": "to split",
     "dashboards.pages.scaling:_charts": "to split",
 }
 
