@@ -252,6 +252,60 @@ GATE_STATISTIC = (
 )
 
 
+def _worse_by(ratio: float, higher: bool) -> float:
+    """> 0 worse, < 0 better, as in decide_metric: a ratio of a metric turned into how much worse it is."""
+    f = 1.0 / ratio if higher else ratio
+    return f - 1.0 if f >= 1 else -(1.0 / f - 1.0)
+
+
+def _change_point(p, c, higher: bool) -> dict:
+    """A change point as judge_series reports it: where it began (the point's ref, commit, entry, run), its size."""
+    return {
+        "index": c.index,
+        "began_at": p.ref,
+        "commit": p.commit,
+        "entry_id": p.entry_id,
+        "run_id": p.run_id,
+        "before": c.before,
+        "after": c.after,
+        "ratio": c.ratio,
+        "worse_by": _worse_by(c.ratio, higher),
+        "confidence": c.confidence,
+    }
+
+
+def _prediction_verdict(res: dict, ps: tuple, w: float, ref_pts: list, cur: list, *, threshold: float, alpha: float):
+    """judge_series' step 2: the verdict and its reason from the prediction and Mann-Whitney tests."""
+    p_pred, p_better, p_mw = ps
+    # metrics without per-step samples in the store (perfbench.regress.compare.step_samples) are judged by the
+    # prediction test alone
+    no_samples = not any(p.samples for p in ref_pts) or not any(p.samples for p in cur)
+    sig_mw = no_samples or (p_mw is not None and p_mw < alpha)
+    if w > threshold and p_pred is not None and p_pred < alpha and sig_mw:
+        res.update(verdict="regression", confidence=1 - p_pred)
+    elif w < -threshold and p_better is not None and p_better < alpha and sig_mw:
+        res.update(verdict="improvement", confidence=1 - p_better)
+    else:
+        res["verdict"] = "unchanged"
+    why = []
+    if abs(w) <= threshold:
+        why.append(f"|change| {abs(w) * 100:.1f}% ≤ {threshold * 100:g}%")
+    pp = p_pred if w >= 0 else p_better
+    if pp is None or pp >= alpha:
+        why.append(f"prediction p={'–' if pp is None else f'{pp:.3g}'} ≥ {alpha}")
+    if not sig_mw:
+        why.append(f"Mann–Whitney p={'–' if p_mw is None else f'{p_mw:.3g}'} ≥ {alpha}")
+    res["reason"] = (
+        "; ".join(why)
+        if res["verdict"] == "unchanged"
+        else (
+            f"{'worse' if w > 0 else 'better'} by {abs(w) * 100:.1f}% than the {len(ref_pts)} points since "
+            f"{ref_pts[0].ref}; prediction p={pp:.3g}" + ("" if p_mw is None else f", Mann–Whitney p={p_mw:.3g}")
+        )
+    )
+    return res
+
+
 def judge_series(
     ser, current_entry: str, metric: str, *, threshold: float, alpha: float, permutations: int = 200
 ) -> dict:
@@ -290,27 +344,8 @@ def judge_series(
         return dict(res, verdict="skipped", reason="not measured in the current results")
     vals = [gates[id(p)] for p in pts]
 
-    def worse_by(ratio: float) -> float:  # > 0 worse, < 0 better, as in decide_metric
-        f = 1.0 / ratio if higher else ratio
-        return f - 1.0 if f >= 1 else -(1.0 / f - 1.0)
-
     cps = e_divisive(vals, alpha=alpha, permutations=permutations)
-    for c in cps:
-        p = pts[c.index]
-        res["change_points"].append(
-            {
-                "index": c.index,
-                "began_at": p.ref,
-                "commit": p.commit,
-                "entry_id": p.entry_id,
-                "run_id": p.run_id,
-                "before": c.before,
-                "after": c.after,
-                "ratio": c.ratio,
-                "worse_by": worse_by(c.ratio),
-                "confidence": c.confidence,
-            }
-        )
+    res["change_points"] = [_change_point(pts[c.index], c, higher) for c in cps]
     start, _ = segments(len(vals), cps)[-1]
     first_cur = len(pts) - len(cur)
     cur_vals = vals[first_cur:]
@@ -347,7 +382,7 @@ def judge_series(
     ratio = res["current"] / reference
     p_pred = prediction_p(ref_vals, cur_vals, higher_is_better=higher)
     p_mw = mann_whitney_p([x for p in ref_pts for x in p.samples], [x for p in cur for x in p.samples])
-    w = worse_by(ratio)
+    w = _worse_by(ratio, higher)
     p_better = prediction_p(ref_vals, cur_vals, higher_is_better=not higher)
     res.update(
         reference=reference,
@@ -361,33 +396,7 @@ def judge_series(
         began_commit=cur[0].commit,
         began_run=cur[0].run_id,
     )
-    # metrics without per-step samples in the store (perfbench.regress.compare.step_samples) are judged by the
-    # prediction test alone
-    no_samples = not any(p.samples for p in ref_pts) or not any(p.samples for p in cur)
-    sig_mw = no_samples or (p_mw is not None and p_mw < alpha)
-    if w > threshold and p_pred is not None and p_pred < alpha and sig_mw:
-        res.update(verdict="regression", confidence=1 - p_pred)
-    elif w < -threshold and p_better is not None and p_better < alpha and sig_mw:
-        res.update(verdict="improvement", confidence=1 - p_better)
-    else:
-        res["verdict"] = "unchanged"
-    why = []
-    if abs(w) <= threshold:
-        why.append(f"|change| {abs(w) * 100:.1f}% ≤ {threshold * 100:g}%")
-    pp = p_pred if w >= 0 else p_better
-    if pp is None or pp >= alpha:
-        why.append(f"prediction p={'–' if pp is None else f'{pp:.3g}'} ≥ {alpha}")
-    if not sig_mw:
-        why.append(f"Mann–Whitney p={'–' if p_mw is None else f'{p_mw:.3g}'} ≥ {alpha}")
-    res["reason"] = (
-        "; ".join(why)
-        if res["verdict"] == "unchanged"
-        else (
-            f"{'worse' if w > 0 else 'better'} by {abs(w) * 100:.1f}% than the {len(ref_pts)} points since "
-            f"{ref_pts[0].ref}; prediction p={pp:.3g}" + ("" if p_mw is None else f", Mann–Whitney p={p_mw:.3g}")
-        )
-    )
-    return res
+    return _prediction_verdict(res, (p_pred, p_better, p_mw), w, ref_pts, cur, threshold=threshold, alpha=alpha)
 
 
 def run_history_check(

@@ -39,7 +39,6 @@ PENDING_FUNCTIONS = {
     "workloads.runner:run": "to split",
     "analyzers.parsers.legacy.parser:parse": "to split",
     "perfbench.predict.model:fit": "to split",
-    "perfbench.regress.history:judge_series": "to split",
     "perfbench.run.sweep:execute_run": "to split",
     "dashboards.pages.scaling:_charts": "to split",
 }
