@@ -98,14 +98,13 @@ def _comm_fit(obs: list[Observation]) -> tuple[float, float, str]:
     return lat, 1.0 / inv_bw, f"weighted least squares over the {len(y)} collectives of {used} runs"
 
 
-def fit(obs: list[Observation]) -> Calibration:
-    if not obs:
-        raise UserError("no runs to calibrate on")
-    notes: list[str] = []
-    workloads = {o.workload for o in obs}
-    if len(workloads) > 1:
-        raise UserError(f"calibration runs mix workloads {sorted(workloads)}: give runs of one workload and model")
-    # gradient tensors
+def _base_obs(o: Observation) -> float:
+    """A run's per-rank step time outside its exposed collectives."""
+    return o.step_time_s - o.comm_exposed_s
+
+
+def _gradient_tensors(obs: list[Observation], notes: list[str]) -> list[float] | None:
+    """The gradient tensors' sizes: recorded by a run, else the buckets of an uncompressed, unpipelined run."""
     tensors = next((o.tensor_bytes for o in obs if o.tensor_bytes), None)
     if tensors is None:
         src = next(
@@ -124,9 +123,78 @@ def fit(obs: list[Observation]) -> Calibration:
                 f"gradient tensor sizes unknown (no run all-reduces each tensor: comm_fusion 0): the buckets of "
                 f"{src.run_id} stand in for tensors, so smaller buckets than those cannot be predicted well"
             )
-    # communication
-    # the comm fit: runs with one gradient exchange per step as the workload plans it (with micro-batches the
-    # host loop's collectives also wait for the other rank's loop: that goes into the micro-batch cost)
+    return tensors
+
+
+def _precision_scales(machine, precs: set, ref_prec: str, every_plain: list, uncompressed: list, notes: list) -> None:
+    """Each other precision's per-rank compute against the reference precision's, same world size and batch."""
+    for p in sorted(precs):
+        ratios = []
+        for o in every_plain:
+            if o.settings.get("precision") != p or o.settings["grad_compression"] != "none":
+                continue
+            same = [
+                _base_obs(r)
+                for r in uncompressed
+                if r.settings["world_size"] == o.settings["world_size"]
+                and r.settings["batch_size"] == o.settings["batch_size"]
+            ]
+            if same and statistics.median(same) > 0:
+                ratios.append(_base_obs(o) / statistics.median(same))
+        if ratios:
+            machine.precision_scale[p] = statistics.median(ratios) * machine.precision_scale.get(ref_prec, 1.0)
+            notes.append(
+                f"{p}: per-rank compute {machine.precision_scale[p]:.2f} x {ref_prec}'s, from {len(ratios)} "
+                f"run(s) against {ref_prec} runs of the same world size and batch"
+            )
+
+
+def _compression_costs(cal: Calibration, machine, plain: list, grad: float | None, notes: list) -> None:
+    """Compression compute per byte of gradient, per kind (runs that exchange gradients)."""
+    exchanging = [o for o in plain if o.settings["world_size"] > 1]  # one rank compresses nothing
+    for kind in sorted({o.settings["grad_compression"] for o in exchanging} - {"none"}):
+        if not grad:
+            break
+        per = [
+            (_base_obs(o) - _base(cal, o.settings, machine)[0]) / grad
+            for o in exchanging
+            if o.settings["grad_compression"] == kind
+        ]
+        v = median(per)
+        if v is not None:
+            if v < 0:
+                notes.append(
+                    f"{kind}: the fitted compression compute came out negative ({v * grad * 1e3:.1f} ms per step, "
+                    "noise): taken as 0"
+                )
+            cal.compression_s_per_byte[kind] = max(0.0, v)
+
+
+def _microbatch_costs(cal: Calibration, machine, obs: list, grad: float | None, ref: tuple[float, float]) -> None:
+    """The cost of each extra micro-batch per world size (runs with micro-batches and no pipeline)."""
+    base_ref, b_ref = ref
+    per_mb: dict[int, list[float]] = {}
+    for o in obs:
+        M, n = o.settings["micro_batches"], o.settings["world_size"]
+        if M > 1 and o.settings["pipeline_stages"] == 1:
+            comp = cal.compression_s_per_byte.get(o.settings["grad_compression"], 0.0) * (grad or 0.0)
+            plain_base = machine.contention_at(n)[0] * base_ref * float(o.settings["batch_size"]) / b_ref
+            modelled_comm = _comm(cal, o.settings, machine, 0.0)["exposed_s"] if n > 1 else 0.0
+            per_mb.setdefault(n, []).append((M - 1, o.step_time_s - modelled_comm - comp - plain_base))
+    for n, pts in sorted(per_mb.items()):
+        cal.per_microbatch_s[n], cal.microbatch_fixed_s[n] = _microbatch_fit(pts)
+
+
+def fit(obs: list[Observation]) -> Calibration:
+    if not obs:
+        raise UserError("no runs to calibrate on")
+    notes: list[str] = []
+    workloads = {o.workload for o in obs}
+    if len(workloads) > 1:
+        raise UserError(f"calibration runs mix workloads {sorted(workloads)}: give runs of one workload and model")
+    tensors = _gradient_tensors(obs, notes)
+    # the comm fit: runs with one gradient exchange per step as the workload plans it (with micro-batches the host
+    # loop's collectives also wait for the other rank's loop: that goes into the micro-batch cost)
     multi = [
         o
         for o in obs
@@ -160,13 +228,10 @@ def fit(obs: list[Observation]) -> Calibration:
     uncompressed = [o for o in plain if o.settings["grad_compression"] == "none"] or plain
     b_ref = float(median([o.settings["batch_size"] for o in uncompressed]) or 1)
 
-    def base_obs(o: Observation) -> float:
-        return o.step_time_s - o.comm_exposed_s
-
     by_n: dict[int, list[float]] = {}
     for o in uncompressed:
         by_n.setdefault(o.settings["world_size"], []).append(
-            base_obs(o) * b_ref / float(o.settings["batch_size"] or b_ref)
+            _base_obs(o) * b_ref / float(o.settings["batch_size"] or b_ref)
         )
     n0 = min(by_n)
     base_ref = statistics.median(by_n[n0])
@@ -198,57 +263,12 @@ def fit(obs: list[Observation]) -> Calibration:
     # compute per precision: a precision's per-rank time outside collectives against the reference's, same
     # world size and batch (median over the runs of each)
     machine.precisions = ["fp32", "fp16"]  # what perfbench's CPU backend has kernels for (no bf16 MatMul/Conv2D)
-    for p in sorted(precs - {ref_prec}):
-        ratios = []
-        for o in every_plain:
-            if o.settings.get("precision") != p or o.settings["grad_compression"] != "none":
-                continue
-            same = [
-                base_obs(r)
-                for r in uncompressed
-                if r.settings["world_size"] == o.settings["world_size"]
-                and r.settings["batch_size"] == o.settings["batch_size"]
-            ]
-            if same and statistics.median(same) > 0:
-                ratios.append(base_obs(o) / statistics.median(same))
-        if ratios:
-            machine.precision_scale[p] = statistics.median(ratios) * machine.precision_scale.get(ref_prec, 1.0)
-            notes.append(
-                f"{p}: per-rank compute {machine.precision_scale[p]:.2f} x {ref_prec}'s, from {len(ratios)} "
-                f"run(s) against {ref_prec} runs of the same world size and batch"
-            )
+    _precision_scales(machine, precs - {ref_prec}, ref_prec, every_plain, uncompressed, notes)
     shares = [o.computing_s / (o.computing_s + o.free_s) for o in plain if o.computing_s + o.free_s > 0]
     cal.compute_share = median(shares) or 1.0
-    # compression compute, per kind
     grad = sum(tensors) if tensors else None
-    exchanging = [o for o in plain if o.settings["world_size"] > 1]  # one rank compresses nothing
-    for kind in sorted({o.settings["grad_compression"] for o in exchanging} - {"none"}):
-        if not grad:
-            break
-        per = [
-            (base_obs(o) - _base(cal, o.settings, machine)[0]) / grad
-            for o in exchanging
-            if o.settings["grad_compression"] == kind
-        ]
-        v = median(per)
-        if v is not None:
-            if v < 0:
-                notes.append(
-                    f"{kind}: the fitted compression compute came out negative ({v * grad * 1e3:.1f} ms per step, "
-                    "noise): taken as 0"
-                )
-            cal.compression_s_per_byte[kind] = max(0.0, v)
-    # extra micro-batches
-    per_mb: dict[int, list[float]] = {}
-    for o in obs:
-        M, n = o.settings["micro_batches"], o.settings["world_size"]
-        if M > 1 and o.settings["pipeline_stages"] == 1:
-            comp = cal.compression_s_per_byte.get(o.settings["grad_compression"], 0.0) * (grad or 0.0)
-            plain_base = machine.contention_at(n)[0] * base_ref * float(o.settings["batch_size"]) / b_ref
-            modelled_comm = _comm(cal, o.settings, machine, 0.0)["exposed_s"] if n > 1 else 0.0
-            per_mb.setdefault(n, []).append((M - 1, o.step_time_s - modelled_comm - comp - plain_base))
-    for n, pts in sorted(per_mb.items()):
-        cal.per_microbatch_s[n], cal.microbatch_fixed_s[n] = _microbatch_fit(pts)
+    _compression_costs(cal, machine, plain, grad, notes)
+    _microbatch_costs(cal, machine, obs, grad, (base_ref, b_ref))
     # reference settings: the run on the most ranks, uncompressed and without micro-batches if there is one
     ref = max(
         obs,

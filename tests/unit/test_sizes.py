@@ -38,7 +38,6 @@ PENDING_FUNCTIONS = {
     "perfbench.run.launcher:launch": "to split",
     "workloads.runner:run": "to split",
     "analyzers.parsers.legacy.parser:parse": "to split",
-    "perfbench.predict.model:fit": "to split",
     "perfbench.run.sweep:execute_run": "to split",
     "dashboards.pages.scaling:_charts": "to split",
 }
