@@ -18,6 +18,7 @@ from rich.markup import escape
 from rich.padding import Padding
 from rich.table import Table
 
+from analyzers.analyses.experts import EXPERT_COLUMNS
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 from analyzers.catalogue import ADDING_PARTS, BREAKDOWN_TOTAL, KEY_METRICS, METRICS, format_value, unit_label
 from analyzers.schema import BREAKDOWN_PARTS, STEP_SHARE_PARTS
@@ -320,21 +321,7 @@ def pipeline_stages(pipe: pd.DataFrame) -> pd.DataFrame:
 
 def experts(exp: pd.DataFrame) -> pd.DataFrame:
     """Expert load, medians over steps."""
-    cols = [
-        c
-        for c in (
-            "experts",
-            "total_tokens",
-            "min_load",
-            "max_load",
-            "mean_load",
-            "max_mean_ratio",
-            "cv",
-            "dropped_tokens",
-            "dropped_fraction",
-        )
-        if c in exp
-    ]
+    cols = [c for c in EXPERT_COLUMNS if c not in ("step", "ranks", "busiest_expert") and c in exp]
     return exp[cols].median(numeric_only=True).to_frame().T
 
 
