@@ -140,3 +140,35 @@ def test_shows_per_rank_parts_add_up_to_each_ranks_step(imported_store, monkeypa
             assert shares[0] + shares[1] + shares[3] == pytest.approx(100, abs=1.0), line  # overlapped: in compute
             seen += 1
     assert seen == 2
+
+
+def _rec(run_id, ws, threads, tp, key="k"):
+    return {
+        "run_id": f"s-{run_id}",
+        "sweep_id": "s",
+        "status": "ok",
+        "config_key": key,
+        "settings": {"workload": "resnet50", "world_size": ws},
+        "env": {"threads_per_rank": threads},
+        "metrics": {"throughput": tp},
+    }
+
+
+def test_scaling_says_how_many_threads_each_rank_had_and_marks_unlike_baselines():
+    from perfbench.views.results import render_table, summarize
+
+    like = summarize([_rec("ws1-r0", 1, 1, 80.0), _rec("ws2-r0", 2, 1, 120.0)])
+    assert [r["threads_per_rank"] for r in like] == [1, 1]
+    assert like[1]["scaling_efficiency"] == pytest.approx(120 / (2 * 80)) and like[1]["scaling_not_comparable"] is None
+    t = render_table(like, width=200)
+    assert "scaling: 1 thread per rank in every run" in t.caption and "≠" not in t.caption
+    # the 1-rank baseline had both cores (2 threads), the 2-rank run's ranks one each: marked and named
+    unlike = summarize([_rec("ws1-r0", 1, 2, 80.0), _rec("ws2-r0", 2, 1, 120.0)])
+    why = unlike[1]["scaling_not_comparable"]
+    assert why == "its ranks had 1 thread(s) each, the 1-rank baseline 2"
+    t = render_table(unlike, width=200)
+    assert "scaling: threads per rank ws1-r0 2, ws2-r0 1" in t.caption and f"ws2-r0: {why}" in t.caption
+    # records that do not say: unknown, not 0
+    unknown = summarize([_rec("ws1-r0", 1, None, 80.0), _rec("ws2-r0", 2, None, 120.0)])
+    assert unknown[1]["threads_per_rank"] is None and unknown[1]["scaling_not_comparable"] is None
+    assert "threads per rank unknown" in render_table(unknown, width=200).caption
