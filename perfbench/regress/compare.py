@@ -149,7 +149,9 @@ def advice_changes(a: list[dict], b: list[dict]) -> list[dict]:
 
 
 def _brief(rec: dict) -> dict:
-    return {k: rec.get(k) for k in ("run_id", "sweep_id", "status", "source", "settings")}
+    out = {k: rec.get(k) for k in ("run_id", "sweep_id", "status", "source", "settings")}
+    out["input_problems"] = list(rec.get("input_problems") or [])  # per rank: an input missing, empty or unreadable
+    return out
 
 
 def _flat(d: Any, prefix: str = "") -> dict:

@@ -95,6 +95,7 @@ def summarize(records: list[dict], context: list[dict] | None = None) -> list[di
             scaling_like_with_like(r, base_threads) if row["scaling_efficiency"] is not None else None
         )
         row["unsteady"] = unsteady_reasons(m)  # [] when steady or unknown (analyzers.analyses.steadiness)
+        row["input_problems"] = list(r.get("input_problems") or [])  # per rank: a missing, empty or unreadable input
         rows.append(row)
     return rows
 
@@ -191,6 +192,8 @@ def _runs_table(rows: list[dict], cols: list, title: str | None, one_sweep: bool
         status = {"failed": "[red]failed[/red]", "pruned": "[yellow]pruned[/yellow]"}.get(r["status"], r["status"])
         if r.get("unsteady"):
             status += " [yellow]⚠[/yellow]"
+        if r.get("input_problems"):
+            status += " [red]![/red]"
         cells = []
         for c in cols:
             if c == "run":
@@ -208,6 +211,17 @@ def _runs_table(rows: list[dict], cols: list, title: str | None, one_sweep: bool
     t.caption = basis_caption(metrics) + "; `perfbench metrics` defines every column"
     if "scaling_efficiency" in cols and any(r.get("scaling_efficiency") is not None for r in rows):
         t.caption += "\n" + threads_note(rows)
+    damaged = [r for r in rows if r.get("input_problems")]
+    if damaged:
+        t.caption += (
+            "\n! missing or damaged inputs: "
+            + "; ".join(
+                f"{short_id(r) if one_sweep else r['run_id']} rank "
+                + ", ".join(sorted({str(p.get("rank")) for p in r["input_problems"]}))
+                for r in damaged
+            )
+            + " (`perfbench show RUN` says which files)"
+        )
     n_bad = sum(1 for r in rows if r.get("unsteady"))
     if n_bad:
         t.caption += (
