@@ -24,6 +24,7 @@ from analyzers.catalogue import ADDING_PARTS, METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
 from analyzers.stats import mann_whitney_p, welch_ci
 from analyzers.analyses.step_metrics import run_metrics, samples, step_series
+from analyzers.analyses.steadiness import unsteady_reasons
 from perfbench.errors import UserError
 from perfbench.store import Store
 
@@ -151,6 +152,7 @@ def advice_changes(a: list[dict], b: list[dict]) -> list[dict]:
 def _brief(rec: dict) -> dict:
     out = {k: rec.get(k) for k in ("run_id", "sweep_id", "status", "source", "settings")}
     out["input_problems"] = list(rec.get("input_problems") or [])  # per rank: an input missing, empty or unreadable
+    out["unsteady"] = unsteady_reasons(rec.get("metrics") or {})  # why it is not steady enough to compare
     return out
 
 

@@ -74,10 +74,10 @@ def check_grid(base: str, browser, store, shots) -> None:
         page.close()
 
 
-def check_run_page(base: str, browser, run_id: str, shots) -> None:
+def check_run_page(base: str, browser, rec: dict, shots) -> None:
     page = browser.new_page(viewport=VIEWPORT)
     try:
-        page.goto(f"{base}/run/{run_id}")
+        page.goto(f"{base}/run/{rec['run_id']}")
         page.wait_for_selector("#run-verdict", timeout=60_000)
         page.wait_for_load_state("networkidle")
         page.screenshot(path=str(shots / "run-1280x800.png"))
@@ -88,6 +88,12 @@ def check_run_page(base: str, browser, run_id: str, shots) -> None:
         assert box["text"].strip()
         assert 0 <= box["top"] and box["bottom"] <= box["h"], box
         assert 0 <= box["left"] and box["right"] <= box["w"], box
+        # the steadiness flag of `ls`, with its reasons, under the verdict
+        why = unsteady_reasons(rec.get("metrics") or {})
+        flag = page.locator("#run-unsteady")
+        assert flag.count() == (1 if why else 0)
+        if why:
+            assert all(w in flag.inner_text() for w in why)
     finally:
         page.close()
 
@@ -108,5 +114,5 @@ def test_grid_and_run_verdict_fit_1280_by_800(sweep_store, browser, tmp_path):
     ok = [r for r in store.list_runs() if r["status"] == "ok"]
     with serve(sweep_store) as base:
         check_grid(base, browser, store, tmp_path)
-        check_run_page(base, browser, next(r for r in ok if r["settings"]["world_size"] == 2)["run_id"], tmp_path)
+        check_run_page(base, browser, next(r for r in ok if r["settings"]["world_size"] == 2), tmp_path)
     assert (tmp_path / "sweeps-1280x800.png").stat().st_size > 0 and (tmp_path / "run-1280x800.png").stat().st_size > 0
