@@ -27,6 +27,11 @@ KEY_COLUMNS = (
 )
 
 
+def shot(page, path) -> None:
+    """The first screen as a PNG (after the checks: on a loaded machine a page of plotly charts can take a while)."""
+    page.screenshot(path=str(path), animations="disabled", timeout=180_000)
+
+
 def grid_geometry(page) -> dict:
     """{column id: [left, right] of its header cell} and the viewport's width, as laid out."""
     return page.evaluate("""() => ({
@@ -49,8 +54,8 @@ def check_grid(base: str, browser, store, shots) -> None:
         page.goto(base + "/")
         page.wait_for_selector('#runs-grid td[data-dash-column="run_id"]', timeout=60_000)
         page.wait_for_load_state("networkidle")
-        page.screenshot(path=str(shots / "sweeps-1280x800.png"))
         g = grid_geometry(page)
+        shot(page, shots / "sweeps-1280x800.png")
         for col in KEY_COLUMNS:
             assert col in g["cols"], (col, sorted(g["cols"]))
             left, right = g["cols"][col]
@@ -80,7 +85,6 @@ def check_run_page(base: str, browser, rec: dict, shots) -> None:
         page.goto(f"{base}/run/{rec['run_id']}")
         page.wait_for_selector("#run-verdict", timeout=60_000)
         page.wait_for_load_state("networkidle")
-        page.screenshot(path=str(shots / "run-1280x800.png"))
         box = page.evaluate("""() => { const r = document.querySelector('#run-verdict').getBoundingClientRect();
             return {top: r.top, bottom: r.bottom, left: r.left, right: r.right, h: window.innerHeight,
                     w: document.documentElement.clientWidth,
@@ -94,6 +98,7 @@ def check_run_page(base: str, browser, rec: dict, shots) -> None:
         assert flag.count() == (1 if why else 0)
         if why:
             assert all(w in flag.inner_text() for w in why)
+        shot(page, shots / "run-1280x800.png")
     finally:
         page.close()
 
