@@ -14,12 +14,20 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
-from analyzers.catalogue import GRID_EXTRA, KEY_METRICS, METRICS
+from analyzers.catalogue import GRID_EXTRA, KEY_METRICS, METRICS, format_value
 from dashboards import data
 from dashboards.components import cell_text
 from perfbench.views import results
 
 ID_COLUMNS = ["run_id", "sweep_id", "status", "source"]
+#: text columns of the grid besides the ids: is the run steady enough to compare (analyzers/analyses/steadiness.py,
+#: the ⚠ of `perfbench ls`), and its top finding (the first root of its advice, with its gain)
+FLAG_COLUMNS = ["steady", "finding"]
+#: the grid's columns in this order, so that the key ones fit 1,280 px without scrolling: the run, its status,
+#: steadiness and top finding, the swept settings, the key metrics (the results table's priority), the rest, and
+#: the sweep and source last
+LEAD_COLUMNS = ["run_id", "status", "steady", "finding"]
+TAIL_COLUMNS = ["sweep_id", "source"]
 #: fmt -> factor from the stored value to the shown number
 DISPLAY_SCALE = {"ms": 1000.0, "pct": 100.0}
 
@@ -58,9 +66,16 @@ def frame(sweep: str | None = None) -> pd.DataFrame:
     varying = [
         c for c in settings if c in ("settings.world_size", "settings.workload") or df[c].astype(str).nunique() > 1
     ]
-    names = list(KEY_METRICS) + [m for m in GRID_EXTRA if m not in KEY_METRICS]
+    from perfbench.views.results import LS_PRIORITY
+
+    key = sorted(KEY_METRICS, key=lambda k: LS_PRIORITY.index(k) if k in LS_PRIORITY else len(LS_PRIORITY))
+    names = key + [m for m in GRID_EXTRA if m not in KEY_METRICS]
     metrics = [f"metrics.{m}" for m in names if f"metrics.{m}" in df.columns and df[f"metrics.{m}"].notna().any()]
-    cols = [c for c in ID_COLUMNS if c in df.columns] + varying + metrics
+    if "run_id" in df.columns:
+        df["steady"] = df["run_id"].map(_steadiness())
+        df["finding"] = None  # filled per shown page (rows): it reads each run's advice table
+    lead = [c for c in LEAD_COLUMNS if c in df.columns]
+    cols = lead + varying + metrics + [c for c in TAIL_COLUMNS if c in df.columns]
     out = df[cols].reset_index(drop=True)
     for c in varying:  # settings can be lists/dicts; the grid shows them as text
         if out[c].dtype == object:
@@ -68,6 +83,34 @@ def frame(sweep: str | None = None) -> pd.DataFrame:
     with _lock:
         _cache["frame"] = (key, out)
     return out
+
+
+def _steadiness() -> dict:
+    """run id -> "yes", "⚠ " and why not (the reasons `perfbench show` prints), or None when the run has no
+    steadiness figures (imports, failed runs)."""
+    from analyzers.analyses.steadiness import unsteady_reasons
+
+    out = {}
+    for rec in data.get().runs():
+        m = rec.get("metrics") or {}
+        why = unsteady_reasons(m)
+        out[rec["run_id"]] = ("⚠ " + "; ".join(why)) if why else ("yes" if m.get("step_time_cv") is not None else None)
+    return out
+
+
+def top_finding(run_id: str) -> str | None:
+    """The run's top finding as the grid shows it: the first root of its stored advice (ranked by gain) and its
+    gain per step, e.g. "exposed communication ~90 ms/step"; None without advice."""
+    adv = data.get().table(run_id, "advice")
+    if adv is None or adv.empty or "rule" not in adv.columns:
+        return None
+    roots = adv[adv["symptom_of"].isna()] if "symptom_of" in adv.columns else adv
+    top = (roots if len(roots) else adv).iloc[0]
+    text = str(top["rule"]).replace("_", " ")
+    gain = top.get("gain_ms")
+    if gain is not None and not pd.isna(gain):
+        text += f" ~{format_value('ms', gain / 1000)} ms/step"
+    return text
 
 
 def shown_number(col: str, s: pd.Series) -> pd.Series:
@@ -188,6 +231,8 @@ def rows(df: pd.DataFrame) -> list[dict]:
                 row[col] = resolved(float(v), *ends.get((rid, col), (None, None)))
         row["id"] = rid
         row["open"] = f"[open](/run/{rid})"
+        if "finding" in cols:
+            row["finding"] = top_finding(rid) or "-"
         out.append(row)
     return out
 

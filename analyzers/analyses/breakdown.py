@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyses.pipeline import _cfg
+from analyzers.catalogue import ADDING_PARTS
 from analyzers.context import Output
 from analyzers.schema import BREAKDOWN_PARTS, STEP_BREAKDOWN, conform, empty, step_of
 
@@ -279,11 +280,22 @@ def rank_check(sb: pd.DataFrame, rec: pd.DataFrame | None, op_ranks: set, tolera
 
 def rank_breakdown(sb: pd.DataFrame, warmup: int = 0) -> pd.DataFrame:
     """Per rank: median over its steady-state steps of each breakdown part (us), and the step count.
-    The one per-rank view `show` and the dashboard print."""
+    The one per-rank view `show`, the dashboard and the report print.
+
+    The medians of the parts are taken one by one, so they need not add up to the median step window (e.g. a
+    gloo run whose free time and communication trade places from step to step). `step_us` is therefore the sum
+    of the adding parts (catalogue ADDING_PARTS, the run-level `breakdown_step_s` on the same basis), so that
+    each rank's parts are shares of their own step; `window_us` keeps the median step window as the profiler
+    measured it. A rank with one of the adding parts unknown keeps its window as its step."""
     steady = sb[sb["step"] >= warmup]
     sb = steady if not steady.empty else sb
     cols = ["step_us", *[m for m in METRICS if m in sb.columns]]
     out = sb.groupby("rank")[cols].median()
+    out["window_us"] = out["step_us"]
+    adding = [f"{p.removesuffix('_s')}_us" for p in ADDING_PARTS]
+    if all(c in out.columns for c in adding):
+        total = out[adding].sum(axis=1, min_count=len(adding))  # NaN when a part is unknown
+        out["step_us"] = total.where(total.notna(), out["window_us"])
     out["steps"] = sb.groupby("rank")["step"].nunique()
     if "consistent" in sb.columns:
         out["consistent"] = sb.groupby("rank")["consistent"].first()

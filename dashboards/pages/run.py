@@ -95,6 +95,7 @@ def layout(run_id: str | None = None, **_):
             settings_line(rec.get("settings") or {}),
             input_problems(rec),
             verdict(rid, rec),
+            unsteady(rec),
             key_numbers(rec.get("metrics") or {}),
             section(
                 "Step breakdown per rank",
@@ -222,6 +223,20 @@ def verdict(rid: str, rec: dict):
         ],
         id="run-verdict",
         style={**style, "borderLeftColor": color},
+    )
+
+
+def unsteady(rec: dict):
+    """Why the run is not steady enough to compare (analyzers/analyses/steadiness.py: the ⚠ of `ls`), or None."""
+    from analyzers.analyses.steadiness import unsteady_reasons
+
+    why = unsteady_reasons(rec.get("metrics") or {})
+    if not why:
+        return None
+    return html.Div(
+        [html.B("⚠ Not steady enough to compare: "), "; ".join(why), " (measure it again before comparing it)"],
+        id="run-unsteady",
+        style={"background": "#fff4d6", "padding": "4px 10px", "margin": "6px 0", "fontSize": "13px"},
     )
 
 

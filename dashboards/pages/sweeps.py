@@ -51,6 +51,12 @@ def _runs_grid(rows: list, columns: list, pages: int, tips: dict):
         tooltip_delay=300,
         markdown_options={"link_target": "_self"},
         css=[{"selector": ".dash-cell-value p, .dash-cell p", "rule": "margin: 0"}],
+        # the long text cells are cut short (the whole text is in the run's page); the key columns then fit
+        style_cell_conditional=[
+            {"if": {"column_id": "run_id"}, "maxWidth": "240px"},
+            {"if": {"column_id": "steady"}, "maxWidth": "90px"},
+            {"if": {"column_id": "finding"}, "maxWidth": "210px"},
+        ],
         **TABLE_STYLE,
     )
 
@@ -71,7 +77,8 @@ def layout(sweep: str | None = None, **_):
     metric_opts = _metric_options(df)
     metric0 = "throughput" if "metrics.throughput" in df.columns else (metric_opts[0]["value"] if metric_opts else None)
     columns = [{"name": "", "id": "open", "presentation": "markdown"}] + [
-        {"name": heading(c), "id": c, "type": "text" if c in grid.ID_COLUMNS else "numeric"} for c in df.columns
+        {"name": heading(c), "id": c, "type": "text" if c in grid.ID_COLUMNS + grid.FLAG_COLUMNS else "numeric"}
+        for c in df.columns
     ]
     tips = {c: definition(c[8:]) for c in df.columns if c.startswith("metrics.") and c[8:] in METRICS}
     return html.Div(

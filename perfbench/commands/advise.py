@@ -105,7 +105,7 @@ def run(args) -> int:
 
 def _print_advice(args, rec: dict, table) -> None:
     from perfbench.views.results import console
-    from perfbench.views.run_report import advice_tree, ordered_advice, print_advice
+    from perfbench.views.run_report import advice_tree, input_problem_lines, ordered_advice, print_advice
     from perfbench.store import short_id
 
     rid = rec["run_id"]
@@ -114,7 +114,14 @@ def _print_advice(args, rec: dict, table) -> None:
         roots = [r for r, _ in advice_tree(advice)]
         print(
             json.dumps(
-                {"run_id": rid, "verdict": roots[0]["id"] if roots else None, "advice": advice}, indent=2, default=str
+                {
+                    "run_id": rid,
+                    "verdict": roots[0]["id"] if roots else None,
+                    "input_problems": list(rec.get("input_problems") or []),
+                    "advice": advice,
+                },
+                indent=2,
+                default=str,
             )
         )
         return
@@ -124,6 +131,8 @@ def _print_advice(args, rec: dict, table) -> None:
         f"{len(advice_tree(advice))} cause(s), largest expected gain first",
         highlight=False,
     )
+    for line in input_problem_lines(rec):
+        c.print(f"  [yellow]Missing or damaged input:[/yellow] {line}", highlight=False)
     if not advice:
         c.print("  no advice rule fired" if table is not None else "  no advice table (the run has no analysis)")
         return

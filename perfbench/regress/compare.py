@@ -25,6 +25,7 @@ from analyzers.catalogue import ADDING_PARTS, STEP_METRICS
 from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
 from analyzers.stats import mann_whitney_p, welch_ci
+from analyzers.analyses.steadiness import unsteady_reasons
 from perfbench.errors import UserError
 from perfbench.store import Store
 from perfbench.views.compare import change, change_text, value
@@ -139,7 +140,10 @@ def advice_changes(a: list[dict], b: list[dict]) -> list[dict]:
 
 
 def _brief(rec: dict) -> dict:
-    return {k: rec.get(k) for k in ("run_id", "sweep_id", "status", "source", "settings")}
+    out = {k: rec.get(k) for k in ("run_id", "sweep_id", "status", "source", "settings")}
+    out["input_problems"] = list(rec.get("input_problems") or [])  # per rank: an input missing, empty or unreadable
+    out["unsteady"] = unsteady_reasons(rec.get("metrics") or {})  # why it is not steady enough to compare
+    return out
 
 
 def _flat(d: Any, prefix: str = "") -> dict:

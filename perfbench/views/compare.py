@@ -69,6 +69,15 @@ def render(console, cmp, wide: bool = False) -> None:
     width = None if wide else console.width
     console.print(f"[bold]Compare[/bold] A {cmp.a['run_id']}  ->  B {cmp.b['run_id']}", highlight=False)
     console.print(f"[bold]Verdict:[/bold] {verdict(cmp)}", highlight=False)
+    from analyzers.analyses.steadiness import unsteady_reasons
+    from perfbench.views.run_report import input_problem_lines
+
+    for side, rec in (("A", cmp.a), ("B", cmp.b)):
+        for line in input_problem_lines(rec):
+            console.print(f"[yellow]Missing or damaged input in {side}:[/yellow] {line}", highlight=False)
+        why = unsteady_reasons(rec.get("metrics") or {})
+        if why:
+            console.print(f"[yellow]⚠ {side} not steady enough to compare:[/yellow] {'; '.join(why)}", highlight=False)
 
     def fitted(title, heads, rows):
         def build(cols):

@@ -10,6 +10,7 @@ drawn as 0.
 from __future__ import annotations
 
 import html
+import json
 import math
 import time
 from typing import Any
@@ -411,7 +412,40 @@ def run_sections(rec: dict, row: dict, tables: dict[str, pd.DataFrame], charts: 
     out.append(memory_html(tables.get("memory"), charts))
     out.append(f"<h2>{h}Top kernels (by total time, all ranks)</h2>")
     out.append(kernels_html(tables.get("top_kernels")))
+    out.append(data_island(rec, tables))
     return out
+
+
+def _plain(v: Any) -> Any:
+    """JSON-safe: NaN and infinities become null (unknown is null, never 0), containers recursively."""
+    if isinstance(v, dict):
+        return {str(k): _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return None if v is pd.NA else v
+
+
+def data_island(rec: dict, tables: dict[str, pd.DataFrame]) -> str:
+    """The numbers the run's sections show, as JSON in a script the browser does not run (class perfbench-data):
+    the catalogue metrics with their unit and label, the input problems, each rank's breakdown (us) and the
+    ranked advice, as `perfbench show --json` and `advise --json` give them."""
+    metrics = {
+        name: {"value": v, "unit": CATALOGUE[name].unit, "label": CATALOGUE[name].label}
+        for name, v in (rec.get("metrics") or {}).items()
+        if name in CATALOGUE and not _missing(v)
+    }
+    bd = tables.get("rank_breakdown")
+    doc = {
+        "run_id": rec.get("run_id"),
+        "metrics": metrics,
+        "input_problems": list(rec.get("input_problems") or []),
+        "rank_breakdown": json.loads(bd.to_json(orient="records")) if bd is not None else [],
+        "advice": ordered_advice(tables.get("advice")),
+    }
+    text = json.dumps(_plain(doc), default=str).replace("</", "<\\/")
+    return f'<script type="application/json" class="perfbench-data" data-run="{esc(rec.get("run_id"))}">{text}</script>'
 
 
 #: the stored tables a report reads (the rest stay on disk)

@@ -40,6 +40,35 @@ def baselines(records: list[dict]) -> dict[str, float]:
     return {k: statistics.median(v) for k, v in one.items()}
 
 
+def threads_of(record: dict) -> int | None:
+    """CPU threads each rank of the run had (the launcher's `threads_per_rank`: a core of its own when pinned);
+    None when the record does not say (imports, older runs)."""
+    t = (record.get("env") or {}).get("threads_per_rank")
+    return int(t) if isinstance(t, (int, float)) and t > 0 else None
+
+
+def baseline_threads(records: list[dict]) -> dict[str, set]:
+    """config_key -> the threads per rank of its ok 1-rank runs (the scaling baseline's), None among them
+    when a run does not say."""
+    out: dict[str, set] = {}
+    for r in records:
+        if r.get("status") == "ok" and r.get("settings", {}).get("world_size") == 1 and r.get("config_key"):
+            out.setdefault(r["config_key"], set()).add(threads_of(r))
+    return out
+
+
+def scaling_like_with_like(record: dict, base_threads: dict[str, set]) -> str | None:
+    """Why the run's scaling efficiency does not compare like with like (its ranks had a different number of
+    threads than the 1-rank baseline's rank), or None when it does or nobody can tell."""
+    mine = threads_of(record)
+    theirs = base_threads.get(record.get("config_key")) or set()
+    known = {t for t in theirs if t is not None}
+    if mine is None or not known or known == {mine}:
+        return None
+    base = "/".join(str(t) for t in sorted(known))
+    return f"its ranks had {mine} thread(s) each, the 1-rank baseline {base}"
+
+
 def scaling_efficiency(record: dict, base: dict[str, float]) -> float | None:
     """E(N) = throughput(N) / (N x throughput(1)) against `baselines(...)`; None when it cannot be known."""
     tp = (record.get("metrics") or {}).get("throughput")
@@ -52,6 +81,7 @@ def summarize(records: list[dict], context: list[dict] | None = None) -> list[di
     """Rows for `perfbench ls --json` (documented in docs/cli.md): the run's identity and every catalogue
     metric of its record (null when unknown), plus scaling efficiency against `context` (default: `records`)."""
     base = baselines(context if context is not None else records)
+    base_threads = baseline_threads(context if context is not None else records)
     rows = []
     for r in records:
         m = r.get("metrics") or {}
@@ -60,7 +90,12 @@ def summarize(records: list[dict], context: list[dict] | None = None) -> list[di
         for name in CATALOGUE:
             row[name] = m.get(name)
         row["scaling_efficiency"] = scaling_efficiency(r, base)
+        row["threads_per_rank"] = threads_of(r)
+        row["scaling_not_comparable"] = (
+            scaling_like_with_like(r, base_threads) if row["scaling_efficiency"] is not None else None
+        )
         row["unsteady"] = unsteady_reasons(m)  # [] when steady or unknown (analyzers.analyses.steadiness)
+        row["input_problems"] = list(r.get("input_problems") or [])  # per rank: a missing, empty or unreadable input
         rows.append(row)
     return rows
 
@@ -157,6 +192,8 @@ def _runs_table(rows: list[dict], cols: list, title: str | None, one_sweep: bool
         status = {"failed": "[red]failed[/red]", "pruned": "[yellow]pruned[/yellow]"}.get(r["status"], r["status"])
         if r.get("unsteady"):
             status += " [yellow]⚠[/yellow]"
+        if r.get("input_problems"):
+            status += " [red]![/red]"
         cells = []
         for c in cols:
             if c == "run":
@@ -165,11 +202,26 @@ def _runs_table(rows: list[dict], cols: list, title: str | None, one_sweep: bool
                 cells.append(status)
             elif isinstance(c, tuple):
                 cells.append(fmt(r["settings"].get(c[1])))
+            elif c == "scaling_efficiency" and r.get("scaling_not_comparable"):
+                cells.append(fmt(r.get(c), c) + " ≠")
             else:
                 cells.append(fmt(r.get(c), c))
         t.add_row(*cells)
     metrics = [c for c in cols if isinstance(c, str) and c in CATALOGUE]
     t.caption = basis_caption(metrics) + "; `perfbench metrics` defines every column"
+    if "scaling_efficiency" in cols and any(r.get("scaling_efficiency") is not None for r in rows):
+        t.caption += "\n" + threads_note(rows)
+    damaged = [r for r in rows if r.get("input_problems")]
+    if damaged:
+        t.caption += (
+            "\n! missing or damaged inputs: "
+            + "; ".join(
+                f"{short_id(r) if one_sweep else r['run_id']} rank "
+                + ", ".join(sorted({str(p.get("rank")) for p in r["input_problems"]}))
+                for r in damaged
+            )
+            + " (`perfbench show RUN` says which files)"
+        )
     n_bad = sum(1 for r in rows if r.get("unsteady"))
     if n_bad:
         t.caption += (
@@ -177,6 +229,25 @@ def _runs_table(rows: list[dict], cols: list, title: str | None, one_sweep: bool
             "speeds: `perfbench show RUN` says which)"
         )
     return t
+
+
+def threads_note(rows: list[dict]) -> str:
+    """How many threads each rank had, for the scaling column: one figure when every run agrees, else per run;
+    the runs whose scaling is against a baseline with other threads are marked ≠ and named."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    threads = {r.get("threads_per_rank") for r in ok}
+    if threads == {None} or not ok:
+        note = "scaling: threads per rank unknown (the records do not say)"
+    elif len(threads) == 1:
+        n = threads.pop()
+        note = f"scaling: {n} thread{'s' if n != 1 else ''} per rank in every run"
+    else:
+        per = ", ".join(f"{short_id(r)} {fmt(r.get('threads_per_rank'))}" for r in ok)
+        note = f"scaling: threads per rank {per}"
+    bad = [r for r in ok if r.get("scaling_not_comparable")]
+    if bad:
+        note += "; ≠ not like with like: " + "; ".join(f"{short_id(r)}: {r['scaling_not_comparable']}" for r in bad)
+    return note
 
 
 #: the width of output that is not a terminal, when COLUMNS does not say

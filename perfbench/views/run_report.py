@@ -486,9 +486,8 @@ def breakdown_section(console, tables: dict, width: int | None = None) -> None:
     if bd is not None and not bd.empty and "step_us" in bd:
         heads = {"rank": "rank", "stage": "stage", "source": "from", "step_us": "step"} | {c: h for c, h in BREAKDOWN}
         console.print()
-        console.print(
-            tbl(rank_breakdown(bd), heads, "Per-rank step breakdown (median over profiled steps; share of the step)")
-        )
+        title = "Per-rank step breakdown (each part's median over profiled steps; step = their sum)"
+        console.print(tbl(rank_breakdown(bd), heads, title))
 
 
 def hot_ops_section(console, tables: dict, top: int, width: int | None = None) -> None:

@@ -8,6 +8,7 @@ import csv
 import json
 import shutil
 
+import pandas as pd
 import pytest
 
 from tests.support import fixture_path, run_perfbench
@@ -87,3 +88,87 @@ def test_impossible_what_if_settings_are_refused(imported_store):
         )
         err = r.stderr.strip()
         assert r.returncode == 2 and "\n" not in err and f"--set {key}={v}" in err and "Traceback" not in err
+
+
+def test_per_rank_parts_add_up_to_the_ranks_step_when_their_medians_do_not():
+    """A gloo-like rank whose free time and exposed communication trade places from step to step: the medians
+    of its parts (10 + 1 + 1 ms) do not add up to its median step window (16 ms); the rank's step is their sum."""
+    from analyzers.analyses.breakdown import rank_breakdown
+
+    rows = [  # rank, step, computing, communication not overlapped, free, step window (ms)
+        (0, 3, 10, 6, 0, 16),
+        (0, 4, 10, 0, 6, 16),
+        (0, 5, 11, 1, 1, 13),
+        (1, 3, 8, 2, 2, 12),
+        (1, 4, 8, 2, 2, 12),
+        (1, 5, 8, 2, 2, 12),
+        (0, 1, 50, 0, 0, 50),  # warm-up: left out
+    ]
+    sb = pd.DataFrame(
+        [
+            {"rank": r, "step": s, "computing_us": c * 1e3, "communication_not_overlapped_us": n * 1e3}
+            | {"free_us": f * 1e3, "step_us": w * 1e3, "overlapped_us": 0.0, "communication_us": n * 1e3}
+            for r, s, c, n, f, w in rows
+        ]
+    )
+    rb = rank_breakdown(sb, warmup=3).set_index("rank")
+    assert rb.loc[0, "step_us"] == pytest.approx(12e3) and rb.loc[0, "window_us"] == pytest.approx(16e3)
+    assert rb.loc[1, "step_us"] == pytest.approx(12e3) and rb.loc[1, "window_us"] == pytest.approx(12e3)
+    for r in (0, 1):
+        parts = rb.loc[r, ["computing_us", "communication_not_overlapped_us", "free_us"]].sum()
+        assert parts == pytest.approx(rb.loc[r, "step_us"], rel=1e-9)
+    # a rank with an unknown part keeps its window as its step
+    sb.loc[sb["rank"] == 1, "free_us"] = float("nan")
+    rb = rank_breakdown(sb, warmup=3).set_index("rank")
+    assert rb.loc[1, "step_us"] == pytest.approx(12e3) and pd.isna(rb.loc[1, "free_us"])
+
+
+def test_shows_per_rank_parts_add_up_to_each_ranks_step(imported_store, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")
+    doc = json.loads(run_perfbench("show", "analyze-level1", "--results", imported_store, "--json").stdout)
+    rows = doc["tables"]["rank_breakdown"]
+    assert len(rows) == 2
+    for r in rows:
+        parts = r["computing_us"] + r["communication_not_overlapped_us"] + r["free_us"]
+        assert parts == pytest.approx(r["step_us"], rel=0.01)
+    out = run_perfbench("show", "analyze-level1", "--results", imported_store).stdout
+    seen = 0
+    for line in out.splitlines():  # the per-rank rows: "0 | step | compute (x%) | exposed (y%) | overlapped | free"
+        cells = line.replace("\u2502", " ").split()
+        if cells[:1] in (["0"], ["1"]) and line.count("%)") == 4:
+            shares = [float(c.strip("(%)")) for c in cells if c.endswith("%)")]
+            assert shares[0] + shares[1] + shares[3] == pytest.approx(100, abs=1.0), line  # overlapped: in compute
+            seen += 1
+    assert seen == 2
+
+
+def _rec(run_id, ws, threads, tp, key="k"):
+    return {
+        "run_id": f"s-{run_id}",
+        "sweep_id": "s",
+        "status": "ok",
+        "config_key": key,
+        "settings": {"workload": "resnet50", "world_size": ws},
+        "env": {"threads_per_rank": threads},
+        "metrics": {"throughput": tp},
+    }
+
+
+def test_scaling_says_how_many_threads_each_rank_had_and_marks_unlike_baselines():
+    from perfbench.views.results import render_table, summarize
+
+    like = summarize([_rec("ws1-r0", 1, 1, 80.0), _rec("ws2-r0", 2, 1, 120.0)])
+    assert [r["threads_per_rank"] for r in like] == [1, 1]
+    assert like[1]["scaling_efficiency"] == pytest.approx(120 / (2 * 80)) and like[1]["scaling_not_comparable"] is None
+    t = render_table(like, width=200)
+    assert "scaling: 1 thread per rank in every run" in t.caption and "≠" not in t.caption
+    # the 1-rank baseline had both cores (2 threads), the 2-rank run's ranks one each: marked and named
+    unlike = summarize([_rec("ws1-r0", 1, 2, 80.0), _rec("ws2-r0", 2, 1, 120.0)])
+    why = unlike[1]["scaling_not_comparable"]
+    assert why == "its ranks had 1 thread(s) each, the 1-rank baseline 2"
+    t = render_table(unlike, width=200)
+    assert "scaling: threads per rank ws1-r0 2, ws2-r0 1" in t.caption and f"ws2-r0: {why}" in t.caption
+    # records that do not say: unknown, not 0
+    unknown = summarize([_rec("ws1-r0", 1, None, 80.0), _rec("ws2-r0", 2, None, 120.0)])
+    assert unknown[1]["threads_per_rank"] is None and unknown[1]["scaling_not_comparable"] is None
+    assert "threads per rank unknown" in render_table(unknown, width=200).caption
