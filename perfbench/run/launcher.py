@@ -307,7 +307,14 @@ def launch(
         warm = skip_teardown = False
     if torch_job:
         bind = False
-        cmd = script_mod.torchrun_command(ws, port, script, master_addr=launch_cfg.get("master_addr", "127.0.0.1"))
+        cmd = script_mod.torchrun_command(
+            local,
+            port,
+            script,
+            master_addr=launch_cfg.get("master_addr", "127.0.0.1"),
+            nodes=nodes,
+            node_rank=launch_cfg.get("node_rank", 0),
+        )
     else:
         cmd = msrun_command(
             run_config_path,
@@ -350,6 +357,10 @@ def launch(
         env.update(script.get("env") or {})
         if torch_job:
             env["PERFBENCH_WORKER_LOG_DIR"] = str(log_dir)
+            if nodes > 1 and "GLOO_SOCKET_IFNAME" not in env:  # gloo's peers must reach this node's address
+                ifname = script_mod.interface_towards(launch_cfg.get("master_addr", "127.0.0.1"))
+                if ifname:
+                    env["GLOO_SOCKET_IFNAME"] = ifname
             env.setdefault("OMP_NUM_THREADS", str(run_config.get("threads_per_rank") or 1))
     env.update(env_extra or {})
     root = str(Path(__file__).resolve().parents[2])
@@ -362,7 +373,9 @@ def launch(
     ranks: dict[int, int] = {}  # worker pid -> rank, for naming the rank that died
     result = LaunchResult(status="failed", command=cmd, master_port=port, bind_core=bind)
     node_rank = launch_cfg.get("node_rank", 0)
-    msrun_log = "torchrun.out" if torch_job else msrun_log_name(nodes, node_rank)
+    msrun_log = (
+        msrun_log_name(nodes, node_rank).replace("msrun", "torchrun") if torch_job else msrun_log_name(nodes, node_rank)
+    )
     result.startup["launched"] = time.time()
     with open(log_dir / msrun_log, "wb") as msrun_out:
         # msrun runs under perfbench.run.reaper, which ends the whole run when this process dies (even by SIGKILL)
