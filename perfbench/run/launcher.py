@@ -446,7 +446,9 @@ def launch(
                     break
                 now = time.time()
                 if now - t0 > timeout_s:
-                    result.reason = f"timed out after {timeout_s:.0f} s (launch.timeout_s)"
+                    result.reason = f"timed out after {timeout_s:.0f} s (launch.timeout_s)" + (
+                        "" if sum(counts.values()) else "; no rank finished step 1"
+                    )
                     break
                 if sum(counts.values()) > 0 and now - last_change > stall_s:
                     result.reason = (
@@ -499,6 +501,8 @@ def launch(
         rank = died["rank"]
         f = log_dir / f"worker_{rank}.log"
         tail = _tail(f.read_text(errors="replace")) if f.exists() else tail
+    if script is not None and rank is None:  # no rank to blame (all stuck alike): every rank's last lines
+        tail = _ranks_tails(log_dir, ws) or tail
     result.failed_rank = rank
     result.log_tail = tail
     if result.reason is None:
@@ -515,7 +519,11 @@ def launch(
                 else f"{tool} failed ({tool} exit code {result.returncode})"
             ) + _first_error(tail)
     elif rank is not None:
-        result.reason += f"; rank {rank} stopped first"
+        result.reason += f"; rank {rank} stopped first" + _first_error(tail)
+    if script is not None and not any(
+        (log_dir / f"worker_{r}.log").exists() and (log_dir / f"worker_{r}.log").stat().st_size for r in range(ws)
+    ):
+        result.reason += "; the script printed nothing (every rank's log is empty)"
     return result
 
 
@@ -566,6 +574,11 @@ def _remember_children(
 
 
 _WORKER_EXIT = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
+#: torchrun's summary of a failed run: "Root Cause (first observed failure): ... rank : R (local_rank: L)
+#: exitcode : C (pid: P)"
+_TORCHRUN_ROOT = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)", re.S
+)
 
 
 def describe_exit(code: int) -> str:
@@ -588,9 +601,14 @@ def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_l
     and then kills the others), as {"pid", "code", "how", "rank"}; rank from the pids seen while the run
     ran, else from the ranks' meta.json. None when msrun logged no such line."""
     f = log_dir / msrun_log
-    m = _WORKER_EXIT.search(f.read_text(errors="replace")) if f.exists() else None
+    text = f.read_text(errors="replace") if f.exists() else ""
+    m = _WORKER_EXIT.search(text)
     if m is None:
-        return None
+        t = _TORCHRUN_ROOT.search(text)  # torchrun names the rank that failed first and its exit code
+        if t is None:
+            return None
+        code = int(t.group(2))
+        return {"pid": int(t.group(3)), "code": code, "how": describe_exit(code), "rank": int(t.group(1))}
     pid, code = int(m.group(1)), int(m.group(2))
     rank = ranks.get(pid)
     if rank is None:
@@ -668,6 +686,17 @@ def failing_rank(
         return r, (_tail(f.read_text(errors="replace")) if f.exists() else "")
     f = log_dir / msrun_log  # no evidence which rank it was: say so rather than guess
     return None, _tail(f.read_text(errors="replace")) if f.exists() else ""
+
+
+def _ranks_tails(log_dir: Path, world_size: int, n: int = 8) -> str:
+    """The last `n` lines of every rank's log, each headed by its file name (empty logs left out)."""
+    parts = []
+    for r in range(world_size):
+        f = log_dir / f"worker_{r}.log"
+        text = _tail(f.read_text(errors="replace"), n) if f.exists() else ""
+        if text:
+            parts.append(f"==> worker_{r}.log <==\n{text}")
+    return "\n".join(parts)
 
 
 def _tail(text: str, n: int = 25) -> str:

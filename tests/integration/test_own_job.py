@@ -124,7 +124,7 @@ def test_pytorch_script_with_the_capture_line_and_a_failing_one(tmp_path):
     crash, nosteps = runs
     assert crash["status"] == "failed"
     assert crash["failed_rank"] == 1
-    assert "rank 1 failed after step 2 (torchrun exit code" in crash["error"]
+    assert "rank 1 exited with code 1 after step 2 (torchrun exit code 1)" in crash["error"]
     assert "RuntimeError: boom at step 3" in crash["error"] and "boom at step 3" in crash["log_tail"]
     assert nosteps["status"] == "ok" and nosteps["launch"]["wall_s"] > 0
     assert "no step boundary was seen" in nosteps["no_steps_reason"]
