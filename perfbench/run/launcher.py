@@ -518,6 +518,11 @@ def launch(
                 if rank is not None
                 else f"{tool} failed ({tool} exit code {result.returncode})"
             ) + _first_error(tail)
+    elif died is not None and died["rank"] is not None:  # a rank died, and its launcher had not ended the run
+        result.reason = (
+            f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} ({tool} log), then {result.reason}"
+            + _first_error(tail)
+        )
     elif rank is not None:
         result.reason += f"; rank {rank} stopped first" + _first_error(tail)
     if script is not None and not any(

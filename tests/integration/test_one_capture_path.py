@@ -7,7 +7,6 @@ tables with the same columns. A difference in either path fails here."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -101,3 +100,22 @@ def test_the_reference_runner_and_perfbench_capture_write_the_same_records(tmp_p
     for table in ("workload_steps", "step_breakdown"):
         assert set(store.read_table(a["run_id"], table).columns) >= set(store.read_table(b["run_id"], table).columns)
     assert sorted(store.read_table(b["run_id"], "step_breakdown")["step"].unique()) == [1, 2]
+
+    # the views read the script's run as they read the reference one: show, advise, and the dashboard's data layer
+    # and Run page (step times per rank, the profiled steps' breakdown)
+    shown = " ".join(run_perfbench("show", b["run_id"], "--results", results).stdout.split())
+    assert b["run_id"] in shown and "step" in shown
+    advised = run_perfbench("advise", b["run_id"], "--results", results, check=False)
+    assert advised.returncode == 0, advised.stderr
+    from dashboards import data
+    from dashboards.pages import run as run_page
+
+    data.configure(results)
+    dash = data.get()
+    assert {r["run_id"] for r in dash.runs()} == {a["run_id"], b["run_id"]}
+    times = dash.step_times_per_rank(b["run_id"])
+    assert times is not None and len(times) > 0
+    a_bd, b_bd = dash.breakdown_per_rank(a["run_id"]), dash.breakdown_per_rank(b["run_id"])
+    assert b_bd is not None and len(b_bd) and list(b_bd.columns) == list(a_bd.columns)
+    page = str(run_page.layout(b["run_id"]))
+    assert b["run_id"] in page and "Traceback" not in page

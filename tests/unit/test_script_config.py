@@ -177,3 +177,26 @@ def test_a_script_goes_to_slurm_with_torchrun_on_every_node(tmp_path):
         "--master_port=29500",
     ]
     assert cmd[6].endswith("perfbench/capture/run.py") and cmd[7] == rc["script"]["path"]
+
+
+@pytest.mark.parametrize(
+    "framework,parallel,expected",
+    [
+        ("mindspore", {"zero_stage": 1}, "parallel.zero_stage 1: MindSpore's optimizer sharding runs on Ascend only"),
+        ("mindspore", {"pipeline_stages": 2}, "MindSpore's native pipeline and semi-auto parallel need Ascend/GPU"),
+        ("pytorch", {"grad_compression": "topk"}, "parallel.grad_compression topk: PyTorch has no top-k DDP hook"),
+    ],
+)
+def test_sweep_dry_run_refuses_what_the_backend_cannot_do_in_one_line(tmp_path, framework, parallel, expected):
+    from tests.support import run_perfbench, write_yaml
+
+    script = EXAMPLES / ("train_mindspore.py" if framework == "mindspore" else "train_pytorch.py")
+    cfg = write_yaml(
+        tmp_path / "s.yaml",
+        raw(script={"path": str(script), "framework": framework}, parallel=parallel, sweep={"world_size": [2]}),
+    )
+    r = run_perfbench("sweep", cfg, "--dry-run", "--results", tmp_path / "results", check=False, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("perfbench: error: ") and expected in line, line
+    assert not (tmp_path / "results" / "runs").exists()
