@@ -1,9 +1,10 @@
 """The reference workloads' step times before and after the capture module (perfbench/capture/): the same small
 ResNet-50 sweep run by the code of `--before` (a git revision, checked out into a temporary worktree; default: the
 commit before perfbench.capture existed) and by this checkout, alternating, each a real msrun run with the same
-settings, the same interpreter and the same MindSpore. Per run: the median step time after warm-up over all ranks;
-reported: per side the median over runs, and per pair (before, after run back to back) after / before - 1, median
-and range. The load average is printed with each run (the machine is shared).
+settings, the same interpreter and the same MindSpore. Per run: the median step time and CPU time per step after
+warm-up over all ranks; reported: per side the median over runs, and per pair (before, after run back to back)
+after / before - 1 of the step time, median and range. The load average is printed with each run (the machine
+is shared).
 
     .venv/bin/python bench/bench_runner_capture.py --pairs 4 [--before REV] [--world-size 1] [--json FILE]
 """
@@ -39,8 +40,9 @@ def sweep_file(folder: Path, name: str, world_size: int, steps: int) -> Path:
     return path
 
 
-def run_once(tree: Path, cfg: Path, results: Path) -> float:
-    """One sweep of one run with the code in `tree`; the median step time after warm-up (s) over its ranks."""
+def run_once(tree: Path, cfg: Path, results: Path) -> tuple[float, float]:
+    """One sweep of one run with the code in `tree`; the median step time and the median CPU time per step (the
+    rank process's, `cpu_s`: what the load stretches least) after warm-up, over its ranks, in seconds."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(tree)
     before = set((results / "runs").glob("*")) if (results / "runs").exists() else set()
@@ -54,13 +56,14 @@ def run_once(tree: Path, cfg: Path, results: Path) -> float:
         timeout=900,
     )
     (run,) = set((results / "runs").glob("*")) - before
-    times = []
+    times, cpu = [], []
     for f in (run / "artifacts" / "metrics").glob("rank*.steps.jsonl"):
         for line in f.read_text().splitlines():
             rec = json.loads(line)
             if rec["step"] >= 5:
                 times.append(rec["step_time_s"])
-    return statistics.median(times)
+                cpu.append(rec["cpu_s"])
+    return statistics.median(times), statistics.median(cpu)
 
 
 def main() -> None:
@@ -78,23 +81,28 @@ def main() -> None:
     )
     try:
         sides = {"before": old, "after": ROOT}
-        out: dict = {"before": [], "after": [], "load": [], "ratios": []}
+        out: dict = {"before": [], "after": [], "before_cpu": [], "after_cpu": [], "load": [], "ratios": []}
         for i in range(a.pairs):
             pair = {}
             for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
                 cfg = sweep_file(tmp, f"{side}{i}", a.world_size, a.steps)
-                s = run_once(sides[side], cfg, tmp / f"results-{side}")
+                s, c = run_once(sides[side], cfg, tmp / f"results-{side}")
                 load = os.getloadavg()[0]
                 pair[side] = s
                 out[side].append(s)
+                out[f"{side}_cpu"].append(c)
                 out["load"].append(load)
-                print(f"pair {i} {side}: median step {s * 1e3:.1f} ms (load {load:.1f})", flush=True)
+                print(
+                    f"pair {i} {side}: median step {s * 1e3:.1f} ms, CPU {c * 1e3:.1f} ms (load {load:.1f})", flush=True
+                )
             out["ratios"].append(pair["after"] / pair["before"] - 1)
         summary = {
             "before_rev": a.before,
             "world_size": a.world_size,
             "step_ms_before": statistics.median(out["before"]) * 1e3,
             "step_ms_after": statistics.median(out["after"]) * 1e3,
+            "cpu_ms_before": statistics.median(out["before_cpu"]) * 1e3,
+            "cpu_ms_after": statistics.median(out["after_cpu"]) * 1e3,
             "after_vs_before_median": statistics.median(out["ratios"]),
             "after_vs_before_range": [min(out["ratios"]), max(out["ratios"])],
             "load_range": [min(out["load"]), max(out["load"])],
