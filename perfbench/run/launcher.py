@@ -421,6 +421,7 @@ def launch(
         spare_due = warm
         last_counts: dict[int, int] = {}
         last_change = time.time()
+        died_first: dict | None = None
         try:
             while True:
                 rc = proc.poll()
@@ -457,6 +458,8 @@ def launch(
                     )
                     break
                 time.sleep(poll_s)
+            if result.reason:  # a rank that had died already (read before the kill, whose signals are not causes)
+                died_first = dead_worker(log_dir, ranks, metrics_dir, msrun_log)
         except BaseException:
             kill_run(tag, known)
             raise
@@ -486,6 +489,8 @@ def launch(
             result.status = "ok"
             return result
     died = dead_worker(log_dir, ranks, metrics_dir, msrun_log)
+    if result.reason:  # timed out or hung: only a death seen before perfbench ended the run is a cause
+        died = died_first
     if result.reason is None and nodes == 1 and _all_finished(metrics_dir, final, ws, run_config["train"]["steps"]):
         # every rank recorded all its steps and its final meta (its last write) before something died: a crash
         # in MindSpore's own teardown (seen once in CI: SIGSEGV at exit of a finished pipeline rank) loses nothing
@@ -518,7 +523,7 @@ def launch(
                 if rank is not None
                 else f"{tool} failed ({tool} exit code {result.returncode})"
             ) + _first_error(tail)
-    elif died is not None and died["rank"] is not None:  # a rank died, and its launcher had not ended the run
+    elif died is not None and died["rank"] is not None:  # a rank had died, and its launcher had not ended the run
         result.reason = (
             f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} ({tool} log), then {result.reason}"
             + _first_error(tail)

@@ -21,7 +21,7 @@ TRAIN = {"batch_size": 4, "steps": 5, "warmup_steps": 1}
 PROFILE = {"enabled": True, "steps": 2, "level": "default"}
 #: meta keys only the reference runner's loop writes (beside the workload's own) and only a script's capture writes
 RUNNER_ONLY = {"ms_threads", "mode", "os_threads", "startup", "steps", "framework_peak_allocated_bytes", "comm_backend"}
-SCRIPT_ONLY = {"framework", "script", "argv"}
+SCRIPT_ONLY = {"framework", "script", "argv", "installed_ts"}  # installed_ts: when the bootstrap hooked in
 
 
 def records(store: Store, run: dict) -> tuple[list[dict], dict]:
