@@ -7,6 +7,7 @@ tables with the same columns. A difference in either path fails here."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -31,15 +32,14 @@ def records(store: Store, run: dict) -> tuple[list[dict], dict]:
 
 
 def profile_files(store: Store, run: dict) -> set[str]:
-    """The profiler's output, as file kinds: the path under profile/ with the run's own folder names and numbers
-    taken out (`*_ascend_ms/FRAMEWORK/cpu_op_execute_info`, ...)."""
+    """The profiler's output, as file kinds: the path under the run's `*_ascend_ms/` folder with every number
+    taken out (`FRAMEWORK/cpu_op_detail_info_N.csv`, `ASCEND_PROFILER_OUTPUT/trace_view.json`, ...)."""
     root = store.artifacts_dir(run["run_id"]) / "profile"
     out = set()
     for f in root.rglob("*"):
         if f.is_file():
-            parts = list(f.relative_to(root).parts)
-            parts[0] = "*_ascend_ms" if parts[0].endswith("_ascend_ms") else parts[0]
-            out.add("/".join(parts[:-1] + [f.name.split("_0")[0].split(".")[0]]))
+            parts = f.relative_to(root).parts
+            out.add(re.sub(r"\d+", "N", "/".join(parts[1:] if parts[0].endswith("_ascend_ms") else parts)))
     return out
 
 
@@ -94,9 +94,11 @@ def test_the_reference_runner_and_perfbench_capture_write_the_same_records(tmp_p
 
     # the profiler window: the same kinds of files, and the same store tables and columns
     assert profile_files(store, a) == profile_files(store, b)
-    assert any("FRAMEWORK" in f for f in profile_files(store, a))
+    assert {"FRAMEWORK/cpu_op_detail_info_N.csv", "ASCEND_PROFILER_OUTPUT/trace_view.json"} <= profile_files(store, a)
     a_tables, b_tables = ({f.stem for f in (store.run_dir(r["run_id"]) / "tables").glob("*.parquet")} for r in (a, b))
-    assert a_tables == b_tables, a_tables ^ b_tables
+    # memory_attribution splits the peak by the model's parameter and optimizer sizes, which a reference workload
+    # writes into its meta (a script's are not known)
+    assert b_tables <= a_tables and a_tables - b_tables <= {"memory_attribution"}, a_tables ^ b_tables
     for table in ("workload_steps", "step_breakdown"):
         assert set(store.read_table(a["run_id"], table).columns) >= set(store.read_table(b["run_id"], table).columns)
     assert sorted(store.read_table(b["run_id"], "step_breakdown")["step"].unique()) == [1, 2]
