@@ -8,13 +8,17 @@ a temporary run folder, profiler off), the order flipping every cycle. A step's 
 start to the next one's, so the record written after the step is inside it. Per cycle: median with / median
 without - 1; reported: the median over cycles, its quartiles, and the direct cost of the record write per step.
 
-    .venv/bin/python bench/bench_script_capture.py --cycles 20 --block 20 [--json FILE]
+    .venv/bin/python bench/bench_script_capture.py --cycles 20 --block 20 [--hidden 256 --batch 32] [--json FILE]
+
+`--hidden` and `--batch` size the model (the examples' `knobs.hidden` and `train.batch_size`): larger steps, the
+same capture work per step.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,6 +33,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cycles", type=int, default=20)
     ap.add_argument("--block", type=int, default=20)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--json")
     a = ap.parse_args()
 
@@ -40,10 +46,11 @@ def main() -> None:
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    net = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10))
+    h = a.hidden
+    net = nn.Sequential(nn.Linear(64, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 10))
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
-    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    x, y = torch.randn(a.batch, 64), torch.randint(0, 10, (a.batch,))
 
     def block(n: int) -> list[float]:
         times, t = [], time.perf_counter()
@@ -82,7 +89,7 @@ def main() -> None:
     for _ in range(200):
         rec.begin()
         t0 = time.perf_counter()
-        rec.end(samples=32)
+        rec.end(samples=a.batch)
         writes.append(time.perf_counter() - t0)
     rec.finish(0)
     q = statistics.quantiles(ratios, n=4)
@@ -93,6 +100,10 @@ def main() -> None:
         "overhead_q1": q[0],
         "overhead_q3": q[2],
         "record_write_us": statistics.median(writes) * 1e6,
+        "record_share_of_bare_step": statistics.median(writes) / statistics.median(bare_all),
+        "load_average_1min": os.getloadavg()[0],
+        "hidden": a.hidden,
+        "batch": a.batch,
         "cycles": a.cycles,
         "block": a.block,
         "torch": torch.__version__,

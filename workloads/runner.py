@@ -2,9 +2,10 @@
 
     entry.py --config run_config.json  ->  runner.main()  ->  workloads.<name>.build(ctx).train_step(step)
 
-The runner owns everything around a step: MindSpore set-up, ``init()``, seeding, step timing,
-``metrics/rank{R}.steps.jsonl`` / ``.spans.jsonl`` / ``.meta.json``, the profiler window, the
-``inject`` failure hooks and the rank-0 SummaryRecord.  A workload only builds its model in
+The runner owns everything around a step: MindSpore set-up, ``init()``, seeding, the ``inject`` failure hooks,
+``metrics/rank{R}.spans.jsonl`` and the rank-0 SummaryRecord. Step timing, ``metrics/rank{R}.steps.jsonl`` /
+``.meta.json`` and the profiler window go through ``perfbench.capture``'s recorder, the one a user's script is
+captured by (one capture path).  A workload only builds its model in
 ``build(ctx)`` and returns an object with ``train_step(step) -> dict(loss=float, samples=int, ...)``.
 """
 
@@ -23,15 +24,13 @@ import time
 from perfbench.capture.ms_capture import PROFILE_LEVELS, MsWindow
 from perfbench.capture.writer import (
     STEP_KEYS,
-    append_record,
     machine_memory_bytes,
     memory_sample,
-    step_record,
-    write_meta,
 )
 from perfbench.errors import ConfigError, UserError
 from perfbench.startup import PIN_VAR, process_started
 from workloads.pinning import set_process_affinity, widened_for_join
+from perfbench.capture.recorder import Recorder
 
 __all__ = ["PROFILE_LEVELS", "STEP_KEYS", "memory_sample"]
 
@@ -96,12 +95,13 @@ class RunContext:
         self.metrics_dir = self.output_dir / "metrics"
         self.metrics_dir.mkdir(parents=True, exist_ok=True)
         self.step = -1
-        self._meta: dict = {}
+        # steps and meta: perfbench.capture's recorder, the same as a user's script's (one capture path)
+        self.recorder = Recorder({**config, "output_dir": str(self.output_dir), "world_size": world_size}, rank)
+        self.recorder.mode = "runner"
         self._comm_bytes = 0
         self._collectives = 0
         self._counted = False
         self._spans = open(self.metrics_dir / f"rank{rank}.spans.jsonl", "a", buffering=1)
-        self._steps = open(self.metrics_dir / f"rank{rank}.steps.jsonl", "a", buffering=1)
 
     # -- used by workloads -------------------------------------------------------------
     @contextlib.contextmanager
@@ -129,7 +129,7 @@ class RunContext:
 
     def set_meta(self, **kv) -> None:
         """Merged into metrics/rank{R}.meta.json (written after step 0 and at the end)."""
-        self._meta.update(kv)
+        self.recorder.set_meta(**kv)
 
     def count_collective(self, nbytes: int, n: int | None = 1) -> None:
         """Add bytes this rank sent into collectives (and how many ops) to the current step.
@@ -182,21 +182,18 @@ class RunContext:
         self._collectives = 0
         self._counted = False
 
-    def _write_step(self, rec: dict) -> None:
-        if self._counted:
-            rec.setdefault("comm_bytes", self._comm_bytes)
-            rec.setdefault("collectives", self._collectives)
-        append_record(self._steps, rec)
+    def _comm_counted(self) -> dict:
+        """The step's comm_bytes and collectives, when the workload counted any."""
+        return {"comm_bytes": self._comm_bytes, "collectives": self._collectives} if self._counted else {}
 
     def write_meta(self) -> None:
-        write_meta(self.metrics_dir, self.rank, self._meta)
+        self.recorder.write_meta()
 
     def close(self) -> None:
-        for f in (self._spans, self._steps):
-            try:
-                f.close()
-            except OSError:
-                pass
+        try:
+            self._spans.close()
+        except OSError:
+            pass
 
 
 class _Summary:
@@ -416,11 +413,11 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
         steps=steps,
     )
     cap = MsWindow(out / "profile", warmup, prof_steps, level) if profiling else None
+    rec = ctx.recorder
+    rec.sample_memory = sample_memory = os.environ.get("PERFBENCH_SAMPLE_MEMORY", "1") != "0"
     summary = _Summary(ms, out / "summary") if rank == 0 else None
     # memory of every run: sampled after each step (PERFBENCH_SAMPLE_MEMORY=0 turns it off, for
     # bench/bench_memory_sampling.py only); the machine's memory is the capacity a CPU run's headroom is against
-    sample_memory = os.environ.get("PERFBENCH_SAMPLE_MEMORY", "1") != "0"
-    peak_rss = None
     ctx.set_meta(machine_memory_bytes=machine_memory_bytes(), memory_sampling=sample_memory)
     delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
     busy_s = float((cfg.get("inject") or {}).get("busy_ms") or 0) / 1000.0
@@ -436,13 +433,17 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             cap, profiling = None, False
             ctx.set_meta(profiled_steps=None, profile_level="off")
 
-    if cap is not None:
-        cap.prof.start()
+    rec.step = first
+    if cap is not None:  # advanced by the recorder after each step, outside the step's time
+        rec.set_window(cap, level, prof_steps)
+        cap.start()
+    finished = False
     try:
         for step in range(first, steps):
             _inject(cfg, rank, step, ctx)
             ctx._begin_step(step)
-            start, cpu0 = time.time(), time.process_time()
+            start = time.time()
+            rec.begin(start)
             if delay_s:
                 time.sleep(delay_s)
             if busy_s:
@@ -450,53 +451,33 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
             if straggler_s:
                 _burn_cpu(straggler_s)
             input_wait_s = _wait_for_batch(input_delay_s) if input_delay_s else None
-            res = wl.train_step(step)
+            res = dict(wl.train_step(step))
             saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
-            end, cpu_s = time.time(), time.process_time() - cpu0
-            mem = memory_sample() if sample_memory else None  # outside the step's time, like the profiler call
-            in_window = profiling and warmup <= step < warmup + prof_steps
-            capture_s = None
-            if cap is not None:  # outside the step's time: the window's stop and raw-file write happen here
-                t0 = time.perf_counter()
-                cap.prof.step()
-                capture_s = time.perf_counter() - t0
-            res = dict(res)
             loss = float(res.pop("loss"))
             samples = int(res.pop("samples"))
-            # cpu_s: CPU time of the whole rank process (all threads) during the step; mem: max_rss_bytes (high-water
-            # mark so far) and rss_bytes (resident set at step end)
-            rec = step_record(rank, step, start, end, samples, loss, in_window, cpu_s, mem)
-            if mem is not None:
-                peak_rss = max(peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
-            rec.update(res)
             if saved_s is not None:
-                rec["checkpoint_s"] = saved_s
+                res["checkpoint_s"] = saved_s
             if input_wait_s is not None:
-                rec["input_wait_s"] = (
-                    input_wait_s  # inject.input_delay_ms: inside step_time_s, before the compiled step
-                )
-            if capture_s is not None:
-                rec["capture_s"] = capture_s  # the profiler's own call after this step
-            ctx._write_step(rec)
+                res["input_wait_s"] = input_wait_s  # inject.input_delay_ms: inside step_time_s, before the step
+            # the step ends here (end_ts, cpu_s: CPU time of the whole rank process during the step); then, outside
+            # its time: the memory sample (max_rss_bytes: high-water mark so far, rss_bytes: resident set now), the
+            # profiler window's step (capture_s) and the record
+            rec.end(samples, loss, **res, **ctx._comm_counted())
             if summary is not None:
+                end = rec.last_end or start
                 summary.record(step, loss, end - start, samples / max(end - start, 1e-9))
             if step == 0:
                 ctx.set_meta(os_threads=_os_threads())
                 ctx.write_meta()
+        finished = True
     finally:
-        if cap is not None:
+        if cap is not None and not finished:
             cap.prof.stop()
+            rec.window = None
         if summary is not None:
             summary.close()
-    if cap is not None:
-        cap.finish()
-    ctx.set_meta(
-        os_threads=_os_threads(),
-        finished=True,
-        peak_rss_bytes=peak_rss,
-        framework_peak_allocated_bytes=framework_peak_bytes(ms),
-    )
-    ctx.write_meta()
+    ctx.set_meta(os_threads=_os_threads(), framework_peak_allocated_bytes=framework_peak_bytes(ms))
+    rec.finish(0)  # the profiler window's stop and MindSpore's parse, then the final meta (finished: true)
     ctx.close()
     if (cfg.get("inject") or {}).get("crash_at_exit_rank") == rank:  # a crash in the teardown, after every write
         import signal

@@ -73,6 +73,10 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:
         traceback.print_exc()
         _finish(rec, 1, f"{type(exc).__name__}: {exc}"[:500])
+        if os.environ.get("MS_ROLE"):  # a MindSpore rank: its exit would wait on its peers' collectives for
+            sys.stdout.flush()  # minutes (a crash would read as a hang); msrun sees it exit now and ends the rest
+            sys.stderr.flush()
+            os._exit(1)
         return 1
     _finish(rec, status, error)
     return status

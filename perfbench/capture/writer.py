@@ -1,6 +1,6 @@
 """The per-rank record files every capture path writes (docs/architecture.md, "Contract: launcher -> workload"):
-`metrics/rank{R}.steps.jsonl` (one JSON object per finished step, appended, flushed and fsynced, so a crashed
-rank leaves every finished step behind) and `metrics/rank{R}.meta.json` (rewritten whole, atomically). The
+`metrics/rank{R}.steps.jsonl` (one JSON object per finished step, appended and flushed, so a crashed rank
+leaves every finished step behind) and `metrics/rank{R}.meta.json` (rewritten whole, atomically). The
 reference runner (workloads/runner.py) and `perfbench.capture` write through these functions.
 
 Standard library only: a user's script imports this without pandas or a framework.

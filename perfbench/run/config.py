@@ -350,10 +350,10 @@ def _script_section(top: SweepFile, raw: dict, base_dir: Path | None) -> dict | 
                 )
         return None
     launch = raw.get("launch") or {}
-    if launch.get("backend", "local") != "local" or int(launch.get("nodes") or 1) > 1:
+    if launch.get("backend", "local") == "local" and int(launch.get("nodes") or 1) > 1:
         raise ConfigError(
-            f"launch: {show(launch)}: workload script runs on one machine (launch.backend local, launch.nodes 1) "
-            "for now; Slurm and multi-node launches are for the reference workloads"
+            f"launch.nodes: {launch['nodes']}: a workload script runs on several nodes through Slurm only "
+            "(launch.backend: slurm); with launch.backend local it runs on this machine (launch.nodes 1)"
         )
     if top.script is None:
         raise ConfigError(

@@ -305,7 +305,14 @@ def launch(
         warm = skip_teardown = False
     if torch_job:
         bind = False
-        cmd = script_mod.torchrun_command(ws, port, script, master_addr=launch_cfg.get("master_addr", "127.0.0.1"))
+        cmd = script_mod.torchrun_command(
+            local,
+            port,
+            script,
+            master_addr=launch_cfg.get("master_addr", "127.0.0.1"),
+            nodes=nodes,
+            node_rank=launch_cfg.get("node_rank", 0),
+        )
     else:
         cmd = msrun_command(
             run_config_path,
@@ -348,6 +355,10 @@ def launch(
         env.update(script.get("env") or {})
         if torch_job:
             env["PERFBENCH_WORKER_LOG_DIR"] = str(log_dir)
+            if nodes > 1 and "GLOO_SOCKET_IFNAME" not in env:  # gloo's peers must reach this node's address
+                ifname = script_mod.interface_towards(launch_cfg.get("master_addr", "127.0.0.1"))
+                if ifname:
+                    env["GLOO_SOCKET_IFNAME"] = ifname
             env.setdefault("OMP_NUM_THREADS", str(run_config.get("threads_per_rank") or 1))
     env.update(env_extra or {})
     root = str(Path(__file__).resolve().parents[2])
@@ -360,7 +371,9 @@ def launch(
     ranks: dict[int, int] = {}  # worker pid -> rank, for naming the rank that died
     result = LaunchResult(status="failed", command=cmd, master_port=port, bind_core=bind)
     node_rank = launch_cfg.get("node_rank", 0)
-    msrun_log = "torchrun.out" if torch_job else msrun_log_name(nodes, node_rank)
+    msrun_log = (
+        msrun_log_name(nodes, node_rank).replace("msrun", "torchrun") if torch_job else msrun_log_name(nodes, node_rank)
+    )
     result.startup["launched"] = time.time()
     with open(log_dir / msrun_log, "wb") as msrun_out:
         # msrun runs under perfbench.run.reaper, which ends the whole run when this process dies (even by SIGKILL)
@@ -406,6 +419,7 @@ def launch(
         spare_due = warm
         last_counts: dict[int, int] = {}
         last_change = time.time()
+        died_first: dict | None = None
         try:
             while True:
                 rc = proc.poll()
@@ -431,7 +445,9 @@ def launch(
                     break
                 now = time.time()
                 if now - t0 > timeout_s:
-                    result.reason = f"timed out after {timeout_s:.0f} s (launch.timeout_s)"
+                    result.reason = f"timed out after {timeout_s:.0f} s (launch.timeout_s)" + (
+                        "" if sum(counts.values()) else "; no rank finished step 1"
+                    )
                     break
                 if sum(counts.values()) > 0 and now - last_change > stall_s:
                     result.reason = (
@@ -440,6 +456,8 @@ def launch(
                     )
                     break
                 time.sleep(poll_s)
+            if result.reason:  # a rank that had died already (read before the kill, whose signals are not causes)
+                died_first = dead_worker(log_dir, ranks, metrics_dir, msrun_log)
         except BaseException:
             kill_run(tag, known)
             raise
@@ -469,6 +487,8 @@ def launch(
             result.status = "ok"
             return result
     died = dead_worker(log_dir, ranks, metrics_dir, msrun_log)
+    if result.reason:  # timed out or hung: only a death seen before perfbench ended the run is a cause
+        died = died_first
     if result.reason is None and nodes == 1 and _all_finished(metrics_dir, final, ws, run_config["train"]["steps"]):
         # every rank recorded all its steps and its final meta (its last write) before something died: a crash
         # in MindSpore's own teardown (seen once in CI: SIGSEGV at exit of a finished pipeline rank) loses nothing
@@ -484,6 +504,8 @@ def launch(
         rank = died["rank"]
         f = log_dir / f"worker_{rank}.log"
         tail = _tail(f.read_text(errors="replace")) if f.exists() else tail
+    if script is not None and rank is None:  # no rank to blame (all stuck alike): every rank's last lines
+        tail = _ranks_tails(log_dir, ws) or tail
     result.failed_rank = rank
     result.log_tail = tail
     if result.reason is None:
@@ -499,8 +521,17 @@ def launch(
                 if rank is not None
                 else f"{tool} failed ({tool} exit code {result.returncode})"
             ) + _first_error(tail)
+    elif died is not None and died["rank"] is not None:  # a rank had died, and its launcher had not ended the run
+        result.reason = (
+            f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} ({tool} log), then {result.reason}"
+            + _first_error(tail)
+        )
     elif rank is not None:
-        result.reason += f"; rank {rank} stopped first"
+        result.reason += f"; rank {rank} stopped first" + _first_error(tail)
+    if script is not None and not any(
+        (log_dir / f"worker_{r}.log").exists() and (log_dir / f"worker_{r}.log").stat().st_size for r in range(ws)
+    ):
+        result.reason += "; the script printed nothing (every rank's log is empty)"
     return result
 
 
@@ -551,6 +582,11 @@ def _remember_children(
 
 
 _WORKER_EXIT = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
+#: torchrun's summary of a failed run: "Root Cause (first observed failure): ... rank : R (local_rank: L)
+#: exitcode : C (pid: P)"
+_TORCHRUN_ROOT = re.compile(
+    r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)", re.S
+)
 
 
 def describe_exit(code: int) -> str:
@@ -573,9 +609,14 @@ def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_l
     and then kills the others), as {"pid", "code", "how", "rank"}; rank from the pids seen while the run
     ran, else from the ranks' meta.json. None when msrun logged no such line."""
     f = log_dir / msrun_log
-    m = _WORKER_EXIT.search(f.read_text(errors="replace")) if f.exists() else None
+    text = f.read_text(errors="replace") if f.exists() else ""
+    m = _WORKER_EXIT.search(text)
     if m is None:
-        return None
+        t = _TORCHRUN_ROOT.search(text)  # torchrun names the rank that failed first and its exit code
+        if t is None:
+            return None
+        code = int(t.group(2))
+        return {"pid": int(t.group(3)), "code": code, "how": describe_exit(code), "rank": int(t.group(1))}
     pid, code = int(m.group(1)), int(m.group(2))
     rank = ranks.get(pid)
     if rank is None:
@@ -653,6 +694,17 @@ def failing_rank(
         return r, (_tail(f.read_text(errors="replace")) if f.exists() else "")
     f = log_dir / msrun_log  # no evidence which rank it was: say so rather than guess
     return None, _tail(f.read_text(errors="replace")) if f.exists() else ""
+
+
+def _ranks_tails(log_dir: Path, world_size: int, n: int = 8) -> str:
+    """The last `n` lines of every rank's log, each headed by its file name (empty logs left out)."""
+    parts = []
+    for r in range(world_size):
+        f = log_dir / f"worker_{r}.log"
+        text = _tail(f.read_text(errors="replace"), n) if f.exists() else ""
+        if text:
+            parts.append(f"==> worker_{r}.log <==\n{text}")
+    return "\n".join(parts)
 
 
 def _tail(text: str, n: int = 25) -> str:

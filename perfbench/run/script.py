@@ -155,17 +155,47 @@ def torchrun_executable() -> str:
     return found
 
 
-def torchrun_command(world_size: int, master_port: int, script: dict, *, master_addr: str = "127.0.0.1") -> list[str]:
+def torchrun_command(
+    local_ranks: int,
+    master_port: int,
+    script: dict,
+    *,
+    master_addr: str = "127.0.0.1",
+    nodes: int = 1,
+    node_rank: int = 0,
+) -> list[str]:
+    """torchrun's static rendezvous: `nodes` nodes of `local_ranks` ranks each, node 0's address as master."""
     return [
         torchrun_executable(),
-        "--nnodes=1",
-        f"--nproc_per_node={world_size}",
+        f"--nnodes={nodes}",
+        f"--node_rank={node_rank}",
+        f"--nproc_per_node={local_ranks}",
         f"--master_addr={master_addr}",
         f"--master_port={master_port}",
         str(BOOTSTRAP),
         script["path"],
         *script["args"],
     ]
+
+
+def interface_towards(address: str) -> str | None:
+    """The name of this machine's network interface that reaches `address` (the route the kernel picks), or None.
+    gloo otherwise takes the address the host name resolves to, which is 127.0.0.1 on many machines: a torchrun
+    rank on another node would then be told to connect to its own loopback."""
+    import socket
+
+    import psutil
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((address, 9))  # UDP: no packet is sent, the kernel only picks the route
+            local = s.getsockname()[0]
+        for name, addrs in psutil.net_if_addrs().items():
+            if any(a.family == socket.AF_INET and a.address == local for a in addrs):
+                return name
+    except OSError:
+        return None
+    return None
 
 
 def entry(script: dict) -> list[str]:

@@ -124,8 +124,36 @@ def test_pytorch_script_with_the_capture_line_and_a_failing_one(tmp_path):
     crash, nosteps = runs
     assert crash["status"] == "failed"
     assert crash["failed_rank"] == 1
-    assert "rank 1 failed after step 2 (torchrun exit code" in crash["error"]
+    assert "rank 1 exited with code 1 after step 2 (torchrun exit code 1)" in crash["error"]
     assert "RuntimeError: boom at step 3" in crash["error"] and "boom at step 3" in crash["log_tail"]
     assert nosteps["status"] == "ok" and nosteps["launch"]["wall_s"] > 0
     assert "no step boundary was seen" in nosteps["no_steps_reason"]
     assert any("no steps recorded" in w for w in nosteps["warnings"])
+
+
+def test_tune_a_script_on_a_user_knob_and_a_parallel_knob(tmp_path):
+    """examples/own-job/tune-pytorch.yaml, 3 trials of 6 steps: every trial is a torchrun run of the user's script
+    with the trial's knobs.hidden and comm_fusion in its command line, and the answer names both knobs."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "examples" / "own-job" / "tune-pytorch.yaml").read_text())
+    cfg["script"]["path"] = str(ROOT / "examples" / "own-job" / "train_pytorch.py")
+    cfg["train"]["steps"] = 6
+    cfg["search"]["budget"] = {"trials": 3}
+    path = write_yaml(tmp_path / "tune.yaml", cfg)
+    results = tmp_path / "results"
+    r = run_perfbench("tune", path, "--results", results, "--json", check=False, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    answer = json.loads(r.stdout)
+    assert len(answer["trials"]) == 3 and {t["status"] for t in answer["trials"]} == {"ok"}
+    assert set(answer["importance"]) == {"knobs.hidden", "comm_fusion"}
+    assert answer["best"]["value"] == max(t["value"] for t in answer["trials"])
+    store = Store(results)
+    for t in answer["trials"]:
+        rec = store.read_run(t["run_id"])
+        s = t["settings"]
+        assert s["knobs.hidden"] in (128, 256, 512) and s["comm_fusion"] in (0, 1, 25)
+        args = rec["config"]["script"]["args"]
+        assert args[args.index("--hidden") + 1] == str(s["knobs.hidden"])
+        assert float(args[args.index("--bucket-cap-mb") + 1]) == s["comm_fusion"]
+        assert rec["capture"]["mode"] == "optimizer-hook" and rec["metrics"]["samples_per_step"] == 64

@@ -186,3 +186,84 @@ def test_ctrl_c_cancels_the_running_job(slurm, tmp_path, spawn):
     after = Store(results).read_run(rec["run_id"])
     assert after["status"] == "running" and after["error"] == "interrupted"  # --resume runs it again
     assert leftovers(results) == []
+
+
+def script_sweep(tmp_path, name: str, script: dict, **over):
+    """A `workload: script` run of world size 2 as one job on the 2 Slurm nodes (one rank per node)."""
+    cfg = write_yaml(
+        tmp_path / f"{name}.yaml",
+        {
+            "name": name,
+            "workload": "script",
+            "script": script,
+            "train": {"batch_size": 8, "steps": 4, "warmup_steps": 1},
+            "profile": {"enabled": False},
+            "sweep": {"world_size": [2]},
+            "launch": {
+                "backend": "slurm",
+                "nodes": 2,
+                "timeout_s": 300,
+                "slurm": {"partition": "debug", "poll_s": 0.5},
+            },
+            **over,
+        },
+    )
+    results = tmp_path / "results"
+    run_perfbench("sweep", cfg, "--results", results, check=False, timeout=500)
+    return Store(results), Store(results).list_runs()
+
+
+def steps_per_rank(store: Store, run_id: str) -> dict:
+    return store.read_table(run_id, "workload_steps").groupby("rank")["step"].count().to_dict()
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "mindspore"])
+def test_a_users_script_runs_on_two_nodes(slurm, tmp_path, framework):
+    """torchrun (PyTorch, gloo) or msrun (MindSpore) on each node of the job, started with the node's Slurm rank
+    and node 0 as master; the run's ranks are both nodes' ranks, each with the steps its script trained."""
+    if framework == "pytorch":
+        script = {
+            "path": str(ROOT / "tests" / "integration" / "own_job" / "train_torch_capture.py"),
+            "framework": "pytorch",
+            "args": ["--batch-size", "{train.batch_size}", "--steps", "{train.steps}"],
+        }
+        tool = "torchrun"
+    else:
+        script = {
+            "path": str(ROOT / "examples" / "own-job" / "train_mindspore.py"),
+            "framework": "mindspore",
+            "args": ["--batch-size", "{train.batch_size}", "--steps", "{train.steps}", "--hidden", "16"],
+        }
+        tool = "msrun"
+    store, (rec,) = script_sweep(tmp_path, f"slurm-{framework}", script)
+    assert rec["status"] == "ok", rec.get("error")
+    assert [(n["node_rank"], n["slurm_node"], n["status"]) for n in rec["slurm"]["nodes"]] == [
+        (0, "pbnode1", "ok"),
+        (1, "pbnode2", "ok"),
+    ]
+    assert {n["master_addr"] for n in rec["slurm"]["nodes"]} == {node_addr(slurm, "pbnode1")}
+    for n in rec["slurm"]["nodes"]:
+        cmd = " ".join(n["command"])
+        assert tool in cmd and "perfbench/capture/run.py" in cmd and script["path"] in cmd
+        if framework == "pytorch":
+            assert f"--nnodes=2 --node_rank={n['node_rank']} --nproc_per_node=1" in cmd
+    assert steps_per_rank(store, rec["run_id"]) == {0: 4, 1: 4}
+    assert rec["metrics"]["samples_per_step"] == 16
+    logs = store.artifacts_dir(rec["run_id"]) / "logs"
+    assert (logs / f"{tool}-node0.out").exists() and (logs / f"{tool}-node1.out").exists()
+    assert leftovers(tmp_path / "results") == []
+
+
+def test_a_crashing_script_fails_its_job_with_the_rank_log(slurm, tmp_path):
+    script = {
+        "path": str(ROOT / "tests" / "integration" / "own_job" / "broken.py"),
+        "framework": "pytorch",
+        "args": ["--mode", "crash"],
+    }
+    store, (rec,) = script_sweep(tmp_path, "slurm-crash", script)
+    job = rec["slurm"]["job_id"]
+    assert rec["status"] == "failed"
+    assert rec["error"].startswith(f"Slurm job {job} failed"), rec["error"]
+    assert "node 1 (" in rec["error"] and "RuntimeError: boom at step 3" in rec["error"], rec["error"]
+    assert rec["failed_rank"] == 1 and "boom at step 3" in rec["log_tail"]
+    assert leftovers(tmp_path / "results") == []

@@ -36,26 +36,15 @@ def _capture_records(tmp_path, monkeypatch) -> tuple[list[dict], dict]:
 
 
 def _runner_records(tmp_path) -> tuple[list[dict], dict]:
-    """A step written by workloads.runner.RunContext exactly as runner.run() builds it (no MindSpore needed)."""
-    from workloads.runner import RunContext, memory_sample
+    """A step written through workloads.runner.RunContext as runner.run() does (no MindSpore needed)."""
+    from workloads.runner import RunContext
 
     ctx = RunContext({}, 0, 1, tmp_path)
     ctx._begin_step(0)
-    rec = {
-        "rank": 0,
-        "step": 0,
-        "start_ts": 1.0,
-        "end_ts": 2.0,
-        "step_time_s": 1.0,
-        "samples": 8,
-        "loss": 0.5,
-        "profiled": False,
-    }
-    rec["cpu_s"] = 0.1
-    rec.update(memory_sample())
-    ctx._write_step(rec)
-    ctx.set_meta(rank=0, world_size=1, finished=True)
-    ctx.write_meta()
+    ctx.recorder.begin()
+    ctx.recorder.end(8, 0.5, **ctx._comm_counted())
+    ctx.set_meta(rank=0, world_size=1)
+    ctx.recorder.finish(0)
     ctx.close()
     steps = [json.loads(line) for line in (tmp_path / "metrics" / "rank0.steps.jsonl").read_text().splitlines()]
     return steps, json.loads((tmp_path / "metrics" / "rank0.meta.json").read_text())
@@ -73,6 +62,8 @@ def test_runner_and_capture_write_the_same_step_keys(tmp_path, monkeypatch):
     assert list(cap_steps[0])[:8] == list(run_steps[0])[:8]  # the contract's order
     assert {"rank", "world_size", "finished"} <= set(cap_meta) and cap_meta["finished"] is True
     assert cap_meta["capture"] == "manual" and cap_meta["recorded_steps"] == 3
+    assert run_meta["capture"] == "runner" and run_meta["finished"] is True
+    assert set(cap_meta) == set(run_meta)
 
 
 def test_capture_outside_perfbench_is_a_no_op(tmp_path, monkeypatch):

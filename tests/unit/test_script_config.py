@@ -88,7 +88,7 @@ def test_reference_workloads_run_configs_have_no_script_keys():
         ({"script": None}, "missing key `script`"),
         ({"workload": "resnet50"}, "script: "),
         ({"parallel": {"zero_stage": 1}}, "parallel.zero_stage 1: not handed to a PyTorch script"),
-        ({"launch": {"backend": "slurm"}}, "workload script runs on one machine"),
+        ({"launch": {"nodes": 2}}, "launch.nodes: 2: a workload script runs on several nodes through Slurm only"),
         ({"parallel": {"grad_compression": "topk"}}, "parallel.grad_compression topk: PyTorch has no top-k DDP hook"),
     ],
 )
@@ -152,3 +152,51 @@ def test_the_json_schema_accepts_the_own_job_examples():
     bad = yaml.safe_load((EXAMPLES / "pytorch.yaml").read_text())
     bad["sweep"]["knob.hidden"] = [1]  # not knobs.NAME
     assert list(validator.iter_errors(bad))
+
+
+def test_a_script_goes_to_slurm_with_torchrun_on_every_node(tmp_path):
+    """launch.backend slurm: the job script runs one task per node; each node's torchrun gets the node count, its
+    Slurm node rank and node 0 as master (static rendezvous)."""
+    from perfbench.run.script import torchrun_command
+    from perfbench.run.slurm import write_job
+
+    r = raw(launch={"backend": "slurm", "nodes": 2, "slurm": {"partition": "debug"}}, sweep={"world_size": [4]})
+    cfg = parse_config(r, base_dir=EXAMPLES)
+    (plan, *_) = cfg.plan("s")
+    rc = dict(plan.run_config, output_dir=str(tmp_path))
+    job = write_job(tmp_path / "run_config.json", rc, cfg.launch, None).read_text()
+    assert "#SBATCH --nodes=2" in job and "#SBATCH --ntasks-per-node=1" in job and "#SBATCH --partition=debug" in job
+    assert "srun --nodes=2 --ntasks-per-node=1 --kill-on-bad-exit=1" in job
+    assert job.rstrip().endswith(f"-m perfbench.run.slurm node {tmp_path}/slurm/spec.json")
+    cmd = torchrun_command(2, 29500, rc["script"], master_addr="10.0.0.1", nodes=2, node_rank=1)
+    assert cmd[1:6] == [
+        "--nnodes=2",
+        "--node_rank=1",
+        "--nproc_per_node=2",
+        "--master_addr=10.0.0.1",
+        "--master_port=29500",
+    ]
+    assert cmd[6].endswith("perfbench/capture/run.py") and cmd[7] == rc["script"]["path"]
+
+
+@pytest.mark.parametrize(
+    "framework,parallel,expected",
+    [
+        ("mindspore", {"zero_stage": 1}, "parallel.zero_stage 1: MindSpore's optimizer sharding runs on Ascend only"),
+        ("mindspore", {"pipeline_stages": 2}, "MindSpore's native pipeline and semi-auto parallel need Ascend/GPU"),
+        ("pytorch", {"grad_compression": "topk"}, "parallel.grad_compression topk: PyTorch has no top-k DDP hook"),
+    ],
+)
+def test_sweep_dry_run_refuses_what_the_backend_cannot_do_in_one_line(tmp_path, framework, parallel, expected):
+    from tests.support import run_perfbench, write_yaml
+
+    script = EXAMPLES / ("train_mindspore.py" if framework == "mindspore" else "train_pytorch.py")
+    cfg = write_yaml(
+        tmp_path / "s.yaml",
+        raw(script={"path": str(script), "framework": framework}, parallel=parallel, sweep={"world_size": [2]}),
+    )
+    r = run_perfbench("sweep", cfg, "--dry-run", "--results", tmp_path / "results", check=False, timeout=120)
+    assert r.returncode == 2, r.stdout + r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("perfbench: error: ") and expected in line, line
+    assert not (tmp_path / "results" / "runs").exists()

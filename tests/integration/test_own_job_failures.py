@@ -1,0 +1,151 @@
+"""A user's script that goes wrong, under real msrun and torchrun: one that crashes on a rank, one that hangs after a
+step (launch.stall_timeout_s), one that exits without printing anything and one that never reaches its first step
+(launch.timeout_s). Each is stored as failed with the reason and its log tail, and the sweep goes on to the next.
+The scripts are written by the test; each takes `--mode` from a swept knob."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from perfbench.store import Store
+from tests.integration.test_launcher_failures import leftovers
+from tests.support import run_perfbench, write_yaml
+
+pytestmark = pytest.mark.msrun
+
+MODES = ["crash", "hang", "silent", "nostep"]
+
+COMMON = """
+import argparse, os, sys, time
+
+p = argparse.ArgumentParser()
+p.add_argument("--mode", choices=("crash", "hang", "silent", "nostep"))
+a = p.parse_args()
+if a.mode == "silent":
+    os._exit(3)  # not a word on stdout or stderr
+"""
+
+TORCH = (
+    COMMON
+    + """
+import torch
+import torch.distributed as dist
+from torch import nn
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+if a.mode == "nostep":
+    print(f"rank {rank}: waiting for data that never comes", flush=True)
+    time.sleep(3600)
+net = nn.Linear(8, 2)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(6):
+    if a.mode == "hang" and rank == 0 and step == 2:
+        print("rank 0: stuck in step 2", flush=True)
+        time.sleep(3600)
+    loss = net(torch.randn(4, 8)).sum()
+    loss.backward()
+    if a.mode == "crash" and rank == 1 and step == 3:
+        raise RuntimeError("boom at step 3")
+    opt.step()
+    dist.all_reduce(loss.detach())
+dist.destroy_process_group()
+"""
+)
+
+MINDSPORE = (
+    COMMON
+    + """
+import mindspore as ms
+import mindspore.dataset as ds
+import numpy as np
+from mindspore import nn
+from mindspore.communication import get_group_size, get_rank, init
+from mindspore.train import Callback
+
+ms.set_device("CPU")
+ms.set_context(mode=ms.GRAPH_MODE)
+init()
+rank, size = get_rank(), get_group_size()
+if a.mode == "nostep":
+    print(f"rank {rank}: waiting for data that never comes", flush=True)
+    time.sleep(3600)
+ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+
+
+class GoWrong(Callback):
+    def on_train_step_end(self, run_context):
+        step = run_context.original_args().cur_step_num  # 1, 2, ...
+        if a.mode == "crash" and rank == 1 and step == 3:
+            raise RuntimeError("boom at step 3")
+        if a.mode == "hang" and rank == 0 and step == 2:
+            print("rank 0: stuck after step 2", flush=True)
+            time.sleep(3600)
+
+
+x = np.random.default_rng(0).standard_normal((48, 8)).astype(np.float32)
+y = np.zeros(48, np.int32)
+data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False, num_shards=size, shard_id=rank).batch(4)
+net = nn.Dense(8, 2)
+model = ms.Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), nn.SGD(net.trainable_params()))
+model.train(1, data, callbacks=[GoWrong()], dataset_sink_mode=False)
+"""
+)
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "mindspore"])
+def test_a_failing_script_is_stored_failed_and_the_sweep_goes_on(tmp_path, framework):
+    script = tmp_path / "bad.py"
+    script.write_text(TORCH if framework == "pytorch" else MINDSPORE)
+    timeout_s = 60 if framework == "pytorch" else 90  # msrun's start plus MindSpore's compile take longer
+    cfg = write_yaml(
+        tmp_path / "bad.yaml",
+        {
+            "name": f"bad-{framework}",
+            "workload": "script",
+            "script": {"path": str(script), "framework": framework, "args": ["--mode", "{knobs.mode}"]},
+            "knobs": {"mode": "crash"},
+            "train": {"steps": 6, "warmup_steps": 1},
+            "profile": {"enabled": False},
+            "sweep": {"world_size": [2], "knobs.mode": MODES},
+            "launch": {"timeout_s": timeout_s, "stall_timeout_s": 15},
+        },
+    )
+    results = tmp_path / "results"
+    t0 = time.time()
+    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=900)
+    wall = time.time() - t0
+    store = Store(results)
+    (sw,) = store.list_sweeps()
+    runs = {rec["settings"]["knobs.mode"]: rec for rec in (store.read_run(rid) for rid in sw["runs"])}
+    assert sorted(runs) == sorted(MODES), r.stdout + r.stderr  # every run stored: the sweep went on
+    for mode, rec in runs.items():
+        assert rec["status"] == "failed", (mode, rec.get("error"))
+        assert rec["error"] and "\n" not in rec["error"], (mode, rec["error"])
+        assert rec["launch"]["wall_s"] > 0
+    tool = "torchrun" if framework == "pytorch" else "msrun"
+
+    crash = runs["crash"]
+    assert crash["failed_rank"] == 1, crash["error"]
+    # PyTorch: steps 0-2 recorded, then the raise in step 3's backward; MindSpore: the script's callback raises
+    # at the end of step 3 before perfbench's records it (steps 0-1 recorded)
+    after = "after step 2" if framework == "pytorch" else "after step 1"
+    assert crash["error"].startswith(f"rank 1 exited with code 1 {after} ({tool}"), crash["error"]
+    assert crash["error"].endswith("RuntimeError: boom at step 3"), crash["error"]
+    assert "boom at step 3" in crash["log_tail"]
+
+    hang = runs["hang"]
+    assert hang["error"].startswith("hung: no rank finished a step for 15 s (launch.stall_timeout_s)"), hang["error"]
+    assert "stuck" in hang["log_tail"]
+
+    silent = runs["silent"]
+    assert "exit code" in silent["error"] and "printed nothing" in silent["error"], silent["error"]
+
+    nostep = runs["nostep"]
+    assert nostep["error"].startswith(f"timed out after {timeout_s} s (launch.timeout_s)"), nostep["error"]
+    assert "no rank finished step 1" in nostep["error"], nostep["error"]
+    assert "waiting for data that never comes" in nostep["log_tail"]
+    assert wall < 4 * timeout_s + 300  # nothing waited past its timeout
+    assert leftovers(results) == []
