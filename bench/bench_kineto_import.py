@@ -59,7 +59,7 @@ print(json.dumps({"s": dt, "cpu_s": cpu, "base_mb": base / 1024, "peak_mb": peak
 """
 
 
-def run(tool: str, folder: Path) -> dict:
+def run(tool: str, folder: Path, timeout: float = 900) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for f in folder.iterdir():  # HTA reads every file of its folder: a folder of links to the set's traces
             (Path(tmp) / f.name).symlink_to(f)
@@ -69,7 +69,7 @@ def run(tool: str, folder: Path) -> dict:
             text=True,
             cwd=ROOT,
             env=dict(os.environ, HTA_DISABLE_NS_ROUNDING="1"),
-            timeout=900,
+            timeout=timeout,
         )
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
@@ -133,7 +133,7 @@ def scaled(args) -> None:
             f"(written in {time.perf_counter() - t:.0f} s)",
             flush=True,
         )
-        x = run("perfbench", Path(tmp))
+        x = run("perfbench", Path(tmp), timeout=args.timeout)
     if "error" in x:
         raise SystemExit(f"perfbench failed: {x['error']}")
     print(
@@ -148,6 +148,7 @@ def main() -> None:
     ap.add_argument("--scale-gb", type=float, default=None, help="import one real trace scaled to this many GB")
     ap.add_argument("--scale-from", default="ns_resolution_trace", help="the set whose trace is scaled")
     ap.add_argument("--tmp", default=None, help="folder for the scaled trace (default: the system's temp)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one import may take")
     args = ap.parse_args()
     if args.scale_gb:
         scaled(args)
