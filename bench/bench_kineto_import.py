@@ -10,6 +10,13 @@ difference is what reading the trace costs.
 
 Usage:
   .venv/bin/python bench/bench_kineto_import.py [--sets trace_filter,nccl_parser_config,...]
+  .venv/bin/python bench/bench_kineto_import.py --scale-gb 1 [--scale-from ns_resolution_trace] [--tmp DIR]
+
+--scale-gb: the 1 GB target. A real fixture trace (set R by default) scaled up to that many GB of JSON: its
+events written again and again, each copy shifted in time past the previous one, its ProfilerStep numbers,
+correlation ids and flow ids moved on so no two copies share one, one uncompressed `.pt.trace.json` (above
+64 MB perfbench streams it with ijson). perfbench alone imports it (HTA's parse of a 1 GB trace does not fit
+this machine's memory); wall time, CPU time and peak resident set are printed. The file is deleted after.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,20 +46,20 @@ if tool == "perfbench":
 else:
     from hta.trace_analysis import TraceAnalysis
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-t = time.perf_counter()
+t, cpu = time.perf_counter(), time.process_time()
 if tool == "perfbench":
     p = analyzers.load_profile(folder, workers=1)
     n = len(p.ops)
 else:
     ta = TraceAnalysis(trace_dir=folder)
     n = sum(len(df) for df in ta.t.traces.values())
-dt = time.perf_counter() - t
+dt, cpu = time.perf_counter() - t, time.process_time() - cpu
 peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print(json.dumps({"s": dt, "base_mb": base / 1024, "peak_mb": peak / 1024, "rows": n}))
+print(json.dumps({"s": dt, "cpu_s": cpu, "base_mb": base / 1024, "peak_mb": peak / 1024, "rows": n}))
 """
 
 
-def run(tool: str, folder: Path) -> dict:
+def run(tool: str, folder: Path, timeout: float = 900) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         for f in folder.iterdir():  # HTA reads every file of its folder: a folder of links to the set's traces
             (Path(tmp) / f.name).symlink_to(f)
@@ -61,17 +69,90 @@ def run(tool: str, folder: Path) -> dict:
             text=True,
             cwd=ROOT,
             env=dict(os.environ, HTA_DISABLE_NS_ROUNDING="1"),
-            timeout=900,
+            timeout=timeout,
         )
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
+#: what one copy moves its ids on by (above any correlation / flow id / step number of the fixtures' traces)
+ID_STRIDE = 10_000_000
+STEP_STRIDE = 1_000
+
+
+def scale_trace(src: Path, out: Path, target_bytes: int) -> tuple[int, int]:
+    """Write `src`'s events again and again into `out` until it holds `target_bytes`; returns (copies, events)."""
+    import gzip
+    import re
+
+    import orjson
+
+    raw = src.read_bytes()
+    doc = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+    events = doc.pop("traceEvents")
+    ts = [float(e["ts"]) for e in events if "ts" in e]
+    span = max(ts) - min(ts) + 1000.0
+    step_re = re.compile(r"ProfilerStep#(\d+)")
+    copies = written = 0
+    with open(out, "wb") as fh:
+        fh.write(orjson.dumps(doc)[:-1] + b', "traceEvents": [\n')
+        first = True
+        while fh.tell() < target_bytes:
+            lines = []
+            for e in events:
+                e = dict(e)
+                if "ts" in e and e.get("ph") != "M":
+                    e["ts"] = float(e["ts"]) + copies * span
+                if copies and "ProfilerStep#" in e.get("name", ""):
+                    n = copies * STEP_STRIDE
+                    e["name"] = step_re.sub(lambda m, n=n: f"ProfilerStep#{int(m.group(1)) + n}", e["name"])
+                if "id" in e and isinstance(e["id"], int):
+                    e["id"] += copies * ID_STRIDE
+                args = e.get("args")
+                if isinstance(args, dict) and isinstance(args.get("correlation"), int):
+                    e["args"] = dict(args, correlation=args["correlation"] + copies * ID_STRIDE)
+                lines.append(orjson.dumps(e))
+            fh.write((b"" if first else b",\n") + b",\n".join(lines))
+            first = False
+            copies += 1
+            written += len(lines)
+        fh.write(b"\n]}\n")
+    return copies, written
+
+
+def scaled(args) -> None:
+    src = next((DATA / args.scale_from).iterdir())
+    with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
+        out = Path(tmp) / "rank-0.scaled.pt.trace.json"
+        t = time.perf_counter()
+        copies, events = scale_trace(src, out, int(args.scale_gb * 1e9))
+        size = out.stat().st_size
+        print(
+            f"{src.name} x {copies} copies: {events:,} events, {size / 1e9:.2f} GB of JSON "
+            f"(written in {time.perf_counter() - t:.0f} s)",
+            flush=True,
+        )
+        x = run("perfbench", Path(tmp), timeout=args.timeout)
+    if "error" in x:
+        raise SystemExit(f"perfbench failed: {x['error']}")
+    print(
+        f"perfbench: {x['s']:.1f} s wall, {x['cpu_s']:.1f} s CPU, peak {x['peak_mb']:.0f} MB "
+        f"({x['base_mb']:.0f} MB after imports), {x['rows']:,} ops; load average {os.getloadavg()[0]:.1f}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sets", default=",".join(SETS))
+    ap.add_argument("--scale-gb", type=float, default=None, help="import one real trace scaled to this many GB")
+    ap.add_argument("--scale-from", default="ns_resolution_trace", help="the set whose trace is scaled")
+    ap.add_argument("--tmp", default=None, help="folder for the scaled trace (default: the system's temp)")
+    ap.add_argument("--timeout", type=float, default=900, help="seconds one import may take")
     args = ap.parse_args()
+    if args.scale_gb:
+        scaled(args)
+        return
     cols = (
         "set",
         "trace size (gz)",

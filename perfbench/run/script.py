@@ -105,19 +105,17 @@ def script_rules(framework: str, parallel: dict, world_size: int) -> list[str]:
             "semi-auto parallel need Ascend/GPU (the CPU backend refuses them), and a PyTorch script builds its own "
             "stages"
         )
-    if parallel.get("zero_stage", 0):
+    if framework == "pytorch":  # zero_stage 1 and micro_batches: perfbench.capture.parallel's helpers
+        from perfbench.capture.parallel import pytorch_refusals
+
+        problems += pytorch_refusals(parallel, world_size)
+    elif parallel.get("zero_stage", 0):
+        zero = parallel["zero_stage"]
+        problems.append(f"parallel.zero_stage {zero}: MindSpore's optimizer sharding runs on Ascend only")
+    if parallel.get("micro_batches", 1) > 1 and framework != "pytorch":
         problems.append(
-            f"parallel.zero_stage {parallel['zero_stage']}: "
-            + (
-                "MindSpore's optimizer sharding runs on Ascend only"
-                if framework == "mindspore"
-                else "not handed to a PyTorch script (use torch.distributed.optim.ZeroRedundancyOptimizer in it)"
-            )
-        )
-    if parallel.get("micro_batches", 1) > 1:
-        problems.append(
-            "parallel.micro_batches > 1: not handed to a script (MindSpore's GradAccumulation needs Ascend/GPU; "
-            "in PyTorch accumulate with DDP's no_sync() and a user knob)"
+            "parallel.micro_batches > 1: not handed to a MindSpore script (MindSpore's GradAccumulation needs "
+            "Ascend/GPU)"
         )
     if parallel.get("overlap_grad_comm") and framework == "mindspore":
         problems.append("parallel.overlap_grad_comm: MindSpore overlaps a script's gradients by itself")
@@ -135,7 +133,7 @@ def script_rules(framework: str, parallel: dict, world_size: int) -> list[str]:
 
 def settings_json(run_config: dict) -> str:
     """PERFBENCH_SETTINGS: what the script may read (perfbench.capture.settings())."""
-    keys = ("run_id", "world_size", "repeat", "output_dir", "train", "parallel", "profile", "knobs")
+    keys = ("run_id", "world_size", "repeat", "output_dir", "train", "parallel", "profile", "knobs", "inject")
     out = {k: run_config.get(k) for k in keys}
     out["script"] = {"framework": (run_config.get("script") or {}).get("framework")}
     return json.dumps(out, default=str)

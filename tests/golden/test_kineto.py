@@ -230,6 +230,26 @@ def test_streaming_and_one_read_agree(monkeypatch):
     assert whole.meta["parallel_groups"] == streamed.meta["parallel_groups"]
 
 
+@pytest.mark.parametrize("path", ["blocks", "ijson"])
+def test_every_streamed_path_keeps_what_one_read_keeps(monkeypatch, path):
+    """Streamed in blocks cut between events (here 4 KB, so hundreds of cuts, Kineto's own line layout of set Q's
+    trace) or, where blocks do not parse, event by event with ijson: the same kept events as one orjson read."""
+    from analyzers.parsers.kineto import reader
+
+    (trace,) = (p for p in kineto_path(Q).iterdir() if ".json" in p.name)
+    whole = reader.read_trace(trace)
+    monkeypatch.setattr(reader, "SMALL_TRACE_BYTES", 1024)
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 4096)
+    if path == "ijson":
+        monkeypatch.setattr(reader, "_read_blocks", lambda _path: None)
+    else:
+        assert reader._read_blocks(trace) is not None  # cut into blocks, not sent to ijson
+    streamed = reader.read_trace(trace)
+    for name in ("events", "device_ops", "launches", "steps", "cpu_ops", "param_comms", "gloo", "nccl", "memory"):
+        assert getattr(whole, name) == getattr(streamed, name), name
+    assert whole.header["distributedInfo"] == streamed.header["distributedInfo"]
+
+
 def test_a_truncated_trace_is_a_one_line_error_when_streamed(tmp_path, monkeypatch):
     from analyzers.parsers.kineto import reader
 

@@ -87,7 +87,7 @@ def test_reference_workloads_run_configs_have_no_script_keys():
         ({"sweep": {"knobs.lrr": [1, 2]}}, "sweep.knobs.lrr: unknown knob (did you mean `lr`?)"),
         ({"script": None}, "missing key `script`"),
         ({"workload": "resnet50"}, "script: "),
-        ({"parallel": {"zero_stage": 1}}, "parallel.zero_stage 1: not handed to a PyTorch script"),
+        ({"parallel": {"zero_stage": 2}}, "parallel.zero_stage 2: PyTorch's ZeroRedundancyOptimizer shards the"),
         ({"launch": {"nodes": 2}}, "launch.nodes: 2: a workload script runs on several nodes through Slurm only"),
         ({"parallel": {"grad_compression": "topk"}}, "parallel.grad_compression topk: PyTorch has no top-k DDP hook"),
     ],

@@ -1,10 +1,14 @@
 """ResNet with bottleneck blocks in plain PyTorch: the same layers (3-4-6-3), widths, stem and zero-initialised
-last BatchNorm per block as the MindSpore one (workloads/resnet50/model.py); `width` 64 is the paper's ResNet-50."""
+last BatchNorm per block as the MindSpore one (workloads/resnet50/model.py); `width` 64 is the paper's ResNet-50.
+`recompute=True`: each bottleneck block runs under activation checkpointing (`torch.utils.checkpoint`, non-reentrant)
+while training, so backward runs its forward again instead of keeping its activations (as `train.recompute`
+marks the same blocks in the MindSpore model; BatchNorm's running statistics are then updated twice per step)."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 
 
 def _conv(cin: int, cout: int, k: int, stride: int = 1) -> nn.Conv2d:
@@ -39,8 +43,9 @@ class Bottleneck(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, layers=(3, 4, 6, 3), width: int = 64, num_classes: int = 1000):
+    def __init__(self, layers=(3, 4, 6, 3), width: int = 64, num_classes: int = 1000, recompute: bool = False):
         super().__init__()
+        self.recompute = recompute
         self.conv1 = nn.Conv2d(3, width, 7, stride=2, padding=3, bias=False)
         nn.init.kaiming_normal_(self.conv1.weight, mode="fan_out", nonlinearity="relu")
         self.bn1 = nn.BatchNorm2d(width)
@@ -58,5 +63,9 @@ class ResNet(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.pool(self.relu(self.bn1(self.conv1(x))))
-        x = self.blocks(x)
+        if self.recompute and self.training and torch.is_grad_enabled():
+            for block in self.blocks:
+                x = checkpoint(block, x, use_reentrant=False)
+        else:
+            x = self.blocks(x)
         return self.fc(x.mean(dim=(2, 3)))

@@ -12,6 +12,13 @@ own way:
   hooks: after the whole backward, one all-reduce per bucket (the same buckets: parameters in reverse order,
   a bucket closes once it holds `bucket_cap_mb`);
 - `train.precision` bf16 / fp16 -> `torch.autocast` (fp16 with a GradScaler);
+- `parallel.micro_batches` M -> gradient accumulation: each step's batch in M micro-batches, the first M-1 under
+  DDP's `no_sync()` (perfbench.capture.parallel.sync), so the buckets are all-reduced once per step;
+- `parallel.zero_stage: 1` -> `ZeroRedundancyOptimizer` (perfbench.capture.parallel.optimizer: each rank keeps
+  the momentum of its share of the parameters and broadcasts its updated share, one broadcast per rank per step);
+- `train.recompute` -> activation checkpointing of the bottleneck blocks (model.py);
+- `inject.straggler_rank` / `straggler_busy_ms` -> that rank alone burns this much CPU time at the start of every
+  step (the MindSpore runner's straggler), so the other ranks wait for it in the all-reduces;
 - `train.batch_size` (per rank), `train.steps`, `train.lr`, `knobs.width`, `knobs.image_size`, `knobs.num_classes`.
 
 With one rank there is no process group traffic: the model is trained without DDP.
@@ -21,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -35,6 +43,8 @@ MB = 1 << 20
 def _args() -> argparse.Namespace:
     s = capture.settings()
     train, par, knobs = s.get("train") or {}, s.get("parallel") or {}, s.get("knobs") or {}
+    inj = s.get("inject") or {}
+    straggler = inj.get("straggler_rank")
     fusion = par.get("comm_fusion", 25)
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--batch-size", type=int, default=int(train.get("batch_size", 8)), help="per rank")
@@ -49,7 +59,20 @@ def _args() -> argparse.Namespace:
     p.add_argument(
         "--grad-compression", choices=["none", "fp16", "powersgd"], default=par.get("grad_compression", "none")
     )
+    p.add_argument("--micro-batches", type=int, default=int(par.get("micro_batches") or 1))
+    p.add_argument("--zero-stage", type=int, choices=[0, 1], default=int(par.get("zero_stage") or 0))
+    p.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=bool(train.get("recompute", False)))
+    p.add_argument("--straggler-rank", type=int, default=None if straggler is None else int(straggler))
+    p.add_argument("--straggler-busy-ms", type=float, default=float(inj.get("straggler_busy_ms") or 0))
     return p.parse_args()
+
+
+def burn_cpu(seconds: float) -> None:
+    """Spin until this thread used `seconds` of CPU time (the MindSpore runner's straggler burn)."""
+    end = time.thread_time() + seconds
+    x = 0
+    while time.thread_time() < end:
+        x += 1
 
 
 def bucket_cap_mb(value) -> float:
@@ -99,9 +122,13 @@ def main() -> None:
     rank = dist.get_rank() if world > 1 else 0
     if a.grad_compression == "powersgd" and not a.overlap:
         raise SystemExit("parallel.grad_compression powersgd needs overlap_grad_comm: true (a DDP hook)")
+    if a.micro_batches < 1 or a.batch_size % a.micro_batches:
+        raise SystemExit(
+            f"train.batch_size {a.batch_size} is not divisible by parallel.micro_batches {a.micro_batches}"
+        )
 
     torch.manual_seed(0)  # the same initial weights on every rank
-    net = ResNet(width=a.width, num_classes=a.num_classes).to(device)
+    net = ResNet(width=a.width, num_classes=a.num_classes, recompute=a.recompute).to(device)
     cap = bucket_cap_mb(a.bucket_cap_mb)
     model: nn.Module = net
     groups: list[list[torch.nn.Parameter]] = []
@@ -125,7 +152,8 @@ def main() -> None:
             dist.broadcast(t, 0)
         groups = buckets([p for p in net.parameters() if p.requires_grad], cap)
 
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=0.9)
+    zero = a.zero_stage if world > 1 else 0
+    opt = capture.parallel.optimizer(model.parameters(), torch.optim.SGD, zero_stage=zero, lr=a.lr, momentum=0.9)
     loss_fn = nn.CrossEntropyLoss()
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.precision)
     scaler = torch.amp.GradScaler(device.type, enabled=a.precision == "fp16")
@@ -139,20 +167,27 @@ def main() -> None:
     ]
     model.train()
     loss = torch.zeros(())
+    m = a.micro_batches
+    burn_s = a.straggler_busy_ms / 1000.0 if a.straggler_rank == rank else 0.0
     for i in range(a.steps):
+        if burn_s:
+            burn_cpu(burn_s)
         x, y = data[i % len(data)]
-        with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
-            loss = loss_fn(model(x), y)
         opt.zero_grad(set_to_none=False)
-        scaler.scale(loss).backward()
+        for j, (xs, ys) in enumerate(zip(x.chunk(m), y.chunk(m))):
+            with capture.parallel.sync(model, j, m):  # no_sync() for all but the last micro-batch
+                with torch.autocast(device.type, dtype=amp or torch.float32, enabled=amp is not None):
+                    loss = loss_fn(model(xs), ys) / m
+                scaler.scale(loss).backward()
         if groups:
             allreduce_after_backward(groups, world, a.grad_compression == "fp16")
         scaler.step(opt)
         scaler.update()
     print(
         f"rank {rank}: ResNet width {a.width}, {a.steps} steps of {a.batch_size} images {a.image_size}px, "
-        f"precision {a.precision}, bucket_cap_mb {cap:g}, overlap {a.overlap}, buckets "
-        f"{len(groups) if groups else 'DDP'}, last loss {loss.item():.4f}",
+        f"precision {a.precision}, bucket_cap_mb {cap:g}, overlap {a.overlap}, micro-batches {m}, "
+        f"zero {zero}, recompute {a.recompute}, buckets "
+        f"{len(groups) if groups else 'DDP'}, last loss {loss.item() * m:.4f}",
         flush=True,
     )
     if world > 1:

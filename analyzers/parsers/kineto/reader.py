@@ -2,9 +2,13 @@
 
 The file (`*.pt.trace.json[.gz]` or any `*.json[.gz]` Kineto wrote) is an object with `traceEvents`
 and, from distributed jobs, `distributedInfo` (backend, rank, world_size, pg_config). Up to 64 MB of
-(decompressed) text it is read in one orjson.loads; a bigger file is streamed with ijson (gzip
-decompressed on the fly), keeping per event only the fields the parser uses, so memory grows with the
-number of kept events, not with the file's text. Timestamps are microseconds.
+(decompressed) text it is read in one orjson.loads; a bigger file is streamed (gzip decompressed on the fly):
+the `traceEvents` array cut into blocks of about 16 MB between two events (a `},` and a `{` with a line break
+between them, as Kineto writes one event per line or more: a line break never occurs inside a JSON string),
+each block read by orjson; a block that does not parse (a cut inside a nested object, a corrupt file) sends the
+whole file to ijson instead, event by event. Either way only the fields the parser uses are kept per event
+(names interned: one string per distinct name), so memory grows with the number of kept events, not with the
+file's text. Timestamps are microseconds.
 
 Kept (`ph == "X"` unless said):
 * device ops: `cat` kernel, gpu_memcpy, gpu_memset (name, ts, dur, stream, device, correlation, and the
@@ -62,6 +66,8 @@ class KinetoTrace:
     #: (ts, args)
     memory: list[tuple] = field(default_factory=list)
     events: int = 0
+    #: the names seen, each kept once (millions of events share a few thousand names)
+    names: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _open(path: Path):
@@ -103,7 +109,11 @@ def read_trace(path: str | Path) -> KinetoTrace:
             text = fh.read(SMALL_TRACE_BYTES + 1)
     except (OSError, EOFError, gzip.BadGzipFile) as exc:
         raise ProfileFormatError(path, f"cannot read file ({exc})") from None
-    out = _read_small(path, text) if len(text) <= SMALL_TRACE_BYTES else _read_streaming(path)
+    if len(text) <= SMALL_TRACE_BYTES:
+        out = _read_small(path, text)
+    else:
+        del text
+        out = _read_blocks(path) or _read_streaming(path)
     if out.events == 0:
         raise ProfileFormatError(path, "no traceEvents (not a PyTorch profiler trace)")
     return out
@@ -125,6 +135,78 @@ def _read_small(path: Path, text: bytes) -> KinetoTrace:
         if isinstance(ev, dict):
             _keep(out, ev)
     return out
+
+
+#: the streamed blocks' size: orjson's events of one block (a few hundred bytes of text each) live at once
+BLOCK_BYTES = 16 * 1024 * 1024
+_EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
+#: between two events of the array: `}` `,` `{` with a line break somewhere between them
+_BOUNDARY = re.compile(rb"\}[ \t\r]*(?:,[ \t\r]*\n|\n[ \t\r\n]*,)[ \t\r\n]*\{")
+
+
+def _last_boundary(buf: bytes) -> int | None:
+    """Where the last complete event of `buf` ends (the index after its `}`), or None."""
+    for start in (max(0, len(buf) - (1 << 20)), 0):
+        last = None
+        for last in _BOUNDARY.finditer(buf, start):
+            pass
+        if last is not None:
+            return last.start() + 1
+        if start == 0:
+            break
+    return None
+
+
+def _read_blocks(path: Path) -> KinetoTrace | None:
+    """The big file in blocks of whole events, each parsed by orjson; None when the file does not cut into
+    such blocks (the caller then streams it with ijson, which also names what is corrupt)."""
+    import orjson
+
+    out = KinetoTrace(path=path)
+    try:
+        with _open(path) as fh:
+            buf = fh.read(BLOCK_BYTES)
+            m = _EVENTS_START.search(buf)
+            if m is None:
+                return None
+            try:
+                out.header = {
+                    k: v
+                    for k, v in orjson.loads(buf[: m.start()].rstrip().rstrip(b",") + b"}").items()
+                    if k in HEADER_KEYS
+                }
+            except (orjson.JSONDecodeError, AttributeError):
+                return None
+            buf = buf[m.end() :]
+            while True:
+                more = fh.read(BLOCK_BYTES)
+                if not more:
+                    break
+                buf += more
+                cut = _last_boundary(buf)
+                if cut is None:
+                    if len(buf) > 8 * BLOCK_BYTES:
+                        return None
+                    continue
+                events = orjson.loads(b"[" + buf[:cut] + b"]")
+                buf = buf[cut:].lstrip(b" \t\r\n,")
+                _keep_all(out, events)
+                del events
+            doc = orjson.loads(b'{"traceEvents": [' + buf)
+    except (orjson.JSONDecodeError, OSError, EOFError):
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
+        return None
+    _keep_all(out, doc["traceEvents"])
+    out.header.update({k: doc[k] for k in HEADER_KEYS if k in doc and k not in out.header})
+    return out
+
+
+def _keep_all(out: KinetoTrace, events: list) -> None:
+    for ev in events:
+        out.events += 1
+        if isinstance(ev, dict):
+            _keep(out, ev)
 
 
 def _read_streaming(path: Path) -> KinetoTrace:
@@ -186,6 +268,8 @@ def _keep(out: KinetoTrace, ev: dict) -> None:
         return
     cat = ev.get("cat")
     name = ev.get("name") or ""
+    if isinstance(name, str):
+        name = out.names.setdefault(name, name)
     args = ev.get("args") or {}
     if cat in DEVICE_CATS:
         coll = {k: args[k] for k in COLLECTIVE_ARGS if k in args} or None
