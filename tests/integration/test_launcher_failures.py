@@ -12,7 +12,7 @@ import pytest
 
 from perfbench.run.launcher import TAG_VAR
 from perfbench.store import Store
-from tests.support import run_perfbench, write_yaml
+from tests.support import perfbench_in_process, run_perfbench, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -42,7 +42,8 @@ def leftovers(results) -> list[str]:
 
 
 def records(results) -> list[dict]:
-    return json.loads(run_perfbench("ls", "--results", results, "--json").stdout)
+    """`perfbench ls --json` in this process: the runs' data; the sweeps under test keep their own processes."""
+    return json.loads(perfbench_in_process("ls", "--results", results, "--json").stdout)
 
 
 @pytest.fixture(scope="module")
