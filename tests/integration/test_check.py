@@ -15,7 +15,7 @@ import pytest
 from perfbench.regress.check import decide_metric, parse_threshold
 from perfbench.errors import UserError
 from perfbench.store import Store
-from tests.support import TINY_SWEEP, run_perfbench, write_yaml
+from tests.support import TINY_SWEEP, perfbench_in_process, run_perfbench, write_yaml
 
 pytestmark = pytest.mark.timeout(2400)
 
@@ -145,6 +145,10 @@ def check_store(sweep_store, tmp_path_factory):
     return {"results": results, "sweeps": sweeps, "delay_ms": delay_ms, "store": store}
 
 
+# `baseline save` runs in this process (perfbench_in_process): it is set-up here; `check` keeps the real process,
+# whose exit status and stderr are what these tests are about, and the bad-input test saves through it too
+
+
 def _check(results, baseline, current, *extra):
     return run_perfbench(
         "check", "--baseline", baseline, "--current", current, "--results", results, *extra, check=False, timeout=300
@@ -154,7 +158,7 @@ def _check(results, baseline, current, *extra):
 @pytest.mark.msrun
 def test_identical_results_are_unchanged(check_store, tmp_path):
     res, tiny = check_store["results"], check_store["sweeps"]["tiny"]
-    run_perfbench("baseline", "save", tiny, "--name", "tiny-identical", "--results", res)
+    perfbench_in_process("baseline", "save", tiny, "--name", "tiny-identical", "--results", res)
     junit = tmp_path / "check.xml"
     r = _check(res, "tiny-identical", tiny, "--junit", junit, "--json")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -172,7 +176,7 @@ def test_identical_results_are_unchanged(check_store, tmp_path):
 @pytest.mark.msrun
 def test_repeat_noise_does_not_trip_the_default_threshold(check_store):
     res, tiny, again = check_store["results"], check_store["sweeps"]["tiny"], check_store["sweeps"]["again"]
-    run_perfbench("baseline", "save", tiny, "--name", "tiny", "--results", res)
+    perfbench_in_process("baseline", "save", tiny, "--name", "tiny", "--results", res)
     r = _check(res, "tiny", again)
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(_check(res, "tiny", again, "--json").stdout)
@@ -189,7 +193,7 @@ def test_repeat_noise_does_not_trip_the_default_threshold(check_store):
 @pytest.mark.msrun
 def test_slowed_run_is_a_regression(check_store, tmp_path):
     res, slow = check_store["results"], check_store["sweeps"]["slow"]
-    run_perfbench("baseline", "save", check_store["sweeps"]["tiny"], "--name", "tiny-for-slow", "--results", res)
+    perfbench_in_process("baseline", "save", check_store["sweeps"]["tiny"], "--name", "tiny-for-slow", "--results", res)
     junit = tmp_path / "slow.xml"
     summary = tmp_path / "summary.md"
     r = _check(res, "tiny-for-slow", slow, "--junit", junit, "--summary", summary)
@@ -215,7 +219,7 @@ def test_single_run_baseline_against_the_slow_run(check_store):
     store = check_store["store"]
     base_run = next(r for r in store.list_runs(sweep=check_store["sweeps"]["again"]) if r["status"] == "ok")
     slow_run = store.list_runs(sweep=check_store["sweeps"]["slow"])[0]
-    run_perfbench("baseline", "save", base_run["run_id"], "--name", "one-run", "--results", res)
+    perfbench_in_process("baseline", "save", base_run["run_id"], "--name", "one-run", "--results", res)
     assert _check(res, "one-run", slow_run["run_id"]).returncode == 1
     # and the baseline itself, checked against its own run, is unchanged
     assert _check(res, "one-run", base_run["run_id"]).returncode == 0
@@ -228,7 +232,7 @@ def test_bad_input_exits_2_with_a_clear_message(check_store):
     assert r.returncode == 2 and "no baseline 'no-such-baseline'" in r.stderr and "Traceback" not in r.stderr
     r = _check(res, "../etc/passwd", tiny)
     assert r.returncode == 2 and "bad baseline name" in r.stderr
-    run_perfbench("baseline", "save", tiny, "--name", "for-bad-input", "--results", res)
+    perfbench_in_process("baseline", "save", tiny, "--name", "for-bad-input", "--results", res)
     r = _check(res, "for-bad-input", "no-such-run")
     assert r.returncode == 2 and "no run or sweep 'no-such-run'" in r.stderr and "Traceback" not in r.stderr
     r = _check(res, "for-bad-input", tiny, "--threshold", "lots")
@@ -249,7 +253,7 @@ def test_failed_current_runs_cannot_be_decided(check_store, tmp_path):
     res = tmp_path / "results"
     shutil.copytree(check_store["results"], res)
     store = Store(res, create=False)
-    run_perfbench("baseline", "save", check_store["sweeps"]["tiny"], "--name", "tiny", "--results", res)
+    perfbench_in_process("baseline", "save", check_store["sweeps"]["tiny"], "--name", "tiny", "--results", res)
     rec = store.list_runs(sweep=check_store["sweeps"]["slow"])[0]
     rec["status"], rec["error"] = "failed", "rank 0 failed (msrun exit code 1)"
     store.write_run(rec)

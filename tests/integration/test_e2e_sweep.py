@@ -8,13 +8,15 @@ import pandas as pd
 import pytest
 
 from perfbench.store import Store
-from tests.support import run_perfbench
+from tests.support import perfbench_in_process, run_perfbench
 
 pytestmark = pytest.mark.msrun
 
 
 def ls_json(results) -> list[dict]:
-    return json.loads(run_perfbench("ls", "--results", results, "--json").stdout)
+    """`perfbench ls --json` in this process (the data the tests read; test_show_and_ls_tables runs `ls` and
+    `show` as real processes)."""
+    return json.loads(perfbench_in_process("ls", "--results", results, "--json").stdout)
 
 
 def test_every_run_finished_with_the_documented_fields(sweep_store):

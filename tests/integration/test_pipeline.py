@@ -278,7 +278,10 @@ def launch_run(cfg: dict, timeout_s: float) -> PPRun:
     path = art / "run_config.json"
     path.write_text(json.dumps(cfg, indent=1))
     res = launcher.launch(
-        path, cfg, {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s, "stall_timeout_s": 150}
+        path,
+        cfg,
+        {"master_port": "auto", "bind_core": "auto", "timeout_s": timeout_s, "stall_timeout_s": 150},
+        skip_teardown=True,  # as test_workload_resnet50.launch: no wait for MindSpore's teardown of a finished run
     )
     return PPRun(cfg, art, res)
 

@@ -13,12 +13,29 @@ pytestmark = [pytest.mark.msrun, pytest.mark.timeout(900)]
 ONE_RANK = {"world_size": 1, "train": {"steps": 6, "warmup_steps": 1}, "profile": {"enabled": True, "steps": 2}}
 
 
-@pytest.mark.parametrize("level", ["light", "full"])
-def test_level_writes_parseable_framework_files(tmp_path, level):
+LEVELS = ["light", "full"]
+
+
+@pytest.fixture(scope="module")
+def level_runs(tmp_path_factory):
+    """One run per level, both launched at once: they check which files each level writes, not times."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = tmp_path_factory.mktemp("levels")
+
+    def go(level):
+        over = {**ONE_RANK, "profile": {**ONE_RANK["profile"], "level": level}}
+        return launch(out, f"lvl-{level}", over, timeout_s=480)  # two share the cores
+
+    with ThreadPoolExecutor(len(LEVELS)) as pool:
+        return dict(zip(LEVELS, pool.map(go, LEVELS)))
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_level_writes_parseable_framework_files(level_runs, level):
     import pandas as pd
 
-    over = {**ONE_RANK, "profile": {**ONE_RANK["profile"], "level": level}}
-    run = launch(tmp_path, f"lvl-{level}", over)
+    run = level_runs[level]
     assert run.res.status == "ok", run.res.log_tail
     assert run.meta(0)["profile_level"] == level
     d = run.profile_dir(0)
