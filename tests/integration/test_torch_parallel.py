@@ -98,6 +98,9 @@ def test_the_advice_names_the_injected_straggler_first(tmp_path):
     steps = store.read_table(rec["run_id"], "workload_steps")
     cpu_ms = steps[steps["step"] >= 2].groupby("rank")["cpu_s"].median() * 1000
     assert cpu_ms[1] - cpu_ms[0] >= 0.8 * BUSY_MS, dict(cpu_ms)  # rank 1 alone burned it
+    # gloo's annotations name no group; the trace's pg_config holds one, the default ("0", 2 ranks)
+    comm = store.read_table(rec["run_id"], "comm_ops")
+    assert set(comm["group"]) == {"0"} and set(comm["group_size"]) == {2}
 
     r = run_perfbench("advise", rec["run_id"], "--results", store.root, "--json")
     rows = json.loads(r.stdout)["advice"]

@@ -387,8 +387,10 @@ def _comm_ops(t: KinetoTrace, rank: int, ops: pd.DataFrame, info: dict) -> pd.Da
     else:
         comm = ops[ops["category"] == "communication"]
         gloo_args = [g[4] for g in t.gloo]
+        # gloo's annotations do not name their group: a job with one process group has only that one
+        only = {"Process Group Name": next(iter(groups))} if len(groups) == 1 else {}
         for (i, op), args in zip(comm.iterrows(), gloo_args):
-            rows.append(_comm_row(rank, op, op["type"], {}, groups, _dims_size(args)))
+            rows.append(_comm_row(rank, op, op["type"], only, groups, _dims_size(args)))
     if not rows:
         return empty(COMM_OPS)
     df = pd.DataFrame(rows).sort_values("start_us", kind="stable")
