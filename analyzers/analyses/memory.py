@@ -163,8 +163,11 @@ def _texts(col) -> set[str]:
 
     if isinstance(col, np.ndarray):
         return {v for v in col if isinstance(v, str)}
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    if isinstance(col, pa.DictionaryArray):  # (the memory files' typed read: every dictionary value occurs)
+        return {v for v in col.dictionary.to_pylist() if isinstance(v, str)}
     return {v for v in pc.unique(col).to_pylist() if isinstance(v, str)}
 
 
@@ -174,7 +177,13 @@ def _equal(col, value: str):
 
     if isinstance(col, np.ndarray):
         return col == value
+    import pyarrow as pa
     import pyarrow.compute as pc
+
+    if isinstance(col, pa.DictionaryArray):  # compare the codes with those of the values equal to `value`
+        codes = [i for i, v in enumerate(col.dictionary.to_pylist()) if v == value]
+        idx = col.indices.to_numpy(zero_copy_only=False)
+        return np.isin(idx, codes) if len(codes) != 1 else idx == codes[0]
 
     return pc.fill_null(pc.equal(col, value), False).to_numpy(zero_copy_only=False)
 

@@ -112,10 +112,11 @@ def load_profile(
     `kernels`: "all" reads every rank's kernels (kernel_details.csv / trace_view.json / the profiler db);
     "auto" (default) does so up to KERNEL_CROSS_CHECK_RANKS ranks, and in a larger cluster only for that
     many ranks spread over it (the first and the last) plus every rank without the profiler's step trace: the step
-    trace is the
-    breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
-    many ranks they cover), so the import stays fast at hundreds of ranks; "none" reads no kernels where
-    the step trace is there. `ranks.inputs` says what each rank was read from.
+    trace is the breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
+    many ranks they cover), so the import stays fast at hundreds of ranks; in summary mode (`detail`) a cluster
+    larger than that reads no cross-check sample (as "none": a real-size rank's kernel_details.csv and
+    trace_view.json cost more than all its other files; `kernels="all"` or "auto" with detail="all" read them);
+    "none" reads no kernels where the step trace is there. `ranks.inputs` says what each rank was read from.
 
     `workers`: processes parsing the ranks (default `default_workers`: one, in-process, up to a few hundred
     light ranks; more for bigger clusters or many ranks with kernels). `progress(done, total)` is called as
@@ -139,9 +140,10 @@ def load_profile(
         checks = []
     n = len(units)
     opts = {"read_trace": read_trace, "hints": hints or {}}
-    if detail == "summary" or (detail == "auto" and n > DETAIL_RANKS):
+    summary = detail == "summary" or (detail == "auto" and n > DETAIL_RANKS)
+    if summary:
         opts["memory_detail"] = False
-    light = _light_units(units, kernels)
+    light = _light_units(units, "none" if summary and kernels == "auto" and n > KERNEL_CROSS_CHECK_RANKS else kernels)
     tasks = [(f, str(d), dict(opts, read_kernels=i not in light)) for i, (f, d) in enumerate(units)]
     workers = default_workers(n, n - len(light)) if workers is None else max(1, int(workers))
     results = _parse_all(tasks, workers, progress)

@@ -56,9 +56,9 @@ def register(sub) -> None:
         default="auto",
         help="which ranks' kernels (kernel_details.csv, trace_view.json, the profiler db) to read: the "
         "profiler's step trace is the breakdown and the kernels its cross-check and the kernel "
-        "tables. auto (default): every rank up to 2 ranks; in larger clusters the first and the "
-        "last rank plus every rank without a step trace. all: every rank. none: only ranks "
-        "without a step trace",
+        "tables. auto (default): every rank up to 2 ranks; in larger clusters with --detail all the first and "
+        "the last rank plus every rank without a step trace, in summary mode only the ranks without a step "
+        "trace. all: every rank. none: only ranks without a step trace",
     )
     p.add_argument(
         "--detail",
