@@ -155,19 +155,15 @@ def read_small_csv(
         return None
     from analyzers.schema import Columns
 
-    cols: dict[str, list] = {n: [] for n in names}
-    for row in rows[1:]:
-        if len(row) != len(names):
+    width = len(names)
+    if any(len(row) != width for row in rows):
+        return None
+    cols: dict[str, list] = {}
+    for n, cells in zip(names, zip(*rows[1:])):  # column by column: one check and one conversion per column
+        pattern, kind = (_NUMBER, float) if n in numeric else (_INTEGER, int)
+        if not all(map(pattern.fullmatch, cells)):
             return None
-        for n, cell in zip(names, row):
-            if n in numeric:
-                if not _NUMBER.fullmatch(cell):
-                    return None
-                cols[n].append(float(cell))
-            elif not _INTEGER.fullmatch(cell):
-                return None
-            else:
-                cols[n].append(int(cell))
+        cols[n] = list(map(kind, cells))
     return Columns(cols, len(rows) - 1)
 
 
