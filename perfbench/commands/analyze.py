@@ -33,8 +33,9 @@ def register(sub) -> None:
         "--workers",
         type=int,
         default=None,
-        help="processes parsing the ranks (default: 1 up to a few hundred ranks, then one per ~400 ranks "
-        "up to the number of CPUs; 1 = parse in this process)",
+        help="processes parsing the ranks (default: 1 up to a few hundred light ranks, then one per ~400 "
+        "ranks up to the number of CPUs, ranks with kernels or memory files counting more: 2 processes from "
+        "16 ranks with memory files; 1 = parse in this process)",
     )
     p.add_argument(
         "--progress",
