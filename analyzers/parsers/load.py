@@ -114,8 +114,9 @@ def load_profile(
     many ranks spread over it (the first and the last) plus every rank without the profiler's step trace: the step
     trace is the breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
     many ranks they cover), so the import stays fast at hundreds of ranks; in summary mode (`detail`) a cluster
-    larger than that reads no cross-check sample (as "none": a real-size rank's kernel_details.csv and
-    trace_view.json cost more than all its other files; `kernels="all"` or "auto" with detail="all" read them);
+    larger than that reads no kernels of its sample (as "none": a real-size rank's kernel_details.csv costs more than
+    all its other files), only the sample's trace_view.json for the collective sizes (`kernels="all"` or "auto"
+    with detail="all" read the kernels);
     "none" reads no kernels where the step trace is there. `ranks.inputs` says what each rank was read from.
 
     `workers`: processes parsing the ranks (default `default_workers`: one, in-process, up to a few hundred
@@ -143,8 +144,16 @@ def load_profile(
     summary = detail == "summary" or (detail == "auto" and n > DETAIL_RANKS)
     if summary:
         opts["memory_detail"] = False
-    light = _light_units(units, "none" if summary and kernels == "auto" and n > KERNEL_CROSS_CHECK_RANKS else kernels)
-    tasks = [(f, str(d), dict(opts, read_kernels=i not in light)) for i, (f, d) in enumerate(units)]
+    sizes: set[int] = set()
+    if summary and kernels == "auto" and n > KERNEL_CROSS_CHECK_RANKS:  # the sample reads its collective sizes only
+        light = _light_units(units, "none")
+        sizes = light - _light_units(units, "auto")
+    else:
+        light = _light_units(units, kernels)
+    tasks = [
+        (f, str(d), dict(opts, read_kernels=i not in light, **({"read_sizes": True} if i in sizes else {})))
+        for i, (f, d) in enumerate(units)
+    ]
     if workers is None:
         memory = sum(1 for f, d in units if f == "ascend-text" and (d / "ASCEND_PROFILER_OUTPUT" / MEMORY_FILE).exists())
         workers = default_workers(n, n - len(light), memory)
