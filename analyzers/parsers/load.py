@@ -155,7 +155,9 @@ def load_profile(
         for i, (f, d) in enumerate(units)
     ]
     if workers is None:
-        memory = sum(1 for f, d in units if f == "ascend-text" and (d / "ASCEND_PROFILER_OUTPUT" / MEMORY_FILE).exists())
+        memory = sum(
+            1 for f, d in units if f == "ascend-text" and (d / "ASCEND_PROFILER_OUTPUT" / MEMORY_FILE).exists()
+        )
         workers = default_workers(n, n - len(light), memory)
     workers = max(1, int(workers))
     results = _parse_all(tasks, workers, progress)

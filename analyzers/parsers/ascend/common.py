@@ -261,7 +261,9 @@ def read_columnar_csv(
     return cols
 
 
-def _typed_columns(path: Path, header: list[str], wanted: list, numeric: tuple[str, ...], arrow_text: bool) -> dict | None:
+def _typed_columns(
+    path: Path, header: list[str], wanted: list, numeric: tuple[str, ...], arrow_text: bool
+) -> dict | None:
     """`read_columnar_csv`'s columns in one typed pass: Arrow converts the numbers while it reads (its own threads,
     the same correctly rounded conversion as its cast; blanks around a number ignored, an N/A cell null) and keeps
     the text as dictionary arrays with `arrow_text` (a memory file's few components and modules: no string per row).
