@@ -2,8 +2,10 @@
 
 Both run as fresh processes (interpreter start and imports included, as a user would run them), in
 alternating order, `--repeats` times each: `msprof-analyze cluster -d DATA -m all -o OUT` and
-`perfbench analyze DATA --results RES --json` (default `--kernels auto`: the profiler's step trace is
-the breakdown, the kernels of the first and last rank its cross-check; default `--workers`). The report gives
+`perfbench analyze DATA --results RES --json` (default `--kernels auto` and `--detail auto`: the profiler's step
+trace is the breakdown; up to 8 ranks every rank's kernels (the cross-check) and memory records are read, above 8
+ranks each rank's memory files are reduced to its peaks while read and the first and last rank's trace_view.json
+give the collective sizes; default `--workers`). The report gives
 medians of wall time, of CPU time (user + sys of the process and of its worker processes, which depends much
 less on how loaded the shared machine is than wall time) and of peak memory: the largest sum of the RSS of the
 process and all its descendants (worker processes included), sampled every 20 ms, and the ratios

@@ -68,9 +68,14 @@ RECEIVE_TYPES = ("recv", "receive", "hcom_receive", "hcom_recv")
 
 def is_receive(names: pd.Series, types: pd.Series | None = None) -> np.ndarray:
     """True for pipeline receive ops, by name (any producer's convention) or by normalized op type."""
-    n = names.astype(str).str.lower()
-    n = n.str.rsplit("/", n=1).str[-1]  # MindSpore scope names: Default/.../Receive-op12
-    hit = n.str.startswith(RECEIVE_PREFIXES).to_numpy(dtype=bool, copy=True)
+    if len(names) and not names.isna().any():  # each distinct name classified once (a real trace repeats them)
+        codes, uniq = pd.factorize(names.astype(str).to_numpy(dtype=object))
+        by_name = np.array([u.lower().rsplit("/", 1)[-1].startswith(RECEIVE_PREFIXES) for u in uniq], dtype=bool)
+        hit = by_name[codes]
+    else:
+        n = names.astype(str).str.lower()
+        n = n.str.rsplit("/", n=1).str[-1]  # MindSpore scope names: Default/.../Receive-op12
+        hit = n.str.startswith(RECEIVE_PREFIXES).to_numpy(dtype=bool, copy=True)
     if types is not None:
         hit |= types.astype(str).str.lower().isin(RECEIVE_TYPES).to_numpy()
     return hit
@@ -99,7 +104,10 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     ops["_comm"] = ops["category"].eq("communication").fillna(False).to_numpy(dtype=bool)
     ops["_comp"] = ops["category"].eq("compute").fillna(False).to_numpy(dtype=bool)
     ops["_recv"] = ops["_comm"].to_numpy() & is_receive(ops["name"], ops["type"] if "type" in ops.columns else None)
-    grouped = {k: g for k, g in ops.groupby(["rank", "step"], sort=False)}
+    grouped = ops.groupby(["rank", "step"], sort=False).indices  # positions of each (rank, step)'s ops, in order
+    start, end = ops["start_us"].to_numpy(float), ops["end_us"].to_numpy(float)
+    is_comm, is_comp = ops["_comm"].to_numpy(dtype=bool), ops["_comp"].to_numpy(dtype=bool)
+    is_recv = ops["_recv"].to_numpy(dtype=bool)
     rows = []
     for rec in steps.itertuples(index=False):
         r, s = int(rec.rank), int(rec.step)
@@ -112,16 +120,16 @@ def step_breakdown(ops: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
             row.update({m: np.nan for m in METRICS})
             rows.append(row)
             continue
-        st = np.clip(g["start_us"].to_numpy(float), w0, w1)
-        en = np.clip(g["end_us"].to_numpy(float), w0, w1)
-        comm = g["_comm"].to_numpy(dtype=bool)
-        comp = g["_comp"].to_numpy(dtype=bool)
+        st = np.clip(start[g], w0, w1)
+        en = np.clip(end[g], w0, w1)
+        comm = is_comm[g]
+        comp = is_comp[g]
         c = union_length(st[comp], en[comp])
         m = union_length(st[comm], en[comm])
         both = comm | comp
         cm = union_length(st[both], en[both])
         ov = c + m - cm
-        recv = g["_recv"].to_numpy(dtype=bool)
+        recv = is_recv[g]
         bubble = float(np.sum(en[recv] - st[recv]))
         host0 = getattr(rec, "host_start_us", np.nan)
         first = float(st[both].min()) if both.any() else np.nan

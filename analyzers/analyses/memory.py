@@ -144,11 +144,40 @@ def rank_summary(rec: dict | None, opm: dict | None, mod: dict | None) -> dict:
     if mod is not None and len(mod["ts_us"]):
         names = mod["module"]
         reserved = np.asarray(mod["reserved_bytes"], dtype="float64")
+        if _is_dictionary(names):  # one grouped pass over the codes
+            out["modules"] = _module_peaks(names, reserved)
+            return out
         for m in sorted(_texts(names)):
             v = _nanmax(reserved[_equal(names, m)])
             if v is not None and v > 0:
                 out["modules"].append((m, v))
     return out
+
+
+def _is_dictionary(col) -> bool:
+    import numpy as np
+
+    if isinstance(col, np.ndarray):
+        return False
+    import pyarrow as pa
+
+    return isinstance(col, pa.DictionaryArray)
+
+
+def _module_peaks(names, reserved) -> list:
+    """[(module, peak reserved bytes > 0)] sorted by module from a dictionary-encoded module column: the max of
+    each distinct (stripped) name's rows in one pass, as the per-module `_nanmax` gives."""
+    import numpy as np
+
+    values = names.dictionary.to_pylist()
+    uniq = sorted({v for v in values if isinstance(v, str)})
+    pos = {v: i for i, v in enumerate(uniq)}
+    remap = np.array([pos.get(v, -1) if isinstance(v, str) else -1 for v in values], dtype="int64")
+    group = remap[names.indices.to_numpy(zero_copy_only=False)]
+    keep = (group >= 0) & ~np.isnan(reserved)
+    best = np.full(len(uniq), -np.inf)
+    np.maximum.at(best, group[keep], reserved[keep])
+    return [(m, float(v)) for m, v in zip(uniq, best) if np.isfinite(v) and v > 0]
 
 
 def _texts(col) -> set[str]:
@@ -157,8 +186,11 @@ def _texts(col) -> set[str]:
 
     if isinstance(col, np.ndarray):
         return {v for v in col if isinstance(v, str)}
+    import pyarrow as pa
     import pyarrow.compute as pc
 
+    if isinstance(col, pa.DictionaryArray):  # (the memory files' typed read: every dictionary value occurs)
+        return {v for v in col.dictionary.to_pylist() if isinstance(v, str)}
     return {v for v in pc.unique(col).to_pylist() if isinstance(v, str)}
 
 
@@ -168,7 +200,13 @@ def _equal(col, value: str):
 
     if isinstance(col, np.ndarray):
         return col == value
+    import pyarrow as pa
     import pyarrow.compute as pc
+
+    if isinstance(col, pa.DictionaryArray):  # compare the codes with those of the values equal to `value`
+        codes = [i for i, v in enumerate(col.dictionary.to_pylist()) if v == value]
+        idx = col.indices.to_numpy(zero_copy_only=False)
+        return np.isin(idx, codes) if len(codes) != 1 else idx == codes[0]
 
     return pc.fill_null(pc.equal(col, value), False).to_numpy(zero_copy_only=False)
 

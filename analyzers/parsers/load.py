@@ -112,10 +112,12 @@ def load_profile(
     `kernels`: "all" reads every rank's kernels (kernel_details.csv / trace_view.json / the profiler db);
     "auto" (default) does so up to KERNEL_CROSS_CHECK_RANKS ranks, and in a larger cluster only for that
     many ranks spread over it (the first and the last) plus every rank without the profiler's step trace: the step
-    trace is the
-    breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
-    many ranks they cover), so the import stays fast at hundreds of ranks; "none" reads no kernels where
-    the step trace is there. `ranks.inputs` says what each rank was read from.
+    trace is the breakdown, the kernels only its cross-check and the kernel tables (whose `ranks` column says how
+    many ranks they cover), so the import stays fast at hundreds of ranks; in summary mode (`detail`) a cluster
+    larger than that reads no kernels of its sample (as "none": a real-size rank's kernel_details.csv costs more than
+    all its other files), only the sample's trace_view.json for the collective sizes (`kernels="all"` or "auto"
+    with detail="all" read the kernels);
+    "none" reads no kernels where the step trace is there. `ranks.inputs` says what each rank was read from.
 
     `workers`: processes parsing the ranks (default `default_workers`: one, in-process, up to a few hundred
     light ranks; more for bigger clusters or many ranks with kernels). `progress(done, total)` is called as
@@ -139,11 +141,25 @@ def load_profile(
         checks = []
     n = len(units)
     opts = {"read_trace": read_trace, "hints": hints or {}}
-    if detail == "summary" or (detail == "auto" and n > DETAIL_RANKS):
+    summary = detail == "summary" or (detail == "auto" and n > DETAIL_RANKS)
+    if summary:
         opts["memory_detail"] = False
-    light = _light_units(units, kernels)
-    tasks = [(f, str(d), dict(opts, read_kernels=i not in light)) for i, (f, d) in enumerate(units)]
-    workers = default_workers(n, n - len(light)) if workers is None else max(1, int(workers))
+    sizes: set[int] = set()
+    if summary and kernels == "auto" and n > KERNEL_CROSS_CHECK_RANKS:  # the sample reads its collective sizes only
+        light = _light_units(units, "none")
+        sizes = light - _light_units(units, "auto")
+    else:
+        light = _light_units(units, kernels)
+    tasks = [
+        (f, str(d), dict(opts, read_kernels=i not in light, **({"read_sizes": True} if i in sizes else {})))
+        for i, (f, d) in enumerate(units)
+    ]
+    if workers is None:
+        memory = sum(
+            1 for f, d in units if f == "ascend-text" and (d / "ASCEND_PROFILER_OUTPUT" / MEMORY_FILE).exists()
+        )
+        workers = default_workers(n, n - len(light), memory)
+    workers = max(1, int(workers))
     results = _parse_all(tasks, workers, progress)
     parts = [res[1] for res in results if res[0] == "ok"]
     failed = [res for res in results if res[0] == "error"]
@@ -162,16 +178,21 @@ def load_profile(
 #: parse cost of a rank whose kernels are read (kernel_details.csv, trace_view.json), in light ranks (step
 #: trace + communication files, ~1 ms each): measured ~60 vs ~0.7 ms on set B level1's ranks
 HEAVY_RANK_COST = 80
+#: added cost of a rank with memory files (memory_record.csv, operator_memory.csv, npu_module_mem.csv), in light
+#: ranks: ~20 ms for a real-size rank's ~3 MB read by Arrow
+MEMORY_RANK_COST = 24
+#: the memory file whose presence marks a rank as having memory data (analyzers.parsers.ascend.memory)
+MEMORY_FILE = "memory_record.csv"
 #: light-rank equivalents one more worker process must have to parse before it pays for its start and for
 #: sending its tables back (~0.1-0.2 s on 2 cores)
 RANKS_PER_WORKER = 384
 
 
-def default_workers(units: int, heavy: int) -> int:
-    """Worker processes for parsing `units` ranks of which `heavy` read their kernels: 1 (in-process) until
-    the parse is worth splitting, then one per RANKS_PER_WORKER light-rank equivalents, at most one per CPU
-    and 16."""
-    cost = (units - heavy) + heavy * HEAVY_RANK_COST
+def default_workers(units: int, heavy: int, memory: int = 0) -> int:
+    """Worker processes for parsing `units` ranks of which `heavy` read their kernels and `memory` have memory
+    files: 1 (in-process) until the parse is worth splitting, then one per RANKS_PER_WORKER light-rank
+    equivalents, at most one per CPU and 16."""
+    cost = (units - heavy) + heavy * HEAVY_RANK_COST + memory * MEMORY_RANK_COST
     return max(1, min(os.cpu_count() or 1, 16, units, -(-cost // RANKS_PER_WORKER)))
 
 
@@ -185,7 +206,11 @@ def _parse_chunk(tasks: list[tuple]) -> list:
 def _pack(parts: list[Profile]) -> None:
     """Turn each run of consecutive parts whose table is `Columns` into one DataFrame held by the run's first
     part (the others keep an empty table). merge_profiles only concatenates tables in order, so the merged
-    Profile is the same; a worker sends back one DataFrame per table and chunk instead of thousands of lists."""
+    Profile is the same; a worker sends back one DataFrame per table and chunk instead of thousands of lists.
+    Each part keeps the ids of its own ranks (`_OWN_RANKS`), so merge_profiles pairs every rank with its own meta
+    (its memory summary, inputs, versions), not the run's first part's."""
+    for p in parts:
+        setattr(p, _OWN_RANKS, _rank_ids(p))
     for name in ("ranks", "steps", "ops", "comm_ops", "comm_bandwidth", "links", "reference_breakdown") + MEMORY_TABLES:
         run: list[Profile] = []
         for p in parts + [None]:
@@ -270,7 +295,14 @@ def _attach_cross_check(profile: Profile, checks: list[tuple[str, Path]]) -> Non
         profile.warnings.extend(c.warnings)
 
 
+#: attribute a packed part (`_pack`) carries: the ids of the ranks it was parsed from
+_OWN_RANKS = "_own_ranks"
+
+
 def _rank_ids(p: Profile) -> list:
+    own = getattr(p, _OWN_RANKS, None)
+    if own is not None:
+        return list(own)
     t = p.ranks
     if t is None or not len(t):
         return []

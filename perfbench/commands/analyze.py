@@ -33,8 +33,9 @@ def register(sub) -> None:
         "--workers",
         type=int,
         default=None,
-        help="processes parsing the ranks (default: 1 up to a few hundred ranks, then one per ~400 ranks "
-        "up to the number of CPUs; 1 = parse in this process)",
+        help="processes parsing the ranks (default: 1 up to a few hundred light ranks, then one per ~400 "
+        "ranks up to the number of CPUs, ranks with kernels or memory files counting more: 2 processes from "
+        "16 ranks with memory files; 1 = parse in this process)",
     )
     p.add_argument(
         "--progress",
@@ -56,9 +57,9 @@ def register(sub) -> None:
         default="auto",
         help="which ranks' kernels (kernel_details.csv, trace_view.json, the profiler db) to read: the "
         "profiler's step trace is the breakdown and the kernels its cross-check and the kernel "
-        "tables. auto (default): every rank up to 2 ranks; in larger clusters the first and the "
-        "last rank plus every rank without a step trace. all: every rank. none: only ranks "
-        "without a step trace",
+        "tables. auto (default): every rank up to 2 ranks; in larger clusters with --detail all the first and "
+        "the last rank plus every rank without a step trace, in summary mode only the ranks without a step "
+        "trace. all: every rank. none: only ranks without a step trace",
     )
     p.add_argument(
         "--detail",

@@ -64,6 +64,25 @@ def test_cluster_tables_are_the_ranks_read_alone(cluster):
             pd.testing.assert_frame_equal(got, want, check_exact=True, obj=f"rank {r} {name}")
 
 
+def test_summary_mode_pairs_each_rank_with_its_own_memory_files(cluster):
+    """In summary mode each rank's memory numbers come from its own memory files, also when worker processes send
+    back packed chunks: rank r (made from source rank r % 2) has the peaks of that source's memory_record.csv."""
+    from analyzers.analyses.memory import rank_summaries
+
+    d, _ = cluster
+    src = fixture_path(*B1)
+    want = {}
+    for s in (0, 1):
+        with open(src / f"rank{s}_ascend_pt" / "ASCEND_PROFILER_OUTPUT" / "memory_record.csv", newline="") as fh:
+            app = [float(row["Total Reserved(MB)"]) for row in csv.DictReader(fh) if row["Component"] == "APP"]
+        want[s] = max(app) * 1048576
+    assert want[0] != want[1]  # the two source ranks differ, so a rank paired with another's files shows
+    for workers in (1, 2):
+        p = analyzers.load_profile(d, workers=workers, kernels="none", read_trace=False, detail="summary")
+        got = rank_summaries(p)
+        assert {r: got[r]["peaks"]["peak_process_bytes"] for r in range(N)} == {r: want[r % 2] for r in range(N)}
+
+
 def test_cluster_json_reports_each_rank_from_its_files(cluster):
     d, bench = cluster
     r = run_perfbench("analyze", d, "--json", "--no-store", "--workers", "2", "--progress", "always")

@@ -157,19 +157,15 @@ def read_small_csv(
     ):
         return None
 
-    cols: dict[str, list] = {n: [] for n in names}
-    for row in rows[1:]:
-        if len(row) != len(names):
+    width = len(names)
+    if any(len(row) != width for row in rows):
+        return None
+    cols: dict[str, list] = {}
+    for n, cells in zip(names, zip(*rows[1:])):  # column by column: one check and one conversion per column
+        pattern, kind = (_NUMBER, float) if n in numeric else (_INTEGER, int)
+        if not all(map(pattern.fullmatch, cells)):
             return None
-        for n, cell in zip(names, row):
-            if n in numeric:
-                if not _NUMBER.fullmatch(cell):
-                    return None
-                cols[n].append(float(cell))
-            elif not _INTEGER.fullmatch(cell):
-                return None
-            else:
-                cols[n].append(int(cell))
+        cols[n] = list(map(kind, cells))
     return Columns(cols, len(rows) - 1)
 
 
@@ -226,6 +222,9 @@ def read_columnar_csv(
     got = [n for _, n in wanted]
     if len(set(got)) != len(got) or not set(required.values()) <= set(got) or len(set(header)) != len(header):
         return None
+    typed = _typed_columns(path, header, wanted, numeric, arrow_text)
+    if typed is not None:
+        return typed
     try:
         table = pa_csv.read_csv(
             path,
@@ -261,6 +260,63 @@ def read_columnar_csv(
             if pc.any(pc.is_in(cells, value_set=na)).as_py():
                 return None
             cols[n] = cells.combine_chunks() if arrow_text else cells.to_numpy(zero_copy_only=False)
+    return cols
+
+
+def _typed_columns(
+    path: Path, header: list[str], wanted: list, numeric: tuple[str, ...], arrow_text: bool
+) -> dict | None:
+    """`read_columnar_csv`'s columns in one typed pass: Arrow converts the numbers while it reads (its own threads,
+    the same correctly rounded conversion as its cast; blanks around a number ignored, an N/A cell null) and keeps
+    the text as dictionary arrays with `arrow_text` (a memory file's few components and modules: no string per row).
+    None when any cell is not that plain (a cell Arrow cannot convert, a number that is not finite, an N/A text
+    cell, a row of another width, no data row): the caller then takes the cell-by-cell path, which decides."""
+    import numpy as np
+    import pyarrow as pa
+    from pyarrow import csv as pa_csv
+
+    text_type = pa.dictionary(pa.int32(), pa.string()) if arrow_text else pa.string()
+    names = {f"c{header.index(h)}": n for h, n in wanted}
+    try:
+        table = pa_csv.read_csv(
+            path,
+            read_options=pa_csv.ReadOptions(column_names=[f"c{i}" for i in range(len(header))], skip_rows=1),
+            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+            convert_options=pa_csv.ConvertOptions(
+                include_columns=list(names),
+                column_types={c: pa.float64() if n in numeric else text_type for c, n in names.items()},
+                null_values=sorted(_NA_CELLS),
+                strings_can_be_null=False,
+                quoted_strings_can_be_null=False,
+            ),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
+        return None
+    if not table.num_rows:
+        return None
+    cols: dict = {}
+    for c, n in names.items():
+        cells = table.column(c)
+        if n in numeric:
+            values = np.asarray(cells.to_numpy(zero_copy_only=False), dtype="float64")
+            bad = ~np.isfinite(values)
+            if bad.any() and (bad & ~np.asarray(cells.is_null().to_numpy(zero_copy_only=False), dtype=bool)).any():
+                return None  # inf, nan written out: the cell-by-cell path decides
+            cols[n] = values
+            continue
+        if cells.null_count:
+            return None
+        if arrow_text:
+            cells = cells.unify_dictionaries().combine_chunks() if cells.num_chunks > 1 else cells.combine_chunks()
+            if any(v in _NA_CELLS for v in cells.dictionary.to_pylist()):
+                return None
+            cols[n] = cells
+        else:
+            import pyarrow.compute as pc
+
+            if pc.any(pc.is_in(cells, value_set=pa.array(sorted(_NA_CELLS)))).as_py():
+                return None
+            cols[n] = cells.to_numpy(zero_copy_only=False)
     return cols
 
 

@@ -19,6 +19,7 @@ def _text_parse(d: Path, **kw) -> Profile:
         read_kernels=kw.get("read_kernels", True),
         columns=True,
         memory_detail=kw.get("memory_detail", True),
+        read_sizes=kw.get("read_sizes", False),
     )
 
 

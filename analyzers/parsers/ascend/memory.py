@@ -80,9 +80,13 @@ def _text(cols: dict, key: str, n: int, strip: bool = False) -> np.ndarray:
     if not strip:
         return cols[key]
     if not isinstance(cols[key], np.ndarray):  # an Arrow array (summary mode): stripped by Arrow
+        import pyarrow as pa
         import pyarrow.compute as pc
 
-        return pc.utf8_trim_whitespace(cols[key])
+        col = cols[key]
+        if isinstance(col, pa.DictionaryArray):  # strip the few distinct values, not every row
+            return pa.DictionaryArray.from_arrays(col.indices, pc.utf8_trim_whitespace(col.dictionary))
+        return pc.utf8_trim_whitespace(col)
     out = np.empty(n, dtype=object)
     out[:] = [str(v).strip() for v in cols[key]]
     return out

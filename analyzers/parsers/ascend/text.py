@@ -104,6 +104,7 @@ def parse_text_rank(
     read_kernels: bool = True,
     columns: bool = False,
     memory_detail: bool = True,
+    read_sizes: bool = False,
 ) -> Profile:
     """One rank's text export as a Profile, from whatever of its files are there and readable.
 
@@ -116,7 +117,8 @@ def parse_text_rank(
     the small tables (ranks, communication, links, the step trace) as `Columns`, which load_profile turns
     into one DataFrame per table across ranks. `memory_detail=False` (a large cluster's import): the memory files
     are reduced to the rank's numbers while read (meta["memory_summary"], `analyzers.analyses.memory.rank_summary`)
-    and the memory tables left empty."""
+    and the memory tables left empty. `read_sizes` (with `read_kernels=False`): trace_view.json is still read, for
+    the collective sizes and algorithms only (a summary-mode cluster's sample ranks: no kernels, no device ops)."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
         rank_dir = rank_dir.parent
@@ -171,7 +173,14 @@ def parse_text_rank(
 
     trace = None
     if skip:
-        pass
+        if (
+            read_sizes
+            and tv.exists()
+            and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES))
+        ):
+            trace = io.read(tv, _trace_facts, r, full=False)
+            if trace is not None:  # the sizes only: the kernels stay unread
+                trace = {**trace, "device_ops": None, "hccl_ops": empty(OPS), "host_steps": {}}
     elif tv.exists() and (
         read_trace is True
         or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
