@@ -13,7 +13,7 @@ import threading
 import numpy as np
 import pandas as pd
 
-from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
+from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 from analyzers.catalogue import GRID_EXTRA, KEY_METRICS, METRICS, format_value
 from dashboards import data
 from dashboards.components import cell_text
@@ -66,9 +66,10 @@ def frame(sweep: str | None = None) -> pd.DataFrame:
     varying = [
         c for c in settings if c in ("settings.world_size", "settings.workload") or df[c].astype(str).nunique() > 1
     ]
-    from perfbench.views.results import LS_PRIORITY
-
-    key = sorted(KEY_METRICS, key=lambda k: LS_PRIORITY.index(k) if k in LS_PRIORITY else len(LS_PRIORITY))
+    key = sorted(
+        KEY_METRICS,
+        key=lambda k: results.LS_PRIORITY.index(k) if k in results.LS_PRIORITY else len(results.LS_PRIORITY),
+    )
     names = key + [m for m in GRID_EXTRA if m not in KEY_METRICS]
     metrics = [f"metrics.{m}" for m in names if f"metrics.{m}" in df.columns and df[f"metrics.{m}"].notna().any()]
     if "run_id" in df.columns:
@@ -88,8 +89,6 @@ def frame(sweep: str | None = None) -> pd.DataFrame:
 def _steadiness() -> dict:
     """run id -> "yes", "⚠ " and why not (the reasons `perfbench show` prints), or None when the run has no
     steadiness figures (imports, failed runs)."""
-    from analyzers.analyses.steadiness import unsteady_reasons
-
     out = {}
     for rec in data.get().runs():
         m = rec.get("metrics") or {}

@@ -11,7 +11,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
 
-from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved
+from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 from analyzers.catalogue import BREAKDOWN_TOTAL, KEY_METRICS, METRICS
 from analyzers.schema import warmup_steps
 from dashboards import data
@@ -228,8 +228,6 @@ def verdict(rid: str, rec: dict):
 
 def unsteady(rec: dict):
     """Why the run is not steady enough to compare (analyzers/analyses/steadiness.py: the ⚠ of `ls`), or None."""
-    from analyzers.analyses.steadiness import unsteady_reasons
-
     why = unsteady_reasons(rec.get("metrics") or {})
     if not why:
         return None

@@ -4,6 +4,7 @@ differ, each table fitted to the screen (perfbench.views.results.fit_columns). M
 
 from __future__ import annotations
 
+from analyzers.analyses.steadiness import unsteady_reasons
 from analyzers.catalogue import METRICS, format_value, unit_label
 from perfbench.views.results import dropped_note, fit_columns
 
@@ -69,7 +70,6 @@ def render(console, cmp, wide: bool = False) -> None:
     width = None if wide else console.width
     console.print(f"[bold]Compare[/bold] A {cmp.a['run_id']}  ->  B {cmp.b['run_id']}", highlight=False)
     console.print(f"[bold]Verdict:[/bold] {verdict(cmp)}", highlight=False)
-    from analyzers.analyses.steadiness import unsteady_reasons
     from perfbench.views.run_report import input_problem_lines
 
     for side, rec in (("A", cmp.a), ("B", cmp.b)):
