@@ -83,6 +83,9 @@ FUNCTIONS = [
     "analyzers.analyses.advice.engine.x_order__mutmut_*",  # ... ranked by gain, symptoms after their cause
     "analyzers.analyses.advice.engine.x_severity__mutmut_*",
     "analyzers.analyses.advice.engine.x_link__mutmut_*",
+    "analyzers.analyses.advice.engine.x__best__mutmut_*",
+    "analyzers.analyses.advice.engine.x__cause__mutmut_*",
+    "analyzers.analyses.advice.engine.x__under_largest__mutmut_*",
     "analyzers.analyses.advice.engine.x_fold_order__mutmut_*",
     "analyzers.analyses.advice.small_packets.x_fusion_gain__mutmut_*",
 ]

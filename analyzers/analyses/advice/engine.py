@@ -75,6 +75,35 @@ def fold_order(rules: set[str], folds: Mapping[str, tuple[Fold, ...]]) -> list[s
     return [r for r in out if r in rules]
 
 
+def _best(rows: list[dict], by_id: dict, rule: str, to_root: bool) -> dict | None:
+    """The finding of `rule` with the largest gain (a root unless `to_root`, which then follows it to its root)."""
+    c = [r for r in rows if r["rule"] == rule and (to_root or r["symptom_of"] is None)]
+    if not c:
+        return None
+    top = max(c, key=lambda r: r.get("gain_ms") or 0.0)
+    while to_root and top["symptom_of"] is not None:
+        top = by_id[top["symptom_of"]]
+    return top
+
+
+def _cause(r: dict, own: tuple[Fold, ...], rows: list[dict], by_id: dict) -> str | None:
+    """The id of the first cause among `own` folds that is present and whose condition holds for `r`."""
+    for f in own:
+        c = _best(rows, by_id, f.cause, f.to_root) if f.cause != r["rule"] else None
+        if c is not None and (f.when is None or f.when(r, c)):
+            return c["id"]
+    return None
+
+
+def _under_largest(left: list[dict]) -> None:
+    """Fold the roots of one rule under the largest of them (a rule that folds under itself)."""
+    if len(left) > 1:
+        top = max(left, key=lambda r: r.get("gain_ms") or 0.0)
+        for r in left:
+            if r is not top:
+                r["symptom_of"] = top["id"]
+
+
 def link(rows: list[dict], folds: Mapping[str, tuple[Fold, ...]]) -> None:
     """Causes before symptoms: set `symptom_of` (the id of the explaining root) in place, from the rules' folds
     (rule id -> its Folds, declared on each Rule record). A rule's causes are settled before its own findings (a
@@ -83,31 +112,13 @@ def link(rows: list[dict], folds: Mapping[str, tuple[Fold, ...]]) -> None:
     by_id = {r["id"]: r for r in rows}
     for r in rows:
         r["symptom_of"] = None
-
-    def best(rule: str, to_root: bool) -> dict | None:
-        c = [r for r in rows if r["rule"] == rule and (to_root or r["symptom_of"] is None)]
-        if not c:
-            return None
-        top = max(c, key=lambda r: r.get("gain_ms") or 0.0)
-        while to_root and top["symptom_of"] is not None:
-            top = by_id[top["symptom_of"]]
-        return top
-
     for rule in fold_order({r["rule"] for r in rows}, folds):
         mine = [r for r in rows if r["rule"] == rule]
         own = folds.get(rule, ())
         for r in mine:
-            for f in own:
-                c = best(f.cause, f.to_root) if f.cause != rule else None
-                if c is not None and (f.when is None or f.when(r, c)):
-                    r["symptom_of"] = c["id"]
-                    break
-        left = [r for r in mine if r["symptom_of"] is None]
-        if any(f.cause == rule for f in own) and len(left) > 1:
-            top = max(left, key=lambda r: r.get("gain_ms") or 0.0)
-            for r in left:
-                if r is not top:
-                    r["symptom_of"] = top["id"]
+            r["symptom_of"] = _cause(r, own, rows, by_id)
+        if any(f.cause == rule for f in own):
+            _under_largest([r for r in mine if r["symptom_of"] is None])
 
 
 def account(rows: list[dict], budget: dict) -> None:
