@@ -165,3 +165,12 @@ def test_severity_without_a_share_is_the_rules_own_or_medium():
 
     assert _severity({"gain_share": None}) == "medium"
     assert _severity({"gain_share": None, "severity": "high"}) == "high"
+
+
+def test_a_fold_cycle_is_refused():
+    from analyzers.analyses.advice import FOLDS, Fold
+    from analyzers.analyses.advice.engine import fold_order
+
+    folds = dict(FOLDS, stage_imbalance=(Fold("slow_rank", "test"),))
+    with pytest.raises(ValueError, match="cycle"):
+        fold_order({"stage_imbalance", "slow_rank"}, folds)

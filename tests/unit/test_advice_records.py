@@ -56,12 +56,6 @@ def test_records_are_consistent():
     assert set(E.fold_order(set(IDS), A.FOLDS)) == set(IDS)
 
 
-def test_a_fold_cycle_is_refused():
-    folds = dict(A.FOLDS, stage_imbalance=(A.Fold("slow_rank", "test"),))
-    with pytest.raises(ValueError, match="cycle"):
-        E.fold_order({"stage_imbalance", "slow_rank"}, folds)
-
-
 def test_a_try_outside_the_rules_knobs_is_refused():
     rule = A.Rule(id="r", find=lambda t, s: [{"try": {"parallel.x": 1}}], needs=("t",), fires="f", gain="g")
     with pytest.raises(ValueError, match="parallel.x"):
