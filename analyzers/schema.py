@@ -406,7 +406,7 @@ class Profile:
     warnings: list[str] = field(default_factory=list)
 
 
-#: the advice table's columns (analyzers/analyses/advice.py; docs/advice.md): every rule module's rows have them
+#: the advice table's columns (analyzers/analyses/advice/; docs/advice.md): the engine gives every finding them
 ADVICE_COLUMNS = [
     "id",
     "rule",

@@ -79,11 +79,15 @@ FUNCTIONS = [
     "perfbench.run.config.x__check_value__mutmut_*",  # world size and swept values
     "perfbench.run.config.x__check_run__mutmut_*",
     "perfbench.run.config.x_parse_config__mutmut_*",
-    "analyzers.analyses.advice.x__account__mutmut_*",  # advice: each stretch of time explained once
-    "analyzers.analyses.advice.x__order__mutmut_*",  # ... ranked by gain, symptoms after their cause
-    "analyzers.analyses.advice.x__severity__mutmut_*",
-    "analyzers.analyses.advice.x__link__mutmut_*",
-    "analyzers.analyses.advice.x_fusion_gain__mutmut_*",
+    "analyzers.analyses.advice.engine.x_account__mutmut_*",  # advice: each stretch of time explained once
+    "analyzers.analyses.advice.engine.x_order__mutmut_*",  # ... ranked by gain, symptoms after their cause
+    "analyzers.analyses.advice.engine.x_severity__mutmut_*",
+    "analyzers.analyses.advice.engine.x_link__mutmut_*",
+    "analyzers.analyses.advice.engine.x__best__mutmut_*",
+    "analyzers.analyses.advice.engine.x__cause__mutmut_*",
+    "analyzers.analyses.advice.engine.x__under_largest__mutmut_*",
+    "analyzers.analyses.advice.engine.x_fold_order__mutmut_*",
+    "analyzers.analyses.advice.small_packets.x_fusion_gain__mutmut_*",
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}

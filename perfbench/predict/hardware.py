@@ -16,6 +16,8 @@ any other value is a path):
     precision_scale: {fp16: 1.1}     # per-rank compute in that precision / in fp32 (absent: not known)
     contention: {1: 1.0, 2: 1.3}     # measured machine: per-rank compute time vs 1 rank (shared cores)
     device_memory_bytes: 34359738368 # memory per device (HBM); null on CPU (the machine's, recorded per run)
+    reference_bandwidth_gbps: {HCCS: 18.0}  # what a healthy link reaches in practice, per profiler transport
+                                     # (read by advice's bandwidth_reference rule from ascend910.yaml)
     sources: [...]                   # where each number comes from
 
 Bandwidths are GB/s (1e9 bytes/s) per rank and direction, latencies microseconds per ring hop.
@@ -58,6 +60,8 @@ class Hardware:
     #: memory one rank can use: a device's HBM, or on CPU null (the machine's memory: a run's ranks record
     #: MemTotal and memory_headroom uses that; docs/concepts.md)
     device_memory_bytes: int | None = None
+    #: per transport as the profiler names it, the bandwidth a healthy link reaches in practice (GB/s)
+    reference_bandwidth_gbps: dict[str, float] = field(default_factory=dict)
     sources: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -114,6 +118,7 @@ class Hardware:
             "contention": {int(k): float(v) for k, v in self.contention.items()},
             "cores": self.cores,
             "device_memory_bytes": self.device_memory_bytes,
+            "reference_bandwidth_gbps": dict(self.reference_bandwidth_gbps),
             "sources": self.sources,
             "notes": self.notes,
         }
@@ -148,6 +153,7 @@ def from_dict(d: dict, where: str = "hardware profile") -> Hardware:
             contention={int(k): float(v) for k, v in (d.get("contention") or {}).items()},
             cores=d.get("cores"),
             device_memory_bytes=None if d.get("device_memory_bytes") is None else int(d["device_memory_bytes"]),
+            reference_bandwidth_gbps={str(k): float(v) for k, v in (d.get("reference_bandwidth_gbps") or {}).items()},
             sources=list(d.get("sources") or []),
             notes=list(d.get("notes") or []),
         )

@@ -12,7 +12,7 @@
 - `advise STRAGGLER --try 2 --repeats 1` on hand-made advice rows (the contract's columns): a fix that crashes is
   stored failed with its reason and the next fix still runs; removing the straggler measures a gain.
 
-The top finding is the first root of the stored ranked advice (analyzers/analyses/advice.py).
+The top finding is the first root of the stored ranked advice (analyzers/analyses/advice/).
 """
 
 from __future__ import annotations

@@ -399,11 +399,10 @@ def test_exposure_by_class_hand_computed():
 
 
 def test_tensor_parallel_advice_share_and_try():
-    import json
-
     import pandas as pd
 
-    from analyzers.analyses.advice_tp import TP_SHARE, advise_tp
+    from analyzers.analyses.advice import CONFIG_KEY
+    from analyzers.analyses.advice.tensor_parallel_comm import TP_SHARE, find
 
     ex = pd.DataFrame(
         {
@@ -415,15 +414,16 @@ def test_tensor_parallel_advice_share_and_try():
         }
     )
     steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0, 100_000.0]})
-    rows = advise_tp({"comm_exposure_classes": ex, "steps": steps}, {}, {"parallel": {"tensor_parallel": 4}})
+    config = {"parallel": {"tensor_parallel": 4}}
+    rows = find({"comm_exposure_classes": ex, "steps": steps, CONFIG_KEY: config}, {})
     assert len(rows) == 1
     r = rows[0]
     # (30/100 + 50/100) / 2 = 0.40: a finding (> 0.2), not yet high (> 0.4)
-    assert r["gain_share"] == pytest.approx(0.40) and r["severity"] == "medium"
-    assert r["gain_ms"] == pytest.approx(40.0) and json.loads(r["try"]) == {"parallel.tensor_parallel": 2}
+    assert r["evidence"].endswith("= 0.40 (> 0.2)") and r["severity"] == "medium"
+    assert r["gain_ms"] == pytest.approx(40.0) and r["try"] == {"parallel.tensor_parallel": 2}
     assert "Tensor-parallel all-reduce is 40% of the step" in r["message"] and r["ranks"] == [0, 1]
     small = ex.assign(exposed_us=[TP_SHARE * 100_000.0] * 2 + [0.0])
-    assert advise_tp({"comm_exposure_classes": small, "steps": steps}, {}) == []
+    assert find({"comm_exposure_classes": small, "steps": steps}, {}) == []
 
 
 # ---------------------------------------------------------------------------------------------- predict

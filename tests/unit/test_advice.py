@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyzers.analyses import advice as A
 from analyzers.analyses.advice import advise
+from analyzers.analyses.advice.bandwidth_reference import BANDWIDTH_REFERENCE_RATIO, REFERENCE_BANDWIDTH_GBPS
+from analyzers.analyses.advice.dropped_tokens import DROPPED_FRACTION
+from analyzers.analyses.advice.expert_imbalance import EXPERT_MAX_MEAN
+from analyzers.analyses.advice.exposed_communication import EXPOSED_COMM_SHARE
+from analyzers.analyses.advice.free_time import FREE_SHARE
+from analyzers.analyses.advice.pipeline_bubble import BUBBLE_EXCESS
+from analyzers.analyses.advice.small_packets import SMALL_PACKET_BYTES, SMALL_PACKET_MIN_PER_STEP
+from analyzers.analyses.advice.step_time_spread import STEP_TIME_SPREAD
+from analyzers.analyses.advice.wait_ratio import WAIT_MIN_MS_PER_STEP, WAIT_RATIO
 from tests.support import fixture_path
 
 
@@ -58,15 +66,15 @@ def _comm(ratio: float, steps: int = 4, per_step_wait: float = 5.0, op_type="all
 
 
 def test_wait_ratio_threshold():
-    hi = advise({"comm_ops": _comm(A.WAIT_RATIO + 0.02)}, {})
+    hi = advise({"comm_ops": _comm(WAIT_RATIO + 0.02)}, {})
     assert _rules(hi).count("wait_ratio") == 2
     ev = hi[hi["rule"] == "wait_ratio"]["evidence"].iloc[0]
-    assert ev.startswith("comm_ops[rank=") and f"{A.WAIT_RATIO + 0.02:.2f}" in ev
-    assert "wait_ratio" not in _rules(advise({"comm_ops": _comm(A.WAIT_RATIO - 0.02)}, {}))
+    assert ev.startswith("comm_ops[rank=") and f"{WAIT_RATIO + 0.02:.2f}" in ev
+    assert "wait_ratio" not in _rules(advise({"comm_ops": _comm(WAIT_RATIO - 0.02)}, {}))
     # pipeline send/recv waits are the bubble, not a wait-for-peers problem
     assert "wait_ratio" not in _rules(advise({"comm_ops": _comm(0.9, op_type="recv")}, {}))
     # tiny absolute waits are ignored
-    assert "wait_ratio" not in _rules(advise({"comm_ops": _comm(0.9, per_step_wait=A.WAIT_MIN_MS_PER_STEP / 2)}, {}))
+    assert "wait_ratio" not in _rules(advise({"comm_ops": _comm(0.9, per_step_wait=WAIT_MIN_MS_PER_STEP / 2)}, {}))
 
 
 def test_slow_rank_and_slow_link_rows_are_reported():
@@ -130,7 +138,7 @@ def test_slow_rank_and_slow_link_rows_are_reported():
 
 
 def test_small_packets():
-    n = A.SMALL_PACKET_MIN_PER_STEP * 2
+    n = SMALL_PACKET_MIN_PER_STEP * 2
     rows = [
         {"rank": 0, "step": s, "op_name": f"ar{i}", "op_type": "allreduce", "size_bytes": 4096.0, "elapse_ms": 0.1}
         for s in range(2)
@@ -146,8 +154,8 @@ def test_small_packets():
 
 
 def test_bandwidth_far_under_reference():
-    ref = A.REFERENCE_BANDWIDTH_GBPS["RDMA"]
-    slow = ref * A.BANDWIDTH_REFERENCE_RATIO * 0.9
+    ref = REFERENCE_BANDWIDTH_GBPS["RDMA"]
+    slow = ref * BANDWIDTH_REFERENCE_RATIO * 0.9
     cb = pd.DataFrame(
         [
             {"rank": 0, "step": 0, "op_name": "ar", "transport": "RDMA", "size_mb": 100.0, "time_ms": 100.0 / slow},
@@ -177,10 +185,10 @@ def _sb(comm_no, free):
 
 
 def test_breakdown_rules():
-    out = advise({"step_breakdown": _sb(1000 * A.EXPOSED_COMM_SHARE + 10, 1000 * A.FREE_SHARE + 10)}, {})
+    out = advise({"step_breakdown": _sb(1000 * EXPOSED_COMM_SHARE + 10, 1000 * FREE_SHARE + 10)}, {})
     assert {"exposed_communication", "free_time"} <= set(_rules(out))
     assert "step_breakdown: sum free_us" in out[out["rule"] == "free_time"]["evidence"].iloc[0]
-    out = advise({"step_breakdown": _sb(1000 * A.EXPOSED_COMM_SHARE - 10, 1000 * A.FREE_SHARE - 10)}, {})
+    out = advise({"step_breakdown": _sb(1000 * EXPOSED_COMM_SHARE - 10, 1000 * FREE_SHARE - 10)}, {})
     assert out.empty
 
 
@@ -190,7 +198,7 @@ def test_pipeline_and_experts():
             {
                 "step": s,
                 "stage": st,
-                "bubble_fraction": 0.2 + A.BUBBLE_EXCESS + 0.05 if st == 1 else 0.2,
+                "bubble_fraction": 0.2 + BUBBLE_EXCESS + 0.05 if st == 1 else 0.2,
                 "ideal_fraction": 0.2,
             }
             for s in range(3)
@@ -200,7 +208,7 @@ def test_pipeline_and_experts():
     out = advise({"pipeline": pl}, {})
     assert _rules(out) == ["pipeline_bubble"] and "pipeline[stage=1]" in out["evidence"].iloc[0]
     ex = pd.DataFrame(
-        [{"step": 0, "max_mean_ratio": A.EXPERT_MAX_MEAN + 0.1, "cv": 0.1, "dropped_fraction": A.DROPPED_FRACTION * 2}]
+        [{"step": 0, "max_mean_ratio": EXPERT_MAX_MEAN + 0.1, "cv": 0.1, "dropped_fraction": DROPPED_FRACTION * 2}]
     )
     assert set(_rules(advise({"experts": ex}, {}))) == {"expert_imbalance", "dropped_tokens"}
     ok = pd.DataFrame([{"step": 0, "max_mean_ratio": 1.1, "cv": 0.05, "dropped_fraction": 0.0}])
@@ -210,7 +218,7 @@ def test_pipeline_and_experts():
 def test_step_spread():
     ws = pd.DataFrame(
         [
-            {"rank": r, "step": s, "step_time_s": 1.0 + (A.STEP_TIME_SPREAD + 0.1 if r == 2 else 0.0)}
+            {"rank": r, "step": s, "step_time_s": 1.0 + (STEP_TIME_SPREAD + 0.1 if r == 2 else 0.0)}
             for r in range(4)
             for s in range(3)
         ]
@@ -235,7 +243,7 @@ def test_on_real_legacy_cluster():
     out = advise(tables, {})
     # ~90 unfused AllReduces of a few KB per step: fusion advice; stage 0 waits for stage 1 ~45 % of its time
     sizes = p.comm_ops[p.comm_ops["op_type"] == "allreduce"]["size_bytes"].dropna()
-    assert (sizes < A.SMALL_PACKET_BYTES).mean() > 0.9
+    assert (sizes < SMALL_PACKET_BYTES).mean() > 0.9
     assert "small_packets" in _rules(out)
     pb = out[out["rule"] == "pipeline_bubble"]
     assert list(pb["evidence"].str.extract(r"stage=(\d)")[0]) == ["0"]
@@ -251,7 +259,7 @@ def test_aicpu_kernels_from_a_real_kernel_details(tmp_path):
     import shutil
 
     import analyzers
-    from analyzers.analyses.advice import AICPU_MIN_TASK_US
+    from analyzers.analyses.advice.aicpu_ops import AICPU_MIN_TASK_US
     from tests.support import fixture_path
 
     src = fixture_path(

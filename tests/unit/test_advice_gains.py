@@ -12,6 +12,9 @@ import pytest
 
 from analyzers.analyses import advice as A
 from analyzers.analyses.advice import advise
+from analyzers.analyses.advice.engine import severity
+from analyzers.analyses.advice.small_packets import fusion_gain
+from analyzers.analyses.advice.expert_imbalance import EXPERT_MAX_MEAN
 from analyzers.analyses.pipeline import ideal_bubble_fraction
 
 
@@ -72,11 +75,11 @@ def test_wait_ratio_gain_is_wait_per_step_and_one_root():
 
 
 def test_severity_thresholds_from_gain_share():
-    assert A._severity({"gain_share": A.GAIN_HIGH}) == "high"
-    assert A._severity({"gain_share": A.GAIN_HIGH - 1e-9}) == "medium"
-    assert A._severity({"gain_share": A.GAIN_MEDIUM}) == "medium"
-    assert A._severity({"gain_share": A.GAIN_MEDIUM - 1e-9}) == "low"
-    assert A._severity({"gain_share": None, "severity": "high"}) == "high"  # unknown gain: the rule's label
+    assert severity({"gain_share": A.GAIN_HIGH}) == "high"
+    assert severity({"gain_share": A.GAIN_HIGH - 1e-9}) == "medium"
+    assert severity({"gain_share": A.GAIN_MEDIUM}) == "medium"
+    assert severity({"gain_share": A.GAIN_MEDIUM - 1e-9}) == "low"
+    assert severity({"gain_share": None, "severity": "high"}) == "high"  # unknown gain: the rule's label
     out = advise({"comm_ops": _comm()}, {"step_time_s": 1.0})  # 5 ms of 1 s = 0.5 %
     assert set(out["severity"]) == {"low"}
 
@@ -165,7 +168,7 @@ def test_fusion_gain_latency_terms_removed():
     assert row["gain_ms"] == pytest.approx(1.5)
     assert json.loads(row["try"]) == {"parallel.comm_fusion": "all"}
     assert row["predicted_step_ms"] == pytest.approx(100.0 - 1.5)
-    gain, basis = A.fusion_gain(_small(lat_ms=0.2))
+    gain, basis = fusion_gain(_small(lat_ms=0.2))
     assert gain == pytest.approx(6.0) and "hop" in basis
 
 
@@ -332,7 +335,7 @@ def test_step_spread_gain():
 
 
 def test_unknown_gains_are_null_and_last():
-    ex = pd.DataFrame([{"step": 0, "max_mean_ratio": A.EXPERT_MAX_MEAN * 2 + 0.5, "cv": 0.1, "dropped_fraction": 0.0}])
+    ex = pd.DataFrame([{"step": 0, "max_mean_ratio": EXPERT_MAX_MEAN * 2 + 0.5, "cv": 0.1, "dropped_fraction": 0.0}])
     out = advise({"experts": ex, "comm_ops": _comm()}, {"step_time_s": 0.05})
     assert out.iloc[-1]["rule"] == "expert_imbalance"
     assert math.isnan(out.iloc[-1]["gain_ms"]) and out.iloc[-1]["basis"].startswith("not estimated")
@@ -546,34 +549,34 @@ def test_fusion_gain_edges_by_hand():
     """fusion_gain's other paths, hand-computed. _small(): 16 all-reduces per rank and step over 2 ranks, 2 ring
     hops each, 0.05 ms per hop: 30 hops removed per rank and step -> 1.5 ms; basis "50 us per ring hop x 30"."""
     base = _small()
-    gain, basis = A.fusion_gain(base)
+    gain, basis = fusion_gain(base)
     assert gain == pytest.approx(1.5) and "50 us per ring hop x 30 hops per step per rank" in basis
     # without `group` (one group) and without `group_size` (the ranks seen: 2): the same
-    gain, _ = A.fusion_gain(base.drop(columns=["group", "group_size"]))
+    gain, _ = fusion_gain(base.drop(columns=["group", "group_size"]))
     assert gain == pytest.approx(1.5)
     # point-to-point transfers are not fused: Send/Recv rows (any case) change nothing
     p2p = base.iloc[:4].assign(op_type=["Send", "recv", "SEND", "Recv"], transit_ms=50.0, elapse_ms=50.0)
-    gain, _ = A.fusion_gain(pd.concat([base, p2p], ignore_index=True))
+    gain, _ = fusion_gain(pd.concat([base, p2p], ignore_index=True))
     assert gain == pytest.approx(1.5)
     # a negative bytes term (times fall with size): latency alone, mean(t) / 2 hops. Two all-reduces per rank and
     # step, 0.11 ms (4 KB) and 0.09 ms (8 KB): lat = (2 x 0.11 + 2 x 0.09) / (4 + 4) = 0.05 ms; 2 hops removed
     two = _small(per_step=2)
     two["transit_ms"] = [0.11 if s == 4096.0 else 0.09 for s in two["size_bytes"]]
     two["elapse_ms"] = two["transit_ms"]
-    gain, basis = A.fusion_gain(two)
+    gain, basis = fusion_gain(two)
     assert gain == pytest.approx(0.1) and "50 us per ring hop x 2 hops" in basis
 
 
 def test_fusion_gain_not_estimated_says_why():
     base = _small()
-    assert A.fusion_gain(base.drop(columns=["step"])) == (
+    assert fusion_gain(base.drop(columns=["step"])) == (
         None,
         "not estimated: no collective with a size, a time and a step",
     )
     one = base.assign(group_size=1)  # a collective over one rank has no ring hop
-    assert A.fusion_gain(one) == (None, "not estimated: no collective over more than one rank")
+    assert fusion_gain(one) == (None, "not estimated: no collective over more than one rank")
     zero = base.assign(transit_ms=0.0, elapse_ms=0.0)  # no time at all: latency 0 is no latency
-    assert A.fusion_gain(zero) == (
+    assert fusion_gain(zero) == (
         None,
         "not estimated: this run's collectives show no latency term (fit <= 0)",
     )

@@ -1,12 +1,13 @@
-"""Causes before symptoms, as a decision table: `advice._link` sets each finding's `symptom_of` from the rules
-written in docs/advice.md (the rule table's "folds under it" column). Each case lists findings by hand and the
-root each one folds under, derived from those rules, not from running the code."""
+"""Causes before symptoms, as a decision table: `advice.link` (engine.link over the rules' folds) sets each finding's
+`symptom_of` from the rules written in docs/advice.md (the gains table's "folds under it" column). Each case lists
+findings by hand and the root each one folds under, derived from those rules, not from running the code."""
 
 from __future__ import annotations
 
 import pytest
 
-from analyzers.analyses.advice import FOLD_SHARE, _link
+from analyzers.analyses.advice import link as _link
+from analyzers.analyses.advice.exposed_communication import FOLD_SHARE
 
 
 def _f(id_, rule, gain=None, **kw):
@@ -133,7 +134,7 @@ def test_a_folded_exposed_communication_does_not_take_the_waits():
 
 
 def test_a_gain_exactly_its_pool_is_not_cut():
-    from analyzers.analyses.advice import _account
+    from analyzers.analyses.advice.engine import account as _account
 
     rows = [{"id": "a", "rule": "free_time", "gain_ms": 5.0, "symptom_of": None, "explains": "idle", "basis": "b"}]
     _account(rows, {"idle": 5.0, "step": 100.0})
@@ -147,7 +148,7 @@ def test_a_gain_exactly_its_pool_is_not_cut():
 
 
 def test_order_puts_a_zero_gain_after_a_positive_one_and_unknown_last():
-    from analyzers.analyses.advice import _order
+    from analyzers.analyses.advice.engine import order as _order
 
     rows = [
         {"id": "none", "gain_ms": None, "symptom_of": None},
@@ -160,7 +161,16 @@ def test_order_puts_a_zero_gain_after_a_positive_one_and_unknown_last():
 
 
 def test_severity_without_a_share_is_the_rules_own_or_medium():
-    from analyzers.analyses.advice import _severity
+    from analyzers.analyses.advice.engine import severity as _severity
 
     assert _severity({"gain_share": None}) == "medium"
     assert _severity({"gain_share": None, "severity": "high"}) == "high"
+
+
+def test_a_fold_cycle_is_refused():
+    from analyzers.analyses.advice import FOLDS, Fold
+    from analyzers.analyses.advice.engine import fold_order
+
+    folds = dict(FOLDS, stage_imbalance=(Fold("slow_rank", "test"),))
+    with pytest.raises(ValueError, match="cycle"):
+        fold_order({"stage_imbalance", "slow_rank"}, folds)

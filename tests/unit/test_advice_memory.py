@@ -1,4 +1,5 @@
-"""Memory advice (analyzers/analyses/advice_memory.py): hand-computed near-capacity picks and fragmentation findings."""
+"""Memory advice (analyzers/analyses/advice/memory_near_capacity.py, memory_fragmentation.py): hand-computed
+near-capacity picks and fragmentation findings, through the one ranking (`advise`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import json
 import pandas as pd
 import pytest
 
-from analyzers.analyses.advice_memory import COLUMNS, advise_memory
+from analyzers.analyses.advice import CONFIG_KEY, advise
+from analyzers.schema import ADVICE_COLUMNS as COLUMNS
 
 GiB = 2**30
 CAP = 32 * GiB  # Ascend 910 HBM
@@ -17,6 +19,11 @@ CONFIG = {
     "parallel": {"zero_stage": 0, "pipeline_stages": 1},
 }
 SUMMARY = {"step_time_s": 1.0, "computing_s": 0.6, "communication_not_overlapped_s": 0.2}
+
+
+def advise_memory(tables: dict, summary: dict, config: dict) -> pd.DataFrame:
+    """The ranked advice of a run whose only table is `memory`: the memory rules' findings alone."""
+    return advise({**tables, CONFIG_KEY: config}, summary)
 
 
 def _mem(**kw):

@@ -1,4 +1,4 @@
-"""Which finding is the root (analyzers/analyses/advice.py), on hand-built runs whose expected order and gains are
+"""Which finding is the root (analyzers/analyses/advice/), on hand-built runs whose expected order and gains are
 worked out by hand below:
 
 - a pipeline with unbalanced stages: the point-to-point lateness between stages (a "slow rank" of a pp group) and

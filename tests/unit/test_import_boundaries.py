@@ -25,7 +25,7 @@ READERS = [
     "workloads.parallel.zero",  # ZeRO shard planning (its cells import MindSpore only when built)
     "perfbench.predict.memory",
     "perfbench.tune.memory",
-    "analyzers.analyses.advice_memory",
+    "analyzers.analyses.advice",
 ]
 
 

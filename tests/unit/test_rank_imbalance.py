@@ -133,7 +133,7 @@ def test_groups_and_stages_are_compared_separately():
 
 
 def test_free_time_advice_names_the_idle_ranks():
-    from analyzers.analyses.advice import FREE_SHARE
+    from analyzers.analyses.advice.free_time import FREE_SHARE
 
     rows = _b_rows("level0")
     rows["rank"] = range(len(rows))  # files read in rank order

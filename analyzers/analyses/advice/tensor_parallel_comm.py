@@ -1,22 +1,21 @@
-"""Advice on tensor-parallel traffic: "tensor-parallel all-reduce is X% of the step".
-
-`advise_tp(tables, summary, config=None) -> list[dict]` returns advice rows with the usual columns
-(`analyzers.schema.ADVICE_COLUMNS`: rule, severity, message, evidence, ranks, stage, and the ranking columns of
-the advice contract: id, gain_ms, gain_share, basis, symptom_of, try, predicted_step_ms); the advice ranking
-calls it.
+"""Rule `tensor_parallel_comm`: "tensor-parallel all-reduce is X% of the step".
 
 Input: `comm_exposure_classes` (per rank, step and traffic class: exposed_us, time_us; analyzers.analyses.comm_exposure)
-and the step time (`steps` table: end_us - start_us per rank and step; else `summary["step_time_s"]`).
-The share is the mean over ranks and steps of the tensor-parallel collectives' exposed time (time no compute
-overlaps) over the step time. Above `TP_SHARE` it is a finding, above `TP_SHARE_HIGH` high severity.
+and the step time (`steps` table: end_us - start_us per rank and step; else `summary["step_time_s"]`), and the run
+config's `parallel.tensor_parallel` for the knob. The share is the mean over ranks and steps of the tensor-parallel
+collectives' exposed time (time no compute overlaps) over the step time. Above `TP_SHARE` it is a finding, above
+`TP_SHARE_HIGH` high severity. Its gain is that exposed time; it tries half the tensor-parallel size.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
+
+from analyzers.analyses.advice.rule import CONFIG_KEY, Rule
+
+ID = "tensor_parallel_comm"
 
 #: exposed tensor-parallel communication above this share of the step is a finding ...
 TP_SHARE = 0.2
@@ -35,37 +34,43 @@ def _step_ms(tables: dict, summary: dict) -> pd.Series | float | None:
     return float(s) * 1000.0 if isinstance(s, (int, float)) and s > 0 else None
 
 
-def advise_tp(tables: dict, summary: dict | None = None, config: dict | None = None) -> list[dict]:
+def _share(tables: dict, summary: dict):
+    """(mean share of the step, mean step ms, exposed ms per rank and step) of the tensor-parallel collectives, or
+    None when there are none or the step time is unknown."""
     ex = (tables or {}).get("comm_exposure_classes")
     if not isinstance(ex, pd.DataFrame) or ex.empty or "comm_class" not in ex.columns:
-        return []
+        return None
     tp = ex[ex["comm_class"] == "tensor_parallel"]
     if tp.empty:
-        return []
+        return None
     per = tp.groupby([tp["rank"].astype(int), tp["step"].astype(int)])["exposed_us"].sum() / 1000.0  # ms
     step = _step_ms(tables, summary or {})
     if step is None:
-        return []
+        return None
     if isinstance(step, pd.Series):
         step = step.reindex(per.index)
         ok = step.notna() & (step > 0)
         per, step = per[ok], step[ok]
         if per.empty:
-            return []
-        share = float((per / step).mean())
-        step_ms = float(step.mean())
-    else:
-        share, step_ms = float(per.mean() / step), step
+            return None
+        return float((per / step).mean()), float(step.mean()), per
+    return float(per.mean() / step), step, per
+
+
+def find(tables, summary):
+    got = _share(tables, summary)
+    if got is None:
+        return []
+    share, step_ms, per = got
     tp_ms = float(per.mean())
     if not math.isfinite(share) or share <= TP_SHARE:
         return []
-    T = int(((config or {}).get("parallel") or {}).get("tensor_parallel") or 0) or None
+    T = int(((tables.get(CONFIG_KEY) or {}).get("parallel") or {}).get("tensor_parallel") or 0) or None
     lower = {"parallel.tensor_parallel": T // 2} if T and T >= 2 and T % 2 == 0 else None
     ranks = sorted(int(r) for r in per.index.get_level_values(0).unique())
     return [
         {
-            "rule": "tensor_parallel_comm",
-            "id": "tensor_parallel_comm:run",
+            "key": "run",
             "severity": "high" if share > TP_SHARE_HIGH else "medium",
             "message": (
                 f"Tensor-parallel all-reduce is {share:.0%} of the step ({tp_ms:.1f} ms exposed per step"
@@ -81,10 +86,23 @@ def advise_tp(tables: dict, summary: dict | None = None, config: dict | None = N
             "ranks": ranks,
             "stage": None,
             "gain_ms": tp_ms,
-            "gain_share": share,
+            "explains": "exposed",
             "basis": "upper bound: all exposed tensor-parallel all-reduce time per step goes with tensor_parallel=1",
-            "symptom_of": None,
-            "try": json.dumps(lower) if lower else None,
-            "predicted_step_ms": None,
+            "try": lower,
         }
     ]
+
+
+RULE = Rule(
+    id=ID,
+    find=find,
+    needs=("comm_exposure_classes", "steps", CONFIG_KEY),
+    thresholds={"TP_SHARE": TP_SHARE, "TP_SHARE_HIGH": TP_SHARE_HIGH},
+    fires=(
+        "the tensor-parallel collectives' exposed time (`comm_exposure_classes`) is > `TP_SHARE` of the step, mean "
+        "over ranks and steps (high above `TP_SHARE_HIGH`); evidence: exposed ms per rank and step / step ms"
+    ),
+    gain="the tensor-parallel collectives' exposed time per step, mean over ranks and steps (an upper bound)",
+    knobs=("parallel.tensor_parallel",),
+    tries='`{"parallel.tensor_parallel": T/2}` (T even), predicted step = step − gain',
+)

@@ -1,61 +1,31 @@
-"""Memory advice: near capacity -> the cheapest knob that fits; reserved far above allocated -> fragmentation.
-
-`advise_memory(tables, summary, config=None) -> DataFrame` returns advice rows with the columns of the advice
-contract (`rule, severity, message, evidence, ranks, stage, id, gain_ms, gain_share, basis, symptom_of, try,
-predicted_step_ms`); `gain_ms` is null (a memory fix buys room, not time), `try` is JSON text of the knob
-('{"parallel.zero_stage": 1}') and the message carries the predicted saving and the time it costs.
+"""Rule `memory_near_capacity`: a rank's peak memory near its device's capacity, with the cheapest knob that fits.
 
 Inputs: the `memory` table (analyzers/analyses/memory.py: per rank `peak_bytes`, `capacity_bytes`, `params`,
-`peak_allocated_bytes`, `peak_reserved_bytes`), the run's `step_time_s` and `computing_s` from `summary`, and the
+`baseline_bytes`), the run's `step_time_s`, `computing_s` and `communication_not_overlapped_s` from `summary`, and the
 run config (`parallel`, `train`, `world_size`) for the knobs' current values. Savings come from the memory model
-(perfbench/predict/memory.py: ZeRO-paper model states; recompute keeps the activations of block inputs only,
-taken as RECOMPUTE_KEEPS of the activations, the activations being the peak minus the model states and, where the
-memory table knows it, the process's baseline before the model was built: still an upper bound where the rest
-of the peak holds compiled graphs and pools, as on CPU) and time costs from the step's own parts (below).
+(perfbench/predict/memory.py: ZeRO-paper model states; recompute keeps the activations of block inputs only, taken
+as RECOMPUTE_KEEPS of the activations, the activations being the peak minus the model states and, where the memory
+table knows it, the process's baseline before the model was built: still an upper bound where the rest of the peak
+holds compiled graphs and pools, as on CPU) and time costs from the step's own parts. No gain: a memory fix buys
+room, not time, so the finding ranks after every finding with one; `try` is the knob and the message carries the
+predicted saving and the time it costs.
 """
 
 from __future__ import annotations
 
-import json
-
-import pandas as pd
-
+from analyzers.analyses.advice.rule import CONFIG_KEY, Rule
 from analyzers.analyses.memory import _num
-from analyzers.schema import ADVICE_COLUMNS
+
+ID = "memory_near_capacity"
 
 #: peak above this share of the capacity: near capacity
 NEAR_CAPACITY = 0.9
 #: a knob "fits" when the predicted peak is at most this share of the capacity
 FIT_TARGET = 0.85
-#: reserved - allocated above this share of reserved, and above FRAGMENTATION_MIN_BYTES: fragmentation
-FRAGMENTATION_SHARE = 0.3
-FRAGMENTATION_MIN_BYTES = 256 << 20
 #: share of the activations recompute still keeps (block inputs), and the extra compute it costs: one more
 #: forward pass, forward being 1/3 of forward+backward (perfbench/predict/model.py FWD_SHARE)
 RECOMPUTE_KEEPS = 0.3
 RECOMPUTE_TIME_SHARE = 1.0 / 3.0
-
-COLUMNS = ADVICE_COLUMNS
-
-
-def _row(
-    rule: str, rid: str, severity: str, message: str, evidence: str, ranks: list, basis: str, try_: dict | None
-) -> dict:
-    return {
-        "rule": rule,
-        "severity": severity,
-        "message": message,
-        "evidence": evidence,
-        "ranks": ranks,
-        "stage": None,
-        "id": rid,
-        "gain_ms": None,
-        "gain_share": None,
-        "basis": basis,
-        "symptom_of": None,
-        "try": json.dumps(try_) if try_ else None,
-        "predicted_step_ms": None,
-    }
 
 
 def knob_options(peak: float, params: int, config: dict, summary: dict, baseline: float | None = None) -> list[dict]:
@@ -100,36 +70,17 @@ def knob_options(peak: float, params: int, config: dict, summary: dict, baseline
     return sorted(out, key=lambda o: (o["time_cost_ms"] is None, o["time_cost_ms"] or 0.0))
 
 
-def advise_memory(tables: dict, summary: dict, config: dict | None = None) -> pd.DataFrame:
-    mem = tables.get("memory")
-    rows: list[dict] = []
-    if mem is None or not len(mem):
-        return pd.DataFrame(columns=COLUMNS)
-    config = config or {}
-    for r in mem.to_dict("records"):
-        rank = int(r["rank"])
-        peak, cap = _num(r.get("peak_bytes")), _num(r.get("capacity_bytes"))
-        if peak and cap and peak > NEAR_CAPACITY * cap:
-            rows.append(_near_capacity(rank, peak, cap, r, config, summary))
-        alloc, res = _num(r.get("peak_allocated_bytes")), _num(r.get("peak_reserved_bytes"))
-        if alloc is not None and res and res - alloc > max(FRAGMENTATION_SHARE * res, FRAGMENTATION_MIN_BYTES):
-            rows.append(
-                _row(
-                    "memory_fragmentation",
-                    f"memory_fragmentation:{rank}",
-                    "medium",
-                    f"rank {rank}: the allocator reserved {res / 2**30:.2f} GiB but at most "
-                    f"{alloc / 2**30:.2f} GiB was allocated ({(res - alloc) / 2**30:.2f} GiB, "
-                    f"{(res - alloc) / res:.0%} of reserved, held but unused): fragmentation or a pool sized larger "
-                    "than needed; the headroom is smaller than the allocations say",
-                    f"memory[rank={rank}]: peak_reserved_bytes {res:.0f} - peak_allocated_bytes {alloc:.0f} = "
-                    f"{res - alloc:.0f} > {FRAGMENTATION_SHARE:.0%} of reserved",
-                    [rank],
-                    "reserved minus allocated at their peaks (the profiler's own numbers)",
-                    None,
-                )
-            )
-    return pd.DataFrame(rows, columns=COLUMNS)
+def _row(rank: int, message: str, evidence: str, basis: str, try_: dict | None) -> dict:
+    return {
+        "key": str(rank),
+        "severity": "high",
+        "message": message,
+        "evidence": evidence,
+        "ranks": [rank],
+        "stage": None,
+        "basis": basis,
+        "try": try_ or None,
+    }
 
 
 def _near_capacity(rank: int, peak: float, cap: float, r: dict, config: dict, summary: dict) -> dict:
@@ -138,12 +89,9 @@ def _near_capacity(rank: int, peak: float, cap: float, r: dict, config: dict, su
     head = f"rank {rank}: peak memory {peak / 2**30:.2f} GiB is {peak / cap:.0%} of its {cap / 2**30:.1f} GiB"
     if not params:
         return _row(
-            "memory_near_capacity",
-            f"memory_near_capacity:{rank}",
-            "high",
+            rank,
             head + "; the parameter count is unknown, so no knob's saving can be predicted",
             ev,
-            [rank],
             "no parameter count in the memory table",
             None,
         )
@@ -152,13 +100,10 @@ def _near_capacity(rank: int, peak: float, cap: float, r: dict, config: dict, su
     pick = fits[0] if fits else (max(options, key=lambda o: o["saving_bytes"]) if options else None)
     if pick is None:
         return _row(
-            "memory_near_capacity",
-            f"memory_near_capacity:{rank}",
-            "high",
+            rank,
             head + "; zero_stage is at 2 (or one data-parallel rank) and recompute is on: fewer samples "
             "per micro-batch (parallel.micro_batches) or more ranks are left",
             ev,
-            [rank],
             "memory model: no knob left",
             None,
         )
@@ -170,14 +115,50 @@ def _near_capacity(rank: int, peak: float, cap: float, r: dict, config: dict, su
         f"({verdict}), {cost}"
     )
     return _row(
-        "memory_near_capacity",
-        f"memory_near_capacity:{rank}",
-        "high",
+        rank,
         msg,
         ev,
-        [rank],
         "memory model (perfbench/predict/memory.py): ZeRO-paper model states from the parameter count; "
         "cheapest knob by predicted time cost that brings the peak under "
         f"{FIT_TARGET:.0%} of capacity",
         pick["try"],
     )
+
+
+def find(tables, summary):
+    mem = tables.get("memory")
+    if mem is None or not len(mem):
+        return []
+    config = tables.get(CONFIG_KEY) or {}
+    rows = []
+    for r in mem.to_dict("records"):
+        rank = int(r["rank"])
+        peak, cap = _num(r.get("peak_bytes")), _num(r.get("capacity_bytes"))
+        if peak and cap and peak > NEAR_CAPACITY * cap:
+            rows.append(_near_capacity(rank, peak, cap, r, config, summary))
+    return rows
+
+
+RULE = Rule(
+    id=ID,
+    find=find,
+    needs=("memory", CONFIG_KEY),
+    thresholds={
+        "NEAR_CAPACITY": NEAR_CAPACITY,
+        "FIT_TARGET": FIT_TARGET,
+        "RECOMPUTE_KEEPS": RECOMPUTE_KEEPS,
+        "RECOMPUTE_TIME_SHARE": RECOMPUTE_TIME_SHARE,
+    },
+    fires=(
+        "a rank's `peak_bytes` above `NEAR_CAPACITY` of its `capacity_bytes` (the `memory` table). Candidates: the "
+        "next ZeRO stage (saving from the ZeRO-paper model states, perfbench/predict/memory.py; time cost: one "
+        "parameter broadcast per step, taken as D / (2(D-1)) × the step's exposed communication) and "
+        "`train.recompute` (saving 1 − `RECOMPUTE_KEEPS` of the peak minus model states and the process baseline; "
+        "time cost `RECOMPUTE_TIME_SHARE` of computing). The pick is the cheapest (least time) that brings the peak "
+        "under `FIT_TARGET` of capacity, else the largest saving; with no knob left it says so; evidence: peak / "
+        "capacity"
+    ),
+    gain="null: memory, not time (ranks after every finding with a gain); the message carries the saving and cost",
+    knobs=("parallel.zero_stage", "train.recompute"),
+    tries='the cheapest knob that fits (`{"parallel.zero_stage": z + 1}` or `{"train.recompute": true}`)',
+)

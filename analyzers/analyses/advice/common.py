@@ -1,0 +1,117 @@
+"""Helpers the advice rules share over the analysis tables (no rule's logic, no threshold)."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+
+def table(tables, name: str) -> pd.DataFrame | None:
+    """The table `name`, or None when it is missing, not a table or empty."""
+    df = (tables or {}).get(name)
+    if df is None or not isinstance(df, pd.DataFrame) or df.empty:
+        return None
+    return df
+
+
+def num(df: pd.DataFrame, col: str) -> pd.Series:
+    """Column `col` as numbers (NaN where missing or not a number)."""
+    if col not in df.columns:
+        return pd.Series([math.nan] * len(df), index=df.index, dtype=float)
+    return pd.to_numeric(df[col], errors="coerce")
+
+
+def fmt(x: float, nd: int = 2) -> str:
+    return f"{x:.{nd}f}"
+
+
+def step_ms(summary) -> float | None:
+    """The run's step time in ms (summary step_time_s), None when unknown."""
+    v = (summary or {}).get("step_time_s")
+    return float(v) * 1000.0 if isinstance(v, (int, float)) and math.isfinite(v) and v > 0 else None
+
+
+def n_steps(tables) -> int | None:
+    """Profiled steps the comm_ops table covers (the divisor turning totals into per-step gains)."""
+    co = table(tables, "comm_ops")
+    if co is None or "step" not in co.columns:
+        return None
+    n = int(pd.to_numeric(co["step"], errors="coerce").nunique())
+    return n or None
+
+
+def stage_of(tables) -> dict[int, int]:
+    """Rank -> its pipeline stage (rank_stages)."""
+    rs = table(tables, "rank_stages")
+    return {int(r): int(s) for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s)} if rs is not None else {}
+
+
+def stage_ranks(tables, stage) -> list[int]:
+    """The ranks of one pipeline stage (rank_stages)."""
+    rs = table(tables, "rank_stages")
+    if rs is None:
+        return []
+    return sorted(int(r) for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s) and int(s) == int(stage))
+
+
+def trusted(sb: pd.DataFrame | None) -> pd.DataFrame | None:
+    """The step breakdown without the ranks marked inconsistent (None when nothing is left)."""
+    if sb is None or "consistent" not in sb.columns:
+        return sb
+    keep = sb["consistent"].astype("boolean").fillna(True).astype(bool)
+    return sb[keep] if keep.any() else None
+
+
+def breakdown_share(tables, col):
+    """(share of the step time in breakdown part `col`, the trusted breakdown rows that know it), or None."""
+    sb = trusted(table(tables, "step_breakdown"))
+    if sb is None or "step_us" not in sb.columns or col not in sb.columns:
+        return None
+    if not num(sb, "computing_us").sum() > 0:
+        return None  # no compute ops were profiled: the breakdown says nothing about idle or exposed time
+    known = num(sb, col).notna()  # steps whose part is unknown (null) say nothing about its share
+    step = num(sb, "step_us")[known].sum()
+    if not step > 0:
+        return None
+    return float(num(sb, col)[known].sum() / step), sb[known]
+
+
+def budget_part(sb: pd.DataFrame | None, col: str) -> float | None:
+    """ms per step of one breakdown part: median over steps per rank, the largest rank (null when unknown)."""
+    if sb is None or col not in sb.columns or "rank" not in sb.columns:
+        return None
+    v = pd.DataFrame({"rank": sb["rank"], "v": num(sb, col)}).dropna()
+    if v.empty:
+        return None
+    return float(v.groupby("rank")["v"].median().max()) / 1000.0
+
+
+def exposure_split(tables, sb: pd.DataFrame):
+    """(p2p share of the exposed communication, per-rank table with stage) over the trusted ranks, from
+    comm_exposure; (None, None) when the split is unknown."""
+    ex = table(tables, "comm_exposure")
+    if ex is None:
+        return None, None
+    ex = ex[ex["rank"].isin(sb["rank"].unique())].dropna(subset=["exposed_p2p_us", "exposed_us"])
+    if ex.empty or not ex["exposed_us"].sum() > 0:
+        return None, None
+    # median over steps: the first profiled step often carries compile waits (seconds of receive)
+    per = ex.groupby("rank")[["exposed_us", "exposed_p2p_us"]].median()
+    per["exposed_collective_us"] = per["exposed_us"] - per["exposed_p2p_us"]
+    rs = table(tables, "rank_stages")
+    stages = {int(r): s for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s)} if rs is not None else {}
+    per["stage"] = [stages.get(int(r)) for r in per.index]
+    tot = per["exposed_us"].sum()
+    return (float(per["exposed_p2p_us"].sum() / tot) if tot > 0 else None), per
+
+
+def transfer_ms(co: pd.DataFrame) -> pd.Series:
+    """Time a collective spends moving data: transit_ms, else elapse_ms - wait_ms (waiting is not its cost)."""
+    t = num(co, "transit_ms")
+    return t if not t.isna().all() else num(co, "elapse_ms") - num(co, "wait_ms").fillna(0.0)
+
+
+def is_p2p(op_type: pd.Series) -> pd.Series:
+    """Pipeline send/receive (their waits are the pipeline bubble, not peers being late)."""
+    return op_type.astype(str).str.lower().isin(["send", "recv"])

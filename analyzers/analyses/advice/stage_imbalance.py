@@ -1,0 +1,115 @@
+"""Rule `stage_imbalance`: the slowest pipeline stage (by compute) when it computes STAGE_IMBALANCE_RATIO x the least
+one. Its gain is the slowest stage's compute above the stages' mean; a hand-given split has the balanced one to try."""
+
+from __future__ import annotations
+
+from analyzers.analyses.advice.common import exposure_split, table, trusted
+from analyzers.analyses.advice.rule import CONFIG_KEY, Rule
+
+ID = "stage_imbalance"
+
+#: pipeline stages: max/min of the stages' computing time above this names the slowest stage the bottleneck
+#: (perfbench's choice: 20 % more compute on one stage idles every other stage that long per micro-batch)
+STAGE_IMBALANCE_RATIO = 1.2
+#: ... above this it is high severity
+STAGE_IMBALANCE_HIGH = 1.5
+
+
+def bottleneck_stage(tables):
+    """(slowest stage, its computing / the least stage's) when above STAGE_IMBALANCE_RATIO, else None."""
+    st = table(tables, "stages")
+    if st is None:
+        return None
+    st = st.dropna(subset=["computing_ms"])
+    st = st[st["computing_ms"] > 0]
+    if len(st) < 2:
+        return None
+    ratio = st["computing_ms"].max() / st["computing_ms"].min()
+    return (int(st.loc[st["computing_ms"].idxmax(), "stage"]), float(ratio)) if ratio > STAGE_IMBALANCE_RATIO else None
+
+
+def _wait_text(tables, lo) -> str:
+    """What the least-computing stage spends waiting for the slowest (exposed communication), or ''."""
+    sb = trusted(table(tables, "step_breakdown"))
+    if sb is None:
+        return ""
+    _, per = exposure_split(tables, sb)
+    if per is None:
+        return ""
+    low = per[per["stage"] == lo["stage"]]
+    if not (len(low) and low["exposed_us"].mean() > 0):
+        return ""
+    return (
+        f" Stage {int(lo['stage'])} spends {low['exposed_us'].mean() / 1000:.3g} ms per step "
+        f"(median) in exposed communication ({low['exposed_p2p_us'].sum() / low['exposed_us'].sum():.0%} "
+        f"pipeline send/receive), waiting for it."
+    )
+
+
+def find(tables, summary):
+    st = table(tables, "stages")
+    if st is None or len(st) < 2:
+        return []
+    st = st.dropna(subset=["computing_ms"])
+    st = st[st["computing_ms"] > 0]
+    if len(st) < 2:
+        return []
+    hi, lo = st.loc[st["computing_ms"].idxmax()], st.loc[st["computing_ms"].idxmin()]
+    ratio = hi["computing_ms"] / lo["computing_ms"]
+    if ratio <= STAGE_IMBALANCE_RATIO:
+        return []
+    wait = _wait_text(tables, lo)
+    ranks = [int(x) for x in str(hi["ranks"]).split(",") if x != ""]
+    mean = float(st["computing_ms"].mean())
+    # a split the user fixed by hand (parallel.pipeline_split) has a knob to try: the cost-balanced split
+    split = ((tables.get(CONFIG_KEY) or {}).get("parallel") or {}).get("pipeline_split")
+    s, s_lo = int(hi["stage"]), int(lo["stage"])
+    return [
+        {
+            "try": {"parallel.pipeline_split": None} if split else None,
+            "key": str(s),
+            "gain_ms": float(hi["computing_ms"]) - mean,
+            "explains": "imbalance",
+            "basis": (
+                f"the slowest stage's compute above the stages' mean, off the critical path when the layers are "
+                f"rebalanced: {hi['computing_ms']:.3g} - {mean:.3g} ms per step"
+            ),
+            "severity": "high" if ratio > STAGE_IMBALANCE_HIGH else "medium",
+            "ranks": ranks,
+            "stage": s,
+            "message": (
+                f"Pipeline stage {s} is the bottleneck: stage {s} computes "
+                f"{ratio:.1f}x more than stage {s_lo} ({hi['computing_ms']:.3g} vs "
+                f"{lo['computing_ms']:.3g} ms per step).{wait} Move layers off stage {s} (rebalance "
+                f"the layer split{f', now {list(split)} by parallel.pipeline_split' if split else ''}) or use more "
+                f"micro-batches."
+            ),
+            "evidence": (
+                f"stages[stage={s}, ranks {hi['ranks']}]: computing_ms {hi['computing_ms']:.3f}; "
+                f"stages[stage={s_lo}, ranks {lo['ranks']}]: computing_ms {lo['computing_ms']:.3f}; "
+                f"ratio {ratio:.3f} > {STAGE_IMBALANCE_RATIO}"
+            ),
+        }
+    ]
+
+
+RULE = Rule(
+    id=ID,
+    find=find,
+    needs=("stages", "rank_stages", "step_breakdown", "comm_exposure", CONFIG_KEY),
+    thresholds={"STAGE_IMBALANCE_RATIO": STAGE_IMBALANCE_RATIO, "STAGE_IMBALANCE_HIGH": STAGE_IMBALANCE_HIGH},
+    fires=(
+        "the most-computing pipeline stage computes > `STAGE_IMBALANCE_RATIO` × the least (high above "
+        '`STAGE_IMBALANCE_HIGH`): "stage S is the bottleneck ... move layers off it or use more micro-batches", with '
+        "the faster stage's exposed communication and its p2p share; evidence: stages rows"
+    ),
+    gain=(
+        "slowest stage's `computing_ms` − mean over stages of `computing_ms` (`stages` table): what leaves the "
+        "critical path when the layers are rebalanced evenly"
+    ),
+    knobs=("parallel.pipeline_split",),
+    tries=(
+        'with a split given by hand (`parallel.pipeline_split`): `{"parallel.pipeline_split": null}`, the '
+        "cost-balanced split; predicted step = step − gain"
+    ),
+)
