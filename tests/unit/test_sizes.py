@@ -26,8 +26,6 @@ MODEL_DEFINITIONS = {
 
 #: functions over the limit still to split, each with why it waits
 PENDING_FUNCTIONS = {
-    # being split into a package of rules (the advice)
-    "analyzers.analyses.advice:_exposed_comm_rows": "advice split in flight",
     # the Ascend parsers' and the memory analysis's import-speed rework is in flight: split after it lands
     "analyzers.parsers.ascend.text:parse_text_rank": "import-speed rework in flight",
     "analyzers.parsers.ascend.db:parse_db_rank": "import-speed rework in flight",
@@ -44,7 +42,6 @@ PENDING_FUNCTIONS = {
 
 #: modules over the limit still to split
 PENDING_MODULES = {
-    "analyzers.analyses.advice": "advice split in flight",
     "analyzers.parsers.ascend.text": "import-speed rework in flight",
     "analyzers.parsers.msprof.parser": "to split",
     "analyzers.catalogue": "to split (the metric definitions are data: one module of them, one of the lists)",

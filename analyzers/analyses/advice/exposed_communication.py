@@ -8,6 +8,7 @@ import math
 
 import pandas as pd
 
+from analyzers.analyses.collectives import factor
 from analyzers.analyses.advice import slow_rank, stage_imbalance
 from analyzers.analyses.advice.common import (
     breakdown_share,
@@ -159,8 +160,6 @@ def compression_try(tables, summary):
     predicted step is the step minus half of the bytes time per step (fitted bandwidth), capped by the
     exposed communication. Null prediction when the fit or the step is unknown."""
     import numpy as np
-
-    from analyzers.analyses.collectives import factor
 
     co = table(tables, "comm_ops")
     step = step_ms(summary)

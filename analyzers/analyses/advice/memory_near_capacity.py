@@ -13,6 +13,7 @@ predicted saving and the time it costs.
 
 from __future__ import annotations
 
+from analyzers.analyses.memory import OPTIMIZER_STATES
 from analyzers.analyses.advice.rule import CONFIG_KEY, Rule
 from analyzers.analyses.memory import _num
 
@@ -31,7 +32,6 @@ RECOMPUTE_TIME_SHARE = 1.0 / 3.0
 def knob_options(peak: float, params: int, config: dict, summary: dict, baseline: float | None = None) -> list[dict]:
     """Each knob that frees memory from the current settings: {try, saving_bytes, time_cost_ms, how}, cheapest
     (least time) first. `baseline`: the process before the model (not activations, so recompute cannot free it)."""
-    from analyzers.analyses.memory import OPTIMIZER_STATES
     from workloads.parallel.layout_math import model_states
 
     par, train = config.get("parallel") or {}, config.get("train") or {}

@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from analyzers.analyses.pipeline import ideal_bubble_fraction
 from analyzers.analyses.advice import stage_imbalance
 from analyzers.analyses.advice.common import fmt, stage_ranks, step_ms, table
 from analyzers.analyses.advice.rule import Fold, Rule
@@ -41,8 +42,6 @@ def _micro_batch_try(r, step: float | None):
     S, M, window = r.get("S", math.nan), r.get("M", math.nan), r.get("window", math.nan)
     if not (pd.notna(S) and pd.notna(M) and S > 1 and pd.notna(window)):
         return None, None
-    from analyzers.analyses.pipeline import ideal_bubble_fraction
-
     saved = (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0
     return {"parallel.micro_batches": int(2 * M)}, (step - saved if step is not None else None)
 

@@ -7,6 +7,7 @@ import math
 
 import pandas as pd
 
+from analyzers.analyses.collectives import factor, steps
 from analyzers.analyses.advice.common import num, table, transfer_ms
 from analyzers.analyses.advice.rule import Rule
 
@@ -29,8 +30,6 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     collectives (least squares over transit time, or elapse - wait); removed latency per rank and step =
     latency x (hops of all its collectives - hops of one per group). Null when the fit has no latency."""
     import numpy as np
-
-    from analyzers.analyses.collectives import factor, steps
 
     df = pd.DataFrame(
         {
