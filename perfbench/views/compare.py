@@ -48,16 +48,16 @@ def verdict(cmp) -> str:
     name = m["metric"]
     a, b = m.get("median_a"), m.get("median_b")
     faster = (b > a) if name == "throughput" else (b < a)
+    word = "as fast as" if a == b else ("faster than" if faster else "slower than")
     if m.get("p_value") is None:
         return (
-            f"B is {'faster' if faster else 'slower'} than A: {METRICS[name].label} {format_value(name, a)} -> "
+            f"B is {word} A: {METRICS[name].label} {format_value(name, a)} -> "
             f"{format_value(name, b)} ({change_text(name, m)}; too few steps for a significance test)"
         )
     sig = m["p_value"] < ALPHA
-    word = "faster" if faster else "slower"
     label = METRICS[name].label
     return (
-        f"B is {word} than A: {label} {format_value(name, a)} -> {format_value(name, b)} ({change_text(name, m)}, "
+        f"B is {word} A: {label} {format_value(name, a)} -> {format_value(name, b)} ({change_text(name, m)}, "
         f"medians over measured steps; p={m['p_value']:.2g}, "
         + ("significant" if sig else f"not significant at {ALPHA}")
         + ")"
