@@ -632,8 +632,13 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     fac = {(o, n): factor(o, int(n)) for o, n in zip(kinds["op_type"], kinds["n"])}
     key = list(zip(df["op_type"], df["n"]))
     df["hops"] = [hop[k] for k in key]
-    X = np.column_stack([df["hops"].to_numpy(float), np.array([fac[k] for k in key]) * df["size"].to_numpy(float)])
-    y = df["t"].to_numpy(float)
+    # the fit reads the fastest of the collectives of one kind, group size and size: a loaded machine only adds
+    # time to a collective (its ranks wait for a core), so the minimum is its cost and the fit does not grow
+    # with the load (the latency of a busy 2-core VM is 10x a quiet one's; docs/advice.md "Calibration")
+    fit = df.groupby(["op_type", "n", "size"], as_index=False).agg(t=("t", "min"), hops=("hops", "first"))
+    fkey = list(zip(fit["op_type"], fit["n"]))
+    X = np.column_stack([fit["hops"].to_numpy(float), np.array([fac[k] for k in fkey]) * fit["size"].to_numpy(float)])
+    y = fit["t"].to_numpy(float)
     if not (X[:, 0] > 0).any():
         return None, "not estimated: no collective over more than one rank"
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
