@@ -678,10 +678,24 @@ def rule_exposed_comm(tables, summary):
     return rows
 
 
+#: CPU time of casting one fp32 gradient byte to fp16 and back (MindSpore CPU Cast, 1-4 M-element tensors, CPU
+#: time: 1.6 ns; docs/advice.md "Calibration"): what fp16 compression adds per step where the casts run on the host
+CPU_CAST_NS_PER_BYTE = 1.6
+
+
+def _on_cpu(tables) -> bool:
+    """The run's operators ran on the host CPU (the MindSpore CPU profile: every op's core_type is CPU)."""
+    ops = _t(tables, "ops_for_checks")
+    if ops is None or "core_type" not in ops.columns:
+        return False
+    return bool((ops["core_type"].astype(str).str.upper() == "CPU").all())
+
+
 def _compression_try(tables, summary):
     """fp16 gradients halve the bytes term of the gradient collectives (perfbench.predict.comm): the
     predicted step is the step minus half of the bytes time per step (fitted bandwidth), capped by the
-    exposed communication. Null prediction when the fit or the step is unknown."""
+    exposed communication, plus, where the casts run on the CPU, their cost (CPU_CAST_NS_PER_BYTE x the fp32
+    gradient bytes a rank exchanges per step). Null prediction when the fit or the step is unknown."""
     import numpy as np
 
     from analyzers.analyses.collectives import factor
@@ -714,6 +728,8 @@ def _compression_try(tables, summary):
     sb = _trusted(_t(tables, "step_breakdown"))
     exposed = _budget_part(sb, "communication_not_overlapped_us")
     saved = 0.5 * bytes_ms if exposed is None else min(0.5 * bytes_ms, exposed)
+    if _on_cpu(tables):
+        saved -= CPU_CAST_NS_PER_BYTE * float(size[ok].sum()) / _n_steps(tables) / ranks / 1e6
     return knob, step - saved
 
 

@@ -4,10 +4,11 @@ compression's cast cost on the CPU, and the knob's own predicted gain in the tri
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from analyzers.analyses import advice as A
-from tests.unit.test_advice_gains import _small
+from tests.unit.test_advice_gains import _sb, _small
 
 
 def test_fusion_latency_fit_reads_the_fastest_of_each_kind_so_load_cannot_inflate_it():
@@ -21,3 +22,41 @@ def test_fusion_latency_fit_reads_the_fastest_of_each_kind_so_load_cannot_inflat
     co["elapse_ms"] = co["transit_ms"]
     gain, basis = A.fusion_gain(co)
     assert gain == pytest.approx(1.5) and "50 us per ring hop x 30 hops" in basis
+
+
+def _one_allreduce():
+    # one 64 MB all-reduce per rank and step over 2 ranks (factor 1), 10 ms each, 4 steps
+    return pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "op_name": "ar",
+                "op_type": "allreduce",
+                "group": "g",
+                "group_size": 2,
+                "wait_ms": 0.0,
+                "transit_ms": 10.0,
+                "elapse_ms": 10.0,
+                "size_bytes": 64e6,
+            }
+            for r in range(2)
+            for s in range(4)
+        ]
+    )
+
+
+def test_fp16_compression_prediction_counts_the_cast_on_the_cpu():
+    # bandwidth fit: 10 ms per 64e6 B; bytes term per rank and step 10 ms; fp16 halves it: 5 ms saved, under the
+    # 20 ms exposed. On Ascend (no CPU ops): predicted step 200 - 5 = 195 ms. On the CPU the two casts of the 64e6
+    # fp32 gradient bytes a rank exchanges per step cost 1.6 ns x 64e6 = 102.4 ms: 200 - 5 + 102.4 = 297.4 ms
+    tables = {"comm_ops": _one_allreduce(), "step_breakdown": _sb(20000.0, 0.0, ranks=(0, 1))}
+    knob, step = A._compression_try(tables, {"step_time_s": 0.2})
+    assert knob == {"parallel.grad_compression": "fp16"} and step == pytest.approx(195.0)
+    cpu = dict(
+        tables, ops_for_checks=pd.DataFrame({"rank": [0, 1], "type": ["Conv2D", "AllReduce"], "core_type": "CPU"})
+    )
+    _, step = A._compression_try(cpu, {"step_time_s": 0.2})
+    assert A.CPU_CAST_NS_PER_BYTE == 1.6 and step == pytest.approx(200.0 - 5.0 + 102.4)
+    npu = dict(tables, ops_for_checks=pd.DataFrame({"rank": [0], "type": ["Conv2D"], "core_type": "AI_CORE"}))
+    assert A._compression_try(npu, {"step_time_s": 0.2})[1] == pytest.approx(195.0)
