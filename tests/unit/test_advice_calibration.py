@@ -60,3 +60,14 @@ def test_fp16_compression_prediction_counts_the_cast_on_the_cpu():
     assert A.CPU_CAST_NS_PER_BYTE == 1.6 and step == pytest.approx(200.0 - 5.0 + 102.4)
     npu = dict(tables, ops_for_checks=pd.DataFrame({"rank": [0], "type": ["Conv2D"], "core_type": "AI_CORE"}))
     assert A._compression_try(npu, {"step_time_s": 0.2})[1] == pytest.approx(195.0)
+
+
+def test_the_trials_predicted_gain_is_the_knobs_own():
+    from perfbench.run.advise_try import knob_gain
+
+    rec = {"status": "ok", "metrics": {"step_time_s": 0.2}}
+    # exposed_communication explains 20 ms but its knob (fp16) is predicted to make the step 297.4 ms: -97.4 ms
+    assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": 297.4}, rec) == pytest.approx(-97.4)
+    # a finding without its own prediction: its gain
+    assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": None}, rec) == 20.0
+    assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": 150.0}, {"status": "ok", "metrics": {}}) == 20.0
