@@ -746,6 +746,25 @@ def _bottleneck_stage(tables):
     return (int(st.loc[st["computing_ms"].idxmax(), "stage"]), float(ratio)) if ratio > STAGE_IMBALANCE_RATIO else None
 
 
+def _balanced_split_step(tables, summary, ranks: list[int], scale: float) -> float | None:
+    """The step with the layers rebalanced: everything on the slowest stage's critical path moves with its
+    layers (its compute, the host work of its layers, its idle time, its waits at the other stages' transfers,
+    which the faster stages stop causing once they carry their share), except its exposed collective
+    (data-parallel) communication; that part shrinks by `scale` = the stages' mean compute / the slowest
+    stage's. Null without a step."""
+    step = _step_ms(summary)
+    if step is None:
+        return None
+    fixed = 0.0
+    sb = _trusted(_t(tables, "step_breakdown"))
+    if sb is not None:
+        _, per = _exposure_split(tables, sb)
+        if per is not None:
+            mine = per[per.index.isin(ranks)]["exposed_collective_us"]
+            fixed = min(step, max(0.0, float(mine.median()) / 1000.0)) if len(mine) else 0.0
+    return fixed + (step - fixed) * scale
+
+
 def rule_stage_imbalance(tables, summary):
     """The slowest pipeline stage (by compute) when it computes STAGE_IMBALANCE_RATIO x the least one."""
     st = _t(tables, "stages")
@@ -779,6 +798,9 @@ def rule_stage_imbalance(tables, summary):
         {
             "rule": "stage_imbalance",
             "try": {"parallel.pipeline_split": None} if split else None,
+            "predicted_step_ms": _balanced_split_step(tables, summary, ranks, mean / float(hi["computing_ms"]))
+            if split
+            else None,
             "key": str(int(hi["stage"])),
             "gain_ms": float(hi["computing_ms"]) - mean,
             "explains": "imbalance",

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analyzers.analyses import advice as A
-from tests.unit.test_advice_gains import _sb, _small
+from tests.unit.test_advice_gains import _rank_stages, _sb, _small, _stages
 
 
 def test_fusion_latency_fit_reads_the_fastest_of_each_kind_so_load_cannot_inflate_it():
@@ -71,3 +71,35 @@ def test_the_trials_predicted_gain_is_the_knobs_own():
     # a finding without its own prediction: its gain
     assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": None}, rec) == 20.0
     assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": 150.0}, {"status": "ok", "metrics": {}}) == 20.0
+
+
+def test_balanced_split_step_scales_the_slowest_stage_but_its_collectives():
+    # stages compute 10 and 30 ms per step (mean 20), step 100 ms, split given by hand. Stage 1's ranks (2, 3)
+    # spend a median 12 ms per step in exposed communication, 2 ms of it pipeline send/receive: 10 ms of
+    # data-parallel collectives stay; the other 90 ms move with the layers: 10 + 90 x 20 / 30 = 70 ms, a knob
+    # gain of 30 ms (the compute-only formula, 30 - 20 = 10 ms, missed the waits and host work that go with it;
+    # the finding's gain_ms, what it explains of the imbalance, stays 10 ms)
+    ex = pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "exposed_us": 12000.0 if r >= 2 else 40000.0,
+                "exposed_p2p_us": 2000.0 if r >= 2 else 40000.0,
+            }
+            for r in range(4)
+            for s in range(3)
+        ]
+    )
+    tables = {
+        "stages": _stages(10.0, 30.0),
+        "rank_stages": _rank_stages(),
+        "step_breakdown": _sb(12000.0, 0.0, ranks=(0, 1, 2, 3), step_us=100000.0),
+        "comm_exposure": ex,
+        A.CONFIG_KEY: {"parallel": {"pipeline_stages": 2, "pipeline_split": [2, 16]}},
+    }
+    out = A.advise(tables, {"step_time_s": 0.1})
+    st = out[out["rule"] == "stage_imbalance"].iloc[0]
+    assert st["predicted_step_ms"] == pytest.approx(10.0 + 90.0 * 20.0 / 30.0)
+    assert st["gain_ms"] == pytest.approx(10.0)
+    assert A._balanced_split_step(tables, {}, [2, 3], 0.5) is None  # no step: no prediction
