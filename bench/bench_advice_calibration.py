@@ -291,10 +291,12 @@ def run_case(name: str, out: Path, rounds: int, max_sessions: int) -> dict:
             for _, t in trials.iterrows():
                 for run_id in t["base_runs"]:
                     w, c = step_ms(store, run_id)
-                    base_w.append(w), base_c.append(c)
+                    base_w.append(w)
+                    base_c.append(c)
                 for run_id in t["runs"]:
                     w, c = step_ms(store, run_id)
-                    fix_w.append(w), fix_c.append(c)
+                    fix_w.append(w)
+                    fix_c.append(c)
             if narrow(gain(base_w, fix_w)) or narrow(gain(base_c, fix_c)):
                 break
         row["fix"] = top["try"]
