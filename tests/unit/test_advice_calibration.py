@@ -103,3 +103,22 @@ def test_balanced_split_step_scales_the_slowest_stage_but_its_collectives():
     assert st["predicted_step_ms"] == pytest.approx(10.0 + 90.0 * 20.0 / 30.0)
     assert st["gain_ms"] == pytest.approx(10.0)
     assert A._balanced_split_step(tables, {}, [2, 3], 0.5) is None  # no step: no prediction
+
+
+def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_core():
+    # _small(): 16 all-reduces per rank and step; on step 1 each takes 0.5 ms more on both ranks (a loaded
+    # machine). Per rank and step the time beyond the fastest of each size: step 0: 0, step 1: 16 x 0.5 = 8 ms;
+    # median over (rank, step) of (0, 0, 8, 8) = 4 ms. Exposed 10 ms per step -> gain 10 - 4 = 6 ms; fusion's fit
+    # reads the fastest, so small_packets stays 0.05 ms x 30 hops = 1.5 ms
+    co = _small()
+    co.loc[co["step"] == 1, "transit_ms"] += 0.5
+    co["elapse_ms"] = co["transit_ms"]
+    assert A.load_excess_ms(co) == pytest.approx(4.0)
+    assert A.load_excess_ms(_small()) == 0.0 and A.load_excess_ms(None) == 0.0
+    out = A.advise(
+        {"comm_ops": co, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1), step_us=40000.0)}, {"step_time_s": 0.04}
+    )
+    roots = out[out["symptom_of"].isna()].set_index("rule")
+    assert roots.loc["exposed_communication", "gain_ms"] == pytest.approx(6.0)
+    assert "less 4 ms" in roots.loc["exposed_communication", "basis"]
+    assert roots.loc["small_packets", "gain_ms"] == pytest.approx(1.5)
