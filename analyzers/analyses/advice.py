@@ -557,14 +557,18 @@ def _budget_part(sb: pd.DataFrame | None, col: str) -> float | None:
 
 
 def time_budget(tables, summary) -> dict:
-    """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication and
+    """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication (less the
+    time the collectives waited for a core, load_excess_ms) and
     `idle` (free) time of the most exposed / most idle rank (step_breakdown medians over steps), `imbalance`
     = the stages' computing spread (max - min, stages table) + the largest within-group computing spread
     (rank_imbalance, groups whose ranks share a stage) or the ranks' median step-time spread (workload
     steps), whichever is larger; and `step` (summary step_time_s). Root gains are drawn from these pools."""
     sb = _trusted(_t(tables, "step_breakdown"))
+    exposed = _budget_part(sb, "communication_not_overlapped_us")
+    if exposed is not None:  # less what the collectives waited for a core: no finding can give that back
+        exposed = max(0.0, exposed - load_excess_ms(_t(tables, "comm_ops")))
     out = {
-        "exposed": _budget_part(sb, "communication_not_overlapped_us"),
+        "exposed": exposed,
         "idle": _budget_part(sb, "free_us"),
         "imbalance": None,
         "step": _step_ms(summary),
@@ -599,6 +603,16 @@ def _transfer_ms(co: pd.DataFrame) -> pd.Series:
     """Time a collective spends moving data: transit_ms, else elapse_ms - wait_ms (waiting is not its cost)."""
     t = _num(co, "transit_ms")
     return t if not t.isna().all() else _num(co, "elapse_ms") - _num(co, "wait_ms").fillna(0.0)
+
+
+def _fastest(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` (columns op_type, n, size, t) with `floor`: the least time a collective of its kind and group size
+    took at its size or any larger one (a larger message is never cheaper, so a larger one's time bounds it). A
+    loaded machine only adds time to a collective (its ranks wait for a core); the floor is what it costs. (The
+    fusion fit keeps each size's own minimum: floors borrowed from larger sizes flatten its latency term.)"""
+    mins = df.groupby(["op_type", "n", "size"], as_index=False)["t"].min().sort_values(["op_type", "n", "size"])
+    mins["floor"] = mins.groupby(["op_type", "n"])["t"].transform(lambda v: v[::-1].cummin()[::-1])
+    return df.merge(mins[["op_type", "n", "size", "floor"]], on=["op_type", "n", "size"], how="left")
 
 
 def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
@@ -658,9 +672,9 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
 
 
 def load_excess_ms(co: pd.DataFrame | None) -> float:
-    """ms per step the collectives took beyond the fastest of their kind, group size and size (per rank and
-    step the sum of transfer time - that minimum, the median over ranks and steps): on a loaded machine the
-    time their ranks waited for a core, which no communication knob removes. 0 when unknown."""
+    """ms per step the collectives took beyond the fastest of their kind and group size at their size or larger
+    (`_fastest`; per rank and step the sum of transfer time - that floor, the median over ranks and steps): on a
+    loaded machine the time their ranks waited for a core, which no communication knob removes. 0 when unknown."""
     if co is None or not {"rank", "step", "op_type", "size_bytes"} <= set(co.columns):
         return 0.0
     df = pd.DataFrame(
@@ -677,7 +691,8 @@ def load_excess_ms(co: pd.DataFrame | None) -> float:
     if df.empty:
         return 0.0
     df["n"] = df["n"].fillna(0)
-    df["excess"] = df["t"] - df.groupby(["op_type", "n", "size"])["t"].transform("min")
+    df = _fastest(df)
+    df["excess"] = df["t"] - df["floor"]
     v = float(df.groupby(["rank", "step"])["excess"].sum().median())
     return v if v > 0 else 0.0
 
