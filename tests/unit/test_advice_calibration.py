@@ -126,3 +126,25 @@ def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_
     assert roots.loc["exposed_communication", "gain_ms"] == pytest.approx(4.5)
     assert "less 4 ms" in roots.loc["exposed_communication", "basis"]
     assert roots.loc["small_packets", "gain_ms"] == pytest.approx(1.5)
+
+
+def test_a_slow_input_stays_the_top_root_when_load_stretches_the_collectives():
+    # every rank idles 300 ms per step (a slow input pipeline); the 16 small all-reduces of _small() (1.5 ms of
+    # fusion gain unloaded) take 40 ms more each on every rank and step but rank 0's step 0 (a busy core). Exposed
+    # per rank and step: 16 x 0.1 + 0.0098 = 1.61 ms unloaded, +640 ms loaded; the most exposed rank's median is
+    # 641.6 ms. The time beyond each size's fastest: 0 on rank 0 step 0, 640 ms on the other three: median 640 ms,
+    # so the exposed pool is 1.6 ms and the fit, on the fastest, keeps fusion at 1.5 ms. A fit over every
+    # collective would put the latency near (0.1 + 40 x 3/4) / 2 = 15 ms per hop, 450 ms of "fusion" gain, above
+    # the 300 ms the input pipeline costs
+    co = _small()
+    loaded = ~((co["rank"] == 0) & (co["step"] == 0))
+    co.loc[loaded, "transit_ms"] += 40.0
+    co["elapse_ms"] = co["transit_ms"]
+    per = co.groupby(["rank", "step"])["transit_ms"].sum()
+    sb = _sb(lambda r, s: per[(r, s)] * 1000.0, 300000.0, ranks=(0, 1), steps=2, step_us=1e6)
+    out = A.advise({"comm_ops": co, "step_breakdown": sb}, {"step_time_s": 1.0})
+    roots = out[out["symptom_of"].isna()]
+    assert roots.iloc[0]["rule"] == "free_time" and roots.iloc[0]["gain_ms"] == pytest.approx(300.0)
+    gains = roots.set_index("rule")["gain_ms"]
+    assert gains["small_packets"] == pytest.approx(1.5)
+    assert A.load_excess_ms(co) == pytest.approx(640.0)
