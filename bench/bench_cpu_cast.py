@@ -5,7 +5,8 @@
 Casts a float32 tensor to float16 and back (what `parallel.grad_compression: fp16` does around every bucket's
 AllReduce, workloads/parallel/compression.py) for 64 Ki, 1 Mi and 4 Mi elements, 15 times each, and prints the
 median wall and process CPU time per fp32 byte. The CPU time of the large tensors is
-analyzers/analyses/advice.py's CPU_CAST_NS_PER_BYTE (the wall time on a shared machine is mostly waiting for a core).
+analyzers/analyses/advice/exposed_communication.py's CPU_CAST_NS_PER_BYTE (the wall time on a shared machine is
+mostly waiting for a core).
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ import pandas as pd
 import pytest
 
 from analyzers.analyses import advice as A
+from analyzers.analyses.advice import exposed_communication as EC
+from analyzers.analyses.advice.common import load_excess_ms
+from analyzers.analyses.advice.small_packets import fusion_gain
+from analyzers.analyses.advice.stage_imbalance import _balanced_split_step
 from tests.unit.test_advice_gains import _rank_stages, _sb, _small, _stages
 
 
@@ -20,7 +24,7 @@ def test_fusion_latency_fit_reads_the_fastest_of_each_kind_so_load_cannot_inflat
     co.loc[(co["rank"] == 1) & (co["step"] == 1), "transit_ms"] += 5.0
     co.loc[(co["rank"] == 0) & (co["step"] == 0) & (co["op_name"] == "ar0"), "transit_ms"] += 20.0
     co["elapse_ms"] = co["transit_ms"]
-    gain, basis = A.fusion_gain(co)
+    gain, basis = fusion_gain(co)
     assert gain == pytest.approx(1.5) and "50 us per ring hop x 30 hops" in basis
 
 
@@ -51,15 +55,15 @@ def test_fp16_compression_prediction_counts_the_cast_on_the_cpu():
     # 20 ms exposed. On Ascend (no CPU ops): predicted step 200 - 5 = 195 ms. On the CPU the two casts of the 64e6
     # fp32 gradient bytes a rank exchanges per step cost 1.6 ns x 64e6 = 102.4 ms: 200 - 5 + 102.4 = 297.4 ms
     tables = {"comm_ops": _one_allreduce(), "step_breakdown": _sb(20000.0, 0.0, ranks=(0, 1))}
-    knob, step = A._compression_try(tables, {"step_time_s": 0.2})
+    knob, step = EC.compression_try(tables, {"step_time_s": 0.2})
     assert knob == {"parallel.grad_compression": "fp16"} and step == pytest.approx(195.0)
     cpu = dict(
         tables, ops_for_checks=pd.DataFrame({"rank": [0, 1], "type": ["Conv2D", "AllReduce"], "core_type": "CPU"})
     )
-    _, step = A._compression_try(cpu, {"step_time_s": 0.2})
-    assert A.CPU_CAST_NS_PER_BYTE == 1.6 and step == pytest.approx(200.0 - 5.0 + 102.4)
+    _, step = EC.compression_try(cpu, {"step_time_s": 0.2})
+    assert EC.CPU_CAST_NS_PER_BYTE == 1.6 and step == pytest.approx(200.0 - 5.0 + 102.4)
     npu = dict(tables, ops_for_checks=pd.DataFrame({"rank": [0], "type": ["Conv2D"], "core_type": "AI_CORE"}))
-    assert A._compression_try(npu, {"step_time_s": 0.2})[1] == pytest.approx(195.0)
+    assert EC.compression_try(npu, {"step_time_s": 0.2})[1] == pytest.approx(195.0)
 
 
 def test_the_trials_predicted_gain_is_the_knobs_own():
@@ -102,7 +106,7 @@ def test_balanced_split_step_scales_the_slowest_stage_but_its_collectives():
     st = out[out["rule"] == "stage_imbalance"].iloc[0]
     assert st["predicted_step_ms"] == pytest.approx(10.0 + 90.0 * 20.0 / 30.0)
     assert st["gain_ms"] == pytest.approx(10.0)
-    assert A._balanced_split_step(tables, {}, [2, 3], 0.5) is None  # no step: no prediction
+    assert _balanced_split_step(tables, {}, [2, 3], 0.5) is None  # no step: no prediction
 
 
 def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_core():
@@ -114,8 +118,8 @@ def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_
     co = _small()
     co.loc[co["step"] == 1, "transit_ms"] += 0.5
     co["elapse_ms"] = co["transit_ms"]
-    assert A.load_excess_ms(co) == pytest.approx(4.0)
-    assert A.load_excess_ms(_small()) == 0.0 and A.load_excess_ms(None) == 0.0
+    assert load_excess_ms(co) == pytest.approx(4.0)
+    assert load_excess_ms(_small()) == 0.0 and load_excess_ms(None) == 0.0
     out = A.advise(
         {"comm_ops": co, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1), step_us=40000.0)}, {"step_time_s": 0.04}
     )
@@ -147,4 +151,4 @@ def test_a_slow_input_stays_the_top_root_when_load_stretches_the_collectives():
     assert roots.iloc[0]["rule"] == "free_time" and roots.iloc[0]["gain_ms"] == pytest.approx(300.0)
     gains = roots.set_index("rule")["gain_ms"]
     assert gains["small_packets"] == pytest.approx(1.5)
-    assert A.load_excess_ms(co) == pytest.approx(640.0)
+    assert load_excess_ms(co) == pytest.approx(640.0)

@@ -153,13 +153,15 @@ RULE = Rule(
         "NEAR_CAPACITY": NEAR_CAPACITY,
         "FIT_TARGET": FIT_TARGET,
         "RECOMPUTE_KEEPS": RECOMPUTE_KEEPS,
+        "RECOMPUTE_KEEPS_BY_WORKLOAD": RECOMPUTE_KEEPS_BY_WORKLOAD,
         "RECOMPUTE_TIME_SHARE": RECOMPUTE_TIME_SHARE,
     },
     fires=(
         "a rank's `peak_bytes` above `NEAR_CAPACITY` of its `capacity_bytes` (the `memory` table). Candidates: the "
         "next ZeRO stage (saving from the ZeRO-paper model states, perfbench/predict/memory.py; time cost: one "
         "parameter broadcast per step, taken as D / (2(D-1)) × the step's exposed communication) and "
-        "`train.recompute` (saving 1 − `RECOMPUTE_KEEPS` of the peak minus model states and the process baseline; "
+        "`train.recompute` (saving 1 − `RECOMPUTE_KEEPS` of the peak minus model states and the process baseline, or "
+        "1 − the share measured for the workload, `RECOMPUTE_KEEPS_BY_WORKLOAD`; "
         "time cost `RECOMPUTE_TIME_SHARE` of computing). The pick is the cheapest (least time) that brings the peak "
         "under `FIT_TARGET` of capacity, else the largest saving; with no knob left it says so; evidence: peak / "
         "capacity"
