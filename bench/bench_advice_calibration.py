@@ -36,6 +36,8 @@ from pathlib import Path
 
 import yaml
 
+from analyzers.analyses import advice
+
 ROOT = Path(__file__).resolve().parents[1]
 
 TINY = {
@@ -60,11 +62,11 @@ def _with(base: dict, **over) -> dict:
 CASES: dict[str, tuple[dict, str, str]] = {
     "straggler": (
         _with(TINY, inject={"straggler_rank": 1, "straggler_busy_ms": 150.0}),
-        "slow_rank",
+        advice.slow_rank.ID,
         "straggler_busy_ms",
     ),
-    "input_delay": (_with(TINY, inject={"input_delay_ms": 150.0}), "free_time", "input_delay_ms"),
-    "unfused": (_with(TINY, parallel={"comm_fusion": 0}), "small_packets", "advise"),
+    "input_delay": (_with(TINY, inject={"input_delay_ms": 150.0}), advice.free_time.ID, "input_delay_ms"),
+    "unfused": (_with(TINY, parallel={"comm_fusion": 0}), advice.small_packets.ID, "advise"),
     "unbalanced_split": (
         _with(
             TINY,
@@ -72,7 +74,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
             train={"batch_size": 8, "steps": 6, "warmup_steps": 3},
             parallel={"pipeline_stages": 2, "micro_batches": 4, "pipeline_split": [2, 16]},
         ),
-        "stage_imbalance",
+        advice.stage_imbalance.ID,
         "advise",
     ),
     "bubble": (
@@ -82,7 +84,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
             train={"batch_size": 8, "steps": 6, "warmup_steps": 3},
             parallel={"pipeline_stages": 2, "micro_batches": 1},
         ),
-        "pipeline_bubble",
+        advice.pipeline_bubble.ID,
         "advise",
     ),
     "fp16_compression": (
@@ -92,10 +94,10 @@ CASES: dict[str, tuple[dict, str, str]] = {
             train={"batch_size": 1, "steps": 5, "warmup_steps": 2},
             parallel={"comm_fusion": "all"},
         ),
-        "exposed_communication",
+        advice.exposed_communication.ID,
         "advise",
     ),
-    "expert_imbalance": (
+    advice.expert_imbalance.ID: (
         {
             "workload": "moe",
             "model": {"num_experts": 4, "top_k": 1, "capacity_factor": 4.0, "aux_loss_coef": 0.0},
@@ -104,7 +106,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
             "launch": TINY["launch"],
             "sweep": {"world_size": [2]},
         },
-        "expert_imbalance",
+        advice.expert_imbalance.ID,
         "advise",
     ),
     "tensor_parallel": (
@@ -117,7 +119,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
             "launch": TINY["launch"],
             "sweep": {"world_size": [2]},
         },
-        "tensor_parallel_comm",
+        advice.tensor_parallel_comm.ID,
         "advise",
     ),
     "own_job_unfused": (
@@ -143,7 +145,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
             "launch": TINY["launch"],
             "sweep": {"world_size": [2]},
         },
-        "small_packets",
+        advice.small_packets.ID,
         "advise",
     ),
     "pytorch_unfused": (
@@ -161,12 +163,15 @@ CASES: dict[str, tuple[dict, str, str]] = {
             "launch": TINY["launch"],
             "sweep": {"world_size": [2]},
         },
-        "small_packets",
+        advice.small_packets.ID,
         "advise",
     ),
 }
 #: not runnable as a timed case on this machine: memory findings buy memory, not time (no gain to calibrate)
-NO_GAIN = {"recompute_zero": "memory_near_capacity / recompute and ZeRO findings carry no time gain (they buy memory)"}
+NO_GAIN = {
+    "recompute_zero": f"{advice.memory_near_capacity.ID} / recompute and ZeRO findings carry no time gain "
+    "(they buy memory)"
+}
 
 
 def perfbench(*args, timeout: float = 3000) -> subprocess.CompletedProcess:
