@@ -22,7 +22,9 @@ def register(sub) -> None:
         "Findings explained by another finding (symptoms) are indented under their cause; each "
         "stretch of waiting or idle time is counted once. At most 5 causes are shown (--all: every "
         "one). --json prints every row of the advice table (id, rule, severity, gain_ms, gain_share, "
-        "basis, symptom_of, try, predicted_step_ms, ...) in rank order. With --try N, the N best root "
+        "basis, symptom_of, try, predicted_step_ms, ...) in rank order. Each finding shows its rule's measured "
+        'accuracy from the trials --try stored ("this rule\'s gains measured 0.8-1.1x on 6 trials"; --json: '
+        "accuracy). With --try N, the N best root "
         "findings that carry a knob (`try`) are each run for real: the run's own configuration with "
         "only that knob changed, repeated --repeats times interleaved with re-runs of the original "
         "configuration (profiler off in all of them). The runs are stored (source: advise) and the "
@@ -62,7 +64,7 @@ def run(args) -> int:
     rid = rec["run_id"]
     table = store.read_table(rid, "advice") if "advice" in store.table_names(rid) else None
     if not args.try_n:
-        _print_advice(args, rec, table)
+        _print_advice(args, rec, table, store)
         return 0
     # ---- --try (perfbench/run/advise_try.py) ----
     from perfbench.run.advise_try import render_tried, rerun_problem, try_fixes
@@ -70,11 +72,11 @@ def run(args) -> int:
 
     problem = rerun_problem(rec)
     if problem:
-        _print_advice(args, rec, table)
+        _print_advice(args, rec, table, store)
         print(f"perfbench: error: --try: {problem}", file=sys.stderr)
         return 2
     if not args.json:
-        _print_advice(args, rec, table)
+        _print_advice(args, rec, table, store)
     from perfbench.commands.sweep import _progress_events, _raise_interrupt
 
     signal.signal(signal.SIGTERM, _raise_interrupt)  # unwinds like Ctrl-C: the running fix's processes are killed
@@ -91,25 +93,29 @@ def run(args) -> int:
         )
     except UserError as exc:  # cannot re-run it, no knob to try, ...: the advice is printed all the same
         if args.json:
-            _print_advice(args, rec, table)
+            _print_advice(args, rec, table, store)
         print(f"perfbench: error: --try: {exc}", file=sys.stderr)
         return 2
     if args.json:
         from perfbench.views.run_report import ordered_advice
 
-        print(json.dumps({"run_id": rid, "advice": ordered_advice(table), "tried": tried}, indent=2, default=str))
+        from perfbench.run.advise_accuracy import with_accuracy
+
+        advice = with_accuracy(ordered_advice(table), store.read_advice_trials())
+        print(json.dumps({"run_id": rid, "advice": advice, "tried": tried}, indent=2, default=str))
     else:
         render_tried(console(), tried)
     return 0
 
 
-def _print_advice(args, rec: dict, table) -> None:
+def _print_advice(args, rec: dict, table, store) -> None:
+    from perfbench.run.advise_accuracy import with_accuracy
     from perfbench.views.results import console
     from perfbench.views.run_report import advice_tree, input_problem_lines, ordered_advice, print_advice
     from perfbench.store import short_id
 
     rid = rec["run_id"]
-    advice = ordered_advice(table)
+    advice = with_accuracy(ordered_advice(table), store.read_advice_trials())  # each rule's measured accuracy
     if args.json:
         roots = [r for r, _ in advice_tree(advice)]
         print(

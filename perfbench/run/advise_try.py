@@ -334,6 +334,17 @@ def _store_failed(store: Store, session: str, record: dict, run_id: str, fix: di
     )
 
 
+def knob_gain(fix: dict, record: dict) -> float | None:
+    """The gain predicted for the knob itself: the run's step minus the step predicted with the knob applied
+    (`predicted_step_ms`) where the finding predicts one, else its `gain_ms`. They differ where a finding's gain is
+    the time it explains and its knob removes only part of it (fp16 compression halves the bytes term of the
+    exposed communication and adds its casts; more micro-batches shrink the bubble to the next ideal)."""
+    step = _step_ms(record)
+    if fix.get("predicted_step_ms") is not None and step is not None:
+        return step - fix["predicted_step_ms"]
+    return fix.get("gain_ms")
+
+
 def _trial_row(session: str, record: dict, fix: dict, base: dict) -> dict:
     """One row of the advice trials table (docs/store.md): the prediction next to the measurement."""
     m = measured_gain(base["step_ms"], fix["step_ms"])
@@ -350,7 +361,7 @@ def _trial_row(session: str, record: dict, fix: dict, base: dict) -> dict:
         "finding": fix["id"],
         "rule": fix["rule"],
         "try": json.dumps(fix["try"], sort_keys=True),
-        "predicted_gain_ms": fix["gain_ms"],
+        "predicted_gain_ms": knob_gain(fix, record),
         "predicted_step_ms": fix["predicted_step_ms"],
         "base_step_ms": statistics.median(base["step_ms"]) if base["step_ms"] else None,
         "fix_step_ms": statistics.median(fix["step_ms"]) if fix["step_ms"] else None,

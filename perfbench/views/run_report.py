@@ -155,7 +155,8 @@ def print_advice(
     for i, (root, kids) in enumerate(shown):
         if skip_first and i == 0:
             continue
-        head = f"{i + 1}. [{root.get('severity')}] {gain_text(root)}: {root['message']}"
+        acc = (root.get("accuracy") or {}).get("text")  # perfbench advise: the rule's measured accuracy
+        head = f"{i + 1}. [{root.get('severity')}] {gain_text(root)}{f' ({acc})' if acc else ''}: {root['message']}"
         console.print(Padding(escape(head), (0, 0, 0, 2), expand=False), highlight=False)
         extra = [f"gain basis: {root['basis']}"] if root.get("basis") else []
         extra += [try_text(root)] if root.get("try") else []

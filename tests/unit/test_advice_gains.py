@@ -244,12 +244,13 @@ def test_stage_imbalance_gain_and_cross_stage_rank_imbalance_folded():
 
 def test_stage_imbalance_of_a_split_given_by_hand_tries_the_balanced_split():
     """A split the user fixed (parallel.pipeline_split) has a knob: null, the cost-balanced split; the predicted
-    step is the step minus the gain (100 - (30 - 20) = 90 ms). Without the key there is nothing to try."""
+    step scales the slowest stage's critical path by the stages' mean compute over its own (100 x 20 / 30 =
+    66.7 ms; no exposed collective to keep). Without the key there is nothing to try."""
     tables = {"stages": _stages(10.0, 30.0), "rank_stages": _rank_stages()}
     cfg = {"parallel": {"pipeline_stages": 2, "pipeline_split": [2, 16]}}
     st = _row(advise({**tables, A.CONFIG_KEY: cfg}, {"step_time_s": 0.1}), "stage_imbalance")
     assert json.loads(st["try"]) == {"parallel.pipeline_split": None}
-    assert st["predicted_step_ms"] == pytest.approx(90.0) and "[2, 16]" in st["message"]
+    assert st["predicted_step_ms"] == pytest.approx(100.0 * 20.0 / 30.0) and "[2, 16]" in st["message"]
     st = _row(advise(tables, {"step_time_s": 0.1}), "stage_imbalance")
     assert st["try"] is None and pd.isna(st["predicted_step_ms"])
 

@@ -94,3 +94,18 @@ def test_recompute_cannot_free_the_process_baseline():
     row = advise_memory(mem, SUMMARY, cfg).iloc[0]
     assert json.loads(row["try"]) == {"train.recompute": True}
     assert "saving 7.75 GiB -> 14.25 GiB (fits)" in row["message"], row["message"]
+
+
+def test_recompute_saving_on_resnet50_uses_the_measured_share_it_keeps():
+    # the run above as a ResNet-50 run: MindSpore keeps BatchNorm's activations, 12.7 of 16.6 MB per sample
+    # (docs/benchmarks.md "Recompute per sample"), so recompute frees 3.9 / 16.6 of the 11.885e9 B of activations
+    # = 2.792e9 B = 2.60 GiB -> 19.40 GiB, under 0.85 x 24 = 20.4 GiB (fits); the block-input rule's 0.7 would claim
+    # 7.75 GiB
+    cfg = {**CONFIG, "workload": "resnet50", "world_size": 2, "parallel": {"zero_stage": 2, "pipeline_stages": 1}}
+    mem = _mem(peak_bytes=22 * GiB, params=100_000_000, capacity_bytes=24 * GiB, baseline_bytes=10 * GiB)
+    row = advise_memory(mem, SUMMARY, cfg).iloc[0]
+    assert json.loads(row["try"]) == {"train.recompute": True}
+    assert "saving 2.60 GiB -> 19.40 GiB (fits)" in row["message"], row["message"]
+    # a workload without a measurement keeps the block-input rule (0.3 kept)
+    row = advise_memory(mem, SUMMARY, dict(cfg, workload="moe")).iloc[0]
+    assert "saving 7.75 GiB -> 14.25 GiB (fits)" in row["message"], row["message"]

@@ -115,3 +115,39 @@ def transfer_ms(co: pd.DataFrame) -> pd.Series:
 def is_p2p(op_type: pd.Series) -> pd.Series:
     """Pipeline send/receive (their waits are the pipeline bubble, not peers being late)."""
     return op_type.astype(str).str.lower().isin(["send", "recv"])
+
+
+def fastest(df: pd.DataFrame) -> pd.DataFrame:
+    """`df` (columns op_type, n, size, t) with `floor`: the least time a collective of its kind and group size
+    took at its size or any larger one (a larger message is never cheaper, so a larger one's time bounds it). A
+    loaded machine only adds time to a collective (its ranks wait for a core); the floor is what it costs. (The
+    fusion fit keeps each size's own minimum: floors borrowed from larger sizes flatten its latency term.)"""
+    mins = df.groupby(["op_type", "n", "size"], as_index=False)["t"].min().sort_values(["op_type", "n", "size"])
+    mins["floor"] = mins.groupby(["op_type", "n"])["t"].transform(lambda v: v[::-1].cummin()[::-1])
+    return df.merge(mins[["op_type", "n", "size", "floor"]], on=["op_type", "n", "size"], how="left")
+
+
+def load_excess_ms(co: pd.DataFrame | None) -> float:
+    """ms per step the collectives took beyond the fastest of their kind and group size at their size or larger
+    (`fastest`; per rank and step the sum of transfer time - that floor, the median over ranks and steps): on a
+    loaded machine the time their ranks waited for a core, which no communication knob removes. 0 when unknown."""
+    if co is None or not {"rank", "step", "op_type", "size_bytes"} <= set(co.columns):
+        return 0.0
+    df = pd.DataFrame(
+        {
+            "rank": co["rank"],
+            "step": co["step"],
+            "op_type": co["op_type"].astype(str).str.lower(),
+            "n": pd.to_numeric(co["group_size"], errors="coerce") if "group_size" in co.columns else 0,
+            "size": num(co, "size_bytes"),
+            "t": transfer_ms(co),
+        }
+    )
+    df = df[~df["op_type"].isin(["send", "recv"])].dropna(subset=["size", "t", "step"])
+    if df.empty:
+        return 0.0
+    df["n"] = df["n"].fillna(0)
+    df = fastest(df)
+    df["excess"] = df["t"] - df["floor"]
+    v = float(df.groupby(["rank", "step"])["excess"].sum().median())
+    return v if v > 0 else 0.0

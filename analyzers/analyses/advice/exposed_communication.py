@@ -15,6 +15,7 @@ from analyzers.analyses.advice.common import (
     budget_part,
     exposure_split,
     is_p2p,
+    load_excess_ms,
     n_steps,
     num,
     step_ms,
@@ -32,6 +33,9 @@ EXPOSED_COMM_SHARE = 0.2
 P2P_MAJORITY = 0.5
 #: exposed communication folds under a straggler only when the straggler's gain explains at least this share of it
 FOLD_SHARE = 0.5
+#: CPU time of casting one fp32 gradient byte to fp16 and back (MindSpore CPU Cast, 1-4 M-element tensors, CPU
+#: time: 1.6 ns; docs/advice.md "Calibration"): what fp16 compression adds per step where the casts run on the host
+CPU_CAST_NS_PER_BYTE = 1.6
 
 
 def _ranks(per: pd.DataFrame, col: str) -> pd.DataFrame:
@@ -155,10 +159,19 @@ def _rows(tables) -> list[dict]:
     return [{"severity": sev, **row, "evidence": f"{base}; {split}"}]
 
 
+def _on_cpu(tables) -> bool:
+    """The run's operators ran on the host CPU (the MindSpore CPU profile: every op's core_type is CPU)."""
+    ops = table(tables, "ops_for_checks")
+    if ops is None or "core_type" not in ops.columns:
+        return False
+    return bool((ops["core_type"].astype(str).str.upper() == "CPU").all())
+
+
 def compression_try(tables, summary):
     """fp16 gradients halve the bytes term of the gradient collectives (perfbench.predict.comm): the
     predicted step is the step minus half of the bytes time per step (fitted bandwidth), capped by the
-    exposed communication. Null prediction when the fit or the step is unknown."""
+    exposed communication, plus, where the casts run on the CPU, their cost (CPU_CAST_NS_PER_BYTE x the fp32
+    gradient bytes a rank exchanges per step). Null prediction when the fit or the step is unknown."""
     import numpy as np
 
     co = table(tables, "comm_ops")
@@ -188,15 +201,23 @@ def compression_try(tables, summary):
     bytes_ms = float(inv_bw * xb.sum()) / n_steps(tables) / ranks
     exposed = budget_part(trusted(table(tables, "step_breakdown")), "communication_not_overlapped_us")
     saved = 0.5 * bytes_ms if exposed is None else min(0.5 * bytes_ms, exposed)
+    if _on_cpu(tables):
+        saved -= CPU_CAST_NS_PER_BYTE * float(size[ok].sum()) / n_steps(tables) / ranks / 1e6
     return knob, step - saved
 
 
 def find(tables, summary):
-    """Exposed communication; its gain is the exposed time itself (what hiding it would save)."""
+    """Exposed communication; its gain is the exposed time itself (what hiding it would save), less the time its
+    collectives waited for a core (load_excess_ms), which neither hiding nor shrinking them removes."""
     rows = _rows(tables)
     if not rows:
         return []
     gain = budget_part(trusted(table(tables, "step_breakdown")), "communication_not_overlapped_us")
+    excess = load_excess_ms(table(tables, "comm_ops"))
+    note = ""
+    if gain is not None and excess > 0:
+        note = f"; less {min(excess, gain):.3g} ms its collectives took beyond the fastest of their kind (load)"
+        gain = max(0.0, gain - excess)
     for row in rows:
         row.update(
             key="all",
@@ -204,7 +225,7 @@ def find(tables, summary):
             explains="exposed",
             generic=True,
             basis="the exposed communication per step (step_breakdown communication_not_overlapped_us, "
-            "median per rank, the most exposed rank)",
+            "median per rank, the most exposed rank)" + note,
         )
         if row.get("kind") == "collective":
             row["try"], row["predicted_step_ms"] = compression_try(tables, summary)
@@ -218,8 +239,13 @@ def _straggler_explains_it(r: dict, c: dict) -> bool:
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("step_breakdown", "comm_exposure", "rank_stages", "stages", "comm_ops"),
-    thresholds={"EXPOSED_COMM_SHARE": EXPOSED_COMM_SHARE, "P2P_MAJORITY": P2P_MAJORITY, "FOLD_SHARE": FOLD_SHARE},
+    needs=("step_breakdown", "comm_exposure", "rank_stages", "stages", "comm_ops", "ops_for_checks"),
+    thresholds={
+        "EXPOSED_COMM_SHARE": EXPOSED_COMM_SHARE,
+        "P2P_MAJORITY": P2P_MAJORITY,
+        "FOLD_SHARE": FOLD_SHARE,
+        "CPU_CAST_NS_PER_BYTE": CPU_CAST_NS_PER_BYTE,
+    },
     folds=(
         Fold(stage_imbalance.ID, "pipeline kind", lambda r, c: r.get("kind") == "pipeline"),
         Fold(slow_rank.ID, "the straggler's gain >= FOLD_SHARE of it", _straggler_explains_it),
@@ -231,12 +257,16 @@ RULE = Rule(
         "collectives (overlap, bucket, compress); evidence: step_breakdown sums, p2p/collective split"
     ),
     gain=(
-        "the most exposed rank's `communication_not_overlapped` per step (`step_breakdown`) — only what no specific "
-        "cause already explains (see accounting)"
+        "the most exposed rank's `communication_not_overlapped` per step (`step_breakdown`), less the time its "
+        "collectives took beyond the fastest of their kind and group size at their size or larger (per rank and "
+        "step, median: on a loaded machine their wait for a core, which no communication knob removes) — only what "
+        "no specific cause already explains (see accounting)"
     ),
     knobs=("parallel.grad_compression",),
     tries=(
         'collective kind: `{"parallel.grad_compression": "fp16"}`, predicted step = step − ½ × the bytes term per '
-        "step (fitted bandwidth, `factor × bytes / bandwidth`), at most the exposed time"
+        "step (fitted bandwidth, `factor × bytes / bandwidth`), at most the exposed time; where the operators run "
+        "on the CPU (the MindSpore CPU profile), plus the two casts of the fp32 gradient bytes a rank exchanges per "
+        "step at `CPU_CAST_NS_PER_BYTE`"
     ),
 )

@@ -4,11 +4,12 @@ Inputs: the `memory` table (analyzers/analyses/memory.py: per rank `peak_bytes`,
 `baseline_bytes`), the run's `step_time_s`, `computing_s` and `communication_not_overlapped_s` from `summary`, and the
 run config (`parallel`, `train`, `world_size`) for the knobs' current values. Savings come from the memory model
 (perfbench/predict/memory.py: ZeRO-paper model states; recompute keeps the activations of block inputs only, taken
-as RECOMPUTE_KEEPS of the activations, the activations being the peak minus the model states and, where the memory
-table knows it, the process's baseline before the model was built: still an upper bound where the rest of the peak
-holds compiled graphs and pools, as on CPU) and time costs from the step's own parts. No gain: a memory fix buys
-room, not time, so the finding ranks after every finding with one; `try` is the knob and the message carries the
-predicted saving and the time it costs.
+as RECOMPUTE_KEEPS of the activations, or the share measured for the workload (RECOMPUTE_KEEPS_BY_WORKLOAD:
+ResNet-50 keeps 77%, its BatchNorm being kept), the activations being the peak minus the model states and, where
+the memory table knows it, the process's baseline before the model was built: still an upper bound where the rest
+of the peak holds compiled graphs and pools, as on CPU) and time costs from the step's own parts. No gain: a
+memory fix buys room, not time, so the finding ranks after every finding with one; `try` is the knob and the
+message carries the predicted saving and the time it costs.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ FIT_TARGET = 0.85
 #: share of the activations recompute still keeps (block inputs), and the extra compute it costs: one more
 #: forward pass, forward being 1/3 of forward+backward (perfbench/predict/model.py FWD_SHARE)
 RECOMPUTE_KEEPS = 0.3
+#: measured per workload where the block-input rule does not hold: MindSpore cannot recompute ResNet's BatchNorm
+#: (its running statistics are a side effect), so a ResNet-50 sample keeps 12.7 of its 16.6 MB with recompute
+#: (bench/bench_recompute_memory.py, docs/benchmarks.md "Recompute per sample")
+RECOMPUTE_KEEPS_BY_WORKLOAD = {"resnet50": 12.7 / 16.6}
 RECOMPUTE_TIME_SHARE = 1.0 / 3.0
 
 
@@ -62,7 +67,8 @@ def knob_options(peak: float, params: int, config: dict, summary: dict, baseline
         out.append(
             {
                 "try": {"train.recompute": True},
-                "saving_bytes": acts * (1 - RECOMPUTE_KEEPS),
+                "saving_bytes": acts
+                * (1 - RECOMPUTE_KEEPS_BY_WORKLOAD.get(str(config.get("workload")), RECOMPUTE_KEEPS)),
                 "time_cost_ms": compute_ms * RECOMPUTE_TIME_SHARE,
                 "how": "recompute the blocks' activations in backward (one more forward)",
             }
@@ -147,13 +153,15 @@ RULE = Rule(
         "NEAR_CAPACITY": NEAR_CAPACITY,
         "FIT_TARGET": FIT_TARGET,
         "RECOMPUTE_KEEPS": RECOMPUTE_KEEPS,
+        "RECOMPUTE_KEEPS_BY_WORKLOAD": RECOMPUTE_KEEPS_BY_WORKLOAD,
         "RECOMPUTE_TIME_SHARE": RECOMPUTE_TIME_SHARE,
     },
     fires=(
         "a rank's `peak_bytes` above `NEAR_CAPACITY` of its `capacity_bytes` (the `memory` table). Candidates: the "
         "next ZeRO stage (saving from the ZeRO-paper model states, perfbench/predict/memory.py; time cost: one "
         "parameter broadcast per step, taken as D / (2(D-1)) × the step's exposed communication) and "
-        "`train.recompute` (saving 1 − `RECOMPUTE_KEEPS` of the peak minus model states and the process baseline; "
+        "`train.recompute` (saving 1 − `RECOMPUTE_KEEPS` of the peak minus model states and the process baseline, or "
+        "1 − the share measured for the workload, `RECOMPUTE_KEEPS_BY_WORKLOAD`; "
         "time cost `RECOMPUTE_TIME_SHARE` of computing). The pick is the cheapest (least time) that brings the peak "
         "under `FIT_TARGET` of capacity, else the largest saving; with no knob left it says so; evidence: peak / "
         "capacity"

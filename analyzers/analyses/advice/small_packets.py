@@ -27,7 +27,8 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     """ms per step that fusing every gradient collective of a group into one would save: the latency terms
     the collective cost model of perfbench.predict.comm (time = latency x ring hops + factor x bytes /
     bandwidth) says the extra collectives pay. Latency and bandwidth are fitted on this run's own
-    collectives (least squares over transit time, or elapse - wait); removed latency per rank and step =
+    collectives (least squares over transit time, or elapse - wait, the fastest of each kind, group size and
+    size, so that load does not inflate it); removed latency per rank and step =
     latency x (hops of all its collectives - hops of one per group). Null when the fit has no latency."""
     import numpy as np
 
@@ -52,8 +53,13 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     fac = {(o, n): factor(o, int(n)) for o, n in zip(kinds["op_type"], kinds["n"])}
     key = list(zip(df["op_type"], df["n"]))
     df["hops"] = [hop[k] for k in key]
-    X = np.column_stack([df["hops"].to_numpy(float), np.array([fac[k] for k in key]) * df["size"].to_numpy(float)])
-    y = df["t"].to_numpy(float)
+    # the fit reads the fastest of the collectives of one kind, group size and size: a loaded machine only adds
+    # time to a collective (its ranks wait for a core), so the minimum is its cost and the fit does not grow
+    # with the load (the latency of a busy 2-core VM is 10x a quiet one's; docs/advice.md "Calibration")
+    fit = df.groupby(["op_type", "n", "size"], as_index=False).agg(t=("t", "min"), hops=("hops", "first"))
+    fkey = list(zip(fit["op_type"], fit["n"]))
+    X = np.column_stack([fit["hops"].to_numpy(float), np.array([fac[k] for k in fkey]) * fit["size"].to_numpy(float)])
+    y = fit["t"].to_numpy(float)
     if not (X[:, 0] > 0).any():
         return None, "not estimated: no collective over more than one rank"
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
@@ -129,8 +135,9 @@ RULE = Rule(
     gain=(
         "latency terms fusion removes, by `perfbench.predict.comm`'s cost model `t = latency × ring hops + factor × "
         "bytes / bandwidth`: latency per hop and bandwidth fitted by least squares on this run's own collectives "
-        "(transit time, else elapse − wait); per rank and step, latency × (Σ hops of its collectives − hops of one "
-        "collective per group); null when the fit finds no latency"
+        "(transit time, else elapse − wait; the fastest of each kind, group size and size, so that a loaded machine, "
+        "which only adds time to a collective, does not inflate the fit); per rank and step, latency × (Σ hops of its "
+        "collectives − hops of one collective per group); null when the fit finds no latency"
     ),
     knobs=("parallel.comm_fusion",),
     tries='`{"parallel.comm_fusion": "all"}`, predicted step = step − gain',

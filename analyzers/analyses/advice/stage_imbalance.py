@@ -3,7 +3,7 @@ one. Its gain is the slowest stage's compute above the stages' mean; a hand-give
 
 from __future__ import annotations
 
-from analyzers.analyses.advice.common import exposure_split, table, trusted
+from analyzers.analyses.advice.common import exposure_split, step_ms, table, trusted
 from analyzers.analyses.advice.rule import CONFIG_KEY, Rule
 
 ID = "stage_imbalance"
@@ -46,6 +46,25 @@ def _wait_text(tables, lo) -> str:
     )
 
 
+def _balanced_split_step(tables, summary, ranks: list[int], scale: float) -> float | None:
+    """The step with the layers rebalanced: everything on the slowest stage's critical path moves with its
+    layers (its compute, the host work of its layers, its idle time, its waits at the other stages' transfers,
+    which the faster stages stop causing once they carry their share), except its exposed collective
+    (data-parallel) communication; that part shrinks by `scale` = the stages' mean compute / the slowest
+    stage's. Null without a step."""
+    step = step_ms(summary)
+    if step is None:
+        return None
+    fixed = 0.0
+    sb = trusted(table(tables, "step_breakdown"))
+    if sb is not None:
+        _, per = exposure_split(tables, sb)
+        if per is not None:
+            mine = per[per.index.isin(ranks)]["exposed_collective_us"]
+            fixed = min(step, max(0.0, float(mine.median()) / 1000.0)) if len(mine) else 0.0
+    return fixed + (step - fixed) * scale
+
+
 def find(tables, summary):
     st = table(tables, "stages")
     if st is None or len(st) < 2:
@@ -67,6 +86,9 @@ def find(tables, summary):
     return [
         {
             "try": {"parallel.pipeline_split": None} if split else None,
+            "predicted_step_ms": _balanced_split_step(tables, summary, ranks, mean / float(hi["computing_ms"]))
+            if split
+            else None,
             "key": str(s),
             "gain_ms": float(hi["computing_ms"]) - mean,
             "explains": "imbalance",
@@ -110,6 +132,9 @@ RULE = Rule(
     knobs=("parallel.pipeline_split",),
     tries=(
         'with a split given by hand (`parallel.pipeline_split`): `{"parallel.pipeline_split": null}`, the '
-        "cost-balanced split; predicted step = step − gain"
+        "cost-balanced split; predicted step = the slowest stage's exposed collective communication (median per "
+        "step) + the rest of the step × the stages' mean `computing_ms` / the slowest stage's (its compute, the host "
+        "work of its layers and its waits at the other stages' transfers all move with the split; the gain, what the "
+        "finding explains of the imbalance, stays the compute above the mean)"
     ),
 )

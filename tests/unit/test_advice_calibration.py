@@ -1,0 +1,154 @@
+"""Gain formulas corrected by the calibration bench (bench/bench_advice_calibration.py, docs/advice.md
+"Calibration"), each against a hand-computed value: the fusion latency fit that load cannot inflate, fp16
+compression's cast cost on the CPU, and the knob's own predicted gain in the trials table."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from analyzers.analyses import advice as A
+from analyzers.analyses.advice import exposed_communication as EC
+from analyzers.analyses.advice.common import load_excess_ms
+from analyzers.analyses.advice.small_packets import fusion_gain
+from analyzers.analyses.advice.stage_imbalance import _balanced_split_step
+from tests.unit.test_advice_gains import _rank_stages, _sb, _small, _stages
+
+
+def test_fusion_latency_fit_reads_the_fastest_of_each_kind_so_load_cannot_inflate_it():
+    # _small(): 16 all-reduces per rank and step (2 sizes), 2 ranks, 2 steps, 0.05 ms per hop + bytes: 1.5 ms.
+    # A loaded machine adds time to some of them (a rank waiting for a core): step 1's all-reduces on rank 1 take
+    # 5 ms more, rank 0's first all-reduce of step 0 20 ms more. The fastest of each size is still the unloaded
+    # cost, so the gain stays 0.05 ms x 30 hops = 1.5 ms (the mean of the times would give ~40 ms)
+    co = _small()
+    co.loc[(co["rank"] == 1) & (co["step"] == 1), "transit_ms"] += 5.0
+    co.loc[(co["rank"] == 0) & (co["step"] == 0) & (co["op_name"] == "ar0"), "transit_ms"] += 20.0
+    co["elapse_ms"] = co["transit_ms"]
+    gain, basis = fusion_gain(co)
+    assert gain == pytest.approx(1.5) and "50 us per ring hop x 30 hops" in basis
+
+
+def _one_allreduce():
+    # one 64 MB all-reduce per rank and step over 2 ranks (factor 1), 10 ms each, 4 steps
+    return pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "op_name": "ar",
+                "op_type": "allreduce",
+                "group": "g",
+                "group_size": 2,
+                "wait_ms": 0.0,
+                "transit_ms": 10.0,
+                "elapse_ms": 10.0,
+                "size_bytes": 64e6,
+            }
+            for r in range(2)
+            for s in range(4)
+        ]
+    )
+
+
+def test_fp16_compression_prediction_counts_the_cast_on_the_cpu():
+    # bandwidth fit: 10 ms per 64e6 B; bytes term per rank and step 10 ms; fp16 halves it: 5 ms saved, under the
+    # 20 ms exposed. On Ascend (no CPU ops): predicted step 200 - 5 = 195 ms. On the CPU the two casts of the 64e6
+    # fp32 gradient bytes a rank exchanges per step cost 1.6 ns x 64e6 = 102.4 ms: 200 - 5 + 102.4 = 297.4 ms
+    tables = {"comm_ops": _one_allreduce(), "step_breakdown": _sb(20000.0, 0.0, ranks=(0, 1))}
+    knob, step = EC.compression_try(tables, {"step_time_s": 0.2})
+    assert knob == {"parallel.grad_compression": "fp16"} and step == pytest.approx(195.0)
+    cpu = dict(
+        tables, ops_for_checks=pd.DataFrame({"rank": [0, 1], "type": ["Conv2D", "AllReduce"], "core_type": "CPU"})
+    )
+    _, step = EC.compression_try(cpu, {"step_time_s": 0.2})
+    assert EC.CPU_CAST_NS_PER_BYTE == 1.6 and step == pytest.approx(200.0 - 5.0 + 102.4)
+    npu = dict(tables, ops_for_checks=pd.DataFrame({"rank": [0], "type": ["Conv2D"], "core_type": "AI_CORE"}))
+    assert EC.compression_try(npu, {"step_time_s": 0.2})[1] == pytest.approx(195.0)
+
+
+def test_the_trials_predicted_gain_is_the_knobs_own():
+    from perfbench.run.advise_try import knob_gain
+
+    rec = {"status": "ok", "metrics": {"step_time_s": 0.2}}
+    # exposed_communication explains 20 ms but its knob (fp16) is predicted to make the step 297.4 ms: -97.4 ms
+    assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": 297.4}, rec) == pytest.approx(-97.4)
+    # a finding without its own prediction: its gain
+    assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": None}, rec) == 20.0
+    assert knob_gain({"gain_ms": 20.0, "predicted_step_ms": 150.0}, {"status": "ok", "metrics": {}}) == 20.0
+
+
+def test_balanced_split_step_scales_the_slowest_stage_but_its_collectives():
+    # stages compute 10 and 30 ms per step (mean 20), step 100 ms, split given by hand. Stage 1's ranks (2, 3)
+    # spend a median 12 ms per step in exposed communication, 2 ms of it pipeline send/receive: 10 ms of
+    # data-parallel collectives stay; the other 90 ms move with the layers: 10 + 90 x 20 / 30 = 70 ms, a knob
+    # gain of 30 ms (the compute-only formula, 30 - 20 = 10 ms, missed the waits and host work that go with it;
+    # the finding's gain_ms, what it explains of the imbalance, stays 10 ms)
+    ex = pd.DataFrame(
+        [
+            {
+                "rank": r,
+                "step": s,
+                "exposed_us": 12000.0 if r >= 2 else 40000.0,
+                "exposed_p2p_us": 2000.0 if r >= 2 else 40000.0,
+            }
+            for r in range(4)
+            for s in range(3)
+        ]
+    )
+    tables = {
+        "stages": _stages(10.0, 30.0),
+        "rank_stages": _rank_stages(),
+        "step_breakdown": _sb(12000.0, 0.0, ranks=(0, 1, 2, 3), step_us=100000.0),
+        "comm_exposure": ex,
+        A.CONFIG_KEY: {"parallel": {"pipeline_stages": 2, "pipeline_split": [2, 16]}},
+    }
+    out = A.advise(tables, {"step_time_s": 0.1})
+    st = out[out["rule"] == "stage_imbalance"].iloc[0]
+    assert st["predicted_step_ms"] == pytest.approx(10.0 + 90.0 * 20.0 / 30.0)
+    assert st["gain_ms"] == pytest.approx(10.0)
+    assert _balanced_split_step(tables, {}, [2, 3], 0.5) is None  # no step: no prediction
+
+
+def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_core():
+    # _small(): 16 all-reduces per rank and step; on step 1 each takes 0.5 ms more on both ranks (a loaded
+    # machine). Per rank and step the time beyond the fastest of each size: step 0: 0, step 1: 16 x 0.5 = 8 ms;
+    # median over (rank, step) of (0, 0, 8, 8) = 4 ms. Exposed 10 ms per step -> its own estimate 10 - 4 = 6 ms,
+    # and the exposed pool the roots draw from is 6 ms too; fusion's fit reads the fastest, so small_packets stays
+    # 0.05 ms x 30 hops = 1.5 ms and claims it first: exposed_communication keeps 6 - 1.5 = 4.5 ms
+    co = _small()
+    co.loc[co["step"] == 1, "transit_ms"] += 0.5
+    co["elapse_ms"] = co["transit_ms"]
+    assert load_excess_ms(co) == pytest.approx(4.0)
+    assert load_excess_ms(_small()) == 0.0 and load_excess_ms(None) == 0.0
+    out = A.advise(
+        {"comm_ops": co, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1), step_us=40000.0)}, {"step_time_s": 0.04}
+    )
+    roots = out[out["symptom_of"].isna()].set_index("rule")
+    assert A.time_budget({"comm_ops": co, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1))}, {})[
+        "exposed"
+    ] == pytest.approx(6.0)
+    assert roots.loc["exposed_communication", "gain_ms"] == pytest.approx(4.5)
+    assert "less 4 ms" in roots.loc["exposed_communication", "basis"]
+    assert roots.loc["small_packets", "gain_ms"] == pytest.approx(1.5)
+
+
+def test_a_slow_input_stays_the_top_root_when_load_stretches_the_collectives():
+    # every rank idles 300 ms per step (a slow input pipeline); the 16 small all-reduces of _small() (1.5 ms of
+    # fusion gain unloaded) take 40 ms more each on every rank and step but rank 0's step 0 (a busy core). Exposed
+    # per rank and step: 16 x 0.1 + 0.0098 = 1.61 ms unloaded, +640 ms loaded; the most exposed rank's median is
+    # 641.6 ms. The time beyond each size's fastest: 0 on rank 0 step 0, 640 ms on the other three: median 640 ms,
+    # so the exposed pool is 1.6 ms and the fit, on the fastest, keeps fusion at 1.5 ms. A fit over every
+    # collective would put the latency near (0.1 + 40 x 3/4) / 2 = 15 ms per hop, 450 ms of "fusion" gain, above
+    # the 300 ms the input pipeline costs
+    co = _small()
+    loaded = ~((co["rank"] == 0) & (co["step"] == 0))
+    co.loc[loaded, "transit_ms"] += 40.0
+    co["elapse_ms"] = co["transit_ms"]
+    per = co.groupby(["rank", "step"])["transit_ms"].sum()
+    sb = _sb(lambda r, s: per[(r, s)] * 1000.0, 300000.0, ranks=(0, 1), steps=2, step_us=1e6)
+    out = A.advise({"comm_ops": co, "step_breakdown": sb}, {"step_time_s": 1.0})
+    roots = out[out["symptom_of"].isna()]
+    assert roots.iloc[0]["rule"] == "free_time" and roots.iloc[0]["gain_ms"] == pytest.approx(300.0)
+    gains = roots.set_index("rule")["gain_ms"]
+    assert gains["small_packets"] == pytest.approx(1.5)
+    assert load_excess_ms(co) == pytest.approx(640.0)
