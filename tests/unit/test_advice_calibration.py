@@ -15,6 +15,11 @@ from analyzers.analyses.advice.stage_imbalance import _balanced_split_step
 from tests.unit.test_advice_gains import _rank_stages, _sb, _small, _stages
 
 
+#: the operators of a MindSpore CPU run (every core_type CPU) and of an accelerator run
+CPU_OPS = pd.DataFrame({"op_name": ["Conv2D", "MatMul"], "core_type": ["CPU", "CPU"]})
+DEVICE_OPS = pd.DataFrame({"op_name": ["Conv2D", "MatMul"], "core_type": ["AI_CORE", "AI_CORE"]})
+
+
 def test_fusion_latency_fit_reads_the_fastest_of_each_kind_so_load_cannot_inflate_it():
     # _small(): 16 all-reduces per rank and step (2 sizes), 2 ranks, 2 steps, 0.05 ms per hop + bytes: 1.5 ms.
     # A loaded machine adds time to some of them (a rank waiting for a core): step 1's all-reduces on rank 1 take
@@ -118,15 +123,23 @@ def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_
     co = _small()
     co.loc[co["step"] == 1, "transit_ms"] += 0.5
     co["elapse_ms"] = co["transit_ms"]
-    assert load_excess_ms(co) == pytest.approx(4.0)
-    assert load_excess_ms(_small()) == 0.0 and load_excess_ms(None) == 0.0
+    assert load_excess_ms({"comm_ops": co, "ops_for_checks": CPU_OPS}) == pytest.approx(4.0)
+    assert load_excess_ms({"comm_ops": _small(), "ops_for_checks": CPU_OPS}) == 0.0
+    assert load_excess_ms({"ops_for_checks": CPU_OPS}) == 0.0
+    # on an accelerator the spread among same-size collectives is not a wait for a host core: nothing left out
+    assert load_excess_ms({"comm_ops": co, "ops_for_checks": DEVICE_OPS}) == 0.0
+    assert load_excess_ms({"comm_ops": co}) == 0.0
     out = A.advise(
-        {"comm_ops": co, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1), step_us=40000.0)}, {"step_time_s": 0.04}
+        {"comm_ops": co, "ops_for_checks": CPU_OPS, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1), step_us=40000.0)},
+        {"step_time_s": 0.04},
     )
     roots = out[out["symptom_of"].isna()].set_index("rule")
-    assert A.time_budget({"comm_ops": co, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1))}, {})[
-        "exposed"
-    ] == pytest.approx(6.0)
+    budget = A.time_budget(
+        {"comm_ops": co, "ops_for_checks": CPU_OPS, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1))}, {}
+    )
+    assert budget["exposed"] == pytest.approx(6.0)
+    device = {"comm_ops": co, "ops_for_checks": DEVICE_OPS, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1))}
+    assert A.time_budget(device, {})["exposed"] == pytest.approx(10.0)
     assert roots.loc["exposed_communication", "gain_ms"] == pytest.approx(4.5)
     assert "less 4 ms" in roots.loc["exposed_communication", "basis"]
     assert roots.loc["small_packets", "gain_ms"] == pytest.approx(1.5)
@@ -146,9 +159,9 @@ def test_a_slow_input_stays_the_top_root_when_load_stretches_the_collectives():
     co["elapse_ms"] = co["transit_ms"]
     per = co.groupby(["rank", "step"])["transit_ms"].sum()
     sb = _sb(lambda r, s: per[(r, s)] * 1000.0, 300000.0, ranks=(0, 1), steps=2, step_us=1e6)
-    out = A.advise({"comm_ops": co, "step_breakdown": sb}, {"step_time_s": 1.0})
+    out = A.advise({"comm_ops": co, "ops_for_checks": CPU_OPS, "step_breakdown": sb}, {"step_time_s": 1.0})
     roots = out[out["symptom_of"].isna()]
     assert roots.iloc[0]["rule"] == "free_time" and roots.iloc[0]["gain_ms"] == pytest.approx(300.0)
     gains = roots.set_index("rule")["gain_ms"]
     assert gains["small_packets"] == pytest.approx(1.5)
-    assert load_excess_ms(co) == pytest.approx(640.0)
+    assert load_excess_ms({"comm_ops": co, "ops_for_checks": CPU_OPS}) == pytest.approx(640.0)

@@ -36,7 +36,7 @@ def time_budget(tables, summary) -> dict:
     sb = trusted(table(tables, "step_breakdown"))
     exposed = budget_part(sb, "communication_not_overlapped_us")
     if exposed is not None:  # less what the collectives waited for a core: no finding can give that back
-        exposed = max(0.0, exposed - load_excess_ms(table(tables, "comm_ops")))
+        exposed = max(0.0, exposed - load_excess_ms(tables))
     out = {
         "exposed": exposed,
         "idle": budget_part(sb, "free_us"),

@@ -127,11 +127,22 @@ def fastest(df: pd.DataFrame) -> pd.DataFrame:
     return df.merge(mins[["op_type", "n", "size", "floor"]], on=["op_type", "n", "size"], how="left")
 
 
-def load_excess_ms(co: pd.DataFrame | None) -> float:
+def on_cpu(tables) -> bool:
+    """The run's operators ran on the host CPU (the MindSpore CPU profile: every op's core_type is CPU)."""
+    ops = table(tables, "ops_for_checks")
+    if ops is None or "core_type" not in ops.columns or ops.empty:
+        return False
+    return bool((ops["core_type"].astype(str).str.upper() == "CPU").all())
+
+
+def load_excess_ms(tables) -> float:
     """ms per step the collectives took beyond the fastest of their kind and group size at their size or larger
     (`fastest`; per rank and step the sum of transfer time - that floor, the median over ranks and steps): on a
-    loaded machine the time their ranks waited for a core, which no communication knob removes. 0 when unknown."""
-    if co is None or not {"rank", "step", "op_type", "size_bytes"} <= set(co.columns):
+    loaded host the time their ranks waited for a core, which no communication knob removes. Only where the
+    operators ran on the host CPU (`on_cpu`): on an accelerator the spread among same-size collectives has other
+    causes (peers arriving late, link contention) that the communication findings own. 0 when unknown."""
+    co = table(tables, "comm_ops")
+    if not on_cpu(tables) or co is None or not {"rank", "step", "op_type", "size_bytes"} <= set(co.columns):
         return 0.0
     df = pd.DataFrame(
         {

@@ -16,6 +16,7 @@ from analyzers.analyses.advice.common import (
     exposure_split,
     is_p2p,
     load_excess_ms,
+    on_cpu,
     n_steps,
     num,
     step_ms,
@@ -159,14 +160,6 @@ def _rows(tables) -> list[dict]:
     return [{"severity": sev, **row, "evidence": f"{base}; {split}"}]
 
 
-def _on_cpu(tables) -> bool:
-    """The run's operators ran on the host CPU (the MindSpore CPU profile: every op's core_type is CPU)."""
-    ops = table(tables, "ops_for_checks")
-    if ops is None or "core_type" not in ops.columns:
-        return False
-    return bool((ops["core_type"].astype(str).str.upper() == "CPU").all())
-
-
 def compression_try(tables, summary):
     """fp16 gradients halve the bytes term of the gradient collectives (perfbench.predict.comm): the
     predicted step is the step minus half of the bytes time per step (fitted bandwidth), capped by the
@@ -201,7 +194,7 @@ def compression_try(tables, summary):
     bytes_ms = float(inv_bw * xb.sum()) / n_steps(tables) / ranks
     exposed = budget_part(trusted(table(tables, "step_breakdown")), "communication_not_overlapped_us")
     saved = 0.5 * bytes_ms if exposed is None else min(0.5 * bytes_ms, exposed)
-    if _on_cpu(tables):
+    if on_cpu(tables):
         saved -= CPU_CAST_NS_PER_BYTE * float(size[ok].sum()) / n_steps(tables) / ranks / 1e6
     return knob, step - saved
 
@@ -213,7 +206,7 @@ def find(tables, summary):
     if not rows:
         return []
     gain = budget_part(trusted(table(tables, "step_breakdown")), "communication_not_overlapped_us")
-    excess = load_excess_ms(table(tables, "comm_ops"))
+    excess = load_excess_ms(tables)
     note = ""
     if gain is not None and excess > 0:
         note = f"; less {min(excess, gain):.3g} ms its collectives took beyond the fastest of their kind (load)"
@@ -259,7 +252,8 @@ RULE = Rule(
     gain=(
         "the most exposed rank's `communication_not_overlapped` per step (`step_breakdown`), less the time its "
         "collectives took beyond the fastest of their kind and group size at their size or larger (per rank and "
-        "step, median: on a loaded machine their wait for a core, which no communication knob removes) — only what "
+        "step, median; only where the operators ran on the host CPU: on a loaded machine their wait for a core, "
+        "which no communication knob removes) — only what "
         "no specific cause already explains (see accounting)"
     ),
     knobs=("parallel.grad_compression",),
