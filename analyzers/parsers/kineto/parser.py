@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.parsers.kineto.reader import KinetoTrace, looks_like_kineto, read_trace
-from analyzers.schema import COMM_OPS, MEMORY, OPS, RANKS, STEPS, Profile, conform, empty
+from analyzers.schema import COMM_OPS, MEMORY, OPS, RANKS, STEPS, Profile, conform, empty, step_of
 from perfbench.errors import ProfileFormatError, UserError
 
 SOURCE = "kineto"
@@ -283,10 +283,10 @@ def _cpu_ops(t: KinetoTrace, rank: int) -> pd.DataFrame:
     rows = [(rank, n, n, "compute", ts, dur, str(tid), "CPU") for n, tid, ts, dur in compute]
     rows += [(rank, n, _collective_type(n), "communication", ts, dur, str(tid), "CPU") for n, tid, ts, dur, _ in t.gloo]
     df = pd.DataFrame(rows, columns=["rank", "name", "type", "category", "start_us", "dur_us", "stream", "core_type"])
-    steps = sorted(t.steps, key=lambda s: s[1])
-    df["step"] = pd.Series(np.nan, index=df.index, dtype="Float64")
-    for n, ts, dur in steps:
-        df.loc[(df["start_us"] >= ts) & (df["start_us"] < ts + dur) & df["step"].isna(), "step"] = n
+    windows = pd.DataFrame(
+        [(rank, n, ts, ts + dur) for n, ts, dur in t.steps], columns=["rank", "step", "start_us", "end_us"]
+    )
+    df["step"] = step_of(df, windows).astype("Float64")  # the ProfilerStep window holding the op's start
     return df
 
 
