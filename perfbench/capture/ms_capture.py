@@ -7,7 +7,7 @@ from __future__ import annotations
 import pathlib
 import time
 
-from perfbench.capture.recorder import Recorder, current
+from perfbench.capture.recorder import ProfilerWindow, Recorder, current, schedule_args
 
 #: `profile.level`: what the MindSpore profiler records on each profiled step and whether MindSpore's own
 #: parser runs. On the CPU backend the profiler records op start/duration (FRAMEWORK/cpu_op_*, what
@@ -22,7 +22,7 @@ PROFILE_LEVELS = {  # the same names as perfbench.run.config.PROFILE_LEVELS (tes
 }
 
 
-class MsWindow:
+class MsWindow(ProfilerWindow):
     """The MindSpore profiler over steps [warmup_steps, warmup_steps + active) at one `profile.level`.
 
     At the end of the window MindSpore only stops recording and writes its raw FRAMEWORK files (what
@@ -36,10 +36,7 @@ class MsWindow:
         self._ctx: dict | None = None
         profile_dir.mkdir(parents=True, exist_ok=True)
         # p.step() is called after every step; the schedule counts from step 0.
-        if warmup_steps >= 1:
-            sched = schedule(skip_first=0, wait=warmup_steps - 1, warmup=1, active=active, repeat=1)
-        else:
-            sched = schedule(wait=0, warmup=0, active=active, repeat=1)
+        sched = schedule(**schedule_args(warmup_steps, active))
         tensorboard_trace_handler(str(profile_dir), analyse_flag=False)  # sets the output folder, parses nothing
         self.prof = profile(
             activities=[ProfilerActivity.CPU],
@@ -56,15 +53,8 @@ class MsWindow:
 
             self._ctx = ProfilerContext().to_dict()
 
-    # the recorder's window interface
-    def start(self) -> None:
-        self.prof.start()
-
-    def step(self) -> None:
-        self.prof.step()
-
     def stop(self) -> None:
-        self.prof.stop()
+        super().stop()
         self.finish()
 
     def finish(self) -> None:
@@ -84,13 +74,7 @@ class MsWindow:
 
 def start_window(rec: Recorder) -> None:
     """The run's profiler window, started before the first step (once per process)."""
-    win = rec.profile_window()
-    if win is None or rec.window is not None or rec.step > 0:
-        return
-    steps, level = win
-    w = MsWindow(rec.out / "profile", rec.warmup, steps, level)
-    rec.set_window(w, level, steps)
-    w.start()
+    rec.open_window(lambda steps, level: MsWindow(rec.out / "profile", rec.warmup, steps, level))
 
 
 def _batch_size(cb_params) -> int | None:

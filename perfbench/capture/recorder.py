@@ -14,6 +14,7 @@ import pathlib
 import socket
 import sys
 import time
+from typing import Any
 
 from perfbench.capture import writer
 
@@ -93,6 +94,17 @@ class Recorder:
         self.window = window
         self.window_steps = [self.warmup, self.warmup + steps - 1]
         self.meta.update(profiled_steps=self.window_steps, profile_level=level)
+
+    def open_window(self, make) -> None:
+        """Start the run's profiler window before the first step, once per process: `make(steps, level)` builds
+        the framework's window (ms_capture.MsWindow, torch_capture.TorchWindow)."""
+        win = self.profile_window()
+        if win is None or self.window is not None or self.step > 0:
+            return
+        steps, level = win
+        w = make(steps, level)
+        self.set_window(w, level, steps)
+        w.start()
 
     # -- steps -------------------------------------------------------------------------------------
     def begin(self, start: float | None = None) -> None:
@@ -188,3 +200,26 @@ def settings() -> dict:
     `parallel`, `knobs`, `profile`, `run_id`, `output_dir`."""
     raw = os.environ.get(SETTINGS_VAR)
     return json.loads(raw) if raw else {}
+
+
+def schedule_args(warmup: int, active: int) -> dict:
+    """The framework profiler's schedule (MindSpore's and PyTorch's take the same keys) that records steps
+    [warmup, warmup + active) when `step()` is called after every step, counting from step 0."""
+    if warmup >= 1:
+        return {"wait": warmup - 1, "warmup": 1, "active": active, "repeat": 1}
+    return {"wait": 0, "warmup": 0, "active": active, "repeat": 1}
+
+
+class ProfilerWindow:
+    """The recorder's window interface over a framework profiler object `prof` (start / step / stop)."""
+
+    prof: Any
+
+    def start(self) -> None:
+        self.prof.start()
+
+    def step(self) -> None:
+        self.prof.step()
+
+    def stop(self) -> None:
+        self.prof.stop()

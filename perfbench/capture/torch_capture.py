@@ -5,10 +5,10 @@ profiler window (`torch.profiler.profile` with a schedule, CPU activity, one Chr
 
 from __future__ import annotations
 
-from perfbench.capture.recorder import Recorder
+from perfbench.capture.recorder import ProfilerWindow, Recorder, schedule_args
 
 
-class TorchWindow:
+class TorchWindow(ProfilerWindow):
     """torch.profiler over steps [warmup, warmup + active): `rank{R}.<time>.pt.trace.json` under the profile folder."""
 
     def __init__(self, rec: Recorder, active: int, level: str):
@@ -16,12 +16,7 @@ class TorchWindow:
 
         folder = rec.out / "profile"
         folder.mkdir(parents=True, exist_ok=True)
-        w = rec.warmup
-        sched = (
-            tp.schedule(wait=w - 1, warmup=1, active=active, repeat=1)
-            if w >= 1
-            else tp.schedule(wait=0, warmup=0, active=active, repeat=1)
-        )
+        sched = tp.schedule(**schedule_args(rec.warmup, active))
         full = level == "full"
         self.prof = tp.profile(
             activities=[tp.ProfilerActivity.CPU],
@@ -32,24 +27,10 @@ class TorchWindow:
             with_stack=full,
         )
 
-    def start(self) -> None:
-        self.prof.start()
-
-    def step(self) -> None:
-        self.prof.step()
-
-    def stop(self) -> None:
-        self.prof.stop()
-
 
 def start_window(rec: Recorder) -> None:
-    win = rec.profile_window()
-    if win is None or rec.window is not None or rec.step > 0:
-        return
-    steps, level = win
-    w = TorchWindow(rec, steps, level)
-    rec.set_window(w, level, steps)
-    w.start()
+    """The run's profiler window, started before the first step (once per process)."""
+    rec.open_window(lambda steps, level: TorchWindow(rec, steps, level))
 
 
 def _rows(args) -> int | None:
