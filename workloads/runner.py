@@ -482,8 +482,26 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
     if (cfg.get("inject") or {}).get("crash_at_exit_rank") == rank:  # a crash in the teardown, after every write
         import signal
 
+        # after EVERY rank's last write, as in the teardown crash it stands for: msrun kills the other ranks when
+        # one dies, so a rank still writing its final meta would be cut short (a race a loaded machine loses)
+        _wait_all_finished(rec.metrics_dir, world_size, timeout_s=120.0)
         os.kill(os.getpid(), signal.SIGSEGV)
     return 0
+
+
+def _wait_all_finished(metrics_dir: pathlib.Path, world_size: int, timeout_s: float) -> None:
+    """Until every rank's meta says `finished: true` (its last write), at most `timeout_s`."""
+    t0 = time.time()
+    while time.time() - t0 < timeout_s:
+        done = 0
+        for r in range(world_size):
+            try:
+                done += bool(json.loads((metrics_dir / f"rank{r}.meta.json").read_text()).get("finished"))
+            except (OSError, ValueError):
+                pass
+        if done == world_size:
+            return
+        time.sleep(0.1)
 
 
 def _write_json(path: pathlib.Path, obj: dict) -> None:
