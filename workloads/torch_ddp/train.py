@@ -27,7 +27,6 @@ With one rank there is no process group traffic: the model is trained without DD
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
@@ -35,6 +34,7 @@ import torch.distributed as dist
 from torch import nn
 
 from perfbench import capture
+from workloads.torch_ddp.launch import start
 from workloads.torch_ddp.model import ResNet
 
 MB = 1 << 20
@@ -112,20 +112,9 @@ def allreduce_after_backward(groups: list[list[torch.nn.Parameter]], world: int,
 
 def main() -> None:
     a = _args()
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    if world > 1:
-        dist.init_process_group("nccl" if cuda else "gloo")
-    rank = dist.get_rank() if world > 1 else 0
     if a.grad_compression == "powersgd" and not a.overlap:
         raise SystemExit("parallel.grad_compression powersgd needs overlap_grad_comm: true (a DDP hook)")
-    if a.micro_batches < 1 or a.batch_size % a.micro_batches:
-        raise SystemExit(
-            f"train.batch_size {a.batch_size} is not divisible by parallel.micro_batches {a.micro_batches}"
-        )
+    world, rank, device = start(a.batch_size, a.micro_batches)
 
     torch.manual_seed(0)  # the same initial weights on every rank
     net = ResNet(width=a.width, num_classes=a.num_classes, recompute=a.recompute).to(device)

@@ -21,7 +21,6 @@ workloads/torch_ddp/train_moe.py --expert-parallel`.
 from __future__ import annotations
 
 import argparse
-import os
 
 import torch
 import torch.distributed as dist
@@ -29,6 +28,7 @@ import torch.nn.functional as F
 
 from perfbench import capture
 from workloads.moe.model import SyntheticTokens
+from workloads.torch_ddp.launch import start
 from workloads.torch_ddp.moe_model import MoETransformer
 
 MODEL = {
@@ -68,17 +68,8 @@ def _args() -> argparse.Namespace:
 
 def main() -> None:
     a = _args()
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    if world > 1:
-        dist.init_process_group("nccl" if cuda else "gloo")
-    rank = dist.get_rank() if world > 1 else 0
     m = a.micro_batches
-    if m < 1 or a.batch_size % m:
-        raise SystemExit(f"train.batch_size {a.batch_size} is not divisible by parallel.micro_batches {m}")
+    world, rank, device = start(a.batch_size, m)
     ep = (world, rank, None) if a.expert_parallel and world > 1 else None
     if ep is not None and a.num_experts % world:
         raise SystemExit(f"knobs.num_experts {a.num_experts} is not divisible by world_size {world} (expert parallel)")
