@@ -258,8 +258,21 @@ def test_ls_row_carries_every_field_of_the_record():
         **unknown,
         **metrics,
         "scaling_efficiency": pytest.approx(10.0 / (2 * 4.0)),
+        "threads_per_rank": None,  # the record does not say (no env): unknown, and so no like-with-like verdict
+        "scaling_not_comparable": None,
         "unsteady": [],
+        "input_problems": [],
     }
+    # ranks with 1 thread each against a 1-rank baseline that had 2: the scaling is not like with like
+    pinned, wide = dict(rec, env={"threads_per_rank": 1}), dict(one, env={"threads_per_rank": 2})
+    (row,) = summarize([pinned], context=[wide, pinned])
+    assert row["threads_per_rank"] == 1
+    assert row["scaling_not_comparable"] == "its ranks had 1 thread(s) each, the 1-rank baseline 2"
+    (row,) = summarize([pinned], context=[dict(one, env={"threads_per_rank": 1}), pinned])
+    assert row["scaling_not_comparable"] is None
+    problem = {"rank": 0, "file": "step_trace_time.csv", "problem": "empty"}
+    (row,) = summarize([dict(rec, input_problems=[problem])])
+    assert row["input_problems"] == [problem]
     (row,) = summarize([dict(rec, metrics=dict(metrics, rank_cpu_spread=0.5))])  # ranks at two speeds: said why
     assert row["unsteady"] == ["ranks' CPU time per step 50% apart"]
     (row,) = summarize([rec])  # without the context there is no 1-rank run
