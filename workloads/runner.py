@@ -26,6 +26,7 @@ from perfbench.capture.writer import (
     STEP_KEYS,
     machine_memory_bytes,
     memory_sample,
+    meta_finished,
 )
 from perfbench.errors import ConfigError, UserError
 from perfbench.startup import PIN_VAR, process_started
@@ -493,13 +494,7 @@ def _wait_all_finished(metrics_dir: pathlib.Path, world_size: int, timeout_s: fl
     """Until every rank's meta says `finished: true` (its last write), at most `timeout_s`."""
     t0 = time.time()
     while time.time() - t0 < timeout_s:
-        done = 0
-        for r in range(world_size):
-            try:
-                done += bool(json.loads((metrics_dir / f"rank{r}.meta.json").read_text()).get("finished"))
-            except (OSError, ValueError):
-                pass
-        if done == world_size:
+        if all(meta_finished(metrics_dir, r) for r in range(world_size)):
             return
         time.sleep(0.1)
 

@@ -74,6 +74,15 @@ def write_meta(metrics_dir: pathlib.Path, rank: int, meta: dict) -> None:
     os.replace(tmp, path)
 
 
+def meta_finished(metrics_dir: pathlib.Path, rank: int) -> bool:
+    """Whether rank `rank`'s meta says `finished: true` (its last write, Recorder.finish); False when the file is
+    missing or half-read."""
+    try:
+        return bool(json.loads((metrics_dir / f"rank{rank}.meta.json").read_text()).get("finished"))
+    except (OSError, ValueError):
+        return False
+
+
 def step_record(
     rank: int,
     step: int,

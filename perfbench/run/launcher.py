@@ -28,6 +28,7 @@ from typing import Callable
 
 import psutil
 
+from perfbench.capture.writer import meta_finished
 from perfbench.errors import UserError
 from perfbench.run import script as script_mod
 from perfbench.startup import PIN_VAR, process_started
@@ -539,13 +540,7 @@ def _all_finished(metrics_dir: Path, counts: dict[int, int], local_ranks: int, s
     """Every local rank recorded all its steps and rewrote its meta with `finished: true` (its last write)."""
     if len(counts) < local_ranks or any(c < steps for c in counts.values()):
         return False
-    for rank in counts:
-        try:
-            if not json.loads((metrics_dir / f"rank{rank}.meta.json").read_text()).get("finished"):
-                return False
-        except (OSError, ValueError):
-            return False
-    return True
+    return all(meta_finished(metrics_dir, rank) for rank in counts)
 
 
 def _remember_children(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from analyzers.analyses.collectives import factor
@@ -165,8 +166,6 @@ def compression_try(tables, summary):
     predicted step is the step minus half of the bytes time per step (fitted bandwidth), capped by the
     exposed communication, plus, where the casts run on the CPU, their cost (CPU_CAST_NS_PER_BYTE x the fp32
     gradient bytes a rank exchanges per step). Null prediction when the fit or the step is unknown."""
-    import numpy as np
-
     co = table(tables, "comm_ops")
     step = step_ms(summary)
     knob = {"parallel.grad_compression": "fp16"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from analyzers.analyses.collectives import factor, steps
@@ -30,8 +31,6 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     collectives (least squares over transit time, or elapse - wait, the fastest of each kind, group size and
     size, so that load does not inflate it); removed latency per rank and step =
     latency x (hops of all its collectives - hops of one per group). Null when the fit has no latency."""
-    import numpy as np
-
     df = pd.DataFrame(
         {
             "rank": co.get("rank"),
