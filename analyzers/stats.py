@@ -59,6 +59,33 @@ def welch_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float
     return (diff - q * se, diff + q * se)
 
 
+def median_diff_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Confidence interval of median(b) - median(a): scipy's percentile bootstrap (4,999 resamples of each side,
+    seed 0, so the same samples give the same interval). None with fewer than 2 samples a side."""
+    from scipy import stats
+
+    a_, b_ = np.asarray(a, float), np.asarray(b, float)
+    if len(a_) < 2 or len(b_) < 2:
+        return None
+    if np.ptp(np.concatenate([a_, b_])) == 0:
+        return (0.0, 0.0)
+
+    def diff(x, y, axis=-1):
+        return np.median(y, axis=axis) - np.median(x, axis=axis)
+
+    ci = stats.bootstrap(
+        (a_, b_),
+        diff,
+        vectorized=True,
+        paired=False,
+        n_resamples=4999,
+        method="percentile",
+        confidence_level=level,
+        random_state=0,
+    ).confidence_interval
+    return (float(ci.low), float(ci.high))
+
+
 def mann_whitney_p(a: list[float], b: list[float]) -> float | None:
     from scipy import stats
 

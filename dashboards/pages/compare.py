@@ -75,8 +75,8 @@ def body(a, b):
             {
                 "metric": r["metric"],
                 "unit": unit_label(r["metric"]) if r["metric"] in METRICS else "",
-                f"A {cmp.a['run_id']}": _fmt(r["metric"], r.get("median_a", r["a"])),
-                f"B {cmp.b['run_id']}": _fmt(r["metric"], r.get("median_b", r["b"])),
+                f"A {cmp.a['run_id']}": _fmt(r["metric"], r["a"]),
+                f"B {cmp.b['run_id']}": _fmt(r["metric"], r["b"]),
                 "change": change_text(r["metric"], r),
                 "p": "–" if r.get("p_value") is None else f"{r['p_value']:.2g}",
                 "steps A/B": f"{r['n_a']}/{r['n_b']}",

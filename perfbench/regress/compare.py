@@ -24,7 +24,7 @@ from analyzers.analyses.step_metrics import run_metrics, samples, step_series
 from analyzers.catalogue import ADDING_PARTS, STEP_METRICS
 from analyzers.catalogue import METRICS as CATALOGUE
 from analyzers.schema import STEP_SHARE_PARTS, warmup_steps
-from analyzers.stats import mann_whitney_p, welch_ci
+from analyzers.stats import mann_whitney_p, median_diff_ci
 from analyzers.analyses.steadiness import unsteady_reasons
 from perfbench.errors import UserError
 from perfbench.store import Store
@@ -174,34 +174,21 @@ def settings_diff(a: dict, b: dict) -> list[dict]:
 
 
 def metric_delta(name: str, a: list[float], b: list[float], level: float = 0.95) -> dict:
+    """A per-step metric of two runs: `a` and `b` are the medians over each run's steps (the catalogue's basis for
+    every per-step metric), `delta`/`rel` their change, `ci_*` the bootstrap interval of the change of the medians
+    (absolute in `ci_abs`, relative to `a` in `ci_low`/`ci_high`), `p_value` the Mann-Whitney test's."""
     higher, unit, kind = METRICS.get(name, (False, "", "ratio"))
     row: dict[str, Any] = {"metric": name, "unit": unit, "higher_is_better": higher, "n_a": len(a), "n_b": len(b)}
-    if not a or not b:
-        row.update(
-            a=float(np.mean(a)) if a else None,
-            b=float(np.mean(b)) if b else None,
-            delta=None,
-            rel=None,
-            ci_low=None,
-            ci_high=None,
-            p_value=None,
-        )
+    ma, mb = (float(np.median(a)) if a else None), (float(np.median(b)) if b else None)
+    row.update(a=ma, b=mb, delta=None, rel=None, ci_low=None, ci_high=None, p_value=None)
+    if ma is None or mb is None:
         return row
-    ma, mb = float(np.mean(a)), float(np.mean(b))
-    ci = welch_ci(a, b, level)
-    row.update(
-        a=ma,
-        b=mb,
-        delta=mb - ma,
-        rel=(mb - ma) / ma if ma else None,
-        p_value=mann_whitney_p(a, b),
-        median_a=float(np.median(a)),
-        median_b=float(np.median(b)),
-    )
-    if ci is not None and ma:
-        row.update(ci_low=ci[0] / ma, ci_high=ci[1] / ma, ci_abs=[ci[0], ci[1]])
-    else:
-        row.update(ci_low=None, ci_high=None)
+    row.update(delta=mb - ma, rel=(mb - ma) / ma if ma else None, p_value=mann_whitney_p(a, b))
+    ci = median_diff_ci(a, b, level)
+    if ci is not None:
+        row["ci_abs"] = [ci[0], ci[1]]
+        if ma:
+            row.update(ci_low=ci[0] / ma, ci_high=ci[1] / ma)
     return row
 
 
@@ -385,8 +372,8 @@ def to_markdown(cmp: Comparison) -> str:
                 [
                     [
                         m["metric"],
-                        value(m["metric"], m.get("median_a", m["a"])),
-                        value(m["metric"], m.get("median_b", m["b"])),
+                        value(m["metric"], m["a"]),
+                        value(m["metric"], m["b"]),
                         change_text(m["metric"], m),
                         fmt(m.get("p_value"), 2),
                         f"{m['n_a']}/{m['n_b']}",

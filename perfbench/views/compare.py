@@ -13,8 +13,8 @@ ALPHA = 0.05
 
 
 def change_text(name: str, m: dict) -> str:
-    """The change of a per-step metric's medians (compare's rows: median_a/median_b), as `change`."""
-    return change(name, m.get("median_a", m.get("a")), m.get("median_b", m.get("b")))
+    """The change of a per-step metric's medians (compare's rows: `a`/`b`), as `change`."""
+    return change(name, m.get("a"), m.get("b"))
 
 
 def change(name: str, a, b) -> str:
@@ -43,10 +43,10 @@ def verdict(cmp) -> str:
     """One line: is B faster or slower than A, by how much, and is it significant."""
     by = {m["metric"]: m for m in cmp.metrics}
     m = by.get("throughput") or by.get("step_time_s")
-    if m is None or m.get("median_a") is None or m.get("median_b") is None:
+    if m is None or m.get("a") is None or m.get("b") is None:
         return "no per-step samples in both runs: no verdict (the tables below compare what the runs have)"
     name = m["metric"]
-    a, b = m.get("median_a"), m.get("median_b")
+    a, b = m.get("a"), m.get("b")
     faster = (b > a) if name == "throughput" else (b < a)
     word = "as fast as" if a == b else ("faster than" if faster else "slower than")
     if m.get("p_value") is None:
@@ -102,8 +102,8 @@ def render(console, cmp, wide: bool = False) -> None:
         rows.append(
             [
                 METRICS[name].label + ("" if unit in ("", "%") or unit in METRICS[name].label else f" ({unit})"),
-                format_value(name, m.get("median_a")),
-                format_value(name, m.get("median_b")),
+                format_value(name, m.get("a")),
+                format_value(name, m.get("b")),
                 change_text(name, m),
                 "-" if m.get("p_value") is None else f"{m['p_value']:.2g}",
                 f"{m['n_a']}/{m['n_b']}",

@@ -8,7 +8,7 @@ from perfbench.views.compare import verdict
 
 
 def _cmp(name: str, a: float, b: float, p: float | None) -> SimpleNamespace:
-    row = {"metric": name, "median_a": a, "median_b": b, "a": a, "b": b, "p_value": p, "rel": (b - a) / a}
+    row = {"metric": name, "a": a, "b": b, "p_value": p, "rel": (b - a) / a}
     return SimpleNamespace(metrics=[row])
 
 

@@ -328,13 +328,25 @@ def test_metric_delta_by_hand():
     assert r["a"] is None and r["b"] == 4.0 and r["higher_is_better"] is True and r["unit"] == "samples/s"
     r = metric_delta("no_such_metric", [1.0, 2.0], [3.0, 5.0], level=0.5)
     assert r["higher_is_better"] is False and r["unit"] == ""
-    assert r["median_a"] == 1.5 and r["median_b"] == 4.0 and r["rel"] == pytest.approx(2.5 / 1.5)
-    va, vb = 0.5 / 2, 2.0 / 2  # sample variances / n
-    dof = (va + vb) ** 2 / (va**2 + vb**2)
-    half = stats.t.ppf(0.75, dof) * math.sqrt(va + vb)  # a 50% interval
-    assert r["ci_abs"] == pytest.approx([2.5 - half, 2.5 + half])
-    assert r["ci_low"] == pytest.approx((2.5 - half) / 1.5) and r["ci_high"] == pytest.approx((2.5 + half) / 1.5)
-    r = metric_delta("step_time_s", [0.0, 0.0], [1.0, 2.0])  # mean 0: no relative change, no relative interval
+    assert r["a"] == 1.5 and r["b"] == 4.0 and r["rel"] == pytest.approx(2.5 / 1.5)  # medians, not means
+    # the interval of the change of the medians: scipy's percentile bootstrap (seed 0), inside what resampled
+    # medians can give ({1, 1.5, 2} and {3, 4, 5}: differences 1 to 4)
+    ref = stats.bootstrap(
+        (np.array([1.0, 2.0]), np.array([3.0, 5.0])),
+        lambda x, y, axis=-1: np.median(y, axis=axis) - np.median(x, axis=axis),
+        vectorized=True,
+        paired=False,
+        n_resamples=4999,
+        method="percentile",
+        confidence_level=0.5,
+        random_state=0,
+    ).confidence_interval
+    assert r["ci_abs"] == pytest.approx([ref.low, ref.high])
+    assert 1.0 <= r["ci_abs"][0] <= 2.5 <= r["ci_abs"][1] <= 4.0
+    assert r["ci_low"] == pytest.approx(ref.low / 1.5) and r["ci_high"] == pytest.approx(ref.high / 1.5)
+    r = metric_delta("step_time_s", [1.0, 1.0, 10.0], [2.0, 2.0, 2.0])  # an outlier moves the mean, not the median
+    assert r["a"] == 1.0 and r["b"] == 2.0 and r["rel"] == pytest.approx(1.0)
+    r = metric_delta("step_time_s", [0.0, 0.0], [1.0, 2.0])  # median 0: no relative change, no relative interval
     assert r["rel"] is None and r["ci_low"] is None and r["ci_high"] is None and r["delta"] == 1.5
 
 
