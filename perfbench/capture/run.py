@@ -23,6 +23,24 @@ import runpy  # noqa: E402
 import traceback  # noqa: E402
 
 LOG_VAR = "PERFBENCH_WORKER_LOG_DIR"  # set for torchrun: each rank writes its output to worker_{rank}.log there
+#: set for torchrun with launch.bind_core: the CPUs the local ranks pin to, one each (torchrun has no --bind_core;
+#: msrun's does the same for MindSpore ranks)
+CORES_VAR = "PERFBENCH_BIND_CORES"
+
+
+def pin_local_rank(environ=os.environ) -> int | None:
+    """Pin this process to its local rank's CPU of PERFBENCH_BIND_CORES (LOCAL_RANK-th, wrapping): the CPU, or None
+    when not asked to or not possible (no LOCAL_RANK, a CPU outside this process's affinity)."""
+    cores = [int(c) for c in environ.get(CORES_VAR, "").split(",") if c.strip().isdigit()]
+    local = environ.get("LOCAL_RANK", "")
+    if not cores or not local.isdigit():
+        return None
+    cpu = cores[int(local) % len(cores)]
+    try:
+        os.sched_setaffinity(0, {cpu})
+    except OSError:
+        return None
+    return cpu
 
 
 def _redirect_output(rank: int) -> None:
@@ -46,6 +64,7 @@ def main(argv: list[str]) -> int:
         return 2
     script = os.path.abspath(argv[0])
     _redirect_output(env_rank())
+    pin_local_rank()
     rec = current()  # None for msrun's scheduler process and outside perfbench
     if rec is not None:
         fw = (rec.config.get("script") or {}).get("framework")

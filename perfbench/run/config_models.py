@@ -236,7 +236,8 @@ class Launch(Section):
     bind_core: Annotated[Union[Literal["auto"], bool], explain("must be auto, true or false")] = Field(
         "auto",
         description="auto: msrun --bind_core when every local rank gets a core of its own; true: always (a single "
-        "local rank is then pinned to the first core by the rank itself, with 1-thread MindSpore pools)",
+        "local rank is then pinned to the first core by the rank itself, with 1-thread MindSpore pools); a PyTorch "
+        "script (torchrun) is pinned only with true: each local rank to a core of its own, by the capture bootstrap",
     )
     master_port: Annotated[
         Union[Literal["auto"], Annotated[int, Field(ge=1024, le=65535)]],

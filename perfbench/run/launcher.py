@@ -305,7 +305,9 @@ def launch(
     if script is not None:
         warm = skip_teardown = False
     if torch_job:
-        bind = False
+        # only when asked (true): pinned, a rank shares its one core with gloo's threads, which then cannot
+        # overlap its all-reduces with backward on a core of their own
+        bind = launch_cfg.get("bind_core", "auto") is True
         cmd = script_mod.torchrun_command(
             local,
             port,
@@ -356,6 +358,8 @@ def launch(
         env.update(script.get("env") or {})
         if torch_job:
             env["PERFBENCH_WORKER_LOG_DIR"] = str(log_dir)
+            if bind:  # torchrun has no --bind_core: the bootstrap pins each local rank (perfbench/capture/run.py)
+                env["PERFBENCH_BIND_CORES"] = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
             if nodes > 1 and "GLOO_SOCKET_IFNAME" not in env:  # gloo's peers must reach this node's address
                 ifname = script_mod.interface_towards(launch_cfg.get("master_addr", "127.0.0.1"))
                 if ifname:
