@@ -99,11 +99,15 @@ def script_rules(framework: str, parallel: dict, world_size: int) -> list[str]:
     """The `parallel.*` knobs a script cannot be given on this machine, each with the reason."""
     problems = []
     gc = parallel.get("grad_compression", "none")
-    if parallel.get("pipeline_stages", 1) > 1 or parallel.get("tensor_parallel", 1) > 1:
+    if parallel.get("tensor_parallel", 1) > 1:
         problems.append(
-            "parallel.pipeline_stages / tensor_parallel > 1: not handed to a script; MindSpore's native pipeline and "
-            "semi-auto parallel need Ascend/GPU (the CPU backend refuses them), and a PyTorch script builds its own "
-            "stages"
+            "parallel.tensor_parallel > 1: not handed to a script; MindSpore's semi-auto parallel needs Ascend/GPU "
+            "(the CPU backend refuses it), and a PyTorch script builds its own tensor-parallel layers"
+        )
+    if parallel.get("pipeline_stages", 1) > 1 and framework != "pytorch":
+        problems.append(
+            "parallel.pipeline_stages > 1: not handed to a MindSpore script; MindSpore's native pipeline needs "
+            "Ascend/GPU (the CPU backend refuses it)"
         )
     if framework == "pytorch":  # zero_stage 1 and micro_batches: perfbench.capture.parallel's helpers
         from perfbench.capture.parallel import pytorch_refusals

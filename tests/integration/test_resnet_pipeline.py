@@ -88,7 +88,8 @@ def test_rules_resnet_name_the_keys_and_values(par, ws, train, needle):
 
 def test_layer_costs_follow_the_shapes():
     pytest.importorskip("mindspore")
-    from workloads.resnet50.model import ResNet, layer_costs, pipeline_layers
+    from workloads.parallel.layout_math import resnet_layer_costs as layer_costs
+    from workloads.resnet50.model import ResNet, pipeline_layers
 
     net = ResNet((1, 1, 1, 1), 8, 10)
     layers = pipeline_layers(net)

@@ -100,7 +100,7 @@ def test_mindspore_refusals_say_why_at_dry_run():
     r = raw(script={"path": "train_mindspore.py", "framework": "mindspore"}, parallel={"zero_stage": 1})
     assert "optimizer sharding runs on Ascend only" in error_of(r)
     r = raw(script={"path": "train_mindspore.py", "framework": "mindspore"}, parallel={"pipeline_stages": 2})
-    assert "need Ascend/GPU" in error_of(r)
+    assert "native pipeline needs Ascend/GPU" in error_of(r)
 
 
 def test_a_pytorch_script_takes_bf16_and_overlap_a_mindspore_one_and_the_reference_workloads_do_not():
@@ -183,7 +183,7 @@ def test_a_script_goes_to_slurm_with_torchrun_on_every_node(tmp_path):
     "framework,parallel,expected",
     [
         ("mindspore", {"zero_stage": 1}, "parallel.zero_stage 1: MindSpore's optimizer sharding runs on Ascend only"),
-        ("mindspore", {"pipeline_stages": 2}, "MindSpore's native pipeline and semi-auto parallel need Ascend/GPU"),
+        ("mindspore", {"pipeline_stages": 2}, "MindSpore's native pipeline needs Ascend/GPU"),
         ("pytorch", {"grad_compression": "topk"}, "parallel.grad_compression topk: PyTorch has no top-k DDP hook"),
     ],
 )

@@ -18,7 +18,7 @@ TWO = {"world_size": [2]}
     ("par", "expected"),
     [
         ({"zero_stage": 2}, "parallel.zero_stage 2: PyTorch's ZeroRedundancyOptimizer shards the optimizer state only"),
-        ({"pipeline_stages": 2}, "parallel.pipeline_stages / tensor_parallel > 1: not handed to a script"),
+        ({"tensor_parallel": 2}, "parallel.tensor_parallel > 1: not handed to a script"),
     ],
 )
 def test_what_pytorch_cannot_be_given_is_refused_with_the_reason(par, expected):
@@ -28,6 +28,14 @@ def test_what_pytorch_cannot_be_given_is_refused_with_the_reason(par, expected):
 
 def test_zero1_needs_two_ranks():
     assert "parallel.zero_stage 1: needs world_size >= 2" in error_of(raw(parallel={"zero_stage": 1}))
+
+
+def test_pipeline_stages_reach_a_pytorch_script_not_a_mindspore_one():
+    cfg = parse_config(raw(parallel={"pipeline_stages": 2, "micro_batches": 2}, sweep=TWO), base_dir=EXAMPLES)
+    (plan,) = cfg.plan("s")
+    assert plan.run_config["parallel"]["pipeline_stages"] == 2
+    ms = raw(script={"path": "train_mindspore.py", "framework": "mindspore"}, parallel={"pipeline_stages": 2})
+    assert "parallel.pipeline_stages > 1: not handed to a MindSpore script" in error_of(ms)
 
 
 def test_micro_batches_and_zero1_reach_a_pytorch_script_not_a_mindspore_one():

@@ -56,6 +56,30 @@ def stage_bounds(costs: list[float], stages: int, split: list[int] | None = None
     return bounds
 
 
+def resnet_layer_costs(layers, width: int, image_size: int, num_classes: int) -> list[float]:
+    """Estimated cost (multiply-accumulates per image, in millions) of each of a ResNet's pipeline layers (stem,
+    every bottleneck block, head: ``workloads.resnet50.model.pipeline_layers``, ``workloads.torch_ddp.pipeline``).
+
+    Counts the convolutions and the fc layer only (BN/ReLU/pool are memory-bound and small next to them).
+    """
+    size = (int(image_size) + 1) // 2  # conv1, stride 2
+    costs = [size * size * 49 * 3 * width]
+    size = (size + 1) // 2  # max pool, stride 2, pad same
+    cin = width
+    for i, n in enumerate(layers):
+        w = width * (2**i)
+        for j in range(int(n)):
+            stride = 2 if (j == 0 and i > 0) else 1
+            out = (size + stride - 1) // stride
+            c = size * size * cin * w + out * out * (9 * w * w + w * 4 * w)
+            if stride != 1 or cin != 4 * w:
+                c += out * out * cin * 4 * w
+            costs.append(c)
+            size, cin = out, 4 * w
+    costs.append(cin * num_classes + size * size * cin)
+    return [c / 1e6 for c in costs]
+
+
 def capacity(tokens: int, num_experts: int, top_k: int, capacity_factor: float) -> int:
     return max(1, int(math.ceil(capacity_factor * tokens * top_k / num_experts)))
 

@@ -8,7 +8,7 @@ Gradient path, chosen by ``parallel``:
 
 Pipeline / micro-batches (``parallel.pipeline_stages`` S > 1 or ``micro_batches`` M > 1): the model is handed to
 ``workloads.parallel.pipeline.PipelineTrainer`` as ``[stem, every bottleneck block, head]`` (costs: estimated
-MACs, ``model.layer_costs``), GPipe or 1F1B over M micro-batches of ``train.batch_size / M`` images; with S = 1
+MACs, ``resnet_layer_costs``), GPipe or 1F1B over M micro-batches of ``train.batch_size / M`` images; with S = 1
 this is gradient accumulation.  ``world_size = S x D``: replica d of every stage reads the data of "rank" d
 (so the first and the last stage of a replica see the same images and labels), only last-stage ranks count
 ``samples``.  D > 1 replicas all-reduce their gradients after the flush: with S = 1 through ``make_reducer``
@@ -28,6 +28,7 @@ from workloads.data import make_image_data
 from workloads.optimizers import make_optimizer
 from workloads.parallel.bucketing import parse_fusion
 from workloads.parallel.compression import make_reducer
+from workloads.parallel.layout_math import resnet_layer_costs
 from workloads.parallel.overlap import OverlapTrainStep
 from workloads.parallel.pipeline import PipelineTrainer, create_groups
 from workloads.parallel.precision import OVERFLOW_BOOST, LossScaleTrainStep, apply_precision
@@ -292,7 +293,7 @@ class ResNetPipelineWorkload:
         import mindspore as ms
         from mindspore import nn
 
-        from workloads.resnet50.model import ResNet, layer_costs, param_count, pipeline_layers
+        from workloads.resnet50.model import ResNet, param_count, pipeline_layers
 
         cfg = ctx.config
         par = _check(cfg)
@@ -319,7 +320,7 @@ class ResNetPipelineWorkload:
         if t.get("recompute"):
             recompute_blocks(net, compiled=t.get("mode", "graph") == "graph")  # graph: ms.jit stage functions
         layers = pipeline_layers(net)
-        costs = layer_costs(layers_cfg, int(m["width"]), int(m["image_size"]), int(m["num_classes"]))
+        costs = resnet_layer_costs(layers_cfg, int(m["width"]), int(m["image_size"]), int(m["num_classes"]))
 
         reducer_factory = None
         if S == 1 and D > 1:

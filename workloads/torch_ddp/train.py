@@ -17,6 +17,8 @@ own way:
 - `parallel.zero_stage: 1` -> `ZeroRedundancyOptimizer` (perfbench.capture.parallel.optimizer: each rank keeps
   the momentum of its share of the parameters and broadcasts its updated share, one broadcast per rank per step);
 - `train.recompute` -> activation checkpointing of the bottleneck blocks (model.py);
+- `parallel.pipeline_stages` S > 1 -> `torch.distributed.pipelining` stages over `parallel.micro_batches`,
+  `parallel.pipeline_schedule` gpipe / 1f1b, `parallel.pipeline_split` (pipeline.py);
 - `inject.straggler_rank` / `straggler_busy_ms` -> that rank alone burns this much CPU time at the start of every
   step (the MindSpore runner's straggler), so the other ranks wait for it in the all-reduces;
 - `train.batch_size` (per rank), `train.steps`, `train.lr`, `knobs.width`, `knobs.image_size`, `knobs.num_classes`.
@@ -34,6 +36,7 @@ import torch.distributed as dist
 from torch import nn
 
 from perfbench import capture
+from workloads.torch_ddp import pipeline
 from workloads.torch_ddp.launch import start
 from workloads.torch_ddp.model import ResNet
 
@@ -62,6 +65,14 @@ def _args() -> argparse.Namespace:
     p.add_argument("--micro-batches", type=int, default=int(par.get("micro_batches") or 1))
     p.add_argument("--zero-stage", type=int, choices=[0, 1], default=int(par.get("zero_stage") or 0))
     p.add_argument("--recompute", action=argparse.BooleanOptionalAction, default=bool(train.get("recompute", False)))
+    p.add_argument("--pipeline-stages", type=int, default=int(par.get("pipeline_stages") or 1))
+    p.add_argument("--pipeline-schedule", choices=["gpipe", "1f1b"], default=par.get("pipeline_schedule") or "1f1b")
+    p.add_argument(
+        "--pipeline-split",
+        type=lambda v: [int(x) for x in v.split(",")],
+        default=par.get("pipeline_split"),
+        help="layers per stage, comma-separated (stem + 16 blocks + head = 18)",
+    )
     p.add_argument("--straggler-rank", type=int, default=None if straggler is None else int(straggler))
     p.add_argument("--straggler-busy-ms", type=float, default=float(inj.get("straggler_busy_ms") or 0))
     return p.parse_args()
@@ -115,6 +126,10 @@ def main() -> None:
     if a.grad_compression == "powersgd" and not a.overlap:
         raise SystemExit("parallel.grad_compression powersgd needs overlap_grad_comm: true (a DDP hook)")
     world, rank, device = start(a.batch_size, a.micro_batches)
+    if a.pipeline_stages > 1:
+        pipeline.train(a, world, rank, device, bucket_cap_mb(a.bucket_cap_mb))
+        dist.destroy_process_group()
+        return
 
     torch.manual_seed(0)  # the same initial weights on every rank
     net = ResNet(width=a.width, num_classes=a.num_classes, recompute=a.recompute).to(device)

@@ -84,8 +84,9 @@ def find(tables, summary):
         out.append(_row(r, steps, cross))
         if cross and bottleneck is not None:
             at = f" (stage {stages[int(r['rank'])]})" if int(r["rank"]) in stages else ""
+            named = f"in group '{r['group']}' " if str(r["group"] or "") else ""  # gloo's p2p names no group
             out[-1]["message"] = (
-                f"Rank {r['rank']}{at} arrives last in group '{r['group']}' between pipeline stages (mean "
+                f"Rank {r['rank']}{at} arrives last {named}between pipeline stages (mean "
                 f"{fmt(r['mean_lateness_ms'])} ms late per transfer) while stage {bottleneck[0]} computes "
                 f"{bottleneck[1]:.1f}x the least stage: the other stage waits for the slower one. This is the "
                 f"pipeline split, not a slow rank: rebalance the layers across stages (see {stage_imbalance.ID})."
