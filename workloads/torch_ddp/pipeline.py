@@ -7,8 +7,10 @@ over `parallel.micro_batches` M micro-batches.
 Layout, as MindSpore's (contiguous stages): with world size W = S x D, rank r runs stage r // D in data-parallel
 replica r % D. The stages of one replica form a process group described "pp" (the i-th lowest rank runs stage i:
 how perfbench's analyses place stages, from the Kineto trace's `pg_config`); the D ranks of a stage form a group
-described "dp", over which DDP all-reduces that stage's gradients once per step (the schedule runs the other
-micro-batches under `no_sync`). The split follows `parallel.pipeline_split` (layers per stage), else the
+described "dp", over which that stage's gradients are all-reduced once per step, after the schedule's step, in
+DDP's buckets of `parallel.comm_fusion` MB (workloads/torch_ddp/buckets.py; DDP itself inside a `PipelineStage`
+fails its bucket rebuild in torch 2.13 when micro-batches accumulate).
+The split follows `parallel.pipeline_split` (layers per stage), else the
 cost-balanced partition of the layers' estimated MACs (workloads.parallel.layout_math, the MindSpore workload's).
 
 Samples are counted by the last stage alone (one replica trains `batch_size` samples per step, whatever S), with
@@ -24,6 +26,7 @@ from torch import nn
 from perfbench import capture
 from perfbench.capture.recorder import current
 from workloads.parallel.layout_math import resnet_layer_costs, stage_bounds
+from workloads.torch_ddp.buckets import allreduce_after_backward, buckets
 from workloads.torch_ddp.model import ResNet
 
 #: ResNet-50's bottleneck blocks per group
@@ -116,10 +119,7 @@ def train(a, world: int, rank: int, device: torch.device, bucket_cap_mb: float) 
     costs = resnet_layer_costs(BLOCKS, a.width, a.image_size, a.num_classes)
     lo, hi = stage_bounds(costs, S, a.pipeline_split)[stage]
     module: nn.Module = nn.Sequential(*layers(net)[lo:hi]).to(device)
-    if dp is not None:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        module = DDP(module, process_group=dp, broadcast_buffers=False, bucket_cap_mb=bucket_cap_mb)
+    grads = buckets([p for p in module.parameters() if p.requires_grad], bucket_cap_mb) if dp is not None else []
     pipe = PipelineStage(module, stage, S, device, group=pp)
     loss_fn = nn.CrossEntropyLoss()
     schedule = {"gpipe": ScheduleGPipe, "1f1b": Schedule1F1B}[a.pipeline_schedule]
@@ -149,6 +149,8 @@ def train(a, world: int, rank: int, device: torch.device, bucket_cap_mb: float) 
                 sched.step(target=y, losses=losses)
             else:
                 sched.step()
+            if grads:
+                allreduce_after_backward(grads, replicas, False, group=dp)
             opt.step()
             if losses:
                 loss = float(torch.stack(losses).detach().mean())

@@ -37,10 +37,9 @@ from torch import nn
 
 from perfbench import capture
 from workloads.torch_ddp import pipeline
+from workloads.torch_ddp.buckets import allreduce_after_backward, buckets
 from workloads.torch_ddp.launch import start
 from workloads.torch_ddp.model import ResNet
-
-MB = 1 << 20
 
 
 def _args() -> argparse.Namespace:
@@ -90,35 +89,6 @@ def bucket_cap_mb(value) -> float:
     """DDP's `bucket_cap_mb` for `parallel.comm_fusion` (capture.apply_parallel's rule)."""
     mb = capture.parallel.fusion_mb(value)
     return 0.0 if mb is None else mb
-
-
-def buckets(params: list[torch.nn.Parameter], cap_mb: float) -> list[list[torch.nn.Parameter]]:
-    """DDP's bucketing: parameters in reverse order, a bucket closes once its bytes reach the cap."""
-    cap = cap_mb * MB
-    out: list[list[torch.nn.Parameter]] = [[]]
-    size = 0
-    for p in reversed(params):
-        out[-1].append(p)
-        size += p.numel() * p.element_size()
-        if size >= cap:
-            out.append([])
-            size = 0
-    return [b for b in out if b]
-
-
-def allreduce_after_backward(groups: list[list[torch.nn.Parameter]], world: int, fp16: bool) -> None:
-    """The gradients of each bucket flattened, all-reduced (averaged) and copied back: after the whole backward."""
-    for group in groups:
-        grads = [p.grad for p in group]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        buf = flat.to(torch.float16) if fp16 else flat
-        dist.all_reduce(buf)
-        flat = buf.to(flat.dtype).div_(world)
-        offset = 0
-        for g in grads:
-            n = g.numel()
-            g.copy_(flat[offset : offset + n].view_as(g))
-            offset += n
 
 
 def main() -> None:
