@@ -29,7 +29,6 @@ def parse_timeline_dev(dev_dir: Path) -> dict:
             by_kind.setdefault(m.group(1), {}).setdefault(int(m.group(4)), []).append(p)
     iterations = sorted(set().union(*[set(v) for v in by_kind.values()]))
     res["meta"] = {"device_info": device_meta(info) if info else {}, "timeline_iterations": iterations}
-    where = f"rank {rank} ({dev_dir}/timeline)"
     # every step_trace_* file may repeat earlier iterations: one event each
     seen, st_ev = set(), []
     for it, paths in sorted(by_kind.get("step_trace", {}).items()):
@@ -84,7 +83,13 @@ def parse_timeline_dev(dev_dir: Path) -> dict:
             }
         )
         res["ops"] = pd.concat([res["ops"], kern], ignore_index=True) if res["ops"] is not None else kern
-    # what this rank was read from, and what it lacks
+    _inputs_and_gaps(res, dev_dir, by_kind, iterations, src_kind)
+    return res
+
+
+def _inputs_and_gaps(res: dict, dev_dir: Path, by_kind: dict, iterations: list[int], src_kind: str | None) -> None:
+    """What this rank was read from (`res["inputs"]`), and a warning for each kind or iteration it lacks."""
+    where = f"rank {res['rank']} ({dev_dir}/timeline)"
     for kind in ("step_trace", "task_time", "msprof", "hccl"):
         if kind in by_kind:
             res["inputs"].append(f"timeline/{kind}_*.json ({len(by_kind[kind])} iterations)")
@@ -100,7 +105,6 @@ def parse_timeline_dev(dev_dir: Path) -> dict:
     has_hccl_tasks = res["ops"] is not None and (res["ops"]["category"] == "communication_task").any()
     if "hccl" not in by_kind and (has_hccl_tasks or "hccl" in _kinds_of_siblings(dev_dir)):
         res["warnings"].append(f"{where}: no hccl_*.json: {_LOST['hccl']}")
-    return res
 
 
 #: what a rank loses without each timeline kind
