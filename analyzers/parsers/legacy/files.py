@@ -9,6 +9,7 @@ import pandas as pd
 
 from perfbench.errors import ProfileFormatError
 
+#: each file kind's name (the rank: its last number)
 PATTERNS = {
     "step_trace": re.compile(r"^step_trace_raw_(\d+)_detail_time\.csv$"),
     "hccl": re.compile(r"^hccl_raw_(\d+)\.csv$"),
@@ -21,6 +22,7 @@ PATTERNS = {
 }
 #: file kinds that make a folder a legacy profile on their own
 PRIMARY = ("step_trace", "hccl", "pipeline", "timeline")
+#: how deep below a given folder scan looks when the folder itself holds none
 MAX_DEPTH = 4
 
 
@@ -61,6 +63,7 @@ def detect(path) -> bool:
 
 
 def is_primary(name: str) -> bool:
+    """A file of a kind that makes a folder a legacy profile on its own."""
     return any(PATTERNS[k].match(name) for k in PRIMARY)
 
 

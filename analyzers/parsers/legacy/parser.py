@@ -19,7 +19,7 @@ Units: step-trace ticks / 100 = us; hccl_raw and pipeline times are ms.
 
 No ops are invented: a rank without an op timeline has no `ops` (its breakdown is the profiler's or
 unknown). Missing files are `Profile.warnings` naming them; `ranks.inputs` names the files read. A folder
-holding loose legacy files and msprof jobs (PROF_*) below reads both (`_with_msprof_below`).
+holding loose legacy files and msprof jobs (PROF_*) below reads both (`with_msprof.py`).
 """
 
 from __future__ import annotations

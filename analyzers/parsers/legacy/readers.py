@@ -167,7 +167,7 @@ def read_hccl(path: Path, rank: int):
     return comm, links, bw
 
 
-# ---- the rest ------------------------------------------------------------------------------------
+# ---- cluster analyse, framework_raw, output_timeline_data -----------------------------------------
 
 
 def read_pipeline(path: Path, rank: int) -> pd.DataFrame:
