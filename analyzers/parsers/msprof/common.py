@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import re
 
+import pandas as pd
+
+from analyzers.schema import bandwidth_gbps, conform, empty
+
 
 #: op-type spellings -> schema op_type (schema.COMM_OP_TYPES)
 _COMM_TYPES = [
@@ -106,3 +110,13 @@ def link_rows(entries) -> tuple[list[dict], dict[str, list[float]], float, int |
         if not local:
             payload += mb
     return links, per_tr, payload, (len(ranks) if ranks else None)
+
+
+def rate_table(rows: list[dict], table: dict) -> pd.DataFrame:
+    """The links or comm_bandwidth table (`table`: its schema) of rows holding size_mb and time_ms, with their
+    bandwidth_gbps; the empty table when there are no rows."""
+    if not rows:
+        return empty(table)
+    df = pd.DataFrame(rows)
+    df["bandwidth_gbps"] = bandwidth_gbps(df["size_mb"], df["time_ms"])
+    return conform(df, table)

@@ -131,7 +131,7 @@ def to_number(s: pd.Series, *, path=None, column: str = "", strict: bool = False
 
 def to_numbers(
     df: pd.DataFrame, cols: list[str], *, path=None, strict: tuple | list | set = ()
-) -> dict[str, np.ndarray]:
+) -> dict[str, pd.Series]:
     """Many string columns -> float arrays in one vectorized pass (wide files have 1000+ columns)."""
     cols = [c for c in cols if c in df.columns]
     if not cols:
