@@ -37,7 +37,6 @@ PENDING_FUNCTIONS = {
     "workloads.runner:run": "to split",
     "analyzers.parsers.legacy.parser:parse": "to split",
     "perfbench.run.sweep:execute_run": "to split",
-    "dashboards.pages.scaling:_charts": "to split",
 }
 
 #: modules over the limit still to split
@@ -45,8 +44,6 @@ PENDING_MODULES = {
     "analyzers.parsers.ascend.text": "import-speed rework in flight",
     "analyzers.parsers.msprof.parser": "to split",
     "analyzers.catalogue": "to split (the metric definitions are data: one module of them, one of the lists)",
-    "dashboards.pages.run": "to split",
-    "perfbench.views.run_report": "to split",
     "perfbench.run.launcher": "to split",
     "analyzers.parsers.legacy.parser": "to split",
     "perfbench.run.config_models": "to split",
