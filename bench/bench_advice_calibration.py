@@ -48,6 +48,12 @@ TINY = {
     "launch": {"timeout_s": 600, "stall_timeout_s": 300},
     "sweep": {"world_size": [2]},
 }
+#: the MoE cases: TINY's schedule with the MoE workload (its model given per case)
+TINY_MOE = {k: v for k, v in TINY.items() if k != "model"} | {"workload": "moe"}
+#: the script cases (a user's own job, unfused): TINY's profile, launch and world size, no gradient fusion
+SCRIPT_UNFUSED = {"workload": "script", "parallel": {"comm_fusion": 0}} | {
+    k: TINY[k] for k in ("profile", "launch", "sweep")
+}
 PIPE_MODEL = {"image_size": 32, "num_classes": 10, "width": 8, "layers": [3, 4, 6, 3]}
 
 
@@ -98,34 +104,19 @@ CASES: dict[str, tuple[dict, str, str]] = {
         "advise",
     ),
     advice.expert_imbalance.ID: (
-        {
-            "workload": "moe",
-            "model": {"num_experts": 4, "top_k": 1, "capacity_factor": 4.0, "aux_loss_coef": 0.0},
-            "train": {"batch_size": 4, "steps": 5, "warmup_steps": 2},
-            "profile": {"enabled": True, "steps": 2},
-            "launch": TINY["launch"],
-            "sweep": {"world_size": [2]},
-        },
+        _with(TINY_MOE, model={"num_experts": 4, "top_k": 1, "capacity_factor": 4.0, "aux_loss_coef": 0.0}),
         advice.expert_imbalance.ID,
         "advise",
     ),
     "tensor_parallel": (
-        {
-            "workload": "moe",
-            "model": {"num_experts": 2, "hidden_size": 64},
-            "train": {"batch_size": 4, "steps": 5, "warmup_steps": 2},
-            "parallel": {"tensor_parallel": 2},
-            "profile": {"enabled": True, "steps": 2},
-            "launch": TINY["launch"],
-            "sweep": {"world_size": [2]},
-        },
+        _with(TINY_MOE, model={"num_experts": 2, "hidden_size": 64}, parallel={"tensor_parallel": 2}),
         advice.tensor_parallel_comm.ID,
         "advise",
     ),
     "own_job_unfused": (
-        {
-            "workload": "script",
-            "script": {
+        _with(
+            SCRIPT_UNFUSED,
+            script={
                 "path": str(ROOT / "examples/own-job/train_mindspore.py"),
                 "framework": "mindspore",
                 "args": [
@@ -139,30 +130,22 @@ CASES: dict[str, tuple[dict, str, str]] = {
                     "{parallel.comm_fusion}",
                 ],
             },
-            "train": {"batch_size": 8, "steps": 6, "warmup_steps": 2},
-            "profile": {"enabled": True, "steps": 2},
-            "parallel": {"comm_fusion": 0},
-            "launch": TINY["launch"],
-            "sweep": {"world_size": [2]},
-        },
+            train={"batch_size": 8, "steps": 6, "warmup_steps": 2},
+        ),
         advice.small_packets.ID,
         "advise",
     ),
     "pytorch_unfused": (
-        {
-            "workload": "script",
-            "script": {
+        _with(
+            SCRIPT_UNFUSED,
+            script={
                 "path": str(ROOT / "workloads/torch_ddp/train.py"),
                 "framework": "pytorch",
                 "env": {"OMP_NUM_THREADS": "1"},
             },
-            "knobs": {"width": 8, "image_size": 32, "num_classes": 10},
-            "train": {"batch_size": 4, "steps": 6, "warmup_steps": 2},
-            "profile": {"enabled": True, "steps": 2},
-            "parallel": {"comm_fusion": 0},
-            "launch": TINY["launch"],
-            "sweep": {"world_size": [2]},
-        },
+            knobs={"width": 8, "image_size": 32, "num_classes": 10},
+            train={"batch_size": 4, "steps": 6, "warmup_steps": 2},
+        ),
         advice.small_packets.ID,
         "advise",
     ),

@@ -39,17 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from perfbench.store import Store  # noqa: E402
-
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+from tests.ui.test_dashboard_ui import CHROMIUM_ARGS  # noqa: E402  (the browser flags the UI tests run with)
 
 
 GRID = list(itertools.product([1, 2, 4, 8], [0, 8, 32], ["none", "fp16", "topk"]))

@@ -40,14 +40,14 @@ def main(argv=None) -> int:
     import mindspore as ms
 
     import workloads.resnet50 as r50
-    from bench.bench_profiler_interleaved import run_config
+    from bench.common import quickstart_config
     from workloads.runner import RunContext, memory_sample
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_seed(0)
     out = Path(tempfile.mkdtemp(prefix="bench_memory_sampling_"))
-    cfg = run_config("bench-memory-sampling", out, args.width, "off")
+    cfg = quickstart_config("bench-memory-sampling", out, args.width, "off")
     ctx = RunContext(cfg, 0, 1, out)
     wl = r50.build(ctx)
     step = 0

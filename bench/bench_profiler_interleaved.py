@@ -31,39 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def run_config(run_id: str, out: Path, width: int, level: str) -> dict:
-    """The run_config.json of the quickstart model (ResNet-50 3-4-6-3, 32x32, batch 8, GRAPH), profiler off, for
-    benches that drive a workload in-process (also bench_memory_sampling.py)."""
-    return {
-        "run_id": run_id,
-        "workload": "resnet50",
-        "world_size": 1,
-        "repeat": 0,
-        "output_dir": str(out),
-        "model": {"image_size": 32, "num_classes": 10, "width": width, "layers": [3, 4, 6, 3]},
-        "train": {
-            "batch_size": 8,
-            "steps": 10**6,
-            "warmup_steps": 3,
-            "seed": 0,
-            "lr": 0.05,
-            "momentum": 0.9,
-            "mode": "graph",
-            "data": "synthetic",
-        },
-        "profile": {"enabled": False, "steps": 0, "level": level},
-        "parallel": {
-            "grad_compression": "none",
-            "compression_ratio": 0.01,
-            "comm_fusion": 0,
-            "fusion_impl": "perfbench",
-            "pipeline_stages": 1,
-            "micro_batches": 1,
-            "pipeline_schedule": "1f1b",
-        },
-        "inject": {},
-    }
+from bench.common import quickstart_config  # noqa: E402
 
 
 def measure(level: str, cycles: int, off: int, on: int, width: int, out: Path) -> dict:
@@ -78,7 +46,7 @@ def measure(level: str, cycles: int, off: int, on: int, width: int, out: Path) -
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_seed(0)
-    cfg = run_config(f"interleaved-{level}", out, width, level)
+    cfg = quickstart_config(f"interleaved-{level}", out, width, level)
     ctx = RunContext(cfg, 0, 1, out)
     wl = r50.build(ctx)
     step = 0

@@ -38,41 +38,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.common import quickstart_config  # noqa: E402
 from perfbench.run import launcher  # noqa: E402
 from workloads.runner import PROFILE_LEVELS  # noqa: E402
 
 
 def run_config(out: Path, name: str, args, level: str) -> dict:
-    return {
-        "run_id": name,
-        "workload": "resnet50",
-        "world_size": args.world_size,
-        "repeat": 0,
-        "output_dir": str(out / name / "artifacts"),
-        "threads_per_rank": 1,
-        "model": {"image_size": 32, "num_classes": 10, "width": args.width, "layers": [3, 4, 6, 3]},
-        "train": {
-            "batch_size": 8,
-            "steps": args.steps,
-            "warmup_steps": args.warmup,
-            "seed": 0,
-            "lr": 0.05,
-            "momentum": 0.9,
-            "mode": "graph",
-            "data": "synthetic",
-        },
-        "profile": {"enabled": level != "off", "steps": args.profile_steps, "level": level},
-        "parallel": {
-            "grad_compression": "none",
-            "compression_ratio": 0.01,
-            "comm_fusion": 0,
-            "fusion_impl": "perfbench",
-            "pipeline_stages": 1,
-            "micro_batches": 1,
-            "pipeline_schedule": "1f1b",
-        },
-        "inject": {"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
-    }
+    cfg = quickstart_config(
+        name,
+        out / name / "artifacts",
+        args.width,
+        level,
+        world_size=args.world_size,
+        threads_per_rank=1,
+        inject={"crash_rank": None, "crash_step": None, "hang_rank": None, "hang_step": None, "delay_ms": 0},
+    )
+    cfg["train"].update(steps=args.steps, warmup_steps=args.warmup)
+    cfg["profile"] = {"enabled": level != "off", "steps": args.profile_steps, "level": level}
+    return cfg
 
 
 def launch(out: Path, name: str, args, level: str, port: int) -> dict:

@@ -165,6 +165,13 @@ def table(df: pd.DataFrame | None, id: str, page_size: int = 15, formatted: bool
     )
 
 
+def picker(id: str, options: list, value, width: int):
+    """An inline, non-clearable dropdown of `width` pixels (the pages' choosers of a sweep, metric, axis or
+    step)."""
+    style = {"width": f"{width}px", "display": "inline-block", "verticalAlign": "middle"}
+    return dcc.Dropdown(id=id, options=options, value=value, clearable=False, style=style)
+
+
 def empty(text: str):
     return html.P(text, className="empty", style={"color": "#777", "fontStyle": "italic"})
 

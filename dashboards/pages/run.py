@@ -5,15 +5,12 @@ Reads only aggregate tables from the store."""
 
 from __future__ import annotations
 
-import json
-
 import pandas as pd
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
 
 from analyzers.analyses.steadiness import SELF_ESTIMATES, resolved, unsteady_reasons
 from analyzers.catalogue import BREAKDOWN_TOTAL, KEY_METRICS, METRICS
-from analyzers.schema import warmup_steps
 from dashboards import data
 from dashboards.components import (
     TABLE_STYLE,
@@ -23,43 +20,14 @@ from dashboards.components import (
     metric_card,
     metric_label,
     metric_text,
+    picker,
     section,
     table,
 )
-from perfbench.views.run_report import (
-    advice_tree,
-    breakdown_step,
-    gain_text,
-    input_problem_lines,
-    ordered_advice,
-    peak_holders,
-    step_story,
-    traffic_classes,
-    try_text,
-)
+from dashboards.pages.run_advice import advice_list, verdict
+from dashboards.pages.run_charts import breakdown_figure, expert_load, memory_figure, timeline_figure
+from perfbench.views.run_numbers import breakdown_step, input_problem_lines, peak_holders, step_story, traffic_classes
 from perfbench.views.trace import write_trace
-
-#: the stacked parts add up to the rank's profiled step: overlapped lies within computing, so it is stacked as
-#: its own part and computing as the rest of it (computing - overlapped)
-PARTS = [
-    ("compute_only_ms", "computing (not overlapped)", "#4c78a8"),
-    ("overlapped_ms", "overlapped (computing with communication)", "#f58518"),
-    ("communication_not_overlapped_ms", "communication (not overlapped)", "#e45756"),
-    ("free_ms", "free", "#bab0ac"),
-]
-SPAN_COLORS = {
-    "forward": "#4c78a8",
-    "backward": "#72b7b2",
-    "allreduce": "#e45756",
-    "send": "#f58518",
-    "recv": "#eeca3b",
-    "optimizer": "#54a24b",
-    "dispatch": "#b279a2",
-    "combine": "#ff9da6",
-    "step": "#bab0ac",
-    "compute": "#4c78a8",
-    "communication": "#e45756",
-}
 
 
 def layout(run_id: str | None = None, **_):
@@ -102,13 +70,12 @@ def layout(run_id: str | None = None, **_):
                 html.Div(
                     [
                         html.Label("step "),
-                        dcc.Dropdown(
-                            id="run-step",
-                            options=[{"label": "steady-state steps", "value": -1}]
+                        picker(
+                            "run-step",
+                            [{"label": "steady-state steps", "value": -1}]
                             + [{"label": str(s), "value": s} for s in steps],
-                            value=-1,
-                            clearable=False,
-                            style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"},
+                            -1,
+                            260,
                         ),
                     ]
                 ),
@@ -159,73 +126,6 @@ def settings_line(settings: dict):
     return html.Div(chips, id="run-settings", style={"fontSize": "13px", "margin": "4px 0 10px"})
 
 
-def _advice(rid: str) -> list[dict] | None:
-    """The stored advice in its ranked order (causes by expected gain, symptoms after their cause; older runs
-    without gains: most severe first) - the same list `perfbench show` and `perfbench advise` print."""
-
-    recs = ordered_advice(data.get().table(rid, "advice"))
-    return recs or None
-
-
-def _gain(r: dict) -> str:
-
-    return gain_text(r)
-
-
-def verdict(rid: str, rec: dict):
-    """The answer first: the top finding of the stored advice, with its evidence."""
-    a = _advice(rid)
-    style = {
-        "border": "1px solid #ccc",
-        "borderLeft": "6px solid #888",
-        "padding": "8px 14px",
-        "margin": "10px 0 14px",
-        "background": "#fafafa",
-    }
-    if rec.get("status") != "ok":
-        return html.Div(
-            [html.B("Verdict: "), f"the run did not finish ({rec.get('status')}); see the error above."],
-            id="run-verdict",
-            style={**style, "borderLeftColor": "#b00"},
-        )
-    if a is None:
-        return html.Div(
-            [html.B("Verdict: "), "no finding — none of the advice rules fired for this run."],
-            id="run-verdict",
-            style={**style, "borderLeftColor": "#54a24b"},
-        )
-    top = a[0]
-    sev = str(top.get("severity") or "")
-    color = {"high": "#e45756", "medium": "#f58518"}.get(sev, "#4c78a8")
-    more = len(a) - 1
-    return html.Div(
-        [
-            html.Div(
-                [html.B("Verdict" + (f" ({sev})" if sev else "") + ": "), html.Span(str(top.get("message", "")))],
-                style={"fontSize": "16px"},
-            ),
-            html.Div(
-                _gain(top) + (f" — basis: {top['basis']}" if top.get("basis") else ""),
-                className="gain",
-                style={"fontSize": "13px", "marginTop": "4px"},
-            )
-            if "gain_ms" in top
-            else None,
-            html.Div(
-                ["evidence: ", str(top.get("evidence") or "-")],
-                className="evidence",
-                style={"fontSize": "13px", "color": "#444", "marginTop": "4px"},
-            ),
-            html.Div(
-                f"{more} more finding{'s' if more != 1 else ''} under “All advice”." if more else "",
-                style={"fontSize": "12px", "color": "#777", "marginTop": "4px"},
-            ),
-        ],
-        id="run-verdict",
-        style={**style, "borderLeftColor": color},
-    )
-
-
 def unsteady(rec: dict):
     """Why the run is not steady enough to compare (analyzers/analyses/steadiness.py: the ⚠ of `ls`), or None."""
     why = unsteady_reasons(rec.get("metrics") or {})
@@ -239,7 +139,7 @@ def unsteady(rec: dict):
 
 
 def input_problems(rec: dict):
-    """Per rank, the inputs it had but could not use and what was recomputed (perfbench.views.run_report)."""
+    """Per rank, the inputs it had but could not use and what was recomputed (perfbench.views.run_numbers)."""
 
     lines = input_problem_lines(rec)
     if not lines:
@@ -254,7 +154,7 @@ def input_problems(rec: dict):
 def key_numbers(metrics: dict):
     """The catalogue's key metrics as cards (label, value with unit, definition as tooltip); the rest folded.
     The profiled step the breakdown splits stands beside the step time, with the profiler's cost between them
-    (perfbench.views.run_report.step_story)."""
+    (perfbench.views.run_numbers.step_story)."""
 
     metrics = dict(metrics)
     if metrics.get(BREAKDOWN_TOTAL) is None and breakdown_step(metrics) is not None:
@@ -336,92 +236,6 @@ def _steps(rid) -> list[int]:
     return []
 
 
-def breakdown_figure(rid: str, step: int | None) -> go.Figure:
-    d = data.get()
-    bd = d.breakdown_per_rank(rid, step)
-    fig = go.Figure()
-    if bd is not None and not bd.empty:
-        x = [f"rank {int(r)}" for r in bd["rank"]]
-        if "computing_ms" in bd.columns:
-            over = bd["overlapped_ms"].fillna(0) if "overlapped_ms" in bd.columns else 0.0
-            bd = bd.assign(compute_only_ms=bd["computing_ms"] - over)
-        for col, label, color in PARTS:
-            if col in bd.columns:
-                fig.add_trace(go.Bar(name=label, x=x, y=bd[col].fillna(0).tolist(), marker_color=color))
-        title = "ms per profiled step, parts adding up to it" + (
-            f" (step {step})" if step is not None else " (median over the profiled steps)"
-        )
-    else:  # no profile: step time per rank from the workload's own metrics
-        ws = d.table(rid, "workload_steps")
-        if ws is None or ws.empty:
-            fig.update_layout(title="no step breakdown and no per-step metrics in this run", height=380)
-            return fig
-        if step is not None:
-            ws = ws[ws["step"] == step]
-        per = ws.groupby("rank")["step_time_s"].mean() * 1000
-        fig.add_trace(
-            go.Bar(
-                name="step (no profile)",
-                x=[f"rank {int(r)}" for r in per.index],
-                y=per.tolist(),
-                marker_color="#bab0ac",
-            )
-        )
-        title = "ms per step (no profiler breakdown in this run)"
-    fig.update_layout(barmode="stack", title=title, yaxis_title="ms", height=380, legend={"orientation": "h"})
-    return fig
-
-
-def timeline_figure(rid: str, step: int | None) -> go.Figure:
-    d = data.get()
-    spans = d.table(rid, "spans")
-    if spans is None or spans.empty:  # no workload spans: the profiler's merged compute/communication segments
-        spans = d.table(rid, "timeline")
-    ws = d.table(rid, "workload_steps")
-    fig = go.Figure()
-    src = spans if spans is not None and not spans.empty else None
-    if src is None and (ws is None or ws.empty):
-        fig.update_layout(title="no step timestamps in this run", height=300)
-        return fig
-    ref = src if src is not None else ws
-    steps = sorted(ref["step"].dropna().unique())
-    if step is None or step not in steps:
-        rec = d.run(rid) or {}
-        warm = warmup_steps(rec.get("config"))
-        later = [s for s in steps if s >= warm]
-        step = (later or steps)[0]
-    if src is not None:
-        ev = src[src["step"] == step].copy()
-        ev["kind"] = ev["kind"].astype(str)
-    else:
-        ev = ws[ws["step"] == step].copy()
-        ev["kind"] = "step"
-    t0 = ev["start_ts"].min()
-    ev["start_ms"] = (ev["start_ts"] - t0) * 1000
-    ev["dur_ms"] = (ev["end_ts"] - ev["start_ts"]) * 1000
-    for kind, g in ev.groupby("kind"):
-        fig.add_trace(
-            go.Bar(
-                name=kind,
-                base=g["start_ms"].tolist(),
-                x=g["dur_ms"].tolist(),
-                y=[f"rank {int(r)}" for r in g["rank"]],
-                orientation="h",
-                marker_color=SPAN_COLORS.get(kind),
-                hovertemplate="%{y} " + kind + " start %{base:.1f} ms, %{x:.1f} ms<extra></extra>",
-            )
-        )
-    nr = ev["rank"].nunique()
-    fig.update_layout(
-        barmode="overlay",
-        title=f"step {int(step)} (ms from its first rank's start)",
-        xaxis_title="ms",
-        height=max(260, 60 * nr + 140),
-        yaxis={"autorange": "reversed"},
-    )
-    return fig
-
-
 def kernels_table(rid: str):
     k = data.get().table(rid, "kernels")
     if k is None or k.empty:
@@ -480,95 +294,6 @@ def collectives_table(rid: str):
     )
 
 
-def advice_list(rid: str):
-    """Every cause, largest expected gain first, its gain as a bar (share of the step), its evidence, knob,
-    and the symptoms it explains collapsed under it."""
-
-    a = _advice(rid)
-    if a is None:
-        return empty("no advice")
-    tree = advice_tree(a)
-    top = max([r.get("gain_ms") or 0.0 for r, _ in tree] + [0.0])
-
-    def bar(r):
-        g = r.get("gain_ms")
-        width = 0 if g is None or top <= 0 else max(1, round(100 * g / top))
-        return html.Div(
-            [
-                html.Div(
-                    style={
-                        "width": f"{width}%",
-                        "height": "10px",
-                        "background": "#e45756"
-                        if r.get("severity") == "high"
-                        else "#f58518"
-                        if r.get("severity") == "medium"
-                        else "#4c78a8",
-                    }
-                ),
-            ],
-            className="gain-bar",
-            title=_gain(r),
-            style={
-                "width": "240px",
-                "background": "#eee",
-                "display": "inline-block",
-                "marginRight": "8px",
-                "verticalAlign": "middle",
-            },
-        )
-
-    items = []
-    for r, kids in tree:
-        items.append(
-            html.Li(
-                [
-                    bar(r),
-                    html.B(f"[{r.get('severity')}] "),
-                    html.Span(_gain(r) + ": ", className="gain"),
-                    str(r.get("message", "")),
-                    html.Div(f"gain basis: {r['basis']}", style={"fontSize": "12px", "color": "#555"})
-                    if r.get("basis")
-                    else None,
-                    html.Div(try_text(r), className="try", style={"fontSize": "12px", "color": "#225"})
-                    if r.get("try")
-                    else None,
-                    html.Div(f"evidence: {r['evidence']}", style={"fontSize": "12px", "color": "#555"})
-                    if r.get("evidence")
-                    else None,
-                    html.Details(
-                        [
-                            html.Summary(f"{len(kids)} symptom{'s' if len(kids) != 1 else ''} this explains"),
-                            html.Ul(
-                                [
-                                    html.Li(
-                                        [
-                                            html.B(f"{k['rule']}: "),
-                                            str(k.get("message", "")),
-                                            html.Div(
-                                                f"evidence: {k['evidence']}",
-                                                style={"fontSize": "12px", "color": "#555"},
-                                            )
-                                            if k.get("evidence")
-                                            else None,
-                                        ]
-                                    )
-                                    for k in kids
-                                ]
-                            ),
-                        ],
-                        className="symptoms",
-                    )
-                    if kids
-                    else None,
-                ],
-                className="advice-root",
-                style={"marginBottom": "8px"},
-            )
-        )
-    return html.Ul(items, id="run-advice")
-
-
 def _optional_sections(rid: str) -> list:
     d = data.get()
     out = []
@@ -625,40 +350,6 @@ def _optional_sections(rid: str) -> list:
     return out
 
 
-def memory_figure(tl: pd.DataFrame | None, mem: pd.DataFrame) -> go.Figure:
-    """Memory over time per rank (ms since the rank's first record), one line per rank and component (framework
-    allocator: allocated; APP and the workload's RSS samples: reserved / resident), the peak marked."""
-    fig = go.Figure()
-    if tl is None or tl.empty:
-        return fig
-    for (rank, comp), g in tl.groupby(["rank", "component"], sort=True):
-        y = g["allocated_bytes"] if g["allocated_bytes"].notna().any() else g["reserved_bytes"]
-        t0 = tl.loc[tl["rank"] == rank, "ts_us"].min()
-        x = (g["ts_us"] - t0) / 1000.0
-        fig.add_trace(go.Scatter(x=x, y=y / 2**20, mode="lines", name=f"rank {rank} {comp}"))
-        if y.notna().any():
-            i = y.idxmax()
-            fig.add_trace(
-                go.Scatter(
-                    x=[x[i]],
-                    y=[y[i] / 2**20],
-                    mode="markers+text",
-                    text=["peak"],
-                    textposition="top center",
-                    marker={"size": 10, "symbol": "x"},
-                    name=f"rank {rank} {comp} peak",
-                    showlegend=False,
-                )
-            )
-    fig.update_layout(
-        title="memory per rank over time (peak marked)",
-        xaxis_title="ms since the rank's first record",
-        yaxis_title="MiB",
-        height=360,
-    )
-    return fig
-
-
 def memory_section(rid: str, mem: pd.DataFrame):
     """What holds the peak (the largest rank's parts, bytes and share), per-rank peaks and the timeline."""
 
@@ -689,30 +380,6 @@ def memory_section(rid: str, mem: pd.DataFrame):
         table(mem[cols], id="run-memory-table"),
         dcc.Graph(id="run-memory-timeline", figure=fig) if fig.data else None,
     )
-
-
-def expert_load(rid: str) -> list[float] | None:
-    """Tokens per expert summed over ranks and steady-state steps (workload_steps.tokens_per_expert)."""
-    ws = data.get().table(rid, "workload_steps")
-    if ws is None or ws.empty or "tokens_per_expert" not in ws.columns:
-        return None
-    rec = data.get().run(rid) or {}
-    warm = warmup_steps(rec.get("config"))
-    total = None
-    for v in ws.loc[ws["step"] >= warm, "tokens_per_expert"]:
-        if isinstance(v, str):
-            try:
-                v = json.loads(v)
-            except ValueError:
-                continue
-        if v is None or isinstance(v, float):
-            continue
-        v = [float(x) for x in v]
-        if total is None:
-            total = v
-        elif len(v) == len(total):
-            total = [a + b for a, b in zip(total, v)]
-    return total
 
 
 @callback(

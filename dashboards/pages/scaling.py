@@ -60,6 +60,57 @@ def layout(sweep: str | None = None, **_):
     )
 
 
+def _line(x: list, y: list, name: str, line: dict, mode: str = "lines+markers", **extra) -> dict:
+    """One scatter trace as a plain dict (plotly's graph_objects validation costs ~10 ms per trace, too much with
+    many groups)."""
+    return {"type": "scatter", "x": x, "y": y, "mode": mode, "name": name, "line": line, **extra}
+
+
+def _measured_traces(sc) -> tuple[list[dict], list[dict]]:
+    """(throughput traces, efficiency traces) of the runs: per group, its measured line (error bars = std over
+    repeats) and its ideal linear line."""
+    thr_data, eff_data = [], []
+    groups = sorted(sc["group"].unique())
+    for i, grp in enumerate(groups):
+        g = sc[sc["group"] == grp]
+        color = {"color": f"hsl({(i * 67) % 360},60%,45%)"}
+        x = g["world_size"].tolist()
+        errors = {"type": "data", "array": [s or 0 for s in g["std"]], "visible": True}
+        thr_data.append(_line(x, g["throughput"].tolist(), grp, color, error_y=errors))
+        ideal = _line(x, g["ideal"].tolist(), f"ideal · {grp}", {**color, "dash": "dot"}, "lines")
+        thr_data.append({**ideal, "showlegend": len(groups) < 8})
+        eff_data.append(_line(x, g["efficiency"].tolist(), grp, color))
+    return thr_data, eff_data
+
+
+def _predicted_traces(pred) -> tuple[list[dict], list[dict]]:
+    """(throughput traces, efficiency traces) of `perfbench predict`'s curve: its uncertainty band and dashed
+    line."""
+    if pred.empty:
+        return [], []
+    x = pred["world_size"].tolist()
+    band = {
+        "type": "scatter",
+        "x": x + x[::-1],
+        "y": pred["high"].tolist() + pred["low"].tolist()[::-1],
+        "fill": "toself",
+        "fillcolor": "rgba(120,120,120,0.18)",
+        "mode": "lines",
+        "line": {"width": 0},
+        "hoverinfo": "skip",
+        "name": "predicted interval",
+    }
+    dashed, cross = {"color": "#333", "dash": "dash"}, {"symbol": "x"}
+    thr = _line(x, pred["throughput"].tolist(), "predicted", dashed, marker=cross)
+    eff = _line(x, pred["scaling_efficiency"].tolist(), "predicted", dashed, marker=cross)
+    return [band, thr], [eff]
+
+
+def _figure(traces: list[dict], title: str, ws: list, yaxis: dict, height: int) -> dict:
+    xaxis = {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"}
+    return {"data": traces, "layout": {"title": {"text": title}, "xaxis": xaxis, "yaxis": yaxis, "height": height}}
+
+
 @callback(
     Output("scaling-charts", "children"),
     after_paint_input("scaling"),
@@ -70,111 +121,16 @@ def _charts(_painted, sweep):
     sc = _frame(sweep or None)
     if sc.empty:
         return []
-    # figures as plain dicts: plotly's graph_objects validation costs ~10 ms per trace, too much with many groups
-    thr_data, eff_data = [], []
-    groups = sorted(sc["group"].unique())
-    for i, grp in enumerate(groups):
-        g = sc[sc["group"] == grp]
-        color = f"hsl({(i * 67) % 360},60%,45%)"
-        x = g["world_size"].tolist()
-        thr_data.append(
-            {
-                "type": "scatter",
-                "x": x,
-                "y": g["throughput"].tolist(),
-                "mode": "lines+markers",
-                "name": grp,
-                "line": {"color": color},
-                "error_y": {"type": "data", "array": [s or 0 for s in g["std"]], "visible": True},
-            }
-        )
-        thr_data.append(
-            {
-                "type": "scatter",
-                "x": x,
-                "y": g["ideal"].tolist(),
-                "mode": "lines",
-                "name": f"ideal · {grp}",
-                "line": {"color": color, "dash": "dot"},
-                "showlegend": len(groups) < 8,
-            }
-        )
-        eff_data.append(
-            {
-                "type": "scatter",
-                "x": x,
-                "y": g["efficiency"].tolist(),
-                "mode": "lines+markers",
-                "name": grp,
-                "line": {"color": color},
-            }
-        )
+    thr_data, eff_data = _measured_traces(sc)
     pred, caption = data.get().predicted_scaling(sweep or None)
-    if not pred.empty:
-        x = pred["world_size"].tolist()
-        band = {
-            "type": "scatter",
-            "x": x + x[::-1],
-            "y": pred["high"].tolist() + pred["low"].tolist()[::-1],
-            "fill": "toself",
-            "fillcolor": "rgba(120,120,120,0.18)",
-            "mode": "lines",
-            "line": {"width": 0},
-            "hoverinfo": "skip",
-            "name": "predicted interval",
-        }
-        thr_data += [
-            band,
-            {
-                "type": "scatter",
-                "x": x,
-                "y": pred["throughput"].tolist(),
-                "mode": "lines+markers",
-                "name": "predicted",
-                "line": {"color": "#333", "dash": "dash"},
-                "marker": {"symbol": "x"},
-            },
-        ]
-        eff_data.append(
-            {
-                "type": "scatter",
-                "x": x,
-                "y": pred["scaling_efficiency"].tolist(),
-                "mode": "lines+markers",
-                "name": "predicted",
-                "line": {"color": "#333", "dash": "dash"},
-                "marker": {"symbol": "x"},
-            }
-        )
+    pred_thr, pred_eff = _predicted_traces(pred)
+    thr_data += pred_thr
+    eff_data += pred_eff
     ws = sorted(set(sc["world_size"].unique().tolist()) | set(pred["world_size"].tolist() if not pred.empty else []))
-    eff_data.append(
-        {
-            "type": "scatter",
-            "x": ws,
-            "y": [1.0] * len(ws),
-            "mode": "lines",
-            "name": "ideal",
-            "line": {"color": "#999", "dash": "dot"},
-        }
-    )
-    thr = {
-        "data": thr_data,
-        "layout": {
-            "title": {"text": "throughput vs world size (dotted: ideal linear scaling)"},
-            "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
-            "yaxis": {"title": {"text": METRICS["throughput"].unit}},
-            "height": 460,
-        },
-    }
-    eff = {
-        "data": eff_data,
-        "layout": {
-            "title": {"text": "scaling efficiency"},
-            "xaxis": {"title": {"text": "world size"}, "tickvals": ws, "type": "log" if max(ws) > 8 else "linear"},
-            "yaxis": {"title": {"text": "efficiency"}, "tickformat": ".0%"},
-            "height": 420,
-        },
-    }
+    eff_data.append(_line(ws, [1.0] * len(ws), "ideal", {"color": "#999", "dash": "dot"}, "lines"))
+    thr_title = "throughput vs world size (dotted: ideal linear scaling)"
+    thr = _figure(thr_data, thr_title, ws, {"title": {"text": METRICS["throughput"].unit}}, 460)
+    eff = _figure(eff_data, "scaling efficiency", ws, {"title": {"text": "efficiency"}, "tickformat": ".0%"}, 420)
     return [
         dcc.Graph(id="scaling-throughput", figure=thr),
         html.P(caption, id="scaling-predicted", style={"fontSize": "13px", "color": "#555"}),

@@ -10,7 +10,16 @@ from dash import Input, Output, State, callback, dash_table, dcc, html
 
 from analyzers.catalogue import METRICS, format_value
 from dashboards import data, grid
-from dashboards.components import TABLE_STYLE, after_paint, after_paint_input, definition, empty, heading, metric_label
+from dashboards.components import (
+    TABLE_STYLE,
+    after_paint,
+    after_paint_input,
+    definition,
+    empty,
+    heading,
+    metric_label,
+    picker,
+)
 
 PAGE_SIZE = 25
 
@@ -81,19 +90,14 @@ def layout(sweep: str | None = None, **_):
         for c in df.columns
     ]
     tips = {c: definition(c[8:]) for c in df.columns if c.startswith("metrics.") and c[8:] in METRICS}
+    sweep_opts = [{"label": "all sweeps", "value": ""}] + [{"label": s, "value": s} for s in d.sweeps()]
     return html.Div(
         [
             html.H2("Sweeps"),
             html.Div(
                 [
                     html.Label("sweep "),
-                    dcc.Dropdown(
-                        id="sweeps-sweep",
-                        options=[{"label": "all sweeps", "value": ""}] + [{"label": s, "value": s} for s in d.sweeps()],
-                        value=sweep or "",
-                        clearable=False,
-                        style={"width": "420px", "display": "inline-block", "verticalAlign": "middle"},
-                    ),
+                    picker("sweeps-sweep", sweep_opts, sweep or "", 420),
                     html.Span(f"{shown} of {total} runs shown", id="sweeps-count", style={"marginLeft": "16px"}),
                     dcc.Link(
                         "compare ticked runs (tick two)",
@@ -113,29 +117,11 @@ def layout(sweep: str | None = None, **_):
             html.Div(
                 [
                     html.Label("metric "),
-                    dcc.Dropdown(
-                        id="sweeps-metric",
-                        options=metric_opts,
-                        value=metric0,
-                        clearable=False,
-                        style={"width": "260px", "display": "inline-block", "verticalAlign": "middle"},
-                    ),
+                    picker("sweeps-metric", metric_opts, metric0, 260),
                     html.Label(" x ", style={"marginLeft": "12px"}),
-                    dcc.Dropdown(
-                        id="sweeps-x",
-                        options=[{"label": c[9:], "value": c} for c in settings],
-                        value=x0,
-                        clearable=False,
-                        style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"},
-                    ),
+                    picker("sweeps-x", [{"label": c[9:], "value": c} for c in settings], x0, 220),
                     html.Label(" y ", style={"marginLeft": "12px"}),
-                    dcc.Dropdown(
-                        id="sweeps-y",
-                        options=[{"label": c[9:], "value": c} for c in settings],
-                        value=y0,
-                        clearable=False,
-                        style={"width": "220px", "display": "inline-block", "verticalAlign": "middle"},
-                    ),
+                    picker("sweeps-y", [{"label": c[9:], "value": c} for c in settings], y0, 220),
                 ]
             ),
             # the graphs are created by a callback once the grid has painted and the browser is idle: plotly.js

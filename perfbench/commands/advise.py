@@ -97,7 +97,7 @@ def run(args) -> int:
         print(f"perfbench: error: --try: {exc}", file=sys.stderr)
         return 2
     if args.json:
-        from perfbench.views.run_report import ordered_advice
+        from perfbench.views.advice import ordered_advice
 
         from perfbench.run.advise_accuracy import with_accuracy
 
@@ -111,7 +111,8 @@ def run(args) -> int:
 def _print_advice(args, rec: dict, table, store) -> None:
     from perfbench.run.advise_accuracy import with_accuracy
     from perfbench.views.results import console
-    from perfbench.views.run_report import advice_tree, input_problem_lines, ordered_advice, print_advice
+    from perfbench.views.advice import advice_tree, ordered_advice, print_advice
+    from perfbench.views.run_numbers import input_problem_lines
     from perfbench.store import short_id
 
     rid = rec["run_id"]

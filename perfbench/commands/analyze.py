@@ -382,7 +382,7 @@ def _print_slow_ranks_and_advice(c, doc: dict, stored) -> None:
     slow = [r for r in doc["slow_ranks"] if r.get("slow") and r.get("scope", "group") == "group"]
     c.print("slow ranks: " + (", ".join(f"rank {r['rank']} ({r.get('group')})" for r in slow) if slow else "none"))
     if doc["advice"]:
-        from perfbench.views.run_report import print_advice
+        from perfbench.views.advice import print_advice
 
         c.print("[bold]advice[/bold], largest expected gain first (symptoms under their cause):")
         print_advice(c, [dict(a, symptom_of=a.get("symptom_of")) for a in doc["advice"]])

@@ -253,7 +253,7 @@ def _trailer(c, preds: list[dict], keys: list[str], inputs: list[str]) -> None:
 
 def _memory(args, store, targets: list[dict]) -> int:
     from perfbench.predict import hardware as hwmod
-    from perfbench.predict.memory import calibrate_memory, memory_target, predict_memory
+    from perfbench.predict.memory import MEMORY_KEYS, calibrate_memory, memory_target, predict_memory
 
     cal, ref = calibrate_memory(store, args.sources)
     hw = hwmod.load(args.hardware) if args.hardware else None
@@ -262,18 +262,7 @@ def _memory(args, store, targets: list[dict]) -> int:
         s = memory_target(ref, t)
         p = predict_memory(cal, s, hw)
         p.update(
-            settings={
-                k: s[k]
-                for k in (
-                    "world_size",
-                    "batch_size",
-                    "micro_batches",
-                    "comm_fusion",
-                    "zero_stage",
-                    "recompute",
-                    "optimizer",
-                )
-            },
+            settings={k: s[k] for k in MEMORY_KEYS if k != "pipeline_stages"},
             hardware=hw.name if hw else "measured machine",
             inputs=list(cal.inputs),
         )

@@ -29,7 +29,7 @@ from analyzers.analyses.steadiness import unsteady_reasons
 from perfbench.errors import UserError
 from perfbench.store import Store
 from perfbench.views.compare import change, change_text, value
-from perfbench.views.run_report import ordered_advice
+from perfbench.views.advice import ordered_advice
 
 #: the per-step metrics compare and check test (analyzers/catalogue.py: STEP_METRICS, Metric.compare); per metric
 #: (higher is better, unit, kind), kind "ratio": relative change, "share": change in points.
@@ -100,7 +100,7 @@ class Comparison:
 
 
 def findings(store: Store, rec: dict) -> list[dict]:
-    """The run's advice in its ranked order (analyzers.analyses.advice; perfbench.views.run_report.ordered_advice)."""
+    """The run's advice in its ranked order (analyzers.analyses.advice; perfbench.views.advice.ordered_advice)."""
 
     rid = rec["run_id"]
     return ordered_advice(store.read_table(rid, "advice") if "advice" in store.table_names(rid) else None)
@@ -359,69 +359,56 @@ def _md_table(headers: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def _md_section(title: str, header: list[str], rows: list[list]) -> list[str]:
+    """A Markdown section: its `## title`, then the table."""
+    return [f"## {title}", "", _md_table(header, rows), ""]
+
+
+def _md_deltas(rows: list[dict], key: str, width: int | None = None) -> list[list]:
+    """Rows of (name, A, B, delta) in ms, the name cut to `width` characters."""
+    cut = (lambda v: v) if width is None else (lambda v: v[:width])
+    return [[cut(r[key]), fmt(r["a_ms"]), fmt(r["b_ms"]), fmt(r["delta_ms"])] for r in rows]
+
+
 def to_markdown(cmp: Comparison) -> str:
     a, b = cmp.a["run_id"], cmp.b["run_id"]
     out = [f"# Compare `{a}` (A) → `{b}` (B)", ""]
 
     if cmp.metrics:
-        out += [
-            "## Per-step metrics (medians over each metric's steps, as the catalogue says: `perfbench metrics`)",
-            "",
-            _md_table(
-                ["metric", "A", "B", "change", "p (Mann-Whitney)", "steps A/B"],
+        out += _md_section(
+            "Per-step metrics (medians over each metric's steps, as the catalogue says: `perfbench metrics`)",
+            ["metric", "A", "B", "change", "p (Mann-Whitney)", "steps A/B"],
+            [
                 [
-                    [
-                        m["metric"],
-                        value(m["metric"], m["a"]),
-                        value(m["metric"], m["b"]),
-                        change_text(m["metric"], m),
-                        fmt(m.get("p_value"), 2),
-                        f"{m['n_a']}/{m['n_b']}",
-                    ]
-                    for m in cmp.metrics
-                ],
-            ),
-            "",
-        ]
+                    m["metric"],
+                    value(m["metric"], m["a"]),
+                    value(m["metric"], m["b"]),
+                    change_text(m["metric"], m),
+                    fmt(m.get("p_value"), 2),
+                    f"{m['n_a']}/{m['n_b']}",
+                ]
+                for m in cmp.metrics
+            ],
+        )
     else:
         out += ["No per-step samples in either run.", ""]
     if cmp.breakdown:
-        out += [
-            "## Step breakdown (ms per rank-step, profiled steps; step = the profiled step the parts add up to)",
-            "",
-            _md_table(
-                ["part", "A", "B", "Δ"],
-                [[r["part"], fmt(r["a_ms"]), fmt(r["b_ms"]), fmt(r["delta_ms"])] for r in cmp.breakdown],
-            ),
-            "",
-        ]
+        out += _md_section(
+            "Step breakdown (ms per rank-step, profiled steps; step = the profiled step the parts add up to)",
+            ["part", "A", "B", "Δ"],
+            _md_deltas(cmp.breakdown, "part"),
+        )
     if cmp.kernels:
-        out += [
-            "## Kernels: top movers (ms per rank-step)",
-            "",
-            _md_table(
-                ["kernel", "A", "B", "Δ"],
-                [[r["kernel"][:80], fmt(r["a_ms"]), fmt(r["b_ms"]), fmt(r["delta_ms"])] for r in cmp.kernels],
-            ),
-            "",
-        ]
+        out += _md_section(
+            "Kernels: top movers (ms per rank-step)", ["kernel", "A", "B", "Δ"], _md_deltas(cmp.kernels, "kernel", 80)
+        )
     if cmp.collectives:
-        out += [
-            "## Collectives (per rank-step)",
-            "",
-            _md_table(
-                ["op", "count A/B", "time ms A/B", "bytes A/B", "algbw GB/s A/B", "busbw GB/s A/B"],
-                [
-                    [r["op"]]
-                    + [
-                        f"{fmt(r[c + '_a'])} / {fmt(r[c + '_b'])}"
-                        for c in ("count", "time_ms", "bytes", "algbw_gbps", "busbw_gbps")
-                    ]
-                    for r in cmp.collectives
-                ],
-            ),
-            "",
-        ]
+        pairs = ("count", "time_ms", "bytes", "algbw_gbps", "busbw_gbps")
+        out += _md_section(
+            "Collectives (per rank-step)",
+            ["op", "count A/B", "time ms A/B", "bytes A/B", "algbw GB/s A/B", "busbw GB/s A/B"],
+            [[r["op"]] + [f"{fmt(r[c + '_a'])} / {fmt(r[c + '_b'])}" for c in pairs] for r in cmp.collectives],
+        )
     out += _md_findings(cmp)
     out += ["## Settings that differ", ""]
     if cmp.settings_diff:
@@ -429,23 +416,14 @@ def to_markdown(cmp: Comparison) -> str:
     else:
         out += ["none", ""]
     if cmp.summary_metrics:
-        out += [
-            "## Run metrics (run.json: each metric's catalogue aggregation, e.g. median over measured steps)",
-            "",
-            _md_table(
-                ["metric", "A", "B", "change"],
-                [
-                    [
-                        r["metric"],
-                        value(r["metric"], r["a"]),
-                        value(r["metric"], r["b"]),
-                        change(r["metric"], r["a"], r["b"]),
-                    ]
-                    for r in cmp.summary_metrics
-                ],
-            ),
-            "",
-        ]
+        out += _md_section(
+            "Run metrics (run.json: each metric's catalogue aggregation, e.g. median over measured steps)",
+            ["metric", "A", "B", "change"],
+            [
+                [r["metric"], *(value(r["metric"], r[s]) for s in "ab"), change(r["metric"], r["a"], r["b"])]
+                for r in cmp.summary_metrics
+            ],
+        )
     return "\n".join(out)
 
 

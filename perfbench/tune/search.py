@@ -475,19 +475,7 @@ def _run_trial(
     live = LiveObjective(
         trial, store.artifacts_dir(run_id) / "metrics", cfg.train["warmup_steps"], spec.objective, spec.min_steps
     )
-    env = compile_cache_env(store, plan) if spec.compile_cache else None
-    record = execute_run(
-        cfg,
-        store,
-        study_id,
-        plan,
-        SweepEvents(run_progress=events.run_progress),
-        source="tune",
-        stop=live,
-        env_extra=env,
-        extra={"tune": {"study": study_id, "trial": trial.number}},
-        skip_teardown=True,
-    )
+    record = _run_point(cfg, store, study_id, plan, spec, events, {"study": study_id, "trial": trial.number}, live)
     if live.decided_at is not None:
         record["tune"]["pruned_at"] = live.decided_at
         record["tune"]["stopped_s"] = round(record["timings"]["finished"] - live.decided_at, 3)
@@ -501,6 +489,24 @@ def _run_trial(
         raise _TrialFailed(record.get("error") or f"the run has no {spec.objective}")
     trial.set_user_attr("constraints", constraint_values(spec, record["metrics"]))
     return float(value)
+
+
+def _run_point(cfg, store, study_id, plan, spec, events, tune: dict, stop=None) -> dict:
+    """A point of the search as a sweep run of the study (source "tune", the record's `tune` section, the compile
+    cache when the search asks for it); the study tears the last run down itself."""
+    env = compile_cache_env(store, plan) if spec.compile_cache else None
+    return execute_run(
+        cfg,
+        store,
+        study_id,
+        plan,
+        SweepEvents(run_progress=events.run_progress),
+        source="tune",
+        stop=stop,
+        env_extra=env,
+        extra={"tune": tune},
+        skip_teardown=True,
+    )
 
 
 def _finalist(best, cfg, store, study_id, spec, profile_trials, events) -> str | None:
@@ -517,18 +523,8 @@ def _finalist(best, cfg, store, study_id, spec, profile_trials, events) -> str |
     if events.finalist:
         events.finalist(point)
     store.reset_run(run_id)
-    env = compile_cache_env(store, plan) if spec.compile_cache else None
-    record = execute_run(
-        cfg,
-        store,
-        study_id,
-        plan,
-        SweepEvents(run_progress=events.run_progress),
-        source="tune",
-        env_extra=env,
-        extra={"tune": {"study": study_id, "of_trial": best.number, "finalist": True}},
-        skip_teardown=True,
-    )
+    tune = {"study": study_id, "of_trial": best.number, "finalist": True}
+    record = _run_point(cfg, store, study_id, plan, spec, events, tune)
     return run_id if record["status"] == "ok" else None
 
 

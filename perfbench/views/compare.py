@@ -70,7 +70,7 @@ def render(console, cmp, wide: bool = False) -> None:
     width = None if wide else console.width
     console.print(f"[bold]Compare[/bold] A {cmp.a['run_id']}  ->  B {cmp.b['run_id']}", highlight=False)
     console.print(f"[bold]Verdict:[/bold] {verdict(cmp)}", highlight=False)
-    from perfbench.views.run_report import input_problem_lines
+    from perfbench.views.run_numbers import input_problem_lines
 
     for side, rec in (("A", cmp.a), ("B", cmp.b)):
         for line in input_problem_lines(rec):

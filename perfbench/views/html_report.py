@@ -21,15 +21,8 @@ from analyzers.analyses.steadiness import unsteady_reasons
 from analyzers.catalogue import KEY_METRICS, METRICS as CATALOGUE
 from perfbench.records import short_id
 from perfbench.views.results import fmt, summarize, swept_keys
-from perfbench.views.run_report import (
-    advice_tree,
-    gain_text,
-    input_problem_lines,
-    key_numbers,
-    ordered_advice,
-    step_story,
-    try_text,
-)
+from perfbench.views.advice import advice_tree, gain_text, ordered_advice, try_text
+from perfbench.views.run_numbers import input_problem_lines, key_numbers, step_story
 
 #: the breakdown parts that add up to a rank's step (catalogue ADDING_PARTS, per rank): column, label, colour
 BREAKDOWN_BARS = (

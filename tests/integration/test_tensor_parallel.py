@@ -456,7 +456,7 @@ def test_predict_covers_tensor_parallel_bytes_per_class():
 def test_show_lists_traffic_classes_per_rank_step():
     import pandas as pd
 
-    from perfbench.views.run_report import traffic_classes
+    from perfbench.views.run_numbers import traffic_classes
 
     cls = pd.DataFrame(
         {

@@ -36,15 +36,12 @@ PENDING_FUNCTIONS = {
     "perfbench.run.launcher:launch": "to split",
     "workloads.runner:run": "to split",
     "perfbench.run.sweep:execute_run": "to split",
-    "dashboards.pages.scaling:_charts": "to split",
 }
 
 #: modules over the limit still to split
 PENDING_MODULES = {
     "analyzers.parsers.ascend.text": "import-speed rework in flight",
     "analyzers.catalogue": "to split (the metric definitions are data: one module of them, one of the lists)",
-    "dashboards.pages.run": "to split",
-    "perfbench.views.run_report": "to split",
     "perfbench.run.launcher": "to split",
     "perfbench.run.config_models": "to split",
     # the fit's helpers took it over the limit: the fitting section (fit, _comm_fit and their helpers) goes to a

@@ -86,6 +86,14 @@ def compile_construct(lines: list[str], name: str = "construct"):
     return getattr(mod, name)
 
 
+def emit_concat(lines: list[str], target: str, tensors: list[str]) -> None:
+    """Append the graph source that flattens `tensors` into one 1-D `target` (a bucket of several tensors)."""
+    lines.append(f"    {target} = ops.concat((")
+    for t in tensors:
+        lines.append(f"        ops.reshape({t}, (-1,)),")
+    lines.append("    ))")
+
+
 def emit_bucket_allreduce(
     lines: list[str],
     ins: list[str],
@@ -118,10 +126,7 @@ def emit_bucket_allreduce(
         if len(b) == 1:  # a single tensor is all-reduced as it is: no flatten / split
             lines.append(f"    {f} = {ins[b[0]]}")
         else:
-            lines.append(f"    {f} = ops.concat((")
-            for i in b:
-                lines.append(f"        ops.reshape({ins[i]}, (-1,)),")
-            lines.append("    ))")
+            emit_concat(lines, f, [ins[i] for i in b])
         if chain:
             lines.append(f"    {f} = ops.depend({f}, {chain[-1]})")
         if wire:

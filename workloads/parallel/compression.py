@@ -20,7 +20,13 @@ from __future__ import annotations
 
 import math
 
-from workloads.parallel.bucketing import BucketAllReduce, compile_construct, emit_bucket_allreduce, plan_buckets
+from workloads.parallel.bucketing import (
+    BucketAllReduce,
+    compile_construct,
+    emit_bucket_allreduce,
+    emit_concat,
+    plan_buckets,
+)
 
 
 def _matrix_shape(shape) -> tuple[int, int] | None:
@@ -129,10 +135,7 @@ def _topk(shapes, fusion, world_size: int, ratio: float):
         if len(b) == 1:
             L.append(f"    t{k} = ops.reshape(grads[{b[0]}], (-1,))")
         else:
-            L.append(f"    t{k} = ops.concat((")
-            for i in b:
-                L.append(f"        ops.reshape(grads[{i}], (-1,)),")
-            L.append("    ))")
+            emit_concat(L, f"t{k}", [f"grads[{i}]" for i in b])
         L.append(f"    t{k} = t{k} + self.err{k}")
         L.append(f"    _, ti{k} = ops.topk(ops.abs(t{k}), {kk})")
         L.append(f"    tv{k} = ops.gather(t{k}, ti{k}, 0)")

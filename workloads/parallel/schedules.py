@@ -34,22 +34,34 @@ class Action:
     mb2: int | None = None  # second micro-batch of the combined exchanges (the one received)
 
 
+def _forward(mb: int, first: bool, last: bool) -> list[Action]:
+    """A forward of micro-batch `mb` on its own: receive its activation (unless the first stage), run, send it on
+    (unless the last)."""
+    return (
+        ([Action("recv_fwd", mb)] if not first else [])
+        + [Action("forward", mb)]
+        + ([Action("send_fwd", mb)] if not last else [])
+    )
+
+
+def _backward(mb: int, first: bool, last: bool) -> list[Action]:
+    """A backward of micro-batch `mb` on its own: receive its output's gradient (unless the last stage), run, send
+    its input's gradient back (unless the first)."""
+    return (
+        ([Action("recv_bwd", mb)] if not last else [])
+        + [Action("backward", mb)]
+        + ([Action("send_bwd", mb)] if not first else [])
+    )
+
+
 def gpipe(stages: int, micro_batches: int, stage: int) -> list[Action]:
     """All forwards, then all backwards (same micro-batch order). Activation memory: M micro-batches."""
     first, last = stage == 0, stage == stages - 1
     acts: list[Action] = []
     for mb in range(micro_batches):
-        if not first:
-            acts.append(Action("recv_fwd", mb))
-        acts.append(Action("forward", mb))
-        if not last:
-            acts.append(Action("send_fwd", mb))
+        acts += _forward(mb, first, last)
     for mb in range(micro_batches):
-        if not last:
-            acts.append(Action("recv_bwd", mb))
-        acts.append(Action("backward", mb))
-        if not first:
-            acts.append(Action("send_bwd", mb))
+        acts += _backward(mb, first, last)
     return acts
 
 
@@ -64,11 +76,7 @@ def one_f_one_b(stages: int, micro_batches: int, stage: int) -> list[Action]:
     rest = M - warm
     acts: list[Action] = []
     for mb in range(warm):
-        if not first:
-            acts.append(Action("recv_fwd", mb))
-        acts.append(Action("forward", mb))
-        if not last:
-            acts.append(Action("send_fwd", mb))
+        acts += _forward(mb, first, last)
     if rest > 0 and not first:
         acts.append(Action("recv_fwd", warm))
     for i in range(rest):
@@ -83,11 +91,7 @@ def one_f_one_b(stages: int, micro_batches: int, stage: int) -> list[Action]:
             else:
                 acts.append(Action("send_bwd_recv_fwd", i, fmb + 1))
     for mb in range(rest, M):
-        if not last:
-            acts.append(Action("recv_bwd", mb))
-        acts.append(Action("backward", mb))
-        if not first:
-            acts.append(Action("send_bwd", mb))
+        acts += _backward(mb, first, last)
     return acts
 
 
