@@ -29,10 +29,11 @@ from analyzers.parsers.ascend.common import (
     OUTPUT_DIR,
     SKIPPED,
     RankInputs,
+    base_meta,
+    link_keys,
     comm_op_type,
     device_step_windows,
     na_to_none,
-    parallel_groups,
     rank_info,
     step_of,
 )
@@ -104,15 +105,9 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
         raise ProfileFormatError(rank_dir, "no ascend_*_profiler_*.db under ASCEND_PROFILER_OUTPUT")
     info = rank_info(rank_dir)
     adb = rank_dir / OUTPUT_DIR / "analysis.db"
-    meta: dict = {
-        "format": "ascend-db",
-        "rank_dir": str(rank_dir),
-        "profiler_config": info.get("config", {}),
-        "parallel_groups": parallel_groups(info.get("metadata", {})),
-        "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
-        "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu",
-        "files_present": ["ascend_*_profiler_*.db"] + (["analysis.db"] if adb.exists() else []),
-    }
+    meta = base_meta("ascend-db", rank_dir, info)
+    meta["producer"] = "mindspore" if "mindspore" in dbp.name else "torch_npu"
+    meta["files_present"] = ["ascend_*_profiler_*.db"] + (["analysis.db"] if adb.exists() else [])
     io = RankInputs()
     m = DB_RE.match(dbp.name)
     r0 = (
@@ -406,12 +401,7 @@ def read_analysis_db(path: Path, r: int):
             m = m[m["hccl_op_name"] != "Total Op Info"]
             links = pd.DataFrame(
                 {
-                    "step": m["step"].map(step_of).astype("Int64"),
-                    "op_name": m["hccl_op_name"],
-                    "group": m["group_name"].astype(str),
-                    "src": pd.to_numeric(m["src_rank"]).astype("int64"),
-                    "dst": pd.to_numeric(m["dst_rank"]).astype("int64"),
-                    "transport": m["transport_type"],
+                    **link_keys(m),
                     "size_mb": m["transit_size"].astype(float),
                     "time_ms": m["transit_time"].astype(float),
                     "bandwidth_gbps": m["bandwidth"].astype(float),

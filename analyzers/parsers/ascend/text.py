@@ -32,11 +32,11 @@ from analyzers.parsers.ascend.common import (
     OUTPUT_DIR,
     SKIPPED,
     RankInputs,
+    base_meta,
     categorize,
     comm_op_type,
     device_step_windows,
     na_to_none,
-    parallel_groups,
     rank_info,
     read_csv,
     read_json,
@@ -216,14 +216,8 @@ def _rank_profile(
 def _rank_meta(rank_dir: Path, out: Path, info: dict) -> dict:
     """A rank's meta from its folder and profiler_info / profiler_metadata: format, config, parallel groups,
     versions, producer and the rank files present."""
-    meta: dict = {
-        "format": "ascend-text",
-        "rank_dir": str(rank_dir),
-        "profiler_config": info.get("config", {}),
-        "parallel_groups": parallel_groups(info.get("metadata", {})),
-        "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
-        "files_present": sorted(f for f in RANK_FILES if (out / f).exists()),
-    }
+    meta = base_meta("ascend-text", rank_dir, info)
+    meta["files_present"] = sorted(f for f in RANK_FILES if (out / f).exists())
     for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
         if k in info:
             meta[k] = info[k]
@@ -426,12 +420,7 @@ def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
                             "op_type": comm_op_type(name),
                             "group": group,
                             "group_size": pd.NA,
-                            "start_us": _f(t.get("Start Timestamp(us)")),
-                            "elapse_ms": _f(t["Elapse Time(ms)"]),
-                            "transit_ms": _f(t.get("Transit Time(ms)")),
-                            "wait_ms": _f(t.get("Wait Time(ms)")),
-                            "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
-                            "idle_ms": _f(t.get("Idle Time(ms)")),
+                            **time_info(t),
                             "size_bytes": np.nan,
                             "kind": kind,
                             "wait_ratio": _f(t.get("Wait Time Ratio")),
@@ -464,6 +453,19 @@ def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
     if len(rows) and len(bw):  # SDMA aggregates HCCS/PCIE/SIO: not counted again
         rows.data["transit_bytes"] = [moved.get(name, 0.0) * 1e6 for name in rows.data["op_name"]]
     return rows, bw
+
+
+def time_info(t: dict) -> dict:
+    """An op's "Communication Time Info" (communication.json, msprof-analyze's cluster_communication.json) as
+    comm_ops columns; KeyError without "Elapse Time(ms)"."""
+    return {
+        "start_us": _f(t.get("Start Timestamp(us)")),
+        "elapse_ms": _f(t["Elapse Time(ms)"]),
+        "transit_ms": _f(t.get("Transit Time(ms)")),
+        "wait_ms": _f(t.get("Wait Time(ms)")),
+        "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
+        "idle_ms": _f(t.get("Idle Time(ms)")),
+    }
 
 
 #: transports between devices whose sizes add up to what a rank moved in an op (SDMA aggregates HCCS/PCIE/SIO)
