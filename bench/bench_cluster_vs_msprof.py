@@ -389,6 +389,13 @@ def main() -> None:
         help="make the sets here and keep them (a set already there is reused) instead of in a temp dir",
     )
     ap.add_argument("--make-only", action="store_true", help="only make the sets (with --data-dir)")
+    ap.add_argument(
+        "--keep-results",
+        type=Path,
+        default=None,
+        help="keep perfbench's store of each set's last run here (DIR/NAME), e.g. to time `perfbench show RUN "
+        "--rank R`",
+    )
     args = ap.parse_args()
     base_runs: dict[str, list] = {}
     rows = []
@@ -445,6 +452,11 @@ def main() -> None:
                     if who == "p":
                         found = check_planted(name, got[3])
                 shutil.rmtree(out, ignore_errors=True)
+                if args.keep_results is not None and i == args.repeats - 1:
+                    shutil.rmtree(args.keep_results / name, ignore_errors=True)
+                    args.keep_results.mkdir(parents=True, exist_ok=True)
+                    shutil.move(str(res), args.keep_results / name)
+                    print(f"{name}: perfbench's store kept in {args.keep_results / name}", flush=True)
                 shutil.rmtree(res, ignore_errors=True)
                 shutil.rmtree(str(res) + "-base", ignore_errors=True)
             med = [statistics.median(x[k] for x in pb) for k in range(4)]

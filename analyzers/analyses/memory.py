@@ -295,7 +295,6 @@ def attribution(
     persistent model state), from the model's own sizes otherwise (parameter count x 4 bytes for parameters
     and gradients, x optimizer states per parameter for the optimizer: of the rank's own ZeRO shard,
     `shard_params`, where the optimizer state is sharded). Parts that cannot be known are left out, not guessed."""
-    parts: list[tuple[str, float | None, str]] = []
     params = row.get("params")
     states = OPTIMIZER_STATES.get(str(optimizer or "momentum").lower())
     opt_params = params if shard_params is None else shard_params
@@ -306,111 +305,125 @@ def attribution(
             "gradients": params * PARAM_BYTES,
             "optimizer_state": None if states is None else opt_params * PARAM_BYTES * states,
         }
-    alloc, reserved = row.get("peak_allocated_bytes"), row.get("peak_reserved_bytes")
+    alloc = row.get("peak_allocated_bytes")
     if alloc is not None and live is not None and len(live) and row.get("peak_at_us") is not None:
-        comm = live["name"].astype(str).str.contains("hcom|hccl|allreduce|allgather|broadcast", case=False, regex=True)
-        window = float(live["size_bytes"].sum())
-        persistent = max(alloc - window, 0.0)
-        if model:
-            m = sum(v for v in model.values() if v is not None)
-            for k, v in model.items():
-                if v is not None:
-                    parts.append(
-                        (
-                            k,
-                            min(v, persistent * v / m) if m else None,
-                            "model sizes (parameter count), within memory allocated before the profiled window",
-                        )
-                    )
-            rest = persistent - sum(p[1] or 0 for p in parts)
-            if rest > 0:
-                parts.append(
-                    ("other_persistent", rest, "allocated before the profiled window, beyond the model states")
-                )
-        else:
-            parts.append(
-                (
-                    "model_states",
-                    persistent,
-                    "allocated before the profiled window and live at the peak: parameters, gradients, "
-                    "optimizer state (no parameter count to split them)",
-                )
-            )
-        parts.append(
-            (
-                "activations",
-                float(live.loc[~comm, "size_bytes"].sum()),
-                "allocations live at the allocator's peak (operator memory)",
-            )
-        )
-        if comm.any():
-            parts.append(
-                (
-                    "communication_buffers",
-                    float(live.loc[comm, "size_bytes"].sum()),
-                    "communication-op allocations live at the peak",
-                )
-            )
-        if reserved is not None:
-            parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
-        if modules is not None and len(modules):
-            hccl = modules[modules["module"].astype(str).str.upper() == "HCCL"]["peak_bytes"]
-            if len(hccl) and float(hccl.max()) > 0:
-                parts.append(("communication_buffers", float(hccl.max()), "HCCL device module, peak reserved"))
-        process = row.get("peak_process_bytes")
-        held = sum(p[1] or 0 for p in parts)
-        if process is not None and process > held:
-            parts.append(
-                (
-                    "runtime_other",
-                    process - held,
-                    "process (APP) peak minus the parts above: runtime, "
-                    "other device modules, workspace outside the allocator",
-                )
-            )
-        return _shares(parts, max(process or 0, held + (process - held if process and process > held else 0)))
-    peak = row.get("peak_bytes")
-    if model and peak:
-        base = row.get("baseline_bytes")
-        if base is not None and str(row.get("peak_source") or "").startswith("workload"):
-            parts.append(
-                (
-                    "runtime_baseline",
-                    float(base),
-                    "process resident set before the model was built "
-                    "(MindSpore imported, collectives joined; meta baseline_rss_bytes)",
-                )
-            )
+        return _from_allocations(row, live, modules, model)
+    if model and row.get("peak_bytes"):
+        return _from_model_sizes(row, model, params, opt_params, shard_params, states)
+    return []
+
+
+def _from_allocations(row: dict, live: pd.DataFrame, modules, model: dict | None) -> list[dict]:
+    """attribution from the allocations live at the allocator's peak (what was allocated before the profiled
+    window is the persistent model state, split by the model's sizes where known)."""
+    parts: list[tuple[str, float | None, str]] = []
+    alloc, reserved = row["peak_allocated_bytes"], row.get("peak_reserved_bytes")
+    comm = live["name"].astype(str).str.contains("hcom|hccl|allreduce|allgather|broadcast", case=False, regex=True)
+    window = float(live["size_bytes"].sum())
+    persistent = max(alloc - window, 0.0)
+    if model:
+        m = sum(v for v in model.values() if v is not None)
         for k, v in model.items():
             if v is not None:
                 parts.append(
                     (
                         k,
-                        float(v),
-                        (
-                            f"model sizes: the rank's ZeRO shard ({opt_params:.0f} of {params:.0f} parameters)"
-                            if k == "optimizer_state" and shard_params is not None
-                            else "model sizes: parameter count"
-                        )
-                        + " x 4 bytes (fp32)"
-                        + (f" x {states} optimizer states" if k == "optimizer_state" else ""),
+                        min(v, persistent * v / m) if m else None,
+                        "model sizes (parameter count), within memory allocated before the profiled window",
                     )
                 )
-        if alloc is not None and reserved is not None and row.get("allocator") != "cpu":
-            # (MindSpore's CPU pool reserves 1 GiB up front that is not resident: no fragmentation to speak of)
-            parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
-        rest = peak - sum(p[1] for p in parts)
+        rest = persistent - sum(p[1] or 0 for p in parts)
+        if rest > 0:
+            parts.append(("other_persistent", rest, "allocated before the profiled window, beyond the model states"))
+    else:
         parts.append(
             (
-                "activations_workspace",
-                max(rest, 0.0),
-                "the rest of the peak: activations, workspace, communication buffers, compiled graphs"
-                + ("" if base is not None else " and the runtime (libraries)")
-                + "; not separable without the profiler's allocations",
+                "model_states",
+                persistent,
+                "allocated before the profiled window and live at the peak: parameters, gradients, "
+                "optimizer state (no parameter count to split them)",
             )
         )
-        return _shares(parts, peak)
-    return []
+    parts.append(
+        (
+            "activations",
+            float(live.loc[~comm, "size_bytes"].sum()),
+            "allocations live at the allocator's peak (operator memory)",
+        )
+    )
+    if comm.any():
+        parts.append(
+            (
+                "communication_buffers",
+                float(live.loc[comm, "size_bytes"].sum()),
+                "communication-op allocations live at the peak",
+            )
+        )
+    if reserved is not None:
+        parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
+    if modules is not None and len(modules):
+        hccl = modules[modules["module"].astype(str).str.upper() == "HCCL"]["peak_bytes"]
+        if len(hccl) and float(hccl.max()) > 0:
+            parts.append(("communication_buffers", float(hccl.max()), "HCCL device module, peak reserved"))
+    process = row.get("peak_process_bytes")
+    held = sum(p[1] or 0 for p in parts)
+    if process is not None and process > held:
+        parts.append(
+            (
+                "runtime_other",
+                process - held,
+                "process (APP) peak minus the parts above: runtime, "
+                "other device modules, workspace outside the allocator",
+            )
+        )
+    return _shares(parts, max(process or 0, held + (process - held if process and process > held else 0)))
+
+
+def _from_model_sizes(row: dict, model: dict, params, opt_params, shard_params, states) -> list[dict]:
+    """attribution from the model's own sizes (no profiler allocations): the rest of the peak is activations,
+    workspace and buffers together."""
+    parts: list[tuple[str, float | None, str]] = []
+    peak = row["peak_bytes"]
+    alloc, reserved = row.get("peak_allocated_bytes"), row.get("peak_reserved_bytes")
+    base = row.get("baseline_bytes")
+    if base is not None and str(row.get("peak_source") or "").startswith("workload"):
+        parts.append(
+            (
+                "runtime_baseline",
+                float(base),
+                "process resident set before the model was built "
+                "(MindSpore imported, collectives joined; meta baseline_rss_bytes)",
+            )
+        )
+    for k, v in model.items():
+        if v is not None:
+            parts.append(
+                (
+                    k,
+                    float(v),
+                    (
+                        f"model sizes: the rank's ZeRO shard ({opt_params:.0f} of {params:.0f} parameters)"
+                        if k == "optimizer_state" and shard_params is not None
+                        else "model sizes: parameter count"
+                    )
+                    + " x 4 bytes (fp32)"
+                    + (f" x {states} optimizer states" if k == "optimizer_state" else ""),
+                )
+            )
+    if alloc is not None and reserved is not None and row.get("allocator") != "cpu":
+        # (MindSpore's CPU pool reserves 1 GiB up front that is not resident: no fragmentation to speak of)
+        parts.append(("fragmentation", max(reserved - alloc, 0.0), "allocator reserved - allocated at the peak"))
+    rest = peak - sum(p[1] for p in parts)
+    parts.append(
+        (
+            "activations_workspace",
+            max(rest, 0.0),
+            "the rest of the peak: activations, workspace, communication buffers, compiled graphs"
+            + ("" if base is not None else " and the runtime (libraries)")
+            + "; not separable without the profiler's allocations",
+        )
+    )
+    return _shares(parts, peak)
 
 
 def _shares(parts, total) -> list[dict]:
@@ -443,6 +456,70 @@ def capacity_headroom(rows: list[dict], hosts: dict[int, str]) -> float | None:
     return min(1.0 - sum(r["peak_bytes"] for r in g) / g[0]["capacity_bytes"] for g in groups.values())
 
 
+def _rank_row(r: int, m: dict, pk: dict, host, device, rss, device_capacity) -> dict:
+    """A rank's `memory` row: its peaks (`pk`), the workload's numbers (`m`, meta), which peak is the rank's peak
+    and the capacity of its memory."""
+    row = {
+        "rank": r,
+        "host": host,
+        "device": device or ("cpu" if m else None),
+        **pk,
+        "peak_rss_bytes": rss,
+        "framework_peak_bytes": finite(m.get("framework_peak_allocated_bytes")),
+        "params": finite(m.get("params")),
+        "baseline_bytes": finite(m.get("baseline_rss_bytes")),
+    }
+    if row["peak_allocated_bytes"] is None and row["framework_peak_bytes"] is not None:
+        row["peak_allocated_bytes"] = row["framework_peak_bytes"]
+    if row["peak_process_bytes"] is not None:
+        row["peak_bytes"], row["peak_source"] = row["peak_process_bytes"], "profiler: process (APP) reserved"
+    elif row["peak_rss_bytes"] is not None:
+        row["peak_bytes"], row["peak_source"] = row["peak_rss_bytes"], "workload: process resident high-water mark"
+    elif row["peak_reserved_bytes"] is not None:
+        row["peak_bytes"], row["peak_source"] = row["peak_reserved_bytes"], "profiler: allocator reserved"
+    else:
+        row["peak_bytes"], row["peak_source"] = None, None
+    row["capacity_bytes"] = (
+        finite(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else device_capacity
+    )
+    return row
+
+
+def _rank_detail(r: int, row: dict, m: dict, om, mm, has_peaks: bool, ws, optimizer, parts: dict) -> None:
+    """A rank read in full: the allocations live at its peak, its module peaks, its OS timeline where it has no
+    memory records and the attribution of its peak, added to `row` and to `parts` (lists of the tables' pieces)."""
+    live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
+    row["live_allocations"] = None if live is None else int(len(live))
+    row["live_bytes"] = None if live is None else float(live["size_bytes"].sum())
+    if live is not None and len(live):
+        parts["live_parts"].append(live[["rank", "name", "size_bytes", "alloc_us", "release_us"]])
+    rmods = None
+    if mm is not None:
+        if len(mm):
+            g = pd.to_numeric(mm["reserved_bytes"], errors="coerce").groupby(mm["module"]).max().dropna()
+            g = g[g > 0]  # the ~80 modules that never reserved anything are left out
+            rmods = pd.DataFrame({"rank": r, "module": g.index, "peak_bytes": g.values})
+            parts["mod_rows"].append(rmods)
+    if not has_peaks and ws is not None and "rss_bytes" in ws.columns:  # no memory records: the OS's
+        g = ws[ws["rank"] == r]
+        if len(g):
+            parts["tl_parts"].append(
+                pd.DataFrame(
+                    {
+                        "rank": r,
+                        "component": "rss",
+                        "ts_us": g["end_ts"].astype(float) * 1e6,
+                        "allocated_bytes": float("nan"),
+                        "reserved_bytes": pd.to_numeric(g["rss_bytes"], errors="coerce"),
+                    }
+                )
+            )
+    # parallel.zero_stage >= 1: the rank keeps optimizer state for its own shard only (workloads/parallel/zero.py)
+    shard = finite(m.get("zero_shard_params")) if m.get("zero_stage") else None
+    for a in attribution(row, live, rmods, optimizer, shard):
+        parts["attr_rows"].append({"rank": r, **a})
+
+
 def analysis(ctx: Context) -> Output:
     prof = ctx.profile
     meta = ctx.meta or {}
@@ -461,7 +538,9 @@ def analysis(ctx: Context) -> Output:
     if ws is not None:
         ranks |= set(int(r) for r in ws["rank"].unique())
     rss = _workload_peaks(ws)
-    rows, live_parts, tl_parts, mod_rows, attr_rows = [], [], [], [], []
+    rows: list[dict] = []
+    parts: dict[str, list] = {"live_parts": [], "tl_parts": [], "mod_rows": [], "attr_rows": []}
+    tl_parts, mod_rows = parts["tl_parts"], parts["mod_rows"]
     # each table split by rank once (filtering the whole table per rank costs O(ranks x rows))
     opm_by, mod_by = _by_rank(opm), _by_rank(mod)
     peaks_of = all_rank_peaks(rec)
@@ -483,29 +562,7 @@ def analysis(ctx: Context) -> Output:
         pk = peaks_of.get(r) or no_peaks()
         if m.get("host"):
             hosts[r] = m["host"]
-        row = {
-            "rank": r,
-            "host": hosts.get(r),
-            "device": devices.get(r) or ("cpu" if m else None),
-            **pk,
-            "peak_rss_bytes": rss.get(r),
-            "framework_peak_bytes": finite(m.get("framework_peak_allocated_bytes")),
-            "params": finite(m.get("params")),
-            "baseline_bytes": finite(m.get("baseline_rss_bytes")),
-        }
-        if row["peak_allocated_bytes"] is None and row["framework_peak_bytes"] is not None:
-            row["peak_allocated_bytes"] = row["framework_peak_bytes"]
-        if row["peak_process_bytes"] is not None:
-            row["peak_bytes"], row["peak_source"] = row["peak_process_bytes"], "profiler: process (APP) reserved"
-        elif row["peak_rss_bytes"] is not None:
-            row["peak_bytes"], row["peak_source"] = row["peak_rss_bytes"], "workload: process resident high-water mark"
-        elif row["peak_reserved_bytes"] is not None:
-            row["peak_bytes"], row["peak_source"] = row["peak_reserved_bytes"], "profiler: allocator reserved"
-        else:
-            row["peak_bytes"], row["peak_source"] = None, None
-        row["capacity_bytes"] = (
-            finite(m.get("machine_memory_bytes")) if str(row["device"] or "").lower() == "cpu" else device_capacity
-        )
+        row = _rank_row(r, m, pk, hosts.get(r), devices.get(r), rss.get(r), device_capacity)
         sm = summaries.get(r)
         if sm is not None:  # summary mode: the counts only; the live allocations, timeline, attribution on demand
             row["live_allocations"], row["live_bytes"] = sm["live_allocations"], sm["live_bytes"]
@@ -514,38 +571,7 @@ def analysis(ctx: Context) -> Output:
                 mod_rows.append(pd.DataFrame({"rank": r, "module": list(names), "peak_bytes": list(peaks)}))
             rows.append(row)
             continue
-        om = opm_by.get(r)
-        live = live_at(om, row["peak_at_us"]) if om is not None and len(om) else None
-        row["live_allocations"] = None if live is None else int(len(live))
-        row["live_bytes"] = None if live is None else float(live["size_bytes"].sum())
-        if live is not None and len(live):
-            live_parts.append(live[["rank", "name", "size_bytes", "alloc_us", "release_us"]])
-        rmods = None
-        mm = mod_by.get(r)
-        if mm is not None:
-            if len(mm):
-                g = pd.to_numeric(mm["reserved_bytes"], errors="coerce").groupby(mm["module"]).max().dropna()
-                g = g[g > 0]  # the ~80 modules that never reserved anything are left out
-                rmods = pd.DataFrame({"rank": r, "module": g.index, "peak_bytes": g.values})
-                mod_rows.append(rmods)
-        if r not in peaks_of and ws is not None and "rss_bytes" in ws.columns:  # no memory records: the OS's
-            g = ws[ws["rank"] == r]
-            if len(g):
-                tl_parts.append(
-                    pd.DataFrame(
-                        {
-                            "rank": r,
-                            "component": "rss",
-                            "ts_us": g["end_ts"].astype(float) * 1e6,
-                            "allocated_bytes": float("nan"),
-                            "reserved_bytes": pd.to_numeric(g["rss_bytes"], errors="coerce"),
-                        }
-                    )
-                )
-        # parallel.zero_stage >= 1: the rank keeps optimizer state for its own shard only (workloads/parallel/zero.py)
-        shard = finite(m.get("zero_shard_params")) if m.get("zero_stage") else None
-        for a in attribution(row, live, rmods, optimizer, shard):
-            attr_rows.append({"rank": r, **a})
+        _rank_detail(r, row, m, opm_by.get(r), mod_by.get(r), r in peaks_of, ws, optimizer, parts)
         rows.append(row)
     tables: dict = {}
     metrics: dict = {}
@@ -557,10 +583,10 @@ def analysis(ctx: Context) -> Output:
     if tl_parts:  # rank by rank (a stable sort keeps each rank's components and times in order)
         tl = pd.concat(tl_parts, ignore_index=True)
         tables["memory_timeline"] = tl.sort_values("rank", kind="stable").reset_index(drop=True)
-    if live_parts:
-        tables["memory_live"] = pd.concat(live_parts, ignore_index=True)
-    if attr_rows:
-        tables["memory_attribution"] = pd.DataFrame(attr_rows)
+    if parts["live_parts"]:
+        tables["memory_live"] = pd.concat(parts["live_parts"], ignore_index=True)
+    if parts["attr_rows"]:
+        tables["memory_attribution"] = pd.DataFrame(parts["attr_rows"])
     peaks = [r["peak_bytes"] for r in rows if r["peak_bytes"] is not None]
     metrics["peak_memory_bytes"] = max(peaks) if peaks else None
     metrics["memory_headroom"] = capacity_headroom(rows, hosts)

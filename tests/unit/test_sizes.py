@@ -26,13 +26,6 @@ MODEL_DEFINITIONS = {
 
 #: functions over the limit still to split, each with why it waits
 PENDING_FUNCTIONS = {
-    # the Ascend parsers' and the memory analysis's import-speed rework is in flight: split after it lands
-    "analyzers.parsers.ascend.text:parse_text_rank": "import-speed rework in flight",
-    "analyzers.parsers.ascend.db:parse_db_rank": "import-speed rework in flight",
-    "analyzers.parsers.ascend.db:_profiler_db": "import-speed rework in flight",
-    "analyzers.analyses.memory:attribution": "import-speed rework in flight",
-    "analyzers.analyses.memory:analysis": "import-speed rework in flight",
-    # not split yet
     "perfbench.run.launcher:launch": "to split",
     "workloads.runner:run": "to split",
     "perfbench.run.sweep:execute_run": "to split",
@@ -40,7 +33,6 @@ PENDING_FUNCTIONS = {
 
 #: modules over the limit still to split
 PENDING_MODULES = {
-    "analyzers.parsers.ascend.text": "import-speed rework in flight",
     "analyzers.catalogue": "to split (the metric definitions are data: one module of them, one of the lists)",
     "perfbench.run.launcher": "to split",
     "perfbench.run.config_models": "to split",

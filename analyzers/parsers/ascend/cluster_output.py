@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analyzers.parsers.ascend.common import comm_op_type, read_csv, read_json, step_of
-from analyzers.parsers.ascend.text import STEP_TRACE_OPTIONAL, STEP_TRACE_REQUIRED, _f
+from analyzers.parsers.ascend.common import comm_op_type, link_keys, read_csv, read_json, step_of
+from analyzers.parsers.ascend.text import STEP_TRACE_OPTIONAL, STEP_TRACE_REQUIRED, _f, time_info
 from analyzers.groups import group_entry, groups_from_communication_group
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, RANKS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
@@ -184,18 +184,48 @@ def _rank_rows(path, df: pd.DataFrame) -> pd.DataFrame:
 # ---- communication -------------------------------------------------------------------------------------
 
 
+#: where each cluster table may be, in order: its JSON file, its cluster_analysis.db table, its recipe's CSV output
+CLUSTER_SOURCES = {
+    "communication": (
+        "cluster_communication.json",
+        "ClusterCommunicationTime",
+        "CommunicationTimeSum",
+        "cluster_communication_time*.csv",
+    ),
+    "matrix": (
+        "cluster_communication_matrix.json",
+        "ClusterCommunicationMatrix",
+        "CommMatrixSum",
+        "cluster_communication_matrix*.csv",
+    ),
+}
+
+
+def _first_of(d: Path, what: str, used: list[str]):
+    """Where a cluster table (`CLUSTER_SOURCES`) is: the path of its JSON file when there is one (named in `used`),
+    else the table from cluster_analysis.db, else from its recipe's CSV output; None when none has it."""
+    json_name, table, recipe, pattern = CLUSTER_SOURCES[what]
+    if (d / json_name).exists():
+        used.append(json_name)
+        return d / json_name
+    return _db_or_csv(d, table, recipe, pattern, used)
+
+
+def _db_or_csv(d: Path, table: str, recipe: str, pattern: str, used: list[str]):
+    """A cluster table from cluster_analysis.db, else from its recipe's CSV output; None when neither has it."""
+    t = _db_table(d, table, used)
+    return t if t is not None else _recipe_csv(d, recipe, pattern, used)
+
+
 def _comm_any(d: Path, used: list[str]):
-    if (d / "cluster_communication.json").exists():
-        used.append("cluster_communication.json")
-        return _comm(d / "cluster_communication.json")
-    t = _db_table(d, "ClusterCommunicationTime", used)
-    if t is None:
-        t = _recipe_csv(d, "CommunicationTimeSum", "cluster_communication_time*.csv", used)
+    t = _first_of(d, "communication", used)
+    if isinstance(t, Path):
+        return _comm(t)
     if t is None:
         return None, None
-    b = _db_table(d, "ClusterCommunicationBandwidth", used)
-    if b is None:
-        b = _recipe_csv(d, "CommunicationTimeSum", "cluster_communication_bandwidth*.csv", used)
+    b = _db_or_csv(
+        d, "ClusterCommunicationBandwidth", "CommunicationTimeSum", "cluster_communication_bandwidth*.csv", used
+    )
     _need(d, t, ["step", "rank_id", "hccl_op_name", "group_name", "elapsed_time"])
     t = t[~t["hccl_op_name"].astype(str).str.startswith("Total Op Info")]
     num = lambda c: pd.to_numeric(t[c], errors="coerce") if c in t.columns else float("nan")  # noqa: E731
@@ -241,24 +271,16 @@ def _comm_any(d: Path, used: list[str]):
 
 
 def _links_any(d: Path, used: list[str]):
-    if (d / "cluster_communication_matrix.json").exists():
-        used.append("cluster_communication_matrix.json")
-        return _matrix(d / "cluster_communication_matrix.json")
-    m = _db_table(d, "ClusterCommunicationMatrix", used)
-    if m is None:
-        m = _recipe_csv(d, "CommMatrixSum", "cluster_communication_matrix*.csv", used)
+    m = _first_of(d, "matrix", used)
+    if isinstance(m, Path):
+        return _matrix(m)
     if m is None:
         return None
     _need(d, m, ["step", "hccl_op_name", "group_name", "src_rank", "dst_rank", "transport_type", "bandwidth"])
     m = m[~m["hccl_op_name"].astype(str).str.startswith("Total Op Info")]
     df = pd.DataFrame(
         {
-            "step": m["step"].map(step_of).astype("Int64"),
-            "op_name": m["hccl_op_name"],
-            "group": m["group_name"].astype(str),
-            "src": pd.to_numeric(m["src_rank"]).astype("int64"),
-            "dst": pd.to_numeric(m["dst_rank"]).astype("int64"),
-            "transport": m["transport_type"],
+            **link_keys(m),
             "size_mb": pd.to_numeric(m.get("transit_size"), errors="coerce"),
             "time_ms": pd.to_numeric(m.get("transit_time"), errors="coerce"),
             "bandwidth_gbps": pd.to_numeric(m["bandwidth"], errors="coerce"),
@@ -319,12 +341,7 @@ def _comm(path: Path):
                             "op_type": comm_op_type(name),
                             "group": group,
                             "group_size": gsize,
-                            "start_us": _f(t.get("Start Timestamp(us)")),
-                            "elapse_ms": _f(t["Elapse Time(ms)"]),
-                            "transit_ms": _f(t.get("Transit Time(ms)")),
-                            "wait_ms": _f(t.get("Wait Time(ms)")),
-                            "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
-                            "idle_ms": _f(t.get("Idle Time(ms)")),
+                            **time_info(t),
                             "wait_ratio": _f(t.get("Wait Time Ratio")),
                             "rank_group": gkey,
                         }

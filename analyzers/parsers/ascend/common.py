@@ -211,7 +211,6 @@ def read_columnar_csv(
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyarrow import csv as pa_csv
 
     header = _header(path)
     if header is None:
@@ -226,17 +225,7 @@ def read_columnar_csv(
     if typed is not None:
         return typed
     try:
-        table = pa_csv.read_csv(
-            path,
-            read_options=pa_csv.ReadOptions(column_names=[f"c{i}" for i in range(len(header))], skip_rows=1),
-            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
-            convert_options=pa_csv.ConvertOptions(
-                include_columns=[f"c{header.index(h)}" for h, _ in wanted],
-                column_types={f"c{header.index(h)}": pa.string() for h, _ in wanted},
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
-        )
+        table = _arrow_csv(path, len(header), {f"c{header.index(h)}": pa.string() for h, _ in wanted})
     except (pa.ArrowInvalid, OSError):
         return None  # a row of another width, bytes that are not UTF-8, ...
     if not table.num_rows:
@@ -263,6 +252,26 @@ def read_columnar_csv(
     return cols
 
 
+def _arrow_csv(path: Path, width: int, column_types: dict, null_values: list[str] | None = None):
+    """Arrow's CSV reader on a profiler CSV of `width` columns (named c0, c1, ...; the header row skipped), only the
+    columns of `column_types`, typed as it says; `null_values` (if any) read as null, no other cell."""
+    from pyarrow import csv as pa_csv
+
+    convert = {"null_values": null_values} if null_values is not None else {}
+    return pa_csv.read_csv(
+        path,
+        read_options=pa_csv.ReadOptions(column_names=[f"c{i}" for i in range(width)], skip_rows=1),
+        parse_options=pa_csv.ParseOptions(newlines_in_values=True),
+        convert_options=pa_csv.ConvertOptions(
+            include_columns=list(column_types),
+            column_types=column_types,
+            strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+            **convert,
+        ),
+    )
+
+
 def _typed_columns(
     path: Path, header: list[str], wanted: list, numeric: tuple[str, ...], arrow_text: bool
 ) -> dict | None:
@@ -273,22 +282,15 @@ def _typed_columns(
     cell, a row of another width, no data row): the caller then takes the cell-by-cell path, which decides."""
     import numpy as np
     import pyarrow as pa
-    from pyarrow import csv as pa_csv
 
     text_type = pa.dictionary(pa.int32(), pa.string()) if arrow_text else pa.string()
     names = {f"c{header.index(h)}": n for h, n in wanted}
     try:
-        table = pa_csv.read_csv(
+        table = _arrow_csv(
             path,
-            read_options=pa_csv.ReadOptions(column_names=[f"c{i}" for i in range(len(header))], skip_rows=1),
-            parse_options=pa_csv.ParseOptions(newlines_in_values=True),
-            convert_options=pa_csv.ConvertOptions(
-                include_columns=list(names),
-                column_types={c: pa.float64() if n in numeric else text_type for c, n in names.items()},
-                null_values=sorted(_NA_CELLS),
-                strings_can_be_null=False,
-                quoted_strings_can_be_null=False,
-            ),
+            len(header),
+            {c: pa.float64() if n in numeric else text_type for c, n in names.items()},
+            null_values=sorted(_NA_CELLS),
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError):
         return None
@@ -404,6 +406,31 @@ def rank_info(rank_dir: Path) -> dict:
             if dist.get("world_size"):
                 info["world_size"] = dist.get("world_size")
     return info
+
+
+def link_keys(m: pd.DataFrame) -> dict:
+    """The key columns of a communication-matrix table as the profiler's dbs and msprof-analyze write it (step,
+    hccl_op_name, group_name, src_rank, dst_rank, transport_type) under the `links` table's names."""
+    return {
+        "step": m["step"].map(step_of).astype("Int64"),
+        "op_name": m["hccl_op_name"],
+        "group": m["group_name"].astype(str),
+        "src": pd.to_numeric(m["src_rank"]).astype("int64"),
+        "dst": pd.to_numeric(m["dst_rank"]).astype("int64"),
+        "transport": m["transport_type"],
+    }
+
+
+def base_meta(fmt: str, rank_dir: Path, info: dict) -> dict:
+    """The meta every Ascend rank parser starts from: format, folder, profiler config, parallel groups and
+    distributed args (from `rank_info`)."""
+    return {
+        "format": fmt,
+        "rank_dir": str(rank_dir),
+        "profiler_config": info.get("config", {}),
+        "parallel_groups": parallel_groups(info.get("metadata", {})),
+        "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
+    }
 
 
 def parallel_groups(metadata: dict) -> dict:

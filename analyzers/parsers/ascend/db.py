@@ -29,10 +29,11 @@ from analyzers.parsers.ascend.common import (
     OUTPUT_DIR,
     SKIPPED,
     RankInputs,
+    base_meta,
+    link_keys,
     comm_op_type,
     device_step_windows,
     na_to_none,
-    parallel_groups,
     rank_info,
     step_of,
 )
@@ -104,15 +105,9 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
         raise ProfileFormatError(rank_dir, "no ascend_*_profiler_*.db under ASCEND_PROFILER_OUTPUT")
     info = rank_info(rank_dir)
     adb = rank_dir / OUTPUT_DIR / "analysis.db"
-    meta: dict = {
-        "format": "ascend-db",
-        "rank_dir": str(rank_dir),
-        "profiler_config": info.get("config", {}),
-        "parallel_groups": parallel_groups(info.get("metadata", {})),
-        "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
-        "producer": "mindspore" if "mindspore" in dbp.name else "torch_npu",
-        "files_present": ["ascend_*_profiler_*.db"] + (["analysis.db"] if adb.exists() else []),
-    }
+    meta = base_meta("ascend-db", rank_dir, info)
+    meta["producer"] = "mindspore" if "mindspore" in dbp.name else "torch_npu"
+    meta["files_present"] = ["ascend_*_profiler_*.db"] + (["analysis.db"] if adb.exists() else [])
     io = RankInputs()
     m = DB_RE.match(dbp.name)
     r0 = (
@@ -142,35 +137,7 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
             for df in (comm_ops, comm_bw, links, ref):
                 if df is not None and "rank" in df.columns:
                     df["rank"] = r
-    if comm_ops is None or not len(comm_ops):
-        if comm is not None and len(comm):
-            comm_ops = pd.DataFrame(
-                {
-                    "rank": r,
-                    "step": ops.loc[ops.category == "communication", "step"].to_numpy(),
-                    "op_name": comm["name"],
-                    "op_type": comm["name"].map(comm_op_type),
-                    "group": comm["grp"].fillna(""),
-                    "group_size": pd.NA,
-                    "start_us": comm["startNs"].astype(float) / 1e3,
-                    "elapse_ms": (comm["endNs"] - comm["startNs"]).astype(float) / 1e6,
-                }
-            )
-            meta["comm_source"] = "COMMUNICATION_OP (elapse only)"
-        else:
-            comm_ops = empty(COMM_OPS)
-            meta["comm_source"] = "none"
-        comm_bw = empty(COMM_BANDWIDTH)
-    else:
-        meta["comm_source"] = "analysis.db CommAnalyzer*"
-    if comm is not None and len(comm) and len(comm_ops):
-        sizes = {
-            n: float(c) * DTYPE_BYTES.get(str(d).upper(), np.nan)
-            for n, c, d in zip(comm["name"], comm["count"], comm["data_type"])
-            if c is not None
-        }
-        comm_ops["size_bytes"] = comm_ops["op_name"].map(sizes)
-        comm_ops["alg_type"] = comm_ops["op_name"].map(dict(zip(comm["name"], comm["alg_type"])))
+    comm_ops, comm_bw = _db_comm_ops(comm_ops, comm_bw, comm, ops, r, meta)
     from analyzers.parsers.ascend.memory import no_memory
 
     memory = no_memory()
@@ -206,6 +173,41 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
         meta=meta,
         warnings=io.warnings,
     )
+
+
+def _db_comm_ops(comm_ops, comm_bw, comm, ops, r: int, meta: dict):
+    """(comm ops, comm bandwidth): analysis.db's CommAnalyzer rows, else the profiler db's COMMUNICATION_OP
+    (elapse only); their sizes and algorithms from COMMUNICATION_OP."""
+    if comm_ops is None or not len(comm_ops):
+        if comm is not None and len(comm):
+            comm_ops = pd.DataFrame(
+                {
+                    "rank": r,
+                    "step": ops.loc[ops.category == "communication", "step"].to_numpy(),
+                    "op_name": comm["name"],
+                    "op_type": comm["name"].map(comm_op_type),
+                    "group": comm["grp"].fillna(""),
+                    "group_size": pd.NA,
+                    "start_us": comm["startNs"].astype(float) / 1e3,
+                    "elapse_ms": (comm["endNs"] - comm["startNs"]).astype(float) / 1e6,
+                }
+            )
+            meta["comm_source"] = "COMMUNICATION_OP (elapse only)"
+        else:
+            comm_ops = empty(COMM_OPS)
+            meta["comm_source"] = "none"
+        comm_bw = empty(COMM_BANDWIDTH)
+    else:
+        meta["comm_source"] = "analysis.db CommAnalyzer*"
+    if comm is not None and len(comm) and len(comm_ops):
+        sizes = {
+            n: float(c) * DTYPE_BYTES.get(str(d).upper(), np.nan)
+            for n, c, d in zip(comm["name"], comm["count"], comm["data_type"])
+            if c is not None
+        }
+        comm_ops["size_bytes"] = comm_ops["op_name"].map(sizes)
+        comm_ops["alg_type"] = comm_ops["op_name"].map(dict(zip(comm["name"], comm["alg_type"])))
+    return comm_ops, comm_bw
 
 
 def _memory(dbp: Path, r: int) -> dict:
@@ -269,6 +271,13 @@ def _profiler_db(dbp: Path, info: dict, r: int, ref_step: int, meta: dict):
                 "SELECT p.globalTaskId AS task, s.value AS metric, p.value FROM TASK_PMU_INFO p "
                 "JOIN STRING_IDS s ON s.id = p.name",
             )
+    ops, steps = _db_ops_and_steps(comp, comm, pmu, host_steps, r, ref_step)
+    return r, device, npu, ops, steps, comm
+
+
+def _db_ops_and_steps(comp, comm, pmu, host_steps, r: int, ref_step: int):
+    """(ops, steps) from the profiler db's compute tasks, communication ops, PMU metrics and STEP_TIME: each op in
+    the host step it starts in (or the first), each step's device span and host window."""
     ops = pd.concat(
         [
             pd.DataFrame(
@@ -319,7 +328,7 @@ def _profiler_db(dbp: Path, info: dict, r: int, ref_step: int, meta: dict):
     if host:
         steps["host_start_us"] = steps["step"].map(lambda s: host.get(int(s), (np.nan, np.nan))[0])
         steps["host_end_us"] = steps["step"].map(lambda s: host.get(int(s), (np.nan, np.nan))[1])
-    return r, device, npu, ops, steps, comm
+    return ops, steps
 
 
 REF_COLS = {
@@ -392,12 +401,7 @@ def read_analysis_db(path: Path, r: int):
             m = m[m["hccl_op_name"] != "Total Op Info"]
             links = pd.DataFrame(
                 {
-                    "step": m["step"].map(step_of).astype("Int64"),
-                    "op_name": m["hccl_op_name"],
-                    "group": m["group_name"].astype(str),
-                    "src": pd.to_numeric(m["src_rank"]).astype("int64"),
-                    "dst": pd.to_numeric(m["dst_rank"]).astype("int64"),
-                    "transport": m["transport_type"],
+                    **link_keys(m),
                     "size_mb": m["transit_size"].astype(float),
                     "time_ms": m["transit_time"].astype(float),
                     "bandwidth_gbps": m["bandwidth"].astype(float),

@@ -23,22 +23,20 @@ unknown columns are kept.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analyzers.parsers.ascend.common import (
-    DTYPE_BYTES,
     OUTPUT_DIR,
     SKIPPED,
     RankInputs,
+    base_meta,
     categorize,
     comm_op_type,
     device_step_windows,
     na_to_none,
-    parallel_groups,
     rank_info,
     read_csv,
     read_json,
@@ -46,6 +44,7 @@ from analyzers.parsers.ascend.common import (
     step_of,
 )
 from analyzers.parsers.ascend.db import read_analysis_db
+from analyzers.parsers.ascend.trace_facts import trace_facts
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Columns, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -125,22 +124,7 @@ def parse_text_rank(
     out = rank_dir / OUTPUT_DIR
     info = rank_info(rank_dir)
     r = info["rank"] if info["rank"] is not None else (rank if rank is not None else 0)
-    meta: dict = {
-        "format": "ascend-text",
-        "rank_dir": str(rank_dir),
-        "profiler_config": info.get("config", {}),
-        "parallel_groups": parallel_groups(info.get("metadata", {})),
-        "distributed_args": (info.get("metadata") or {}).get("distributed_args"),
-        "files_present": sorted(f for f in RANK_FILES if (out / f).exists()),
-    }
-    for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
-        if k in info:
-            meta[k] = info[k]
-    meta["producer"] = (
-        "mindspore"
-        if rank_dir.name.endswith("_ascend_ms")
-        else ("torch_npu" if rank_dir.name.endswith("_ascend_pt") else "unknown")
-    )
+    meta = _rank_meta(rank_dir, out, info)
     io = RankInputs()
 
     kd, tv, st = out / "kernel_details.csv", out / "trace_view.json", out / "step_trace_time.csv"
@@ -151,44 +135,8 @@ def parse_text_rank(
     ops = io.read(kd, _kernel_details, r, need_rows=True) if kd.exists() and not skip else None
     if ref is not None:
         meta["reference_source"] = "step_trace_time.csv"
-    comm_ops = comm_bw = None
-    if (out / "communication.json").exists():
-        got = io.read(out / "communication.json", _communication, r)
-        if got is not None:
-            comm_ops, comm_bw = got
-    links = (
-        io.read(out / "communication_matrix.json", _matrix, r) if (out / "communication_matrix.json").exists() else None
-    )
-    adb = out / "analysis.db"
-    if adb.exists() and (ref is None or comm_ops is None or links is None):  # the db export of the same analyses
-        got = io.read(adb, read_analysis_db, r)
-        if got is not None:
-            a_co, a_cb, a_links, a_ref = got
-            if ref is None and a_ref is not None:
-                ref, meta["reference_source"] = a_ref, "analysis.db StepTraceTime"
-            if comm_ops is None and a_co is not None and len(a_co):
-                comm_ops, comm_bw = a_co, a_cb
-            if links is None and len(a_links):
-                links = a_links
-
-    trace = None
-    if skip:
-        if (
-            read_sizes
-            and tv.exists()
-            and (read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES))
-        ):
-            trace = io.read(tv, _trace_facts, r, full=False)
-            if trace is not None:  # the sizes only: the kernels stay unread
-                trace = {**trace, "device_ops": None, "hccl_ops": empty(OPS), "host_steps": {}}
-    elif tv.exists() and (
-        read_trace is True
-        or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
-        or (ops is None and read_trace != False)  # noqa: E712
-    ):
-        trace = io.read(tv, _trace_facts, r, full=ops is None)
-    elif tv.exists():
-        meta["trace_view_skipped"] = f"{tv.stat().st_size / 1e9:.2f} GB > read limit; Preparing and sizes unknown"
+    ref, comm_ops, comm_bw, links = _read_communication(io, out, r, ref, meta)
+    trace = _read_trace(io, tv, r, read_trace, skip=skip, read_sizes=read_sizes, have_ops=ops is not None, meta=meta)
     if ops is None and trace is not None and trace["device_ops"] is not None:
         ops = trace["device_ops"]
     if (
@@ -202,22 +150,7 @@ def parse_text_rank(
         problems = "; ".join(io.warnings) if io.warnings else "none of " + ", ".join(RANK_FILES) + " found"
         raise ProfileFormatError(out, f"no readable profiler data ({problems})")
 
-    if ops is None:
-        ops, steps = (Columns(), Columns()) if columns else (empty(OPS), empty(STEPS))
-    else:
-        if ops["step"].notna().any():
-            ops["step"] = ops["step"].astype("Int64")
-        else:  # one profiled step and no Step Id column: the step trace names it
-            one = int(_frame(ref)["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
-            ops["step"] = pd.array([one] * len(ops), dtype="Int64")
-        # steps: device span of the ops of each step
-        steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
-        steps.insert(0, "rank", r)
-        if trace is not None and trace["host_steps"]:
-            hs = trace["host_steps"]
-            steps["host_start_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[0])
-            steps["host_end_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[1])
-
+    ops, steps = _ops_and_steps(ops, trace, ref, r, columns)
     if comm_ops is None:
         comm_ops, comm_bw = _comm_from_ops(ops, r), Columns()
         meta["comm_source"] = "kernel_details (elapse only)" if len(comm_ops) else "none"
@@ -228,73 +161,167 @@ def parse_text_rank(
         size = comm_ops["op_name"].map(trace["hccl_sizes"])
         comm_ops["size_bytes"] = comm_ops["size_bytes"].fillna(size) if "size_bytes" in comm_ops else size
         comm_ops["alg_type"] = comm_ops["op_name"].map(trace["hccl_alg"])
-    if links is None:
-        links = Columns()
-
     if (out / "op_statistic.csv").exists() and not skip:  # the kernels' cross-check: read with the kernels
-        stat = io.read(
-            out / "op_statistic.csv",
-            read_csv,
-            {"OP Type": "op_type", "Total Time(us)": "total_us"},
-            {"Core Type": "core_type", "Count": "count"},
-            numeric=("total_us", "count"),
-        )
-        if stat is not None:
-            meta["op_statistic"] = stat[
-                [c for c in ("op_type", "core_type", "count", "total_us") if c in stat]
-            ].to_dict("records")
+        _op_statistic(io, out / "op_statistic.csv", meta)
+    memory = _rank_memory(out, r, io, memory_detail=memory_detail, columns=columns, meta=meta)
+    row = {"device": _device(ops, info), "path": str(rank_dir), "world_size": info.get("world_size")}
+    tables = {"steps": steps, "ops": ops, "comm_ops": comm_ops, "comm_bandwidth": comm_bw, "links": links}
+    return _rank_profile(r, row, tables, memory, ref, meta, io, columns=columns, fit=fit)
 
-    from analyzers.parsers.ascend.memory import no_memory, read_text_memory
 
-    if memory_detail:
-        memory = {**no_memory(), **read_text_memory(out, r, io, columns=columns)}
-    else:  # summary mode: the rank's memory numbers now, its records read again on demand (show --rank)
-        from analyzers.analyses.memory import rank_summary
-
-        got = read_text_memory(out, r, io, columns=True, arrow_text=True)
-        if got:
-            meta["memory_summary"] = rank_summary(
-                *(got[k].data if k in got else None for k in ("memory_records", "op_memory", "module_memory"))
-            )
-        memory = no_memory()
+def _rank_profile(
+    r: int, row: dict, t: dict, memory: dict, ref, meta: dict, io: RankInputs, *, columns: bool, fit: bool
+) -> Profile:
+    """The rank's Profile from its tables (`Columns` kept with `columns`, else DataFrames, conformed with `fit`)."""
     ranks = Columns()
     ranks.append(
         {
             "rank": r,
             "host": None,
-            "device": _device(ops, info),
-            "path": str(rank_dir),
+            "device": row["device"],
+            "path": row["path"],
             "stage": pd.NA,
             "dp_group": None,
-            "world_size": info.get("world_size"),
+            "world_size": row["world_size"],
             "inputs": io.text,
         }
     )
     tables = {
         "ranks": (ranks, RANKS),
-        "steps": (steps, STEPS),
-        "ops": (ops, OPS),
-        "comm_ops": (comm_ops, COMM_OPS),
-        "comm_bandwidth": (comm_bw if comm_bw is not None else Columns(), COMM_BANDWIDTH),
-        "links": (links, LINKS),
+        "steps": (t["steps"], STEPS),
+        "ops": (t["ops"], OPS),
+        "comm_ops": (t["comm_ops"], COMM_OPS),
+        "comm_bandwidth": (t["comm_bandwidth"] if t["comm_bandwidth"] is not None else Columns(), COMM_BANDWIDTH),
+        "links": (t["links"] if t["links"] is not None else Columns(), LINKS),
     }
     if columns:
-        out = {k: t for k, (t, _) in tables.items()}
+        got = {k: tab for k, (tab, _) in tables.items()}
     else:
-        out = {k: _frame(t, schema) for k, (t, schema) in tables.items()}
+        got = {k: _frame(tab, schema) for k, (tab, schema) in tables.items()}
         if fit:
-            out = {k: conform(t, tables[k][1]) for k, t in out.items()}  # (load_profile conforms merged tables)
+            got = {k: conform(tab, tables[k][1]) for k, tab in got.items()}  # (load_profile conforms merged tables)
         ref = _frame(ref) if ref is not None else None
     meta["input_problems"] = io.problems
     return Profile(
         source="ascend-text",
-        path=str(rank_dir),
-        **out,
+        path=row["path"],
+        **got,
         **memory,
         reference_breakdown=ref,
         meta=meta,
         warnings=io.warnings,
     )
+
+
+def _rank_meta(rank_dir: Path, out: Path, info: dict) -> dict:
+    """A rank's meta from its folder and profiler_info / profiler_metadata: format, config, parallel groups,
+    versions, producer and the rank files present."""
+    meta = base_meta("ascend-text", rank_dir, info)
+    meta["files_present"] = sorted(f for f in RANK_FILES if (out / f).exists())
+    for k in ("torch_npu_version", "cann_version", "mindspore_version", "ms_version"):
+        if k in info:
+            meta[k] = info[k]
+    meta["producer"] = (
+        "mindspore"
+        if rank_dir.name.endswith("_ascend_ms")
+        else ("torch_npu" if rank_dir.name.endswith("_ascend_pt") else "unknown")
+    )
+    return meta
+
+
+def _read_communication(io: RankInputs, out: Path, r: int, ref, meta: dict) -> tuple:
+    """(step trace, comm ops, comm bandwidth, links) from communication.json and communication_matrix.json, what is
+    missing of them (and of the step trace) taken from analysis.db, the db export of the same analyses."""
+    comm_ops = comm_bw = None
+    if (out / "communication.json").exists():
+        got = io.read(out / "communication.json", _communication, r)
+        if got is not None:
+            comm_ops, comm_bw = got
+    links = (
+        io.read(out / "communication_matrix.json", _matrix, r) if (out / "communication_matrix.json").exists() else None
+    )
+    adb = out / "analysis.db"
+    if adb.exists() and (ref is None or comm_ops is None or links is None):
+        got = io.read(adb, read_analysis_db, r)
+        if got is not None:
+            a_co, a_cb, a_links, a_ref = got
+            if ref is None and a_ref is not None:
+                ref, meta["reference_source"] = a_ref, "analysis.db StepTraceTime"
+            if comm_ops is None and a_co is not None and len(a_co):
+                comm_ops, comm_bw = a_co, a_cb
+            if links is None and len(a_links):
+                links = a_links
+    return ref, comm_ops, comm_bw, links
+
+
+def _read_trace(io: RankInputs, tv: Path, r: int, read_trace, *, skip: bool, read_sizes: bool, have_ops: bool, meta):
+    """trace_view.json's facts (`trace_facts`) when it is to be read: for the sizes only when the kernels are
+    skipped (`read_sizes`), in full when there is no kernel_details.csv; None otherwise."""
+    if not tv.exists():
+        return None
+    small = read_trace is True or (read_trace == "auto" and tv.stat().st_size <= TRACE_MAX_BYTES)
+    if skip:
+        if not (read_sizes and small):
+            return None
+        trace = io.read(tv, trace_facts, r, full=False)
+        if trace is not None:  # the sizes only: the kernels stay unread
+            trace = {**trace, "device_ops": None, "hccl_ops": empty(OPS), "host_steps": {}}
+        return trace
+    if small or (not have_ops and read_trace != False):  # noqa: E712
+        return io.read(tv, trace_facts, r, full=not have_ops)
+    meta["trace_view_skipped"] = f"{tv.stat().st_size / 1e9:.2f} GB > read limit; Preparing and sizes unknown"
+    return None
+
+
+def _ops_and_steps(ops, trace, ref, r: int, columns: bool):
+    """(ops with their step numbers, steps: each step's device span and host window) of a rank's kernels; empty
+    tables (`Columns` with `columns`) without kernels."""
+    if ops is None:
+        return (Columns(), Columns()) if columns else (empty(OPS), empty(STEPS))
+    if ops["step"].notna().any():
+        ops["step"] = ops["step"].astype("Int64")
+    else:  # one profiled step and no Step Id column: the step trace names it
+        one = int(_frame(ref)["step"].iloc[0]) if ref is not None and len(ref) == 1 else 0
+        ops["step"] = pd.array([one] * len(ops), dtype="Int64")
+    steps = device_step_windows(ops["step"], ops["start_us"], ops["start_us"] + ops["dur_us"])
+    steps.insert(0, "rank", r)
+    if trace is not None and trace["host_steps"]:
+        hs = trace["host_steps"]
+        steps["host_start_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[0])
+        steps["host_end_us"] = steps["step"].map(lambda s: hs.get(int(s), (np.nan, np.nan))[1])
+    return ops, steps
+
+
+def _op_statistic(io: RankInputs, path: Path, meta: dict) -> None:
+    """op_statistic.csv's rows into meta["op_statistic"] (the kernels analysis's cross-check)."""
+    stat = io.read(
+        path,
+        read_csv,
+        {"OP Type": "op_type", "Total Time(us)": "total_us"},
+        {"Core Type": "core_type", "Count": "count"},
+        numeric=("total_us", "count"),
+    )
+    if stat is not None:
+        meta["op_statistic"] = stat[[c for c in ("op_type", "core_type", "count", "total_us") if c in stat]].to_dict(
+            "records"
+        )
+
+
+def _rank_memory(out: Path, r: int, io: RankInputs, *, memory_detail: bool, columns: bool, meta: dict) -> dict:
+    """The rank's memory tables; in summary mode (`memory_detail=False`) its memory numbers only
+    (meta["memory_summary"]), its records read again on demand (show --rank), and the tables left empty."""
+    from analyzers.parsers.ascend.memory import no_memory, read_text_memory
+
+    if memory_detail:
+        return {**no_memory(), **read_text_memory(out, r, io, columns=columns)}
+    from analyzers.analyses.memory import rank_summary
+
+    got = read_text_memory(out, r, io, columns=True, arrow_text=True)
+    if got:
+        meta["memory_summary"] = rank_summary(
+            *(got[k].data if k in got else None for k in ("memory_records", "op_memory", "module_memory"))
+        )
+    return no_memory()
 
 
 def _frame(t, schema: dict | None = None) -> pd.DataFrame:
@@ -342,150 +369,6 @@ def _kernel_details(path: Path, r: int) -> pd.DataFrame:
         ) and not pd.api.types.is_numeric_dtype(df[c]):
             df[c] = pd.to_numeric(df[c].astype(str).str.strip().replace({"N/A": None}), errors="coerce")
     return df
-
-
-_STEP_RE = re.compile(r"ProfilerStep#(\d+)")
-
-
-def _trace_facts(path: Path, r: int, full: bool = False) -> dict:
-    """Host step windows, HCCL op sizes/algorithms, and (fallback, `full`) device ops from trace_view.json."""
-    from analyzers.parsers.trace_view import SMALL_FILE_BYTES, x_events
-
-    if path.stat().st_size < SMALL_FILE_BYTES:
-        return _facts_from(_small_trace(path, full), r)
-    return _facts_from(x_events(path, args_prefix="hcom_", args_fields=("count", "data_type", "alg_type")), r)
-
-
-def _small_trace(path: Path, full: bool = True):
-    """A small trace in one read with orjson (several times faster than streaming for a few MB). Without
-    `full`, only the X events the facts need (ProfilerStep#N, hcom_*) are kept."""
-    from analyzers.parsers.trace_view import TraceEvents
-
-    try:
-        import orjson
-
-        loads = orjson.loads
-        errors = (orjson.JSONDecodeError,)
-    except ImportError:  # pragma: no cover - orjson is a dependency
-        import json
-
-        loads = json.loads
-        errors = (json.JSONDecodeError,)
-    try:
-        data = loads(path.read_bytes())
-    except errors as exc:
-        raise ProfileFormatError(path, f"truncated or corrupt JSON ({str(exc)[:160]})") from None
-    except OSError as exc:
-        raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
-    if isinstance(data, dict):
-        data = data.get("traceEvents")
-    if not isinstance(data, list):
-        raise ProfileFormatError(path, "not a Chrome-trace JSON array")
-    pn: dict = {}
-    tn: dict = {}
-    cols: dict = {"name": [], "pid": [], "tid": [], "ts": [], "dur": [], "cat": [], "args": []}
-    for ev in data:
-        if not isinstance(ev, dict):
-            continue
-        ph = ev.get("ph")
-        if ph == "M":
-            a = ev.get("args") or {}
-            if isinstance(a, dict) and "name" in a:
-                if ev.get("name") == "process_name":
-                    pn[str(ev.get("pid"))] = str(a["name"])
-                elif ev.get("name") == "thread_name":
-                    tn[(str(ev.get("pid")), str(ev.get("tid")))] = str(a["name"])
-        elif ph == "X":
-            name = ev.get("name")
-            if not full and not (isinstance(name, str) and name.startswith(("ProfilerStep#", "hcom_"))):
-                continue
-            cols["name"].append(name)
-            cols["pid"].append(str(ev.get("pid")))
-            cols["tid"].append(str(ev.get("tid")))
-            try:
-                cols["ts"].append(float(ev.get("ts")))
-            except (TypeError, ValueError):
-                cols["ts"].append(np.nan)
-            try:
-                cols["dur"].append(float(ev.get("dur", 0.0)))
-            except (TypeError, ValueError):
-                cols["dur"].append(np.nan)
-            cols["cat"].append(ev.get("cat"))
-            cols["args"].append(ev.get("args") if isinstance(name, str) and name.startswith("hcom_") else None)
-    return TraceEvents(pd.DataFrame(cols), pn, tn)
-
-
-def _facts_from(te, r: int) -> dict:
-
-    x = te.x
-    facts: dict = {"host_steps": {}, "hccl_sizes": {}, "hccl_alg": {}, "device_ops": None, "hccl_ops": empty(OPS)}
-    steps = x[x["name"].astype(str).str.startswith("ProfilerStep#")]
-    for name, ts, dur in zip(steps["name"], steps["ts"], steps["dur"]):
-        m = _STEP_RE.match(name)
-        if m:
-            s = int(m.group(1))
-            lo, hi = facts["host_steps"].get(s, (np.inf, -np.inf))
-            facts["host_steps"][s] = (min(lo, ts), max(hi, ts + dur))
-    hccl_pids = [p for p, n in te.process_names.items() if n == "HCCL"]
-    comm_tids = {k for k, n in te.thread_names.items() if k[0] in hccl_pids and "Communication" in n}
-    if hccl_pids:
-        hx = x[x["pid"].isin(hccl_pids)]
-        top = hx[[(p, t) in comm_tids for p, t in zip(hx["pid"], hx["tid"])]] if comm_tids else hx.iloc[0:0]
-        if len(top):
-            for name, a in zip(top["name"], top["args"]):
-                if not isinstance(a, dict):
-                    continue
-                cnt, dt = a.get("count"), str(a.get("data_type", "")).upper()
-                if cnt is not None and dt in DTYPE_BYTES:
-                    try:
-                        facts["hccl_sizes"][name] = float(cnt) * DTYPE_BYTES[dt]
-                    except (TypeError, ValueError):
-                        pass
-                if a.get("alg_type"):
-                    facts["hccl_alg"][name] = a.get("alg_type")
-            facts["hccl_ops"] = pd.DataFrame(
-                {
-                    "rank": r,
-                    "step": np.nan,
-                    "name": top["name"].to_numpy(),
-                    "type": top["name"].map(comm_op_type).to_numpy(),
-                    "category": "communication",
-                    "start_us": top["ts"].to_numpy(),
-                    "dur_us": top["dur"].to_numpy(),
-                    "stream": top["tid"].to_numpy(),
-                    "core_type": "HCCL",
-                }
-            )
-    hw = [p for p, n in te.process_names.items() if n == "Ascend Hardware"]
-    if hw:
-        d = x[x["pid"].isin(hw)]
-        d = d[~d["name"].isin(["PROFILING_ENABLE", "PROFILING_DISABLE"])]
-        facts["device_ops"] = pd.DataFrame(
-            {
-                "rank": r,
-                "step": np.nan,
-                "name": d["name"].to_numpy(),
-                "type": None,
-                "category": categorize(d["name"], None, None).to_numpy(),
-                "start_us": d["ts"].to_numpy(),
-                "dur_us": d["dur"].to_numpy(),
-                "stream": d["tid"].to_numpy(),
-                "core_type": None,
-            }
-        )
-        if facts["host_steps"] and len(facts["device_ops"]):
-            # device ops have no step id in the trace: assign by host step window order
-            facts["device_ops"]["step"] = _assign_by_windows(facts["device_ops"]["start_us"], facts["host_steps"])
-    return facts
-
-
-def _assign_by_windows(ts: pd.Series, windows: dict[int, tuple[float, float]]) -> np.ndarray:
-    order = sorted(windows.items(), key=lambda kv: kv[1][0])
-    starts = np.array([w[0] for _, w in order])
-    ids = np.array([s for s, _ in order], dtype=float)
-    idx = np.searchsorted(starts, ts.to_numpy(), side="right") - 1
-    out = np.where(idx >= 0, ids[np.clip(idx, 0, None)], np.nan)
-    return out
 
 
 _STEP_TRACE_NUMERIC = tuple(
@@ -537,12 +420,7 @@ def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
                             "op_type": comm_op_type(name),
                             "group": group,
                             "group_size": pd.NA,
-                            "start_us": _f(t.get("Start Timestamp(us)")),
-                            "elapse_ms": _f(t["Elapse Time(ms)"]),
-                            "transit_ms": _f(t.get("Transit Time(ms)")),
-                            "wait_ms": _f(t.get("Wait Time(ms)")),
-                            "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
-                            "idle_ms": _f(t.get("Idle Time(ms)")),
+                            **time_info(t),
                             "size_bytes": np.nan,
                             "kind": kind,
                             "wait_ratio": _f(t.get("Wait Time Ratio")),
@@ -575,6 +453,19 @@ def _communication(path: Path, r: int) -> tuple[Columns, Columns]:
     if len(rows) and len(bw):  # SDMA aggregates HCCS/PCIE/SIO: not counted again
         rows.data["transit_bytes"] = [moved.get(name, 0.0) * 1e6 for name in rows.data["op_name"]]
     return rows, bw
+
+
+def time_info(t: dict) -> dict:
+    """An op's "Communication Time Info" (communication.json, msprof-analyze's cluster_communication.json) as
+    comm_ops columns; KeyError without "Elapse Time(ms)"."""
+    return {
+        "start_us": _f(t.get("Start Timestamp(us)")),
+        "elapse_ms": _f(t["Elapse Time(ms)"]),
+        "transit_ms": _f(t.get("Transit Time(ms)")),
+        "wait_ms": _f(t.get("Wait Time(ms)")),
+        "synchronization_ms": _f(t.get("Synchronization Time(ms)")),
+        "idle_ms": _f(t.get("Idle Time(ms)")),
+    }
 
 
 #: transports between devices whose sizes add up to what a rank moved in an op (SDMA aggregates HCCS/PCIE/SIO)

@@ -1,0 +1,156 @@
+"""trace_view.json facts for one rank of the Ascend text export: host step windows (ProfilerStep#N, for Preparing),
+HCCL op sizes and algorithms (`count` x `data_type`, `alg_type`) and, when kernel_details.csv is missing, the device
+ops of the Ascend Hardware process (the fallback kernels). Small files are read in one orjson pass, larger ones
+streamed (`analyzers.parsers.trace_view.x_events`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analyzers.parsers.ascend.common import DTYPE_BYTES, categorize, comm_op_type
+from analyzers.parsers.trace_view import SMALL_FILE_BYTES, TraceEvents, x_events
+from analyzers.schema import OPS, empty
+from perfbench.errors import ProfileFormatError
+
+_STEP_RE = re.compile(r"ProfilerStep#(\d+)")
+
+
+def trace_facts(path: Path, r: int, full: bool = False) -> dict:
+    """Host step windows, HCCL op sizes/algorithms, and (fallback, `full`) device ops from trace_view.json."""
+    if path.stat().st_size < SMALL_FILE_BYTES:
+        return _facts_from(_small_trace(path, full), r)
+    return _facts_from(x_events(path, args_prefix="hcom_", args_fields=("count", "data_type", "alg_type")), r)
+
+
+def _small_trace(path: Path, full: bool = True):
+    """A small trace in one read with orjson (several times faster than streaming for a few MB). Without
+    `full`, only the X events the facts need (ProfilerStep#N, hcom_*) are kept."""
+    try:
+        import orjson
+
+        loads = orjson.loads
+        errors = (orjson.JSONDecodeError,)
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        import json
+
+        loads = json.loads
+        errors = (json.JSONDecodeError,)
+    try:
+        data = loads(path.read_bytes())
+    except errors as exc:
+        raise ProfileFormatError(path, f"truncated or corrupt JSON ({str(exc)[:160]})") from None
+    except OSError as exc:
+        raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    if isinstance(data, dict):
+        data = data.get("traceEvents")
+    if not isinstance(data, list):
+        raise ProfileFormatError(path, "not a Chrome-trace JSON array")
+    pn: dict = {}
+    tn: dict = {}
+    cols: dict = {"name": [], "pid": [], "tid": [], "ts": [], "dur": [], "cat": [], "args": []}
+    for ev in data:
+        if not isinstance(ev, dict):
+            continue
+        ph = ev.get("ph")
+        if ph == "M":
+            a = ev.get("args") or {}
+            if isinstance(a, dict) and "name" in a:
+                if ev.get("name") == "process_name":
+                    pn[str(ev.get("pid"))] = str(a["name"])
+                elif ev.get("name") == "thread_name":
+                    tn[(str(ev.get("pid")), str(ev.get("tid")))] = str(a["name"])
+        elif ph == "X":
+            name = ev.get("name")
+            if not full and not (isinstance(name, str) and name.startswith(("ProfilerStep#", "hcom_"))):
+                continue
+            cols["name"].append(name)
+            cols["pid"].append(str(ev.get("pid")))
+            cols["tid"].append(str(ev.get("tid")))
+            try:
+                cols["ts"].append(float(ev.get("ts")))
+            except (TypeError, ValueError):
+                cols["ts"].append(np.nan)
+            try:
+                cols["dur"].append(float(ev.get("dur", 0.0)))
+            except (TypeError, ValueError):
+                cols["dur"].append(np.nan)
+            cols["cat"].append(ev.get("cat"))
+            cols["args"].append(ev.get("args") if isinstance(name, str) and name.startswith("hcom_") else None)
+    return TraceEvents(pd.DataFrame(cols), pn, tn)
+
+
+def _facts_from(te, r: int) -> dict:
+
+    x = te.x
+    facts: dict = {"host_steps": {}, "hccl_sizes": {}, "hccl_alg": {}, "device_ops": None, "hccl_ops": empty(OPS)}
+    steps = x[x["name"].astype(str).str.startswith("ProfilerStep#")]
+    for name, ts, dur in zip(steps["name"], steps["ts"], steps["dur"]):
+        m = _STEP_RE.match(name)
+        if m:
+            s = int(m.group(1))
+            lo, hi = facts["host_steps"].get(s, (np.inf, -np.inf))
+            facts["host_steps"][s] = (min(lo, ts), max(hi, ts + dur))
+    hccl_pids = [p for p, n in te.process_names.items() if n == "HCCL"]
+    comm_tids = {k for k, n in te.thread_names.items() if k[0] in hccl_pids and "Communication" in n}
+    if hccl_pids:
+        hx = x[x["pid"].isin(hccl_pids)]
+        top = hx[[(p, t) in comm_tids for p, t in zip(hx["pid"], hx["tid"])]] if comm_tids else hx.iloc[0:0]
+        if len(top):
+            for name, a in zip(top["name"], top["args"]):
+                if not isinstance(a, dict):
+                    continue
+                cnt, dt = a.get("count"), str(a.get("data_type", "")).upper()
+                if cnt is not None and dt in DTYPE_BYTES:
+                    try:
+                        facts["hccl_sizes"][name] = float(cnt) * DTYPE_BYTES[dt]
+                    except (TypeError, ValueError):
+                        pass
+                if a.get("alg_type"):
+                    facts["hccl_alg"][name] = a.get("alg_type")
+            facts["hccl_ops"] = pd.DataFrame(
+                {
+                    "rank": r,
+                    "step": np.nan,
+                    "name": top["name"].to_numpy(),
+                    "type": top["name"].map(comm_op_type).to_numpy(),
+                    "category": "communication",
+                    "start_us": top["ts"].to_numpy(),
+                    "dur_us": top["dur"].to_numpy(),
+                    "stream": top["tid"].to_numpy(),
+                    "core_type": "HCCL",
+                }
+            )
+    hw = [p for p, n in te.process_names.items() if n == "Ascend Hardware"]
+    if hw:
+        d = x[x["pid"].isin(hw)]
+        d = d[~d["name"].isin(["PROFILING_ENABLE", "PROFILING_DISABLE"])]
+        facts["device_ops"] = pd.DataFrame(
+            {
+                "rank": r,
+                "step": np.nan,
+                "name": d["name"].to_numpy(),
+                "type": None,
+                "category": categorize(d["name"], None, None).to_numpy(),
+                "start_us": d["ts"].to_numpy(),
+                "dur_us": d["dur"].to_numpy(),
+                "stream": d["tid"].to_numpy(),
+                "core_type": None,
+            }
+        )
+        if facts["host_steps"] and len(facts["device_ops"]):
+            # device ops have no step id in the trace: assign by host step window order
+            facts["device_ops"]["step"] = _assign_by_windows(facts["device_ops"]["start_us"], facts["host_steps"])
+    return facts
+
+
+def _assign_by_windows(ts: pd.Series, windows: dict[int, tuple[float, float]]) -> np.ndarray:
+    order = sorted(windows.items(), key=lambda kv: kv[1][0])
+    starts = np.array([w[0] for _, w in order])
+    ids = np.array([s for s, _ in order], dtype=float)
+    idx = np.searchsorted(starts, ts.to_numpy(), side="right") - 1
+    out = np.where(idx >= 0, ids[np.clip(idx, 0, None)], np.nan)
+    return out
