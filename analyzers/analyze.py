@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analyzers.registry import Context, run_all
+from analyzers.registry import REGISTRY, Context, run_all
 from analyzers.schema import Profile
 
 
@@ -31,12 +31,14 @@ def analyze(
     spans: pd.DataFrame | None = None,
     config: dict | None = None,
     meta: dict | None = None,
+    only: tuple[str, ...] | None = None,
 ) -> Analysis:
     """Every analysis whose inputs are there. `profile` may be None (a run captured without the profiler:
     the workload's own records still give throughput, step time, pipeline bubbles and expert load). `meta`: the
-    ranks' meta files of a launched run ({rank: dict}: machine memory, parameter count, framework peak)."""
+    ranks' meta files of a launched run ({rank: dict}: machine memory, parameter count, framework peak).
+    `only`: the names of the analyses to run (registry order kept), for a caller that needs a few tables."""
     ctx = Context(profile=profile, workload_steps=workload_steps, spans=spans, config=config, meta=meta)
-    skipped = run_all(ctx)
+    skipped = run_all(ctx, None if only is None else [s for s in REGISTRY if s.name in only])
     return Analysis(
         tables=ctx.tables, summary=ctx.metrics, skipped=skipped, warnings=list(getattr(profile, "warnings", None) or [])
     )

@@ -163,7 +163,7 @@ def rank_detail(store: Store, run_id: str, rank: int, config: dict | None = None
     if not path.exists():
         raise UserError(f"rank {rank}: its profile folder {path} is gone (moved or deleted since the import)")
     profile = analyzers.load_profile(path, workers=1, read_trace=False, kernels="none", detail="all")
-    tables = analyzers.analyze(profile, config=config).tables
+    tables = analyzers.analyze(profile, config=config, only=("memory",)).tables  # the detail is the memory analysis's
     got = {t: tables[t] for t in RANK_DETAIL_TABLES if tables.get(t) is not None and len(tables[t])}
     for t, df in got.items():
         store.write_table(run_id, rank_detail_name(rank, t), df)

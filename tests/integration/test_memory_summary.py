@@ -55,8 +55,15 @@ def test_show_rank_computes_the_detail_once_and_caches_it(tmp_path):
     assert "what holds the peak" in first
     from perfbench.store import Store
 
-    names = Store(res, create=False).table_names("sum1")
+    store = Store(res, create=False)
+    names = store.table_names("sum1")
     assert "detail_rank0_memory_timeline" in names and "detail_rank0_memory_live" in names
+    # the detail (the memory analysis alone, on that rank's files) is the full import's, rank 0's rows
+    _, full = _tables(path, "all")
+    for t in ("memory_timeline", "memory_live", "memory_attribution"):
+        want = full.tables[t][full.tables[t]["rank"] == 0].reset_index(drop=True)
+        got = store.read_table("sum1", f"detail_rank0_{t}").reset_index(drop=True)
+        pd.testing.assert_frame_equal(got, want, check_dtype=False)
     again = perfbench_in_process("show", "sum1", "--results", str(res), "--rank", "0").stdout
     assert again == first
     out = perfbench_in_process("show", "sum1", "--results", str(res), "--rank", "5", check=False)
