@@ -25,9 +25,13 @@ Kept (`ph == "X"` unless said):
 from __future__ import annotations
 
 import gzip
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import msgspec
 
 from perfbench.errors import ProfileFormatError
 
@@ -43,6 +47,20 @@ COLLECTIVE_ARGS = (
     "Group size",
 )
 STEP_RE = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+#: the args keys the parser reads (kept args dicts hold these, whichever reader kept them)
+ARG_KEYS = (
+    "stream",
+    "device",
+    "correlation",
+    *COLLECTIVE_ARGS,
+    "Process Group ID",
+    "Input Dims",
+    "Input type",
+    "Total Allocated",
+    "Total Reserved",
+    "Device Id",
+    "Device Type",
+)
 
 
 @dataclass
@@ -68,6 +86,63 @@ class KinetoTrace:
     events: int = 0
     #: the names seen, each kept once (millions of events share a few thousand names)
     names: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+UNSET: Any = msgspec.UNSET
+
+
+class _Args(msgspec.Struct, gc=False):
+    """An event's `args`, only the keys in ARG_KEYS (msgspec skips the others without building them)."""
+
+    stream: Any = UNSET
+    device: Any = UNSET
+    correlation: Any = UNSET
+    collective_name: Any = msgspec.field(default=UNSET, name="Collective name")
+    in_nelems: Any = msgspec.field(default=UNSET, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=UNSET, name="Out msg nelems")
+    dtype: Any = UNSET
+    pg_name: Any = msgspec.field(default=UNSET, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=UNSET, name="Process Group Ranks")
+    group_size: Any = msgspec.field(default=UNSET, name="Group size")
+    pg_id: Any = msgspec.field(default=UNSET, name="Process Group ID")
+    input_dims: Any = msgspec.field(default=UNSET, name="Input Dims")
+    input_type: Any = msgspec.field(default=UNSET, name="Input type")
+    total_allocated: Any = msgspec.field(default=UNSET, name="Total Allocated")
+    total_reserved: Any = msgspec.field(default=UNSET, name="Total Reserved")
+    device_id: Any = msgspec.field(default=UNSET, name="Device Id")
+    device_type: Any = msgspec.field(default=UNSET, name="Device Type")
+
+
+#: _Args attribute -> JSON key, in ARG_KEYS' order
+_ARG_FIELDS = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(_Args))
+_COLL_FIELDS = tuple((a, k) for a, k in _ARG_FIELDS if k in COLLECTIVE_ARGS)
+
+
+class _Event(msgspec.Struct, gc=False):
+    """One trace event, only the fields kept. A value of another type (a string `ts`, a list `args`) fails the
+    block's typed decode; that block is then read as plain dicts (`_keep`), so nothing is lost or changed."""
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    ts: float = math.nan
+    dur: float = math.nan
+    tid: Any = None
+    args: _Args | None = None
+
+
+class _Doc(msgspec.Struct):
+    traceEvents: list[_Event] | None = None
+    distributedInfo: Any = UNSET
+    deviceProperties: Any = UNSET
+    host_name: Any = UNSET
+    schemaVersion: Any = UNSET
+    displayTimeUnit: Any = UNSET
+    traceName: Any = UNSET
+
+
+_DOC = msgspec.json.Decoder(_Doc)
+_EVENTS = msgspec.json.Decoder(list[_Event])
 
 
 def _open(path: Path):
@@ -120,6 +195,25 @@ def read_trace(path: str | Path) -> KinetoTrace:
 
 
 def _read_small(path: Path, text: bytes) -> KinetoTrace:
+    """The whole text in one typed msgspec decode; where it does not fit the types (or is not JSON), orjson's
+    dicts (which also name what is corrupt)."""
+    out = KinetoTrace(path=path)
+    try:
+        doc = _DOC.decode(text)
+    except msgspec.DecodeError:  # a ValidationError too
+        return _read_small_dicts(path, text)
+    if doc.traceEvents is None:
+        raise ProfileFormatError(path, "no traceEvents (not a PyTorch profiler trace)")
+    out.header = _doc_header(doc)
+    _keep_structs(out, doc.traceEvents)
+    return out
+
+
+def _doc_header(doc: _Doc) -> dict:
+    return {k: v for k in HEADER_KEYS if (v := getattr(doc, k)) is not UNSET}
+
+
+def _read_small_dicts(path: Path, text: bytes) -> KinetoTrace:
     import orjson
 
     out = KinetoTrace(path=path)
@@ -130,10 +224,7 @@ def _read_small(path: Path, text: bytes) -> KinetoTrace:
     if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
         raise ProfileFormatError(path, "no traceEvents (not a PyTorch profiler trace)")
     out.header = {k: doc[k] for k in HEADER_KEYS if k in doc}
-    for ev in doc["traceEvents"]:
-        out.events += 1
-        if isinstance(ev, dict):
-            _keep(out, ev)
+    _keep_all(out, doc["traceEvents"])
     return out
 
 
@@ -188,18 +279,38 @@ def _read_blocks(path: Path) -> KinetoTrace | None:
                     if len(buf) > 8 * BLOCK_BYTES:
                         return None
                     continue
-                events = orjson.loads(b"[" + buf[:cut] + b"]")
+                _keep_block(out, b"[" + buf[:cut] + b"]")
                 buf = buf[cut:].lstrip(b" \t\r\n,")
-                _keep_all(out, events)
-                del events
-            doc = orjson.loads(b'{"traceEvents": [' + buf)
-    except (orjson.JSONDecodeError, OSError, EOFError):
+            tail = b'{"traceEvents": [' + buf
+            try:
+                doc = _DOC.decode(tail)
+                if doc.traceEvents is None:
+                    return None
+                _keep_structs(out, doc.traceEvents)
+                header = _doc_header(doc)
+            except msgspec.ValidationError:
+                plain = orjson.loads(tail)
+                if not isinstance(plain, dict) or not isinstance(plain.get("traceEvents"), list):
+                    return None
+                _keep_all(out, plain["traceEvents"])
+                header = {k: plain[k] for k in HEADER_KEYS if k in plain}
+    except (msgspec.DecodeError, orjson.JSONDecodeError, OSError, EOFError):
         return None
-    if not isinstance(doc, dict) or not isinstance(doc.get("traceEvents"), list):
-        return None
-    _keep_all(out, doc["traceEvents"])
-    out.header.update({k: doc[k] for k in HEADER_KEYS if k in doc and k not in out.header})
+    out.header.update({k: v for k, v in header.items() if k not in out.header})
     return out
+
+
+def _keep_block(out: KinetoTrace, block: bytes) -> None:
+    """One block of whole events (a JSON array): typed, or as plain dicts where an event does not fit the types.
+    Raises msgspec.DecodeError / orjson.JSONDecodeError when the block is not JSON."""
+    try:
+        events = _EVENTS.decode(block)
+    except msgspec.ValidationError:
+        import orjson
+
+        _keep_all(out, orjson.loads(block))
+        return
+    _keep_structs(out, events)
 
 
 def _keep_all(out: KinetoTrace, events: list) -> None:
@@ -259,10 +370,12 @@ def _header(path: Path, ijson) -> dict:
 
 
 def _keep(out: KinetoTrace, ev: dict) -> None:
+    """One event read as a plain dict (ijson, or a block whose events do not fit `_Event`): what
+    `_keep_structs` keeps of it, the same tuples and the same args dicts."""
     ph = ev.get("ph")
     if ph == "i":
         if ev.get("name") == "[memory]":
-            out.memory.append((_f(ev.get("ts")), ev.get("args") or {}))
+            out.memory.append((_f(ev.get("ts")), _arg_keys(ev.get("args"))))
         return
     if ph != "X":
         return
@@ -294,14 +407,78 @@ def _keep(out: KinetoTrace, ev: dict) -> None:
         if m:
             out.steps.append((int(m.group(1)), _f(ev.get("ts")), _f(ev.get("dur"))))
         elif name.startswith("gloo:"):
-            out.gloo.append((name, ev.get("tid"), _f(ev.get("ts")), _f(ev.get("dur")), args))
+            out.gloo.append((name, ev.get("tid"), _f(ev.get("ts")), _f(ev.get("dur")), _arg_keys(args)))
         elif name.startswith("nccl:"):
-            out.nccl.append((ev.get("tid"), _f(ev.get("ts")), _f(ev.get("dur")), dict(args, name=name)))
+            out.nccl.append((ev.get("tid"), _f(ev.get("ts")), _f(ev.get("dur")), dict(_arg_keys(args), name=name)))
     elif cat == "cpu_op":
         if name == "record_param_comms":
-            out.param_comms.append((ev.get("tid"), _f(ev.get("ts")), _f(ev.get("dur")), args))
+            out.param_comms.append((ev.get("tid"), _f(ev.get("ts")), _f(ev.get("dur")), _arg_keys(args)))
         else:
             out.cpu_ops.append((name, ev.get("tid"), _f(ev.get("ts")), _f(ev.get("dur"))))
+
+
+def _arg_keys(args) -> dict:
+    """The ARG_KEYS of a plain args dict."""
+    return {k: args[k] for k in ARG_KEYS if k in args} if isinstance(args, dict) else {}
+
+
+def _struct_args(a: _Args | None) -> dict:
+    """The keys an `_Args` was given, as the plain dict `_arg_keys` keeps."""
+    if a is None:
+        return {}
+    return {k: v for attr, k in _ARG_FIELDS if (v := getattr(a, attr)) is not UNSET}
+
+
+def _keep_structs(out: KinetoTrace, events: list[_Event]) -> None:
+    """`_keep` for typed events: the same tuples, without a dict per event. The common events (CPU ops,
+    launches, flows) take the first branches."""
+    out.events += len(events)
+    names = out.names
+    cpu_ops = out.cpu_ops.append
+    launches = out.launches
+    for ev in events:
+        ph = ev.ph
+        if ph == "X":
+            cat = ev.cat
+            name = ev.name or ""
+            name = names.setdefault(name, name)
+            if cat == "cpu_op":
+                if name == "record_param_comms":
+                    out.param_comms.append((ev.tid, ev.ts, ev.dur, _struct_args(ev.args)))
+                else:
+                    cpu_ops((name, ev.tid, ev.ts, ev.dur))
+            elif cat in LAUNCH_CATS:
+                a = ev.args
+                if a is not None and a.correlation is not UNSET and a.correlation is not None:
+                    launches[int(a.correlation)] = (ev.tid, ev.ts)
+            elif cat in DEVICE_CATS:
+                _keep_device_op(out, ev, name)
+            elif cat == "user_annotation":
+                _keep_annotation(out, ev, name)
+        elif ph == "i" and ev.name == "[memory]":
+            out.memory.append((ev.ts, _struct_args(ev.args)))
+
+
+def _keep_device_op(out: KinetoTrace, ev: _Event, name: str) -> None:
+    a = ev.args
+    if a is None:
+        out.device_ops.append((name, ev.cat, ev.ts, ev.dur, ev.tid, None, None, None))
+        return
+    coll = {k: v for attr, k in _COLL_FIELDS if (v := getattr(a, attr)) is not UNSET} or None
+    stream = ev.tid if a.stream is UNSET else a.stream
+    device = None if a.device is UNSET else a.device
+    corr = None if a.correlation is UNSET else a.correlation
+    out.device_ops.append((name, ev.cat, ev.ts, ev.dur, stream, device, corr, coll))
+
+
+def _keep_annotation(out: KinetoTrace, ev: _Event, name: str) -> None:
+    m = STEP_RE.match(name)
+    if m:
+        out.steps.append((int(m.group(1)), ev.ts, ev.dur))
+    elif name.startswith("gloo:"):
+        out.gloo.append((name, ev.tid, ev.ts, ev.dur, _struct_args(ev.args)))
+    elif name.startswith("nccl:"):
+        out.nccl.append((ev.tid, ev.ts, ev.dur, dict(_struct_args(ev.args), name=name)))
 
 
 def _f(v) -> float:
