@@ -1,14 +1,18 @@
 """One PyTorch profiler (Kineto) Chrome trace, streamed: `read_trace(path) -> KinetoTrace`.
 
 The file (`*.pt.trace.json[.gz]` or any `*.json[.gz]` Kineto wrote) is an object with `traceEvents`
-and, from distributed jobs, `distributedInfo` (backend, rank, world_size, pg_config). Up to 64 MB of
-(decompressed) text it is read in one orjson.loads; a bigger file is streamed (gzip decompressed on the fly):
-the `traceEvents` array cut into blocks of about 16 MB between two events (a `},` and a `{` with a line break
+and, from distributed jobs, `distributedInfo` (backend, rank, world_size, pg_config). Events are decoded by
+msgspec into typed Structs (`_Event`, `_Args`) that hold only the fields the parser reads: the other fields and
+args keys are skipped in C without building a value, so there is no dict per event. Up to 64 MB of
+(decompressed) text is decoded at once; a bigger file is streamed (gzip decompressed on the fly): the
+`traceEvents` array cut into blocks of about 16 MB between two events (a `},` and a `{` with a line break
 between them, as Kineto writes one event per line or more: a line break never occurs inside a JSON string),
-each block read by orjson; a block that does not parse (a cut inside a nested object, a corrupt file) sends the
-whole file to ijson instead, event by event. Either way only the fields the parser uses are kept per event
-(names interned: one string per distinct name), so memory grows with the number of kept events, not with the
-file's text. Timestamps are microseconds.
+each block decoded alone. An event whose values do not fit the types (a string `ts`, a list `args`) sends its
+block (or the small file) to orjson's plain dicts, kept the same way (`_keep`); a block that is not JSON (a
+cut inside a nested object, a corrupt file) sends the whole file to ijson, event by event, which also names
+where it is corrupt. Either way the kept tuples are the same (names interned: one string per distinct name;
+args dicts hold only ARG_KEYS), so memory grows with the number of kept events, not with the file's text.
+Timestamps are microseconds.
 
 Kept (`ph == "X"` unless said):
 * device ops: `cat` kernel, gpu_memcpy, gpu_memset (name, ts, dur, stream, device, correlation, and the
@@ -171,8 +175,8 @@ def looks_like_kineto(path: Path) -> bool:
     return ".pt.trace.json" in path.name and b'"traceEvents"' in h
 
 
-#: a trace whose decompressed text is under this many bytes is read in one orjson.loads (several times faster
-#: than streaming); a bigger one is streamed with ijson, its memory bounded by the events kept
+#: a trace whose decompressed text is under this many bytes is decoded at once; a bigger one in blocks, its
+#: memory bounded by the events kept
 SMALL_TRACE_BYTES = 64 * 1024 * 1024
 
 
@@ -228,7 +232,7 @@ def _read_small_dicts(path: Path, text: bytes) -> KinetoTrace:
     return out
 
 
-#: the streamed blocks' size: orjson's events of one block (a few hundred bytes of text each) live at once
+#: the streamed blocks' size: the decoded events of one block (a few hundred bytes of text each) live at once
 BLOCK_BYTES = 16 * 1024 * 1024
 _EVENTS_START = re.compile(rb'"traceEvents"\s*:\s*\[')
 #: between two events of the array: `}` `,` `{` with a line break somewhere between them
@@ -249,7 +253,7 @@ def _last_boundary(buf: bytes) -> int | None:
 
 
 def _read_blocks(path: Path) -> KinetoTrace | None:
-    """The big file in blocks of whole events, each parsed by orjson; None when the file does not cut into
+    """The big file in blocks of whole events, each decoded alone; None when the file does not cut into
     such blocks (the caller then streams it with ijson, which also names what is corrupt)."""
     import orjson
 
