@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.parsers.kineto.reader import KinetoTrace, looks_like_kineto, read_trace
-from analyzers.schema import COMM_OPS, MEMORY, OPS, RANKS, STEPS, Profile, conform, empty, step_of
+from analyzers.schema import COMM_OPS, MEMORY, STEPS, Profile, conform, conformed_profile, empty, step_of
 from perfbench.errors import ProfileFormatError, UserError
 
 SOURCE = "kineto"
@@ -178,16 +178,16 @@ def parse_trace(path: Path) -> Profile:
         "trace_events": t.events,
         "device_kind": "gpu" if gpu else "cpu",
     }
-    return Profile(
-        source=SOURCE,
-        path=str(path),
-        ranks=conform(ranks, RANKS),
-        steps=conform(steps, STEPS),
-        ops=conform(ops, OPS),
-        comm_ops=conform(comm, COMM_OPS),
+    return conformed_profile(
+        SOURCE,
+        str(path),
+        meta,
+        warnings,
+        ranks=ranks,
+        steps=steps,
+        ops=ops,
+        comm_ops=comm,
         memory_records=_memory(t, rank),
-        meta=meta,
-        warnings=warnings,
     )
 
 
