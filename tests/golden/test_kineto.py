@@ -264,15 +264,34 @@ def test_typed_events_keep_what_plain_dicts_keep(folder):
         assert typed.header == plain.header
 
 
+def test_args_that_are_not_an_object_are_kept_as_plain_dicts_keep_them(tmp_path):
+    """Hand-made events whose `args` is null or an empty list (typed, each such event goes through the plain-dict
+    rule): the same kept tuples as orjson's dicts, and the same as without args."""
+    from analyzers.parsers.kineto import reader
+
+    events = []
+    for args in (None, [], "absent"):
+        for cat, name in (("cuda_runtime", "cudaLaunchKernel"), ("kernel", "k"), ("cpu_op", "record_param_comms")):
+            ev = {"ph": "X", "cat": cat, "name": name, "ts": 1, "dur": 2, "tid": 7, "args": args}
+            events.append({k: v for k, v in ev.items() if v != "absent"})
+        events.append({"ph": "i", "name": "[memory]", "ts": 5, "args": args} if args != "absent" else {"ph": "i"})
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    typed, plain = reader._read_small(tmp_path, text), reader._read_small_dicts(tmp_path, text)
+    for name in ("events", "device_ops", "launches", "param_comms", "memory"):
+        assert getattr(typed, name) == getattr(plain, name), name
+    assert typed.device_ops == [("k", "kernel", 1.0, 2.0, 7, None, None, None)] * 3
+    assert typed.param_comms == [(7, 1.0, 2.0, {})] * 3 and typed.memory == [(5.0, {})] * 2 and not typed.launches
+
+
 def test_an_event_off_the_types_is_read_as_a_plain_dict(tmp_path, monkeypatch):
-    """A string `ts` (not Kineto's, but Chrome-trace writers do it) does not fit the typed decode: its block is
-    kept from plain dicts, the other blocks typed; the Profile is the one of the original trace (set Q)."""
+    """A CPU op's `ts` as a string (not Kineto's, but Chrome-trace writers do it) does not fit the typed decode: its
+    block is kept from plain dicts, the other blocks typed; the Profile is the one of the original trace (set Q)."""
     from analyzers.parsers.kineto import reader
 
     (trace,) = (p for p in kineto_path(Q).iterdir() if ".json" in p.name)
     text = gzip.open(trace).read()
-    m = re.search(rb'"ts": ([0-9.]+)', text[len(text) // 2 :])
-    at = len(text) // 2 + m.start(1)
+    m = re.search(rb'"cat": "cpu_op",[^{}]*?"ts": ([0-9.]+)', text[len(text) // 4 :])  # Kineto writes CPU ops first
+    at = len(text) // 4 + m.start(1)
     (tmp_path / "q.pt.trace.json").write_bytes(text[:at] + b'"' + m.group(1) + b'"' + text[at + len(m.group(1)) :])
     monkeypatch.setattr(reader, "SMALL_TRACE_BYTES", 1024)
     monkeypatch.setattr(reader, "BLOCK_BYTES", 64 * 1024)

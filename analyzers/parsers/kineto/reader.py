@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import gzip
 import math
+import operator
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 
@@ -119,24 +120,58 @@ class _Args(msgspec.Struct, gc=False):
 
 #: _Args attribute -> JSON key, in ARG_KEYS' order
 _ARG_FIELDS = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(_Args))
+#: the collective args of a device op (`_DeviceArgs` attribute -> JSON key)
 _COLL_FIELDS = tuple((a, k) for a, k in _ARG_FIELDS if k in COLLECTIVE_ARGS)
+_coll_values = operator.attrgetter(*(a for a, _k in _COLL_FIELDS))
 
 
-class _Event(msgspec.Struct, gc=False):
-    """One trace event, only the fields kept. A value of another type (a string `ts`, a list `args`) fails the
-    block's typed decode; that block is then read as plain dicts (`_keep`), so nothing is lost or changed."""
+class _DeviceArgs(msgspec.Struct, gc=False):
+    """A device op's args: stream, device, correlation and the collective args NCCL kernels carry."""
 
-    ph: str | None = None
+    stream: Any = UNSET
+    device: Any = UNSET
+    correlation: Any = UNSET
+    collective_name: Any = msgspec.field(default=UNSET, name="Collective name")
+    in_nelems: Any = msgspec.field(default=UNSET, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=UNSET, name="Out msg nelems")
+    dtype: Any = UNSET
+    pg_name: Any = msgspec.field(default=UNSET, name="Process Group Name")
+    pg_ranks: Any = msgspec.field(default=UNSET, name="Process Group Ranks")
+    group_size: Any = msgspec.field(default=UNSET, name="Group size")
+
+
+class _LaunchArgs(msgspec.Struct, gc=False):
+    correlation: Any = UNSET
+
+
+class _X(msgspec.Struct, tag_field="ph", tag="X", gc=False):
+    """A complete event (`ph` X), only the fields kept. `args` stays undecoded text (skipped in C) until an event
+    needs it: the launches' correlation, the device ops' args, the rare ones' ARG_KEYS."""
+
     cat: str | None = None
     name: str | None = None
     ts: float = math.nan
     dur: float = math.nan
     tid: Any = None
-    args: _Args | None = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _Instant(msgspec.Struct, tag_field="ph", tag="i", gc=False):
+    name: str | None = None
+    ts: float = math.nan
+    args: msgspec.Raw = msgspec.Raw()
+
+
+#: every other Chrome-trace phase (flows, metadata, counters, async ...): nothing kept, all its fields skipped.
+#: An event without `ph` or with another one fails the block's typed decode (read as plain dicts then)
+_SKIPPED = tuple(
+    msgspec.defstruct(f"_Skip{i}", [], tag_field="ph", tag=ph, gc=False) for i, ph in enumerate("BEIbnestfPONDMVvRcC()")
+)
+_EventType = Union[(_X, _Instant, *_SKIPPED)]  # type: ignore[valid-type]
 
 
 class _Doc(msgspec.Struct):
-    traceEvents: list[_Event] | None = None
+    traceEvents: list[_EventType] | None = None  # type: ignore[valid-type]
     distributedInfo: Any = UNSET
     deviceProperties: Any = UNSET
     host_name: Any = UNSET
@@ -146,7 +181,10 @@ class _Doc(msgspec.Struct):
 
 
 _DOC = msgspec.json.Decoder(_Doc)
-_EVENTS = msgspec.json.Decoder(list[_Event])
+_EVENTS = msgspec.json.Decoder(list[_EventType])  # type: ignore[valid-type]
+_ARGS = msgspec.json.Decoder(_Args)
+_DEVICE_ARGS = msgspec.json.Decoder(_DeviceArgs)
+_LAUNCH_ARGS = msgspec.json.Decoder(_LaunchArgs)
 
 
 def _open(path: Path):
@@ -433,56 +471,93 @@ def _struct_args(a: _Args | None) -> dict:
     return {k: v for attr, k in _ARG_FIELDS if (v := getattr(a, attr)) is not UNSET}
 
 
-def _keep_structs(out: KinetoTrace, events: list[_Event]) -> None:
+def _plain(ev: _X | _Instant) -> dict:
+    """A typed event as the plain dict it was decoded from (its kept fields), for `_keep`."""
+    out = {"ph": "X" if isinstance(ev, _X) else "i", "name": ev.name, "ts": ev.ts}
+    if isinstance(ev, _X):
+        out.update(cat=ev.cat, dur=ev.dur, tid=ev.tid)
+    if ev.args:
+        out["args"] = msgspec.json.decode(ev.args)
+    return out
+
+
+def _keep_structs(out: KinetoTrace, events: list) -> None:
     """`_keep` for typed events: the same tuples, without a dict per event. The common events (CPU ops,
-    launches, flows) take the first branches."""
+    launches, flows) take the first branches; an event whose args are not an object goes through `_keep`."""
     out.events += len(events)
     names = out.names
     cpu_ops = out.cpu_ops.append
     launches = out.launches
+    launch_args = _LAUNCH_ARGS.decode
     for ev in events:
-        ph = ev.ph
-        if ph == "X":
-            cat = ev.cat
-            name = ev.name or ""
-            name = names.setdefault(name, name)
-            if cat == "cpu_op":
-                if name == "record_param_comms":
-                    out.param_comms.append((ev.tid, ev.ts, ev.dur, _struct_args(ev.args)))
-                else:
-                    cpu_ops((name, ev.tid, ev.ts, ev.dur))
-            elif cat in LAUNCH_CATS:
-                a = ev.args
-                if a is not None and a.correlation is not UNSET and a.correlation is not None:
-                    launches[int(a.correlation)] = (ev.tid, ev.ts)
-            elif cat in DEVICE_CATS:
-                _keep_device_op(out, ev, name)
-            elif cat == "user_annotation":
-                _keep_annotation(out, ev, name)
-        elif ph == "i" and ev.name == "[memory]":
-            out.memory.append((ev.ts, _struct_args(ev.args)))
+        if type(ev) is not _X:
+            if type(ev) is _Instant and ev.name == "[memory]":
+                _keep_rare(out, ev, "")
+            continue
+        cat = ev.cat
+        name = ev.name or ""
+        name = names.setdefault(name, name)
+        if cat == "cpu_op":
+            if name == "record_param_comms":
+                _keep_rare(out, ev, name)
+            else:
+                cpu_ops((name, ev.tid, ev.ts, ev.dur))
+        elif cat in LAUNCH_CATS:
+            try:
+                corr = launch_args(ev.args).correlation if ev.args else None
+            except msgspec.ValidationError:
+                _keep(out, _plain(ev))
+                continue
+            if corr is not UNSET and corr is not None:
+                launches[int(corr)] = (ev.tid, ev.ts)
+        elif cat in DEVICE_CATS:
+            _keep_device_op(out, ev, name)
+        elif cat == "user_annotation":
+            _keep_annotation(out, ev, name)
 
 
-def _keep_device_op(out: KinetoTrace, ev: _Event, name: str) -> None:
-    a = ev.args
+def _keep_device_op(out: KinetoTrace, ev: _X, name: str) -> None:
+    try:
+        a = _DEVICE_ARGS.decode(ev.args) if ev.args else None
+    except msgspec.ValidationError:
+        _keep(out, _plain(ev))
+        return
     if a is None:
         out.device_ops.append((name, ev.cat, ev.ts, ev.dur, ev.tid, None, None, None))
         return
-    coll = {k: v for attr, k in _COLL_FIELDS if (v := getattr(a, attr)) is not UNSET} or None
+    coll = None
+    values = _coll_values(a)
+    if values.count(UNSET) != len(values):  # an NCCL kernel's collective args
+        coll = {k: v for (_attr, k), v in zip(_COLL_FIELDS, values) if v is not UNSET}
     stream = ev.tid if a.stream is UNSET else a.stream
     device = None if a.device is UNSET else a.device
     corr = None if a.correlation is UNSET else a.correlation
     out.device_ops.append((name, ev.cat, ev.ts, ev.dur, stream, device, corr, coll))
 
 
-def _keep_annotation(out: KinetoTrace, ev: _Event, name: str) -> None:
+def _keep_annotation(out: KinetoTrace, ev: _X, name: str) -> None:
     m = STEP_RE.match(name)
     if m:
         out.steps.append((int(m.group(1)), ev.ts, ev.dur))
+    elif name.startswith(("gloo:", "nccl:")):
+        _keep_rare(out, ev, name)
+
+
+def _keep_rare(out: KinetoTrace, ev: _X | _Instant, name: str) -> None:
+    """The few events kept with their args (ARG_KEYS): record_param_comms, gloo:/nccl: annotations, [memory]."""
+    try:
+        args = _struct_args(_ARGS.decode(ev.args) if ev.args else None)
+    except msgspec.ValidationError:
+        _keep(out, _plain(ev))
+        return
+    if isinstance(ev, _Instant):
+        out.memory.append((ev.ts, args))
+    elif name == "record_param_comms":
+        out.param_comms.append((ev.tid, ev.ts, ev.dur, args))
     elif name.startswith("gloo:"):
-        out.gloo.append((name, ev.tid, ev.ts, ev.dur, _struct_args(ev.args)))
-    elif name.startswith("nccl:"):
-        out.nccl.append((ev.tid, ev.ts, ev.dur, dict(_struct_args(ev.args), name=name)))
+        out.gloo.append((name, ev.tid, ev.ts, ev.dur, args))
+    else:
+        out.nccl.append((ev.tid, ev.ts, ev.dur, dict(args, name=name)))
 
 
 def _f(v) -> float:
