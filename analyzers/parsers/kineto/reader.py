@@ -96,8 +96,9 @@ class KinetoTrace:
 UNSET: Any = msgspec.UNSET
 
 
-class _Args(msgspec.Struct, gc=False):
-    """An event's `args`, only the keys in ARG_KEYS (msgspec skips the others without building them)."""
+class _DeviceArgs(msgspec.Struct, gc=False):
+    """A device op's args: stream, device, correlation and the collective args NCCL kernels carry (msgspec skips
+    the other keys without building them)."""
 
     stream: Any = UNSET
     device: Any = UNSET
@@ -109,6 +110,11 @@ class _Args(msgspec.Struct, gc=False):
     pg_name: Any = msgspec.field(default=UNSET, name="Process Group Name")
     pg_ranks: Any = msgspec.field(default=UNSET, name="Process Group Ranks")
     group_size: Any = msgspec.field(default=UNSET, name="Group size")
+
+
+class _Args(_DeviceArgs, gc=False):
+    """An event's `args`, all the keys in ARG_KEYS (the rare events kept with their args)."""
+
     pg_id: Any = msgspec.field(default=UNSET, name="Process Group ID")
     input_dims: Any = msgspec.field(default=UNSET, name="Input Dims")
     input_type: Any = msgspec.field(default=UNSET, name="Input type")
@@ -123,21 +129,6 @@ _ARG_FIELDS = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(_Arg
 #: the collective args of a device op (`_DeviceArgs` attribute -> JSON key)
 _COLL_FIELDS = tuple((a, k) for a, k in _ARG_FIELDS if k in COLLECTIVE_ARGS)
 _coll_values = operator.attrgetter(*(a for a, _k in _COLL_FIELDS))
-
-
-class _DeviceArgs(msgspec.Struct, gc=False):
-    """A device op's args: stream, device, correlation and the collective args NCCL kernels carry."""
-
-    stream: Any = UNSET
-    device: Any = UNSET
-    correlation: Any = UNSET
-    collective_name: Any = msgspec.field(default=UNSET, name="Collective name")
-    in_nelems: Any = msgspec.field(default=UNSET, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=UNSET, name="Out msg nelems")
-    dtype: Any = UNSET
-    pg_name: Any = msgspec.field(default=UNSET, name="Process Group Name")
-    pg_ranks: Any = msgspec.field(default=UNSET, name="Process Group Ranks")
-    group_size: Any = msgspec.field(default=UNSET, name="Group size")
 
 
 class _LaunchArgs(msgspec.Struct, gc=False):
