@@ -241,7 +241,7 @@ def _device_kind(name: str, cat: str) -> tuple[str, str]:
 def _device_ops(t: KinetoTrace, rank: int) -> pd.DataFrame:
     cols = ["rank", "name", "type", "category", "start_us", "dur_us", "stream", "core_type", "correlation"]
     if not t.device_ops:
-        return pd.DataFrame([], columns=cols)
+        return pd.DataFrame([], columns=cols).assign(step=pd.Series(dtype="Float64"))
     names, cats, ts, dur, stream, _device, corr, _coll = zip(*t.device_ops)
     # millions of ops share a few thousand (name, cat) pairs: each classified once
     kinds = {key: _device_kind(*key) for key in set(zip(names, cats))}
