@@ -406,6 +406,21 @@ class Profile:
     warnings: list[str] = field(default_factory=list)
 
 
+#: the tables `conformed_profile` takes, each with its schema
+PROFILE_TABLES = {"ranks": RANKS, "steps": STEPS, "ops": OPS, "comm_ops": COMM_OPS, "memory_records": MEMORY}
+
+
+def conformed_profile(source: str, path: str, meta: dict, warnings: list[str], **tables: pd.DataFrame) -> Profile:
+    """A parser's Profile from its tables (any of PROFILE_TABLES' names), each conformed to its schema."""
+    return Profile(
+        source=source,
+        path=path,
+        meta=meta,
+        warnings=warnings,
+        **{name: conform(df, PROFILE_TABLES[name]) for name, df in tables.items()},
+    )
+
+
 #: the advice table's columns (analyzers/analyses/advice/; docs/advice.md): the engine gives every finding them
 ADVICE_COLUMNS = [
     "id",

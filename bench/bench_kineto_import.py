@@ -10,13 +10,14 @@ difference is what reading the trace costs.
 
 Usage:
   .venv/bin/python bench/bench_kineto_import.py [--sets trace_filter,nccl_parser_config,...]
-  .venv/bin/python bench/bench_kineto_import.py --scale-gb 1 [--scale-from ns_resolution_trace] [--tmp DIR]
+  .venv/bin/python bench/bench_kineto_import.py --scale-gb 1 [--scale-from ns_resolution_trace] [--tmp DIR] [--gzip]
 
 --scale-gb: the 1 GB target. A real fixture trace (set R by default) scaled up to that many GB of JSON: its
 events written again and again, each copy shifted in time past the previous one, its ProfilerStep numbers,
 correlation ids and flow ids moved on so no two copies share one, one uncompressed `.pt.trace.json` (above
-64 MB perfbench streams it with ijson). perfbench alone imports it (HTA's parse of a 1 GB trace does not fit
-this machine's memory); wall time, CPU time and peak resident set are printed. The file is deleted after.
+64 MB perfbench streams it in blocks of ~16 MB); `--gzip` writes it gzipped instead (`.pt.trace.json.gz`, read
+through gzip on the fly). perfbench alone imports it (HTA's parse of a 1 GB trace does not fit this machine's
+memory); wall time, CPU time and peak resident set are printed. The file is deleted after.
 """
 
 from __future__ import annotations
@@ -81,8 +82,9 @@ ID_STRIDE = 10_000_000
 STEP_STRIDE = 1_000
 
 
-def scale_trace(src: Path, out: Path, target_bytes: int) -> tuple[int, int]:
-    """Write `src`'s events again and again into `out` until it holds `target_bytes`; returns (copies, events)."""
+def scale_trace(src: Path, out: Path, target_bytes: int, gz: bool = False) -> tuple[int, int]:
+    """Write `src`'s events again and again into `out` until it holds `target_bytes` of JSON (gzipped when `gz`);
+    returns (copies, events)."""
     import gzip
     import re
 
@@ -95,7 +97,7 @@ def scale_trace(src: Path, out: Path, target_bytes: int) -> tuple[int, int]:
     span = max(ts) - min(ts) + 1000.0
     step_re = re.compile(r"ProfilerStep#(\d+)")
     copies = written = 0
-    with open(out, "wb") as fh:
+    with open(out, "wb") as raw_fh, gzip.open(raw_fh, "wb", compresslevel=1) if gz else raw_fh as fh:
         fh.write(orjson.dumps(doc)[:-1] + b', "traceEvents": [\n')
         first = True
         while fh.tell() < target_bytes:
@@ -124,13 +126,13 @@ def scale_trace(src: Path, out: Path, target_bytes: int) -> tuple[int, int]:
 def scaled(args) -> None:
     src = next((DATA / args.scale_from).iterdir())
     with tempfile.TemporaryDirectory(dir=args.tmp) as tmp:
-        out = Path(tmp) / "rank-0.scaled.pt.trace.json"
+        out = Path(tmp) / ("rank-0.scaled.pt.trace.json" + (".gz" if args.gzip else ""))
         t = time.perf_counter()
-        copies, events = scale_trace(src, out, int(args.scale_gb * 1e9))
+        copies, events = scale_trace(src, out, int(args.scale_gb * 1e9), gz=args.gzip)
         size = out.stat().st_size
         print(
-            f"{src.name} x {copies} copies: {events:,} events, {size / 1e9:.2f} GB of JSON "
-            f"(written in {time.perf_counter() - t:.0f} s)",
+            f"{src.name} x {copies} copies: {events:,} events, {size / 1e9:.2f} GB on disk "
+            f"({'gzipped' if args.gzip else 'JSON'}; written in {time.perf_counter() - t:.0f} s)",
             flush=True,
         )
         x = run("perfbench", Path(tmp), timeout=args.timeout)
@@ -148,6 +150,7 @@ def main() -> None:
     ap.add_argument("--scale-gb", type=float, default=None, help="import one real trace scaled to this many GB")
     ap.add_argument("--scale-from", default="ns_resolution_trace", help="the set whose trace is scaled")
     ap.add_argument("--tmp", default=None, help="folder for the scaled trace (default: the system's temp)")
+    ap.add_argument("--gzip", action="store_true", help="write the scaled trace gzipped (its JSON still --scale-gb)")
     ap.add_argument("--timeout", type=float, default=900, help="seconds one import may take")
     args = ap.parse_args()
     if args.scale_gb:

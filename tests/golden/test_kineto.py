@@ -250,6 +250,63 @@ def test_every_streamed_path_keeps_what_one_read_keeps(monkeypatch, path):
     assert whole.header["distributedInfo"] == streamed.header["distributedInfo"]
 
 
+@pytest.mark.parametrize("folder", SETS)
+def test_typed_events_keep_what_plain_dicts_keep(folder):
+    """msgspec's typed events (the reader's path) and orjson's plain dicts (its path for a block whose values do
+    not fit the types) keep the same of every set's traces."""
+    from analyzers.parsers.kineto import reader
+
+    for trace in sorted(p for p in kineto_path(folder).iterdir() if ".json" in p.name):
+        text = gzip.open(trace).read()
+        typed, plain = reader._read_small(trace, text), reader._read_small_dicts(trace, text)
+        for name in ("events", "device_ops", "launches", "steps", "cpu_ops", "param_comms", "gloo", "nccl", "memory"):
+            assert getattr(typed, name) == getattr(plain, name), (trace.name, name)
+        assert typed.header == plain.header
+
+
+def test_args_that_are_not_an_object_are_kept_as_plain_dicts_keep_them(tmp_path):
+    """Hand-made events whose `args` is null or an empty list (typed, each such event goes through the plain-dict
+    rule): the same kept tuples as orjson's dicts, and the same as without args."""
+    from analyzers.parsers.kineto import reader
+
+    events = []
+    for args in (None, [], "absent"):
+        for cat, name in (("cuda_runtime", "cudaLaunchKernel"), ("kernel", "k"), ("cpu_op", "record_param_comms")):
+            ev = {"ph": "X", "cat": cat, "name": name, "ts": 1, "dur": 2, "tid": 7, "args": args}
+            events.append({k: v for k, v in ev.items() if v != "absent"})
+        events.append({"ph": "i", "name": "[memory]", "ts": 5, "args": args} if args != "absent" else {"ph": "i"})
+    text = json.dumps({"schemaVersion": 1, "traceEvents": events}).encode()
+    typed, plain = reader._read_small(tmp_path, text), reader._read_small_dicts(tmp_path, text)
+    for name in ("events", "device_ops", "launches", "param_comms", "memory"):
+        assert getattr(typed, name) == getattr(plain, name), name
+    assert typed.device_ops == [("k", "kernel", 1.0, 2.0, 7, None, None, None)] * 3
+    assert typed.param_comms == [(7, 1.0, 2.0, {})] * 3 and typed.memory == [(5.0, {})] * 2 and not typed.launches
+
+
+def test_an_event_off_the_types_is_read_as_a_plain_dict(tmp_path, monkeypatch):
+    """A CPU op's `ts` as a string (not Kineto's, but Chrome-trace writers do it) does not fit the typed decode: its
+    block is kept from plain dicts, the other blocks typed; the Profile is the one of the original trace (set Q)."""
+    from analyzers.parsers.kineto import reader
+
+    (trace,) = (p for p in kineto_path(Q).iterdir() if ".json" in p.name)
+    text = gzip.open(trace).read()
+    m = re.search(rb'"cat": "cpu_op",[^{}]*?"ts": ([0-9.]+)', text[len(text) // 4 :])  # Kineto writes CPU ops first
+    at = len(text) // 4 + m.start(1)
+    (tmp_path / "q.pt.trace.json").write_bytes(text[:at] + b'"' + m.group(1) + b'"' + text[at + len(m.group(1)) :])
+    monkeypatch.setattr(reader, "SMALL_TRACE_BYTES", 1024)
+    monkeypatch.setattr(reader, "BLOCK_BYTES", 64 * 1024)
+    assert reader._read_blocks(tmp_path / "q.pt.trace.json") is not None
+    whole = analyzers.load_profile(kineto_path(Q))
+    plain: list = []
+    keep_all = reader._keep_all
+    monkeypatch.setattr(reader, "_keep_all", lambda out, events: plain.append(len(events)) or keep_all(out, events))
+    monkeypatch.setattr(reader, "_read_streaming", None)  # no fallback to ijson
+    odd = analyzers.load_profile(tmp_path)
+    assert len(plain) == 1 and 0 < plain[0] < whole.meta["trace_events"] / 2  # one block of plain dicts
+    for name in ("steps", "ops", "comm_ops"):
+        assert getattr(whole, name).equals(getattr(odd, name)), name
+
+
 def test_a_truncated_trace_is_a_one_line_error_when_streamed(tmp_path, monkeypatch):
     from analyzers.parsers.kineto import reader
 

@@ -23,7 +23,7 @@ import pandas as pd
 
 from analyzers.parsers.ascend.common import read_csv
 from analyzers.parsers.trace_view import iter_events
-from analyzers.schema import COMM_OPS, MEMORY, OPS, RANKS, STEPS, Profile, conform, empty, step_of
+from analyzers.schema import MEMORY, STEPS, Profile, conform, conformed_profile, empty, step_of
 from perfbench.errors import ProfileFormatError
 
 #: CPU op types that are collectives, and their normalized names
@@ -321,14 +321,14 @@ def parse(path: str | Path, workload_steps: pd.DataFrame | None = None, meta: di
 
     memory = pd.concat(mem_frames, ignore_index=True) if mem_frames else empty(MEMORY)
     memory = memory[~memory["rank"].isin(bad_memory)].sort_values(["rank", "ts_us"], kind="stable")
-    return Profile(
-        source="mindspore-cpu",
-        path=str(root),
-        ranks=conform(ranks, RANKS),
-        steps=conform(steps, STEPS),
-        ops=conform(ops, OPS),
-        comm_ops=conform(comm_ops, COMM_OPS),
-        memory_records=conform(memory, MEMORY),
-        meta=meta,
-        warnings=warnings,
+    return conformed_profile(
+        "mindspore-cpu",
+        str(root),
+        meta,
+        warnings,
+        ranks=ranks,
+        steps=steps,
+        ops=ops,
+        comm_ops=comm_ops,
+        memory_records=memory,
     )

@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.parsers.kineto.reader import KinetoTrace, looks_like_kineto, read_trace
-from analyzers.schema import COMM_OPS, MEMORY, OPS, RANKS, STEPS, Profile, conform, empty, step_of
+from analyzers.schema import COMM_OPS, MEMORY, STEPS, Profile, conform, conformed_profile, empty, step_of
 from perfbench.errors import ProfileFormatError, UserError
 
 SOURCE = "kineto"
@@ -178,16 +178,16 @@ def parse_trace(path: Path) -> Profile:
         "trace_events": t.events,
         "device_kind": "gpu" if gpu else "cpu",
     }
-    return Profile(
-        source=SOURCE,
-        path=str(path),
-        ranks=conform(ranks, RANKS),
-        steps=conform(steps, STEPS),
-        ops=conform(ops, OPS),
-        comm_ops=conform(comm, COMM_OPS),
+    return conformed_profile(
+        SOURCE,
+        str(path),
+        meta,
+        warnings,
+        ranks=ranks,
+        steps=steps,
+        ops=ops,
+        comm_ops=comm,
         memory_records=_memory(t, rank),
-        meta=meta,
-        warnings=warnings,
     )
 
 
@@ -229,35 +229,53 @@ def _collective_type(name) -> str:
     return COLLECTIVE_TYPES.get(s, s)
 
 
+def _device_kind(name: str, cat: str) -> tuple[str, str]:
+    """(category, type) of a device op: NCCL kernels are communication, other kernels compute, memcpy/memset memory."""
+    if cat == "kernel" and NCCL_KERNEL_RE.match(name):
+        return "communication", _kernel_collective(name) or "nccl"
+    if cat == "kernel":
+        return "compute", short_kernel_name(name)
+    return "memory", short_kernel_name(name)
+
+
 def _device_ops(t: KinetoTrace, rank: int) -> pd.DataFrame:
-    rows = []
-    for name, cat, ts, dur, stream, device, corr, _coll in t.device_ops:
-        if cat == "kernel" and NCCL_KERNEL_RE.match(name):
-            category, typ = "communication", _kernel_collective(name) or "nccl"
-        elif cat == "kernel":
-            category, typ = "compute", short_kernel_name(name)
-        else:
-            category, typ = "memory", short_kernel_name(name)
-        rows.append((rank, name, typ, category, ts, dur, str(stream), "GPU", corr))
+    cols = ["rank", "name", "type", "category", "start_us", "dur_us", "stream", "core_type", "correlation"]
+    if not t.device_ops:
+        return pd.DataFrame([], columns=cols).assign(step=pd.Series(dtype="Float64"))
+    names, cats, ts, dur, stream, _device, corr, _coll = zip(*t.device_ops)
+    # millions of ops share a few thousand (name, cat) pairs: each classified once
+    kinds = {key: _device_kind(*key) for key in set(zip(names, cats))}
+    category, typ = zip(*(kinds[key] for key in zip(names, cats)))
+    n = len(names)
     df = pd.DataFrame(
-        rows, columns=["rank", "name", "type", "category", "start_us", "dur_us", "stream", "core_type", "correlation"]
+        {
+            "rank": [rank] * n,
+            "name": names,
+            "type": typ,
+            "category": category,
+            "start_us": ts,
+            "dur_us": dur,
+            "stream": list(map(str, stream)),
+            "core_type": ["GPU"] * n,
+            "correlation": corr,
+        }
     )
-    df["step"] = _launch_steps(t, df["correlation"])
+    df["step"] = _launch_steps(t, corr, df.index)
     return df
 
 
-def _launch_steps(t: KinetoTrace, correlation: pd.Series) -> pd.Series:
+def _launch_steps(t: KinetoTrace, correlation: tuple, index: pd.Index) -> pd.Series:
     """ProfilerStep number whose CPU span holds each device op's launch (NaN when none does)."""
-    out = pd.Series(np.nan, index=correlation.index, dtype="Float64")
+    out = pd.Series(np.nan, index=index, dtype="Float64")
     if not t.steps or not len(correlation):
         return out
     st = sorted(t.steps, key=lambda s: s[1])
     starts = np.array([s[1] for s in st])
     ends = np.array([s[1] + s[2] for s in st])
     ids = np.array([s[0] for s in st], dtype=float)
+    launches, none = t.launches, (None, np.nan)
     launch_ts = np.array(
-        [t.launches.get(int(c), (None, np.nan))[1] if c is not None and c == c else np.nan for c in correlation],
-        dtype=float,
+        [launches.get(int(c), none)[1] if c is not None and c == c else np.nan for c in correlation], dtype=float
     )
     idx = np.searchsorted(starts, launch_ts, side="right") - 1
     ok = (idx >= 0) & ~np.isnan(launch_ts)
@@ -302,13 +320,15 @@ def _steps(t: KinetoTrace, ops: pd.DataFrame, rank: int, gpu: bool, warnings: li
         end = float((ops["start_us"] + ops["dur_us"]).max())
         return pd.DataFrame([{"rank": rank, "step": 0, "start_us": float(ops["start_us"].min()), "end_us": end}])
     rows = []
+    spans: dict = {}
+    if gpu and len(ops):  # each step's device span: its ops' first start and last end
+        by_step = pd.DataFrame({"step": ops["step"], "start": ops["start_us"], "end": ops["start_us"] + ops["dur_us"]})
+        g = by_step.groupby("step")
+        spans = {k: (float(a), float(b)) for k, a, b in zip(g.size().index, g["start"].min(), g["end"].max())}
     for n, (ts, dur) in sorted(seen.items()):
         row = {"rank": rank, "step": n, "start_us": ts, "end_us": ts + dur, "host_start_us": ts}
-        if gpu:
-            mine = ops[ops["step"] == n]
-            if len(mine):
-                row["start_us"] = float(mine["start_us"].min())
-                row["end_us"] = float((mine["start_us"] + mine["dur_us"]).max())
+        if n in spans:
+            row["start_us"], row["end_us"] = spans[n]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -365,12 +385,12 @@ def _comm_ops(t: KinetoTrace, rank: int, ops: pd.DataFrame, info: dict) -> pd.Da
         index = _span_index(t.param_comms)
         annotations = _span_index(t.nccl)
         comm = ops[ops["category"] == "communication"]
-        colls = {i: op[7] for i, op in enumerate(t.device_ops)}
         used: set = set()
+        renamed: dict = {"i": [], "type": [], "name": []}
         for i, op in comm.iterrows():
             launched_by = _enclosing(t, index, op["correlation"])
             used.add(id(launched_by))
-            args = colls.get(i) or launched_by
+            args = t.device_ops[i][7] or launched_by
             if args.get("Collective name"):
                 typ, size = (
                     _collective_type(args["Collective name"]),
@@ -382,7 +402,12 @@ def _comm_ops(t: KinetoTrace, rank: int, ops: pd.DataFrame, info: dict) -> pd.Da
                 size = _dims_size(note) if note else float("nan")
             rows.append(_comm_row(rank, op, typ, args, groups, size))
             # the kernel's name says SendRecv for all-to-alls too: name the op by its collective
-            ops.loc[i, ["type", "name"]] = [typ, f"nccl:{typ} {op['name']}"]
+            renamed["i"].append(i)
+            renamed["type"].append(typ)
+            renamed["name"].append(f"nccl:{typ} {op['name']}")
+        if renamed["i"]:
+            ops.loc[renamed["i"], "type"] = renamed["type"]
+            ops.loc[renamed["i"], "name"] = renamed["name"]
         rows += _unlaunched_param_comms(t, rank, ops, groups, used)
     else:
         comm = ops[ops["category"] == "communication"]
