@@ -57,7 +57,7 @@ FUNCTIONS = [
     "analyzers.stats.x_welch_ci__mutmut_*",
     "analyzers.stats.x_mann_whitney_p__mutmut_*",
     "perfbench.regress.compare.x_settings_diff__mutmut_*",
-    "analyzers.catalogue.xǁMetricǁworse__mutmut_*",  # metric directions
+    "analyzers.metric.xǁMetricǁworse__mutmut_*",  # metric directions
     "analyzers.catalogue.x_metric__mutmut_*",
     "analyzers.analyses.breakdown.x_union_length__mutmut_*",  # breakdown and its reconciliation
     "analyzers.analyses.breakdown.x_reconcile__mutmut_*",

@@ -44,7 +44,6 @@ PENDING_FUNCTIONS = {
 PENDING_MODULES = {
     "analyzers.parsers.ascend.text": "import-speed rework in flight",
     "analyzers.parsers.msprof.parser": "to split",
-    "analyzers.catalogue": "to split (the metric definitions are data: one module of them, one of the lists)",
     "dashboards.pages.run": "to split",
     "perfbench.views.run_report": "to split",
     "perfbench.run.launcher": "to split",
