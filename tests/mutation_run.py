@@ -75,7 +75,7 @@ FUNCTIONS = [
     "perfbench.run.config_models.x_range_ends__mutmut_*",
     "perfbench.run.config_models.x_launch_rules__mutmut_*",
     "perfbench.run.config_models.x__data_folder__mutmut_*",
-    "perfbench.run.config_models.x_config_error__mutmut_*",  # the one-line error naming key and value
+    "perfbench.run.config_errors.x_config_error__mutmut_*",  # the one-line error naming key and value
     "perfbench.run.config.x__check_value__mutmut_*",  # world size and swept values
     "perfbench.run.config.x__check_run__mutmut_*",
     "perfbench.run.config.x_parse_config__mutmut_*",
