@@ -48,9 +48,6 @@ PENDING_MODULES = {
     "perfbench.views.run_report": "to split",
     "perfbench.run.launcher": "to split",
     "analyzers.parsers.legacy.parser": "to split",
-    # the fit's helpers took it over the limit: the fitting section (fit, _comm_fit and their helpers) goes to a
-    # module of its own once `calibrate` and `predict` are apart from it
-    "perfbench.predict.model": "to split",
 }
 
 
