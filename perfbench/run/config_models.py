@@ -31,6 +31,11 @@ def _int(lo: int | None = None, hi: int | None = None, default: int | None = 0, 
     return Field(default, ge=lo, le=hi, description=doc or None)
 
 
+def _text(message: str, **constraints) -> Any:
+    """A string's type: pydantic's `constraints` (min_length, pattern) checked, `message` when one fails."""
+    return Annotated[str, Field(**constraints), explain(message)]
+
+
 class ResNet50Model(Section):
     """ResNet-50 knobs (workload: resnet50)."""
 
@@ -178,18 +183,14 @@ class Parallel(Section):
 class Slurm(Section):
     """Where and how `launch.backend: slurm` submits each run (sbatch); docs/slurm.md."""
 
-    partition: Annotated[str, Field(min_length=1), explain("must be a partition name (sinfo lists them)")] | None = (
-        Field(None, description="sbatch --partition (default: the cluster's default partition)")
+    partition: _text("must be a partition name (sinfo lists them)", min_length=1) | None = Field(
+        None, description="sbatch --partition (default: the cluster's default partition)"
     )
-    account: Annotated[str, Field(min_length=1), explain("must be an account name")] | None = Field(
-        None, description="sbatch --account"
-    )
+    account: _text("must be an account name", min_length=1) | None = Field(None, description="sbatch --account")
     time_limit: (
-        Annotated[
-            str,
-            Field(pattern=r"^(\d+-)?\d+(:\d+){0,2}$"),
-            explain("must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]"),
-        ]
+        _text(
+            "must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]", pattern=r"^(\d+-)?\d+(:\d+){0,2}$"
+        )
         | None
     ) = Field(None, description="sbatch --time; when Slurm ends the job for it, the run fails with TIMEOUT")
     cpus_per_task: int | None = Field(
@@ -226,7 +227,7 @@ class Launch(Section):
     ] = "auto"
     nodes: int = _int(1, 1024, 1, ">1: multi-node msrun; run the same sweep on every node with its node_rank")
     node_rank: int = _int(0, None, 0)
-    master_addr: Annotated[str, Field(min_length=1), explain("must be a host name or address")] = "127.0.0.1"
+    master_addr: _text("must be a host name or address", min_length=1) = "127.0.0.1"
 
     @model_validator(mode="after")
     def _rules(self):
@@ -311,7 +312,7 @@ class ScriptModel(Section):
 class Script(Section):
     """workload: script: the user's own training script (docs/workloads.md, "Your own job")."""
 
-    path: Annotated[str, Field(min_length=1), explain("must be the path of a Python script")] = Field(
+    path: _text("must be the path of a Python script", min_length=1) = Field(
         description="the entry script, relative to the sweep file"
     )
     framework: Literal["mindspore", "pytorch"] = Field(
@@ -411,12 +412,7 @@ class SweepFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, title="perfbench sweep config")
     name: (
-        Annotated[
-            str,
-            Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),
-            explain("must be 1-64 letters, digits, '_', '.' or '-'"),
-        ]
-        | None
+        _text("must be 1-64 letters, digits, '_', '.' or '-'", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$") | None
     ) = Field(None, description="sweep name: run ids start with it; default: the file's stem")
     workload: Literal["resnet50", "moe", "script"]
     model: dict[str, Any] = Field(default_factory=dict, description="workload knobs")
