@@ -19,15 +19,8 @@ from perfbench import __version__
 from perfbench.errors import UserError
 from perfbench.run.config import RunPlan, SweepConfig
 from perfbench.run.ingest import ingest_run, read_meta
-from perfbench.run.launcher import (
-    close_spare,
-    kill_stale,
-    launch,
-    pins_single_rank,
-    should_bind,
-    threads_per_rank,
-    write_json,
-)
+from perfbench.run.launcher import close_spare, launch, pins_single_rank, should_bind, threads_per_rank, write_json
+from perfbench.run.processes import kill_stale
 from perfbench.run.slurm import job_info, launch_slurm, slurm_tool
 from perfbench.store import FINISHED, Store
 

@@ -33,7 +33,6 @@ PENDING_FUNCTIONS = {
     "analyzers.analyses.memory:attribution": "import-speed rework in flight",
     "analyzers.analyses.memory:analysis": "import-speed rework in flight",
     # not split yet
-    "perfbench.run.launcher:launch": "to split",
     "workloads.runner:run": "to split",
     "analyzers.parsers.legacy.parser:parse": "to split",
     "perfbench.run.sweep:execute_run": "to split",
@@ -46,7 +45,6 @@ PENDING_MODULES = {
     "analyzers.parsers.msprof.parser": "to split",
     "dashboards.pages.run": "to split",
     "perfbench.views.run_report": "to split",
-    "perfbench.run.launcher": "to split",
     "analyzers.parsers.legacy.parser": "to split",
 }
 
