@@ -33,9 +33,7 @@ PENDING_FUNCTIONS = {
     "analyzers.analyses.memory:attribution": "import-speed rework in flight",
     "analyzers.analyses.memory:analysis": "import-speed rework in flight",
     # not split yet
-    "workloads.runner:run": "to split",
     "analyzers.parsers.legacy.parser:parse": "to split",
-    "perfbench.run.sweep:execute_run": "to split",
     "dashboards.pages.scaling:_charts": "to split",
 }
 
