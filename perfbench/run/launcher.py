@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Callable
 
 from perfbench.capture.writer import meta_finished
-from perfbench.errors import UserError
 from perfbench.run import script as script_mod
 from perfbench.run.failures import dead_worker, explain_failure
 from perfbench.run.processes import TAG_VAR, kill_run, remember_children
@@ -80,18 +79,9 @@ def pins_single_rank(bind: bool, local_ranks: int, cpus: int | None = None) -> b
 
 def msrun_executable() -> str:
     """The msrun that belongs to this interpreter's MindSpore (falls back to PATH)."""
-    beside = Path(sys.executable).parent / "msrun"
-    if beside.exists():
-        return str(beside)
-    import shutil
-
-    found = shutil.which("msrun")
-    if not found:
-        raise UserError(
-            "msrun not found: install the training extra (`pip install -e '.[train]'`), "
-            "which brings MindSpore and msrun"
-        )
-    return found
+    return script_mod.executable(
+        "msrun", "install the training extra (`pip install -e '.[train]'`), which brings MindSpore and msrun"
+    )
 
 
 def msrun_command(
