@@ -53,7 +53,8 @@ def key(rec: dict) -> tuple:
 
 
 def validate(store, fit_recs, held, quantile, measure):
-    from perfbench.predict.model import fit, predict
+    from perfbench.predict.fit import fit
+    from perfbench.predict.model import predict
     from perfbench.predict.observe import observe
 
     cal = fit([observe(store, r, quantile, measure) for r in fit_recs])

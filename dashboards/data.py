@@ -19,7 +19,8 @@ import pandas as pd
 
 from analyzers.schema import STEP_SHARE_PARTS
 from perfbench.errors import UserError
-from perfbench.predict.model import calibrate, curve
+from perfbench.predict.fit import calibrate
+from perfbench.predict.model import curve
 from perfbench.store import Store, flatten_runs
 from perfbench.views.results import baselines, scaling_efficiency
 

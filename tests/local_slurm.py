@@ -275,7 +275,7 @@ class LocalSlurm:
                 if r.returncode != 0 or not {"RUNNING", "PENDING", "COMPLETING", "CONFIGURING"} & set(r.stdout.split()):
                     break
                 time.sleep(0.5)
-        from perfbench.run.launcher import terminate
+        from perfbench.run.processes import terminate
 
         procs = self._daemons()
         terminate(procs, grace_s=10, kill_wait_s=5)

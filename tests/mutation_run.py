@@ -57,7 +57,7 @@ FUNCTIONS = [
     "analyzers.stats.x_welch_ci__mutmut_*",
     "analyzers.stats.x_mann_whitney_p__mutmut_*",
     "perfbench.regress.compare.x_settings_diff__mutmut_*",
-    "analyzers.catalogue.xǁMetricǁworse__mutmut_*",  # metric directions
+    "analyzers.metric.xǁMetricǁworse__mutmut_*",  # metric directions
     "analyzers.catalogue.x_metric__mutmut_*",
     "analyzers.analyses.breakdown.x_union_length__mutmut_*",  # breakdown and its reconciliation
     "analyzers.analyses.breakdown.x_reconcile__mutmut_*",
@@ -75,7 +75,7 @@ FUNCTIONS = [
     "perfbench.run.config_models.x_range_ends__mutmut_*",
     "perfbench.run.config_models.x_launch_rules__mutmut_*",
     "perfbench.run.config_models.x__data_folder__mutmut_*",
-    "perfbench.run.config_models.x_config_error__mutmut_*",  # the one-line error naming key and value
+    "perfbench.run.config_errors.x_config_error__mutmut_*",  # the one-line error naming key and value
     "perfbench.run.config.x__check_value__mutmut_*",  # world size and swept values
     "perfbench.run.config.x__check_run__mutmut_*",
     "perfbench.run.config.x_parse_config__mutmut_*",

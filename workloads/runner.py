@@ -230,24 +230,43 @@ class _Summary:
 
 def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
     inj = cfg.get("inject") or {}
-    if (
-        inj.get("crash_rank") is not None
-        and int(inj["crash_rank"]) == rank
-        and inj.get("crash_step") is not None
-        and int(inj["crash_step"]) == step
-    ):
+    if _at(inj, "crash", rank, step):
         print(f"[perfbench] inject: rank {rank} crashing at step {step} (exit 3)", file=sys.stderr, flush=True)
         ctx.close()
         os._exit(3)
-    if (
-        inj.get("hang_rank") is not None
-        and int(inj["hang_rank"]) == rank
-        and inj.get("hang_step") is not None
-        and int(inj["hang_step"]) == step
-    ):
+    if _at(inj, "hang", rank, step):
         print(f"[perfbench] inject: rank {rank} hanging at step {step}", file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)
+
+
+def _at(inj: dict, what: str, rank: int, step: int) -> bool:
+    """inject.<what>_rank is this rank and inject.<what>_step this step (`what`: crash, hang)."""
+    r, s = inj.get(f"{what}_rank"), inj.get(f"{what}_step")
+    return r is not None and int(r) == rank and s is not None and int(s) == step
+
+
+class _Slowdown:
+    """inject's slowdowns of every step: delay_ms (every rank sleeps), busy_ms (every rank burns CPU),
+    straggler_busy_ms (straggler_rank alone burns CPU), input_delay_ms (every rank waits for its batch)."""
+
+    def __init__(self, inj: dict, rank: int):
+        self.delay_s = float(inj.get("delay_ms") or 0) / 1000.0
+        self.busy_s = float(inj.get("busy_ms") or 0) / 1000.0
+        self.straggler_s = (
+            float(inj.get("straggler_busy_ms") or 0) / 1000.0 if inj.get("straggler_rank") == rank else 0.0
+        )
+        self.input_delay_s = float(inj.get("input_delay_ms") or 0) / 1000.0
+
+    def apply(self) -> float | None:
+        """Slow this step down; the wall time waited for the batch (input_wait_s), None without input_delay_ms."""
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.busy_s:
+            _burn_cpu(self.busy_s)
+        if self.straggler_s:
+            _burn_cpu(self.straggler_s)
+        return _wait_for_batch(self.input_delay_s) if self.input_delay_s else None
 
 
 def _burn_cpu(seconds: float) -> None:
@@ -313,125 +332,37 @@ class Checkpoints:
 
 
 def run(cfg: dict, entry_ts: float | None = None) -> int:
-
+    """One rank: MindSpore set up and the cluster joined, the workload built, its steps trained and recorded (with
+    the profiler window, the injected failures and slowdowns, checkpoints), its final meta written. The scheduler
+    msrun starts runs this too and serves the cluster inside init() instead."""
     startup = {"process": process_started(), "entry": entry_ts}  # the start-up timeline (perfbench/startup.py)
-    pin = os.environ.get(PIN_VAR)
-    if pin is not None and os.environ.get("MS_ROLE") != "MS_SCHED":
-        # a single rank with launch.bind_core true: msrun gives it every core, so it pins itself to one before
-        # MindSpore starts its threads (they inherit it); the cluster join still runs on all (workloads/pinning.py)
-        set_process_affinity({int(pin)})
-    import mindspore as ms
-
-    world_size = int(cfg["world_size"])
-    train = cfg["train"]
-    ms.set_device("CPU")
-    # MindSpore's thread pools, set before anything runs a kernel (it refuses later changes). A rank pinned to one
-    # core with MindSpore's defaults spends 40-70% more CPU time in its steps 5-14 (its thread tuning); with both
-    # pools set to 1 it does not. A rank with 2 cores and both pools set to 2 burnt 5-10x the CPU time per step
-    # under load (spinning threads), so it keeps MindSpore's defaults (docs/benchmarks.md, "Repeatability").
-    ms_threads = {}
-    one_core = (cfg.get("threads_per_rank") or _cpu_threads()) == 1
-    for key, setter in (
-        ("kernel_threads", ms.device_context.cpu.op_tuning.threads_num),
-        ("dispatch_threads", ms.runtime.dispatch_threads_num),
-    ):
-        n = train.get(key)
-        n = (1 if one_core else "mindspore") if n is None else n
-        if n != "mindspore":
-            setter(int(n))
-        ms_threads[key] = n
-    ms.set_context(mode=ms.GRAPH_MODE if train["mode"] == "graph" else ms.PYNATIVE_MODE)
+    ms, ms_threads = _start_mindspore(cfg["train"], cfg.get("threads_per_rank"))
     startup["imported"] = time.time()
-    rank = 0
-    # Under msrun the scheduler process runs this script too (MS_ROLE=MS_SCHED): it must call init(),
-    # which serves the cluster and never returns to training, even for world_size 1.
-    if world_size > 1 or os.environ.get("MS_ROLE"):
-        from mindspore.communication import get_group_size, get_rank, init
-
-        if os.environ.get("MS_ROLE") == "MS_SCHED":
-            _write_json(pathlib.Path(cfg["output_dir"]) / "metrics" / "scheduler.startup.json", startup)
-
-        with widened_for_join() as widened:  # a rank msrun pinned to one core joins on all (workloads/pinning.py)
-            init()
-        startup["init"] = time.time()
-        startup["join_widened"] = widened
-        rank = get_rank()
-        if get_group_size() != world_size:
-            raise ConfigError(f"world_size is {world_size} but msrun started {get_group_size()} ranks")
-    seed = int(train["seed"])
+    world_size = int(cfg["world_size"])
+    rank = _join_cluster(cfg, world_size, startup)
     # Same seed on every rank: identical initial weights. Workloads derive per-rank data seeds.
-    ms.set_seed(seed)
+    ms.set_seed(int(cfg["train"]["seed"]))
 
     out = pathlib.Path(cfg["output_dir"])
     ctx = RunContext(cfg, rank, world_size, out)
-    ctx.set_meta(
-        rank=rank,
-        world_size=world_size,
-        threads=_cpu_threads(),
-        os_threads=None,
-        pid=os.getpid(),
-        host=socket.gethostname(),
-        mindspore_version=ms.__version__,
-        mode=train["mode"],
-        run_id=cfg.get("run_id"),
-        workload=cfg["workload"],
-        threads_per_rank=cfg.get("threads_per_rank"),
-        affinity=sorted(os.sched_getaffinity(0)),  # the CPUs this rank trains on (after the join's widening)
-        ms_threads=ms_threads,
-        comm_backend="mccl" if world_size > 1 else "none",
-        clock={
-            "steps": "time.time() seconds (Unix epoch)",
-            "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
-            "profiler_ts_offset_us": 0.0,
-        },
-    )
-
-    # the process before the model exists (MindSpore imported, collectives joined): what attribution calls the runtime
-    ctx.set_meta(baseline_rss_bytes=memory_sample()["rss_bytes"])
-    name = cfg["workload"]
-    try:
-        module = importlib.import_module(f"workloads.{name}")
-    except ModuleNotFoundError as e:
-        if e.name and e.name.startswith(f"workloads.{name}"):
-            raise ConfigError(f"unknown workload {name!r} (no module workloads.{name})") from None
-        raise
-    wl = module.build(ctx)
+    _describe_rank(ctx, ms, ms_threads)
+    wl = _build_workload(cfg, ctx)
     startup["built"] = time.time()
     ctx.set_meta(startup=startup)
 
-    steps = int(train["steps"])
-    warmup = int(train["warmup_steps"])
-    prof_cfg = cfg.get("profile") or {}
-    prof_steps = min(int(prof_cfg.get("steps", 0) or 0), max(0, steps - warmup))
-    level = str(prof_cfg.get("level") or "default")
-    if level not in PROFILE_LEVELS:
-        raise ConfigError(f"profile.level must be one of {', '.join(PROFILE_LEVELS)}, got {level!r}")
-    profiling = bool(prof_cfg.get("enabled")) and prof_steps > 0 and PROFILE_LEVELS[level] is not None
-    ctx.set_meta(
-        profiled_steps=[warmup, warmup + prof_steps - 1] if profiling else None,
-        profile_level=level if profiling else "off",
-        warmup_steps=warmup,
-        steps=steps,
-    )
-    cap = MsWindow(out / "profile", warmup, prof_steps, level) if profiling else None
+    cap, level, prof_steps = _profile_window(cfg, ctx, out)
     rec = ctx.recorder
     rec.sample_memory = sample_memory = os.environ.get("PERFBENCH_SAMPLE_MEMORY", "1") != "0"
     summary = _Summary(ms, out / "summary") if rank == 0 else None
     # memory of every run: sampled after each step (PERFBENCH_SAMPLE_MEMORY=0 turns it off, for
     # bench/bench_memory_sampling.py only); the machine's memory is the capacity a CPU run's headroom is against
     ctx.set_meta(machine_memory_bytes=machine_memory_bytes(), memory_sampling=sample_memory)
-    delay_s = float((cfg.get("inject") or {}).get("delay_ms") or 0) / 1000.0
-    busy_s = float((cfg.get("inject") or {}).get("busy_ms") or 0) / 1000.0
-    inj = cfg.get("inject") or {}
-    # inject.straggler_*: this rank alone burns CPU in every step; inject.input_delay_ms: every rank waits for its batch
-    straggler_s = float(inj.get("straggler_busy_ms") or 0) / 1000.0 if inj.get("straggler_rank") == rank else 0.0
-    input_delay_s = float(inj.get("input_delay_ms") or 0) / 1000.0
     ckpt = Checkpoints(ms, wl, cfg, rank, out)
     first = ckpt.restore()  # 0, or the step after the checkpoint a resumed run continues from
     if first:
         ctx.set_meta(resumed_from_step=first)
         if cap is not None:  # the profiler schedule counts from step 0: a resumed run is not profiled
-            cap, profiling = None, False
+            cap = None
             ctx.set_meta(profiled_steps=None, profile_level="off")
 
     rec.step = first
@@ -440,36 +371,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
         cap.start()
     finished = False
     try:
-        for step in range(first, steps):
-            _inject(cfg, rank, step, ctx)
-            ctx._begin_step(step)
-            start = time.time()
-            rec.begin(start)
-            if delay_s:
-                time.sleep(delay_s)
-            if busy_s:
-                _burn_cpu(busy_s)
-            if straggler_s:
-                _burn_cpu(straggler_s)
-            input_wait_s = _wait_for_batch(input_delay_s) if input_delay_s else None
-            res = dict(wl.train_step(step))
-            saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
-            loss = float(res.pop("loss"))
-            samples = int(res.pop("samples"))
-            if saved_s is not None:
-                res["checkpoint_s"] = saved_s
-            if input_wait_s is not None:
-                res["input_wait_s"] = input_wait_s  # inject.input_delay_ms: inside step_time_s, before the step
-            # the step ends here (end_ts, cpu_s: CPU time of the whole rank process during the step); then, outside
-            # its time: the memory sample (max_rss_bytes: high-water mark so far, rss_bytes: resident set now), the
-            # profiler window's step (capture_s) and the record
-            rec.end(samples, loss, **res, **ctx._comm_counted())
-            if summary is not None:
-                end = rec.last_end or start
-                summary.record(step, loss, end - start, samples / max(end - start, 1e-9))
-            if step == 0:
-                ctx.set_meta(os_threads=_os_threads())
-                ctx.write_meta()
+        _train(cfg, ctx, wl, ckpt, range(first, int(cfg["train"]["steps"])), summary)
         finished = True
     finally:
         if cap is not None and not finished:
@@ -488,6 +390,148 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
         _wait_all_finished(rec.metrics_dir, world_size, timeout_s=120.0)
         os.kill(os.getpid(), signal.SIGSEGV)
     return 0
+
+
+def _start_mindspore(train: dict, threads_per_rank: int | None):
+    """(mindspore, its thread pools as set): imported (after a single pinned rank pinned itself to its core), on the
+    CPU, its thread pools and mode set before anything runs a kernel."""
+    pin = os.environ.get(PIN_VAR)
+    if pin is not None and os.environ.get("MS_ROLE") != "MS_SCHED":
+        # a single rank with launch.bind_core true: msrun gives it every core, so it pins itself to one before
+        # MindSpore starts its threads (they inherit it); the cluster join still runs on all (workloads/pinning.py)
+        set_process_affinity({int(pin)})
+    import mindspore as ms
+
+    ms.set_device("CPU")
+    # MindSpore's thread pools, set before anything runs a kernel (it refuses later changes). A rank pinned to one
+    # core with MindSpore's defaults spends 40-70% more CPU time in its steps 5-14 (its thread tuning); with both
+    # pools set to 1 it does not. A rank with 2 cores and both pools set to 2 burnt 5-10x the CPU time per step
+    # under load (spinning threads), so it keeps MindSpore's defaults (docs/benchmarks.md, "Repeatability").
+    ms_threads = {}
+    one_core = (threads_per_rank or _cpu_threads()) == 1
+    for key, setter in (
+        ("kernel_threads", ms.device_context.cpu.op_tuning.threads_num),
+        ("dispatch_threads", ms.runtime.dispatch_threads_num),
+    ):
+        n = train.get(key)
+        n = (1 if one_core else "mindspore") if n is None else n
+        if n != "mindspore":
+            setter(int(n))
+        ms_threads[key] = n
+    ms.set_context(mode=ms.GRAPH_MODE if train["mode"] == "graph" else ms.PYNATIVE_MODE)
+    return ms, ms_threads
+
+
+def _join_cluster(cfg: dict, world_size: int, startup: dict) -> int:
+    """This process's rank, once the cluster is joined (rank 0 alone: no cluster)."""
+    rank = 0
+    # Under msrun the scheduler process runs this script too (MS_ROLE=MS_SCHED): it must call init(),
+    # which serves the cluster and never returns to training, even for world_size 1.
+    if world_size > 1 or os.environ.get("MS_ROLE"):
+        from mindspore.communication import get_group_size, get_rank, init
+
+        if os.environ.get("MS_ROLE") == "MS_SCHED":
+            _write_json(pathlib.Path(cfg["output_dir"]) / "metrics" / "scheduler.startup.json", startup)
+
+        with widened_for_join() as widened:  # a rank msrun pinned to one core joins on all (workloads/pinning.py)
+            init()
+        startup["init"] = time.time()
+        startup["join_widened"] = widened
+        rank = get_rank()
+        if get_group_size() != world_size:
+            raise ConfigError(f"world_size is {world_size} but msrun started {get_group_size()} ranks")
+    return rank
+
+
+def _describe_rank(ctx: RunContext, ms, ms_threads: dict) -> None:
+    """The rank's meta before its model exists: who and where it is, its threads, clocks and baseline memory."""
+    cfg = ctx.config
+    ctx.set_meta(
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        threads=_cpu_threads(),
+        os_threads=None,
+        pid=os.getpid(),
+        host=socket.gethostname(),
+        mindspore_version=ms.__version__,
+        mode=cfg["train"]["mode"],
+        run_id=cfg.get("run_id"),
+        workload=cfg["workload"],
+        threads_per_rank=cfg.get("threads_per_rank"),
+        affinity=sorted(os.sched_getaffinity(0)),  # the CPUs this rank trains on (after the join's widening)
+        ms_threads=ms_threads,
+        comm_backend="mccl" if ctx.world_size > 1 else "none",
+        clock={
+            "steps": "time.time() seconds (Unix epoch)",
+            "profiler_ts": "trace_view.json ts is Unix epoch microseconds (same clock as time.time())",
+            "profiler_ts_offset_us": 0.0,
+        },
+    )
+    # the process before the model exists (MindSpore imported, collectives joined): what attribution calls the runtime
+    ctx.set_meta(baseline_rss_bytes=memory_sample()["rss_bytes"])
+
+
+def _build_workload(cfg: dict, ctx: RunContext):
+    """The workload's `build(ctx)` (workloads.<name>): its model, ready to train."""
+    name = cfg["workload"]
+    try:
+        module = importlib.import_module(f"workloads.{name}")
+    except ModuleNotFoundError as e:
+        if e.name and e.name.startswith(f"workloads.{name}"):
+            raise ConfigError(f"unknown workload {name!r} (no module workloads.{name})") from None
+        raise
+    return module.build(ctx)
+
+
+def _profile_window(cfg: dict, ctx: RunContext, out: pathlib.Path) -> tuple[MsWindow | None, str, int]:
+    """(the profiler's window, None when not profiling; its level; its steps): the steps right after warm-up."""
+    train = cfg["train"]
+    steps = int(train["steps"])
+    warmup = int(train["warmup_steps"])
+    prof_cfg = cfg.get("profile") or {}
+    prof_steps = min(int(prof_cfg.get("steps", 0) or 0), max(0, steps - warmup))
+    level = str(prof_cfg.get("level") or "default")
+    if level not in PROFILE_LEVELS:
+        raise ConfigError(f"profile.level must be one of {', '.join(PROFILE_LEVELS)}, got {level!r}")
+    profiling = bool(prof_cfg.get("enabled")) and prof_steps > 0 and PROFILE_LEVELS[level] is not None
+    ctx.set_meta(
+        profiled_steps=[warmup, warmup + prof_steps - 1] if profiling else None,
+        profile_level=level if profiling else "off",
+        warmup_steps=warmup,
+        steps=steps,
+    )
+    return (MsWindow(out / "profile", warmup, prof_steps, level) if profiling else None), level, prof_steps
+
+
+def _train(cfg: dict, ctx: RunContext, wl, ckpt: Checkpoints, steps: range, summary: _Summary | None) -> None:
+    """The training loop: each step timed and recorded, with the injected failures and slowdowns around it and a
+    checkpoint inside its time; the memory sample, profiler step and record outside it."""
+    rec, rank = ctx.recorder, ctx.rank
+    slowdown = _Slowdown(cfg.get("inject") or {}, rank)
+    for step in steps:
+        _inject(cfg, rank, step, ctx)
+        ctx._begin_step(step)
+        start = time.time()
+        rec.begin(start)
+        input_wait_s = slowdown.apply()
+        res = dict(wl.train_step(step))
+        saved_s = ckpt.maybe_save(step)  # inside the step's time: its cost on step time is what we measure
+        loss = float(res.pop("loss"))
+        samples = int(res.pop("samples"))
+        if saved_s is not None:
+            res["checkpoint_s"] = saved_s
+        if input_wait_s is not None:
+            res["input_wait_s"] = input_wait_s  # inject.input_delay_ms: inside step_time_s, before the step
+        # the step ends here (end_ts, cpu_s: CPU time of the whole rank process during the step); then, outside
+        # its time: the memory sample (max_rss_bytes: high-water mark so far, rss_bytes: resident set now), the
+        # profiler window's step (capture_s) and the record
+        rec.end(samples, loss, **res, **ctx._comm_counted())
+        if summary is not None:
+            end = rec.last_end or start
+            summary.record(step, loss, end - start, samples / max(end - start, 1e-9))
+        if step == 0:
+            ctx.set_meta(os_threads=_os_threads())
+            ctx.write_meta()
 
 
 def _wait_all_finished(metrics_dir: pathlib.Path, world_size: int, timeout_s: float) -> None:

@@ -167,7 +167,8 @@ def run(args) -> int:
     if not args.sources:
         raise UserError("--from SWEEP_OR_RUN is required (the stored runs to calibrate on; see `perfbench ls`)")
     from perfbench.predict import hardware as hwmod
-    from perfbench.predict.model import calibrate, predict
+    from perfbench.predict.fit import calibrate
+    from perfbench.predict.model import predict
     from perfbench.store import Store
 
     store = Store(args.results, create=False)

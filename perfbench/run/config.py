@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from perfbench.errors import ConfigError
+from perfbench.run.config_errors import config_error, show, suggest
 from perfbench.run.config_models import (
     MODELS,
     SWEEPABLE,
@@ -28,9 +29,6 @@ from perfbench.run.config_models import (
     RunConfig,
     SweepFile,
     Train,
-    config_error,
-    show,
-    suggest,
     tidy_sections,
 )
 from perfbench.run.script import resolve_script, script_path

@@ -2,43 +2,25 @@
 
 Adding a knob is one field in one model (its type, range, default and description); it is then validated,
 sweepable (if its section is), listed in `perfbench schema`'s JSON Schema, and reported by key and value
-when wrong. `config_error` turns pydantic's errors into one line naming the dotted key and the value.
+when wrong: `config_error` (perfbench/run/config_errors.py) turns pydantic's errors into one line naming the
+dotted key and the value.
 The rules across keys are plain functions (`run_rules`, `range_rules`, `launch_rules`) behind one-line
 validators, so that `make mutation` mutates them (mutmut leaves decorated functions alone).
 """
 
 from __future__ import annotations
 
-import difflib
-import json
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, WrapValidator, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WrapValidator, create_model, model_validator
 from pydantic_core import PydanticCustomError
 
-from perfbench.errors import ConfigError
+from perfbench.run.config_errors import explain, rule, show
 from perfbench.run.script import script_rules
 from perfbench.tune.spec import SearchSpec
 from workloads.parallel.rules import validate_parallel
-
-
-def explain(message: str) -> WrapValidator:
-    """Replace pydantic's error(s) for a field (e.g. each branch of a union) by one message."""
-
-    def wrap(value, handler):
-        try:
-            return handler(value)
-        except ValidationError:
-            raise PydanticCustomError("invalid", message) from None
-
-    return WrapValidator(wrap)
-
-
-def rule(message: str, key: str | None = None) -> PydanticCustomError:
-    """A broken rule; `key` (relative to the model) is appended to the error's dotted path."""
-    return PydanticCustomError("rule", message, {"key": key} if key else None)
 
 
 class Section(BaseModel):
@@ -47,6 +29,11 @@ class Section(BaseModel):
 
 def _int(lo: int | None = None, hi: int | None = None, default: int | None = 0, doc: str = ""):
     return Field(default, ge=lo, le=hi, description=doc or None)
+
+
+def _text(message: str, **constraints) -> Any:
+    """A string's type: pydantic's `constraints` (min_length, pattern) checked, `message` when one fails."""
+    return Annotated[str, Field(**constraints), explain(message)]
 
 
 class ResNet50Model(Section):
@@ -196,18 +183,14 @@ class Parallel(Section):
 class Slurm(Section):
     """Where and how `launch.backend: slurm` submits each run (sbatch); docs/slurm.md."""
 
-    partition: Annotated[str, Field(min_length=1), explain("must be a partition name (sinfo lists them)")] | None = (
-        Field(None, description="sbatch --partition (default: the cluster's default partition)")
+    partition: _text("must be a partition name (sinfo lists them)", min_length=1) | None = Field(
+        None, description="sbatch --partition (default: the cluster's default partition)"
     )
-    account: Annotated[str, Field(min_length=1), explain("must be an account name")] | None = Field(
-        None, description="sbatch --account"
-    )
+    account: _text("must be an account name", min_length=1) | None = Field(None, description="sbatch --account")
     time_limit: (
-        Annotated[
-            str,
-            Field(pattern=r"^(\d+-)?\d+(:\d+){0,2}$"),
-            explain("must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]"),
-        ]
+        _text(
+            "must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]", pattern=r"^(\d+-)?\d+(:\d+){0,2}$"
+        )
         | None
     ) = Field(None, description="sbatch --time; when Slurm ends the job for it, the run fails with TIMEOUT")
     cpus_per_task: int | None = Field(
@@ -245,7 +228,7 @@ class Launch(Section):
     ] = "auto"
     nodes: int = _int(1, 1024, 1, ">1: multi-node msrun; run the same sweep on every node with its node_rank")
     node_rank: int = _int(0, None, 0)
-    master_addr: Annotated[str, Field(min_length=1), explain("must be a host name or address")] = "127.0.0.1"
+    master_addr: _text("must be a host name or address", min_length=1) = "127.0.0.1"
 
     @model_validator(mode="after")
     def _rules(self):
@@ -272,38 +255,40 @@ def launch_rules(launch: Launch) -> Launch:
     return launch
 
 
+def _nth(doc: str = ""):
+    """An optional rank or step number (null: none)."""
+    return Field(None, ge=0, description=doc or None)
+
+
+def _ms(doc: str):
+    """A non-negative duration in milliseconds, 0 by default."""
+    return Field(0, ge=0, description=doc)
+
+
 class Inject(Section):
     """Fault and slowdown injection, for tests and for trying the regression gate."""
 
-    crash_rank: int | None = Field(None, ge=0, description="this rank exits with code 3 at crash_step")
-    crash_step: int | None = Field(None, ge=0)
-    hang_rank: int | None = Field(None, ge=0, description="this rank sleeps forever at hang_step")
-    hang_step: int | None = Field(None, ge=0)
-    crash_at_exit_rank: int | None = Field(
-        None,
-        ge=0,
-        description="this rank kills itself with SIGSEGV after it has "
-        "written everything (what a crash in MindSpore's teardown looks like)",
+    crash_rank: int | None = _nth("this rank exits with code 3 at crash_step")
+    crash_step: int | None = _nth()
+    hang_rank: int | None = _nth("this rank sleeps forever at hang_step")
+    hang_step: int | None = _nth()
+    crash_at_exit_rank: int | None = _nth(
+        "this rank kills itself with SIGSEGV after it has written everything (what a crash in MindSpore's teardown "
+        "looks like)"
     )
-    delay_ms: float = Field(0, ge=0, description="every rank sleeps this long in every step")
-    busy_ms: float = Field(
-        0,
-        ge=0,
-        description="every rank burns this much CPU time in every step (a slowdown "
-        "that costs CPU like a code regression, unlike delay_ms's sleep)",
+    delay_ms: float = _ms("every rank sleeps this long in every step")
+    busy_ms: float = _ms(
+        "every rank burns this much CPU time in every step (a slowdown that costs CPU like a code regression, unlike "
+        "delay_ms's sleep)"
     )
-    straggler_rank: int | None = Field(
-        None,
-        ge=0,
-        description="this rank alone burns straggler_busy_ms of CPU "
-        "inside every step (a straggler: the other ranks wait for it in collectives)",
+    straggler_rank: int | None = _nth(
+        "this rank alone burns straggler_busy_ms of CPU inside every step (a straggler: the other ranks wait for it "
+        "in collectives)"
     )
-    straggler_busy_ms: float = Field(0, ge=0, description="CPU time straggler_rank burns in every step")
-    input_delay_ms: float = Field(
-        0,
-        ge=0,
-        description="every rank waits this long for its batch before each step's "
-        "compiled step (a slow input pipeline; recorded as input_wait_s)",
+    straggler_busy_ms: float = _ms("CPU time straggler_rank burns in every step")
+    input_delay_ms: float = _ms(
+        "every rank waits this long for its batch before each step's compiled step (a slow input pipeline; recorded "
+        "as input_wait_s)"
     )
 
     @model_validator(mode="after")
@@ -315,12 +300,9 @@ class Inject(Section):
             )
         return self
 
-    overflow_step: int | None = Field(
-        None,
-        ge=0,
-        description="train.precision fp16: the loss is scaled by a further "
-        "1e30 at this step, so its gradients overflow: the update is skipped and the "
-        "loss scale halves",
+    overflow_step: int | None = _nth(
+        "train.precision fp16: the loss is scaled by a further 1e30 at this step, so its gradients overflow: the "
+        "update is skipped and the loss scale halves"
     )
 
 
@@ -331,7 +313,7 @@ class ScriptModel(Section):
 class Script(Section):
     """workload: script: the user's own training script (docs/workloads.md, "Your own job")."""
 
-    path: Annotated[str, Field(min_length=1), explain("must be the path of a Python script")] = Field(
+    path: _text("must be the path of a Python script", min_length=1) = Field(
         description="the entry script, relative to the sweep file"
     )
     framework: Literal["mindspore", "pytorch"] = Field(
@@ -431,12 +413,7 @@ class SweepFile(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, title="perfbench sweep config")
     name: (
-        Annotated[
-            str,
-            Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"),
-            explain("must be 1-64 letters, digits, '_', '.' or '-'"),
-        ]
-        | None
+        _text("must be 1-64 letters, digits, '_', '.' or '-'", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$") | None
     ) = Field(None, description="sweep name: run ids start with it; default: the file's stem")
     workload: Literal["resnet50", "moe", "script"]
     model: dict[str, Any] = Field(default_factory=dict, description="workload knobs")
@@ -544,79 +521,3 @@ def json_schema() -> dict:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "perfbench sweep config"
     return schema
-
-
-# ---- errors --------------------------------------------------------------------------------------------
-
-_MESSAGES = {
-    "int_type": "must be an integer",
-    "int_from_float": "must be an integer",
-    "int_parsing": "must be an integer",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "string_type": "must be a string",
-    "list_type": "must be a list",
-    "dict_type": "expected a mapping",
-    "model_type": "expected a mapping",
-    "model_attributes_type": "expected a mapping",
-    "greater_than_equal": "must be at least {ge}",
-    "greater_than": "must be greater than {gt}",
-    "less_than_equal": "must be at most {le}",
-    "less_than": "must be below {lt}",
-    "literal_error": "must be one of {expected}",
-    "too_short": "must have at least {min_length} items",
-    "too_long": "must have at most {max_length} items",
-}
-
-
-def show(v: Any) -> str:
-    s = repr(v) if isinstance(v, str) else json.dumps(v, default=str)
-    return s if len(s) <= 80 else s[:77] + "..."
-
-
-def suggest(key: str, allowed) -> str:
-    close = difflib.get_close_matches(str(key), list(allowed), n=1)
-    return f" (did you mean `{close[0]}`?)" if close else ""
-
-
-def _model_at(model: type[BaseModel] | None, loc: list[str]) -> type[BaseModel] | None:
-    for part in loc:
-        field = model.model_fields.get(part) if model else None
-        ann = field.annotation if field else None
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
-    return model
-
-
-def config_error(
-    exc: ValidationError, prefix: str = "", model: type[BaseModel] | None = None, suffix: str = ""
-) -> ConfigError:
-    """One line for the first problem: `dotted.key: value what is wrong`. Unknown keys come first (a typo
-    often explains a missing key)."""
-    err = sorted(exc.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-    ctx = err.get("ctx") or {}
-    loc = [str(p) for p in err["loc"] if not any(c in str(p) for c in "[(")]
-    if ctx.get("key"):
-        loc.append(ctx["key"])
-    where = ".".join([prefix, *loc] if prefix else loc)
-    kind, value = err["type"], err.get("input")
-    if kind == "extra_forbidden":
-        at = _model_at(model, loc[:-1])
-        allowed = list(at.model_fields) if at else []
-        hint = f"; allowed: {', '.join(allowed)}" if allowed else ""
-        msg = f"{where}: unknown key{suggest(loc[-1], allowed)} (value {show(value)}{hint})"
-    elif kind == "missing":
-        msg = f"missing key `{where}`"
-        at = _model_at(model, loc[:-1])
-        field = at.model_fields.get(loc[-1]) if at else None
-        if field is not None and get_origin(field.annotation) is Literal:
-            msg += f" (one of: {', '.join(get_args(field.annotation))})"
-    elif kind == "rule":
-        msg = f"{where}: {err['msg']}" if where else err["msg"]
-    elif kind in _MESSAGES:
-        msg = f"{where}: {show(value)} {_MESSAGES[kind].format(**ctx)}"
-    else:
-        text = err["msg"].removeprefix("Value error, ")
-        msg = f"{where}: {show(value)} {text}"
-    return ConfigError(msg + suffix)

@@ -5,7 +5,7 @@ The launcher does not start msrun itself but this small process, which then star
     python -m perfbench.run.reaper --tag TAG --parent PID -- msrun ...
 
 It asks the kernel (prctl PR_SET_PDEATHSIG) for SIGTERM when its parent (the sweep or tune process)
-dies, and on SIGTERM kills every process carrying the run's tag (launcher.TAG_VAR): msrun, its
+dies, and on SIGTERM kills every process carrying the run's tag (processes.TAG_VAR): msrun, its
 scheduler, its workers (which msrun starts in sessions of their own, out of reach of a process-group
 kill) and msrun's `tail -f` helpers. Otherwise it waits for msrun and exits with msrun's exit code.
 
@@ -30,7 +30,7 @@ import sys
 # kill_run is imported at the top, before any signal can arrive: imported inside the handler, it failed when a
 # second signal came while the first handler was importing ("partially initialized module"), and the run's
 # `tail -f` processes outlived a SIGKILLed sweep
-from perfbench.run.launcher import kill_run
+from perfbench.run.processes import kill_run
 
 PR_SET_PDEATHSIG = 1
 

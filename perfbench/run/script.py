@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from perfbench.errors import ConfigError
+from perfbench.errors import ConfigError, UserError
 
 BOOTSTRAP = Path(__file__).resolve().parents[1] / "capture" / "run.py"
 FRAMEWORKS = ("mindspore", "pytorch")
@@ -143,18 +144,19 @@ def settings_json(run_config: dict) -> str:
     return json.dumps(out, default=str)
 
 
-def torchrun_executable() -> str:
-    beside = Path(sys.executable).parent / "torchrun"
+def executable(name: str, install: str) -> str:
+    """The launcher `name` (msrun, torchrun) beside this interpreter, else on PATH; `install` says how to get it."""
+    beside = Path(sys.executable).parent / name
     if beside.exists():
         return str(beside)
-    import shutil
-
-    found = shutil.which("torchrun")
+    found = shutil.which(name)
     if not found:
-        from perfbench.errors import UserError
-
-        raise UserError("torchrun not found: install the PyTorch extra (`pip install -e '.[pytorch]'`)")
+        raise UserError(f"{name} not found: {install}")
     return found
+
+
+def torchrun_executable() -> str:
+    return executable("torchrun", "install the PyTorch extra (`pip install -e '.[pytorch]'`)")
 
 
 def torchrun_command(

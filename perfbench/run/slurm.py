@@ -33,7 +33,9 @@ from pathlib import Path
 from typing import Callable
 
 from perfbench.errors import UserError
-from perfbench.run.launcher import LaunchResult, count_steps, failing_rank, kill_stale, launch
+from perfbench.run.failures import failing_rank
+from perfbench.run.launcher import LaunchResult, count_steps, launch
+from perfbench.run.processes import kill_stale
 
 ROOT = Path(__file__).resolve().parents[2]
 #: states after which a job runs no more (squeue/scontrol/sacct spell them alike)

@@ -19,15 +19,8 @@ from perfbench import __version__
 from perfbench.errors import UserError
 from perfbench.run.config import RunPlan, SweepConfig
 from perfbench.run.ingest import ingest_run, read_meta
-from perfbench.run.launcher import (
-    close_spare,
-    kill_stale,
-    launch,
-    pins_single_rank,
-    should_bind,
-    threads_per_rank,
-    write_json,
-)
+from perfbench.run.launcher import close_spare, launch, pins_single_rank, should_bind, threads_per_rank, write_json
+from perfbench.run.processes import kill_stale
 from perfbench.run.slurm import job_info, launch_slurm, slurm_tool
 from perfbench.store import FINISHED, Store
 
@@ -164,6 +157,43 @@ def execute_run(
     the run record (e.g. `tune`: the study and trial). `attach`: the record of a run whose Slurm job was
     submitted earlier (launch.backend slurm, `--resume`): follow that job instead of starting the run."""
     art = store.artifacts_dir(plan.run_id)
+    record, rc = _new_record(cfg, sweep_id, plan, art, source, extra)
+    if resume_from:  # continue from the last checkpoint: the records of the steps after it are dropped
+        rc["resume"] = {"step": resume_from}
+        record["resumed_from_step"] = resume_from
+        keep_steps_before(art / "metrics", resume_from)
+    config_path = art / "run_config.json"
+    if attach is not None:  # the job already has its run_config.json and record
+        record, rc = attach, attach["config"]
+        record["reattached"] = record.get("reattached", 0) + 1
+    else:
+        write_json(config_path, rc)
+    store.write_run(record)
+    try:
+        result = _launch(
+            cfg,
+            store,
+            plan,
+            events,
+            (config_path, rc, record),
+            stop=stop,
+            env_extra=env_extra,
+            skip_teardown=skip_teardown,
+            attach=attach,
+        )
+    except KeyboardInterrupt:
+        record["status"] = "running"  # not finished: --resume runs it again
+        record["error"] = "interrupted"
+        store.write_run(record)
+        raise
+    _store_outcome(store, plan, (art, rc, record), result)
+    return record
+
+
+def _new_record(
+    cfg: SweepConfig, sweep_id: str, plan: RunPlan, art: Path, source: str, extra: dict | None
+) -> tuple[dict, dict]:
+    """(the run record, status running; the run config its ranks read, with its output folder and threads)."""
     rc = dict(plan.run_config)
     local = rc["world_size"] // cfg.launch["nodes"]
     rc["output_dir"] = str(art)
@@ -185,20 +215,27 @@ def execute_run(
         "metrics": {},
         **(extra or {}),
     }
-    if resume_from:  # continue from the last checkpoint: the records of the steps after it are dropped
-        rc["resume"] = {"step": resume_from}
-        record["resumed_from_step"] = resume_from
-        keep_steps_before(art / "metrics", resume_from)
-    config_path = art / "run_config.json"
-    if attach is not None:  # the job already has its run_config.json and record
-        record, rc = attach, attach["config"]
-        record["reattached"] = record.get("reattached", 0) + 1
-    else:
-        write_json(config_path, rc)
-    store.write_run(record)
+    return record, rc
+
+
+def _launch(
+    cfg: SweepConfig,
+    store: Store,
+    plan: RunPlan,
+    events: SweepEvents,
+    run: tuple[Path, dict, dict],
+    *,
+    stop,
+    env_extra: dict | None,
+    skip_teardown: bool,
+    attach: dict | None,
+):
+    """The run (`run`: its run_config.json, run config and record) launched here, or as a Slurm job (followed again
+    when `attach` names one), with the sweep's events told of its progress."""
+    config_path, rc, record = run
     slurm = cfg.launch["backend"] == "slurm"
     # a Slurm job's ranks run on every node and write into the shared folder: follow all of them
-    total_steps = rc["train"]["steps"] * (rc["world_size"] if slurm else local)
+    total_steps = rc["train"]["steps"] * (rc["world_size"] if slurm else rc["world_size"] // cfg.launch["nodes"])
 
     def progress(counts: dict[int, int]) -> None:
         if events.run_progress:
@@ -212,35 +249,34 @@ def execute_run(
         if events.run_waiting:
             events.run_waiting(plan, text)
 
-    try:
-        if slurm:
-            result = launch_slurm(
-                config_path,
-                rc,
-                cfg.launch,
-                on_progress=progress,
-                on_state=waiting,
-                on_submit=submitted,
-                stop=stop,
-                env_extra=env_extra,
-                job_id=(attach or {}).get("slurm", {}).get("job_id"),
-            )
-        else:
-            result = launch(
-                config_path,
-                rc,
-                cfg.launch,
-                on_progress=progress,
-                stop=stop,
-                env_extra=env_extra,
-                skip_teardown=skip_teardown,
-                warm=warm_msrun() and cfg.launch["nodes"] == 1,
-            )
-    except KeyboardInterrupt:
-        record["status"] = "running"  # not finished: --resume runs it again
-        record["error"] = "interrupted"
-        store.write_run(record)
-        raise
+    if slurm:
+        return launch_slurm(
+            config_path,
+            rc,
+            cfg.launch,
+            on_progress=progress,
+            on_state=waiting,
+            on_submit=submitted,
+            stop=stop,
+            env_extra=env_extra,
+            job_id=(attach or {}).get("slurm", {}).get("job_id"),
+        )
+    return launch(
+        config_path,
+        rc,
+        cfg.launch,
+        on_progress=progress,
+        stop=stop,
+        env_extra=env_extra,
+        skip_teardown=skip_teardown,
+        warm=warm_msrun() and cfg.launch["nodes"] == 1,
+    )
+
+
+def _store_outcome(store: Store, plan: RunPlan, run: tuple[Path, dict, dict], result) -> None:
+    """The launch, the ingested metrics and the status (ok, pruned, failed with its rank and log) into the run's
+    record (`run`: its artifacts folder, run config and record), stored."""
+    art, rc, record = run
     record["launch"] = {
         "command": result.command,
         "master_port": result.master_port,
@@ -272,7 +308,6 @@ def execute_run(
     record["timings"]["finished"] = time.time()
     record["timings"]["wall_s"] = round(record["timings"]["finished"] - record["timings"]["started"], 3)
     store.write_run(record)
-    return record
 
 
 def script_capture(record: dict, metrics_dir: Path) -> list[str]:

@@ -24,7 +24,8 @@ from analyzers.catalogue import SERIES_COLUMN, WITHOUT_PROFILER
 from perfbench.errors import ConfigError, UserError
 from perfbench.run.config import Range, SweepConfig, plan_point, short_name
 from perfbench.run.ingest import read_workload_steps
-from perfbench.run.launcher import close_spare, kill_stale
+from perfbench.run.launcher import close_spare
+from perfbench.run.processes import kill_stale
 from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
 from perfbench.store import Store
 from perfbench.tune.confirm import confirm

@@ -369,7 +369,7 @@ def test_a_value_error_reads_without_pydantics_prefix():
     """config_error on a ValueError raised by a validator (pydantic prefixes its message with 'Value error, ')."""
     from pydantic import BaseModel, ValidationError, field_validator
 
-    from perfbench.run.config_models import config_error
+    from perfbench.run.config_errors import config_error
 
     class M(BaseModel):
         x: int

@@ -19,6 +19,7 @@ READERS = [
     "analyzers.parsers.cpu",
     "analyzers.analyze",
     "perfbench.predict.model",  # the what-if model reads the store and the workload's pure-Python planners:
+    "perfbench.predict.fit",
     "perfbench.predict.replay",
     "workloads.parallel.schedules",  # pipeline simulator
     "workloads.parallel.bucketing",  # gradient buckets

@@ -11,7 +11,8 @@ import pandas as pd
 import pytest
 
 from perfbench.predict.hardware import Hardware, Link
-from perfbench.predict.model import Calibration, fit, predict
+from perfbench.predict.fit import fit
+from perfbench.predict.model import Calibration, predict
 from perfbench.predict.observe import Observation
 from perfbench.predict.replay import replay_step
 from tests.support import fixture_path
@@ -320,7 +321,7 @@ def _store_with_two_runs(root):
 
 
 def test_calibration_from_the_store_scales_the_profiled_window_and_predicts_unrun_buckets(tmp_path):
-    from perfbench.predict.model import calibrate
+    from perfbench.predict.fit import calibrate
 
     st, comm = _store_with_two_runs(tmp_path)
     c = calibrate(st, ["hand"])

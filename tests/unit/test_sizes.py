@@ -25,21 +25,10 @@ MODEL_DEFINITIONS = {
 }
 
 #: functions over the limit still to split, each with why it waits
-PENDING_FUNCTIONS = {
-    "perfbench.run.launcher:launch": "to split",
-    "workloads.runner:run": "to split",
-    "perfbench.run.sweep:execute_run": "to split",
-}
+PENDING_FUNCTIONS = {}
 
 #: modules over the limit still to split
-PENDING_MODULES = {
-    "analyzers.catalogue": "to split (the metric definitions are data: one module of them, one of the lists)",
-    "perfbench.run.launcher": "to split",
-    "perfbench.run.config_models": "to split",
-    # the fit's helpers took it over the limit: the fitting section (fit, _comm_fit and their helpers) goes to a
-    # module of its own once `calibrate` and `predict` are apart from it
-    "perfbench.predict.model": "to split",
-}
+PENDING_MODULES = {}
 
 
 def sizes() -> tuple[dict[str, int], dict[str, int]]:
