@@ -165,3 +165,24 @@ def test_a_slow_input_stays_the_top_root_when_load_stretches_the_collectives():
     gains = roots.set_index("rule")["gain_ms"]
     assert gains["small_packets"] == pytest.approx(1.5)
     assert load_excess_ms({"comm_ops": co, "ops_for_checks": CPU_OPS}) == pytest.approx(640.0)
+
+
+def test_advise_computes_the_load_excess_once_for_the_budget_and_the_rule(monkeypatch):
+    # the same loaded run as above (load excess 4 ms): the time budget and exposed_communication both leave it out,
+    # and advise computes it once; a caller that hands it in (LOAD_EXCESS_KEY) is not recomputed
+    from analyzers.analyses.advice import common
+
+    co = _small()
+    co.loc[co["step"] == 1, "transit_ms"] += 0.5
+    co["elapse_ms"] = co["transit_ms"]
+    calls = []
+    real = common.load_excess_ms
+    monkeypatch.setattr(common, "load_excess_ms", lambda t: calls.append(1) or real(t))
+    tables = {"comm_ops": co, "ops_for_checks": CPU_OPS, "step_breakdown": _sb(10000.0, 0.0, ranks=(0, 1))}
+    out = A.advise(tables, {"step_time_s": 0.04})
+    assert len(calls) == 1
+    assert out.set_index("rule").loc["exposed_communication", "gain_ms"] == pytest.approx(4.5)
+    given = A.advise(dict(tables, **{A.LOAD_EXCESS_KEY: 2.0}), {"step_time_s": 0.04})
+    assert len(calls) == 1  # handed in: 10 - 2 = 8 ms exposed, less small_packets' 1.5 ms
+    assert given.set_index("rule").loc["exposed_communication", "gain_ms"] == pytest.approx(6.5)
+    assert common.load_excess({}) == 0.0 and len(calls) == 2  # on its own: computed there

@@ -16,7 +16,7 @@ from analyzers.analyses.advice.common import (
     budget_part,
     exposure_split,
     is_p2p,
-    load_excess_ms,
+    load_excess,
     on_cpu,
     n_steps,
     num,
@@ -25,7 +25,7 @@ from analyzers.analyses.advice.common import (
     transfer_ms,
     trusted,
 )
-from analyzers.analyses.advice.rule import Fold, Rule
+from analyzers.analyses.advice.rule import LOAD_EXCESS_KEY, Fold, Rule
 
 ID = "exposed_communication"
 
@@ -200,12 +200,12 @@ def compression_try(tables, summary):
 
 def find(tables, summary):
     """Exposed communication; its gain is the exposed time itself (what hiding it would save), less the time its
-    collectives waited for a core (load_excess_ms), which neither hiding nor shrinking them removes."""
+    collectives waited for a core (load_excess), which neither hiding nor shrinking them removes."""
     rows = _rows(tables)
     if not rows:
         return []
     gain = budget_part(trusted(table(tables, "step_breakdown")), "communication_not_overlapped_us")
-    excess = load_excess_ms(tables)
+    excess = load_excess(tables)
     note = ""
     if gain is not None and excess > 0:
         note = f"; less {min(excess, gain):.3g} ms its collectives took beyond the fastest of their kind (load)"
@@ -231,7 +231,7 @@ def _straggler_explains_it(r: dict, c: dict) -> bool:
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("step_breakdown", "comm_exposure", "rank_stages", "stages", "comm_ops", "ops_for_checks"),
+    needs=("step_breakdown", "comm_exposure", "rank_stages", "stages", "comm_ops", "ops_for_checks", LOAD_EXCESS_KEY),
     thresholds={
         "EXPOSED_COMM_SHARE": EXPOSED_COMM_SHARE,
         "P2P_MAJORITY": P2P_MAJORITY,

@@ -26,8 +26,8 @@ FREE_SHARE = 0.1
 
 def pipeline_window_us(tables, stage) -> pd.Series | None:
     """One stage's pipeline window (us) per step (pipeline table), None when unknown."""
-    pl = table(tables, "pipeline")
-    if pl is None or not {"stage", "window_us", "step"} <= set(pl.columns):
+    pl = table(tables, "pipeline", "stage", "window_us", "step")
+    if pl is None:
         return None
     pl = pl[pd.to_numeric(pl["stage"], errors="coerce") == stage]
     w = pd.Series(num(pl, "window_us").to_numpy(), index=pd.to_numeric(pl["step"], errors="coerce")).dropna()

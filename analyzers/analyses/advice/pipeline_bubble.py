@@ -47,8 +47,8 @@ def _micro_batch_try(r, step: float | None):
 
 
 def find(tables, summary):
-    pl = table(tables, "pipeline")
-    if pl is None or "bubble_fraction" not in pl.columns:
+    pl = table(tables, "pipeline", "bubble_fraction")
+    if pl is None:
         return []
     out = []
     step = step_ms(summary)
