@@ -116,8 +116,7 @@ def exposure_split(tables, sb: pd.DataFrame):
     # median over steps: the first profiled step often carries compile waits (seconds of receive)
     per = ex.groupby("rank")[["exposed_us", "exposed_p2p_us"]].median()
     per["exposed_collective_us"] = per["exposed_us"] - per["exposed_p2p_us"]
-    rs = table(tables, "rank_stages")
-    stages = {int(r): s for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s)} if rs is not None else {}
+    stages = stage_of(tables)
     per["stage"] = [stages.get(int(r)) for r in per.index]
     tot = per["exposed_us"].sum()
     return (float(per["exposed_p2p_us"].sum() / tot) if tot > 0 else None), per
