@@ -145,3 +145,13 @@ def test_time_budget_by_hand():
         "workload_steps": t["workload_steps"][t["workload_steps"]["rank"] == 0],
     }
     assert time_budget(one, {}) == {"exposed": None, "idle": None, "imbalance": None, "step": None}
+
+
+def test_idle_outside_the_window_with_steps_unknown():
+    from analyzers.analyses.advice.free_time import idle_outside
+
+    window = pd.Series({0: 70.0, 1: 90.0})  # us per step; median 80
+    sb = pd.DataFrame({"step": [0, 1, "?"], "step_us": [100.0] * 3, "free_us": [50.0, 5.0, 50.0]})
+    # step 0: 100 - 70 = 30; step 1: 100 - 90 = 10, at most its 5 us free; step "?": 100 - 80 (median window) = 20
+    assert list(idle_outside(sb, window)) == [30.0, 5.0, 20.0]
+    assert list(idle_outside(sb.drop(columns="step"), window)) == [20.0, 5.0, 20.0]  # no steps: the median window
