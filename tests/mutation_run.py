@@ -105,6 +105,7 @@ FUNCTIONS = [
     "analyzers.analyses.advice.stage_imbalance.x_bottleneck_stage__mutmut_*",
     "analyzers.analyses.advice.stage_imbalance.x__computing__mutmut_*",
     "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_try__mutmut_*",
+    "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_saving__mutmut_*",
     "analyzers.analyses.advice.free_time.x_idle_outside__mutmut_*",
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"

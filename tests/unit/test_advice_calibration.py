@@ -229,3 +229,19 @@ def test_too_few_micro_batches_is_the_bubble_not_the_host():
     assert out.loc["pipeline_bubble:0", "gain_ms"] == pytest.approx(250.0)
     # M = 4: the ideal 1/5 is under BUBBLE_IDEAL and 0.22 is no excess over it: no bubble finding
     assert "pipeline_bubble" not in set(A.advise(_pipeline_run(1850000.0, 4, 0.22), {"step_time_s": 2.0})["rule"])
+
+
+def test_a_mindspore_script_is_not_offered_gradient_compression():
+    # the own-job MindSpore script refuses parallel.grad_compression before running: the exposed communication
+    # finding keeps its gain (20 ms exposed per step) but has no knob there; a PyTorch script and the reference
+    # workloads keep the fp16 try
+    tables = {"comm_ops": _one_allreduce(), "step_breakdown": _sb(20000.0, 0.0, ranks=(0, 1))}
+
+    def top(config):
+        out = A.advise(dict(tables, **{A.CONFIG_KEY: config}), {"step_time_s": 0.2})
+        return out.set_index("rule").loc["exposed_communication"]
+
+    ms = top({"workload": "script", "script": {"framework": "mindspore"}})
+    assert ms["gain_ms"] == pytest.approx(20.0) and ms["try"] is None and pd.isna(ms["predicted_step_ms"])
+    for config in ({"workload": "script", "script": {"framework": "pytorch"}}, {"workload": "resnet50"}, None):
+        assert top(config)["try"] == '{"parallel.grad_compression": "fp16"}'

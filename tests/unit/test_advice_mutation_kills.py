@@ -151,7 +151,64 @@ def test_idle_outside_the_window_with_steps_unknown():
     from analyzers.analyses.advice.free_time import idle_outside
 
     window = pd.Series({0: 70.0, 1: 90.0})  # us per step; median 80
-    sb = pd.DataFrame({"step": [0, 1, "?"], "step_us": [100.0] * 3, "free_us": [50.0, 5.0, 50.0]})
-    # step 0: 100 - 70 = 30; step 1: 100 - 90 = 10, at most its 5 us free; step "?": 100 - 80 (median window) = 20
-    assert list(idle_outside(sb, window)) == [30.0, 5.0, 20.0]
-    assert list(idle_outside(sb.drop(columns="step"), window)) == [20.0, 5.0, 20.0]  # no steps: the median window
+    sb = pd.DataFrame({"step": [0, 1, "?", 0], "step_us": [100.0] * 3 + [60.0], "free_us": [50.0, 5.0, 50.0, 50.0]})
+    # step 0: 100 - 70 = 30; step 1: 100 - 90 = 10, at most its 5 us free; step "?": 100 - 80 (median window) = 20;
+    # a step shorter than its window: 0
+    assert list(idle_outside(sb, window)) == [30.0, 5.0, 20.0, 0.0]
+    # no steps: the median window
+    assert list(idle_outside(sb.drop(columns="step"), window)) == [20.0, 5.0, 20.0, 0.0]
+
+
+def _allreduce(rows, **extra):
+    """comm_ops rows (rank, step, size_bytes, transit_ms): all-reduces over a group of 2 (factor 1)."""
+    df = pd.DataFrame(rows, columns=["rank", "step", "size_bytes", "transit_ms"])
+    df["op_type"], df["group_size"], df["wait_ms"] = "allreduce", 2, 0.0
+    df["elapse_ms"] = df["transit_ms"]
+    return df.assign(**extra)
+
+
+def _try(co, exposed_us=20000.0, step_s=0.2):
+    from analyzers.analyses.advice.exposed_communication import compression_try
+    from tests.unit.test_advice_gains import _sb
+
+    tables = {"comm_ops": co, "step_breakdown": _sb(exposed_us, 0.0, ranks=(0, 1))}
+    knob, step = compression_try(tables, {"step_time_s": step_s} if step_s else {})
+    assert knob == {"parallel.grad_compression": "fp16"}
+    return step
+
+
+def test_fp16_compression_prediction_by_hand():
+    # one 64e6 B all-reduce of 10 ms per rank and step (2 ranks, 4 steps): the bytes term is 10 ms per rank and
+    # step, fp16 halves it: 5 ms of a 200 ms step, at most the exposed time
+    base = [(r, s, 64e6, 10.0) for r in range(2) for s in range(4)]
+    assert _try(_allreduce(base)) == pytest.approx(195.0)
+    assert _try(_allreduce(base), exposed_us=3000.0) == pytest.approx(197.0)  # only 3 ms exposed: 3 ms saved
+    assert _try(_allreduce(base), step_s=None) is None  # no step time: no prediction
+    assert _try(_allreduce(base).drop(columns="group_size")) == pytest.approx(195.0)  # group size = the ranks
+    # pipeline receives (1 s each) are not gradient collectives: left out of the fit
+    recv = _allreduce([(r, s, 64e6, 1000.0) for r in range(2) for s in range(4)], op_type="recv")
+    assert _try(pd.concat([_allreduce(base), recv], ignore_index=True)) == pytest.approx(195.0)
+    # one rank's profile: its own bytes term, 10 ms per step
+    assert _try(_allreduce([(0, s, 64e6, 10.0) for s in range(4)])) == pytest.approx(195.0)
+    # two collectives are enough for the fit: (10 + 10) ms / 1 step / 2 ranks = 10 ms, half saved
+    assert _try(_allreduce([(0, 0, 64e6, 10.0), (1, 0, 64e6, 10.0)])) == pytest.approx(195.0)
+    assert _try(_allreduce([(0, 0, 64e6, 10.0)])) is None  # one: no fit
+    # two sizes on one bandwidth (64e6 B: 10 ms, 32e6 B: 5 ms) and one collective of unknown size (left out):
+    # 15 ms of bytes per rank and step, 7.5 ms saved
+    two = [(r, s, b, t) for r in range(2) for s in range(4) for b, t in ((64e6, 10.0), (32e6, 5.0))]
+    assert _try(_allreduce(two + [(0, 0, None, 3.0)])) == pytest.approx(192.5)
+    # no time or no bytes to fit a bandwidth on: no prediction
+    assert _try(_allreduce([(r, s, 64e6, 0.0) for r in range(2) for s in range(4)])) is None
+    assert _try(_allreduce([(r, s, 0.0, 10.0) for r in range(2) for s in range(4)])) is None
+
+
+def test_micro_batch_try_by_hand():
+    from analyzers.analyses.advice.pipeline_bubble import _micro_batch_try
+
+    # S = 2, M = 4: ideal 1/5, with 8 micro-batches 1/9; x a 90 ms window: 8 ms saved of a 100 ms step
+    r = pd.Series({"S": 2, "M": 4, "window": 90000.0})
+    knob, step = _micro_batch_try(r, 100.0)
+    assert knob == {"parallel.micro_batches": 8} and step == pytest.approx(100.0 - (1 / 5 - 1 / 9) * 90.0)
+    assert _micro_batch_try(r, None) == ({"parallel.micro_batches": 8}, None)  # no step time: no prediction
+    assert _micro_batch_try(pd.Series({"S": 1, "M": 4, "window": 90000.0}), 100.0) == (None, None)  # no pipeline
+    assert _micro_batch_try(pd.Series({"S": 2, "M": 4}), 100.0) == (None, None)  # window unknown
