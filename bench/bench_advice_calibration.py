@@ -88,7 +88,7 @@ CASES: dict[str, tuple[dict, str, str]] = {
             TINY,
             model=PIPE_MODEL,
             train={"batch_size": 8, "steps": 6, "warmup_steps": 3},
-            parallel={"pipeline_stages": 2, "micro_batches": 1},
+            parallel={"pipeline_stages": 2, "micro_batches": 1, "pipeline_schedule": "gpipe"},
         ),
         advice.pipeline_bubble.ID,
         "advise",

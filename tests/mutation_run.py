@@ -88,6 +88,25 @@ FUNCTIONS = [
     "analyzers.analyses.advice.engine.x__under_largest__mutmut_*",
     "analyzers.analyses.advice.engine.x_fold_order__mutmut_*",
     "analyzers.analyses.advice.small_packets.x_fusion_gain__mutmut_*",
+    "analyzers.analyses.advice.budget.x_time_budget__mutmut_*",  # ... the time each pool has to give
+    "analyzers.analyses.advice.budget.x__within_stage_spread__mutmut_*",
+    "analyzers.analyses.advice.common.x_load_excess_ms__mutmut_*",  # ... the collectives' wait for a core
+    "analyzers.analyses.advice.common.x_fastest__mutmut_*",
+    "analyzers.analyses.advice.common.x_budget_part__mutmut_*",
+    "analyzers.analyses.advice.common.x_excess_ms_per_step__mutmut_*",
+    "analyzers.analyses.advice.common.x_spans_stages__mutmut_*",
+    "analyzers.analyses.advice.common.x_breakdown_share__mutmut_*",
+    "analyzers.analyses.advice.common.x_exposure_split__mutmut_*",
+    "analyzers.analyses.advice.common.x_transfer_ms__mutmut_*",
+    "analyzers.analyses.advice.common.x_trusted__mutmut_*",
+    "analyzers.analyses.advice.exposed_communication.x_compression_try__mutmut_*",  # ... the knobs' predictions
+    "analyzers.analyses.advice.exposed_communication.x__straggler_explains_it__mutmut_*",
+    "analyzers.analyses.advice.stage_imbalance.x__balanced_split_step__mutmut_*",
+    "analyzers.analyses.advice.stage_imbalance.x_bottleneck_stage__mutmut_*",
+    "analyzers.analyses.advice.stage_imbalance.x__computing__mutmut_*",
+    "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_try__mutmut_*",
+    "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_saving__mutmut_*",
+    "analyzers.analyses.advice.free_time.x_idle_outside__mutmut_*",
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}

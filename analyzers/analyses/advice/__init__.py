@@ -46,9 +46,10 @@ from analyzers.analyses.advice import (
 import pandas as pd
 
 from analyzers.analyses.advice.budget import time_budget
+from analyzers.analyses.advice.common import with_load_excess
 from analyzers.analyses.advice.docs import records_markdown
 from analyzers.analyses.advice.engine import GAIN_HIGH, GAIN_MEDIUM, MAX_ROOTS
-from analyzers.analyses.advice.rule import CONFIG_KEY, Fold, Rule
+from analyzers.analyses.advice.rule import CONFIG_KEY, LOAD_EXCESS_KEY, Fold, Rule
 from analyzers.context import Output
 
 #: every rule, in the order their findings are collected (the order kept among findings of equal gain)
@@ -84,6 +85,7 @@ __all__ = [
     "FOLDS",
     "GAIN_HIGH",
     "GAIN_MEDIUM",
+    "LOAD_EXCESS_KEY",
     "MAX_ROOTS",
     "RULES",
     "Fold",
@@ -98,7 +100,7 @@ __all__ = [
 
 def advise(tables: dict, summary: dict) -> pd.DataFrame:
     """Run every rule; one row per finding (ADVICE_COLUMNS), with its gain, ordered causes first by gain."""
-    tables, summary = tables or {}, summary or {}
+    tables, summary = with_load_excess(tables), summary or {}
     return engine.rank(RULES, tables, summary, time_budget(tables, summary))
 
 

@@ -17,8 +17,8 @@ AICPU_SHARE_HIGH = 0.05
 
 
 def find(tables, summary):
-    k = table(tables, "ops_for_checks")
-    if k is None or "core_type" not in k.columns:
+    k = table(tables, "ops_for_checks", "core_type")
+    if k is None:
         return []
     ai = k[k["core_type"].astype(str).str.upper().isin(["AI_CPU", "AICPU"])]
     long = ai[num(ai, "dur_us") > AICPU_MIN_TASK_US]

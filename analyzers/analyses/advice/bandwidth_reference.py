@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analyzers.analyses.advice.common import fmt, n_steps, num, table
+from analyzers.analyses.advice.common import excess_ms_per_step, fmt, n_steps, num, table
 from analyzers.analyses.advice.rule import Rule
 from analyzers.schema import bandwidth_gbps
 
@@ -53,8 +53,8 @@ def _per_rank(cb: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def find(tables, summary):
-    cb = table(tables, "comm_bandwidth")
-    if cb is None or "transport" not in cb.columns:
+    cb = table(tables, "comm_bandwidth", "transport")
+    if cb is None:
         return []
     per = _per_rank(cb)
     if per is None:
@@ -65,7 +65,7 @@ def find(tables, summary):
         if r["bw"] >= BANDWIDTH_REFERENCE_RATIO * ref:
             continue
         steps = n_steps(tables)
-        gain = max(float(r["time_ms"] - r["size_mb"] / ref), 0.0) / steps if steps else None
+        gain = excess_ms_per_step(r["time_ms"], r["size_mb"], ref, steps)
         out.append(
             {
                 "key": f"{tr}:{rank}",

@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyzers.analyses.advice.common import budget_part, load_excess_ms, num, stage_of, step_ms, table, trusted
+from analyzers.analyses.advice.common import budget_part, load_excess, num, stage_of, step_ms, table, trusted
 
 
 def _within_stage_spread(tables) -> float | None:
     """The larger of the largest within-stage computing spread (rank_imbalance rows whose two ranks share a stage,
     or whose stages are unknown) and the ranks' median step-time spread (workload_steps), or None."""
     within = []
-    ri = table(tables, "rank_imbalance")
-    if ri is not None and {"dimension", "spread_ms", "max_rank", "min_rank"} <= set(ri.columns):
+    ri = table(tables, "rank_imbalance", "dimension", "spread_ms", "max_rank", "min_rank")
+    if ri is not None:
         stages = stage_of(tables)
         for _, r in ri[ri["dimension"] == "computing"].iterrows():
             a, b = stages.get(int(r["max_rank"])), stages.get(int(r["min_rank"]))
             if (a is None or b is None or a == b) and pd.notna(r["spread_ms"]):
                 within.append(float(r["spread_ms"]))
-    ws = table(tables, "workload_steps")
-    if ws is not None and {"rank", "step_time_s"} <= set(ws.columns) and ws["rank"].nunique() > 1:
+    ws = table(tables, "workload_steps", "rank", "step_time_s")
+    if ws is not None and ws["rank"].nunique() > 1:
         per = ws.groupby("rank")["step_time_s"].median()
         within.append(float(per.max() - per.median()) * 1000.0)
     return max(within) if within else None
@@ -28,7 +28,7 @@ def _within_stage_spread(tables) -> float | None:
 
 def time_budget(tables, summary) -> dict:
     """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication (less the
-    time the collectives waited for a core, load_excess_ms) and `idle` (free) time of the most exposed / most
+    time the collectives waited for a core, load_excess) and `idle` (free) time of the most exposed / most
     idle rank (step_breakdown medians over steps), `imbalance` = the stages' computing spread (max - min, stages
     table) + the largest within-group computing spread (rank_imbalance, groups whose ranks share a stage) or the
     ranks' median step-time spread (workload steps), whichever is larger; and `step` (summary step_time_s). Root
@@ -36,7 +36,7 @@ def time_budget(tables, summary) -> dict:
     sb = trusted(table(tables, "step_breakdown"))
     exposed = budget_part(sb, "communication_not_overlapped_us")
     if exposed is not None:  # less what the collectives waited for a core: no finding can give that back
-        exposed = max(0.0, exposed - load_excess_ms(tables))
+        exposed = max(0.0, exposed - load_excess(tables))
     out = {
         "exposed": exposed,
         "idle": budget_part(sb, "free_us"),
@@ -44,8 +44,8 @@ def time_budget(tables, summary) -> dict:
         "step": step_ms(summary),
     }
     imb = []
-    st = table(tables, "stages")
-    if st is not None and "computing_ms" in st.columns:
+    st = table(tables, "stages", "computing_ms")
+    if st is not None:
         c = num(st, "computing_ms").dropna()
         c = c[c > 0]
         if len(c) >= 2:

@@ -6,11 +6,14 @@ import math
 
 import pandas as pd
 
+from analyzers.analyses.advice.rule import LOAD_EXCESS_KEY
 
-def table(tables, name: str) -> pd.DataFrame | None:
-    """The table `name`, or None when it is missing, not a table or empty."""
+
+def table(tables, name: str, *cols: str) -> pd.DataFrame | None:
+    """The table `name`, or None when it is missing, not a table, empty or without one of the columns `cols` (the
+    columns the caller reads)."""
     df = (tables or {}).get(name)
-    if df is None or not isinstance(df, pd.DataFrame) or df.empty:
+    if df is None or not isinstance(df, pd.DataFrame) or df.empty or not set(cols) <= set(df.columns):
         return None
     return df
 
@@ -34,8 +37,8 @@ def step_ms(summary) -> float | None:
 
 def n_steps(tables) -> int | None:
     """Profiled steps the comm_ops table covers (the divisor turning totals into per-step gains)."""
-    co = table(tables, "comm_ops")
-    if co is None or "step" not in co.columns:
+    co = table(tables, "comm_ops", "step")
+    if co is None:
         return None
     n = int(pd.to_numeric(co["step"], errors="coerce").nunique())
     return n or None
@@ -45,6 +48,20 @@ def stage_of(tables) -> dict[int, int]:
     """Rank -> its pipeline stage (rank_stages)."""
     rs = table(tables, "rank_stages")
     return {int(r): int(s) for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s)} if rs is not None else {}
+
+
+def spans_stages(ranks, stages: dict[int, int]) -> bool:
+    """The ranks sit on more than one known pipeline stage (`stages`: rank -> stage, stage_of): ranks of different
+    stages do different work by design, so a spread or a lateness between them is the pipeline split's."""
+    return len({stages.get(int(r)) for r in ranks} - {None}) > 1
+
+
+def excess_ms_per_step(time_ms: float, size_mb: float, gbps: float, steps: int | None) -> float | None:
+    """ms per step a transfer took beyond the same bytes at `gbps` (MB / (GB/s) = ms): max(time - size / gbps, 0)
+    / steps; None when the steps are unknown or the bandwidth is not positive."""
+    if not steps or not gbps > 0:
+        return None
+    return max(float(time_ms - size_mb / gbps), 0.0) / steps
 
 
 def stage_ranks(tables, stage) -> list[int]:
@@ -99,8 +116,7 @@ def exposure_split(tables, sb: pd.DataFrame):
     # median over steps: the first profiled step often carries compile waits (seconds of receive)
     per = ex.groupby("rank")[["exposed_us", "exposed_p2p_us"]].median()
     per["exposed_collective_us"] = per["exposed_us"] - per["exposed_p2p_us"]
-    rs = table(tables, "rank_stages")
-    stages = {int(r): s for r, s in zip(rs["rank"], rs["stage"]) if pd.notna(s)} if rs is not None else {}
+    stages = stage_of(tables)
     per["stage"] = [stages.get(int(r)) for r in per.index]
     tot = per["exposed_us"].sum()
     return (float(per["exposed_p2p_us"].sum() / tot) if tot > 0 else None), per
@@ -129,8 +145,8 @@ def fastest(df: pd.DataFrame) -> pd.DataFrame:
 
 def on_cpu(tables) -> bool:
     """The run's operators ran on the host CPU (the MindSpore CPU profile: every op's core_type is CPU)."""
-    ops = table(tables, "ops_for_checks")
-    if ops is None or "core_type" not in ops.columns or ops.empty:
+    ops = table(tables, "ops_for_checks", "core_type")
+    if ops is None:
         return False
     return bool((ops["core_type"].astype(str).str.upper() == "CPU").all())
 
@@ -141,8 +157,8 @@ def load_excess_ms(tables) -> float:
     loaded host the time their ranks waited for a core, which no communication knob removes. Only where the
     operators ran on the host CPU (`on_cpu`): on an accelerator the spread among same-size collectives has other
     causes (peers arriving late, link contention) that the communication findings own. 0 when unknown."""
-    co = table(tables, "comm_ops")
-    if not on_cpu(tables) or co is None or not {"rank", "step", "op_type", "size_bytes"} <= set(co.columns):
+    co = table(tables, "comm_ops", "rank", "step", "op_type", "size_bytes")
+    if not on_cpu(tables) or co is None:
         return 0.0
     df = pd.DataFrame(
         {
@@ -162,3 +178,19 @@ def load_excess_ms(tables) -> float:
     df["excess"] = df["t"] - df["floor"]
     v = float(df.groupby(["rank", "step"])["excess"].sum().median())
     return v if v > 0 else 0.0
+
+
+def with_load_excess(tables) -> dict:
+    """`tables` with the load excess (load_excess_ms) under LOAD_EXCESS_KEY, computed here once for the time budget
+    and every rule that reads it (`load_excess`)."""
+    tables = dict(tables or {})
+    if LOAD_EXCESS_KEY not in tables:
+        tables[LOAD_EXCESS_KEY] = load_excess_ms(tables)
+    return tables
+
+
+def load_excess(tables) -> float:
+    """The load excess `advise` computed (LOAD_EXCESS_KEY; with_load_excess), else computed here (a rule or the
+    budget called on its own)."""
+    v = (tables or {}).get(LOAD_EXCESS_KEY)
+    return float(v) if v is not None else load_excess_ms(tables)

@@ -10,8 +10,8 @@ ID = "dynamic_shape"
 
 
 def find(tables, summary):
-    k = table(tables, "ops_for_checks")
-    if k is None or "OP State" not in k.columns:
+    k = table(tables, "ops_for_checks", "OP State")
+    if k is None:
         return []
     out = []
     for rank, g in k.groupby("rank"):

@@ -16,7 +16,7 @@ from analyzers.analyses.advice.common import (
     budget_part,
     exposure_split,
     is_p2p,
-    load_excess_ms,
+    load_excess,
     on_cpu,
     n_steps,
     num,
@@ -25,7 +25,7 @@ from analyzers.analyses.advice.common import (
     transfer_ms,
     trusted,
 )
-from analyzers.analyses.advice.rule import Fold, Rule
+from analyzers.analyses.advice.rule import CONFIG_KEY, LOAD_EXCESS_KEY, Fold, Rule
 
 ID = "exposed_communication"
 
@@ -198,14 +198,21 @@ def compression_try(tables, summary):
     return knob, step - saved
 
 
+def _mindspore_script(tables) -> bool:
+    """The run is the user's own MindSpore script: its data parallel has no gradient compression to switch on
+    (perfbench.run.script refuses the knob before running), so there is nothing to try."""
+    cfg = tables.get(CONFIG_KEY) or {}
+    return cfg.get("workload") == "script" and (cfg.get("script") or {}).get("framework") == "mindspore"
+
+
 def find(tables, summary):
     """Exposed communication; its gain is the exposed time itself (what hiding it would save), less the time its
-    collectives waited for a core (load_excess_ms), which neither hiding nor shrinking them removes."""
+    collectives waited for a core (load_excess), which neither hiding nor shrinking them removes."""
     rows = _rows(tables)
     if not rows:
         return []
     gain = budget_part(trusted(table(tables, "step_breakdown")), "communication_not_overlapped_us")
-    excess = load_excess_ms(tables)
+    excess = load_excess(tables)
     note = ""
     if gain is not None and excess > 0:
         note = f"; less {min(excess, gain):.3g} ms its collectives took beyond the fastest of their kind (load)"
@@ -219,7 +226,7 @@ def find(tables, summary):
             basis="the exposed communication per step (step_breakdown communication_not_overlapped_us, "
             "median per rank, the most exposed rank)" + note,
         )
-        if row.get("kind") == "collective":
+        if row.get("kind") == "collective" and not _mindspore_script(tables):
             row["try"], row["predicted_step_ms"] = compression_try(tables, summary)
     return rows
 
@@ -231,7 +238,16 @@ def _straggler_explains_it(r: dict, c: dict) -> bool:
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("step_breakdown", "comm_exposure", "rank_stages", "stages", "comm_ops", "ops_for_checks"),
+    needs=(
+        "step_breakdown",
+        "comm_exposure",
+        "rank_stages",
+        "stages",
+        "comm_ops",
+        "ops_for_checks",
+        LOAD_EXCESS_KEY,
+        CONFIG_KEY,
+    ),
     thresholds={
         "EXPOSED_COMM_SHARE": EXPOSED_COMM_SHARE,
         "P2P_MAJORITY": P2P_MAJORITY,
@@ -257,7 +273,8 @@ RULE = Rule(
     ),
     knobs=("parallel.grad_compression",),
     tries=(
-        'collective kind: `{"parallel.grad_compression": "fp16"}`, predicted step = step − ½ × the bytes term per '
+        "collective kind (not a MindSpore script, which has no compression to switch on): "
+        '`{"parallel.grad_compression": "fp16"}`, predicted step = step − ½ × the bytes term per '
         "step (fitted bandwidth, `factor × bytes / bandwidth`), at most the exposed time; where the operators run "
         "on the CPU (the MindSpore CPU profile), plus the two casts of the fp32 gradient bytes a rank exchanges per "
         "step at `CPU_CAST_NS_PER_BYTE`"

@@ -14,7 +14,7 @@ import math
 
 import pandas as pd
 
-from analyzers.analyses.advice import slow_rank, stage_imbalance
+from analyzers.analyses.advice import pipeline_bubble, slow_rank, stage_imbalance
 from analyzers.analyses.advice.common import breakdown_share, budget_part, num, stage_ranks, table
 from analyzers.analyses.advice.rule import Fold, Rule
 
@@ -25,11 +25,13 @@ FREE_SHARE = 0.1
 
 
 def pipeline_window_us(tables, stage) -> pd.Series | None:
-    """One stage's pipeline window (us) per step (pipeline table), None when unknown."""
-    pl = table(tables, "pipeline")
-    if pl is None or not {"stage", "window_us", "step"} <= set(pl.columns):
+    """One stage's pipeline window (us) per step (pipeline table; every stage's median with `stage` None), None when
+    unknown."""
+    pl = table(tables, "pipeline", "stage", "window_us", "step")
+    if pl is None:
         return None
-    pl = pl[pd.to_numeric(pl["stage"], errors="coerce") == stage]
+    if stage is not None:
+        pl = pl[pd.to_numeric(pl["stage"], errors="coerce") == stage]
     w = pd.Series(num(pl, "window_us").to_numpy(), index=pd.to_numeric(pl["step"], errors="coerce")).dropna()
     w = w[w > 0]
     return w.groupby(level=0).median() if len(w) else None
@@ -66,6 +68,8 @@ def _scope(tables, sb: pd.DataFrame, share: float):
             share = float(num(sb, "free_us").sum() / num(sb, "step_us").sum())
             on = f" of the slowest pipeline stage {bottleneck[0]}; the other stages' idle time waits for it"
             window = pipeline_window_us(tables, bottleneck[0])
+    elif not late:  # balanced stages: the idle time inside the pipeline window is its bubble (pipeline_bubble)
+        window = pipeline_window_us(tables, None)
     return sb, share, on, window, bottleneck
 
 
@@ -92,9 +96,12 @@ def _row(sb: pd.DataFrame, share: float, on: str) -> dict:
     }
 
 
-def _windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series, stage: int) -> dict:
-    """The slowest stage's finding with its pipeline window known: the idle time outside it, or (none worth a
-    finding) the idle time inside it, which folds under the stage imbalance."""
+def _windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series, stage: int | None) -> dict:
+    """The finding with the pipeline window known (of the slowest stage, or with `stage` None of every stage): the
+    idle time outside it, or (none worth a finding) the idle time inside it, which folds under the stage imbalance,
+    else under the pipeline bubble."""
+    if stage is None:
+        return _balanced_windowed(row, sb, share, window)
     med = sb.groupby("rank")[["free_us", "step_us"]].median()
     outside = idle_outside(sb, window).groupby(sb["rank"]).median().reindex(med.index)
     out_share = float(outside.sum() / med["step_us"].sum()) if med["step_us"].sum() > 0 else 0.0
@@ -132,6 +139,39 @@ def _windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series, stag
     )
 
 
+def _balanced_windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series) -> dict:
+    """Balanced pipeline stages: the idle time outside the pipeline window is the host's; inside it, the pipeline's
+    fill and drain (its bubble, too few micro-batches) and the stages' own host cost."""
+    med = sb.groupby("rank")[["free_us", "step_us"]].median()
+    outside = idle_outside(sb, window).groupby(sb["rank"]).median().reindex(med.index)
+    out_share = float(outside.sum() / med["step_us"].sum()) if med["step_us"].sum() > 0 else 0.0
+    evidence = (
+        f"{row['evidence']}; pipeline: median window_us {window.median():.0f}, idle outside it per rank (median "
+        "over steps of step_us - window_us, at most free_us): "
+        + ", ".join(f"rank {int(k)} {v:.0f} us" for k, v in outside.items())
+    )
+    if out_share > FREE_SHARE:
+        return dict(
+            row,
+            gain_ms=float(outside.max()) / 1000.0,
+            ranks=sorted(int(k) for k in outside.index[outside / med["step_us"] > FREE_SHARE]),
+            basis=(
+                "the idle time per step outside the pipeline window (median over steps of step_us - window_us, the "
+                f"most idle rank): the idle time inside the window is the pipeline's bubble ({pipeline_bubble.ID})"
+            ),
+            evidence=evidence,
+        )
+    return dict(
+        row,
+        in_pipeline=True,
+        message=(
+            f"{share:.0%} of step time nothing runs on the device, inside the pipeline window: the pipeline's fill "
+            f"and drain (its bubble; see {pipeline_bubble.ID}) and the host cost of the stages' own ops."
+        ),
+        evidence=evidence,
+    )
+
+
 def find(tables, summary):
     r = breakdown_share(tables, "free_us")
     if r is None:
@@ -143,7 +183,7 @@ def find(tables, summary):
     row = _row(sb, share, on)
     if window is None:
         return [row]
-    return [_windowed(row, sb, share, window, bottleneck[0])]
+    return [_windowed(row, sb, share, window, bottleneck[0] if bottleneck is not None else None)]
 
 
 RULE = Rule(
@@ -155,6 +195,11 @@ RULE = Rule(
         Fold(
             stage_imbalance.ID,
             "the slowest stage's, inside the pipeline window",
+            lambda r, c: bool(r.get("in_pipeline")),
+        ),
+        Fold(
+            pipeline_bubble.ID,
+            "balanced stages, inside the pipeline window",
             lambda r, c: bool(r.get("in_pipeline")),
         ),
         Fold(
@@ -175,6 +220,8 @@ RULE = Rule(
         "cost of its own layers and its wait at the pipeline's fill and drain, which move with the layer split: the "
         "gain is the idle time **outside** the window (median `step_us` − window, at most `free_us`) when that is > "
         "`FREE_SHARE` of the step, else the finding folds under the stage imbalance (a machine's load stretches the "
-        "window with the stage's work, so it does not turn the split into a host problem)"
+        "window with the stage's work, so it does not turn the split into a host problem). With balanced stages (no "
+        "straggler) and the window known, the same over every rank: the idle time inside the window is the "
+        "pipeline's bubble, and a finding without idle time outside it folds under the pipeline bubble"
     ),
 )

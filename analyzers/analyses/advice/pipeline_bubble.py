@@ -9,7 +9,7 @@ import pandas as pd
 
 from analyzers.analyses.pipeline import ideal_bubble_fraction
 from analyzers.analyses.advice import stage_imbalance
-from analyzers.analyses.advice.common import fmt, stage_ranks, step_ms, table
+from analyzers.analyses.advice.common import budget_part, fmt, stage_ranks, step_ms, table, trusted
 from analyzers.analyses.advice.rule import Fold, Rule
 
 ID = "pipeline_bubble"
@@ -18,6 +18,9 @@ ID = "pipeline_bubble"
 BUBBLE_EXCESS = 0.1
 #: pipeline bubble fraction above this with the ideal unknown
 BUBBLE_FRACTION = 0.3
+#: the schedule's own ideal bubble (S-1)/(M+S-1) at or above this: too few micro-batches for the stages (M <= 3(S-1));
+#: the gain is what twice the micro-batches saves, (ideal(S, M) - ideal(S, 2M)) x window
+BUBBLE_IDEAL = 0.25
 
 
 def _per_stage(pl: pd.DataFrame) -> pd.DataFrame:
@@ -37,43 +40,71 @@ def _per_stage(pl: pd.DataFrame) -> pd.DataFrame:
     )
 
 
-def _micro_batch_try(r, step: float | None):
-    """Twice the micro-batches and the step it predicts (the ideal bubble's drop times the window)."""
+def _micro_batch_saving(r) -> float | None:
+    """ms per step twice the micro-batches saves: (ideal(S, M) - ideal(S, 2M)) x the window; None when unknown."""
     S, M, window = r.get("S", math.nan), r.get("M", math.nan), r.get("window", math.nan)
     if not (pd.notna(S) and pd.notna(M) and S > 1 and pd.notna(window)):
+        return None
+    return (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0
+
+
+def _micro_batch_try(r, step: float | None):
+    """Twice the micro-batches and the step it predicts (the ideal bubble's drop times the window)."""
+    saved = _micro_batch_saving(r)
+    if saved is None:
         return None, None
-    saved = (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0
-    return {"parallel.micro_batches": int(2 * M)}, (step - saved if step is not None else None)
+    return {"parallel.micro_batches": int(2 * r["M"])}, (step - saved if step is not None else None)
+
+
+def _pool(tables, stage) -> str:
+    """Where a stage's bubble shows: its ranks' idle time (no op runs while it waits, as on the CPU) when that is
+    larger than their exposed communication (a receive waiting, as on Ascend), else the exposed communication."""
+    sb = trusted(table(tables, "step_breakdown", "rank"))
+    ranks = stage_ranks(tables, stage)
+    if sb is None or not ranks:
+        return "exposed"
+    sb = sb[sb["rank"].isin(ranks)]
+    idle, exposed = budget_part(sb, "free_us"), budget_part(sb, "communication_not_overlapped_us")
+    return "idle" if (idle or 0.0) > (exposed or 0.0) else "exposed"
 
 
 def find(tables, summary):
-    pl = table(tables, "pipeline")
-    if pl is None or "bubble_fraction" not in pl.columns:
+    pl = table(tables, "pipeline", "bubble_fraction")
+    if pl is None:
         return []
     out = []
     step = step_ms(summary)
     for stage, r in _per_stage(pl).iterrows():
         excess = r["frac"] - r["ideal"] if pd.notna(r["ideal"]) else math.nan
         bad = excess > BUBBLE_EXCESS if pd.notna(excess) else r["frac"] > BUBBLE_FRACTION
-        if not bad:
+        knob, pred = _micro_batch_try(r, step)
+        # the schedule itself idles the stage: too few micro-batches (a bubble at its ideal is still a bubble)
+        too_few = not bad and pd.notna(r["ideal"]) and r["ideal"] >= BUBBLE_IDEAL and knob is not None
+        if not (bad or too_few):
             continue
         ideal_txt = f"ideal {r['ideal']:.0%}" if pd.notna(r["ideal"]) else "ideal unknown"
         window = r.get("window", math.nan)
         gain = float(excess * window / 1000.0) if pd.notna(excess) and pd.notna(window) else None
-        knob, pred = _micro_batch_try(r, step)
+        basis = (
+            f"the bubble above the ideal (S-1)/(M+S-1) times the stage's window: {excess:.3f} x "
+            f"{window / 1000:.3g} ms (medians over steps)"
+            if gain is not None
+            else "not estimated: the ideal bubble (S, M) or the window is unknown"
+        )
+        if too_few:
+            gain = _micro_batch_saving(r)
+            basis = (
+                f"the ideal bubble {r['ideal']:.3f} at or above {BUBBLE_IDEAL}: what twice the micro-batches "
+                f"saves, (ideal(S, M) - ideal(S, 2M)) x the stage's window {window / 1000:.3g} ms (median over steps)"
+            )
         out.append(
             {
                 "key": str(int(stage)),
                 "gain_ms": gain,
-                "explains": "exposed",
+                "explains": _pool(tables, stage) if too_few else "exposed",
                 "try": knob,
                 "predicted_step_ms": pred,
-                "basis": (
-                    f"the bubble above the ideal (S-1)/(M+S-1) times the stage's window: {excess:.3f} x "
-                    f"{window / 1000:.3g} ms (medians over steps)"
-                    if gain is not None
-                    else "not estimated: the ideal bubble (S, M) or the window is unknown"
-                ),
+                "basis": basis,
                 "stage": int(stage),
                 "ranks": stage_ranks(tables, stage),
                 "severity": "medium",
@@ -91,15 +122,17 @@ def find(tables, summary):
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("pipeline", "rank_stages"),
-    thresholds={"BUBBLE_EXCESS": BUBBLE_EXCESS, "BUBBLE_FRACTION": BUBBLE_FRACTION},
-    folds=(Fold(stage_imbalance.ID, "always"),),
+    needs=("pipeline", "rank_stages", "step_breakdown"),
+    thresholds={"BUBBLE_EXCESS": BUBBLE_EXCESS, "BUBBLE_FRACTION": BUBBLE_FRACTION, "BUBBLE_IDEAL": BUBBLE_IDEAL},
+    folds=(Fold(stage_imbalance.ID, "always"), Fold(ID, "else under the stage with the largest (one pipeline)")),
     fires=(
         "a stage's median bubble fraction over steps exceeds the ideal by > `BUBBLE_EXCESS`, or > `BUBBLE_FRACTION` "
-        "when the ideal is unknown; evidence: pipeline rows"
+        "when the ideal is unknown; or the ideal (S−1)/(M+S−1) itself is ≥ `BUBBLE_IDEAL` (too few micro-batches: "
+        "M ≤ 3(S−1)); evidence: pipeline rows"
     ),
-    gain="(median bubble fraction − ideal (S−1)/(M+S−1)) × median window (ms); null when the ideal or the window is "
-    "unknown",
+    gain="(median bubble fraction − ideal (S−1)/(M+S−1)) × median window (ms); with too few micro-batches (the ideal "
+    "≥ `BUBBLE_IDEAL`, the excess under `BUBBLE_EXCESS`) what twice the micro-batches saves, (ideal(S, M) − "
+    "ideal(S, 2M)) × window; null when the ideal or the window is unknown",
     knobs=("parallel.micro_batches",),
     tries='`{"parallel.micro_batches": 2M}`, predicted step = step − (ideal(S, M) − ideal(S, 2M)) × window',
 )

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzers.analyses.advice import free_time, slow_rank, stage_imbalance
-from analyzers.analyses.advice.common import stage_of, table
+from analyzers.analyses.advice.common import spans_stages, stage_of, table
 from analyzers.analyses.advice.rule import Fold, Rule
 from analyzers.analyses.imbalance import RATIO_THRESHOLD
 
@@ -69,8 +69,8 @@ def _row(r, group: str, stage) -> dict:
 
 
 def find(tables, summary):
-    ri = table(tables, "rank_imbalance")
-    if ri is None or "flagged" not in ri.columns:
+    ri = table(tables, "rank_imbalance", "flagged")
+    if ri is None:
         return []
     out = []
     stages = stage_of(tables)
@@ -78,7 +78,7 @@ def find(tables, summary):
         group = "all ranks" if r["group"] == "all" else f"group {r['group']}"
         stage = int(str(r["group"]).split()[-1]) if r["kind"] == "stage" else None
         hi_s, lo_s = stages.get(int(r["max_rank"])), stages.get(int(r["min_rank"]))
-        cross = hi_s is not None and lo_s is not None and hi_s != lo_s
+        cross = spans_stages([r["max_rank"], r["min_rank"]], stages)
         row = _row(r, group, stage)
         row["cross_stage"] = cross
         if cross:  # ranks of different pipeline stages do different work by design: not a data-shard problem

@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 
 #: where `analysis()` hands the run config to the rules that need it (memory, tensor parallel, the pipeline split)
 CONFIG_KEY = "_config"
+#: where `advise()` hands the collectives' load excess (common.load_excess_ms, ms per step) to the time budget and to
+#: the rules that need it: computed once per advice
+LOAD_EXCESS_KEY = "_load_excess_ms"
 
 
 @dataclass(frozen=True)

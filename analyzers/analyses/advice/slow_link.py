@@ -3,11 +3,7 @@ link's time above the same bytes at the group mean bandwidth, per step."""
 
 from __future__ import annotations
 
-import math
-
-import pandas as pd
-
-from analyzers.analyses.advice.common import fmt, n_steps, table
+from analyzers.analyses.advice.common import excess_ms_per_step, fmt, n_steps, table
 from analyzers.analyses.advice.rule import Rule
 
 ID = "slow_link"
@@ -17,15 +13,14 @@ SLOW_LINK_HIGH = 0.3
 
 
 def find(tables, summary):
-    sl = table(tables, "slow_links")
-    if sl is None or "slow" not in sl.columns:
+    sl = table(tables, "slow_links", "slow")
+    if sl is None:
         return []
     out = []
     for _, r in sl[sl["slow"].astype(bool)].iterrows():
         where = f"link {r['src']}->{r['dst']}" if r["kind"] == "link" else f"rank {r['src']}"
         steps = n_steps(tables)
-        ideal = r["size_mb"] / r["group_mean_gbps"] if r["group_mean_gbps"] > 0 else math.nan  # MB / (GB/s) = ms
-        gain = max(float(r["time_ms"] - ideal), 0.0) / steps if steps and pd.notna(ideal) else None
+        gain = excess_ms_per_step(r["time_ms"], r["size_mb"], r["group_mean_gbps"], steps)
         out.append(
             {
                 "key": f"{r['kind']}:{r['group']}:{r['transport']}:{r['src']}-{r['dst']}",

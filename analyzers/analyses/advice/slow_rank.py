@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from analyzers.analyses.advice import stage_imbalance
-from analyzers.analyses.advice.common import fmt, n_steps, stage_of, table
+from analyzers.analyses.advice.common import fmt, n_steps, spans_stages, stage_of, table
 from analyzers.analyses.advice.rule import Fold, Rule
 
 ID = "slow_rank"
@@ -14,8 +14,8 @@ ID = "slow_rank"
 
 def group_members(tables) -> dict[str, set[int]]:
     """Communication group name -> the ranks that took part in its collectives (comm_ops)."""
-    co = table(tables, "comm_ops")
-    if co is None or not {"group", "rank"} <= set(co.columns):
+    co = table(tables, "comm_ops", "group", "rank")
+    if co is None:
         return {}
     df = pd.DataFrame({"group": co["group"].astype(str), "rank": pd.to_numeric(co["rank"], errors="coerce")}).dropna()
     return {str(g): {int(x) for x in v} for g, v in df.groupby("group")["rank"].unique().items()}
@@ -66,8 +66,8 @@ def _row(r, steps, cross: bool) -> dict:
 
 
 def find(tables, summary):
-    sr = table(tables, "slow_ranks")
-    if sr is None or "slow" not in sr.columns:
+    sr = table(tables, "slow_ranks", "slow")
+    if sr is None:
         return []
     hit = sr[sr["slow"].astype(bool) & (sr.get("scope", "group") == "group")]
     steps = n_steps(tables)
@@ -77,10 +77,7 @@ def find(tables, summary):
     for _, r in hit.iterrows():
         # a group between pipeline stages (a pp group, or one whose ranks sit on different stages) has a "slow rank"
         # whenever the stages are unbalanced: the rank of the slower stage arrives last at every transfer
-        cross = (
-            str(r.get("group_kind")) == "pp"
-            or len({stages.get(m) for m in members.get(str(r["group"]), ())} - {None}) > 1
-        )
+        cross = str(r.get("group_kind")) == "pp" or spans_stages(members.get(str(r["group"]), ()), stages)
         out.append(_row(r, steps, cross))
         if cross and bottleneck is not None:
             at = f" (stage {stages[int(r['rank'])]})" if int(r["rank"]) in stages else ""

@@ -15,14 +15,20 @@ STAGE_IMBALANCE_RATIO = 1.2
 STAGE_IMBALANCE_HIGH = 1.5
 
 
-def bottleneck_stage(tables):
-    """(slowest stage, its computing / the least stage's) when above STAGE_IMBALANCE_RATIO, else None."""
-    st = table(tables, "stages")
+def _computing(tables):
+    """The stages with a known, positive computing_ms (stages table), None when fewer than two."""
+    st = table(tables, "stages", "computing_ms")
     if st is None:
         return None
     st = st.dropna(subset=["computing_ms"])
     st = st[st["computing_ms"] > 0]
-    if len(st) < 2:
+    return st if len(st) >= 2 else None
+
+
+def bottleneck_stage(tables):
+    """(slowest stage, its computing / the least stage's) when above STAGE_IMBALANCE_RATIO, else None."""
+    st = _computing(tables)
+    if st is None:
         return None
     ratio = st["computing_ms"].max() / st["computing_ms"].min()
     return (int(st.loc[st["computing_ms"].idxmax(), "stage"]), float(ratio)) if ratio > STAGE_IMBALANCE_RATIO else None
@@ -66,12 +72,8 @@ def _balanced_split_step(tables, summary, ranks: list[int], scale: float) -> flo
 
 
 def find(tables, summary):
-    st = table(tables, "stages")
-    if st is None or len(st) < 2:
-        return []
-    st = st.dropna(subset=["computing_ms"])
-    st = st[st["computing_ms"] > 0]
-    if len(st) < 2:
+    st = _computing(tables)
+    if st is None:
         return []
     hi, lo = st.loc[st["computing_ms"].idxmax()], st.loc[st["computing_ms"].idxmin()]
     ratio = hi["computing_ms"] / lo["computing_ms"]

@@ -14,8 +14,8 @@ STEP_TIME_SPREAD = 0.1
 
 
 def find(tables, summary):
-    ws = table(tables, "workload_steps")
-    if ws is None or "rank" not in ws.columns or "step_time_s" not in ws.columns or ws["rank"].nunique() < 2:
+    ws = table(tables, "workload_steps", "rank", "step_time_s")
+    if ws is None or ws["rank"].nunique() < 2:
         return []
     per = ws.groupby("rank")["step_time_s"].median()
     med = per.median()

@@ -42,8 +42,8 @@ def _per_rank(co: pd.DataFrame) -> pd.DataFrame | None:
 
 
 def find(tables, summary):
-    co = table(tables, "comm_ops")
-    if co is None or "rank" not in co.columns:
+    co = table(tables, "comm_ops", "rank")
+    if co is None:
         return []
     per = _per_rank(co)
     if per is None:
