@@ -191,6 +191,7 @@ class RunContext:
         self.recorder.write_meta()
 
     def close(self) -> None:
+        self.recorder.flush()  # the steps kept in memory (an injected crash exits right after)
         try:
             self._spans.close()
         except OSError:
@@ -246,6 +247,7 @@ def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
         and int(inj["hang_step"]) == step
     ):
         print(f"[perfbench] inject: rank {rank} hanging at step {step}", file=sys.stderr, flush=True)
+        ctx.recorder.flush()  # the steps before it are in the file (the launcher's stall report counts them)
         while True:
             time.sleep(3600)
 
