@@ -10,8 +10,9 @@ start to the next one's, so the record made after the step is inside it.
 Reported:
 - the direct cost, the primary figure (a loaded machine's step times swing more than the capture costs): the time
   spent in capture code per step, measured in the same process while the captured steps run, every hook perfbench
-  registers wrapped in a `perf_counter_ns` timer, plus the batched writes of the records (the writer's thread, and
-  the last batch at the end) per record; its share of the median bare step;
+  registers wrapped in a `perf_counter_ns` timer (median over steps of the hooks' time in each step), plus the
+  batched writes of the records (the writer's thread, and the last batch at the end; median over batches of the
+  batch's CPU time per record in it); its share of the median bare step;
 - per cycle: median captured step / median bare step - 1, the median over cycles and its quartiles;
 - the record's parts, each timed alone over 2,000 calls (memory sample, JSON line, append, batched write per line).
 
@@ -40,11 +41,11 @@ sys.path.insert(0, str(ROOT))
 class HookTimer:
     """While active, every hook torch_capture.install registers (the global forward pre-hook, the outermost
     module's pre-hook, the optimizer step post-hook) runs inside a perf_counter_ns timer; `ns` is their total.
-    The writer's batched writes (StepLog.flush) outside a hook are summed into `flush_ns`."""
+    The writer's batched writes (StepLog.flush) outside a hook go to `flushes` as (CPU ns, records)."""
 
     def __init__(self) -> None:
         self.ns = 0
-        self.flush_ns = 0
+        self.flushes: list[tuple[int, int]] = []
         self.in_hook = False
         self._saved: list = []
 
@@ -88,11 +89,13 @@ class HookTimer:
             def timed_flush(log_self):
                 if self.in_hook and threading.current_thread() is main:
                     return flush(log_self)  # inside a hook's time already
-                t0 = time.perf_counter_ns()
+                n = len(log_self._pending)
+                t0 = time.thread_time_ns()  # CPU time: the writer's thread is preempted as often as not at load 15
                 try:
                     return flush(log_self)
                 finally:
-                    self.flush_ns += time.perf_counter_ns() - t0
+                    if n:
+                        self.flushes.append((time.thread_time_ns() - t0, n))
 
             self._saved.append((log, "flush", flush))
             log.flush = timed_flush
@@ -171,6 +174,8 @@ def main() -> None:
     loss_fn = nn.CrossEntropyLoss()
     x, y = torch.randn(a.batch, 64), torch.randint(0, 10, (a.batch,))
 
+    hook_ns: list[int] = []  # per captured step (the first of each block left out: it writes the first meta)
+
     def block(n: int, timer: HookTimer | None = None) -> list[float]:
         times, t = [], time.perf_counter()
         for i in range(n):
@@ -181,7 +186,9 @@ def main() -> None:
             now = time.perf_counter()
             times.append(now - t)
             t = now
-            if i == 0 and timer is not None:  # step 0 of a recorder writes the first meta: not a steady step
+            if timer is not None:
+                if i > 0:
+                    hook_ns.append(timer.ns)
                 timer.ns = 0
         return times
 
@@ -189,7 +196,7 @@ def main() -> None:
     block(50)  # warm-up
     tmp = Path(tempfile.mkdtemp(prefix="bench-capture-"))
     cfg = {"run_id": "bench", "world_size": 1, "output_dir": str(tmp), "train": {"warmup_steps": 0}}
-    ratios, bare_all, cap_all, hook_ns, steady_steps, flush_ns, records = [], [], [], 0, 0, 0, 0
+    ratios, bare_all, cap_all, flushes = [], [], [], []
     for c in range(a.cycles):
         res = {}
         for side in ("bare", "capture") if c % 2 == 0 else ("capture", "bare"):
@@ -199,12 +206,9 @@ def main() -> None:
                 with HookTimer() as timer:
                     uninstall = torch_capture.install(rec)
                     res[side] = block(a.block, timer)[1:]  # the first step starts before the first boundary
-                    hook_ns += timer.ns
                     uninstall()
                     rec.finish(0)  # the last batch of records
-                flush_ns += timer.flush_ns
-                steady_steps += a.block - 1
-                records += rec.step
+                flushes += timer.flushes
             else:
                 res[side] = block(a.block)[1:]
         b, k = statistics.median(res["bare"]), statistics.median(res["capture"])
@@ -214,13 +218,17 @@ def main() -> None:
     load1 = os.getloadavg()[0]
     q = statistics.quantiles(ratios, n=4)
     bare_ms = statistics.median(bare_all) * 1e3
-    direct_us = hook_ns / max(steady_steps, 1) / 1e3 + flush_ns / max(records, 1) / 1e3
+    hooks_us = statistics.median(hook_ns) / 1e3
+    write_us = statistics.median(ns / n for ns, n in flushes) / 1e3 if flushes else 0.0
+    direct_us = hooks_us + write_us
     out = {
         "step_ms_bare": bare_ms,
         "step_ms_capture": statistics.median(cap_all) * 1e3,
         "capture_code_us_per_step": direct_us,
-        "hooks_us_per_step": hook_ns / max(steady_steps, 1) / 1e3,
-        "batched_write_us_per_record": flush_ns / max(records, 1) / 1e3,
+        "hooks_us_per_step": hooks_us,
+        "hooks_us_per_step_q1_q3": [q / 1e3 for q in statistics.quantiles(hook_ns, n=4)[::2]],
+        "batched_write_us_per_record": write_us,
+        "batches": len(flushes),
         "capture_share_of_bare_step": direct_us / 1e3 / bare_ms,
         "overhead_median": statistics.median(ratios),
         "overhead_q1": q[0],

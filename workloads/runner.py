@@ -474,6 +474,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
                 ctx.write_meta()
         finished = True
     finally:
+        rec.flush()  # a step that raised: the finished steps are in the file before anything else can hang
         if cap is not None and not finished:
             cap.prof.stop()
             rec.window = None

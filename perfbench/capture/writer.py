@@ -9,6 +9,7 @@ Standard library only: a user's script imports this without pandas or a framewor
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import os
 import pathlib
@@ -43,13 +44,25 @@ def memory_sample() -> dict:
     return out
 
 
+_FORKS = 0  # forks this process came out of (os.register_at_fork): a forked child's /proc/self fds are its parent's
+
+
+def _forked() -> None:
+    global _FORKS
+    _FORKS += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 class MemorySampler:
-    """`memory_sample()` for every step, cheaper (~2 us instead of ~10-20: /proc/self/statm stays open and is re-read
-    with one pread; one getrusage): the same two values, as a dict with the same keys."""
+    """`memory_sample()` for every step, with one system call less: /proc/self/statm stays open and is re-read with
+    one pread (reopened in a forked child); the same two values, as a dict with the same keys."""
 
     def __init__(self) -> None:
         self._fd: int | None = None
-        self._pid = 0
+        self._forks = -1
         import resource
 
         self._getrusage = resource.getrusage
@@ -62,21 +75,20 @@ class MemorySampler:
         except (OSError, ValueError):
             pass
         try:
-            pid = os.getpid()
-            if self._fd is None or pid != self._pid:  # /proc/self is resolved at open: a forked child reopens it
-                self._fd, self._pid = os.open("/proc/self/statm", os.O_RDONLY), pid
+            if self._forks != _FORKS:  # first use, or a forked child: /proc/self is resolved at open
+                self._fd, self._forks = os.open("/proc/self/statm", os.O_RDONLY), _FORKS
             out["rss_bytes"] = int(os.pread(self._fd, 128, 0).split()[1]) * _PAGE
         except (OSError, ValueError, IndexError):
             pass
         return out
 
     def close(self) -> None:
-        if self._fd is not None and self._pid == os.getpid():
+        if self._fd is not None and self._forks == _FORKS:
             try:
                 os.close(self._fd)
             except OSError:
                 pass
-        self._fd = None
+        self._fd, self._forks = None, -1
 
 
 def machine_memory_bytes() -> int | None:
@@ -98,29 +110,29 @@ _OPEN_LOGS: weakref.WeakSet = weakref.WeakSet()
 
 
 class StepLog:
-    """A rank's `rank{R}.steps.jsonl`, written in batches: `append()` only keeps the line (~1 us); the lines go to
-    the file in one write when asked (`flush()`: the first step, the meta, the end of the run), from a daemon thread
-    at most `flush_s` after they were appended, and at the interpreter's exit. A process that ends normally or by an
-    exception leaves every line; a process killed (SIGKILL, os._exit, a segfault) loses the lines of its last
-    `flush_s` at most; nothing is fsynced (an fsync cost 0.1-5 ms per step here), so only a machine crash can lose
-    lines the file had. Lines are written whole, in order, by one `os.write` per batch (O_APPEND)."""
+    """A rank's `rank{R}.steps.jsonl`, written in batches: `append()` only keeps the record (~1 us); the records are
+    encoded (one JSON line each) and written in one `os.write` (O_APPEND) when asked (`flush()`: the first step, the
+    meta, the end of the run), from a daemon thread at most `flush_s` after they were appended (its encoding runs
+    while the training thread is inside the framework's compute, which releases the GIL), and at the interpreter's
+    exit. A process that ends normally or by an exception leaves every line; a process killed (SIGKILL, os._exit, a
+    segfault) loses the lines of its last `flush_s` at most; nothing is fsynced (an fsync cost 0.1-5 ms per step
+    here), so only a machine crash can lose lines the file had. A record must not change after `append()`."""
 
     def __init__(self, path: pathlib.Path, flush_s: float | None = None):
         self.path = path
         self.flush_s = FLUSH_S if flush_s is None else flush_s
-        self._pending: list[str] = []
-        self._lock = threading.Lock()  # guards _pending
+        self._pending: collections.deque = collections.deque()  # appends and pops are thread-safe
         self._write_lock = threading.Lock()  # one batch at a time: lines stay in order
         self._fd: int | None = None
+        self._unwritten = b""
         self._pid = os.getpid()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         _OPEN_LOGS.add(self)
 
-    def append(self, line: str) -> None:
-        """Keep one record's line (ending in a newline) for the next flush."""
-        with self._lock:
-            self._pending.append(line)
+    def append(self, rec: dict) -> None:
+        """Keep one step record for the next flush."""
+        self._pending.append(rec)
         if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="perfbench-steplog", daemon=True)
             self._thread.start()
@@ -128,23 +140,22 @@ class StepLog:
     def flush(self) -> None:
         """Write the kept lines now (a forked child never writes its parent's lines)."""
         if os.getpid() != self._pid:
-            self._pending = []
+            self._pending.clear()
             return
         with self._write_lock:
-            with self._lock:
-                batch, self._pending = self._pending, []
-            if not batch:
-                return
-            data = "".join(batch).encode()  # ASCII: json.dumps escapes the rest
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(len(pending))]  # what the training thread adds meanwhile stays
+            # ASCII (json.dumps escapes the rest); after a failed write, what it left comes first
+            data = self._unwritten + "".join([json.dumps(r, default=_plain) + "\n" for r in batch]).encode()
+            self._unwritten = b""
             try:
-                if self._fd is None:
+                if data and self._fd is None:
                     self.path.parent.mkdir(parents=True, exist_ok=True)
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 while data:
                     data = data[os.write(self._fd, data) :]
             except OSError:
-                with self._lock:  # what was not written stays for the next flush
-                    self._pending.insert(0, data.decode())
+                self._unwritten = data  # kept for the next flush
                 raise
 
     def close(self) -> None:
@@ -158,11 +169,18 @@ class StepLog:
 
     def _run(self) -> None:
         while not self._stop.wait(self.flush_s):
-            if self._pending:
+            if self._pending or self._unwritten:
                 try:
                     self.flush()
                 except OSError:  # a full disk: the lines stay for the next try; the run goes on
                     pass
+
+
+def _plain(value):
+    """A value json cannot write as it is: a framework's scalar or array as its Python number or list (numpy's and
+    torch's `tolist()`), anything else as its text."""
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else str(value)
 
 
 @atexit.register
