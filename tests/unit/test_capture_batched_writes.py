@@ -104,3 +104,35 @@ def test_the_memory_sampler_reads_the_resident_set_each_time():
     assert after["max_rss_bytes"] >= after["rss_bytes"] - 2**20
     del block
     sampler.close()
+
+
+def test_a_step_ending_within_the_sampling_interval_carries_the_last_memory_sample(tmp_path, monkeypatch):
+    from perfbench.capture import recorder as recorder_mod
+
+    monkeypatch.setattr(recorder_mod, "MEMORY_EVERY_S", 3600.0)
+    rec = _recorder(tmp_path)
+    rec.begin()
+    rec.end(samples=1)
+    block = bytearray(64 * 2**20)
+    block[:: os.sysconf("SC_PAGE_SIZE")] = b"x" * len(block[:: os.sysconf("SC_PAGE_SIZE")])
+    rec.begin()
+    rec.end(samples=1)  # within the interval: step 0's sample again, not the 64 MiB grown since
+    monkeypatch.setattr(recorder_mod, "MEMORY_EVERY_S", 0.0)
+    rec.begin()
+    rec.end(samples=1)  # sampled
+    rec.finish(0)
+    s0, s1, s2 = _lines(tmp_path / "metrics" / "rank0.steps.jsonl")
+    assert s1["rss_bytes"] == s0["rss_bytes"] and s1["max_rss_bytes"] == s0["max_rss_bytes"]
+    assert s2["rss_bytes"] - s0["rss_bytes"] >= 60 * 2**20
+    del block
+
+
+def test_framework_scalars_are_written_as_numbers(tmp_path):
+    import numpy as np
+
+    rec = _recorder(tmp_path)
+    rec.begin()
+    rec.end(samples=np.int64(4), loss=np.float32(0.5), tokens=np.array([1, 2]))
+    rec.finish(0)
+    (s,) = _lines(tmp_path / "metrics" / "rank0.steps.jsonl")
+    assert s["samples"] == 4 and s["loss"] == 0.5 and s["tokens"] == [1, 2]
