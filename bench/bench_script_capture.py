@@ -8,11 +8,13 @@ a temporary run folder, profiler off), the order flipping every cycle. A step's 
 start to the next one's, so the record made after the step is inside it.
 
 Reported:
-- the direct cost, the primary figure (a loaded machine's step times swing more than the capture costs): the time
-  spent in capture code per step, measured in the same process while the captured steps run, every hook perfbench
-  registers wrapped in a `perf_counter_ns` timer (median over steps of the hooks' time in each step), plus the
-  batched writes of the records (the writer's thread, and the last batch at the end; median over batches of the
-  batch's CPU time per record in it); its share of the median bare step;
+- the direct cost, the primary figure (a loaded machine's step times swing more than the capture costs): the CPU
+  time spent in capture code per step, measured in the same process while the captured steps run, every hook
+  perfbench registers wrapped in a `thread_time_ns` timer (median over steps of the hooks' CPU time in each step),
+  plus the batched writes of the records (the writer's thread, and the last batch at the end; median over batches
+  of the batch's CPU time per record in it); its share of the median bare step. CPU time, not wall time: at load
+  15-30 the process is switched out at a system call's return in most steps, and the wall time around a hook then
+  holds the neighbours' time slice (the hooks' wall time is reported too);
 - per cycle: median captured step / median bare step - 1, the median over cycles and its quartiles;
 - the record's parts, each timed alone over 2,000 calls (memory sample, JSON line, append, batched write per line).
 
@@ -40,24 +42,27 @@ sys.path.insert(0, str(ROOT))
 
 class HookTimer:
     """While active, every hook torch_capture.install registers (the global forward pre-hook, the outermost
-    module's pre-hook, the optimizer step post-hook) runs inside a perf_counter_ns timer; `ns` is their total.
+    module's pre-hook, the optimizer step post-hook) runs inside a timer: `cpu_ns` their CPU time (thread_time_ns),
+    `ns` their wall time (perf_counter_ns).
     The writer's batched writes (StepLog.flush) outside a hook go to `flushes` as (CPU ns, records)."""
 
     def __init__(self) -> None:
         self.ns = 0
+        self.cpu_ns = 0
         self.flushes: list[tuple[int, int]] = []
         self.in_hook = False
         self._saved: list = []
 
     def wrap(self, fn):
         def timed(*args, **kwargs):
-            t0 = time.perf_counter_ns()
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
             self.in_hook = True
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.in_hook = False
                 self.ns += time.perf_counter_ns() - t0
+                self.cpu_ns += time.thread_time_ns() - c0
 
         return timed
 
@@ -175,6 +180,7 @@ def main() -> None:
     x, y = torch.randn(a.batch, 64), torch.randint(0, 10, (a.batch,))
 
     hook_ns: list[int] = []  # per captured step (the first of each block left out: it writes the first meta)
+    hook_cpu_ns: list[int] = []
 
     def block(n: int, timer: HookTimer | None = None) -> list[float]:
         times, t = [], time.perf_counter()
@@ -189,7 +195,8 @@ def main() -> None:
             if timer is not None:
                 if i > 0:
                     hook_ns.append(timer.ns)
-                timer.ns = 0
+                    hook_cpu_ns.append(timer.cpu_ns)
+                timer.ns = timer.cpu_ns = 0
         return times
 
     load0 = os.getloadavg()[0]
@@ -218,7 +225,7 @@ def main() -> None:
     load1 = os.getloadavg()[0]
     q = statistics.quantiles(ratios, n=4)
     bare_ms = statistics.median(bare_all) * 1e3
-    hooks_us = statistics.median(hook_ns) / 1e3
+    hooks_us = statistics.median(hook_cpu_ns) / 1e3
     write_us = statistics.median(ns / n for ns, n in flushes) / 1e3 if flushes else 0.0
     direct_us = hooks_us + write_us
     out = {
@@ -226,7 +233,11 @@ def main() -> None:
         "step_ms_capture": statistics.median(cap_all) * 1e3,
         "capture_code_us_per_step": direct_us,
         "hooks_us_per_step": hooks_us,
-        "hooks_us_per_step_q1_q3": [q / 1e3 for q in statistics.quantiles(hook_ns, n=4)[::2]],
+        "hooks_us_per_step_q1_q3": [q / 1e3 for q in statistics.quantiles(hook_cpu_ns, n=4)[::2]],
+        "hooks_wall_us_per_step_median_q1_q3": [
+            statistics.median(hook_ns) / 1e3,
+            *[q / 1e3 for q in statistics.quantiles(hook_ns, n=4)[::2]],
+        ],
         "batched_write_us_per_record": write_us,
         "batches": len(flushes),
         "capture_share_of_bare_step": direct_us / 1e3 / bare_ms,
