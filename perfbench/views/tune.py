@@ -66,9 +66,9 @@ def render(out, ans: dict, results) -> None:
             )
             mark = " [bold green]← best[/bold green]" if c["number"] == conf.get("pick") else ""
             point = ", ".join(f"{k}={c['settings'].get(k)}" for k in varied)
-            out.print(
+            out.print(  # \\[: a bracket, not rich markup (which would swallow "[unsteady, ...]")
                 f"  trial {c['number']} ({point}): "
-                f"trial {format_value(obj, c['trial_value'])}, re-measured [{vals}], median "
+                f"trial {format_value(obj, c['trial_value'])}, re-measured \\[{vals}], median "
                 f"{format_value(obj, c['median'])} {unit}{mark}"
             )
     else:
