@@ -191,6 +191,7 @@ class RunContext:
         self.recorder.write_meta()
 
     def close(self) -> None:
+        self.recorder.flush()  # the steps kept in memory (an injected crash exits right after)
         try:
             self._spans.close()
         except OSError:
@@ -236,6 +237,7 @@ def _inject(cfg: dict, rank: int, step: int, ctx: RunContext) -> None:
         os._exit(3)
     if _at(inj, "hang", rank, step):
         print(f"[perfbench] inject: rank {rank} hanging at step {step}", file=sys.stderr, flush=True)
+        ctx.recorder.flush()  # the steps before it are in the file (the launcher's stall report counts them)
         while True:
             time.sleep(3600)
 
@@ -374,6 +376,7 @@ def run(cfg: dict, entry_ts: float | None = None) -> int:
         _train(cfg, ctx, wl, ckpt, range(first, int(cfg["train"]["steps"])), summary)
         finished = True
     finally:
+        rec.flush()  # a step that raised: the finished steps are in the file before anything else can hang
         if cap is not None and not finished:
             cap.prof.stop()
             rec.window = None

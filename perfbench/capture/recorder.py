@@ -18,6 +18,10 @@ from typing import Any
 
 from perfbench.capture import writer
 
+#: the resident memory is sampled after a step when the last sample is at least this old; a step ending sooner
+#: carries the last sample (two system calls of ~2-20 us each here: at most 50 a second whatever the step time)
+MEMORY_EVERY_S = 0.02
+
 CONFIG_VAR = "PERFBENCH_RUN_CONFIG"  # path of the run's run_config.json (set by the launcher)
 SETTINGS_VAR = "PERFBENCH_SETTINGS"  # the run's settings as JSON (docs/workloads.md, "Your own job")
 
@@ -54,7 +58,10 @@ class Recorder:
         self.peak_rss: int | None = None
         self._start = 0.0
         self._cpu0 = 0.0
-        self._fh = None
+        self._log: writer.StepLog | None = None
+        self._memory = writer.MemorySampler()
+        self._mem: dict | None = None  # the last memory sample and when it was taken (time.time())
+        self._mem_ts = float("-inf")
         self.meta: dict = {
             "rank": self.rank,
             "world_size": self.world_size,
@@ -119,7 +126,11 @@ class Recorder:
             self.begin(self.last_end)
         end, cpu_s = time.time(), time.process_time() - self._cpu0
         self.open = False
-        mem = writer.memory_sample() if self.sample_memory else None
+        mem = None
+        if self.sample_memory:
+            if end - self._mem_ts >= MEMORY_EVERY_S or self._mem is None:
+                self._mem, self._mem_ts = self._memory.sample(), end
+            mem = self._mem
         step = self.step
         if samples is None and self.default_samples is not None:
             samples = int(self.default_samples)
@@ -136,21 +147,27 @@ class Recorder:
         rec.update(extra)
         if mem is not None:
             self.peak_rss = max(self.peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
-        if self._fh is None:
-            self._fh = writer.open_records(self.metrics_dir, self.rank)
-        # flushed, not fsynced: a killed process still leaves it (the OS has it); an fsync cost ~0.1-5 ms per step
-        # on this machine's disk, more than the 1% of a small script's step that capture may cost
-        writer.append_record(self._fh, rec, sync=False)
+        if self._log is None:
+            self._log = writer.StepLog(self.metrics_dir / f"rank{self.rank}.steps.jsonl", writer.FLUSH_S)
+        # kept, then encoded and written in batches at most writer.FLUSH_S apart (the first step's at once, with the
+        # meta): a JSON line and a write per step cost ~15-80 us here, a few % of a 2 ms step (docs/benchmarks.md)
+        self._log.append(rec)
         self.step += 1
         self.last_end = end
         if step == 0:
             self.write_meta()
+
+    def flush(self) -> None:
+        """Write the step records kept so far (before a deliberate crash or hang, say)."""
+        if self._log is not None:
+            self._log.flush()
 
     # -- meta --------------------------------------------------------------------------------------
     def set_meta(self, **kv) -> None:
         self.meta.update(kv)
 
     def write_meta(self) -> None:
+        self.flush()  # the steps file holds at least the steps the meta counts
         self.meta.update(
             capture=self.mode,
             samples_source=self.samples_source,
@@ -174,9 +191,10 @@ class Recorder:
             )
         self.meta.update(exit_status=exit_status, error=error, finished=exit_status == 0)
         self.write_meta()
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        self._memory.close()
 
 
 _RECORDER: Recorder | None = None

@@ -1,16 +1,20 @@
 """The per-rank record files every capture path writes (docs/architecture.md, "Contract: launcher -> workload"):
-`metrics/rank{R}.steps.jsonl` (one JSON object per finished step, appended and flushed, so a crashed rank
-leaves every finished step behind) and `metrics/rank{R}.meta.json` (rewritten whole, atomically). The
-reference runner (workloads/runner.py) and `perfbench.capture` write through these functions.
+`metrics/rank{R}.steps.jsonl` (one JSON object per finished step, appended in batches at most `FLUSH_S` apart,
+see `StepLog`) and `metrics/rank{R}.meta.json` (rewritten whole, atomically). The reference runner
+(workloads/runner.py) and `perfbench.capture` write through these functions.
 
 Standard library only: a user's script imports this without pandas or a framework.
 """
 
 from __future__ import annotations
 
+import atexit
+import collections
 import json
 import os
 import pathlib
+import threading
+import weakref
 
 #: keys every step record has (the reference runner's and perfbench.capture's alike)
 STEP_KEYS = ("rank", "step", "start_ts", "end_ts", "step_time_s", "samples", "loss", "profiled")
@@ -40,6 +44,53 @@ def memory_sample() -> dict:
     return out
 
 
+_FORKS = 0  # forks this process came out of (os.register_at_fork): a forked child's /proc/self fds are its parent's
+
+
+def _forked() -> None:
+    global _FORKS
+    _FORKS += 1
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
+class MemorySampler:
+    """`memory_sample()` for every step in two system calls (getrusage, one pread of /proc/self/statm, which stays
+    open; reopened in a forked child) instead of five (open, read, close); the same two values, with the same keys."""
+
+    def __init__(self) -> None:
+        self._fd: int | None = None
+        self._forks = -1
+        import resource
+
+        self._getrusage = resource.getrusage
+        self._self = resource.RUSAGE_SELF
+
+    def sample(self) -> dict:
+        out: dict = {"max_rss_bytes": None, "rss_bytes": None}
+        try:
+            out["max_rss_bytes"] = int(self._getrusage(self._self).ru_maxrss) * 1024 or None
+        except (OSError, ValueError):
+            pass
+        try:
+            if self._forks != _FORKS:  # first use, or a forked child: /proc/self is resolved at open
+                self._fd, self._forks = os.open("/proc/self/statm", os.O_RDONLY), _FORKS
+            out["rss_bytes"] = int(os.pread(self._fd, 128, 0).split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            pass
+        return out
+
+    def close(self) -> None:
+        if self._fd is not None and self._forks == _FORKS:
+            try:
+                os.close(self._fd)
+            except OSError:
+                pass
+        self._fd, self._forks = None, -1
+
+
 def machine_memory_bytes() -> int | None:
     """The machine's total memory (MemTotal of /proc/meminfo), or None where it cannot be read."""
     try:
@@ -51,18 +102,94 @@ def machine_memory_bytes() -> int | None:
     return None
 
 
-def open_records(metrics_dir: pathlib.Path, rank: int, kind: str = "steps"):
-    """The rank's `rank{R}.{kind}.jsonl`, opened for appending (line-buffered)."""
-    metrics_dir.mkdir(parents=True, exist_ok=True)
-    return open(metrics_dir / f"rank{rank}.{kind}.jsonl", "a", buffering=1)
+#: the longest a finished step's record waits in memory before it is in the file (what the launcher's progress,
+#: stall detection and tune's live pruning read while the run is live)
+FLUSH_S = 0.5
+
+_OPEN_LOGS: weakref.WeakSet = weakref.WeakSet()
 
 
-def append_record(fh, rec: dict, sync: bool = True) -> None:
-    """One record as one line, flushed (and fsynced: a rank killed right after still leaves it)."""
-    fh.write(json.dumps(rec) + "\n")
-    fh.flush()
-    if sync:
-        os.fsync(fh.fileno())
+class StepLog:
+    """A rank's `rank{R}.steps.jsonl`, written in batches: `append()` only keeps the record (~1 us); the records are
+    encoded (one JSON line each) and written in one `os.write` (O_APPEND) when asked (`flush()`: the first step, the
+    meta, the end of the run), from a daemon thread at most `flush_s` after they were appended (its encoding runs
+    while the training thread is inside the framework's compute, which releases the GIL), and at the interpreter's
+    exit. A process that ends normally or by an exception leaves every line; a process killed (SIGKILL, os._exit, a
+    segfault) loses the lines of its last `flush_s` at most; nothing is fsynced (an fsync cost 0.1-5 ms per step
+    here), so only a machine crash can lose lines the file had. A record must not change after `append()`."""
+
+    def __init__(self, path: pathlib.Path, flush_s: float | None = None):
+        self.path = path
+        self.flush_s = FLUSH_S if flush_s is None else flush_s
+        self._pending: collections.deque = collections.deque()  # appends and pops are thread-safe
+        self._write_lock = threading.Lock()  # one batch at a time: lines stay in order
+        self._fd: int | None = None
+        self._unwritten = b""
+        self._pid = os.getpid()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        _OPEN_LOGS.add(self)
+
+    def append(self, rec: dict) -> None:
+        """Keep one step record for the next flush."""
+        self._pending.append(rec)
+        if self._thread is None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._run, name="perfbench-steplog", daemon=True)
+            self._thread.start()
+
+    def flush(self) -> None:
+        """Write the kept lines now (a forked child never writes its parent's lines)."""
+        if os.getpid() != self._pid:
+            self._pending.clear()
+            return
+        with self._write_lock:
+            pending = self._pending
+            batch = [pending.popleft() for _ in range(len(pending))]  # what the training thread adds meanwhile stays
+            # ASCII (json.dumps escapes the rest); after a failed write, what it left comes first
+            data = self._unwritten + "".join([json.dumps(r, default=_plain) + "\n" for r in batch]).encode()
+            self._unwritten = b""
+            try:
+                if data and self._fd is None:
+                    self.path.parent.mkdir(parents=True, exist_ok=True)
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                while data:
+                    data = data[os.write(self._fd, data) :]
+            except OSError:
+                self._unwritten = data  # kept for the next flush
+                raise
+
+    def close(self) -> None:
+        """Flush, stop the thread, close the file (the run's end)."""
+        self._stop.set()
+        self.flush()
+        if self._fd is not None and os.getpid() == self._pid:
+            os.close(self._fd)
+        self._fd = None
+        _OPEN_LOGS.discard(self)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_s):
+            if self._pending or self._unwritten:
+                try:
+                    self.flush()
+                except OSError:  # a full disk: the lines stay for the next try; the run goes on
+                    pass
+
+
+def _plain(value):
+    """A value json cannot write as it is: a framework's scalar or array as its Python number or list (numpy's and
+    torch's `tolist()`), anything else as its text."""
+    tolist = getattr(value, "tolist", None)
+    return tolist() if callable(tolist) else str(value)
+
+
+@atexit.register
+def _flush_open_logs() -> None:
+    for log in list(_OPEN_LOGS):
+        try:
+            log.flush()
+        except OSError:
+            pass
 
 
 def write_meta(metrics_dir: pathlib.Path, rank: int, meta: dict) -> None:

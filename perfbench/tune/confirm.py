@@ -63,6 +63,23 @@ def candidates(study, top: int, band: float | None = None) -> list:
     return out[:top]
 
 
+def skip_reason(study, spec) -> str | None:
+    """Why `confirm` re-measures nothing (its None), in words for the answer; None when it does."""
+    conf = spec.confirm
+    if conf.top == 0 or conf.rounds == 0:
+        return f"search.confirm.{'top' if conf.top == 0 else 'rounds'} is 0: confirmation is off"
+    if conf.top == 1:
+        return "search.confirm.top is 1: one contender, nothing to decide between (top: 2 or more re-measures)"
+    n = len(candidates(study, conf.top))
+    if n == 0:
+        return "no trial finished with every constraint kept"
+    if n == 1:
+        return "only one trial with distinct settings finished with every constraint kept"
+    if len(candidates(study, conf.top, conf.band)) < 2:
+        return f"one contender: no other trial within search.confirm.band ({conf.band:.0%}) of the best trial's value"
+    return None
+
+
 def _within(value: float, best: float, band: float, maximize: bool) -> bool:
     if maximize:
         return value >= best - band * abs(best)

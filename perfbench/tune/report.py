@@ -209,6 +209,7 @@ def answer(store: Store, rec: dict, study=None) -> dict:
         rec.get("finalist") or (best.user_attrs["run_id"] if best is not None else None),
     )
     out["confirmation"] = conf or None  # {"candidates": [{number, settings, runs, values, median, ...}], "pick", ...}
+    out["confirmation_skipped"] = rec.get("confirm_skipped") if not conf else None  # why it is null
     out["wall_split"] = wall_split(
         store,
         [t["run_id"] for t in trials] + [r for r in rec.get("runs", []) if r not in {t["run_id"] for t in trials}],

@@ -28,7 +28,7 @@ from perfbench.run.launcher import close_spare
 from perfbench.run.processes import kill_stale
 from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
 from perfbench.store import Store
-from perfbench.tune.confirm import confirm
+from perfbench.tune.confirm import confirm, skip_reason
 from perfbench.tune.memory import predicted_over_limit
 from perfbench.tune.report import answer, best_trial, study_db
 from perfbench.tune.spec import Bound, MemoryLimit, SearchSpec, default_trials, direction
@@ -389,6 +389,7 @@ def _search(study, objective, budget: _Budget, st: _Study) -> dict:
         env_for=lambda plan: compile_cache_env(store, plan) if spec.compile_cache else None,
     )
     rec["confirm"] = conf
+    rec["confirm_skipped"] = skip_reason(study, spec) if conf is None else None
     picked = conf is not None and conf["pick"] is not None
     finalist = conf["profiled_run"] if picked else None
     if finalist is None:  # no confirmation, or the last round overturned the leader it profiled

@@ -66,16 +66,19 @@ def render(out, ans: dict, results) -> None:
             )
             mark = " [bold green]← best[/bold green]" if c["number"] == conf.get("pick") else ""
             point = ", ".join(f"{k}={c['settings'].get(k)}" for k in varied)
-            out.print(
+            out.print(  # \\[: a bracket, not rich markup (which would swallow "[unsteady, ...]")
                 f"  trial {c['number']} ({point}): "
-                f"trial {format_value(obj, c['trial_value'])}, re-measured [{vals}], median "
+                f"trial {format_value(obj, c['trial_value'])}, re-measured \\[{vals}], median "
                 f"{format_value(obj, c['median'])} {unit}{mark}"
             )
-    elif ans.get("finalist_value") is not None:
-        out.print(
-            f"the best re-measured (its profiled re-run {ans['finalist']}): "
-            f"{format_value(obj, ans['finalist_value'])} {unit}"
-        )
+    else:
+        if ans.get("confirmation_skipped"):
+            out.print(f"not confirmed ({ans['confirmation_skipped']}): the best is the best single trial")
+        if ans.get("finalist_value") is not None:
+            out.print(
+                f"the best re-measured (its profiled re-run {ans['finalist']}): "
+                f"{format_value(obj, ans['finalist_value'])} {unit}"
+            )
     if ans["importance"]:
         imp = ", ".join(f"{k} {v:.2f}" for k, v in sorted(ans["importance"].items(), key=lambda kv: -kv[1]))
         out.print(f"importance (PED-ANOVA): {imp}")

@@ -8,7 +8,7 @@ import pytest
 
 from perfbench.run.config import parse_config
 from perfbench.store import Store
-from perfbench.tune.confirm import candidates, confirm, confirm_run_id
+from perfbench.tune.confirm import candidates, confirm, confirm_run_id, skip_reason
 from perfbench.tune.spec import SearchSpec
 
 STUDY = "s-tune-1"
@@ -129,6 +129,26 @@ def test_a_single_contender_is_not_re_measured(tmp_path):
     store = Store(tmp_path)
     assert confirm(study, cfg, store, STUDY, SearchSpec(), profile_last=True, env_for=lambda plan: None) is None
     assert store.list_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("values", "conf", "why"),
+    [
+        ([(8, 67.0), (32, 94.0)], {}, "no other trial within search.confirm.band (25%)"),
+        ([(8, 90.0), (32, 94.0)], {"top": 1, "rounds": 1}, "search.confirm.top is 1: one contender"),
+        ([(8, 90.0), (32, 94.0)], {"rounds": 0}, "search.confirm.rounds is 0: confirmation is off"),
+        ([(8, 90.0), (8, 94.0)], {}, "only one trial with distinct settings"),
+        ([(8, 90.0), (32, 94.0)], {}, None),  # two contenders: confirmed
+    ],
+)
+def test_the_answer_says_why_nothing_was_re_measured(tmp_path, values, conf, why):
+    study = study_of([({"batch_size": bs}, v, []) for bs, v in values])
+    spec = SearchSpec.model_validate({"confirm": conf})
+    reason = skip_reason(study, spec)
+    assert (reason is None) == (why is None) and (why is None or why in reason), reason
+    cfg = parse_config({"name": "s", "workload": "resnet50", "sweep": {"batch_size": [8, 32]}})
+    if why is not None:  # the reason is given exactly when confirm re-measures nothing
+        assert confirm(study, cfg, Store(tmp_path), STUDY, spec, profile_last=False, env_for=lambda p: None) is None
 
 
 def test_a_re_measurement_without_a_value_does_not_count(tmp_path):
