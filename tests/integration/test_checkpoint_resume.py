@@ -37,6 +37,26 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     cfg = write_yaml(tmp_path / "ck.yaml", dict(CFG, name="ckpt"))
     results = tmp_path / "results"
     store = Store(results)
+    # the same config uninterrupted, for its losses and checkpoint steps (not times): started now, beside the run
+    # that is killed, in a results folder of its own (the leftover checks below look at `results` only)
+    ref_cfg = write_yaml(tmp_path / "ref.yaml", dict(CFG, name="ref"))
+    ref_results, ref_log = tmp_path / "ref-results", tmp_path / "ref.log"
+    with open(ref_log, "wb") as log:
+        ref_proc = subprocess.Popen(
+            [sys.executable, "-m", "perfbench", "sweep", str(ref_cfg), "--results", str(ref_results)],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        _kill_and_resume(cfg, results, store, ref_proc, ref_results, ref_log)
+    finally:
+        if ref_proc.poll() is None:
+            ref_proc.kill()  # its reaper ends the run's msrun tree when the sweep dies
+            ref_proc.wait(30)
+
+
+def _kill_and_resume(cfg, results, store, ref_proc, ref_results, ref_log):
     proc = subprocess.Popen(
         [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
         cwd=ROOT,
@@ -85,10 +105,10 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     assert sorted(resumed) == list(range(30))  # every step once: 0..K-1 from before the kill, K.. after it
 
     # the same config uninterrupted: the resumed run's losses continue exactly as this one's
-    ref_cfg = write_yaml(tmp_path / "ref.yaml", dict(CFG, name="ref"))
-    run_perfbench("sweep", ref_cfg, "--results", results, timeout=600)
-    ref = next(x for x in store.list_runs() if x["sweep_id"].startswith("ref-"))
-    ref_losses = losses(store, ref["run_id"])
+    assert ref_proc.wait(timeout=600) == 0, ref_log.read_text(errors="replace")[-3000:]
+    ref_store = Store(ref_results)
+    (ref,) = ref_store.list_runs()
+    ref_losses = losses(ref_store, ref["run_id"])
     steps = list(range(k, 30))
     np.testing.assert_allclose([resumed[s] for s in steps], [ref_losses[s] for s in steps], rtol=1e-4)
     assert abs(resumed[k] - ref_losses[0]) > 1e-3  # it did not start again from fresh weights
@@ -97,5 +117,5 @@ def test_killed_run_resumes_from_its_last_checkpoint(tmp_path):
     for rec in (after, ref):
         assert rec["metrics"].get("checkpoint_save_s") and rec["metrics"]["checkpoint_save_s"] > 0
         assert rec["metrics"].get("checkpoint_cost") is not None
-    t = store.read_table(ref["run_id"], "workload_steps")
+    t = ref_store.read_table(ref["run_id"], "workload_steps")
     assert sorted(t.loc[t["checkpoint_s"].notna(), "step"].astype(int)) == [4, 9, 14, 19, 24]

@@ -46,15 +46,13 @@ def records(results) -> list[dict]:
     return json.loads(perfbench_in_process("ls", "--results", results, "--json").stdout)
 
 
-@pytest.fixture(scope="module")
-def crash_sweep(tmp_path_factory):
+def _crash_sweep(base):
     """One real 2-rank sweep of two runs, shared by the crash test and the crash-at-exit test: rank 1 exits at
     step 2 (crash_rank 1), then a run whose rank 1 kills itself with SIGSEGV after its final meta
     (crash_at_exit_rank 1; the crash_rank 1 run never gets that far). The second run is also the one that
     shows the sweep went on after the failed run."""
-    tmp_path = tmp_path_factory.mktemp("crash_sweep")
     cfg = write_yaml(
-        tmp_path / "crash.yaml",
+        base / "crash.yaml",
         dict(
             SMALL,
             name="crash",
@@ -62,9 +60,43 @@ def crash_sweep(tmp_path_factory):
             sweep={"world_size": [2], "crash_rank": [1, None]},
         ),
     )
-    results = tmp_path / "results"
+    results = base / "results"
     r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=600)
     return results, r
+
+
+def _hang_sweep(base):
+    """A 2-rank sweep whose first run hangs at step 2 on rank 1 (cut by the 15 s stall timeout), then a healthy run."""
+    cfg = write_yaml(
+        base / "hang.yaml",
+        dict(
+            SMALL,
+            name="hang",
+            inject={"hang_step": 2},
+            launch={"stall_timeout_s": 15, "timeout_s": 400},
+            sweep={"world_size": [2], "hang_rank": [1, None]},
+        ),
+    )
+    results = base / "results"
+    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=800)
+    return results, r
+
+
+@pytest.fixture(scope="module")
+def failure_sweeps(tmp_path_factory):
+    """The crash sweep and the hang sweep, two at a time (as the loss-comparing runs of test_zero.py are): these
+    tests check statuses, reasons, steps and processes, not times; each sweep has its own results folder."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        crash = pool.submit(_crash_sweep, tmp_path_factory.mktemp("crash_sweep"))
+        hang = pool.submit(_hang_sweep, tmp_path_factory.mktemp("hang_sweep"))
+        return {"crash": crash.result(), "hang": hang.result()}
+
+
+@pytest.fixture(scope="module")
+def crash_sweep(failure_sweeps):
+    return failure_sweeps["crash"]
 
 
 def test_crashing_rank_fails_its_run_and_the_sweep_goes_on(crash_sweep):
@@ -88,19 +120,8 @@ def test_crashing_rank_fails_its_run_and_the_sweep_goes_on(crash_sweep):
     assert "failed" in shown and "[perfbench] inject" in shown
 
 
-def test_hanging_rank_is_killed_after_the_stall_timeout(tmp_path):
-    cfg = write_yaml(
-        tmp_path / "hang.yaml",
-        dict(
-            SMALL,
-            name="hang",
-            inject={"hang_step": 2},
-            launch={"stall_timeout_s": 15, "timeout_s": 400},
-            sweep={"world_size": [2], "hang_rank": [1, None]},
-        ),
-    )
-    results = tmp_path / "results"
-    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=800)
+def test_hanging_rank_is_killed_after_the_stall_timeout(failure_sweeps):
+    results, r = failure_sweeps["hang"]
     assert r.returncode == 0, r.stderr
     rows = {row["settings"]["hang_rank"]: row for row in records(results)}
     bad, good = rows[1], rows[None]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from perfbench.store import Store
-from tests.support import ROOT, run_perfbench, write_yaml
+from tests.support import ROOT, run_perfbench, two_at_a_time, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent / "own_job"
 
 def sweep(tmp_path: Path, name: str, cfg: dict) -> tuple[Store, list[dict]]:
     path = write_yaml(tmp_path / f"{name}.yaml", dict(cfg, name=name))
-    results = tmp_path / "results"
+    results = tmp_path / f"results-{name}"
     r = run_perfbench("sweep", path, "--results", results, check=False, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
     store = Store(results)
@@ -38,13 +38,15 @@ def steps_of(store: Store, run: dict) -> dict[int, list[dict]]:
     return out
 
 
-def test_plain_mindspore_script_under_msrun(tmp_path):
-    """examples/own-job/train_mindspore.py imports nothing of perfbench: its Model.train steps are found; its MLP has
-    6 parameters and no fusion, so MindSpore's data parallel runs 6 AllReduce per step (read from the profile)."""
-    store, (run,) = sweep(
-        tmp_path,
-        "ms",
-        {
+@pytest.fixture(scope="module")
+def own_sweeps(tmp_path_factory) -> dict[str, tuple[Store, list[dict]]]:
+    """The three sweeps of the two tests below, two at a time, each in its own results folder: they check steps,
+    samples, collective counts and failure reasons, not times."""
+    base = tmp_path_factory.mktemp("own_job")
+    report = base / "report"  # where train_torch_capture.py writes what each rank did
+    report.mkdir()
+    configs = {
+        "ms": {
             "workload": "script",
             "script": {
                 "path": str(ROOT / "examples" / "own-job" / "train_mindspore.py"),
@@ -55,7 +57,35 @@ def test_plain_mindspore_script_under_msrun(tmp_path):
             "profile": {"steps": 2},
             "sweep": {"world_size": [2]},
         },
-    )
+        "pt": {
+            "workload": "script",
+            "script": {
+                "path": str(HERE / "train_torch_capture.py"),
+                "framework": "pytorch",
+                "args": ["--batch-size", "{train.batch_size}", "--steps", "{train.steps}", "--report", str(report)],
+            },
+            "train": {"batch_size": 8, "steps": 6, "warmup_steps": 1},
+            "profile": {"steps": 2},
+            "sweep": {"world_size": [2]},
+        },
+        "broken": {
+            "workload": "script",
+            "script": {"path": str(HERE / "broken.py"), "framework": "pytorch", "args": ["--mode", "{knobs.mode}"]},
+            "knobs": {"mode": "crash"},
+            "train": {"steps": 6, "warmup_steps": 1},
+            "profile": {"enabled": False},
+            "sweep": {"world_size": [2], "knobs.mode": ["crash", "nosteps"]},
+            "launch": {"timeout_s": 120},
+        },
+    }
+    got = dict(zip(configs, two_at_a_time(lambda name: sweep(base, name, configs[name]), configs)))
+    return {**got, "report": report}
+
+
+def test_plain_mindspore_script_under_msrun(own_sweeps):
+    """examples/own-job/train_mindspore.py imports nothing of perfbench: its Model.train steps are found; its MLP has
+    6 parameters and no fusion, so MindSpore's data parallel runs 6 AllReduce per step (read from the profile)."""
+    store, (run,) = own_sweeps["ms"]
     assert run["status"] == "ok", run.get("error")
     steps = steps_of(store, run)
     assert sorted(steps) == [0, 1]
@@ -68,28 +98,13 @@ def test_plain_mindspore_script_under_msrun(tmp_path):
     assert run["metrics"]["samples_per_step"] == 16
 
 
-def test_pytorch_script_with_the_capture_line_and_a_failing_one(tmp_path):
+def test_pytorch_script_with_the_capture_line_and_a_failing_one(own_sweeps):
     """A DDP script using perfbench.capture (steps, samples, loss, apply_parallel) and, in the same sweep, a script
     that crashes on rank 1 at step 3 (failed, with the reason and its log) and one whose steps cannot be found
     (kept with its wall time and the reason). With comm_fusion 0 DDP puts each of the 4 parameters in its own
     bucket: 4 gloo all-reduces per profiled step on each rank, in each rank's Chrome trace."""
-    report = tmp_path / "report"
-    report.mkdir()
-    store, runs = sweep(
-        tmp_path,
-        "pt",
-        {
-            "workload": "script",
-            "script": {
-                "path": str(HERE / "train_torch_capture.py"),
-                "framework": "pytorch",
-                "args": ["--batch-size", "{train.batch_size}", "--steps", "{train.steps}", "--report", str(report)],
-            },
-            "train": {"batch_size": 8, "steps": 6, "warmup_steps": 1},
-            "profile": {"steps": 2},
-            "sweep": {"world_size": [2]},
-        },
-    )
+    report = own_sweeps["report"]
+    store, runs = own_sweeps["pt"]
     (run,) = runs
     assert run["status"] == "ok", run.get("error")
     did = {int(Path(f).stem[4:]): json.loads(Path(f).read_text()) for f in glob.glob(str(report / "rank*.json"))}
@@ -108,19 +123,7 @@ def test_pytorch_script_with_the_capture_line_and_a_failing_one(tmp_path):
         counts = Counter(e["name"] for e in events if e.get("ph") == "X" and e.get("name") == "gloo:all_reduce")
         assert counts["gloo:all_reduce"] == 2 * did[0]["params"]  # 2 profiled steps x one bucket per parameter
 
-    _, runs = sweep(
-        tmp_path,
-        "broken",
-        {
-            "workload": "script",
-            "script": {"path": str(HERE / "broken.py"), "framework": "pytorch", "args": ["--mode", "{knobs.mode}"]},
-            "knobs": {"mode": "crash"},
-            "train": {"steps": 6, "warmup_steps": 1},
-            "profile": {"enabled": False},
-            "sweep": {"world_size": [2], "knobs.mode": ["crash", "nosteps"]},
-            "launch": {"timeout_s": 120},
-        },
-    )
+    _, runs = own_sweeps["broken"]
     crash, nosteps = runs
     assert crash["status"] == "failed"
     assert crash["failed_rank"] == 1

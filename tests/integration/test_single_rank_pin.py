@@ -11,7 +11,7 @@ import os
 import pytest
 
 from perfbench.store import Store
-from tests.support import run_perfbench, write_yaml
+from tests.support import run_perfbench, two_at_a_time, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -36,16 +36,24 @@ def _run(tmp_path, bind):
     return rec, meta
 
 
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Both runs, two at a time: what they check is each rank's affinity and thread settings, not times."""
+    base = tmp_path_factory.mktemp("pin")
+    binds = [True, "auto"]
+    return dict(zip(binds, two_at_a_time(lambda bind: _run(base, bind), binds)))
+
+
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 CPUs to tell pinned from unpinned")
-def test_bind_core_true_pins_a_single_rank_to_one_core(tmp_path):
-    rec, meta = _run(tmp_path, True)
+def test_bind_core_true_pins_a_single_rank_to_one_core(runs):
+    rec, meta = runs[True]
     assert meta["affinity"] == [CPUS[0]]
     assert rec["config"]["threads_per_rank"] == 1 and meta["ms_threads"] == {"kernel_threads": 1, "dispatch_threads": 1}
     assert rec["env"]["bind_core"] is True
 
 
 @pytest.mark.skipif(len(CPUS) < 2, reason="needs 2 CPUs to tell pinned from unpinned")
-def test_a_single_rank_keeps_every_core_by_default(tmp_path):
-    rec, meta = _run(tmp_path, "auto")
+def test_a_single_rank_keeps_every_core_by_default(runs):
+    rec, meta = runs["auto"]
     assert meta["affinity"] == CPUS
     assert rec["config"]["threads_per_rank"] == len(CPUS) and meta["ms_threads"]["kernel_threads"] == "mindspore"

@@ -120,6 +120,17 @@ def perfbench_in_process(*args: str, check: bool = True) -> subprocess.Completed
     return r
 
 
+def two_at_a_time(fn, items) -> list:
+    """[fn(item) for item in items], two calls at a time (threads; an exception in one is raised here). For msrun
+    launches or sweeps whose tests compare losses, counts, statuses or files, not times: a launch is mostly
+    start-up latency (imports, the cluster join, the compile), so two overlap well on 2 cores; more would
+    oversubscribe them until collectives time out (test_workload_resnet50.Runs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(fn, items))
+
+
 def write_yaml(path: Path, obj: dict) -> Path:
     import yaml
 
@@ -134,6 +145,12 @@ from perfbench.run.launcher import TAG_VAR  # noqa: E402  every process of one m
 
 
 os.environ[SESSION_VAR] = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"  # fresh per session: only our descendants
+
+# MindSpore's scheduler declares a rank dead after MS_NODE_TIMEOUT s without its heartbeat (default 30; the launcher
+# makes ranks beat every second). When a rank crashes, msrun kills the other ranks at once but then waits that long
+# for the scheduler before it exits, so every crashing run of the suite (~10 launches) idled ~30 s. The tests check
+# what perfbench makes of the crash (status, rank, reason, log tail), not how long MindSpore waits to report it.
+os.environ.setdefault("MS_NODE_TIMEOUT", "10")
 
 
 _BACKGROUND: set[str] = set()  # run ids whose msrun launch may outlive the test that queued it
