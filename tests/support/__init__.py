@@ -12,6 +12,8 @@ from pathlib import Path
 
 import psutil
 
+from perfbench.run.processes import terminate
+
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -211,18 +213,8 @@ def _describe(procs) -> str:
 
 
 def kill_processes(procs, grace_s: float = 3.0) -> None:
-    for p in procs:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace_s)
+    """SIGTERM, then SIGKILL what is left after grace_s: the launcher's own way (perfbench.run.processes)."""
+    terminate(list(procs), grace_s)
 
 
 def _background(p: psutil.Process) -> bool:

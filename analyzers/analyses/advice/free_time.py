@@ -96,15 +96,21 @@ def _row(sb: pd.DataFrame, share: float, on: str) -> dict:
     }
 
 
+def _outside(sb: pd.DataFrame, window: pd.Series) -> tuple[pd.DataFrame, pd.Series, float]:
+    """(per rank: median free_us and step_us; per rank: median idle time outside the pipeline window; that idle
+    time's share of the ranks' steps)."""
+    med = sb.groupby("rank")[["free_us", "step_us"]].median()
+    outside = idle_outside(sb, window).groupby(sb["rank"]).median().reindex(med.index)
+    return med, outside, float(outside.sum() / med["step_us"].sum()) if med["step_us"].sum() > 0 else 0.0
+
+
 def _windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series, stage: int | None) -> dict:
     """The finding with the pipeline window known (of the slowest stage, or with `stage` None of every stage): the
     idle time outside it, or (none worth a finding) the idle time inside it, which folds under the stage imbalance,
     else under the pipeline bubble."""
     if stage is None:
         return _balanced_windowed(row, sb, share, window)
-    med = sb.groupby("rank")[["free_us", "step_us"]].median()
-    outside = idle_outside(sb, window).groupby(sb["rank"]).median().reindex(med.index)
-    out_share = float(outside.sum() / med["step_us"].sum()) if med["step_us"].sum() > 0 else 0.0
+    med, outside, out_share = _outside(sb, window)
     evidence = (
         f"{row['evidence']}; pipeline[stage={stage}]: median window_us {window.median():.0f}, idle outside "
         f"it per rank (median over steps of step_us - window_us, at most free_us): "
@@ -142,9 +148,7 @@ def _windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series, stag
 def _balanced_windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series) -> dict:
     """Balanced pipeline stages: the idle time outside the pipeline window is the host's; inside it, the pipeline's
     fill and drain (its bubble, too few micro-batches) and the stages' own host cost."""
-    med = sb.groupby("rank")[["free_us", "step_us"]].median()
-    outside = idle_outside(sb, window).groupby(sb["rank"]).median().reindex(med.index)
-    out_share = float(outside.sum() / med["step_us"].sum()) if med["step_us"].sum() > 0 else 0.0
+    med, outside, out_share = _outside(sb, window)
     evidence = (
         f"{row['evidence']}; pipeline: median window_us {window.median():.0f}, idle outside it per rank (median "
         "over steps of step_us - window_us, at most free_us): "
