@@ -105,75 +105,51 @@ def _outside(sb: pd.DataFrame, window: pd.Series) -> tuple[pd.DataFrame, pd.Seri
 
 
 def _windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series, stage: int | None) -> dict:
-    """The finding with the pipeline window known (of the slowest stage, or with `stage` None of every stage): the
-    idle time outside it, or (none worth a finding) the idle time inside it, which folds under the stage imbalance,
-    else under the pipeline bubble."""
-    if stage is None:
-        return _balanced_windowed(row, sb, share, window)
+    """The finding with the pipeline window known (of the slowest stage, or with `stage` None, balanced stages, of
+    every stage): the idle time outside it, or (none worth a finding) the idle time inside it, which folds under
+    the stage imbalance, else under the pipeline bubble."""
     med, outside, out_share = _outside(sb, window)
+    where = "pipeline" if stage is None else f"pipeline[stage={stage}]"
     evidence = (
-        f"{row['evidence']}; pipeline[stage={stage}]: median window_us {window.median():.0f}, idle outside "
-        f"it per rank (median over steps of step_us - window_us, at most free_us): "
-        + ", ".join(f"rank {int(k)} {v:.0f} us" for k, v in outside.items())
-    )
-    if out_share > FREE_SHARE:
-        return dict(
-            row,
-            gain_ms=float(outside.max()) / 1000.0,
-            ranks=sorted(int(k) for k in outside.index[outside / med["step_us"] > FREE_SHARE]),
-            basis=(
-                f"the idle time per step outside the pipeline window on the slowest stage {stage}'s ranks "
-                "(median over steps of step_us - window_us, the most idle rank): the idle time inside the window "
-                f"is the stage's own host cost and its fill/drain wait ({stage_imbalance.ID})"
-            ),
-            message=(
-                f"{out_share:.0%} of step time nothing runs on the device outside the pipeline's forward/backward "
-                f"window (> {FREE_SHARE:.0%}): the host is the bottleneck between steps (data loading, Python "
-                f"overhead, optimizer dispatch); try data prefetch, more workers, graph mode."
-            ),
-            evidence=evidence,
-        )
-    return dict(
-        row,
-        in_pipeline=True,
-        message=(
-            f"{share:.0%} of step time nothing runs on the device on the slowest pipeline stage "
-            f"{stage}, inside the pipeline window: the host cost of its own layers (op dispatch) and its "
-            f"wait at the pipeline's fill and drain. Both move with the layer split (see {stage_imbalance.ID})."
-        ),
-        evidence=evidence,
-    )
-
-
-def _balanced_windowed(row: dict, sb: pd.DataFrame, share: float, window: pd.Series) -> dict:
-    """Balanced pipeline stages: the idle time outside the pipeline window is the host's; inside it, the pipeline's
-    fill and drain (its bubble, too few micro-batches) and the stages' own host cost."""
-    med, outside, out_share = _outside(sb, window)
-    evidence = (
-        f"{row['evidence']}; pipeline: median window_us {window.median():.0f}, idle outside it per rank (median "
+        f"{row['evidence']}; {where}: median window_us {window.median():.0f}, idle outside it per rank (median "
         "over steps of step_us - window_us, at most free_us): "
         + ", ".join(f"rank {int(k)} {v:.0f} us" for k, v in outside.items())
     )
     if out_share > FREE_SHARE:
+        if stage is None:
+            basis = (
+                "the idle time per step outside the pipeline window (median over steps of step_us - window_us, the "
+                f"most idle rank): the idle time inside the window is the pipeline's bubble ({pipeline_bubble.ID})"
+            )
+            said: dict = {}  # the row's own message stands
+        else:
+            basis = (
+                f"the idle time per step outside the pipeline window on the slowest stage {stage}'s ranks "
+                "(median over steps of step_us - window_us, the most idle rank): the idle time inside the window "
+                f"is the stage's own host cost and its fill/drain wait ({stage_imbalance.ID})"
+            )
+            said = {
+                "message": f"{out_share:.0%} of step time nothing runs on the device outside the pipeline's "
+                f"forward/backward window (> {FREE_SHARE:.0%}): the host is the bottleneck between steps (data "
+                "loading, Python overhead, optimizer dispatch); try data prefetch, more workers, graph mode."
+            }
         return dict(
             row,
             gain_ms=float(outside.max()) / 1000.0,
             ranks=sorted(int(k) for k in outside.index[outside / med["step_us"] > FREE_SHARE]),
-            basis=(
-                "the idle time per step outside the pipeline window (median over steps of step_us - window_us, the "
-                f"most idle rank): the idle time inside the window is the pipeline's bubble ({pipeline_bubble.ID})"
-            ),
+            basis=basis,
+            **said,
             evidence=evidence,
         )
-    return dict(
-        row,
-        in_pipeline=True,
-        message=(
-            f"{share:.0%} of step time nothing runs on the device, inside the pipeline window: the pipeline's fill "
-            f"and drain (its bubble; see {pipeline_bubble.ID}) and the host cost of the stages' own ops."
-        ),
-        evidence=evidence,
+    inside = (
+        f"{share:.0%} of step time nothing runs on the device, inside the pipeline window: the pipeline's fill "
+        f"and drain (its bubble; see {pipeline_bubble.ID}) and the host cost of the stages' own ops."
+        if stage is None
+        else f"{share:.0%} of step time nothing runs on the device on the slowest pipeline stage "
+        f"{stage}, inside the pipeline window: the host cost of its own layers (op dispatch) and its "
+        f"wait at the pipeline's fill and drain. Both move with the layer split (see {stage_imbalance.ID})."
     )
+    return dict(row, in_pipeline=True, message=inside, evidence=evidence)
 
 
 def find(tables, summary):
