@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from perfbench.store import Store
-from tests.support import ROOT, run_perfbench, write_yaml
+from tests.support import run_perfbench, torch_train_script, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -37,11 +37,7 @@ def _sweep(tmp: Path, name: str, **over) -> tuple[Store, dict]:
     cfg = {
         "name": name,
         "workload": "script",
-        "script": {
-            "path": str(ROOT / "workloads" / "torch_ddp" / "train.py"),
-            "framework": "pytorch",
-            "env": {"OMP_NUM_THREADS": "1"},
-        },
+        "script": torch_train_script(),
         "knobs": {"width": 16, "image_size": 32, "num_classes": 10},
         "train": {"batch_size": BATCH, "steps": 6, "warmup_steps": 2},
         "profile": {"steps": 2},

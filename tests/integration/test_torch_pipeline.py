@@ -16,7 +16,7 @@ import json
 import pytest
 
 from perfbench.store import Store
-from tests.support import ROOT, run_perfbench, write_yaml
+from tests.support import run_perfbench, torch_train_script, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -28,11 +28,7 @@ def test_unbalanced_pipeline_sends_each_micro_batch_and_the_stage_imbalance_come
     cfg = {
         "name": "torchpp",
         "workload": "script",
-        "script": {
-            "path": str(ROOT / "workloads" / "torch_ddp" / "train.py"),
-            "framework": "pytorch",
-            "env": {"OMP_NUM_THREADS": "1"},
-        },
+        "script": torch_train_script(),
         "knobs": {"width": 16, "image_size": 32, "num_classes": 10},
         "train": {"batch_size": BATCH, "steps": 8, "warmup_steps": 2},
         "profile": {"steps": 3},

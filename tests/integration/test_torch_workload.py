@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from perfbench.store import Store
-from tests.support import ROOT, run_perfbench, write_yaml
+from tests.support import run_perfbench, torch_train_script, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -35,11 +35,7 @@ def test_ddp_buckets_are_the_collectives_and_overlap_shows_in_the_breakdown(tmp_
     cfg = {
         "name": "torchwl",
         "workload": "script",
-        "script": {
-            "path": str(ROOT / "workloads" / "torch_ddp" / "train.py"),
-            "framework": "pytorch",
-            "env": {"OMP_NUM_THREADS": "1"},
-        },
+        "script": torch_train_script(),
         "knobs": {"width": 16, "image_size": 32, "num_classes": 10},
         "train": {"batch_size": 8, "steps": 8, "warmup_steps": 2},
         "profile": {"steps": 3},

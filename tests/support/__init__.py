@@ -133,6 +133,16 @@ def two_at_a_time(fn, items) -> list:
         return list(pool.map(fn, items))
 
 
+def torch_train_script() -> dict:
+    """The `script:` section that sweeps the PyTorch reference job (workloads/torch_ddp/train.py), one thread per
+    rank, as the torch integration tests run it."""
+    return {
+        "path": str(ROOT / "workloads" / "torch_ddp" / "train.py"),
+        "framework": "pytorch",
+        "env": {"OMP_NUM_THREADS": "1"},
+    }
+
+
 def write_yaml(path: Path, obj: dict) -> Path:
     import yaml
 
