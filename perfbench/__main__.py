@@ -1,5 +1,3 @@
-import sys
+from perfbench.cli import entry
 
-from perfbench.cli import main
-
-sys.exit(main())
+entry()

@@ -86,5 +86,22 @@ def main(argv: list[str] | None = None) -> int:
     return int(code or 0)
 
 
+def entry() -> None:
+    """The `perfbench` command: `main`, then the process ends without the interpreter's teardown. pyarrow's native
+    thread pools can abort that teardown at random ("terminate called without an active exception", exit -6, about
+    one exit in 30 here; apache/arrow#34314, #39862), which would turn a clean exit into a crash. Exit handlers run
+    and the output is flushed first, so nothing written is lost."""
+    code = main()
+    import atexit
+
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe (`perfbench ls | head`): nothing more can reach it
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -85,3 +85,22 @@ def test_the_heavy_list_is_the_documented_one():
     doc = (ROOT / "docs" / "architecture.md").read_text()
     section = doc[doc.index("## Heavy libraries") :].split("\n## ")[0]
     assert all(f"`{name}`" in section for name in HEAVY)
+
+
+def test_the_command_ends_without_teardown_yet_keeps_its_output_and_exit_code(tmp_path):
+    """`perfbench` ends with os._exit after main (perfbench/cli.py `entry`: pyarrow's thread pools can abort the
+    interpreter's teardown). What it printed still reaches a pipe in full, buffered output included, and its exit
+    code is main's."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    (tmp_path / "empty").mkdir()
+
+    def perfbench(*argv):
+        cmd = [sys.executable, "-m", "perfbench", *argv]
+        return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+
+    r = perfbench("ls", "--results", str(tmp_path / "empty"), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+    r = perfbench("ls", "--results", str(tmp_path / "none"))
+    assert r.returncode == 2 and r.stderr.startswith("perfbench: error: ") and "Traceback" not in r.stderr
