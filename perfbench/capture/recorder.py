@@ -22,6 +22,8 @@ from perfbench.capture import writer
 #: carries the last sample (two system calls of ~2-20 us each here: at most 50 a second whatever the step time)
 MEMORY_EVERY_S = 0.02
 
+_time, _process_time = time.time, time.process_time
+
 CONFIG_VAR = "PERFBENCH_RUN_CONFIG"  # path of the run's run_config.json (set by the launcher)
 SETTINGS_VAR = "PERFBENCH_SETTINGS"  # the run's settings as JSON (docs/workloads.md, "Your own job")
 
@@ -58,6 +60,7 @@ class Recorder:
         self.peak_rss: int | None = None
         self._start = 0.0
         self._cpu0 = 0.0
+        self.last_cpu = 0.0  # the process's CPU time at the last step's end (time.process_time())
         self._log: writer.StepLog | None = None
         self._memory = writer.MemorySampler()
         self._mem: dict | None = None  # the last memory sample and when it was taken (time.time())
@@ -114,45 +117,49 @@ class Recorder:
         w.start()
 
     # -- steps -------------------------------------------------------------------------------------
-    def begin(self, start: float | None = None) -> None:
+    def begin(self, start: float | None = None, cpu: float | None = None) -> None:
+        """A step starts: now, or at `start` (time.time()) with the process's CPU time `cpu` (time.process_time())."""
         if self.open:
             return
         self.open = True
-        self._start = time.time() if start is None else start
-        self._cpu0 = time.process_time()
+        self._start = _time() if start is None else start
+        self._cpu0 = _process_time() if cpu is None else cpu
 
     def end(self, samples: int | None = None, loss: float | None = None, **extra) -> None:
+        """The step ends now: its record is kept for the writer's thread, which makes the JSON line (StepLog). The
+        training thread only reads the two clocks, samples memory when the last sample is `MEMORY_EVERY_S` old, and
+        keeps a tuple (docs/benchmarks.md, "What capturing a user's script costs")."""
         if not self.open:
             self.begin(self.last_end)
-        end, cpu_s = time.time(), time.process_time() - self._cpu0
+        end = _time()
+        self.last_cpu = cpu = _process_time()
         self.open = False
         mem = None
         if self.sample_memory:
             if end - self._mem_ts >= MEMORY_EVERY_S or self._mem is None:
-                self._mem, self._mem_ts = self._memory.sample(), end
-            mem = self._mem
+                self._mem = mem = self._memory.sample()
+                self._mem_ts = end
+                self.peak_rss = max(self.peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
+            else:
+                mem = self._mem
         step = self.step
         if samples is None and self.default_samples is not None:
             samples = int(self.default_samples)
             self.samples_source = self.samples_source or "setting train.batch_size"
-        in_window = self.window_steps is not None and self.window_steps[0] <= step <= self.window_steps[1]
+        ws = self.window_steps
+        in_window = ws is not None and ws[0] <= step <= ws[1]
         capture_s = None
         if self.window is not None:  # outside the step's time, as the reference runner does
             t0 = time.perf_counter()
             self.window.step()
             capture_s = time.perf_counter() - t0
-        rec = writer.step_record(self.rank, step, self._start, end, samples, loss, in_window, cpu_s, mem)
-        if capture_s is not None:
-            rec["capture_s"] = capture_s
-        rec.update(extra)
-        if mem is not None:
-            self.peak_rss = max(self.peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
-        if self._log is None:
-            self._log = writer.StepLog(self.metrics_dir / f"rank{self.rank}.steps.jsonl", writer.FLUSH_S)
+        log = self._log
+        if log is None:
+            log = self._log = writer.StepLog(self.metrics_dir / f"rank{self.rank}.steps.jsonl", writer.FLUSH_S)
         # kept, then encoded and written in batches at most writer.FLUSH_S apart (the first step's at once, with the
         # meta): a JSON line and a write per step cost ~15-80 us here, a few % of a 2 ms step (docs/benchmarks.md)
-        self._log.append(rec)
-        self.step += 1
+        log.append((self.rank, step, self._start, end, samples, loss, in_window, cpu - self._cpu0, mem, capture_s, extra))
+        self.step = step + 1
         self.last_end = end
         if step == 0:
             self.write_meta()

@@ -130,8 +130,9 @@ class StepLog:
         self._thread: threading.Thread | None = None
         _OPEN_LOGS.add(self)
 
-    def append(self, rec: dict) -> None:
-        """Keep one step record for the next flush."""
+    def append(self, rec: dict | tuple) -> None:
+        """Keep one step record for the next flush: a dict, or the values `step_line` takes (a tuple, the recorder's:
+        the training thread builds no dict)."""
         self._pending.append(rec)
         if self._thread is None and not self._stop.is_set():
             self._thread = threading.Thread(target=self._run, name="perfbench-steplog", daemon=True)
@@ -146,7 +147,7 @@ class StepLog:
             pending = self._pending
             batch = [pending.popleft() for _ in range(len(pending))]  # what the training thread adds meanwhile stays
             # ASCII (json.dumps escapes the rest); after a failed write, what it left comes first
-            data = self._unwritten + "".join([json.dumps(r, default=_plain) + "\n" for r in batch]).encode()
+            data = self._unwritten + "".join([step_line(*r) if type(r) is tuple else _line(r) for r in batch]).encode()
             self._unwritten = b""
             try:
                 if data and self._fd is None:
@@ -181,6 +182,14 @@ def _plain(value):
     torch's `tolist()`), anything else as its text."""
     tolist = getattr(value, "tolist", None)
     return tolist() if callable(tolist) else str(value)
+
+
+_ENCODER = json.JSONEncoder(default=_plain)  # one encoder for every line (json.dumps with `default` makes one a call)
+
+
+def _line(rec: dict) -> str:
+    """A record's JSON line, as `json.dumps(rec, default=_plain)` writes it."""
+    return _ENCODER.encode(rec) + "\n"
 
 
 @atexit.register
@@ -236,3 +245,67 @@ def step_record(
     if mem is not None:
         rec.update(mem)
     return rec
+
+
+_LINE = (
+    '{{"rank": {}, "step": {}, "start_ts": {!r}, "end_ts": {!r}, "step_time_s": {!r}, "samples": {}, "loss": {}, '
+    '"profiled": {}, "cpu_s": {!r}'
+).format
+
+
+def step_line(
+    rank: int,
+    step: int,
+    start: float,
+    end: float,
+    samples: int | None,
+    loss: float | None,
+    profiled: bool,
+    cpu_s: float,
+    mem: dict | None,
+    capture_s: float | None = None,
+    extra: dict | None = None,
+) -> str:
+    """The JSON line of `step_record(...)` (+ `capture_s` when not None, + `extra`): the writer's thread makes it
+    from the values the recorder kept. The same text `json.dumps` writes (tests/unit/test_capture_batched_writes.py);
+    formatted directly (~4 us here against ~6 us through the json encoder, floats' repr being most of either) when
+    every value is a plain int, finite float or None and nothing is extra, else through the encoder."""
+    if (
+        not extra
+        and capture_s is None
+        and (samples is None or type(samples) is int)
+        and (loss is None or (type(loss) is float and loss - loss == 0.0))  # finite: NaN and inf go to the encoder
+        and type(start) is float
+        and type(end) is float
+        and type(cpu_s) is float
+        and start - start == 0.0
+        and end - end == 0.0
+        and cpu_s - cpu_s == 0.0
+        and type(step) is int
+        and type(rank) is int
+        and type(profiled) is bool
+    ):
+        head = _LINE(
+            rank,
+            step,
+            start,
+            end,
+            end - start,
+            "null" if samples is None else samples,
+            "null" if loss is None else repr(loss),
+            "true" if profiled else "false",
+            cpu_s,
+        )
+        if mem is None:
+            return head + "}\n"
+        hi, now = mem["max_rss_bytes"], mem["rss_bytes"]
+        if (hi is None or type(hi) is int) and (now is None or type(now) is int):
+            return (
+                f'{head}, "max_rss_bytes": {"null" if hi is None else hi}, "rss_bytes": {"null" if now is None else now}}}\n'
+            )
+    rec = step_record(rank, step, start, end, samples, loss, profiled, cpu_s, mem)
+    if capture_s is not None:
+        rec["capture_s"] = capture_s
+    if extra:
+        rec.update(extra)
+    return _line(rec)

@@ -136,3 +136,35 @@ def test_framework_scalars_are_written_as_numbers(tmp_path):
     rec.finish(0)
     (s,) = _lines(tmp_path / "metrics" / "rank0.steps.jsonl")
     assert s["samples"] == 4 and s["loss"] == 0.5 and s["tokens"] == [1, 2]
+
+
+def test_a_kept_steps_line_is_what_json_writes_for_its_record():
+    # the writer's thread formats a plain step's line itself; the expected text is the standard library's json.dumps
+    # of the same record (step_record + capture_s + extra, the recorder's key order)
+    import math
+
+    import numpy as np
+
+    mem = {"max_rss_bytes": 412_345_344, "rss_bytes": 401_234_944}
+    cases = [
+        (0, 0, 1764250000.123456, 1764250000.126789, 64, 2.3025851249694824, False, 0.0033149999, mem, None, {}),
+        (3, 17, 1.0, 1.5, None, None, True, 0.0, None, None, {}),
+        (1, 2, 1.0, 2.0, 8, -0.0, False, 1e-9, {"max_rss_bytes": None, "rss_bytes": 4096}, None, {}),
+        (0, 5, 1.0, 2.0, 8, math.nan, False, 0.5, mem, None, {}),  # NaN, as json writes it
+        (0, 6, 1.0, 2.0, 8, math.inf, False, 0.5, None, None, {}),
+        (0, 7, 1.0, 2.0, np.int64(4), np.float32(0.5), False, 0.5, mem, 0.0012, {"tokens": np.array([1, 2])}),
+        (0, 8, 1.0, 2.0, True, 1.0, True, 0.5, mem, None, {"comm": 3, "samples": 9}),  # an extra overrides in place
+    ]
+    for rank, step, start, end, samples, loss, profiled, cpu_s, m, capture_s, extra in cases:
+        rec = writer.step_record(rank, step, start, end, samples, loss, profiled, cpu_s, m)
+        if capture_s is not None:
+            rec["capture_s"] = capture_s
+        rec.update(extra)
+        expected = json.dumps(rec, default=writer._plain) + "\n"
+        line = writer.step_line(rank, step, start, end, samples, loss, profiled, cpu_s, m, capture_s, extra)
+        assert line == expected
+    # and one written out by hand: the contract's key order (STEP_KEYS, cpu_s, the memory sample)
+    assert writer.step_line(*cases[1]) == (
+        '{"rank": 3, "step": 17, "start_ts": 1.0, "end_ts": 1.5, "step_time_s": 0.5, "samples": null, "loss": null, '
+        '"profiled": true, "cpu_s": 0.0}\n'
+    )
