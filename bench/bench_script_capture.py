@@ -127,8 +127,14 @@ def parts(batch: int, tmp: Path, n: int = 2000) -> dict:
     out: dict = {}
     sampler = getattr(writer, "MemorySampler", None)
     out["memory_sample_us"] = med(sampler().sample if sampler else writer.memory_sample)
-    rec = writer.step_record(0, 1, time.time(), time.time(), batch, None, False, 0.001, writer.memory_sample())
-    out["json_line_us"] = med(lambda: json.dumps(rec) + "\n")
+    mem = writer.memory_sample()
+    kept = (0, 1, time.time(), time.time(), batch, 2.302585, False, 0.001, mem, None, {})
+    step_line = getattr(writer, "step_line", None)  # absent before the writer made the lines from kept values
+    if step_line is not None:
+        out["json_line_us"] = med(lambda: step_line(*kept))
+    else:
+        rec = writer.step_record(0, 1, time.time(), time.time(), batch, 2.302585, False, 0.001, mem)
+        out["json_line_us"] = med(lambda: json.dumps(rec) + "\n")
     r = Recorder({"run_id": "parts", "world_size": 1, "output_dir": str(tmp / "parts"), "train": {}}, rank=0)
     r.profile_window = lambda: None  # type: ignore[method-assign]
     ends = []
@@ -141,7 +147,7 @@ def parts(batch: int, tmp: Path, n: int = 2000) -> dict:
     log_cls = getattr(writer, "StepLog", None)
     if log_cls is not None:
         log = log_cls(tmp / "parts" / "flush.jsonl", flush_s=3600)
-        line = json.dumps(rec) + "\n"
+        line = kept if step_line is not None else writer.step_record(*kept[:9])  # what the recorder keeps
         out["append_us"] = med(lambda: log.append(line))
         per_batch = []
         for _ in range(50):  # a 0.5 s batch of 2 ms steps is ~250 lines
@@ -154,6 +160,47 @@ def parts(batch: int, tmp: Path, n: int = 2000) -> dict:
         out["batched_write_per_line_us"] = statistics.median(per_batch) / 250 / 1e3
     r.finish(0)
     return out
+
+
+def dispatch(n: int = 20000, rounds: int = 7) -> dict:
+    """What torch's calls of the hooks cost beside the hooks' own code (median over rounds of CPU ns per call, with a
+    no-op hook against none, interleaved): a module with a forward pre-hook leaves `Module.__call__`'s fast path, and
+    `Optimizer.step` runs the global post-hooks."""
+    import torch
+    from torch import nn
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    class Identity(nn.Module):
+        def forward(self, x):
+            return x
+
+    class NoStep(torch.optim.Optimizer):
+        def __init__(self, params):
+            super().__init__(params, {})
+
+        def step(self, closure=None):
+            return None
+
+    m, x = Identity(), torch.zeros(2, 2)
+    opt = NoStep([nn.Parameter(torch.zeros(2))])
+
+    def cpu_ns(fn) -> float:
+        t0 = time.thread_time_ns()
+        for _ in range(n):
+            fn()
+        return (time.thread_time_ns() - t0) / n
+
+    fwd, step = [], []
+    for _ in range(rounds):
+        bare = cpu_ns(lambda: m(x))
+        h = m.register_forward_pre_hook(lambda mod, args: None)
+        fwd.append(cpu_ns(lambda: m(x)) - bare)
+        h.remove()
+        bare = cpu_ns(opt.step)
+        h = register_optimizer_step_post_hook(lambda o, a, k: None)
+        step.append(cpu_ns(opt.step) - bare)
+        h.remove()
+    return {"forward_pre_hook_us": statistics.median(fwd) / 1e3, "optimizer_post_hook_us": statistics.median(step) / 1e3}
 
 
 def main() -> None:
@@ -203,31 +250,41 @@ def main() -> None:
     block(50)  # warm-up
     tmp = Path(tempfile.mkdtemp(prefix="bench-capture-"))
     cfg = {"run_id": "bench", "world_size": 1, "output_dir": str(tmp), "train": {"warmup_steps": 0}}
-    ratios, bare_all, cap_all, flushes = [], [], [], []
-    for c in range(a.cycles):
-        res = {}
-        for side in ("bare", "capture") if c % 2 == 0 else ("capture", "bare"):
-            if side == "capture":
-                rec = Recorder(cfg, rank=0)
-                rec.profile_window = lambda: None  # type: ignore[method-assign]
-                with HookTimer() as timer:
+    ratios, bare_all, cap_all = [], [], []
+    rec = Recorder(cfg, rank=0)  # one recorder and one steps file for all cycles, as in a run
+    rec.profile_window = lambda: None  # type: ignore[method-assign]
+    with HookTimer() as timer:  # the writer's batches are timed whenever they run, in a bare block too
+        for c in range(a.cycles):
+            res = {}
+            for side in ("bare", "capture") if c % 2 == 0 else ("capture", "bare"):
+                if side == "capture":
                     uninstall = torch_capture.install(rec)
                     res[side] = block(a.block, timer)[1:]  # the first step starts before the first boundary
                     uninstall()
-                    rec.finish(0)  # the last batch of records
-                flushes += timer.flushes
-            else:
-                res[side] = block(a.block)[1:]
-        b, k = statistics.median(res["bare"]), statistics.median(res["capture"])
-        ratios.append(k / b - 1)
-        bare_all += res["bare"]
-        cap_all += res["capture"]
+                else:
+                    res[side] = block(a.block)[1:]
+            b, k = statistics.median(res["bare"]), statistics.median(res["capture"])
+            ratios.append(k / b - 1)
+            bare_all += res["bare"]
+            cap_all += res["capture"]
+        rec.finish(0)  # the last batch
+    flushes = timer.flushes
     load1 = os.getloadavg()[0]
     q = statistics.quantiles(ratios, n=4)
     bare_ms = statistics.median(bare_all) * 1e3
     hooks_us = statistics.median(hook_cpu_ns) / 1e3
     write_us = statistics.median(ns / n for ns, n in flushes) / 1e3 if flushes else 0.0
-    direct_us = hooks_us + write_us
+    calls = dispatch()
+    own = HookTimer()  # the timer's own cost per timed call (a no-op timed the same way, warm: a lower bound)
+    noop = own.wrap(lambda: None)
+    per_call = []
+    for _ in range(2000):
+        own.cpu_ns = 0
+        noop()
+        per_call.append(own.cpu_ns)
+    timer_own_us = 2 * statistics.median(per_call) / 1e3  # two timed hooks a step (forward pre, step post)
+    dispatch_us = calls["forward_pre_hook_us"] + calls["optimizer_post_hook_us"]  # one forward, one step a step
+    direct_us = hooks_us + write_us + dispatch_us
     out = {
         "step_ms_bare": bare_ms,
         "step_ms_capture": statistics.median(cap_all) * 1e3,
@@ -239,6 +296,9 @@ def main() -> None:
             *[q / 1e3 for q in statistics.quantiles(hook_ns, n=4)[::2]],
         ],
         "batched_write_us_per_record": write_us,
+        "hook_dispatch_us_per_step": dispatch_us,
+        "hook_timer_own_us_per_step": timer_own_us,
+        "hook_dispatch": calls,
         "batches": len(flushes),
         "capture_share_of_bare_step": direct_us / 1e3 / bare_ms,
         "overhead_median": statistics.median(ratios),

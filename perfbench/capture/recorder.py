@@ -60,7 +60,9 @@ class Recorder:
         self.peak_rss: int | None = None
         self._start = 0.0
         self._cpu0 = 0.0
-        self.last_cpu = 0.0  # the process's CPU time at the last step's end (time.process_time())
+        # the process's CPU time (time.process_time()) at the last step's end when nothing but its record was done
+        # since (no memory sample, no profiler step): a step begun right after it may start its CPU time there
+        self.last_cpu: float | None = None
         self._log: writer.StepLog | None = None
         self._memory = writer.MemorySampler()
         self._mem: dict | None = None  # the last memory sample and when it was taken (time.time())
@@ -140,6 +142,7 @@ class Recorder:
                 self._mem = mem = self._memory.sample()
                 self._mem_ts = end
                 self.peak_rss = max(self.peak_rss or 0, mem["max_rss_bytes"] or 0, mem["rss_bytes"] or 0) or None
+                self.last_cpu = None  # its system calls' CPU time is no step's
             else:
                 mem = self._mem
         step = self.step
@@ -153,6 +156,7 @@ class Recorder:
             t0 = time.perf_counter()
             self.window.step()
             capture_s = time.perf_counter() - t0
+            self.last_cpu = None
         log = self._log
         if log is None:
             log = self._log = writer.StepLog(self.metrics_dir / f"rank{self.rank}.steps.jsonl", writer.FLUSH_S)

@@ -90,8 +90,9 @@ def install(rec: Recorder):
             rec.samples_source = "input batch dimension"
         state["samples"] = None
         rec.end(samples=samples)
-        # the next step starts after this one's record is kept (its wall time is in neither); its CPU time is counted
-        # from this one's end (one clock read fewer a step: the few us of the record go to the next step's cpu_s)
+        # the next step starts after this one's record is kept (its wall time is in neither); its CPU time from this
+        # one's end unless a memory sample or the profiler's step came between (one system call fewer in most steps;
+        # the record's few us of Python go to the next step's cpu_s)
         rec.begin(cpu=rec.last_cpu)
 
     state["global"] = register_module_forward_pre_hook(global_pre)
