@@ -522,7 +522,7 @@ DEFINITIONS = [
         "lower",
         "max over ranks of the rank's peak memory: the process's device memory where the profiler records it "
         "(Ascend memory_record APP Total Reserved, max over the profiled window), else the process's resident "
-        "high-water mark sampled after every step (at most every 20 ms) by the workload (max over steps of "
+        "high-water mark sampled after every step (at most every 50 ms) by the workload (max over steps of "
         "max(max_rss_bytes = ru_maxrss, rss_bytes = resident set then)), else the "
         "framework allocator's peak reserved (analyzers/analyses/memory.py)",
         "bytes",

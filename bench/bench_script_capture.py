@@ -200,7 +200,10 @@ def dispatch(n: int = 20000, rounds: int = 7) -> dict:
         h = register_optimizer_step_post_hook(lambda o, a, k: None)
         step.append(cpu_ns(opt.step) - bare)
         h.remove()
-    return {"forward_pre_hook_us": statistics.median(fwd) / 1e3, "optimizer_post_hook_us": statistics.median(step) / 1e3}
+    return {
+        "forward_pre_hook_us": statistics.median(fwd) / 1e3,
+        "optimizer_post_hook_us": statistics.median(step) / 1e3,
+    }
 
 
 def main() -> None:

@@ -19,8 +19,9 @@ from typing import Any
 from perfbench.capture import writer
 
 #: the resident memory is sampled after a step when the last sample is at least this old; a step ending sooner
-#: carries the last sample (two system calls of ~2-20 us each here: at most 50 a second whatever the step time)
-MEMORY_EVERY_S = 0.02
+#: carries the last sample (two system calls of ~2-20 us each here, ~25-35 us together inside a loaded training
+#: loop: at most 20 a second whatever the step time; a reference workload's steps, ~100 ms and more, are each sampled)
+MEMORY_EVERY_S = 0.05
 
 _time, _process_time = time.time, time.process_time
 
@@ -162,7 +163,9 @@ class Recorder:
             log = self._log = writer.StepLog(self.metrics_dir / f"rank{self.rank}.steps.jsonl", writer.FLUSH_S)
         # kept, then encoded and written in batches at most writer.FLUSH_S apart (the first step's at once, with the
         # meta): a JSON line and a write per step cost ~15-80 us here, a few % of a 2 ms step (docs/benchmarks.md)
-        log.append((self.rank, step, self._start, end, samples, loss, in_window, cpu - self._cpu0, mem, capture_s, extra))
+        log.append(
+            (self.rank, step, self._start, end, samples, loss, in_window, cpu - self._cpu0, mem, capture_s, extra)
+        )
         self.step = step + 1
         self.last_end = end
         if step == 0:

@@ -300,9 +300,8 @@ def step_line(
             return head + "}\n"
         hi, now = mem["max_rss_bytes"], mem["rss_bytes"]
         if (hi is None or type(hi) is int) and (now is None or type(now) is int):
-            return (
-                f'{head}, "max_rss_bytes": {"null" if hi is None else hi}, "rss_bytes": {"null" if now is None else now}}}\n'
-            )
+            hi_s, now_s = "null" if hi is None else hi, "null" if now is None else now
+            return f'{head}, "max_rss_bytes": {hi_s}, "rss_bytes": {now_s}}}\n'
     rec = step_record(rank, step, start, end, samples, loss, profiled, cpu_s, mem)
     if capture_s is not None:
         rec["capture_s"] = capture_s
