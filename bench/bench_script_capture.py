@@ -1,27 +1,31 @@
 """What perfbench's capture costs a user's PyTorch script (perfbench/capture/torch_capture.py): the optimizer
-step hook, the outermost module's forward pre-hook and the per-step record (memory sample, one JSON line kept for
-the batched write), against the step time of examples/own-job/train_pytorch.py's model (MLP 64-h-h-10, SGD with
-momentum, one process, one thread, CPU), side by side in one process.
+step hook, the outermost module's forward pre-hook and the per-step record (two clock reads, a memory sample at most
+every 50 ms, the values kept for the writer's thread, which makes and writes the JSON lines in batches), against
+the step time of examples/own-job/train_pytorch.py's model (MLP 64-h-h-10, SGD with momentum, one process, one
+thread, CPU), side by side in one process.
 
-Cycles of `--block` steps without capture, then `--block` steps with it (hooks installed, a Recorder writing into
-a temporary run folder, profiler off), the order flipping every cycle. A step's wall time runs from one step's
-start to the next one's, so the record made after the step is inside it.
+Cycles of `--block` steps without capture, then `--block` steps with it (hooks installed into one Recorder for the
+whole run, writing into a temporary run folder, profiler off), the order flipping every cycle. A step's wall time
+runs from one step's start to the next one's, so the record made after the step is inside it.
 
 Reported:
 - the direct cost, the primary figure (a loaded machine's step times swing more than the capture costs): the CPU
   time spent in capture code per step, measured in the same process while the captured steps run, every hook
-  perfbench registers wrapped in a `thread_time_ns` timer (median over steps of the hooks' CPU time in each step),
-  plus the batched writes of the records (the writer's thread, and the last batch at the end; median over batches
-  of the batch's CPU time per record in it); its share of the median bare step. CPU time, not wall time: at load
-  15-30 the process is switched out at a system call's return in most steps, and the wall time around a hook then
-  holds the neighbours' time slice (the hooks' wall time is reported too);
+  perfbench registers wrapped in a `thread_time_ns` timer (median over steps of the hooks' CPU time in each step;
+  `hook_timer_own_us_per_step`: what the timer itself adds, warm, included), plus the batched writes of the records
+  (the writer's thread whenever it runs, and the last batch at the end; median over batches of the batch's CPU time
+  per record in it), plus torch's dispatch of the two hooks (`dispatch()`: a no-op hook against none); its share of
+  the median bare step. CPU time, not wall time: at load 15-30 the process is switched out at a system call's return
+  in most steps, and the wall time around a hook then holds the neighbours' time slice (the hooks' wall time is
+  reported too);
 - per cycle: median captured step / median bare step - 1, the median over cycles and its quartiles;
 - the record's parts, each timed alone over 2,000 calls (memory sample, JSON line, append, batched write per line).
 
     .venv/bin/python bench/bench_script_capture.py --cycles 20 --block 20 [--hidden 512 --batch 64] [--json FILE]
 
 `--hidden` and `--batch` size the model (the examples' `knobs.hidden` and `train.batch_size`): larger steps, the
-same capture work per step.
+same capture work per step. The script runs against whichever perfbench it sits in (a git worktree of an older
+commit gives the before side; parts that older code lacks are measured its way).
 """
 
 from __future__ import annotations
