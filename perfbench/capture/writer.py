@@ -247,6 +247,7 @@ def step_record(
     return rec
 
 
+_MEM_KEYS = ("max_rss_bytes", "rss_bytes")  # a memory sample's keys, in its order
 _LINE = (
     '{{"rank": {}, "step": {}, "start_ts": {!r}, "end_ts": {!r}, "step_time_s": {!r}, "samples": {}, "loss": {}, '
     '"profiled": {}, "cpu_s": {!r}'
@@ -298,8 +299,8 @@ def step_line(
         )
         if mem is None:
             return head + "}\n"
-        hi, now = mem["max_rss_bytes"], mem["rss_bytes"]
-        if (hi is None or type(hi) is int) and (now is None or type(now) is int):
+        hi, now = mem.get("max_rss_bytes"), mem.get("rss_bytes")
+        if tuple(mem) == _MEM_KEYS and (hi is None or type(hi) is int) and (now is None or type(now) is int):
             hi_s, now_s = "null" if hi is None else hi, "null" if now is None else now
             return f'{head}, "max_rss_bytes": {hi_s}, "rss_bytes": {now_s}}}\n'
     rec = step_record(rank, step, start, end, samples, loss, profiled, cpu_s, mem)

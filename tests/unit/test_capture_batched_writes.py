@@ -150,6 +150,7 @@ def test_a_kept_steps_line_is_what_json_writes_for_its_record():
         (0, 0, 1764250000.123456, 1764250000.126789, 64, 2.3025851249694824, False, 0.0033149999, mem, None, {}),
         (3, 17, 1.0, 1.5, None, None, True, 0.0, None, None, {}),
         (1, 2, 1.0, 2.0, 8, -0.0, False, 1e-9, {"max_rss_bytes": None, "rss_bytes": 4096}, None, {}),
+        (1, 3, 1.0, 2.0, 8, 0.25, False, 1e-9, {"rss_bytes": 4096, "max_rss_bytes": 8192}, None, {}),  # its own order
         (0, 5, 1.0, 2.0, 8, math.nan, False, 0.5, mem, None, {}),  # NaN, as json writes it
         (0, 6, 1.0, 2.0, 8, math.inf, False, 0.5, None, None, {}),
         (0, 7, 1.0, 2.0, np.int64(4), np.float32(0.5), False, 0.5, mem, 0.0012, {"tokens": np.array([1, 2])}),
