@@ -20,7 +20,7 @@ from perfbench.capture import writer
 
 #: the resident memory is sampled after a step when the last sample is at least this old; a step ending sooner
 #: carries the last sample (two system calls of ~2-20 us each here, ~25-35 us together inside a loaded training
-#: loop: at most 20 a second whatever the step time; a reference workload's steps, ~100 ms and more, are each sampled)
+#: loop: at most 20 a second whatever the step time; steps of 50 ms or more are each sampled)
 MEMORY_EVERY_S = 0.05
 
 _time, _process_time = time.time, time.process_time
