@@ -159,9 +159,12 @@ RULE = Rule(
     gain=(
         "latency terms fusion removes, by `perfbench.predict.comm`'s cost model `t = latency × ring hops + factor × "
         "bytes / bandwidth`: latency per hop and bandwidth fitted by least squares on this run's own collectives "
-        "(transit time, else elapse − wait; the fastest of each kind, group size and size, so that a loaded machine, "
-        "which only adds time to a collective, does not inflate the fit); per rank and step, latency × (Σ hops of its "
-        "collectives − hops of one collective per group); null when the fit finds no latency"
+        "(transit time, else elapse − wait; the fastest of each kind, group size and size: a collective's cost on an "
+        "idle machine); per rank and step, latency × (Σ hops of its collectives − hops of one collective per group). "
+        "Where the operators ran on the host CPU (the MindSpore CPU profile), per rank, step and group the "
+        "collectives' own summed time less one fused collective's (the fit's time for all their bytes, at least the "
+        "longest of them), mean over steps and ranks: on a loaded host each collective also waits for its ranks to "
+        "be scheduled and one fused collective waits once. Null when the fit finds no latency"
     ),
     knobs=("parallel.comm_fusion",),
     tries='`{"parallel.comm_fusion": "all"}`, predicted step = step − gain',
