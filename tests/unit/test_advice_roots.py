@@ -5,6 +5,8 @@ worked out by hand below:
   the slowest stage's idle time inside the pipeline window are the stage imbalance's symptoms, not causes;
 - one rank alone slow (host work before its step): the straggler is the first root, its own idle time folds under
   it, and free time counts only the other ranks' idle time (the host work every rank pays);
+- a rank late only while profiled (its extra CPU time per step gone in the measured unprofiled steps): the
+  profiler's own work on it, gain 0 and no straggler for the other rules;
 - the unbalanced split of tests/integration/test_advise_try_msrun.py: the slowest stage's idle time, which grows
   with the machine's load, stays under the stage imbalance; only idle time outside the pipeline window is the
   host's."""
