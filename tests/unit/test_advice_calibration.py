@@ -165,6 +165,11 @@ def test_fusion_on_the_cpu_counts_each_collectives_wait_for_a_core():
     assert gain == pytest.approx(5.2522528) and "15 collectives fewer per step" in basis
     assert fusion_gain(co)[0] == pytest.approx(1.5)
     assert fusion_gain(_small(), observed=True)[0] == pytest.approx(1.5)  # an idle machine: the latency terms
+    # a second group with one collective per rank and step (16384 B, on the model: 0.1 + 0.0016384 ms): nothing to
+    # fuse there, 0 ms, never more
+    one = _small().query("op_name == 'ar0'").assign(group="h", size_bytes=16384.0, transit_ms=0.1016384)
+    one["elapse_ms"] = one["transit_ms"]
+    assert fusion_gain(pd.concat([_small(), one], ignore_index=True), observed=True)[0] == pytest.approx(1.5)
     cpu = A.advise({"comm_ops": co, "ops_for_checks": CPU_OPS}, {"step_time_s": 0.1})
     npu = A.advise({"comm_ops": co, "ops_for_checks": DEVICE_OPS}, {"step_time_s": 0.1})
     assert cpu.set_index("rule").loc["small_packets", "gain_ms"] == pytest.approx(5.2522528)
