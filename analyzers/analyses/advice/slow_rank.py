@@ -159,6 +159,7 @@ RULE = Rule(
         "a rank not last at a collective is 0 ms late there): the others' wait per step. 0 when the rank's CPU time "
         "per step above the group's other ranks (`workload_steps` `cpu_s`, median over the measured steps) is positive "
         "in the profiled steps and below `PROFILED_ONLY_SHARE` of that in the unprofiled ones: the profiler's own "
-        "work on it, which an unprofiled run does not wait for (and no other finding treats it as a straggler)"
+        "work on it, which an unprofiled run does not wait for (and the idle-time rule does not leave its idle time "
+        "out as a straggler's)"
     ),
 )
