@@ -5,6 +5,8 @@ worked out by hand below:
   the slowest stage's idle time inside the pipeline window are the stage imbalance's symptoms, not causes;
 - one rank alone slow (host work before its step): the straggler is the first root, its own idle time folds under
   it, and free time counts only the other ranks' idle time (the host work every rank pays);
+- a rank late only while profiled (its extra CPU time per step gone in the measured unprofiled steps): the
+  profiler's own work on it, gain 0 and no straggler for the other rules;
 - the unbalanced split of tests/integration/test_advise_try_msrun.py: the slowest stage's idle time, which grows
   with the machine's load, stays under the stage imbalance; only idle time outside the pipeline window is the
   host's."""
@@ -293,6 +295,67 @@ def test_a_straggler_idle_alone_folds_its_free_time():
     assert ft["symptom_of"] == "slow_rank:world:1" and list(ft["ranks"]) == [1]
     assert ft["gain_ms"] == pytest.approx(142.5)
     assert list(_roots(out)["id"]) == ["slow_rank:world:1"]
+
+
+# ---- a rank late only while profiled: the workload's own step records (cpu_s per rank and step) ---------------------
+# steps 0-2 warm-up (train.warmup_steps 3: compile, rank 1 +50 ms of CPU), steps 5 and 6 profiled (the comm_ops
+# steps), steps 3, 4 and 7 measured without the profiler. Rank 0 burns 40 ms of CPU per measured step.
+
+
+def _with_cpu(tables, profiled_ms, unprofiled_ms, warmup_ms=50.0):
+    """`tables` with workload_steps: rank 1's CPU per step above rank 0's 40 ms by `profiled_ms` in the profiled
+    steps 5, 6, by `unprofiled_ms` in the measured unprofiled steps 3, 4, 7 and by `warmup_ms` in the warm-up."""
+    rows = []
+    for s in range(8):
+        extra = profiled_ms if s in (5, 6) else warmup_ms if s < 3 else unprofiled_ms
+        for r in (0, 1):
+            cpu = 0.040 + (extra / 1000.0 if r == 1 else 0.0)
+            rows.append({"rank": r, "step": s, "step_time_s": 0.202, "cpu_s": cpu, "profiled": s in (5, 6)})
+    return dict(tables, workload_steps=pd.DataFrame(rows), _config={"train": {"warmup_steps": 3}})
+
+
+def test_a_rank_late_only_while_profiled_is_no_straggler():
+    # rank 1 burns 10 ms more CPU than rank 0 in the profiled steps and none in the measured unprofiled ones
+    # (0 < 0.5 x 10): the profiler's work on it. Its finding stays, with gain 0; free time counts every rank (the
+    # most idle, rank 1: 142.5 ms, not only rank 0's 45.8) and the exposed communication (105 ms) is a root of its
+    # own, cut to what the 202 ms step leaves (202 - 142.5 = 59.5 ms)
+    out = advise(_with_cpu(_straggler_tables(), 10.0, 0.0), {"step_time_s": 0.202})
+    rows = _by_id(out)
+    sr = rows["slow_rank:world:1"]
+    assert sr["gain_ms"] == 0.0 and "profiled steps only" in sr["message"]
+    assert "10.00 ms more CPU" in sr["basis"] and "0.00 ms in the unprofiled" in sr["basis"]
+    assert list(_roots(out)["id"]) == ["free_time:all", "exposed_communication:all", "slow_rank:world:1"]
+    assert rows["free_time:all"]["gain_ms"] == pytest.approx(142.5) and list(rows["free_time:all"]["ranks"]) == [0, 1]
+    assert rows["exposed_communication:all"]["gain_ms"] == pytest.approx(59.5)
+
+
+def test_a_rank_that_burns_more_cpu_unprofiled_too_stays_the_straggler():
+    # the same extra CPU in the unprofiled steps (a straggler of the job, like inject.straggler_rank): unchanged
+    for unprofiled in (10.0, 6.0):  # 6.0: above PROFILED_ONLY_SHARE x 10
+        out = advise(_with_cpu(_straggler_tables(), 10.0, unprofiled), {"step_time_s": 0.202})
+        assert list(_roots(out)["id"]) == ["slow_rank:world:1", "free_time:all"], unprofiled
+        assert _roots(out).iloc[0]["gain_ms"] == pytest.approx(103.0)
+    # just below the share: the profiler's
+    out = advise(_with_cpu(_straggler_tables(), 10.0, 4.0), {"step_time_s": 0.202})
+    assert _by_id(out)["slow_rank:world:1"]["gain_ms"] == 0.0
+    # no extra CPU while profiled either (late for another reason): a straggler, as without step records
+    out = advise(_with_cpu(_straggler_tables(), 0.0, 0.0), {"step_time_s": 0.202})
+    assert _roots(out).iloc[0]["id"] == "slow_rank:world:1"
+
+
+def test_the_warm_up_steps_do_not_count_as_unprofiled():
+    # warm-up steps 0-2 with rank 1 +50 ms (compile) would put the unprofiled median at (50 + 0) / 2 = 25 ms, above
+    # half the profiled 10 ms; only the measured steps count: 0 ms, the profiler's
+    from analyzers.analyses.advice.slow_rank import cpu_excess_ms
+
+    t = _with_cpu(_straggler_tables(), 10.0, 0.0)
+    assert cpu_excess_ms(t, 1, {0, 1}) == (pytest.approx(10.0), pytest.approx(0.0))
+    assert cpu_excess_ms(t, 0, {0, 1}) == (pytest.approx(-10.0), pytest.approx(0.0))
+    assert cpu_excess_ms(dict(t, _config={}), 1, {0, 1}) == (pytest.approx(10.0), pytest.approx(25.0))
+    assert cpu_excess_ms(t, 1, {1}) is None  # no other rank to compare with
+    only_profiled = dict(t, workload_steps=t["workload_steps"].query("profiled"))
+    assert cpu_excess_ms(only_profiled, 1, {0, 1}) is None
+    assert _by_id(advise(dict(t, _config={}), {"step_time_s": 0.202}))["slow_rank:world:1"]["gain_ms"] == 103.0
 
 
 # ---- the unbalanced split (pipeline_split [2, 16], 2 ranks, 2 stages, 4 micro-batches; spans) ---------------------

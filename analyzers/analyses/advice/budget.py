@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analyzers.analyses.advice.common import budget_part, load_excess, num, stage_of, step_ms, table, trusted
+from analyzers.analyses.advice.common import budget_part, num, stage_of, step_ms, table, trusted
 
 
 def _within_stage_spread(tables) -> float | None:
@@ -27,18 +27,15 @@ def _within_stage_spread(tables) -> float | None:
 
 
 def time_budget(tables, summary) -> dict:
-    """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication (less the
-    time the collectives waited for a core, load_excess) and `idle` (free) time of the most exposed / most
-    idle rank (step_breakdown medians over steps), `imbalance` = the stages' computing spread (max - min, stages
-    table) + the largest within-group computing spread (rank_imbalance, groups whose ranks share a stage) or the
-    ranks' median step-time spread (workload steps), whichever is larger; and `step` (summary step_time_s). Root
-    gains are drawn from these pools."""
+    """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication (the
+    collectives' wait for a core included: fusion removes it with the collectives, small_packets) and `idle` (free)
+    time of the most exposed / most idle rank (step_breakdown medians over steps), `imbalance` = the stages'
+    computing spread (max - min, stages table) + the largest within-group computing spread (rank_imbalance, groups
+    whose ranks share a stage) or the ranks' median step-time spread (workload steps), whichever is larger; and
+    `step` (summary step_time_s). Root gains are drawn from these pools."""
     sb = trusted(table(tables, "step_breakdown"))
-    exposed = budget_part(sb, "communication_not_overlapped_us")
-    if exposed is not None:  # less what the collectives waited for a core: no finding can give that back
-        exposed = max(0.0, exposed - load_excess(tables))
     out = {
-        "exposed": exposed,
+        "exposed": budget_part(sb, "communication_not_overlapped_us"),
         "idle": budget_part(sb, "free_us"),
         "imbalance": None,
         "step": step_ms(summary),

@@ -154,9 +154,10 @@ def on_cpu(tables) -> bool:
 def load_excess_ms(tables) -> float:
     """ms per step the collectives took beyond the fastest of their kind and group size at their size or larger
     (`fastest`; per rank and step the sum of transfer time - that floor, the median over ranks and steps): on a
-    loaded host the time their ranks waited for a core, which no communication knob removes. Only where the
-    operators ran on the host CPU (`on_cpu`): on an accelerator the spread among same-size collectives has other
-    causes (peers arriving late, link contention) that the communication findings own. 0 when unknown."""
+    loaded host the time their ranks waited for a core, which neither hiding nor compressing them removes (fusing
+    them does: small_packets). Only where the operators ran on the host CPU (`on_cpu`): on an accelerator the spread
+    among same-size collectives has other causes (peers arriving late, link contention) that the communication
+    findings own. 0 when unknown."""
     co = table(tables, "comm_ops", "rank", "step", "op_type", "size_bytes")
     if not on_cpu(tables) or co is None:
         return 0.0

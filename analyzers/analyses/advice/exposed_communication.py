@@ -268,7 +268,7 @@ RULE = Rule(
         "the most exposed rank's `communication_not_overlapped` per step (`step_breakdown`), less the time its "
         "collectives took beyond the fastest of their kind and group size at their size or larger (per rank and "
         "step, median; only where the operators ran on the host CPU: on a loaded machine their wait for a core, "
-        "which no communication knob removes) — only what "
+        "which neither hiding nor compressing them removes) — only what "
         "no specific cause already explains (see accounting)"
     ),
     knobs=("parallel.grad_compression",),

@@ -16,7 +16,7 @@ import pandas as pd
 
 from analyzers.analyses.advice import pipeline_bubble, slow_rank, stage_imbalance
 from analyzers.analyses.advice.common import breakdown_share, budget_part, num, stage_ranks, table
-from analyzers.analyses.advice.rule import Fold, Rule
+from analyzers.analyses.advice.rule import CONFIG_KEY, Fold, Rule
 
 ID = "free_time"
 
@@ -169,7 +169,16 @@ def find(tables, summary):
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("step_breakdown", "slow_ranks", "comm_ops", "stages", "rank_stages", "pipeline"),
+    needs=(
+        "step_breakdown",
+        "slow_ranks",
+        "comm_ops",
+        "stages",
+        "rank_stages",
+        "pipeline",
+        "workload_steps",
+        CONFIG_KEY,
+    ),
     thresholds={"FREE_SHARE": FREE_SHARE},
     folds=(
         Fold(

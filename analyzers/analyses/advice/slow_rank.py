@@ -1,5 +1,7 @@
 """Rule `slow_rank`: the rank a group's others wait for (slow_ranks, group scope). Its gain is the others' wait per
-step; lateness in a group between unbalanced pipeline stages is the stage imbalance's and folds under it."""
+step; lateness in a group between unbalanced pipeline stages is the stage imbalance's and folds under it. A rank that
+burned more CPU than the others only in the profiled steps (the workload's own step records: its extra CPU time does
+not outlast the profiler) is late because of the profiler's own work on it: its gain is 0, and it is no straggler."""
 
 from __future__ import annotations
 
@@ -7,9 +9,15 @@ import pandas as pd
 
 from analyzers.analyses.advice import stage_imbalance
 from analyzers.analyses.advice.common import fmt, n_steps, spans_stages, stage_of, table
-from analyzers.analyses.advice.rule import Fold, Rule
+from analyzers.analyses.advice.rule import CONFIG_KEY, Fold, Rule
+from analyzers.schema import warmup_steps
 
 ID = "slow_rank"
+
+#: a slow rank whose CPU time per step above the group's other ranks (workload_steps `cpu_s`, median over steps)
+#: in the unprofiled measured steps is below this share of that in the profiled steps is late because of the
+#: profiler's own work on it (a profiler artifact), not a straggler of the job
+PROFILED_ONLY_SHARE = 0.5
 
 
 def group_members(tables) -> dict[str, set[int]]:
@@ -28,7 +36,54 @@ def stragglers(tables) -> set[int]:
         int(r["ranks"][0])
         for r in find(tables, {})
         if not (r["cross_stage"] and stage_imbalance.bottleneck_stage(tables) is not None)
+        and not r.get("profiler_only")
     }
+
+
+def cpu_excess_ms(tables, rank: int, others) -> tuple[float, float] | None:
+    """(profiled, unprofiled): the rank's CPU time per step above the median of `others` in the same step
+    (workload_steps `cpu_s`), the median over the measured (after `train.warmup_steps`) profiled and unprofiled steps,
+    in ms; None unless both kinds of step are known."""
+    ws = table(tables, "workload_steps", "rank", "step", "cpu_s", "profiled")
+    others = sorted({int(o) for o in others} - {int(rank)})
+    if ws is None or not others:
+        return None
+    ws = ws.assign(step=pd.to_numeric(ws["step"], errors="coerce"), cpu=pd.to_numeric(ws["cpu_s"], errors="coerce"))
+    ws = ws[ws["step"] >= warmup_steps(tables.get(CONFIG_KEY))].dropna(subset=["step", "cpu"])
+    cpu = ws.pivot_table(index="step", columns="rank", values="cpu", aggfunc="median")
+    if rank not in cpu.columns or not set(others) & set(cpu.columns):
+        return None
+    excess = (cpu[rank] - cpu[[o for o in others if o in cpu.columns]].median(axis=1)).dropna() * 1000.0
+    profiled = ws.groupby("step")["profiled"].agg(lambda v: bool(v.astype(bool).any())).reindex(excess.index)
+    prof, unprof = excess[profiled.fillna(False).astype(bool)], excess[~profiled.fillna(False).astype(bool)]
+    if prof.empty or unprof.empty:
+        return None
+    return float(prof.median()), float(unprof.median())
+
+
+def _profiler_only(row: dict, tables, members) -> None:
+    """Mark `row` a profiler artifact (gain 0, `profiler_only`) when its rank burned more CPU than the group's others
+    in the profiled steps and less than PROFILED_ONLY_SHARE of that in the unprofiled ones (cpu_excess_ms)."""
+    rank = row["ranks"][0]
+    ex = cpu_excess_ms(tables, rank, members)
+    if ex is None or not (ex[0] > 0 and ex[1] < PROFILED_ONLY_SHARE * ex[0]):
+        return
+    said = (
+        f"rank {rank} burned {fmt(ex[0])} ms more CPU per step than the group's other ranks in the profiled steps "
+        f"and {fmt(ex[1])} ms in the unprofiled ones (workload_steps cpu_s, median over the measured steps)"
+    )
+    row.update(
+        profiler_only=True,
+        gain_ms=0.0,
+        severity="low",
+        basis=f"0: {said}: the profiler's own work on it; an unprofiled run does not wait for it (was {row['basis']})",
+        message=(
+            f"Rank {rank} arrives last in the profiled steps only: it burned {fmt(ex[0])} ms more CPU per step than "
+            f"the others while profiled and {fmt(ex[1])} ms otherwise. That is the profiler's own work on this rank, "
+            "not a straggler of the job."
+        ),
+        evidence=f"{row['evidence']}; workload_steps: {said}",
+    )
 
 
 def _row(r, steps, cross: bool) -> dict:
@@ -79,6 +134,7 @@ def find(tables, summary):
         # whenever the stages are unbalanced: the rank of the slower stage arrives last at every transfer
         cross = str(r.get("group_kind")) == "pp" or spans_stages(members.get(str(r["group"]), ()), stages)
         out.append(_row(r, steps, cross))
+        _profiler_only(out[-1], tables, members.get(str(r["group"]), ()))
         if cross and bottleneck is not None:
             at = f" (stage {stages[int(r['rank'])]})" if int(r["rank"]) in stages else ""
             named = f"in group '{r['group']}' " if str(r["group"] or "") else ""  # gloo's p2p names no group
@@ -94,11 +150,16 @@ def find(tables, summary):
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("slow_ranks", "comm_ops", "rank_stages", "stages"),
+    needs=("slow_ranks", "comm_ops", "rank_stages", "stages", "workload_steps", CONFIG_KEY),
+    thresholds={"PROFILED_ONLY_SHARE": PROFILED_ONLY_SHARE},
     folds=(Fold(stage_imbalance.ID, "in a group between stages", lambda r, c: bool(r.get("cross_stage"))),),
     fires="a `slow_ranks` row with scope `group` is slow; evidence: test statistic vs critical value, last arrivals",
     gain=(
         "its summed lateness (ms) / steps (`slow_ranks` row: `total_lateness_ms`, = mean lateness × its collectives; "
-        "a rank not last at a collective is 0 ms late there): the others' wait per step"
+        "a rank not last at a collective is 0 ms late there): the others' wait per step. 0 when the rank's CPU time "
+        "per step above the group's other ranks (`workload_steps` `cpu_s`, median over the measured steps) is positive "
+        "in the profiled steps and below `PROFILED_ONLY_SHARE` of that in the unprofiled ones: the profiler's own "
+        "work on it, which an unprofiled run does not wait for (and the idle-time rule does not leave its idle time "
+        "out as a straggler's)"
     ),
 )

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyses.collectives import factor, steps
-from analyzers.analyses.advice.common import num, table, transfer_ms
+from analyzers.analyses.advice.common import num, on_cpu, table, transfer_ms
 from analyzers.analyses.advice.rule import Rule
 
 ID = "small_packets"
@@ -24,13 +24,19 @@ SMALL_PACKET_MIN_PER_STEP = 8
 SMALL_PACKET_SHARE_HIGH = 0.5
 
 
-def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
+def fusion_gain(co: pd.DataFrame, observed: bool = False) -> tuple[float | None, str]:
     """ms per step that fusing every gradient collective of a group into one would save: the latency terms
     the collective cost model of perfbench.predict.comm (time = latency x ring hops + factor x bytes /
     bandwidth) says the extra collectives pay. Latency and bandwidth are fitted on this run's own
     collectives (least squares over transit time, or elapse - wait, the fastest of each kind, group size and
-    size, so that load does not inflate it); removed latency per rank and step =
-    latency x (hops of all its collectives - hops of one per group). Null when the fit has no latency."""
+    size: the cost of a collective on an idle machine); removed latency per rank and step =
+    latency x (hops of all its collectives - hops of one per group).
+
+    `observed` (the operators ran on the host CPU, common.on_cpu): per rank, step and group the collectives'
+    own summed time less that of the one fused collective (the fit's time for all their bytes, at least the
+    longest of them). On a loaded host every collective also waits for its ranks to be scheduled; one fused
+    collective waits once, so fusion removes those waits with the latency terms (docs/advice.md,
+    "Calibration"). Null when the fit has no latency."""
     df = pd.DataFrame(
         {
             "rank": co.get("rank"),
@@ -52,9 +58,9 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     fac = {(o, n): factor(o, int(n)) for o, n in zip(kinds["op_type"], kinds["n"])}
     key = list(zip(df["op_type"], df["n"]))
     df["hops"] = [hop[k] for k in key]
+    df["fac"] = [fac[k] for k in key]
     # the fit reads the fastest of the collectives of one kind, group size and size: a loaded machine only adds
-    # time to a collective (its ranks wait for a core), so the minimum is its cost and the fit does not grow
-    # with the load (the latency of a busy 2-core VM is 10x a quiet one's; docs/advice.md "Calibration")
+    # time to a collective (its ranks wait for a core), so the minimum is its cost on an idle machine
     fit = df.groupby(["op_type", "n", "size"], as_index=False).agg(t=("t", "min"), hops=("hops", "first"))
     fkey = list(zip(fit["op_type"], fit["n"]))
     X = np.column_stack([fit["hops"].to_numpy(float), np.array([fac[k] for k in fkey]) * fit["size"].to_numpy(float)])
@@ -62,12 +68,31 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     if not (X[:, 0] > 0).any():
         return None, "not estimated: no collective over more than one rank"
     coef, *_ = np.linalg.lstsq(X, y, rcond=None)
-    lat = float(coef[0])
+    lat, inv_bw = float(coef[0]), float(coef[1])
     if coef[1] < 0:  # noise in the bytes term: latency alone
-        lat = float(np.dot(X[:, 0], y) / np.dot(X[:, 0], X[:, 0]))
+        lat, inv_bw = float(np.dot(X[:, 0], y) / np.dot(X[:, 0], X[:, 0])), 0.0
     if not lat > 0:
         return None, "not estimated: this run's collectives show no latency term (fit <= 0)"
-    per = df.groupby(["rank", "step", "group"]).agg(hops=("hops", "sum"), one=("hops", "max"))
+    df["bytes_term"] = df["fac"] * df["size"]
+    per = df.groupby(["rank", "step", "group"]).agg(
+        hops=("hops", "sum"),
+        one=("hops", "max"),
+        t=("t", "sum"),
+        longest=("t", "max"),
+        b=("bytes_term", "sum"),
+        n=("t", "size"),
+    )
+    if observed:
+        fused = np.maximum(per["longest"], lat * per["one"] + inv_bw * per["b"])
+        removed = (per["t"] - fused).clip(lower=0.0).groupby(level=["rank", "step"]).sum()
+        gain = float(removed.groupby(level="rank").mean().mean())
+        n_removed = float((per["n"] - 1).groupby(level=["rank", "step"]).sum().mean())
+        return gain, (
+            f"the collectives' own time fusion removes (operators on the host CPU: each collective also waits "
+            f"for its ranks to be scheduled, one fused collective once): per rank and step their summed time less "
+            f"one fused collective's ({lat * 1000:.3g} us per ring hop and the bytes term fitted on this run's "
+            f"fastest collectives, at least the longest of them), {n_removed:.0f} collectives fewer per step"
+        )
     removed = (per["hops"] - per["one"]).groupby(level=["rank", "step"]).sum()
     hops_per_step = float(removed.groupby(level="rank").mean().mean())
     gain = lat * hops_per_step
@@ -94,7 +119,7 @@ def find(tables, summary):
     per_step = ok.sum() / steps / ranks
     if share < SMALL_PACKET_SHARE or time_share < SMALL_PACKET_SHARE or per_step < SMALL_PACKET_MIN_PER_STEP:
         return []
-    gain, basis = fusion_gain(co)
+    gain, basis = fusion_gain(co, observed=on_cpu(tables))
     return [
         {
             "key": "all",
@@ -119,7 +144,7 @@ def find(tables, summary):
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("comm_ops",),
+    needs=("comm_ops", "ops_for_checks"),
     thresholds={
         "SMALL_PACKET_BYTES": SMALL_PACKET_BYTES,
         "SMALL_PACKET_SHARE": SMALL_PACKET_SHARE,
@@ -134,9 +159,12 @@ RULE = Rule(
     gain=(
         "latency terms fusion removes, by `perfbench.predict.comm`'s cost model `t = latency × ring hops + factor × "
         "bytes / bandwidth`: latency per hop and bandwidth fitted by least squares on this run's own collectives "
-        "(transit time, else elapse − wait; the fastest of each kind, group size and size, so that a loaded machine, "
-        "which only adds time to a collective, does not inflate the fit); per rank and step, latency × (Σ hops of its "
-        "collectives − hops of one collective per group); null when the fit finds no latency"
+        "(transit time, else elapse − wait; the fastest of each kind, group size and size: a collective's cost on an "
+        "idle machine); per rank and step, latency × (Σ hops of its collectives − hops of one collective per group). "
+        "Where the operators ran on the host CPU (the MindSpore CPU profile), per rank, step and group the "
+        "collectives' own summed time less one fused collective's (the fit's time for all their bytes, at least the "
+        "longest of them), mean over steps and ranks: on a loaded host each collective also waits for its ranks to "
+        "be scheduled and one fused collective waits once. Null when the fit finds no latency"
     ),
     knobs=("parallel.comm_fusion",),
     tries='`{"parallel.comm_fusion": "all"}`, predicted step = step − gain',
