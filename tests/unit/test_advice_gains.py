@@ -178,7 +178,43 @@ def test_fusion_gain_is_capped_by_exposed_time():
         {"comm_ops": _small(), "step_breakdown": _sb(1000.0, 0.0, ranks=(0, 1), step_us=3000.0)}, {"step_time_s": 0.1}
     )
     row = _row(out, "small_packets")
-    assert row["gain_ms"] == pytest.approx(1.0) and "cut to the exposed time" in row["basis"]
+    assert row["gain_ms"] == pytest.approx(1.0) and "cut to the exposed+load time" in row["basis"]
+
+
+def test_fusion_gain_on_the_unprofiled_scale():
+    # the same 1.5 ms of latency terms, read on profiled steps of 200 ms whose unprofiled steps take 100 ms: 0.75 ms
+    out = advise({"comm_ops": _small()}, {"step_time_s": 0.1, "profiled_step_time_s": 0.2})
+    row = _row(out, "small_packets")
+    assert row["gain_ms"] == pytest.approx(0.75) and "x 0.5 (unprofiled / profiled step)" in row["basis"]
+    assert row["predicted_step_ms"] == pytest.approx(100.0 - 0.75)
+    # a profiled step shorter than the unprofiled one never scales the gain up
+    out = advise({"comm_ops": _small()}, {"step_time_s": 0.1, "profiled_step_time_s": 0.05})
+    assert _row(out, "small_packets")["gain_ms"] == pytest.approx(1.5)
+
+
+def test_fusion_draws_on_the_exposed_time_with_the_core_waits_in():
+    """The exposed pool less the collectives' waits for a core is 0 here, the exposed time 3 ms: fusion removes whole
+    collectives and their waits, so it draws on the 3 ms; what it takes is gone from both pools (hand-made rows)."""
+    from analyzers.analyses.advice.budget import EXPOSED_WITH_LOAD, LINKED
+    from analyzers.analyses.advice.engine import account
+
+    def rows():
+        return [
+            {"id": "f:all", "symptom_of": None, "gain_ms": 2.0, "basis": "b", "explains": EXPOSED_WITH_LOAD},
+            {"id": "e:all", "symptom_of": None, "gain_ms": 2.5, "basis": "b", "explains": "exposed", "generic": True},
+        ]
+
+    r = rows()
+    account(r, {"exposed": 0.0, EXPOSED_WITH_LOAD: 3.0, "step": 10.0}, LINKED)
+    assert [x["gain_ms"] for x in r] == [2.0, 0.0]
+    r = rows()  # 2 ms left of the load-free exposed time: fusion's 2 ms take it all
+    account(r, {"exposed": 2.0, EXPOSED_WITH_LOAD: 3.0, "step": 10.0}, LINKED)
+    assert [x["gain_ms"] for x in r] == [2.0, 0.0]
+    r = rows()[1:]  # a draw on `exposed` is a draw on `exposed+load` too
+    r.append({"id": "f:all", "symptom_of": None, "gain_ms": 2.0, "basis": "b", "explains": EXPOSED_WITH_LOAD})
+    r[0]["generic"] = False
+    account(r, {"exposed": 2.5, EXPOSED_WITH_LOAD: 3.0, "step": 10.0}, LINKED)
+    assert [x["gain_ms"] for x in r] == [2.5, 0.5]
 
 
 def test_exposed_comm_gain_is_most_exposed_rank_median():

@@ -45,7 +45,7 @@ from analyzers.analyses.advice import (
 )
 import pandas as pd
 
-from analyzers.analyses.advice.budget import time_budget
+from analyzers.analyses.advice.budget import LINKED, time_budget
 from analyzers.analyses.advice.common import with_load_excess
 from analyzers.analyses.advice.docs import records_markdown
 from analyzers.analyses.advice.engine import GAIN_HIGH, GAIN_MEDIUM, MAX_ROOTS
@@ -101,7 +101,7 @@ __all__ = [
 def advise(tables: dict, summary: dict) -> pd.DataFrame:
     """Run every rule; one row per finding (ADVICE_COLUMNS), with its gain, ordered causes first by gain."""
     tables, summary = with_load_excess(tables), summary or {}
-    return engine.rank(RULES, tables, summary, time_budget(tables, summary))
+    return engine.rank(RULES, tables, summary, time_budget(tables, summary), LINKED)
 
 
 def link(rows: list[dict]) -> None:

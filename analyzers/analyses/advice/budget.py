@@ -7,6 +7,12 @@ import pandas as pd
 
 from analyzers.analyses.advice.common import budget_part, load_excess, num, stage_of, step_ms, table, trusted
 
+#: the exposed communication with the collectives' waits for a core left in (the `exposed` pool takes them out): the
+#: pool of a finding whose fix removes whole collectives, and with them their waits (fusion)
+EXPOSED_WITH_LOAD = "exposed+load"
+#: pools that hold the same time: a gain drawn from one is drawn from the other too (engine.account)
+LINKED = {"exposed": (EXPOSED_WITH_LOAD,), EXPOSED_WITH_LOAD: ("exposed",)}
+
 
 def _within_stage_spread(tables) -> float | None:
     """The larger of the largest within-stage computing spread (rank_imbalance rows whose two ranks share a stage,
@@ -28,17 +34,19 @@ def _within_stage_spread(tables) -> float | None:
 
 def time_budget(tables, summary) -> dict:
     """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication (less the
-    time the collectives waited for a core, load_excess) and `idle` (free) time of the most exposed / most
+    time the collectives waited for a core, load_excess; `exposed+load` with it, for fusion, which removes whole
+    collectives and their waits) and `idle` (free) time of the most exposed / most
     idle rank (step_breakdown medians over steps), `imbalance` = the stages' computing spread (max - min, stages
     table) + the largest within-group computing spread (rank_imbalance, groups whose ranks share a stage) or the
     ranks' median step-time spread (workload steps), whichever is larger; and `step` (summary step_time_s). Root
     gains are drawn from these pools."""
     sb = trusted(table(tables, "step_breakdown"))
-    exposed = budget_part(sb, "communication_not_overlapped_us")
-    if exposed is not None:  # less what the collectives waited for a core: no finding can give that back
+    with_load = exposed = budget_part(sb, "communication_not_overlapped_us")
+    if exposed is not None:  # less what the collectives waited for a core: only removing collectives gives it back
         exposed = max(0.0, exposed - load_excess(tables))
     out = {
         "exposed": exposed,
+        EXPOSED_WITH_LOAD: with_load,
         "idle": budget_part(sb, "free_us"),
         "imbalance": None,
         "step": step_ms(summary),

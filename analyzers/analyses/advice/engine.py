@@ -121,10 +121,11 @@ def link(rows: list[dict], folds: Mapping[str, tuple[Fold, ...]]) -> None:
             _under_largest([r for r in mine if r["symptom_of"] is None])
 
 
-def account(rows: list[dict], budget: dict) -> None:
+def account(rows: list[dict], budget: dict, linked: Mapping[str, tuple[str, ...]] | None = None) -> None:
     """Each stretch of time explained once: root gains are drawn from their pool (`explains`: exposed,
     idle, imbalance; budget.time_budget) and from the step, specific causes first (largest raw gain first), then
-    the generic findings (rows marked `generic`), which get what is left. A gain cut down says so in its basis."""
+    the generic findings (rows marked `generic`), which get what is left; a draw on a pool is a draw on the pools
+    `linked` to it (pools that hold the same time, budget.LINKED). A gain cut down says so in its basis."""
     left = {k: v for k, v in budget.items() if v is not None}
     roots = [r for r in rows if r["symptom_of"] is None and r.get("gain_ms") is not None]
     roots.sort(key=lambda r: (bool(r.get("generic")), -r["gain_ms"]))
@@ -134,9 +135,9 @@ def account(rows: list[dict], budget: dict) -> None:
             if pool in left and raw > left[pool]:
                 raw = left[pool]
                 caps.append(pool)
-        for pool in {r.get("explains"), "step"}:
+        for pool in {r.get("explains"), "step", *(linked or {}).get(r.get("explains") or "", ())}:
             if pool in left:
-                left[pool] -= raw
+                left[pool] = max(0.0, left[pool] - raw)
         if caps:
             r["basis"] = (
                 f"{r['basis']}; cut to the {caps[-1]} time no larger finding explains "
@@ -179,15 +180,21 @@ def _finish(r: dict, step: float | None) -> None:
         r["try"] = json.dumps(r["try"], sort_keys=True)
 
 
-def rank(rules: Iterable[Rule], tables: dict, summary: dict, budget: dict) -> pd.DataFrame:
-    """Run `rules`; one row per finding (ADVICE_COLUMNS), with its gain drawn from `budget`, ordered causes first by
-    gain, each root's symptoms after it."""
+def rank(
+    rules: Iterable[Rule],
+    tables: dict,
+    summary: dict,
+    budget: dict,
+    linked: Mapping[str, tuple[str, ...]] | None = None,
+) -> pd.DataFrame:
+    """Run `rules`; one row per finding (ADVICE_COLUMNS), with its gain drawn from `budget` (pools `linked` as
+    account says), ordered causes first by gain, each root's symptoms after it."""
     rules = list(rules)
     rows = collect(rules, tables or {}, summary or {})
     if not rows:
         return pd.DataFrame(columns=ADVICE_COLUMNS)
     link(rows, {rule.id: rule.folds for rule in rules})
-    account(rows, budget)
+    account(rows, budget, linked)
     step = step_ms(summary)
     for r in rows:
         _finish(r, step)

@@ -1,5 +1,7 @@
 """Rule `small_packets`: many collectives moving less than SMALL_PACKET_BYTES each. Its gain is the latency terms
-fusing them removes (`fusion_gain`); it tries `parallel.comm_fusion: all`."""
+fusing them removes (`fusion_gain`), on the unprofiled step's scale (`unprofiled_scale`); it draws on the exposed
+time with the collectives' waits for a core left in (`EXPOSED_WITH_LOAD`): those waits come once per collective, and
+fusing removes the collectives; it tries `parallel.comm_fusion: all`."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyses.collectives import factor, steps
+from analyzers.analyses.advice.budget import EXPOSED_WITH_LOAD
 from analyzers.analyses.advice.common import num, table, transfer_ms
 from analyzers.analyses.advice.rule import Rule
 
@@ -77,6 +80,16 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
     )
 
 
+def unprofiled_scale(summary) -> float:
+    """The unprofiled step over the profiled one (the workload's own step records: step_time_s /
+    profiled_step_time_s), at most 1; 1 when either is unknown. The fit reads the profiled collectives, which the
+    profiler stretches (a PyTorch gloo job's profiled step was 1.9x its unprofiled one: each collective's
+    `gloo:*` and `c10d::` events are recorded), while the fix is measured on unprofiled steps."""
+    on, off = (summary or {}).get("profiled_step_time_s"), (summary or {}).get("step_time_s")
+    ok = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (on, off))
+    return min(1.0, float(off) / float(on)) if ok else 1.0
+
+
 def find(tables, summary):
     co = table(tables, "comm_ops")
     if co is None:
@@ -95,12 +108,16 @@ def find(tables, summary):
     if share < SMALL_PACKET_SHARE or time_share < SMALL_PACKET_SHARE or per_step < SMALL_PACKET_MIN_PER_STEP:
         return []
     gain, basis = fusion_gain(co)
+    scale = unprofiled_scale(summary)
+    if gain is not None and scale < 1.0:
+        gain *= scale
+        basis += f", x {scale:.3g} (unprofiled / profiled step)"
     return [
         {
             "key": "all",
             "gain_ms": gain,
             "basis": basis,
-            "explains": "exposed",
+            "explains": EXPOSED_WITH_LOAD,
             "try": {"parallel.comm_fusion": "all"},
             "severity": "medium" if share < SMALL_PACKET_SHARE_HIGH else "high",
             "message": (
@@ -136,7 +153,10 @@ RULE = Rule(
         "bytes / bandwidth`: latency per hop and bandwidth fitted by least squares on this run's own collectives "
         "(transit time, else elapse − wait; the fastest of each kind, group size and size, so that a loaded machine, "
         "which only adds time to a collective, does not inflate the fit); per rank and step, latency × (Σ hops of its "
-        "collectives − hops of one collective per group); null when the fit finds no latency"
+        "collectives − hops of one collective per group), times the unprofiled step over the profiled one (the "
+        "workload's step records, at most 1: the profiler stretches each collective, the fix is measured "
+        "unprofiled); drawn on the exposed time with the collectives' waits for a core left in (they come once per "
+        "collective and fusing removes the collectives); null when the fit finds no latency"
     ),
     knobs=("parallel.comm_fusion",),
     tries='`{"parallel.comm_fusion": "all"}`, predicted step = step − gain',
