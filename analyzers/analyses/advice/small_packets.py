@@ -83,8 +83,8 @@ def fusion_gain(co: pd.DataFrame) -> tuple[float | None, str]:
 def unprofiled_scale(summary) -> float:
     """The unprofiled step over the profiled one (the workload's own step records: step_time_s /
     profiled_step_time_s), at most 1; 1 when either is unknown. The fit reads the profiled collectives, which the
-    profiler stretches (a PyTorch gloo job's profiled step was 1.9x its unprofiled one: each collective's
-    `gloo:*` and `c10d::` events are recorded), while the fix is measured on unprofiled steps."""
+    profiler stretches (a PyTorch gloo job's profiled step was 1.9x its unprofiled one at load ~7, docs/advice.md),
+    while the fix is measured on unprofiled steps."""
     on, off = (summary or {}).get("profiled_step_time_s"), (summary or {}).get("step_time_s")
     ok = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (on, off))
     return min(1.0, float(off) / float(on)) if ok else 1.0
