@@ -22,7 +22,9 @@ class TorchWindow(ProfilerWindow):
             activities=[tp.ProfilerActivity.CPU],
             schedule=sched,
             on_trace_ready=tp.tensorboard_trace_handler(str(folder), worker_name=f"rank{rec.rank}"),
-            record_shapes=full,
+            # the input shapes and types are the only size a gloo collective has in the trace (its `gloo:*`
+            # annotation's Input Dims / Input type; gloo records no record_param_comms): on except at `light`
+            record_shapes=level != "light",
             profile_memory=full,
             with_stack=full,
         )

@@ -168,6 +168,58 @@ def test_gloo_collectives_and_process_groups(profiles):
     assert groups["0"]["ranks"] == list(range(300))
 
 
+def _at(p, rank: int, start_us: float):
+    co = p.comm_ops
+    (row,) = co[(co["rank"] == rank) & (co["start_us"] == start_us)].to_dict("records")
+    return row
+
+
+def test_collective_sizes_read_by_hand_from_the_traces(profiles):
+    """One collective of each set, its size read by hand from the trace file (event, its ts, the fields): bytes =
+    elements x the dtype's width."""
+    # Q: the kernel at ts 4458676423385.774 (External id 114): "Collective name" broadcast, "In msg nelems" 53120,
+    # "dtype" Float (4 B), "Group size" 2, "Process Group Name" "0"; the one at 4458676425938.828 (External id 172):
+    # 53 x Long (8 B)
+    q = _at(profiles[Q], 0, 4458676423385.774)
+    assert (q["op_type"], q["size_bytes"], q["group"], q["group_size"]) == ("broadcast", 53120 * 4, "0", 2)
+    assert _at(profiles[Q], 0, 4458676425938.828)["size_bytes"] == 53 * 8
+    # R (no kernel: a world of one rank): record_param_comms at ts 1712195495520871.0 (External id 2099): allreduce,
+    # "In msg nelems" 2049000, Float, "Process Group ID" 0 (this older trace has no Process Group Name), "Group size" 1
+    r = _at(profiles[R], 0, 1712195495520871.0)
+    assert (r["op_type"], r["size_bytes"], r["group"], r["group_size"]) == ("allreduce", 2049000 * 4, "0", 1)
+    # ... and its "wait" (External id 174, ts 1712195495505815.0, 0 elements of Byte) moves nothing: no collective
+    assert not (profiles[R].comm_ops["start_us"] == 1712195495505815.0).any()
+    # P (older: record_param_comms without sizes): rank 0's first nccl:all_reduce annotation (ts 1682725898240982,
+    # External id 41957) has "Input Dims" [[19618307]], "Input type" ["float"]: the all-reduce it launched
+    p0 = profiles[P].comm_ops
+    first = p0[(p0["rank"] == 0) & (p0["op_type"] == "allreduce")].sort_values("start_us").iloc[0]
+    assert first["size_bytes"] == 19618307 * 4
+    # S (gloo, CPU): gloo:all_reduce at ts 1212075548353.304 (External id 1025), "Input Dims" [[321271]],
+    # "Input type" ["float"]; the annotation names no group, and every one of the 11 pg_config groups has pg_size 300
+    s = _at(profiles[S], 34, 1212075548353.304)
+    assert (s["op_type"], s["size_bytes"], s["group"], s["group_size"]) == ("allreduce", 321271 * 4, "", 300)
+
+
+def test_a_gloo_collective_without_shapes_has_no_size(tmp_path):
+    """A trace recorded without record_shapes (a hand-written one in the shape of PyTorch 2.13's gloo events): the
+    gloo:all_reduce annotation has no Input Dims, so its size is unknown (null, never 0); one with an Input type
+    of no known width (TensorList) too; the sized one is 1280 x float."""
+    ann = {"ph": "X", "cat": "user_annotation", "name": "gloo:all_reduce", "pid": 1, "tid": 9}
+    events = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#3", "pid": 1, "tid": 1, "ts": 0.0, "dur": 100.0},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 5.0, "dur": 10.0, "args": {}},
+        dict(ann, ts=20.0, dur=5.0, args={"External id": 1, "Record function id": 0, "Ev Idx": 0}),
+        dict(ann, ts=30.0, dur=5.0, args={"Input Dims": [[[10]]], "Input type": ["TensorList"]}),
+        dict(ann, ts=40.0, dur=5.0, args={"Input Dims": [[1280]], "Input type": ["float"]}),
+    ]
+    info = {"backend": "gloo", "rank": 0, "world_size": 2,
+            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}]}  # fmt: skip
+    (tmp_path / "r0.pt.trace.json").write_text(json.dumps({"distributedInfo": info, "traceEvents": events}))
+    co = analyzers.load_profile(tmp_path).comm_ops.sort_values("start_us")
+    assert co["size_bytes"].isna().tolist() == [True, True, False]
+    assert co["size_bytes"].iloc[2] == 1280 * 4 and set(co["group"]) == {"0"} and set(co["group_size"]) == {2}
+
+
 def test_two_files_claiming_one_rank_is_an_error_naming_both(tmp_path):
     src = kineto_path(P, "sampled_rank-0.json.gz")
     (tmp_path / "a.json.gz").symlink_to(src)

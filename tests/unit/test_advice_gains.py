@@ -181,6 +181,37 @@ def test_fusion_gain_is_capped_by_exposed_time():
     assert row["gain_ms"] == pytest.approx(1.0) and "cut to the exposed time" in row["basis"]
 
 
+def test_fusion_gain_on_the_unprofiled_scale():
+    # the same 1.5 ms of latency terms, read on profiled steps of 200 ms whose unprofiled steps take 100 ms: 0.75 ms
+    out = advise({"comm_ops": _small()}, {"step_time_s": 0.1, "profiled_step_time_s": 0.2})
+    row = _row(out, "small_packets")
+    assert row["gain_ms"] == pytest.approx(0.75) and "x 0.5 (unprofiled / profiled step)" in row["basis"]
+    assert row["predicted_step_ms"] == pytest.approx(100.0 - 0.75)
+    # a profiled step shorter than the unprofiled one never scales the gain up
+    out = advise({"comm_ops": _small()}, {"step_time_s": 0.1, "profiled_step_time_s": 0.05})
+    assert _row(out, "small_packets")["gain_ms"] == pytest.approx(1.5)
+
+
+def test_fusion_on_the_cpu_counts_collectives_that_ran_at_once_by_their_union():
+    """gloo's two worker threads run collectives two at a time: fusion removes the wall time they covered, not
+    their summed time. Per rank, step and group: union of [start, start + elapse] / summed elapse, by hand."""
+    from analyzers.analyses.advice.small_packets import serial_share
+
+    df = pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 1, 1, 2, 2],
+            "step": [0] * 7,
+            "group": ["g"] * 7,
+            "start": [0.0, 5.0, 20.0, 0.0, 2.0, 0.0, 5.0],
+            "elapse": [10.0, 10.0, 10.0, 10.0, 2.0, 5.0, 5.0],
+        }
+    )
+    share = serial_share(df)
+    # rank 0: [0,10] u [5,15] u [20,30] = 25 of 30; rank 1: [2,4] inside [0,10] = 10 of 12; rank 2 one after another
+    assert share.loc[(0, 0, "g")] == pytest.approx(25 / 30)
+    assert share.loc[(1, 0, "g")] == pytest.approx(10 / 12)
+    assert share.loc[(2, 0, "g")] == pytest.approx(1.0)
+
 def test_exposed_comm_gain_is_most_exposed_rank_median():
     # rank 0: 300, 300, 900 us (median 300); rank 1: 400 us every step -> 0.4 ms per step
     sb = _sb(lambda r, s: 400.0 if r else (900.0 if s == 2 else 300.0), 0.0, ranks=(0, 1))

@@ -1,5 +1,6 @@
 """Rule `small_packets`: many collectives moving less than SMALL_PACKET_BYTES each. Its gain is the latency terms
-fusing them removes (`fusion_gain`); it tries `parallel.comm_fusion: all`."""
+fusing them removes (`fusion_gain`), on the unprofiled step's scale (`unprofiled_scale`); it tries
+`parallel.comm_fusion: all`."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def fusion_gain(co: pd.DataFrame, observed: bool = False) -> tuple[float | None,
     latency x (hops of all its collectives - hops of one per group).
 
     `observed` (the operators ran on the host CPU, common.on_cpu): per rank, step and group the collectives'
-    own summed time less that of the one fused collective (the fit's time for all their bytes, at least the
+    own summed time (times their `serial_share`: collectives that ran at once on several threads, gloo's, take
+    their time together) less that of the one fused collective (the fit's time for all their bytes, at least the
     longest of them). On a loaded host every collective also waits for its ranks to be scheduled; one fused
     collective waits once, so fusion removes those waits with the latency terms (docs/advice.md,
     "Calibration"). Null when the fit has no latency."""
@@ -44,6 +46,8 @@ def fusion_gain(co: pd.DataFrame, observed: bool = False) -> tuple[float | None,
             "op_type": co.get("op_type"),
             "size": num(co, "size_bytes"),
             "group": co.get("group", pd.Series("", index=co.index)),
+            "start": num(co, "start_us"),
+            "elapse": num(co, "elapse_ms") * 1000.0,
         }
     )
     df["n"] = pd.to_numeric(co["group_size"], errors="coerce") if "group_size" in co.columns else math.nan
@@ -83,6 +87,7 @@ def fusion_gain(co: pd.DataFrame, observed: bool = False) -> tuple[float | None,
         n=("t", "size"),
     )
     if observed:
+        per["t"] = per["t"] * serial_share(df).reindex(per.index).fillna(1.0)
         fused = np.maximum(per["longest"], lat * per["one"] + inv_bw * per["b"])
         removed = (per["t"] - fused).clip(lower=0.0).groupby(level=["rank", "step"]).sum()
         gain = float(removed.groupby(level="rank").mean().mean())
@@ -100,6 +105,33 @@ def fusion_gain(co: pd.DataFrame, observed: bool = False) -> tuple[float | None,
         f"latency terms fusion removes (perfbench.predict.comm cost model, latency fitted on this run's "
         f"collectives): {lat * 1000:.3g} us per ring hop x {hops_per_step:.0f} hops per step per rank"
     )
+
+
+def serial_share(df: pd.DataFrame) -> pd.Series:
+    """Per rank, step and group: the wall time the collectives covered (the union of their [start, start +
+    elapse] intervals) over their summed elapse, in (0, 1]; 1 where they ran one after another (MindSpore's), about
+    1/2 where gloo's two worker threads ran them two at a time. Null where a start or an elapse is unknown."""
+    d = df.dropna(subset=["start", "elapse"]).sort_values(["rank", "step", "group", "start"])
+    if d.empty:
+        return pd.Series(dtype=float)
+    end = d["start"] + d["elapse"]
+    keys = [d["rank"], d["step"], d["group"]]
+    reach = end.groupby(keys).cummax()  # the furthest end so far, this collective included
+    before = reach.groupby(keys).shift()  # ... before this collective
+    covered = (end - np.maximum(d["start"], before.fillna(-np.inf))).clip(lower=0.0)
+    total = d["elapse"].groupby(keys).sum()
+    share = covered.groupby(keys).sum() / total
+    return share.where(total > 0).clip(upper=1.0)
+
+
+def unprofiled_scale(summary) -> float:
+    """The unprofiled step over the profiled one (the workload's own step records: step_time_s /
+    profiled_step_time_s), at most 1; 1 when either is unknown. The fit reads the profiled collectives, which the
+    profiler stretches (a PyTorch gloo job's profiled step was 1.9x its unprofiled one at load ~7, docs/advice.md),
+    while the fix is measured on unprofiled steps."""
+    on, off = (summary or {}).get("profiled_step_time_s"), (summary or {}).get("step_time_s")
+    ok = all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0 for v in (on, off))
+    return min(1.0, float(off) / float(on)) if ok else 1.0
 
 
 def find(tables, summary):
@@ -120,6 +152,10 @@ def find(tables, summary):
     if share < SMALL_PACKET_SHARE or time_share < SMALL_PACKET_SHARE or per_step < SMALL_PACKET_MIN_PER_STEP:
         return []
     gain, basis = fusion_gain(co, observed=on_cpu(tables))
+    scale = unprofiled_scale(summary)
+    if gain is not None and scale < 1.0:
+        gain *= scale
+        basis += f", x {scale:.3g} (unprofiled / profiled step)"
     return [
         {
             "key": "all",
@@ -164,7 +200,10 @@ RULE = Rule(
         "Where the operators ran on the host CPU (the MindSpore CPU profile), per rank, step and group the "
         "collectives' own summed time less one fused collective's (the fit's time for all their bytes, at least the "
         "longest of them), mean over steps and ranks: on a loaded host each collective also waits for its ranks to "
-        "be scheduled and one fused collective waits once. Null when the fit finds no latency"
+        "be scheduled and one fused collective waits once (collectives that ran at once on several threads, gloo's, "
+        "count their union). Either times the unprofiled step over the profiled one (the workload's step records, at "
+        "most 1: the profiler stretches each collective, the fix is measured unprofiled). Null when the fit finds no "
+        "latency"
     ),
     knobs=("parallel.comm_fusion",),
     tries='`{"parallel.comm_fusion": "all"}`, predicted step = step − gain',

@@ -16,10 +16,12 @@ CPU-only traces (gloo): `ops` are the top-level CPU ops of each thread (`compute
 annotations (`communication`, on gloo's threads); step windows are the ProfilerStep CPU spans.
 
 Collectives (`comm_ops`): one per NCCL kernel (type, sizes and group from the kernel's own collective args
-or from the `record_param_comms` op that launched it) or per gloo annotation (size from its input dims and
-type). `op_name` is `<type>#<k>` with k counting that type in that group on the rank, so the k-th
-all-reduce of a group has one name on every rank. Process groups come from `distributedInfo.pg_config`.
-`[memory]` events (profile_memory=True) become memory_records (component "PyTorch").
+or from the `record_param_comms` op that launched it) or per gloo annotation (size = its `Input Dims` elements x
+its `Input type` width; the trace has them only with `record_shapes=True`, which perfbench's capture sets: without
+them the size is null; gloo records no `record_param_comms`, PyTorch 2.13 on CPU). `op_name` is `<type>#<k>` with k
+counting that type in that group on the rank, so the k-th all-reduce of a group has one name on every rank. Process
+groups come from `distributedInfo.pg_config`. `[memory]` events (profile_memory=True) become memory_records
+(component "PyTorch").
 
 No ProfilerStep: one step (numbered 0) spanning the trace's ops, with a warning.
 """
@@ -412,8 +414,12 @@ def _comm_ops(t: KinetoTrace, rank: int, ops: pd.DataFrame, info: dict) -> pd.Da
     else:
         comm = ops[ops["category"] == "communication"]
         gloo_args = [g[4] for g in t.gloo]
-        # gloo's annotations do not name their group: a job with one process group has only that one
-        only = {"Process Group Name": next(iter(groups))} if len(groups) == 1 else {}
+        # gloo's annotations do not name their group: a job with one process group has only that one; where all
+        # its groups have one size (pg_config's pg_size), that is the group's size, whichever group it is
+        only: dict = {"Process Group Name": next(iter(groups))} if len(groups) == 1 else {}
+        sizes = {g.get("pg_size") for g in groups.values()}
+        if len(groups) > 1 and len(sizes) == 1:
+            only["Group size"] = sizes.pop()
         for (i, op), args in zip(comm.iterrows(), gloo_args):
             rows.append(_comm_row(rank, op, op["type"], only, groups, _dims_size(args)))
     if not rows:
