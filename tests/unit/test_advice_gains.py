@@ -212,6 +212,7 @@ def test_fusion_on_the_cpu_counts_collectives_that_ran_at_once_by_their_union():
     assert share.loc[(1, 0, "g")] == pytest.approx(10 / 12)
     assert share.loc[(2, 0, "g")] == pytest.approx(1.0)
 
+
 def test_exposed_comm_gain_is_most_exposed_rank_median():
     # rank 0: 300, 300, 900 us (median 300); rank 1: 400 us every step -> 0.4 ms per step
     sb = _sb(lambda r, s: 400.0 if r else (900.0 if s == 2 else 300.0), 0.0, ranks=(0, 1))
