@@ -123,9 +123,9 @@ def load_profile(
     light ranks; more for bigger clusters or many ranks with kernels). `progress(done, total)` is called as
     ranks are parsed (units parsed so far, units found).
 
-    `detail`: "all" (default) keeps every rank's memory records; "summary" reduces each rank's memory files to its
-    numbers while reading them (peaks, live allocations at the peak, module peaks: the memory analysis's `memory`
-    and `memory_modules` tables) and keeps no records (the per-rank detail is computed on demand); "auto" is
+    `detail`: "all" (default) keeps every rank's memory records; "summary" reads each rank's memory_record.csv alone and
+    reduces it to the rank's peaks while reading it (the memory analysis's `memory` table; the live allocations at
+    the peak and the module peaks, from operator_memory.csv and npu_module_mem.csv, are left unknown) and keeps no records (the per-rank detail is computed on demand); "auto" is
     "summary" above DETAIL_RANKS ranks."""
     units = find_units(path)
     if not units:
