@@ -130,22 +130,14 @@ def _typed_trace(raw: bytes, full: bool):
     pn: dict = {}
     tn: dict = {}
     cols: dict = {"name": [], "pid": [], "tid": [], "ts": [], "dur": [], "cat": [], "args": []}
+    wanted = ("ProfilerStep#", "hcom_")
     for ev in events:
-        ph = ev.ph
-        if ph == "M":
-            if ev.name not in ("process_name", "thread_name"):
+        ph, name = ev.ph, ev.name
+        if ph == "X":
+            text = type(name) is str or isinstance(name, str)
+            if not full and not (text and name.startswith(wanted)):
                 continue
-            a = args_of(ev) or {}
-            if isinstance(a, dict) and "name" in a:
-                if ev.name == "process_name":
-                    pn[str(ev.pid)] = str(a["name"])
-                else:
-                    tn[(str(ev.pid), str(ev.tid))] = str(a["name"])
-        elif ph == "X":
-            name = ev.name
-            hcom = isinstance(name, str) and name.startswith("hcom_")
-            if not full and not (hcom or (isinstance(name, str) and name.startswith("ProfilerStep#"))):
-                continue
+            hcom = text and name.startswith("hcom_")
             cols["name"].append(name)
             cols["pid"].append(str(ev.pid))
             cols["tid"].append(str(ev.tid))
@@ -159,6 +151,13 @@ def _typed_trace(raw: bytes, full: bool):
                 cols["dur"].append(np.nan)
             cols["cat"].append(ev.cat)
             cols["args"].append(args_of(ev) if hcom else None)
+        elif ph == "M" and name in ("process_name", "thread_name"):
+            a = args_of(ev) or {}
+            if isinstance(a, dict) and "name" in a:
+                if name == "process_name":
+                    pn[str(ev.pid)] = str(a["name"])
+                else:
+                    tn[(str(ev.pid), str(ev.tid))] = str(a["name"])
     return TraceEvents(pd.DataFrame(cols), pn, tn)
 
 
