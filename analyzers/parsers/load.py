@@ -178,9 +178,9 @@ def load_profile(
 #: parse cost of a rank whose kernels are read (kernel_details.csv, trace_view.json), in light ranks (step
 #: trace + communication files, ~1 ms each): measured ~60 vs ~0.7 ms on set B level1's ranks
 HEAVY_RANK_COST = 80
-#: added cost of a rank with memory files (memory_record.csv, operator_memory.csv, npu_module_mem.csv), in light
-#: ranks: ~20 ms for a real-size rank's ~3 MB read by Arrow
-MEMORY_RANK_COST = 24
+#: added cost of a rank with memory files, in light ranks: ~7 ms for a real-size rank's 1.5 MB memory_record.csv
+#: read by Arrow (a summary-mode import reads that file alone; a full import its other memory files too)
+MEMORY_RANK_COST = 8
 #: the memory file whose presence marks a rank as having memory data (analyzers.parsers.ascend.memory)
 MEMORY_FILE = "memory_record.csv"
 #: light-rank equivalents one more worker process must have to parse before it pays for its start and for

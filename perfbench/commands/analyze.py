@@ -35,7 +35,7 @@ def register(sub) -> None:
         default=None,
         help="processes parsing the ranks (default: 1 up to a few hundred light ranks, then one per ~400 "
         "ranks up to the number of CPUs, ranks with kernels or memory files counting more: 2 processes from "
-        "16 ranks with memory files; 1 = parse in this process)",
+        "48 ranks with memory files; 1 = parse in this process)",
     )
     p.add_argument(
         "--progress",
