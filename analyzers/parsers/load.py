@@ -125,8 +125,8 @@ def load_profile(
 
     `detail`: "all" (default) keeps every rank's memory records; "summary" reads each rank's memory_record.csv alone and
     reduces it to the rank's peaks while reading it (the memory analysis's `memory` table; the live allocations at
-    the peak and the module peaks, from operator_memory.csv and npu_module_mem.csv, are left unknown) and keeps no records (the per-rank detail is computed on demand); "auto" is
-    "summary" above DETAIL_RANKS ranks."""
+    the peak and the module peaks, from operator_memory.csv and npu_module_mem.csv, are left unknown) and keeps no
+    records (the per-rank detail is computed on demand); "auto" is "summary" above DETAIL_RANKS ranks."""
     units = find_units(path)
     if not units:
         raise UserError(
