@@ -191,11 +191,11 @@ def build_document(profile: Profile, analysis: Analysis) -> dict:
     check = {int(r["rank"]): r for r in records(t.get("rank_check"))}
     stage_of = {int(r["rank"]): r.get("stage") for r in records(t.get("rank_stages"))}
     by_rank: dict[int, list] = {}
-    if sb is not None and len(sb):
-        for row in records(sb.sort_values(["rank", "step"], kind="stable"), ["rank", "step", *STEP_FIELDS]):
-            by_rank.setdefault(int(row.pop("rank")), []).append(
-                {"step": int(row["step"]), **{f: row.get(f) for f in STEP_FIELDS}}
-            )
+    if sb is not None and len(sb):  # column by column, one dict per step (a cluster has ranks x steps of them)
+        sb = sb.sort_values(["rank", "step"], kind="stable")
+        cols = [values(sb[f]) if f in sb.columns else [None] * len(sb) for f in STEP_FIELDS]
+        for r, st, *vals in zip(values(sb["rank"]), values(sb["step"]), *cols):
+            by_rank.setdefault(int(r), []).append({"step": int(st), **dict(zip(STEP_FIELDS, vals))})
     inputs = rank_inputs(profile)
     problems = rank_input_problems(profile)
     mem = {int(m["rank"]): m for m in records(t.get("memory"))}

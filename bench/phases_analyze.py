@@ -54,7 +54,7 @@ def main() -> None:
         setattr(mod, name, wrapper)
 
     timed(aload, "find_units", "find the ranks")
-    timed(amem, "read_text_memory", "read the memory files (3 per rank)")
+    timed(amem, "read_text_memory", "read the memory files (summary mode: memory_record.csv)")
     timed(mem_analysis, "rank_summary", "reduce a rank's memory columns to its peaks")
     timed(atext, "trace_facts", "trace_view.json (sample ranks: collective sizes)")
     timed(atext, "_step_trace", "step_trace_time.csv")

@@ -102,6 +102,22 @@ def _split_from_ops(ops: pd.DataFrame, steps: pd.DataFrame) -> dict:
     return out
 
 
+def _lookup(ref: pd.DataFrame, df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(have, value) for each (rank, step) row of `df`: whether `ref` (rank, step, value; no missing cell) has that
+    rank and step, and its value there (the last row of a repeated key; NaN where none), in one indexed pass."""
+    rank, step = ref["rank"].to_numpy(dtype="float64"), ref["step"].to_numpy(dtype="float64")
+    key = pd.MultiIndex.from_arrays([np.trunc(rank).astype("int64"), np.trunc(step).astype("int64")])
+    got = pd.Series(ref.iloc[:, 2].to_numpy(dtype="float64"), index=key)
+    got = got[~key.duplicated(keep="last")]
+    r, s = df["rank"].to_numpy(dtype="float64"), df["step"].to_numpy(dtype="float64")
+    whole = np.isfinite(r) & np.isfinite(s) & (r == np.trunc(r)) & (s == np.trunc(s))  # else no key equals it
+    want = pd.MultiIndex.from_arrays([np.where(whole, r, -1).astype("int64"), np.where(whole, s, -1).astype("int64")])
+    pos = np.where(whole, got.index.get_indexer(want), -1)
+    have = pos >= 0
+    vals = np.where(have, got.to_numpy()[np.maximum(pos, 0)], np.nan) if len(got) else np.full(len(df), np.nan)
+    return have, vals
+
+
 def comm_exposure(
     sb: pd.DataFrame | None,
     reference: pd.DataFrame | None,
@@ -133,11 +149,7 @@ def comm_exposure(
             None,
         )
         if col is not None:
-            ref = reference[["rank", "step", col]].dropna(subset=["rank", "step"])
-            coll = {(int(r), int(s)): float(v) for r, s, v in ref.itertuples(index=False) if pd.notna(v)}
-            keys = list(zip(df["rank"], df["step"]))
-            have = np.array([k in coll for k in keys])
-            vals = np.array([coll.get(k, np.nan) for k in keys])
+            have, vals = _lookup(reference[["rank", "step", col]].dropna(), df)
             df.loc[have, "exposed_p2p_us"] = (df.loc[have, "exposed_us"] - vals[have]).clip(lower=0)
             df.loc[have, "source"] = "profiler"
             senders = _ranks_with_sends(ops, comm_ops)

@@ -123,10 +123,10 @@ def load_profile(
     light ranks; more for bigger clusters or many ranks with kernels). `progress(done, total)` is called as
     ranks are parsed (units parsed so far, units found).
 
-    `detail`: "all" (default) keeps every rank's memory records; "summary" reduces each rank's memory files to its
-    numbers while reading them (peaks, live allocations at the peak, module peaks: the memory analysis's `memory`
-    and `memory_modules` tables) and keeps no records (the per-rank detail is computed on demand); "auto" is
-    "summary" above DETAIL_RANKS ranks."""
+    `detail`: "all" (default) keeps every rank's memory records; "summary" reads each rank's memory_record.csv alone and
+    reduces it to the rank's peaks while reading it (the memory analysis's `memory` table; the live allocations at
+    the peak and the module peaks, from operator_memory.csv and npu_module_mem.csv, are left unknown) and keeps no
+    records (the per-rank detail is computed on demand); "auto" is "summary" above DETAIL_RANKS ranks."""
     units = find_units(path)
     if not units:
         raise UserError(
@@ -178,9 +178,9 @@ def load_profile(
 #: parse cost of a rank whose kernels are read (kernel_details.csv, trace_view.json), in light ranks (step
 #: trace + communication files, ~1 ms each): measured ~60 vs ~0.7 ms on set B level1's ranks
 HEAVY_RANK_COST = 80
-#: added cost of a rank with memory files (memory_record.csv, operator_memory.csv, npu_module_mem.csv), in light
-#: ranks: ~20 ms for a real-size rank's ~3 MB read by Arrow
-MEMORY_RANK_COST = 24
+#: added cost of a rank with memory files, in light ranks: ~7 ms for a real-size rank's 1.5 MB memory_record.csv
+#: read by Arrow (a summary-mode import reads that file alone; a full import its other memory files too)
+MEMORY_RANK_COST = 8
 #: the memory file whose presence marks a rank as having memory data (analyzers.parsers.ascend.memory)
 MEMORY_FILE = "memory_record.csv"
 #: light-rank equivalents one more worker process must have to parse before it pays for its start and for

@@ -35,7 +35,7 @@ def register(sub) -> None:
         default=None,
         help="processes parsing the ranks (default: 1 up to a few hundred light ranks, then one per ~400 "
         "ranks up to the number of CPUs, ranks with kernels or memory files counting more: 2 processes from "
-        "16 ranks with memory files; 1 = parse in this process)",
+        "48 ranks with memory files; 1 = parse in this process)",
     )
     p.add_argument(
         "--progress",
@@ -66,9 +66,9 @@ def register(sub) -> None:
         choices=("auto", "all", "summary"),
         default="auto",
         help="per-rank memory detail (each rank's memory timeline, the allocations live at its peak, what holds "
-        "the peak): all = computed for every rank at import; summary = each rank's memory files reduced to its "
-        "peaks while read, the detail computed on demand by `perfbench show RUN --rank R`; auto (default) = all "
-        "up to 8 ranks, summary above",
+        "the peak): all = computed for every rank at import; summary = each rank's memory_record.csv reduced to "
+        "its peaks while read (the other memory files not read), the detail computed on demand by `perfbench "
+        "show RUN --rank R`; auto (default) = all up to 8 ranks, summary above",
     )
     p.add_argument(
         "--hardware",

@@ -112,6 +112,9 @@ def read_csv(
 
 _NUMBER = re.compile(r"-?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 _INTEGER = re.compile(r"\d+")
+#: a column's cells joined by newlines, each a `_NUMBER` / an `_INTEGER` (one match per column, not per cell)
+_NUMBERS = re.compile(f"(?:{_NUMBER.pattern}\n)*{_NUMBER.pattern}")
+_INTEGERS = re.compile(f"(?:{_INTEGER.pattern}\n)*{_INTEGER.pattern}")
 
 
 def _csv_rows(path: Path, required: dict[str, str], optional: dict[str, str]):
@@ -162,10 +165,13 @@ def read_small_csv(
         return None
     cols: dict[str, list] = {}
     for n, cells in zip(names, zip(*rows[1:])):  # column by column: one check and one conversion per column
-        pattern, kind = (_NUMBER, float) if n in numeric else (_INTEGER, int)
-        if not all(map(pattern.fullmatch, cells)):
+        pattern, kind = (_NUMBERS, float) if n in numeric else (_INTEGERS, int)
+        if not pattern.fullmatch("\n".join(cells)):  # every cell (a cell holding a newline fails the conversion)
             return None
-        cols[n] = list(map(kind, cells))
+        try:
+            cols[n] = list(map(kind, cells))
+        except ValueError:
+            return None
     return Columns(cols, len(rows) - 1)
 
 

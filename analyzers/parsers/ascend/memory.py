@@ -38,6 +38,8 @@ _RECORD = (
     },
     ("ts_us", "allocated_mb", "reserved_mb", "active_mb"),
 )
+#: memory_record.csv for a rank's peaks only (summary mode): the device column is not read
+_RECORD_PEAKS = (_RECORD[0], {k: v for k, v in _RECORD[1].items() if v != "device"}, _RECORD[2])
 _OPERATOR = (
     {"Name": "name", "Size(KB)": "size_kb", "Allocation Time(us)": "alloc_us"},
     {"Release Time(us)": "release_us", "Device Type": "device"},
@@ -96,8 +98,8 @@ def _rank(r: int, n: int) -> np.ndarray:
     return np.full(n, r, dtype="int64")
 
 
-def _record(path: Path, r: int, columns: bool = False, arrow_text: bool = False):
-    c, n = _columns(path, arrow_text=arrow_text, spec=_RECORD)
+def _record(path: Path, r: int, columns: bool = False, arrow_text: bool = False, peaks_only: bool = False):
+    c, n = _columns(path, arrow_text=arrow_text, spec=_RECORD_PEAKS if peaks_only else _RECORD)
     data = {"rank": _rank(r, n), "component": _text(c, "component", n, strip=True), "ts_us": c["ts_us"]}
     for k in ("allocated", "reserved", "active"):
         data[f"{k}_bytes"] = _scaled(c, f"{k}_mb", n, MIB)
@@ -130,16 +132,22 @@ def _module(path: Path, r: int, columns: bool = False, arrow_text: bool = False)
     return _table(data, n, MODULE_MEMORY, columns)
 
 
-def read_text_memory(out_dir: Path, r: int, io: RankInputs, columns: bool = False, arrow_text: bool = False) -> dict:
+def read_text_memory(
+    out_dir: Path, r: int, io: RankInputs, columns: bool = False, arrow_text: bool = False, peaks_only: bool = False
+) -> dict:
     """{memory_records, op_memory, module_memory} of one rank's text export (empty tables where absent; all
     empty when any memory file present is damaged: the rank's memory is then unknown). `columns`: regular files
     as `Columns`, which load_profile turns into one DataFrame per table across ranks; `arrow_text` (with
-    `columns`): their text columns as Arrow arrays, for `rank_summary`."""
+    `columns`): their text columns as Arrow arrays, for `rank_summary`. `peaks_only` (a summary-mode import):
+    memory_record.csv alone, without its device column (the bytes the rank's peaks need; operator_memory.csv and
+    npu_module_mem.csv are read on demand with the rest of the rank's detail)."""
     readers = {
         "memory_records": ("memory_record.csv", _record),
         "op_memory": ("operator_memory.csv", _operator),
         "module_memory": ("npu_module_mem.csv", _module),
     }
+    if peaks_only:
+        readers = {"memory_records": readers["memory_records"]}
     got: dict = {}
     damaged = False
     for key, (fname, fn) in readers.items():
@@ -147,7 +155,8 @@ def read_text_memory(out_dir: Path, r: int, io: RankInputs, columns: bool = Fals
         if not p.exists():
             continue
         before = len(io.warnings)
-        df = io.read(p, fn, r, columns=columns, arrow_text=arrow_text)
+        kw = {"peaks_only": True} if peaks_only else {}
+        df = io.read(p, fn, r, columns=columns, arrow_text=arrow_text, **kw)
         if df is None:
             if len(io.warnings) > before:
                 damaged = True

@@ -114,10 +114,11 @@ def parse_text_rank(
     ranks beyond the cross-check sample, see analyzers.parsers.load). `fit=False` leaves tables
     unconformed (load_profile conforms once after merging many ranks); `columns=True` (with fit=False) leaves
     the small tables (ranks, communication, links, the step trace) as `Columns`, which load_profile turns
-    into one DataFrame per table across ranks. `memory_detail=False` (a large cluster's import): the memory files
-    are reduced to the rank's numbers while read (meta["memory_summary"], `analyzers.analyses.memory.rank_summary`)
-    and the memory tables left empty. `read_sizes` (with `read_kernels=False`): trace_view.json is still read, for
-    the collective sizes and algorithms only (a summary-mode cluster's sample ranks: no kernels, no device ops)."""
+    into one DataFrame per table across ranks. `memory_detail=False` (a large cluster's import):
+    memory_record.csv alone is read, reduced to the rank's peaks (meta["memory_summary"],
+    `analyzers.analyses.memory.rank_summary`), and the memory tables left empty. `read_sizes` (with
+    `read_kernels=False`): trace_view.json is still read, for the collective sizes and algorithms only (a
+    summary-mode cluster's sample ranks: no kernels, no device ops)."""
     rank_dir = Path(rank_dir)
     if rank_dir.name == OUTPUT_DIR:
         rank_dir = rank_dir.parent
@@ -316,11 +317,13 @@ def _rank_memory(out: Path, r: int, io: RankInputs, *, memory_detail: bool, colu
         return {**no_memory(), **read_text_memory(out, r, io, columns=columns)}
     from analyzers.analyses.memory import rank_summary
 
-    got = read_text_memory(out, r, io, columns=True, arrow_text=True)
+    got = read_text_memory(out, r, io, columns=True, arrow_text=True, peaks_only=True)
     if got:
         meta["memory_summary"] = rank_summary(
             *(got[k].data if k in got else None for k in ("memory_records", "op_memory", "module_memory"))
         )
+    if columns:  # empty tables load_profile merges (no DataFrame built per rank)
+        return {k: Columns() for k in ("memory_records", "op_memory", "module_memory")}
     return no_memory()
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -27,8 +29,9 @@ def trace_facts(path: Path, r: int, full: bool = False) -> dict:
 
 
 def _small_trace(path: Path, full: bool = True):
-    """A small trace in one read with orjson (several times faster than streaming for a few MB). Without
-    `full`, only the X events the facts need (ProfilerStep#N, hcom_*) are kept."""
+    """A small trace in one read: a typed msgspec decode (`_typed_trace`), or orjson where that does not apply
+    (several times faster than streaming for a few MB). Without `full`, only the X events the facts need
+    (ProfilerStep#N, hcom_*) are kept."""
     try:
         import orjson
 
@@ -40,11 +43,16 @@ def _small_trace(path: Path, full: bool = True):
         loads = json.loads
         errors = (json.JSONDecodeError,)
     try:
-        data = loads(path.read_bytes())
-    except errors as exc:
-        raise ProfileFormatError(path, f"truncated or corrupt JSON ({str(exc)[:160]})") from None
+        raw = path.read_bytes()
     except OSError as exc:
         raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
+    typed = _typed_trace(raw, full)
+    if typed is not None:
+        return typed
+    try:
+        data = loads(raw)
+    except errors as exc:
+        raise ProfileFormatError(path, f"truncated or corrupt JSON ({str(exc)[:160]})") from None
     if isinstance(data, dict):
         data = data.get("traceEvents")
     if not isinstance(data, list):
@@ -80,6 +88,76 @@ def _small_trace(path: Path, full: bool = True):
                 cols["dur"].append(np.nan)
             cols["cat"].append(ev.get("cat"))
             cols["args"].append(ev.get("args") if isinstance(name, str) and name.startswith("hcom_") else None)
+    return TraceEvents(pd.DataFrame(cols), pn, tn)
+
+
+class _Event(msgspec.Struct, gc=False):
+    """A trace event's fields `_small_trace` reads (msgspec skips the others without building them; `args` kept as
+    raw JSON, decoded only for the events that need it)."""
+
+    ph: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = msgspec.UNSET
+    cat: Any = None
+    args: msgspec.Raw = msgspec.Raw()
+
+
+class _Document(msgspec.Struct, gc=False):
+    traceEvents: list[_Event]
+
+
+_DECODER = msgspec.json.Decoder(list[_Event] | _Document)
+
+
+def _typed_trace(raw: bytes, full: bool):
+    """`_small_trace`'s TraceEvents from a typed msgspec decode (~4x orjson on an 11 MB trace_view.json: no dict per
+    event); None when the file is anything but a plain array of event objects (or {"traceEvents": [...]}), and
+    `_small_trace`'s orjson pass then reads it (and reports what is wrong). The same rules as that pass."""
+    try:
+        got = _DECODER.decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    events = got.traceEvents if isinstance(got, _Document) else got
+
+    def args_of(ev):
+        if not len(ev.args):
+            return None
+        return msgspec.json.decode(ev.args)
+
+    pn: dict = {}
+    tn: dict = {}
+    cols: dict = {"name": [], "pid": [], "tid": [], "ts": [], "dur": [], "cat": [], "args": []}
+    wanted = ("ProfilerStep#", "hcom_")
+    for ev in events:
+        ph, name = ev.ph, ev.name
+        if ph == "X":
+            text = type(name) is str or isinstance(name, str)
+            if not full and not (text and name.startswith(wanted)):
+                continue
+            hcom = text and name.startswith("hcom_")
+            cols["name"].append(name)
+            cols["pid"].append(str(ev.pid))
+            cols["tid"].append(str(ev.tid))
+            try:
+                cols["ts"].append(float(ev.ts))
+            except (TypeError, ValueError):
+                cols["ts"].append(np.nan)
+            try:
+                cols["dur"].append(0.0 if ev.dur is msgspec.UNSET else float(ev.dur))
+            except (TypeError, ValueError):
+                cols["dur"].append(np.nan)
+            cols["cat"].append(ev.cat)
+            cols["args"].append(args_of(ev) if hcom else None)
+        elif ph == "M" and name in ("process_name", "thread_name"):
+            a = args_of(ev) or {}
+            if isinstance(a, dict) and "name" in a:
+                if name == "process_name":
+                    pn[str(ev.pid)] = str(a["name"])
+                else:
+                    tn[(str(ev.pid), str(ev.tid))] = str(a["name"])
     return TraceEvents(pd.DataFrame(cols), pn, tn)
 
 
