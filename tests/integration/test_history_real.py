@@ -30,16 +30,17 @@ DRIFT_MS = [40, 80, 120, 160]
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
-    """Runs by kind: 4 clean and 4 slowed (interleaved in time), then 4 drifting ones."""
+    """Runs by kind: 3 clean and 3 slowed (interleaved in time), then a fourth clean one and 4 drifting ones (11
+    launches: the tests read 4 clean, 3 slowed and 4 drifting runs)."""
     base = tmp_path_factory.mktemp("history_pool")
     results = base / "pool"
-    step = write_yaml(base / "step.yaml", dict(TINY, name="step", sweep={"delay_ms": [0, SLOW_MS]}, repeats=4))
-    drift = write_yaml(base / "drift.yaml", dict(TINY, name="drift", sweep={"delay_ms": DRIFT_MS}))
+    step = write_yaml(base / "step.yaml", dict(TINY, name="step", sweep={"delay_ms": [0, SLOW_MS]}, repeats=3))
+    drift = write_yaml(base / "drift.yaml", dict(TINY, name="drift", sweep={"delay_ms": [0, *DRIFT_MS]}))
     run_perfbench("sweep", step, "--results", results, timeout=900)
     run_perfbench("sweep", drift, "--results", results, timeout=600)
     runs = Store(results).list_runs()
     assert all(r["status"] == "ok" for r in runs), [(r["run_id"], r.get("error")) for r in runs]
-    by = lambda d: sorted((r for r in runs if r["settings"]["delay_ms"] == d), key=lambda r: r["settings"]["repeat"])  # noqa: E731
+    by = lambda d: sorted((r for r in runs if r["settings"]["delay_ms"] == d), key=lambda r: r["timings"]["started"])  # noqa: E731
     return {"results": results, "clean": by(0), "slow": by(SLOW_MS), "drift": [by(d)[0] for d in DRIFT_MS]}
 
 

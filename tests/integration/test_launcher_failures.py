@@ -134,7 +134,8 @@ def test_hanging_rank_is_killed_after_the_stall_timeout(failure_sweeps):
     assert Store(results).get_run(bad["run_id"])["launch"]["wall_s"] < 400
 
 
-def test_killed_sweep_keeps_finished_runs_and_resume_reruns_only_the_rest(tmp_path):
+def _killed_sweep(tmp_path) -> dict:
+    """A 2-run sweep SIGKILLed once its first run is committed and its second has finished a step, then resumed."""
     import signal
     import subprocess
     import sys
@@ -168,23 +169,25 @@ def test_killed_sweep_keeps_finished_runs_and_resume_reruns_only_the_rest(tmp_pa
         # nothing left behind: msrun, its scheduler and both workers die within 10 s of the sweep
         while leftovers(results) and time.time() - killed < 10:
             time.sleep(0.2)
-        assert leftovers(results) == [], "processes outlived the SIGKILLed sweep by 10 s"
+        left_after_kill = leftovers(results)
     finally:
         if proc.poll() is None:
             proc.kill()
     first = {r["settings"]["world_size"]: r for r in store.list_runs()}
-    assert first[1]["status"] == "ok" and first[2]["status"] == "running"
     r = run_perfbench("sweep", cfg, "--results", results, "--resume", timeout=600)
-    assert "already ok, skipped" in r.stderr
     after = {r["settings"]["world_size"]: r for r in store.list_runs()}
-    assert after[1] == first[1]  # untouched, byte for byte the same record
-    assert after[2]["status"] == "ok" and after[2]["run_id"] == first[2]["run_id"]
-    assert leftovers(results) == []
-    assert len(store.list_sweeps()) == 1
+    return {
+        "left_after_kill": left_after_kill,
+        "first": first,
+        "resumed": r,
+        "after": after,
+        "left": leftovers(results),
+        "sweeps": store.list_sweeps(),
+    }
 
 
-def test_rank_killed_with_sigkill_is_named_with_its_signal_and_last_step(tmp_path):
-    """`kill -9` of one rank mid-run: the run fails with "rank 1 killed by SIGKILL after step K"."""
+def _killed_rank(tmp_path) -> dict:
+    """A 1-run 2-rank sweep whose rank 1 is SIGKILLed (by its pid in its meta) once it has finished 3 steps."""
     import signal
     import subprocess
     import sys
@@ -223,15 +226,52 @@ def test_rank_killed_with_sigkill_is_named_with_its_signal_and_last_step(tmp_pat
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 1 and "Traceback" not in err, err  # its only run failed
-    (rec,) = store.list_runs()
-    assert rec["status"] == "failed" and rec["failed_rank"] == 1
+    return {
+        "returncode": proc.returncode,
+        "err": err,
+        "runs": store.list_runs(),
+        "done": done,
+        "left": leftovers(results),
+    }
+
+
+@pytest.fixture(scope="module")
+def killed_runs(tmp_path_factory):
+    """The killed-sweep and killed-rank scenarios, two at a time: they check statuses, records, steps and processes,
+    not times. Each test takes its scenario's outcome (`.result()` raises what went wrong in it there)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return {
+            "sweep": pool.submit(_killed_sweep, tmp_path_factory.mktemp("killed_sweep")),
+            "rank": pool.submit(_killed_rank, tmp_path_factory.mktemp("killed_rank")),
+        }
+
+
+def test_killed_sweep_keeps_finished_runs_and_resume_reruns_only_the_rest(killed_runs):
+    got = killed_runs["sweep"].result()
+    assert got["left_after_kill"] == [], "processes outlived the SIGKILLed sweep by 10 s"
+    first, after = got["first"], got["after"]
+    assert first[1]["status"] == "ok" and first[2]["status"] == "running"
+    assert "already ok, skipped" in got["resumed"].stderr
+    assert after[1] == first[1]  # untouched, byte for byte the same record
+    assert after[2]["status"] == "ok" and after[2]["run_id"] == first[2]["run_id"]
+    assert got["left"] == []
+    assert len(got["sweeps"]) == 1
+
+
+def test_rank_killed_with_sigkill_is_named_with_its_signal_and_last_step(killed_runs):
+    """`kill -9` of one rank mid-run: the run fails with "rank 1 killed by SIGKILL after step K"."""
     import re
 
+    got = killed_runs["rank"].result()
+    assert got["returncode"] == 1 and "Traceback" not in got["err"], got["err"]  # its only run failed
+    (rec,) = got["runs"]
+    assert rec["status"] == "failed" and rec["failed_rank"] == 1
     m = re.match(r"rank 1 killed by SIGKILL after step (\d+) ", rec["error"])
     assert m, rec["error"]
-    assert done - 1 <= int(m.group(1)) <= done  # the step it had finished when killed (one more may have landed)
-    assert leftovers(results) == []
+    assert got["done"] - 1 <= int(m.group(1)) <= got["done"]  # the step it had finished (one more may have landed)
+    assert got["left"] == []
 
 
 def test_a_crash_in_the_teardown_after_every_rank_wrote_everything_keeps_the_run(crash_sweep):

@@ -14,7 +14,7 @@ import pytest
 from perfbench.capture.writer import STEP_EXTRA_KEYS, STEP_KEYS
 from perfbench.store import Store
 from tests.integration.test_launcher_failures import SMALL
-from tests.support import ROOT, run_perfbench, write_yaml
+from tests.support import ROOT, run_perfbench, two_at_a_time, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -64,8 +64,9 @@ def test_the_reference_runner_and_perfbench_capture_write_the_same_records(tmp_p
             "sweep": {"world_size": [1]},
         },
     )
-    for cfg in (ref, script):
-        run_perfbench("sweep", cfg, "--results", results, timeout=600)
+    # two at a time into one results folder (each run and sweep is its own file): the test compares keys, profiler
+    # windows and files, not times
+    two_at_a_time(lambda cfg: run_perfbench("sweep", cfg, "--results", results, timeout=600), (ref, script))
     store = Store(results)
     runs = {r["config"]["workload"]: r for r in store.list_runs()}
     a, b = runs["resnet50"], runs["script"]

@@ -40,8 +40,9 @@ def steps_of(store: Store, run: dict) -> dict[int, list[dict]]:
 
 @pytest.fixture(scope="module")
 def own_sweeps(tmp_path_factory) -> dict[str, tuple[Store, list[dict]]]:
-    """The three sweeps of the two tests below, two at a time, each in its own results folder: they check steps,
-    samples, collective counts and failure reasons, not times."""
+    """The three sweeps of the two tests below and the search of the tune test, two at a time, each in its own
+    results folder: they check steps, samples, collective counts, failure reasons and the search's trials, not
+    times."""
     base = tmp_path_factory.mktemp("own_job")
     report = base / "report"  # where train_torch_capture.py writes what each rank did
     report.mkdir()
@@ -78,8 +79,22 @@ def own_sweeps(tmp_path_factory) -> dict[str, tuple[Store, list[dict]]]:
             "launch": {"timeout_s": 120},
         },
     }
-    got = dict(zip(configs, two_at_a_time(lambda name: sweep(base, name, configs[name]), configs)))
+    jobs = [*configs, "tune"]
+    got = dict(zip(jobs, two_at_a_time(lambda n: _tune(base) if n == "tune" else sweep(base, n, configs[n]), jobs)))
     return {**got, "report": report}
+
+
+def _tune(tmp_path: Path):
+    """examples/own-job/tune-pytorch.yaml, 3 trials of 6 steps: (results folder, the finished `perfbench tune`)."""
+    import yaml
+
+    cfg = yaml.safe_load((ROOT / "examples" / "own-job" / "tune-pytorch.yaml").read_text())
+    cfg["script"]["path"] = str(ROOT / "examples" / "own-job" / "train_pytorch.py")
+    cfg["train"]["steps"] = 6
+    cfg["search"]["budget"] = {"trials": 3}
+    path = write_yaml(tmp_path / "tune.yaml", cfg)
+    results = tmp_path / "results-tune"
+    return results, run_perfbench("tune", path, "--results", results, "--json", check=False, timeout=900)
 
 
 def test_plain_mindspore_script_under_msrun(own_sweeps):
@@ -134,18 +149,10 @@ def test_pytorch_script_with_the_capture_line_and_a_failing_one(own_sweeps):
     assert any("no steps recorded" in w for w in nosteps["warnings"])
 
 
-def test_tune_a_script_on_a_user_knob_and_a_parallel_knob(tmp_path):
+def test_tune_a_script_on_a_user_knob_and_a_parallel_knob(own_sweeps):
     """examples/own-job/tune-pytorch.yaml, 3 trials of 6 steps: every trial is a torchrun run of the user's script
     with the trial's knobs.hidden and comm_fusion in its command line, and the answer names both knobs."""
-    import yaml
-
-    cfg = yaml.safe_load((ROOT / "examples" / "own-job" / "tune-pytorch.yaml").read_text())
-    cfg["script"]["path"] = str(ROOT / "examples" / "own-job" / "train_pytorch.py")
-    cfg["train"]["steps"] = 6
-    cfg["search"]["budget"] = {"trials": 3}
-    path = write_yaml(tmp_path / "tune.yaml", cfg)
-    results = tmp_path / "results"
-    r = run_perfbench("tune", path, "--results", results, "--json", check=False, timeout=900)
+    results, r = own_sweeps["tune"]
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     answer = json.loads(r.stdout)
     assert len(answer["trials"]) == 3 and {t["status"] for t in answer["trials"]} == {"ok"}

@@ -2,7 +2,7 @@
 step (launch.stall_timeout_s), one that exits without printing anything and one that never reaches its first step
 (launch.timeout_s). Each is stored as failed with the reason and its log tail, and the sweep goes on to the next.
 The scripts are written by the test; each takes `--mode` from a swept knob. The run that never steps has a sweep
-of its own with a shorter whole-run timeout, run beside the sweep of the other three."""
+of its own with a shorter whole-run timeout; the four sweeps (two per framework) run at once."""
 
 from __future__ import annotations
 
@@ -124,19 +124,33 @@ def _sweep(tmp_path, script, framework: str, name: str, modes: list[str], timeou
     return results, r, time.time() - t0
 
 
-@pytest.mark.parametrize("framework", ["pytorch", "mindspore"])
-def test_a_failing_script_is_stored_failed_and_the_sweep_goes_on(tmp_path, framework):
+@pytest.fixture(scope="module")
+def failing_sweeps(tmp_path_factory):
+    """Both frameworks' sweeps at once, four in all: per framework the three modes that end on their own and the
+    "nostep" run. The tests check statuses, reasons and log tails, not times; a "nostep" run sleeps once its
+    start-up is done, so past the start-ups at most two launches are busy at a time. {framework: (the two sweeps'
+    (results, process, wall s), the nostep timeout)}."""
     from concurrent.futures import ThreadPoolExecutor
 
-    script = tmp_path / "bad.py"
-    script.write_text(TORCH if framework == "pytorch" else MINDSPORE)
+    stepping = [m for m in MODES if m != "nostep"]
+    futures = {}
+    with ThreadPoolExecutor(4) as pool:
+        for framework, (timeout_s, nostep_timeout_s) in TIMEOUTS.items():
+            base = tmp_path_factory.mktemp(f"failing-{framework}")
+            script = base / "bad.py"
+            script.write_text(TORCH if framework == "pytorch" else MINDSPORE)
+            futures[framework] = (
+                pool.submit(_sweep, base, script, framework, "bad", stepping, timeout_s),
+                pool.submit(_sweep, base, script, framework, "nostep", ["nostep"], nostep_timeout_s),
+            )
+        return {fw: (main.result(), late.result()) for fw, (main, late) in futures.items()}
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "mindspore"])
+def test_a_failing_script_is_stored_failed_and_the_sweep_goes_on(failing_sweeps, framework):
     timeout_s, nostep_timeout_s = TIMEOUTS[framework]
     stepping = [m for m in MODES if m != "nostep"]
-    # two sweeps at once: the test checks statuses, reasons and log tails, not times
-    with ThreadPoolExecutor(2) as pool:
-        main = pool.submit(_sweep, tmp_path, script, framework, "bad", stepping, timeout_s)
-        late = pool.submit(_sweep, tmp_path, script, framework, "nostep", ["nostep"], nostep_timeout_s)
-        (results, r, wall), (late_results, late_r, late_wall) = main.result(), late.result()
+    (results, r, wall), (late_results, late_r, late_wall) = failing_sweeps[framework]
     runs = {}
     for res, proc, modes in ((results, r, stepping), (late_results, late_r, ["nostep"])):
         store = Store(res)

@@ -138,7 +138,8 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(prun
     )
 
 
-def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
+def _killed_tune_resumes(tmp_path) -> None:
+    """A grid search SIGKILLed while its second trial trains, then resumed (asserts as it goes)."""
     cfg = write(
         tmp_path,
         "resume",
@@ -186,7 +187,8 @@ def test_killed_tune_resumes_without_rerunning_finished_trials(tmp_path):
     assert our_processes(ans["study"]) == []
 
 
-def test_the_best_is_confirmed_by_fresh_runs_and_its_last_round_is_profiled(tmp_path):
+def _best_is_confirmed(tmp_path) -> None:
+    """A 2-point search whose best two are re-measured (asserts as it goes)."""
     # 2 points; a 400 ms sleep in every step makes delay 400 far slower than delay 0 (a ~0.05 s step), whatever
     # the load. Both are re-measured once more (top 2, rounds 1, a band wide enough for both), the last round with
     # the profiler at level light for the leader only; the best's value is its re-measurement, and that run is the
@@ -238,6 +240,29 @@ def test_the_best_is_confirmed_by_fresh_runs_and_its_last_round_is_profiled(tmp_
     assert ans["finalist"] == fast["runs"][0]  # its profiled confirmation run explains it
     assert ans["finalist"] in store.read_sweep(ans["study"])["runs"]
     assert our_processes(ans["study"]) == []
+
+
+@pytest.fixture(scope="module")
+def resume_and_confirm(tmp_path_factory):
+    """The killed-and-resumed search and the confirmed search, two at a time. The first checks which trials ran,
+    not times; in the second the best is chosen by a 400 ms sleep per step, which sharing the cores does not
+    change, and an unsteady re-measurement is an outcome it checks. `.result()` raises a scenario's failure in
+    its own test."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        return {
+            "resume": pool.submit(_killed_tune_resumes, tmp_path_factory.mktemp("tune_resume")),
+            "confirm": pool.submit(_best_is_confirmed, tmp_path_factory.mktemp("tune_confirm")),
+        }
+
+
+def test_killed_tune_resumes_without_rerunning_finished_trials(resume_and_confirm):
+    resume_and_confirm["resume"].result()
+
+
+def test_the_best_is_confirmed_by_fresh_runs_and_its_last_round_is_profiled(resume_and_confirm):
+    resume_and_confirm["confirm"].result()
 
 
 @pytest.mark.browser

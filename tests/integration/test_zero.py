@@ -85,25 +85,39 @@ SPECS = {
 TRAIN = {"optimizer": "adamw", "lr": 0.001, "steps": 6, "warmup_steps": 1, "weight_decay": 0.01}
 
 
+#: the recompute test's runs: 2 stages x 2 micro-batches, plain and with recompute in graph and pynative mode
+RECOMPUTE = {
+    "plain": {},
+    "rc_graph": {"recompute": True},
+    "rc_pynative": {"recompute": True, "mode": "pynative"},
+}
+
+
 @pytest.fixture(scope="module")
 def zero_runs(tmp_path_factory):
+    """The ZeRO runs (SPECS) and the recompute runs (RECOMPUTE) of this file, seven launches in one pool of two."""
     from tests.integration.test_workload_resnet50 import launch
 
     out = tmp_path_factory.mktemp("zero")
 
     def go(name):
-        spec = SPECS[name]
-        over = {
-            "parallel": dict(spec["parallel"]),
-            "train": {**TRAIN, **spec.get("train", {})},
-            "profile": {"enabled": False, "steps": 1},
-        }
+        if name in SPECS:
+            spec = SPECS[name]
+            over = {
+                "parallel": dict(spec["parallel"]),
+                "train": {**TRAIN, **spec.get("train", {})},
+                "profile": {"enabled": False, "steps": 1},
+            }
+        else:
+            over = {
+                "parallel": {"pipeline_stages": 2, "micro_batches": 2},
+                "train": {**TRAIN, "steps": 4, **RECOMPUTE[name]},
+                "profile": {"enabled": False, "steps": 1},
+            }
         return launch(out, name, over, timeout_s=480)  # two share the cores
 
-    runs = dict(zip(SPECS, _two_at_a_time(go, SPECS)))
-    for name, run in runs.items():
-        assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
-    return runs
+    names = [*SPECS, *RECOMPUTE]
+    return dict(zip(names, _two_at_a_time(go, names)))
 
 
 def _two_at_a_time(fn, names):
@@ -119,6 +133,9 @@ def _two_at_a_time(fn, names):
 @pytest.mark.msrun
 @pytest.mark.timeout(600)
 def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
+    for name in SPECS:
+        run = zero_runs[name]
+        assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
     ref = [s["loss"] for s in zero_runs["z0"].steps(0)]
     assert len(ref) == TRAIN["steps"] and len(set(ref)) == len(ref)  # the weights change every step
     for name in ("z1", "z2r", "z1rp"):
@@ -140,27 +157,12 @@ def test_sharded_adamw_losses_equal_the_replicated_run(zero_runs):
 
 @pytest.mark.msrun
 @pytest.mark.timeout(600)
-def test_recompute_in_the_pipeline_trainer_keeps_the_losses(tmp_path):
+def test_recompute_in_the_pipeline_trainer_keeps_the_losses(zero_runs):
     """2 stages x 2 micro-batches: recompute through ms.jit stage functions (graph) and through mindspore.recompute
     (pynative, where cell.recompute() has no effect) trains exactly as without it."""
-    from tests.integration.test_workload_resnet50 import launch
-
     losses = {}
-    trains = {
-        "plain": {},
-        "rc_graph": {"recompute": True},
-        "rc_pynative": {"recompute": True, "mode": "pynative"},
-    }
-
-    def go(name):
-        over = {
-            "parallel": {"pipeline_stages": 2, "micro_batches": 2},
-            "train": {**TRAIN, "steps": 4, **trains[name]},
-            "profile": {"enabled": False, "steps": 1},
-        }
-        return launch(tmp_path, name, over, timeout_s=480)  # two share the cores
-
-    for (name, train), run in zip(trains.items(), _two_at_a_time(go, trains)):
+    for name, train in RECOMPUTE.items():
+        run = zero_runs[name]
         assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
         assert run.meta(1)["recompute"] is bool(train)
         losses[name] = [s["loss"] for s in run.steps(1)]  # the last stage computes the loss
