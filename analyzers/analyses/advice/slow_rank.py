@@ -55,7 +55,8 @@ def cpu_excess_ms(tables, rank: int, others) -> tuple[float, float] | None:
         return None
     excess = (cpu[rank] - cpu[[o for o in others if o in cpu.columns]].median(axis=1)).dropna() * 1000.0
     profiled = ws.groupby("step")["profiled"].agg(lambda v: bool(v.astype(bool).any())).reindex(excess.index)
-    prof, unprof = excess[profiled.fillna(False).astype(bool)], excess[~profiled.fillna(False).astype(bool)]
+    profiled = profiled.fillna(False).astype(bool)
+    prof, unprof = excess[profiled], excess[~profiled]
     if prof.empty or unprof.empty:
         return None
     return float(prof.median()), float(unprof.median())

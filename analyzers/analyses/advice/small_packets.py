@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from analyzers.analyses.breakdown import union_length
 from analyzers.analyses.collectives import factor, steps
 from analyzers.analyses.advice.common import num, on_cpu, table, transfer_ms
 from analyzers.analyses.advice.rule import Rule
@@ -111,16 +112,13 @@ def serial_share(df: pd.DataFrame) -> pd.Series:
     """Per rank, step and group: the wall time the collectives covered (the union of their [start, start +
     elapse] intervals) over their summed elapse, in (0, 1]; 1 where they ran one after another (MindSpore's), about
     1/2 where gloo's two worker threads ran them two at a time. Null where a start or an elapse is unknown."""
-    d = df.dropna(subset=["start", "elapse"]).sort_values(["rank", "step", "group", "start"])
+    d = df.dropna(subset=["start", "elapse"])
     if d.empty:
         return pd.Series(dtype=float)
-    end = d["start"] + d["elapse"]
-    keys = [d["rank"], d["step"], d["group"]]
-    reach = end.groupby(keys).cummax()  # the furthest end so far, this collective included
-    before = reach.groupby(keys).shift()  # ... before this collective
-    covered = (end - np.maximum(d["start"], before.fillna(-np.inf))).clip(lower=0.0)
-    total = d["elapse"].groupby(keys).sum()
-    share = covered.groupby(keys).sum() / total
+    g = d.assign(end=d["start"] + d["elapse"]).groupby(["rank", "step", "group"])
+    covered = g.apply(lambda x: union_length(x["start"].to_numpy(float), x["end"].to_numpy(float)))
+    total = g["elapse"].sum()
+    share = covered / total
     return share.where(total > 0).clip(upper=1.0)
 
 
