@@ -92,11 +92,13 @@ def main(argv: list[str]) -> int:
     except BaseException as exc:
         traceback.print_exc()
         _finish(rec, 1, f"{type(exc).__name__}: {exc}"[:500])
-        if os.environ.get("MS_ROLE"):  # a MindSpore rank: its exit would wait on its peers' collectives for
-            sys.stdout.flush()  # minutes (a crash would read as a hang); msrun sees it exit now and ends the rest
-            sys.stderr.flush()
-            os._exit(1)
-        return 1
+        # The rank ends here, without the interpreter's teardown: a MindSpore rank's would wait on its peers'
+        # collectives for minutes (a crash would read as a hang), and a PyTorch rank's destroys gloo's threads
+        # mid-collective, which aborts at random (SIGABRT, "terminate called without an active exception"), so the
+        # same raise would read as a signal one time and as exit code 1 the next. The launcher sees exit code 1 now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     _finish(rec, status, error)
     return status
 
