@@ -31,8 +31,6 @@ def main() -> None:
     spent: dict[str, float] = defaultdict(float)
     t = time.perf_counter()
     import analyzers
-    import analyzers.analyses.memory as mem_analysis
-    import analyzers.parsers.ascend.memory as amem
     import analyzers.parsers.ascend.text as atext
     import analyzers.parsers.load as aload
     from analyzers.report import build_document, dumps
@@ -54,8 +52,8 @@ def main() -> None:
         setattr(mod, name, wrapper)
 
     timed(aload, "find_units", "find the ranks")
-    timed(amem, "read_text_memory", "read the memory files (summary mode: memory_record.csv)")
-    timed(mem_analysis, "rank_summary", "reduce a rank's memory columns to its peaks")
+    timed(atext, "read_text_memory", "read the memory files (summary mode: memory_record.csv)")
+    timed(atext, "rank_summary", "reduce a rank's memory columns to its peaks")
     timed(atext, "trace_facts", "trace_view.json (sample ranks: collective sizes)")
     timed(atext, "_step_trace", "step_trace_time.csv")
     timed(atext, "_communication", "communication.json")

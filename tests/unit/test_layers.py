@@ -233,6 +233,7 @@ ANALYZERS_SCHEMA = {
     "analyzers.metric_definitions",
     "analyzers.stats",
     "analyzers.groups",
+    "analyzers.memory_summary",
 }
 ANALYZERS_FACADE = {"analyzers", "analyzers.analyze", "analyzers.report"}
 SUBLAYER_ALLOWED = {
@@ -241,12 +242,8 @@ SUBLAYER_ALLOWED = {
     "analyses": {"schema", "analyses"},
     "facade": {"schema", "parsers", "analyses", "facade"},
 }
-#: (importer, imported) edges against the sub-layers, each with why it is still there
-SUBLAYER_PENDING = {
-    # summary mode reduces each rank's memory files while reading them (memory.rank_summary); rank_summary and its
-    # helpers move below both once the summary reader's rework (import speed, parsers/ascend) has landed
-    ("analyzers.parsers.ascend.text", "analyzers.analyses.memory"): "rank_summary",
-}
+#: (importer, imported) edges against the sub-layers, each with why it is still there (none today)
+SUBLAYER_PENDING: dict[tuple[str, str], str] = {}
 
 
 def sublayer_of(module: str) -> str:
@@ -316,10 +313,6 @@ FUNCTION_IMPORTS_ALLOWED = {
     # the memory rule sizes ZeRO/recompute options with the workloads' layout arithmetic, only when it proposes one
     # (analyzers may not import workloads at module level: test_import_boundaries.py)
     "analyzers.analyses.advice.memory_near_capacity": "knob options from workloads' layout math",
-    # pending: the Ascend parsers' import-speed rework (parsers/ascend) is in flight
-    "analyzers.parsers.ascend.text": "pending",
-    "analyzers.parsers.ascend.db": "pending",
-    "analyzers.parsers.ascend.cluster_output": "pending",
     # pending: the script workload is being reworked
     "perfbench.run.script": "pending",
 }

@@ -26,6 +26,7 @@ from pathlib import Path
 import pandas as pd
 
 from analyzers.parsers.ascend.common import comm_op_type, link_keys, read_csv, read_json, step_of
+from analyzers.parsers.ascend.db import REF_COLS, open_db
 from analyzers.parsers.ascend.text import STEP_TRACE_OPTIONAL, STEP_TRACE_REQUIRED, _f, time_info
 from analyzers.groups import group_entry, groups_from_communication_group
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, RANKS, Profile, conform, empty
@@ -103,8 +104,6 @@ def _dbs(d: Path) -> list[Path]:
 
 
 def _db_table(d: Path, table: str, used: list[str]) -> pd.DataFrame | None:
-    from analyzers.parsers.ascend.db import open_db
-
     for db in _dbs(d):
         with open_db(db) as con:
             names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -151,8 +150,6 @@ def _step_trace(d: Path, used: list[str]):
         return _rank_rows(st, df), st.name
     df = _db_table(d, "ClusterStepTraceTime", used)
     if df is not None:
-        from analyzers.parsers.ascend.db import REF_COLS
-
         _need(d / "cluster_analysis.db", df, ["step", "type", "index", "computing", "free"])
         return _rank_rows(d / "cluster_analysis.db", df.rename(columns=REF_COLS)), "ClusterStepTraceTime"
     df = _db_table(d, "ClusterTimeSummary", used)

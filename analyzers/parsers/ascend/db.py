@@ -38,6 +38,7 @@ from analyzers.parsers.ascend.common import (
     step_of,
 )
 from analyzers.groups import add_db_meta
+from analyzers.parsers.ascend.memory import no_memory, read_db_memory
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
 
@@ -138,8 +139,6 @@ def parse_db_rank(rank_dir: str | Path, *, rank: int | None = None, read_kernels
                 if df is not None and "rank" in df.columns:
                     df["rank"] = r
     comm_ops, comm_bw = _db_comm_ops(comm_ops, comm_bw, comm, ops, r, meta)
-    from analyzers.parsers.ascend.memory import no_memory
-
     memory = no_memory()
     if not any(w.startswith(str(dbp)) for w in io.warnings):  # a db already found damaged is not read again
         mem = io.read(dbp, _memory, r)
@@ -212,8 +211,6 @@ def _db_comm_ops(comm_ops, comm_bw, comm, ops, r: int, meta: dict):
 
 def _memory(dbp: Path, r: int) -> dict:
     """MEMORY_RECORD / OP_MEMORY / NPU_MODULE_MEM of the profiler db (analyzers.parsers.ascend.memory)."""
-    from analyzers.parsers.ascend.memory import read_db_memory
-
     with open_db(dbp) as con:
         return read_db_memory(con, r, _tables(con), dbp)
 

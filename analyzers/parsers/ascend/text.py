@@ -43,7 +43,9 @@ from analyzers.parsers.ascend.common import (
     read_small_csv,
     step_of,
 )
+from analyzers.memory_summary import rank_summary
 from analyzers.parsers.ascend.db import read_analysis_db
+from analyzers.parsers.ascend.memory import no_memory, read_text_memory
 from analyzers.parsers.ascend.trace_facts import trace_facts
 from analyzers.schema import COMM_BANDWIDTH, COMM_OPS, LINKS, OPS, RANKS, STEPS, Columns, Profile, conform, empty
 from perfbench.errors import ProfileFormatError
@@ -116,7 +118,7 @@ def parse_text_rank(
     the small tables (ranks, communication, links, the step trace) as `Columns`, which load_profile turns
     into one DataFrame per table across ranks. `memory_detail=False` (a large cluster's import):
     memory_record.csv alone is read, reduced to the rank's peaks (meta["memory_summary"],
-    `analyzers.analyses.memory.rank_summary`), and the memory tables left empty. `read_sizes` (with
+    `analyzers.memory_summary.rank_summary`), and the memory tables left empty. `read_sizes` (with
     `read_kernels=False`): trace_view.json is still read, for the collective sizes and algorithms only (a
     summary-mode cluster's sample ranks: no kernels, no device ops)."""
     rank_dir = Path(rank_dir)
@@ -311,12 +313,8 @@ def _op_statistic(io: RankInputs, path: Path, meta: dict) -> None:
 def _rank_memory(out: Path, r: int, io: RankInputs, *, memory_detail: bool, columns: bool, meta: dict) -> dict:
     """The rank's memory tables; in summary mode (`memory_detail=False`) its memory numbers only
     (meta["memory_summary"]), its records read again on demand (show --rank), and the tables left empty."""
-    from analyzers.parsers.ascend.memory import no_memory, read_text_memory
-
     if memory_detail:
         return {**no_memory(), **read_text_memory(out, r, io, columns=columns)}
-    from analyzers.analyses.memory import rank_summary
-
     got = read_text_memory(out, r, io, columns=True, arrow_text=True, peaks_only=True)
     if got:
         meta["memory_summary"] = rank_summary(
