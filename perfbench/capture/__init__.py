@@ -18,6 +18,7 @@ the framework only when used.
 
 from __future__ import annotations
 
+from perfbench.capture import framework, ms_capture
 from perfbench.capture.parallel import apply_parallel
 from perfbench.capture.recorder import Recorder, current, settings
 
@@ -42,9 +43,7 @@ class _Step:
                 rec.mode = "manual"
                 rec.open = False
             if rec.step == 0 and rec.window is None:
-                from perfbench.capture.framework import start_window
-
-                start_window(rec)
+                framework.start_window(rec)
             rec.begin()
         return self
 
@@ -66,7 +65,5 @@ def step(samples: int | None = None, loss: float | None = None) -> _Step:
 
 def __getattr__(name: str):
     if name == "Callback":  # a mindspore.train.Callback subclass, made on first use
-        from perfbench.capture.ms_capture import callback_class
-
-        return callback_class()
+        return ms_capture.callback_class()
     raise AttributeError(name)

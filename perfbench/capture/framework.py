@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from perfbench.capture import ms_capture, torch_capture
 from perfbench.capture.recorder import Recorder
 
 
@@ -24,10 +25,6 @@ def start_window(rec: Recorder) -> None:
     """The profiler window of a hand-written loop (capture.step), in the framework the script uses."""
     fw = framework(rec)
     if fw == "mindspore":
-        from perfbench.capture.ms_capture import start_window as ms_start
-
-        ms_start(rec)
+        ms_capture.start_window(rec)
     elif fw == "pytorch":
-        from perfbench.capture.torch_capture import start_window as torch_start
-
-        torch_start(rec)
+        torch_capture.start_window(rec)

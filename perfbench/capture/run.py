@@ -22,6 +22,9 @@ if __name__ == "__main__":  # started as a file: its folder must not shadow anyt
 import runpy  # noqa: E402
 import traceback  # noqa: E402
 
+from perfbench.capture import ms_capture, torch_capture  # noqa: E402
+from perfbench.capture.recorder import current, env_rank  # noqa: E402
+
 LOG_VAR = "PERFBENCH_WORKER_LOG_DIR"  # set for torchrun: each rank writes its output to worker_{rank}.log there
 #: set for torchrun with launch.bind_core: the CPUs the local ranks pin to, one each (torchrun has no --bind_core;
 #: msrun's does the same for MindSpore ranks)
@@ -57,8 +60,6 @@ def _redirect_output(rank: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    from perfbench.capture.recorder import current, env_rank
-
     if not argv:
         print("usage: python -m perfbench.capture.run SCRIPT [ARGS...]", file=sys.stderr)
         return 2
@@ -69,12 +70,8 @@ def main(argv: list[str]) -> int:
     if rec is not None:
         fw = (rec.config.get("script") or {}).get("framework")
         if fw == "mindspore":
-            from perfbench.capture import ms_capture
-
             ms_capture.install(rec)
         elif fw == "pytorch":
-            from perfbench.capture import torch_capture
-
             torch_capture.install(rec)
         rec.set_meta(script=script, argv=argv[1:])
     sys.argv = [script, *argv[1:]]
@@ -107,10 +104,8 @@ def _finish(rec, status: int, error: str | None) -> None:
     if rec is None:
         return
     if rec.config.get("script", {}).get("framework") == "pytorch":
-        from perfbench.capture.torch_capture import backend_name
-
         if rec.meta.get("comm_backend") in (None, "none"):
-            rec.set_meta(comm_backend=backend_name() or rec.meta.get("comm_backend") or "none")
+            rec.set_meta(comm_backend=torch_capture.backend_name() or rec.meta.get("comm_backend") or "none")
     rec.finish(status, error)
 
 

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from perfbench.capture.parallel import pytorch_refusals
 from perfbench.errors import ConfigError, UserError
 
 BOOTSTRAP = Path(__file__).resolve().parents[1] / "capture" / "run.py"
@@ -111,8 +112,6 @@ def script_rules(framework: str, parallel: dict, world_size: int) -> list[str]:
             "Ascend/GPU (the CPU backend refuses it)"
         )
     if framework == "pytorch":  # zero_stage 1 and micro_batches: perfbench.capture.parallel's helpers
-        from perfbench.capture.parallel import pytorch_refusals
-
         problems += pytorch_refusals(parallel, world_size)
     elif parallel.get("zero_stage", 0):
         zero = parallel["zero_stage"]

@@ -306,15 +306,9 @@ FUNCTION_IMPORTS_ALLOWED = {
     "perfbench.commands": "the CLI's per-command deferral",
     # the Ascend format entries load their parser on first use (a format registry of names, docs/analyzers.md)
     "analyzers.parsers.ascend.formats": "lazy format registry",
-    # the capture module's `capture.Callback` (PEP 562 __getattr__) and the framework chosen at run time
-    "perfbench.capture": "PEP 562 attribute, pending: capture/ is being reworked",
-    "perfbench.capture.framework": "the framework of the process, pending: capture/ is being reworked",
-    "perfbench.capture.run": "the framework of the script, pending: capture/ is being reworked",
     # the memory rule sizes ZeRO/recompute options with the workloads' layout arithmetic, only when it proposes one
     # (analyzers may not import workloads at module level: test_import_boundaries.py)
     "analyzers.analyses.advice.memory_near_capacity": "knob options from workloads' layout math",
-    # pending: the script workload is being reworked
-    "perfbench.run.script": "pending",
 }
 
 
