@@ -1,5 +1,5 @@
 """The two-sample statistics perfbench decides with (and the numeric helpers below them: `finite`, `median`,
-`step_ms`): the Welch interval of a difference of means and the
+`step_ms`, `union_length`): the Welch interval of a difference of means and the
 Mann-Whitney U test's p-value (scipy), shared by compare/check (perfbench/) and the analyses that judge a run
 against itself (analyzers/analyses/steadiness.py)."""
 
@@ -38,6 +38,22 @@ def step_ms(step_time_s) -> float | None:
     """A step time in seconds as milliseconds, None unless it is a finite number > 0."""
     v = finite(step_time_s)
     return v * 1000.0 if v is not None and v > 0 else None
+
+
+def union_length(start: np.ndarray, end: np.ndarray) -> float:
+    """Total length of the union of intervals [start_i, end_i) (touching intervals join)."""
+    if len(start) == 0:
+        return 0.0
+    order = np.argsort(start, kind="stable")
+    s = start[order]
+    e = end[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    bstart = s[new]
+    bend = np.maximum.reduceat(e, np.flatnonzero(new))
+    return float(np.sum(bend - bstart))
 
 
 def welch_ci(a: list[float], b: list[float], level: float = 0.95) -> tuple[float, float] | None:

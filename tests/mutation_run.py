@@ -59,7 +59,7 @@ FUNCTIONS = [
     "perfbench.regress.compare.x_settings_diff__mutmut_*",
     "analyzers.metric.xǁMetricǁworse__mutmut_*",  # metric directions
     "analyzers.catalogue.x_metric__mutmut_*",
-    "analyzers.analyses.breakdown.x_union_length__mutmut_*",  # breakdown and its reconciliation
+    "analyzers.stats.x_union_length__mutmut_*",  # breakdown and its reconciliation
     "analyzers.analyses.breakdown.x_reconcile__mutmut_*",
     "analyzers.analyses.collectives.x_busbw_factor__mutmut_*",  # bandwidth
     "analyzers.analyses.collectives.x_comm_op_stats__mutmut_*",

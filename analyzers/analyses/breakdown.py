@@ -36,29 +36,12 @@ from analyzers.analyses.pipeline import _cfg
 from analyzers.catalogue import ADDING_PARTS
 from analyzers.context import Output
 from analyzers.schema import BREAKDOWN_PARTS, STEP_BREAKDOWN, conform, empty, step_of
+from analyzers.stats import union_length
 
 #: a rank whose recomputed breakdown differs from the profiler's by more than this share of the step is inconsistent
 CONSISTENCY_TOLERANCE = 0.01
 
 METRICS = [f"{p}_us" for p in BREAKDOWN_PARTS] + ["stage_us"]
-
-
-def union_length(start: np.ndarray, end: np.ndarray) -> float:
-    """Total length of the union of intervals [start_i, end_i)."""
-    if len(start) == 0:
-        return 0.0
-    order = np.argsort(start, kind="stable")
-    s = start[order]
-    e = end[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    block = np.cumsum(new) - 1
-    bstart = s[new]
-    bend = np.maximum.reduceat(e, np.flatnonzero(new))
-    del block
-    return float(np.sum(bend - bstart))
 
 
 #: op names / types of pipeline receives (HCCL hcom_receive*/hcom_recv*, MindSpore graph Receive-opN, ...)

@@ -32,9 +32,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analyzers.analyses.breakdown import union_length
 from analyzers.context import Output
 from analyzers.schema import comm_op_type
+from analyzers.stats import union_length
 
 EXPOSURE_COLUMNS = ["rank", "step", "exposed_us", "exposed_p2p_us", "exposed_collective_us", "p2p_share", "source"]
 #: op types (analyzers.schema.comm_op_type: batchSendRecv -> send, Receive-opN -> recv) that are p2p

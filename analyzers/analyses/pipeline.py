@@ -35,6 +35,7 @@ import pandas as pd
 from analyzers.context import Output
 from analyzers.analyses.parallel_groups import stage_of_rank
 from analyzers.schema import warmup_steps
+from analyzers.stats import union_length
 
 #: span kinds that count as a stage doing useful work
 COMPUTE_KINDS = ("forward", "backward")
@@ -79,21 +80,6 @@ def _cfg(config: dict | None, key: str):
         return None
 
 
-def _union_us(intervals: np.ndarray) -> float:
-    """Total length of the union of [start, end) intervals (n x 2 array)."""
-    if len(intervals) == 0:
-        return 0.0
-    iv = intervals[np.argsort(intervals[:, 0])]
-    total, cur_s, cur_e = 0.0, iv[0, 0], iv[0, 1]
-    for s, e in iv[1:]:
-        if s > cur_e:
-            total += cur_e - cur_s
-            cur_s, cur_e = s, e
-        elif e > cur_e:
-            cur_e = e
-    return float(total + cur_e - cur_s)
-
-
 def _from_spans(spans: pd.DataFrame, config: dict | None) -> pd.DataFrame | None:
     need = {"rank", "step", "kind", "start_ts", "end_ts"}
     if spans is None or len(spans) == 0 or not need.issubset(spans.columns):
@@ -128,7 +114,7 @@ def _from_spans(spans: pd.DataFrame, config: dict | None) -> pd.DataFrame | None
             continue
         w0, w1 = bounds.loc[step, "w0"], bounds.loc[step, "w1"]
         iv = np.clip(g[["start_us", "end_us"]].to_numpy(dtype=float), w0, w1)
-        busy = _union_us(iv)
+        busy = union_length(iv[:, 0], iv[:, 1])
         per_rank.append({"step": int(step), "stage": int(stage), "rank": rank, "window_us": w1 - w0, "busy_us": busy})
     if not per_rank:
         return None

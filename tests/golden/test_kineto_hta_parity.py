@@ -28,7 +28,8 @@ import pandas as pd
 import pytest
 
 import analyzers
-from analyzers.analyses.breakdown import step_breakdown, union_length
+from analyzers.analyses.breakdown import step_breakdown
+from analyzers.stats import union_length
 from tests.support import kineto_path
 
 hta = pytest.importorskip("hta.trace_analysis")

@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 import analyzers
-from analyzers.analyses.breakdown import assign_steps, reconcile, step_breakdown, union_length
+from analyzers.analyses.breakdown import assign_steps, reconcile, step_breakdown
+from analyzers.stats import union_length
 from analyzers.schema import OPS, STEPS, conform
 from tests.support import fixture_path
 

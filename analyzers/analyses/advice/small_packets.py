@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pandas as pd
 
-from analyzers.analyses.breakdown import union_length
 from analyzers.analyses.collectives import factor, steps
 from analyzers.analyses.advice.common import num, on_cpu, table, transfer_ms
 from analyzers.analyses.advice.rule import Rule
+from analyzers.stats import union_length
 
 ID = "small_packets"
 
