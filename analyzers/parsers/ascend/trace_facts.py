@@ -29,70 +29,19 @@ def trace_facts(path: Path, r: int, full: bool = False) -> dict:
 
 
 def _small_trace(path: Path, full: bool = True):
-    """A small trace in one read: a typed msgspec decode (`_typed_trace`), or orjson where that does not apply
-    (several times faster than streaming for a few MB). Without `full`, only the X events the facts need
-    (ProfilerStep#N, hcom_*) are kept."""
-    try:
-        import orjson
-
-        loads = orjson.loads
-        errors = (orjson.JSONDecodeError,)
-    except ImportError:  # pragma: no cover - orjson is a dependency
-        import json
-
-        loads = json.loads
-        errors = (json.JSONDecodeError,)
+    """A small trace in one read: a typed msgspec decode (`_typed_events`), or orjson where that does not apply
+    (`_loose_events`; several times faster than streaming for a few MB). Without `full`, only the X events the
+    facts need (ProfilerStep#N, hcom_*) are kept."""
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise ProfileFormatError(path, f"cannot read file ({exc.strerror})") from None
-    typed = _typed_trace(raw, full)
-    if typed is not None:
-        return typed
-    try:
-        data = loads(raw)
-    except errors as exc:
-        raise ProfileFormatError(path, f"truncated or corrupt JSON ({str(exc)[:160]})") from None
-    if isinstance(data, dict):
-        data = data.get("traceEvents")
-    if not isinstance(data, list):
-        raise ProfileFormatError(path, "not a Chrome-trace JSON array")
-    pn: dict = {}
-    tn: dict = {}
-    cols: dict = {"name": [], "pid": [], "tid": [], "ts": [], "dur": [], "cat": [], "args": []}
-    for ev in data:
-        if not isinstance(ev, dict):
-            continue
-        ph = ev.get("ph")
-        if ph == "M":
-            a = ev.get("args") or {}
-            if isinstance(a, dict) and "name" in a:
-                if ev.get("name") == "process_name":
-                    pn[str(ev.get("pid"))] = str(a["name"])
-                elif ev.get("name") == "thread_name":
-                    tn[(str(ev.get("pid")), str(ev.get("tid")))] = str(a["name"])
-        elif ph == "X":
-            name = ev.get("name")
-            if not full and not (isinstance(name, str) and name.startswith(("ProfilerStep#", "hcom_"))):
-                continue
-            cols["name"].append(name)
-            cols["pid"].append(str(ev.get("pid")))
-            cols["tid"].append(str(ev.get("tid")))
-            try:
-                cols["ts"].append(float(ev.get("ts")))
-            except (TypeError, ValueError):
-                cols["ts"].append(np.nan)
-            try:
-                cols["dur"].append(float(ev.get("dur", 0.0)))
-            except (TypeError, ValueError):
-                cols["dur"].append(np.nan)
-            cols["cat"].append(ev.get("cat"))
-            cols["args"].append(ev.get("args") if isinstance(name, str) and name.startswith("hcom_") else None)
-    return TraceEvents(pd.DataFrame(cols), pn, tn)
+    events = _typed_events(raw)
+    return _trace_events(_loose_events(path, raw) if events is None else events, full)
 
 
 class _Event(msgspec.Struct, gc=False):
-    """A trace event's fields `_small_trace` reads (msgspec skips the others without building them; `args` kept as
+    """A trace event's fields `_trace_events` reads (msgspec skips the others without building them; `args` kept as
     raw JSON, decoded only for the events that need it)."""
 
     ph: Any = None
@@ -112,15 +61,53 @@ class _Document(msgspec.Struct, gc=False):
 _DECODER = msgspec.json.Decoder(list[_Event] | _Document)
 
 
-def _typed_trace(raw: bytes, full: bool):
-    """`_small_trace`'s TraceEvents from a typed msgspec decode (~4x orjson on an 11 MB trace_view.json: no dict per
-    event); None when the file is anything but a plain array of event objects (or {"traceEvents": [...]}), and
-    `_small_trace`'s orjson pass then reads it (and reports what is wrong). The same rules as that pass."""
+def _typed_events(raw: bytes) -> list[_Event] | None:
+    """The events of a typed msgspec decode (~4x orjson on an 11 MB trace_view.json: no dict per event); None when
+    the file is anything but a plain array of event objects (or {"traceEvents": [...]}), and `_loose_events` then
+    reads it (and reports what is wrong)."""
     try:
         got = _DECODER.decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
-    events = got.traceEvents if isinstance(got, _Document) else got
+    return got.traceEvents if isinstance(got, _Document) else got
+
+
+def _loose_events(path: Path, raw: bytes) -> list[_Event]:
+    """The event objects of a trace the typed decode refused (other items beside the events are passed over), as
+    `_Event`s, through orjson; a clear error when it is no Chrome trace at all."""
+    try:
+        import orjson
+
+        loads = orjson.loads
+        errors = (orjson.JSONDecodeError,)
+    except ImportError:  # pragma: no cover - orjson is a dependency
+        import json
+
+        loads = json.loads
+        errors = (json.JSONDecodeError,)
+    try:
+        data = loads(raw)
+    except errors as exc:
+        raise ProfileFormatError(path, f"truncated or corrupt JSON ({str(exc)[:160]})") from None
+    if isinstance(data, dict):
+        data = data.get("traceEvents")
+    if not isinstance(data, list):
+        raise ProfileFormatError(path, "not a Chrome-trace JSON array")
+    fields = ("ph", "name", "pid", "tid", "ts", "cat")
+    return [
+        _Event(
+            **{k: ev.get(k) for k in fields},
+            dur=ev.get("dur", msgspec.UNSET),
+            args=msgspec.Raw(msgspec.json.encode(ev["args"])) if "args" in ev else msgspec.Raw(),
+        )
+        for ev in data
+        if isinstance(ev, dict)
+    ]
+
+
+def _trace_events(events: list[_Event], full: bool) -> TraceEvents:
+    """TraceEvents of the X events (without `full`, only ProfilerStep#N and hcom_*; `args` decoded for hcom_*
+    only) and the process and thread names of the M events."""
 
     def args_of(ev):
         if not len(ev.args):
