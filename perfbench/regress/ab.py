@@ -38,7 +38,7 @@ from analyzers.catalogue import METRICS as CATALOGUE
 from perfbench.errors import ConfigError, UserError
 from perfbench.regress.compare import METRICS, step_samples
 from perfbench.regress.history import gate_value
-from perfbench.regress.verdict import decide, exit_code, fold
+from perfbench.regress.verdict import decide, exit_code, fold, reason
 from perfbench.run.config import plan_point, section_of
 from perfbench.run.launcher import close_spare
 from perfbench.run.sweep import SweepEvents, execute_run, new_sweep_id
@@ -114,18 +114,14 @@ def decide_paired(metric: str, pairs: list[tuple[float | None, float | None]], t
         p_wilcoxon=p_w,
         threshold_used=threshold,
     )
-    why = []
-    if not significant:
-        why.append(f"paired t p={p:.3g} ≥ {alpha}")
-    if abs(worse) <= threshold:
-        why.append(f"|change| {abs(worse) * 100:.1f}% ≤ {threshold * 100:g}%")
-    res["reason"] = (
-        "; ".join(why)
-        if verdict == "unchanged"
-        else (
+    res["reason"] = reason(
+        verdict,
+        None if significant else f"paired t p={p:.3g} ≥ {alpha}",
+        f"|change| {abs(worse) * 100:.1f}% ≤ {threshold * 100:g}%" if abs(worse) <= threshold else None,
+        lambda: (
             f"paired t p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}% > "
             f"{threshold * 100:g}% over {n} pairs"
-        )
+        ),
     )
     return res
 

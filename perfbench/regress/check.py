@@ -37,7 +37,7 @@ from perfbench.regress.baseline import load_baseline, resolve_target, run_entry
 from analyzers.stats import mann_whitney_p, welch_ci
 from analyzers.stats import median
 from perfbench.regress.compare import METRICS, findings, top_findings
-from perfbench.regress.verdict import decide, exit_code, fold
+from perfbench.regress.verdict import decide, exit_code, fold, reason
 from perfbench.errors import UserError
 from perfbench.store import FINISHED, Store
 
@@ -233,18 +233,15 @@ def decide_metric(metric: str, base: list[dict], cur: list[dict], threshold: flo
         repeats_current=len(cm),
         ci_mean_diff=list(ci) if ci else None,
     )
-    reason = []
-    if not significant:
-        reason.append(f"p={p:.3g} ≥ {alpha}" if p is not None else "no test")
-    if abs(worse) <= used:
-        reason.append(f"|change| ≤ {used * 100:.1f}{'pt' if kind == 'share' else '%'}")
-    res["reason"] = (
-        "; ".join(reason)
-        if verdict == "unchanged"
-        else (
-            f"p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}"
-            f"{'pt' if kind == 'share' else '%'} > {used * 100:.1f}{'pt' if kind == 'share' else '%'}"
-        )
+    unit = "pt" if kind == "share" else "%"
+    res["reason"] = reason(
+        verdict,
+        None if significant else (f"p={p:.3g} ≥ {alpha}" if p is not None else "no test"),
+        f"|change| ≤ {used * 100:.1f}{unit}" if abs(worse) <= used else None,
+        lambda: (
+            f"p={p:.3g} < {alpha}, {'worse' if worse > 0 else 'better'} by {abs(worse) * 100:.1f}{unit} > "
+            f"{used * 100:.1f}{unit}"
+        ),
     )
     return res
 

@@ -14,7 +14,7 @@ Exit codes: 1 regression, 2 could not decide (undecided, no-history), 0 otherwis
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 VERDICTS = ("regression", "improvement", "unchanged", "undecided", "skipped")
 #: the verdicts of something that was compared (the history gate's other verdicts: skipped, no-history)
@@ -43,6 +43,15 @@ def decide(significant: bool, worse: float, limit: float) -> str:
     if significant and worse < -limit:
         return "improvement"
     return "unchanged"
+
+
+def reason(verdict: str, not_significant: str | None, within_limit: str | None, changed: Callable[[], str]) -> str:
+    """The line that says why a metric got its verdict: for unchanged, what kept it so (the test not significant,
+    the change within the limit: the texts given for those that hold, None for the others, joined by '; '); else
+    the significant change, `changed()`."""
+    if verdict != "unchanged":
+        return changed()
+    return "; ".join(t for t in (not_significant, within_limit) if t is not None)
 
 
 def exit_code(verdict: str) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from perfbench.regress.verdict import decide, exit_code, fold
+from perfbench.regress.verdict import decide, exit_code, fold, reason
 
 
 @pytest.mark.parametrize(
@@ -53,3 +53,15 @@ def test_exit_code(verdict, code):
 )
 def test_decide(significant, worse, limit, expected):
     assert decide(significant, worse, limit) == expected
+
+
+def test_reason_names_what_kept_a_metric_unchanged_else_the_change():
+    def changed() -> str:
+        raise AssertionError("not asked for an unchanged verdict")
+
+    assert reason("unchanged", "p=0.2 ≥ 0.05", "|change| ≤ 5.0%", changed) == "p=0.2 ≥ 0.05; |change| ≤ 5.0%"
+    assert reason("unchanged", None, "|change| ≤ 5.0%", changed) == "|change| ≤ 5.0%"
+    assert reason("unchanged", "no test", None, changed) == "no test"
+    assert reason("regression", None, None, lambda: "p=0.01 < 0.05, worse by 9.0% > 5.0%") == (
+        "p=0.01 < 0.05, worse by 9.0% > 5.0%"
+    )
