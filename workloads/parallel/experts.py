@@ -38,7 +38,7 @@ def default_impl(size: int, world_group: bool = True) -> str:
     return "allgather+allreduce" if world_group else "allreduce+allreduce"
 
 
-def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int, impl: str | None = None):
+def build_expert_comm(group: str | None, size: int, rank: int, num_experts: int, impl: str | None = None):  # noqa: C901
     from mindspore import nn, ops
 
     impl = impl or default_impl(size)
