@@ -9,7 +9,7 @@ import pytest
 
 from analyzers.analyses import advice as A
 from analyzers.analyses.advice import exposed_communication as EC
-from analyzers.analyses.advice.common import load_excess_ms
+from analyzers.analyses.advice.common import covered_excess_ms, load_excess_ms
 from analyzers.analyses.advice.small_packets import fusion_gain
 from analyzers.analyses.advice.stage_imbalance import _balanced_split_step
 from tests.unit.test_advice_gains import _rank_stages, _sb, _small, _stages
@@ -146,6 +146,53 @@ def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_
     assert roots.loc["small_packets", "gain_ms"] == pytest.approx(5.2545056)
     assert roots.loc["exposed_communication", "gain_ms"] == pytest.approx(4.7454944)
     assert "less 4 ms" in roots.loc["exposed_communication", "basis"]
+
+
+def _three_overlapping():
+    # rank 0, 3 steps, three all-reduces per step (1024, 2048 and 4096 B, group of 2). Step 1: one after another,
+    # 1 ms each at 0, 1 and 2 ms (the fastest of each size: every floor is 1 ms). Steps 0 and 2: on two gloo worker
+    # threads at once, A [0, 4] ms, B [1, 5] ms, C [3, 9] ms (4, 4 and 6 ms: 3, 3 and 5 ms beyond their floors)
+    rows = []
+    for s in range(3):
+        spans = [(0.0, 1.0), (1.0, 1.0), (2.0, 1.0)] if s == 1 else [(0.0, 4.0), (1.0, 4.0), (3.0, 6.0)]
+        for i, (start, el) in enumerate(spans):
+            rows.append(
+                {
+                    "rank": 0,
+                    "step": s,
+                    "op_name": f"ar{i}",
+                    "op_type": "allreduce",
+                    "group": "g",
+                    "group_size": 2,
+                    "size_bytes": 1024.0 * 2**i,
+                    "start_us": 1e6 * s + 1000.0 * start,
+                    "elapse_ms": el,
+                    "transit_ms": el,
+                    "wait_ms": 0.0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_load_excess_counts_collectives_that_ran_at_once_by_their_covered_time():
+    # By hand, steps 0 and 2: the three intervals cover [0, 9] = 9 ms; each cut short by its excess (A [0, 1],
+    # B [1, 2], C [3, 4]) they cover [0, 2] + [3, 4] = 3 ms: 9 - 3 = 6 ms of wall time beyond the floors (their
+    # summed excess, 3 + 3 + 5 = 11 ms, counts the time two threads waited at once twice). Step 1: 0. Median over
+    # (rank, step) of (6, 0, 6) = 6 ms; exposed 10 ms per step -> exposed_communication keeps 10 - 6 = 4 ms (the
+    # summed excess left it 0)
+    co = _three_overlapping()
+    tables = {"comm_ops": co, "ops_for_checks": CPU_OPS}
+    assert covered_excess_ms(
+        co["start_us"][:3].to_numpy(), co["elapse_ms"][:3].to_numpy(), [3.0, 3.0, 5.0]
+    ) == pytest.approx(6.0)
+    assert load_excess_ms(tables) == pytest.approx(6.0)
+    # one after another (MindSpore's): the covered time is the sum: A [0, 4], B [4, 8], C [8, 14] -> 14 - (1 + 1 + 1)
+    assert covered_excess_ms([0.0, 4000.0, 8000.0], [4.0, 4.0, 6.0], [3.0, 3.0, 5.0]) == pytest.approx(11.0)
+    # a start unknown: that step's summed excess (11, 0, 11 -> 11 ms)
+    assert load_excess_ms({"comm_ops": co.drop(columns="start_us"), "ops_for_checks": CPU_OPS}) == pytest.approx(11.0)
+    out = A.advise(dict(tables, step_breakdown=_sb(10000.0, 0.0, ranks=(0,), step_us=20000.0)), {"step_time_s": 0.02})
+    ec = out.set_index("rule").loc["exposed_communication"]
+    assert ec["gain_ms"] == pytest.approx(4.0) and "less 6 ms" in ec["basis"]
 
 
 def test_fusion_on_the_cpu_counts_each_collectives_wait_for_a_core():
