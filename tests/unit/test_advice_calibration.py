@@ -323,3 +323,47 @@ def test_a_mindspore_script_is_not_offered_gradient_compression():
     assert ms["gain_ms"] == pytest.approx(20.0) and ms["try"] is None and pd.isna(ms["predicted_step_ms"])
     for config in ({"workload": "script", "script": {"framework": "pytorch"}}, {"workload": "resnet50"}, None):
         assert top(config)["try"] == '{"parallel.grad_compression": "fp16"}'
+
+
+def test_a_root_draws_on_the_further_pools_it_names_after_its_own():
+    # budget: 8 ms exposed, 3 ms overlapped, 100 ms step. Fusion (12 ms, exposed then overlapped): cut to 8 + 3 =
+    # 11 ms, all of both pools; then the generic exposed finding (5 ms) gets 0 and a finding of the overlapped pool
+    # alone 0. With 9 ms instead: 8 exposed + 1 overlapped, leaving 2 ms overlapped for the last one (5 -> 2)
+    from analyzers.analyses.advice import engine
+
+    def rows(fusion):
+        return [
+            {"id": "f", "rule": "f", "symptom_of": None, "gain_ms": fusion, "basis": "b", "explains": "exposed",
+             "also_explains": ("overlapped",)},
+            {"id": "e", "rule": "e", "symptom_of": None, "gain_ms": 5.0, "basis": "b", "explains": "exposed",
+             "generic": True},
+            {"id": "o", "rule": "o", "symptom_of": None, "gain_ms": 5.0, "basis": "b", "explains": "overlapped",
+             "generic": True},
+        ]  # fmt: skip
+
+    budget = {"exposed": 8.0, "overlapped": 3.0, "step": 100.0}
+    r = rows(12.0)
+    engine.account(r, dict(budget))
+    assert [x["gain_ms"] for x in r] == [pytest.approx(11.0), 0.0, 0.0]
+    assert "cut to the exposed + overlapped time no larger finding explains (11 ms of 12)" in r[0]["basis"]
+    r = rows(9.0)
+    engine.account(r, dict(budget))
+    assert [x["gain_ms"] for x in r] == [pytest.approx(9.0), 0.0, pytest.approx(2.0)]
+    # the step caps the sum: 9 ms of a 6 ms step
+    r = rows(9.0)
+    engine.account(r, dict(budget, step=6.0))
+    assert r[0]["gain_ms"] == pytest.approx(6.0) and "cut to the step time" in r[0]["basis"]
+
+
+def test_fusion_on_the_cpu_draws_on_the_communication_overlapped_with_compute():
+    # _small() (an idle machine): fusion saves 1.5 ms per step. The breakdown shows 1.0 ms exposed and 0.4 ms
+    # overlapped with compute per step. On the host CPU the collectives' threads share the cores with the compute,
+    # so the overlapped 0.4 ms is theirs to give too: 1.0 + 0.4 = 1.4 ms; on an accelerator, overlapped
+    # communication is hidden: the exposed 1.0 ms
+    sb = _sb(1000.0, 0.0, ranks=(0, 1), step_us=10000.0).assign(overlapped_us=400.0)
+    cpu = A.advise({"comm_ops": _small(), "ops_for_checks": CPU_OPS, "step_breakdown": sb}, {"step_time_s": 0.01})
+    npu = A.advise({"comm_ops": _small(), "ops_for_checks": DEVICE_OPS, "step_breakdown": sb}, {"step_time_s": 0.01})
+    sp = cpu.set_index("rule").loc["small_packets"]
+    assert sp["gain_ms"] == pytest.approx(1.4) and "exposed + overlapped" in sp["basis"]
+    assert sp["predicted_step_ms"] == pytest.approx(10.0 - 1.4)
+    assert npu.set_index("rule").loc["small_packets", "gain_ms"] == pytest.approx(1.0)
