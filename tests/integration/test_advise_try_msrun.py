@@ -7,8 +7,8 @@
 - An unbalanced pipeline split (`parallel.pipeline_split: [2, 16]`: stem + one block on stage 0, the other 15
   blocks and the head on stage 1): its top finding is `stage_imbalance` of stage 1, with the balanced split to try.
 - Unfused small all-reduces (`comm_fusion: 0`, one all-reduce per parameter): the top finding is `small_packets`.
-- On all of them the root gains add up to no more than the step's exposed + idle + overlapped + imbalance time, and no more
-  than the step (the budget computed here from the stored tables, not by the advice module).
+- On all of them the root gains add up to no more than the step's exposed + idle + overlapped + imbalance time, and
+  no more than the step (the budget computed here from the stored tables, not by the advice module).
 - `advise STRAGGLER --try 2 --repeats 1` on hand-made advice rows (the contract's columns): a fix that crashes is
   stored failed with its reason and the next fix still runs; removing the straggler measures a gain.
 
