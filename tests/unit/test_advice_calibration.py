@@ -4,6 +4,8 @@ compression's cast cost on the CPU, and the knob's own predicted gain in the tri
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -367,3 +369,26 @@ def test_fusion_on_the_cpu_draws_on_the_communication_overlapped_with_compute():
     assert sp["gain_ms"] == pytest.approx(1.4) and "exposed + overlapped" in sp["basis"]
     assert sp["predicted_step_ms"] == pytest.approx(10.0 - 1.4)
     assert npu.set_index("rule").loc["small_packets", "gain_ms"] == pytest.approx(1.0)
+
+
+def test_halving_tensor_parallel_keeps_the_global_batch():
+    # Measured 2026-11-27 17:00 UTC (the MoE, 2 ranks, tensor_parallel 2, batch 4 per replica): the knob alone
+    # (tensor_parallel 1) doubled the data-parallel replicas and so the samples per step (128 -> 256), and the
+    # fix's step carried twice the work. Halving the per-replica batch with it keeps the global batch: T = 2, B = 4
+    # -> {T: 1, B: 2}; an odd batch cannot be halved: the knob alone, as before
+    ex = pd.DataFrame(
+        {"rank": [0, 1], "step": [1, 1], "comm_class": ["tensor_parallel"] * 2, "time_us": [0.0] * 2,
+         "exposed_us": [30_000.0, 50_000.0]}
+    )  # fmt: skip
+    steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0] * 2})
+
+    def tried(train):
+        cfg = {"parallel": {"tensor_parallel": 2}, "train": train}
+        out = A.advise({"comm_exposure_classes": ex, "steps": steps, A.CONFIG_KEY: cfg}, {"step_time_s": 0.1})
+        row = out.set_index("rule").loc["tensor_parallel_comm"]
+        assert row["predicted_step_ms"] == pytest.approx(100.0 - 40.0)
+        return json.loads(row["try"])
+
+    assert tried({"batch_size": 4}) == {"parallel.tensor_parallel": 1, "train.batch_size": 2}
+    assert tried({"batch_size": 3}) == {"parallel.tensor_parallel": 1}
+    assert tried({}) == {"parallel.tensor_parallel": 1}
