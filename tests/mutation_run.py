@@ -91,6 +91,7 @@ FUNCTIONS = [
     "analyzers.analyses.advice.budget.x_time_budget__mutmut_*",  # ... the time each pool has to give
     "analyzers.analyses.advice.budget.x__within_stage_spread__mutmut_*",
     "analyzers.analyses.advice.common.x_load_excess_ms__mutmut_*",  # ... the collectives' wait for a core
+    "analyzers.analyses.advice.common.x_covered_excess_ms__mutmut_*",
     "analyzers.analyses.advice.common.x_fastest__mutmut_*",
     "analyzers.analyses.advice.common.x_budget_part__mutmut_*",
     "analyzers.analyses.advice.common.x_excess_ms_per_step__mutmut_*",

@@ -4,12 +4,14 @@ compression's cast cost on the CPU, and the knob's own predicted gain in the tri
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
 from analyzers.analyses import advice as A
 from analyzers.analyses.advice import exposed_communication as EC
-from analyzers.analyses.advice.common import load_excess_ms
+from analyzers.analyses.advice.common import covered_excess_ms, load_excess_ms
 from analyzers.analyses.advice.small_packets import fusion_gain
 from analyzers.analyses.advice.stage_imbalance import _balanced_split_step
 from tests.unit.test_advice_gains import _rank_stages, _sb, _small, _stages
@@ -148,6 +150,53 @@ def test_exposed_communication_leaves_out_the_time_its_collectives_waited_for_a_
     assert "less 4 ms" in roots.loc["exposed_communication", "basis"]
 
 
+def _three_overlapping():
+    # rank 0, 3 steps, three all-reduces per step (1024, 2048 and 4096 B, group of 2). Step 1: one after another,
+    # 1 ms each at 0, 1 and 2 ms (the fastest of each size: every floor is 1 ms). Steps 0 and 2: on two gloo worker
+    # threads at once, A [0, 4] ms, B [1, 5] ms, C [3, 9] ms (4, 4 and 6 ms: 3, 3 and 5 ms beyond their floors)
+    rows = []
+    for s in range(3):
+        spans = [(0.0, 1.0), (1.0, 1.0), (2.0, 1.0)] if s == 1 else [(0.0, 4.0), (1.0, 4.0), (3.0, 6.0)]
+        for i, (start, el) in enumerate(spans):
+            rows.append(
+                {
+                    "rank": 0,
+                    "step": s,
+                    "op_name": f"ar{i}",
+                    "op_type": "allreduce",
+                    "group": "g",
+                    "group_size": 2,
+                    "size_bytes": 1024.0 * 2**i,
+                    "start_us": 1e6 * s + 1000.0 * start,
+                    "elapse_ms": el,
+                    "transit_ms": el,
+                    "wait_ms": 0.0,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def test_load_excess_counts_collectives_that_ran_at_once_by_their_covered_time():
+    # By hand, steps 0 and 2: the three intervals cover [0, 9] = 9 ms; each cut short by its excess (A [0, 1],
+    # B [1, 2], C [3, 4]) they cover [0, 2] + [3, 4] = 3 ms: 9 - 3 = 6 ms of wall time beyond the floors (their
+    # summed excess, 3 + 3 + 5 = 11 ms, counts the time two threads waited at once twice). Step 1: 0. Median over
+    # (rank, step) of (6, 0, 6) = 6 ms; exposed 10 ms per step -> exposed_communication keeps 10 - 6 = 4 ms (the
+    # summed excess left it 0)
+    co = _three_overlapping()
+    tables = {"comm_ops": co, "ops_for_checks": CPU_OPS}
+    assert covered_excess_ms(
+        co["start_us"][:3].to_numpy(), co["elapse_ms"][:3].to_numpy(), [3.0, 3.0, 5.0]
+    ) == pytest.approx(6.0)
+    assert load_excess_ms(tables) == pytest.approx(6.0)
+    # one after another (MindSpore's): the covered time is the sum: A [0, 4], B [4, 8], C [8, 14] -> 14 - (1 + 1 + 1)
+    assert covered_excess_ms([0.0, 4000.0, 8000.0], [4.0, 4.0, 6.0], [3.0, 3.0, 5.0]) == pytest.approx(11.0)
+    # a start unknown: that step's summed excess (11, 0, 11 -> 11 ms)
+    assert load_excess_ms({"comm_ops": co.drop(columns="start_us"), "ops_for_checks": CPU_OPS}) == pytest.approx(11.0)
+    out = A.advise(dict(tables, step_breakdown=_sb(10000.0, 0.0, ranks=(0,), step_us=20000.0)), {"step_time_s": 0.02})
+    ec = out.set_index("rule").loc["exposed_communication"]
+    assert ec["gain_ms"] == pytest.approx(4.0) and "less 6 ms" in ec["basis"]
+
+
 def test_fusion_on_the_cpu_counts_each_collectives_wait_for_a_core():
     # Measured 2026-11-27 (load ~5, the 2-core VM): the tiny unfused ResNet-50 (53 all-reduces per rank and step)
     # took 191 ms per step, its collectives 89-120 ms per rank and step (0.25-0.4 ms the fastest of each size);
@@ -276,3 +325,70 @@ def test_a_mindspore_script_is_not_offered_gradient_compression():
     assert ms["gain_ms"] == pytest.approx(20.0) and ms["try"] is None and pd.isna(ms["predicted_step_ms"])
     for config in ({"workload": "script", "script": {"framework": "pytorch"}}, {"workload": "resnet50"}, None):
         assert top(config)["try"] == '{"parallel.grad_compression": "fp16"}'
+
+
+def test_a_root_draws_on_the_further_pools_it_names_after_its_own():
+    # budget: 8 ms exposed, 3 ms overlapped, 100 ms step. Fusion (12 ms, exposed then overlapped): cut to 8 + 3 =
+    # 11 ms, all of both pools; then the generic exposed finding (5 ms) gets 0 and a finding of the overlapped pool
+    # alone 0. With 9 ms instead: 8 exposed + 1 overlapped, leaving 2 ms overlapped for the last one (5 -> 2)
+    from analyzers.analyses.advice import engine
+
+    def rows(fusion):
+        return [
+            {"id": "f", "rule": "f", "symptom_of": None, "gain_ms": fusion, "basis": "b", "explains": "exposed",
+             "also_explains": ("overlapped",)},
+            {"id": "e", "rule": "e", "symptom_of": None, "gain_ms": 5.0, "basis": "b", "explains": "exposed",
+             "generic": True},
+            {"id": "o", "rule": "o", "symptom_of": None, "gain_ms": 5.0, "basis": "b", "explains": "overlapped",
+             "generic": True},
+        ]  # fmt: skip
+
+    budget = {"exposed": 8.0, "overlapped": 3.0, "step": 100.0}
+    r = rows(12.0)
+    engine.account(r, dict(budget))
+    assert [x["gain_ms"] for x in r] == [pytest.approx(11.0), 0.0, 0.0]
+    assert "cut to the exposed + overlapped time no larger finding explains (11 ms of 12)" in r[0]["basis"]
+    r = rows(9.0)
+    engine.account(r, dict(budget))
+    assert [x["gain_ms"] for x in r] == [pytest.approx(9.0), 0.0, pytest.approx(2.0)]
+    # the step caps the sum: 9 ms of a 6 ms step
+    r = rows(9.0)
+    engine.account(r, dict(budget, step=6.0))
+    assert r[0]["gain_ms"] == pytest.approx(6.0) and "cut to the step time" in r[0]["basis"]
+
+
+def test_fusion_on_the_cpu_draws_on_the_communication_overlapped_with_compute():
+    # _small() (an idle machine): fusion saves 1.5 ms per step. The breakdown shows 1.0 ms exposed and 0.4 ms
+    # overlapped with compute per step. On the host CPU the collectives' threads share the cores with the compute,
+    # so the overlapped 0.4 ms is theirs to give too: 1.0 + 0.4 = 1.4 ms; on an accelerator, overlapped
+    # communication is hidden: the exposed 1.0 ms
+    sb = _sb(1000.0, 0.0, ranks=(0, 1), step_us=10000.0).assign(overlapped_us=400.0)
+    cpu = A.advise({"comm_ops": _small(), "ops_for_checks": CPU_OPS, "step_breakdown": sb}, {"step_time_s": 0.01})
+    npu = A.advise({"comm_ops": _small(), "ops_for_checks": DEVICE_OPS, "step_breakdown": sb}, {"step_time_s": 0.01})
+    sp = cpu.set_index("rule").loc["small_packets"]
+    assert sp["gain_ms"] == pytest.approx(1.4) and "exposed + overlapped" in sp["basis"]
+    assert sp["predicted_step_ms"] == pytest.approx(10.0 - 1.4)
+    assert npu.set_index("rule").loc["small_packets", "gain_ms"] == pytest.approx(1.0)
+
+
+def test_halving_tensor_parallel_keeps_the_global_batch():
+    # Measured 2026-11-27 17:00 UTC (the MoE, 2 ranks, tensor_parallel 2, batch 4 per replica): the knob alone
+    # (tensor_parallel 1) doubled the data-parallel replicas and so the samples per step (128 -> 256), and the
+    # fix's step carried twice the work. Halving the per-replica batch with it keeps the global batch: T = 2, B = 4
+    # -> {T: 1, B: 2}; an odd batch cannot be halved: the knob alone, as before
+    ex = pd.DataFrame(
+        {"rank": [0, 1], "step": [1, 1], "comm_class": ["tensor_parallel"] * 2, "time_us": [0.0] * 2,
+         "exposed_us": [30_000.0, 50_000.0]}
+    )  # fmt: skip
+    steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0] * 2})
+
+    def tried(train):
+        cfg = {"parallel": {"tensor_parallel": 2}, "train": train}
+        out = A.advise({"comm_exposure_classes": ex, "steps": steps, A.CONFIG_KEY: cfg}, {"step_time_s": 0.1})
+        row = out.set_index("rule").loc["tensor_parallel_comm"]
+        assert row["predicted_step_ms"] == pytest.approx(100.0 - 40.0)
+        return json.loads(row["try"])
+
+    assert tried({"batch_size": 4}) == {"parallel.tensor_parallel": 1, "train.batch_size": 2}
+    assert tried({"batch_size": 3}) == {"parallel.tensor_parallel": 1}
+    assert tried({}) == {"parallel.tensor_parallel": 1}

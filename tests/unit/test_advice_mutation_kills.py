@@ -95,10 +95,10 @@ def test_balanced_split_step_with_little_or_no_exposed_collective_on_the_slowest
 
 def _budget_tables():
     sb = pd.DataFrame(
-        [(0, s, 2000.0, 5000.0, True) for s in range(3)]
-        + [(1, s, e, 1000.0, True) for s, e in enumerate((1000.0, 3000.0, 4000.0))]
-        + [(2, s, 90000.0, 90000.0, False) for s in range(3)],  # inconsistent with its kernels: left out
-        columns=["rank", "step", "communication_not_overlapped_us", "free_us", "consistent"],
+        [(0, s, 2000.0, 5000.0, 500.0, True) for s in range(3)]
+        + [(1, s, e, 1000.0, o, True) for s, e, o in zip(range(3), (1000.0, 3000.0, 4000.0), (1000.0, 4000.0, 2000.0))]
+        + [(2, s, 90000.0, 90000.0, 90000.0, False) for s in range(3)],  # inconsistent with its kernels: left out
+        columns=["rank", "step", "communication_not_overlapped_us", "free_us", "overlapped_us", "consistent"],
     )
     ri = pd.DataFrame(
         [
@@ -131,10 +131,12 @@ def test_time_budget_by_hand():
     t = dict(_budget_tables(), **{LOAD_EXCESS_KEY: 0.5})
     # exposed: the medians per rank 2.0 and 3.0 ms, the largest (the collectives' wait for a core, the load excess,
     # stays in: fusion removes it with the collectives); idle: rank 0's 5 ms; imbalance: stages 30 - 10 ms + the
-    # largest within-stage spread max(4, 6, workload steps 12.5 - 11 = 1.5)
+    # largest within-stage spread max(4, 6, workload steps 12.5 - 11 = 1.5); overlapped: rank 0 0.5 ms, rank 1's
+    # median of (1, 4, 2) = 2 ms, the largest
     assert time_budget(t, {"step_time_s": 0.05}) == {
         "exposed": pytest.approx(3.0),
         "idle": pytest.approx(5.0),
+        "overlapped": pytest.approx(2.0),
         "imbalance": pytest.approx(26.0),
         "step": pytest.approx(50.0),
     }
@@ -145,7 +147,7 @@ def test_time_budget_by_hand():
         "stages": t["stages"].iloc[:1],
         "workload_steps": t["workload_steps"][t["workload_steps"]["rank"] == 0],
     }
-    assert time_budget(one, {}) == {"exposed": None, "idle": None, "imbalance": None, "step": None}
+    assert time_budget(one, {}) == {"exposed": None, "idle": None, "overlapped": None, "imbalance": None, "step": None}
 
 
 def test_idle_outside_the_window_with_steps_unknown():

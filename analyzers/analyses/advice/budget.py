@@ -29,7 +29,9 @@ def _within_stage_spread(tables) -> float | None:
 def time_budget(tables, summary) -> dict:
     """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication (the
     collectives' wait for a core included: fusion removes it with the collectives, small_packets) and `idle` (free)
-    time of the most exposed / most idle rank (step_breakdown medians over steps), `imbalance` = the stages'
+    time of the most exposed / most idle rank (step_breakdown medians over steps), `overlapped`: the communication
+    overlapped with compute (the same way; only a finding that names it in `also_explains` draws on it: collectives
+    whose threads take the host cores the compute needs, small_packets on the CPU), `imbalance` = the stages'
     computing spread (max - min, stages table) + the largest within-group computing spread (rank_imbalance, groups
     whose ranks share a stage) or the ranks' median step-time spread (workload steps), whichever is larger; and
     `step` (summary step_time_s). Root gains are drawn from these pools."""
@@ -37,6 +39,7 @@ def time_budget(tables, summary) -> dict:
     out = {
         "exposed": budget_part(sb, "communication_not_overlapped_us"),
         "idle": budget_part(sb, "free_us"),
+        "overlapped": budget_part(sb, "overlapped_us"),
         "imbalance": None,
         "step": step_ms(summary),
     }

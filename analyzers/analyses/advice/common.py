@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from analyzers.analyses.advice.rule import LOAD_EXCESS_KEY
+from analyzers.analyses.breakdown import union_length
 
 
 def table(tables, name: str, *cols: str) -> pd.DataFrame | None:
@@ -151,9 +153,22 @@ def on_cpu(tables) -> bool:
     return bool((ops["core_type"].astype(str).str.upper() == "CPU").all())
 
 
+def covered_excess_ms(start_us: np.ndarray, elapse_ms: np.ndarray, excess_ms: np.ndarray) -> float:
+    """ms of wall time a set of collectives (one rank's, one step's) took beyond their floors: the time their
+    intervals [start, start + elapse] cover less the time they cover each cut short by its own excess ([start,
+    start + elapse - excess]; `union_length`). Collectives one after another (MindSpore's): the summed excess;
+    collectives that ran at once on several threads (gloo's worker threads run several buckets' all-reduces at
+    once) waited for a core together, and the step lost that wait once."""
+    st = np.asarray(start_us, dtype=float)
+    en = st + np.asarray(elapse_ms, dtype=float) * 1000.0
+    short = en - np.clip(np.asarray(excess_ms, dtype=float), 0.0, None) * 1000.0
+    return max(union_length(st, en) - union_length(st, np.maximum(short, st)), 0.0) / 1000.0
+
+
 def load_excess_ms(tables) -> float:
     """ms per step the collectives took beyond the fastest of their kind and group size at their size or larger
-    (`fastest`; per rank and step the sum of transfer time - that floor, the median over ranks and steps): on a
+    (`fastest`; per rank and step the wall time they covered beyond those floors, `covered_excess_ms`, where every
+    start and elapse is known, else the sum of transfer time - that floor; the median over ranks and steps): on a
     loaded host the time their ranks waited for a core, which neither hiding nor compressing them removes (fusing
     them does: small_packets). Only where the operators ran on the host CPU (`on_cpu`): on an accelerator the spread
     among same-size collectives has other causes (peers arriving late, link contention) that the communication
@@ -169,6 +184,8 @@ def load_excess_ms(tables) -> float:
             "n": pd.to_numeric(co["group_size"], errors="coerce") if "group_size" in co.columns else 0,
             "size": num(co, "size_bytes"),
             "t": transfer_ms(co),
+            "start": num(co, "start_us"),
+            "elapse": num(co, "elapse_ms"),
         }
     )
     df = df[~df["op_type"].isin(["send", "recv"])].dropna(subset=["size", "t", "step"])
@@ -176,8 +193,14 @@ def load_excess_ms(tables) -> float:
         return 0.0
     df["n"] = df["n"].fillna(0)
     df = fastest(df)
-    df["excess"] = df["t"] - df["floor"]
-    v = float(df.groupby(["rank", "step"])["excess"].sum().median())
+    df["excess"] = (df["t"] - df["floor"]).clip(lower=0.0)
+    per = []
+    for _, g in df.groupby(["rank", "step"]):
+        if g["start"].notna().all() and g["elapse"].notna().all():
+            per.append(covered_excess_ms(g["start"].to_numpy(), g["elapse"].to_numpy(), g["excess"].to_numpy()))
+        else:
+            per.append(float(g["excess"].sum()))
+    v = float(np.median(per))
     return v if v > 0 else 0.0
 
 

@@ -123,20 +123,29 @@ def link(rows: list[dict], folds: Mapping[str, tuple[Fold, ...]]) -> None:
 
 def account(rows: list[dict], budget: dict) -> None:
     """Each stretch of time explained once: root gains are drawn from their pool (`explains`: exposed,
-    idle, imbalance; budget.time_budget) and from the step, specific causes first (largest raw gain first), then
-    the generic findings (rows marked `generic`), which get what is left. A gain cut down says so in its basis."""
+    idle, imbalance; budget.time_budget), then from the further pools a row names (`also_explains`, e.g. the
+    communication overlapped with compute, for collectives whose threads share the host's cores), and from the step,
+    specific causes first (largest raw gain first), then the generic findings (rows marked `generic`), which get
+    what is left. A gain cut down says so in its basis."""
     left = {k: v for k, v in budget.items() if v is not None}
     roots = [r for r in rows if r["symptom_of"] is None and r.get("gain_ms") is not None]
     roots.sort(key=lambda r: (bool(r.get("generic")), -r["gain_ms"]))
     for r in roots:
         raw, caps = max(float(r["gain_ms"]), 0.0), []
-        for pool in (r.get("explains"), "step"):
-            if pool in left and raw > left[pool]:
-                raw = left[pool]
-                caps.append(pool)
-        for pool in {r.get("explains"), "step"}:
-            if pool in left:
-                left[pool] -= raw
+        pools = [p for p in dict.fromkeys((r.get("explains"), *r.get("also_explains", ()))) if p in left]
+        if pools and raw > sum(left[p] for p in pools):
+            raw = sum(left[p] for p in pools)
+            caps.append(" + ".join(pools))
+        if "step" in left and raw > left["step"]:
+            raw = left["step"]
+            caps.append("step")
+        rest = raw
+        for pool in pools:  # drawn from its own pool first, then from the others it names
+            take = min(rest, left[pool])
+            left[pool] -= take
+            rest -= take
+        if "step" in left and "step" not in pools:
+            left["step"] -= raw
         if caps:
             r["basis"] = (
                 f"{r['basis']}; cut to the {caps[-1]} time no larger finding explains "

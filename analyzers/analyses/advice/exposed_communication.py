@@ -267,8 +267,9 @@ RULE = Rule(
     gain=(
         "the most exposed rank's `communication_not_overlapped` per step (`step_breakdown`), less the time its "
         "collectives took beyond the fastest of their kind and group size at their size or larger (per rank and "
-        "step, median; only where the operators ran on the host CPU: on a loaded machine their wait for a core, "
-        "which neither hiding nor compressing them removes) — only what "
+        "step the wall time they covered beyond those floors: collectives that ran at once on several threads, "
+        "gloo's, waited together and count once; median; only where the operators ran on the host CPU: on a loaded "
+        "machine their wait for a core, which neither hiding nor compressing them removes) — only what "
         "no specific cause already explains (see accounting)"
     ),
     knobs=("parallel.grad_compression",),

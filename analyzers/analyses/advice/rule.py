@@ -35,9 +35,10 @@ class Rule:
     """One rule, declared once in its own module.
 
     `id`: the finding id it emits (the module's name); `find(tables, summary) -> rows`: the findings, each a dict with
-    `message`, `evidence`, `severity` and for the ranking `key`, `gain_ms`, `basis`, `explains`, `generic`, `try`,
-    `predicted_step_ms`, `ranks`, `stage` (docs/advice.md, "Adding a rule"); `needs`: the tables it reads (the engine
-    hands it only these); `thresholds`: its threshold constants by name; `folds`: the causes it folds under, in order;
+    `message`, `evidence`, `severity` and for the ranking `key`, `gain_ms`, `basis`, `explains`, `also_explains`,
+    `generic`, `try`, `predicted_step_ms`, `ranks`, `stage` (docs/advice.md, "Adding a rule"); `needs`: the tables it
+    reads (the engine hands it only these); `thresholds`: its threshold constants by name; `folds`: the causes it
+    folds under, in order;
     `fires`: when it fires (docs/analyzers.md); `gain`: how its gain is estimated and what it folds (docs/advice.md);
     `knobs`: the config keys its `try` may change (none: it has no knob; a test checks every `try` against them);
     `tries`: what the knob is set to and the step it predicts."""

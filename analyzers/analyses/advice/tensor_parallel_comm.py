@@ -65,8 +65,14 @@ def find(tables, summary):
     tp_ms = float(per.mean())
     if not math.isfinite(share) or share <= TP_SHARE:
         return []
-    T = int(((tables.get(CONFIG_KEY) or {}).get("parallel") or {}).get("tensor_parallel") or 0) or None
+    cfg = tables.get(CONFIG_KEY) or {}
+    T = int((cfg.get("parallel") or {}).get("tensor_parallel") or 0) or None
     lower = {"parallel.tensor_parallel": T // 2} if T and T >= 2 and T % 2 == 0 else None
+    B = (cfg.get("train") or {}).get("batch_size")
+    if lower and isinstance(B, int) and B >= 2 and B % 2 == 0:
+        # half the tensor-parallel size doubles the data-parallel replicas; `batch_size` is per replica, so half of
+        # it keeps the global batch (the step's work): otherwise the fix's step carries twice the samples
+        lower["train.batch_size"] = B // 2
     ranks = sorted(int(r) for r in per.index.get_level_values(0).unique())
     return [
         {
@@ -103,6 +109,10 @@ RULE = Rule(
         "over ranks and steps (high above `TP_SHARE_HIGH`); evidence: exposed ms per rank and step / step ms"
     ),
     gain="the tensor-parallel collectives' exposed time per step, mean over ranks and steps (an upper bound)",
-    knobs=("parallel.tensor_parallel",),
-    tries='`{"parallel.tensor_parallel": T/2}` (T even), predicted step = step − gain',
+    knobs=("parallel.tensor_parallel", "train.batch_size"),
+    tries=(
+        '`{"parallel.tensor_parallel": T/2, "train.batch_size": B/2}` (T even; the batch halved where it is even: '
+        "twice the data-parallel replicas keep the global batch, so the fix's step does the same work), predicted "
+        "step = step − gain"
+    ),
 )
