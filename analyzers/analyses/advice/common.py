@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from analyzers.analyses.advice.rule import LOAD_EXCESS_KEY
-from analyzers.analyses.breakdown import union_length
+from analyzers.stats import union_length
 
 
 def table(tables, name: str, *cols: str) -> pd.DataFrame | None:
