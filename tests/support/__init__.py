@@ -239,19 +239,20 @@ def _background(p: psutil.Process) -> bool:
 
 
 _PREFETCHED: dict = {}  # name -> Future of work started by `prefetch`
+_PREFETCH_POOL: list = []  # the one thread that runs prefetched work, one piece after another
 
 
 def prefetch(name: str, fn, *args) -> None:
-    """Start fn(*args) now in a thread of its own, for a module fixture that reads it later through
-    `prefetched(name, ...)`. Only for runs whose tests check statuses, reasons, files or counts, not times: they run
-    beside the fast tests collected before them; tests/conftest.py starts them when the session's tests are known and
-    waits for them before the first msrun test. fn's processes must carry BACKGROUND_VAR (they outlive the tests they
-    run beside)."""
+    """Queue fn(*args) on the prefetch thread (one piece of work at a time, in the order queued), for a module fixture
+    that reads it later through `prefetched(name, ...)`. Only for runs whose tests check statuses, reasons, files or
+    counts, not times: they run beside the fast tests collected before them; tests/conftest.py queues them when the
+    session's tests are known and waits for them before the first msrun test. fn's processes must carry
+    BACKGROUND_VAR (they outlive the tests they run beside)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = ThreadPoolExecutor(1, thread_name_prefix=f"prefetch-{name}")
-    _PREFETCHED[name] = pool.submit(fn, *args)
-    pool.shutdown(wait=False)
+    if not _PREFETCH_POOL:
+        _PREFETCH_POOL.append(ThreadPoolExecutor(1, thread_name_prefix="prefetch"))
+    _PREFETCHED[name] = _PREFETCH_POOL[0].submit(fn, *args)
 
 
 def prefetched(name: str, fn, *args):
