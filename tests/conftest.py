@@ -6,7 +6,8 @@ tree). So the suite can find exactly its own processes on a machine shared with 
 
 * a test that is not marked `msrun` fails if it starts msrun (a watcher polls the session's processes);
 * a process started by a test's body that is still alive after its teardown fails that test (and is killed);
-  runs started in the background for later tests are declared with `background_launch(name)`;
+  runs started in the background for later tests are declared with `background_launch(name)`, and the processes of
+  runs prefetched for a later module (`prefetch_runs`, below) carry PERFBENCH_TEST_BACKGROUND;
 * at the end of the session every process of the session is gone, or the run fails.
 """
 
@@ -30,8 +31,12 @@ from tests.support import (
     _describe,
     kill_processes,
     _background,
+    _env,
     _MsrunWatcher,
+    BACKGROUND_VAR,
     TINY_SWEEP,
+    prefetch,
+    wait_for_prefetches,
 )
 
 
@@ -137,9 +142,33 @@ def pytest_runtest_teardown(item, nextitem):
         pytest.fail("\n".join(problems), pytrace=False)
 
 
+def pytest_collection_finish(session):
+    """Prefetched runs: a module of the session's tests that defines `prefetch_runs(tmp_path_factory)` has it started
+    now, in the background (tests.support.prefetch), for its fixture to read later; it runs beside the fast tests
+    collected before the first msrun test, which waits for it (pytest_runtest_setup)."""
+    if session.config.option.collectonly:
+        return
+    seen = set()
+    for item in session.items:
+        mod = getattr(item, "module", None)
+        if mod is not None and hasattr(mod, "prefetch_runs") and mod.__name__ not in seen:
+            seen.add(mod.__name__)
+            prefetch(mod.__name__, mod.prefetch_runs, session.config._tmp_path_factory)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """No msrun test starts while prefetched runs are still going: the runs of some measure times."""
+    if any(item.iter_markers("msrun")):
+        wait_for_prefetches()
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session, exitstatus):
-    """A full run leaves no process behind: anything of this session still alive now is killed and fails the run."""
+    """A full run leaves no process behind: anything of this session still alive now is killed and fails the run.
+    Prefetched runs that no test waited for (a run stopped early) are ended first."""
+    while not wait_for_prefetches(timeout=0.5):  # a killed sweep returns, and its thread may start the next one
+        kill_processes([p for p in session_processes() if _env(p, BACKGROUND_VAR)])
     left = session_processes()
     if left:
         _, left = psutil.wait_procs(left, timeout=10)

@@ -8,7 +8,9 @@ Two published methods, both from maintained libraries:
   p <= ``alpha``, and recurses into the segments. It needs points on both sides of a change, so it finds
   a change that began at least two points back; each change point gets a size (ratio of the segment
   medians) and a confidence, 1 - p of the energy-statistics permutation test between the two segments
-  (``get_energy_statistics_and_probabilities``).
+  (``get_energy_statistics_and_probabilities``). Positive series are split on their log values, as the
+  prediction test below judges them: a metric and its reciprocal (step time and throughput) then have the same
+  change points, and a change is a ratio wherever in the range it happens.
 * **Prediction test** for the newest run(s) alone (one commit just measured): Student-t prediction
   interval of the mean of ``r`` new values given ``n`` values of the reference segment, on log values
   so that ratios are symmetric: t = (mean_new - mean_ref) / (s_ref * sqrt(1/r + 1/n)), df = n - 1
@@ -49,13 +51,18 @@ def e_divisive(values: list[float], *, alpha: float = 0.05, permutations: int = 
     x = np.asarray(values, dtype=float)
     if len(x) < 4 or np.ptp(x) == 0:
         return []
+    # on raw values the energy distances of a metric and of its reciprocal differ: clean runs spread over 60-400
+    # samples/s hide a drop to 10 samples/s that the same runs' step times show at once
+    y = np.log(x) if bool(np.all(x > 0)) else x
     with deterministic_numpy_random(SEED):
-        idx = sorted(int(i) for i in _e_divisive(x, pvalue=alpha, permutations=permutations) if 0 < i < len(x))
+        idx = sorted(int(i) for i in _e_divisive(y, pvalue=alpha, permutations=permutations) if 0 < i < len(y))
         bounds = [0] + idx + [len(x)]
         out = []
         for k, i in enumerate(idx):
+            probs = get_energy_statistics_and_probabilities(
+                y[bounds[k] : i], y[i : bounds[k + 2]], permutations=permutations
+            )
             a, b = x[bounds[k] : i], x[i : bounds[k + 2]]
-            probs = get_energy_statistics_and_probabilities(a, b, permutations=permutations)
             before, after = float(np.median(a)), float(np.median(b))
             out.append(ChangePoint(i, before, after, after / before if before else math.inf, float(probs.e_pvalue)))
     return out

@@ -1,7 +1,7 @@
 """Why a launched run failed, in one line: the rank that died first (from msrun's "Worker process PID exit with
-exception. Error code: C" line, torchrun's root-cause summary, and the pids seen while it ran), how (exit code or
-signal), the last step it finished, and the first error line of its log, e.g. "rank 1 killed by SIGKILL after
-step 5"; with no evidence which rank it was, it says so rather than guess."""
+exception. Error code: C" line, torchrun's root-cause summary checked against the ranks' final metas, and the pids
+seen while it ran), how (exit code or signal), the last step it finished, and the first error line of its log, e.g.
+"rank 1 killed by SIGKILL after step 5"; with no evidence which rank it was, it says so rather than guess."""
 
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_l
         if t is None:
             return None
         code = int(t.group(2))
-        return {"pid": int(t.group(3)), "code": code, "how": describe_exit(code), "rank": int(t.group(1))}
+        root = {"pid": int(t.group(3)), "code": code, "how": describe_exit(code), "rank": int(t.group(1))}
+        return _first_raised(metrics_dir, root)
     pid, code = int(m.group(1)), int(m.group(2))
     rank = ranks.get(pid)
     if rank is None:
@@ -53,6 +54,29 @@ def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_l
             if d.get("pid") == pid:
                 rank = int(d.get("rank"))
     return {"pid": pid, "code": code, "how": describe_exit(code), "rank": rank}
+
+
+def _first_raised(metrics_dir: Path, root: dict) -> dict:
+    """torchrun's root cause is the failure with the smallest timestamp in whole seconds, the lowest rank on a tie:
+    when rank 1 raises and rank 0 fails in its collective a moment later, torchrun can name rank 0. A rank whose
+    script raised wrote its final meta (exit_status, pid) as it ended, so when torchrun's root is one of those ranks,
+    the one whose final meta was written first is the root."""
+    ended = {}
+    for meta in metrics_dir.glob("rank*.meta.json"):
+        try:
+            d, when = json.loads(meta.read_text()), meta.stat().st_mtime_ns
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict) and d.get("exit_status") not in (0, None) and isinstance(d.get("rank"), int):
+            ended[d["rank"]] = (when, d)
+    if root["rank"] not in ended:  # killed, not raised: no final meta to compare
+        return root
+    rank = min(ended, key=lambda r: ended[r][0])
+    if rank == root["rank"]:
+        return root
+    d = ended[rank][1]
+    code = int(d["exit_status"])
+    return {"pid": d.get("pid"), "code": code, "how": describe_exit(code), "rank": rank}
 
 
 def last_step(metrics_dir: Path, rank: int) -> int | None:

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from perfbench.store import Store
-from tests.support import perfbench_in_process, run_perfbench, write_yaml
+from tests.support import perfbench_in_process, run_perfbench, two_at_a_time, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -25,19 +25,22 @@ TINY = {
 # step reached 216 ms, as slow as a run slowed by 150 ms, and the slowdown test failed twice in a row; 400 ms keeps
 # the slowed runs above any clean one seen (+10 s of sleep for the module)
 SLOW_MS = 400
-DRIFT_MS = [40, 80, 120, 160]
+# a drift of 60 ms more per point: its first point is above a clean run's 10% fastest steps even with the other
+# sweep's launch beside it (the gate judges those; clean runs' medians at load 3-5: 7-38 ms)
+DRIFT_MS = [60, 120, 180, 240]
 
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
-    """Runs by kind: 3 clean and 3 slowed (interleaved in time), then a fourth clean one and 4 drifting ones (11
-    launches: the tests read 4 clean, 3 slowed and 4 drifting runs)."""
+    """Runs by kind: 3 clean and 3 slowed (interleaved in time) in one sweep, a fourth clean one and 4 drifting ones
+    in another, the two sweeps side by side (11 launches: the tests read 4 clean, 3 slowed and 4 drifting runs). The
+    injected sleeps are many times a clean step, and the gate judges each run by its 10% fastest steps, which the
+    other sweep's launch beside it does not make as slow as a slowed or drifted run's."""
     base = tmp_path_factory.mktemp("history_pool")
     results = base / "pool"
     step = write_yaml(base / "step.yaml", dict(TINY, name="step", sweep={"delay_ms": [0, SLOW_MS]}, repeats=3))
     drift = write_yaml(base / "drift.yaml", dict(TINY, name="drift", sweep={"delay_ms": [0, *DRIFT_MS]}))
-    run_perfbench("sweep", step, "--results", results, timeout=900)
-    run_perfbench("sweep", drift, "--results", results, timeout=600)
+    two_at_a_time(lambda cfg: run_perfbench("sweep", cfg, "--results", results, timeout=900), (step, drift))
     runs = Store(results).list_runs()
     assert all(r["status"] == "ok" for r in runs), [(r["run_id"], r.get("error")) for r in runs]
     by = lambda d: sorted((r for r in runs if r["settings"]["delay_ms"] == d), key=lambda r: r["timings"]["started"])  # noqa: E731
@@ -110,7 +113,7 @@ def test_a_new_slowdown_at_the_current_commit_is_flagged_at_once(pool, tmp_path)
 
 
 def test_drift_is_found_within_the_drift(pool, tmp_path):
-    results = history_of(pool, tmp_path, pool["clean"] + pool["drift"][:3])  # c04-c06 drift by 3, 6, 9 ms
+    results = history_of(pool, tmp_path, pool["clean"] + pool["drift"][:3])  # c04-c06 drift by 60, 120, 180 ms
     code, res = check(results, pool["drift"][3], "c07")
     assert code == 1, res["history"]
     for j in res["history"]["results"]:

@@ -12,7 +12,7 @@ import pytest
 
 from perfbench.run.launcher import TAG_VAR
 from perfbench.store import Store
-from tests.support import perfbench_in_process, run_perfbench, write_yaml
+from tests.support import BACKGROUND_VAR, perfbench_in_process, prefetched, run_perfbench, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -46,7 +46,7 @@ def records(results) -> list[dict]:
     return json.loads(perfbench_in_process("ls", "--results", results, "--json").stdout)
 
 
-def _crash_sweep(base):
+def _crash_sweep(base, env: dict | None = None):
     """One real 2-rank sweep of two runs, shared by the crash test and the crash-at-exit test: rank 1 exits at
     step 2 (crash_rank 1), then a run whose rank 1 kills itself with SIGSEGV after its final meta
     (crash_at_exit_rank 1; the crash_rank 1 run never gets that far). The second run is also the one that
@@ -61,11 +61,11 @@ def _crash_sweep(base):
         ),
     )
     results = base / "results"
-    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=600)
+    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=600, env=env)
     return results, r
 
 
-def _hang_sweep(base):
+def _hang_sweep(base, env: dict | None = None):
     """A 2-rank sweep whose first run hangs at step 2 on rank 1 (cut by the 15 s stall timeout), then a healthy run."""
     cfg = write_yaml(
         base / "hang.yaml",
@@ -78,20 +78,30 @@ def _hang_sweep(base):
         ),
     )
     results = base / "results"
-    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=800)
+    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=800, env=env)
     return results, r
 
 
-@pytest.fixture(scope="module")
-def failure_sweeps(tmp_path_factory):
+def _failure_sweeps(tmp_path_factory, env: dict | None = None) -> dict:
     """The crash sweep and the hang sweep, two at a time (as the loss-comparing runs of test_zero.py are): these
     tests check statuses, reasons, steps and processes, not times; each sweep has its own results folder."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:
-        crash = pool.submit(_crash_sweep, tmp_path_factory.mktemp("crash_sweep"))
-        hang = pool.submit(_hang_sweep, tmp_path_factory.mktemp("hang_sweep"))
+        crash = pool.submit(_crash_sweep, tmp_path_factory.mktemp("crash_sweep"), env)
+        hang = pool.submit(_hang_sweep, tmp_path_factory.mktemp("hang_sweep"), env)
         return {"crash": crash.result(), "hang": hang.result()}
+
+
+def prefetch_runs(tmp_path_factory) -> dict:
+    """The crash and hang sweeps, started in the background when the session collected this module (tests/conftest.py):
+    past their start-ups they mostly wait (the crashed rank's heartbeat timeout, the 15 s stall)."""
+    return _failure_sweeps(tmp_path_factory, {BACKGROUND_VAR: "1"})
+
+
+@pytest.fixture(scope="module")
+def failure_sweeps(tmp_path_factory):
+    return prefetched(__name__, _failure_sweeps, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from perfbench.store import Store
 from tests.integration.test_launcher_failures import leftovers
-from tests.support import run_perfbench, write_yaml
+from tests.support import BACKGROUND_VAR, prefetched, run_perfbench, write_yaml
 
 pytestmark = pytest.mark.msrun
 
@@ -26,6 +26,9 @@ p.add_argument("--mode", choices=("crash", "hang", "silent", "nostep"))
 a = p.parse_args()
 if a.mode == "silent":
     os._exit(3)  # not a word on stdout or stderr
+if a.mode == "nostep":  # stuck before the framework's start-up: only the launcher's start comes before this line
+    print(f"rank {os.environ.get('RANK_ID', os.environ.get('RANK'))}: waiting for data that never comes", flush=True)
+    time.sleep(3600)
 """
 
 TORCH = (
@@ -37,9 +40,6 @@ from torch import nn
 
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-if a.mode == "nostep":
-    print(f"rank {rank}: waiting for data that never comes", flush=True)
-    time.sleep(3600)
 net = nn.Linear(8, 2)
 opt = torch.optim.SGD(net.parameters(), lr=0.1)
 for step in range(6):
@@ -70,9 +70,6 @@ ms.set_device("CPU")
 ms.set_context(mode=ms.GRAPH_MODE)
 init()
 rank, size = get_rank(), get_group_size()
-if a.mode == "nostep":
-    print(f"rank {rank}: waiting for data that never comes", flush=True)
-    time.sleep(3600)
 ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
 
 
@@ -99,12 +96,14 @@ model.train(1, data, callbacks=[GoWrong()], dataset_sink_mode=False)
 #: launch.timeout_s of the sweep with the three modes that end on their own, and of the "nostep" run's own sweep,
 #: which runs beside it. The first only has to cover a start-up and a few steps on a loaded machine (at load ~17 the
 #: PyTorch hang run once hit a 60 s timeout before its 15 s stall); the runs never wait for it. The "nostep" run ends
-#: only by its timeout, which has to cover msrun's or torchrun's start, the imports and the cluster join (MindSpore:
-#: seen at ~40 s) before the script prints; it runs beside the other sweep instead of after it.
-TIMEOUTS = {"pytorch": (120, 60), "mindspore": (180, 90)}
+#: only by its timeout, which has to cover msrun's or torchrun's start and perfbench's step capture (which imports the
+#: framework) before the script prints and sleeps, before its own framework imports and the cluster join. 45 s is
+#: under the MindSpore sweep of three beside it (~65 s at load 2), so the whole fixture waits for that sweep, not for
+#: a timeout (with the script stuck after the cluster join, MindSpore's needed 90 s: seen at ~40 s under load).
+TIMEOUTS = {"pytorch": (120, 45), "mindspore": (180, 45)}
 
 
-def _sweep(tmp_path, script, framework: str, name: str, modes: list[str], timeout_s: int):
+def _sweep(tmp_path, script, framework: str, name: str, modes: list[str], timeout_s: int, env: dict | None):
     cfg = write_yaml(
         tmp_path / f"{name}.yaml",
         {
@@ -120,16 +119,14 @@ def _sweep(tmp_path, script, framework: str, name: str, modes: list[str], timeou
     )
     results = tmp_path / name
     t0 = time.time()
-    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=900)
+    r = run_perfbench("sweep", cfg, "--results", results, check=False, timeout=900, env=env)
     return results, r, time.time() - t0
 
 
-@pytest.fixture(scope="module")
-def failing_sweeps(tmp_path_factory):
+def _failing_sweeps(tmp_path_factory, env: dict | None = None):
     """Both frameworks' sweeps at once, four in all: per framework the three modes that end on their own and the
-    "nostep" run. The tests check statuses, reasons and log tails, not times; a "nostep" run sleeps once its
-    start-up is done, so past the start-ups at most two launches are busy at a time. {framework: (the two sweeps'
-    (results, process, wall s), the nostep timeout)}."""
+    "nostep" run. A "nostep" run sleeps once its launcher has started it, so past the start-ups at most two launches
+    are busy at a time. {framework: (the two sweeps' (results, process, wall s), the nostep timeout)}."""
     from concurrent.futures import ThreadPoolExecutor
 
     stepping = [m for m in MODES if m != "nostep"]
@@ -140,10 +137,23 @@ def failing_sweeps(tmp_path_factory):
             script = base / "bad.py"
             script.write_text(TORCH if framework == "pytorch" else MINDSPORE)
             futures[framework] = (
-                pool.submit(_sweep, base, script, framework, "bad", stepping, timeout_s),
-                pool.submit(_sweep, base, script, framework, "nostep", ["nostep"], nostep_timeout_s),
+                pool.submit(_sweep, base, script, framework, "bad", stepping, timeout_s, env),
+                pool.submit(_sweep, base, script, framework, "nostep", ["nostep"], nostep_timeout_s, env),
             )
         return {fw: (main.result(), late.result()) for fw, (main, late) in futures.items()}
+
+
+def prefetch_runs(tmp_path_factory):
+    """What tests/conftest.py starts in the background when this module's tests are in the session: the tests check
+    statuses, reasons and log tails, not times, and the runs mostly wait (timeouts, stalls, a crashed rank's
+    heartbeat timeout), so they overlap the fast tests collected before them."""
+    return _failing_sweeps(tmp_path_factory, {BACKGROUND_VAR: "1"})
+
+
+@pytest.fixture(scope="module")
+def failing_sweeps(tmp_path_factory):
+    """The four sweeps: started at the session's start (prefetch_runs) when the session collected this module."""
+    return prefetched(__name__, _failing_sweeps, tmp_path_factory)
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "mindspore"])

@@ -74,11 +74,11 @@ def _tagged(prefix: str) -> list[psutil.Process]:
 def pruned_search(tmp_path_factory):
     """One real search shared by the pruning test and the Tuning page test: (results folder, --json answer)."""
     tmp_path = tmp_path_factory.mktemp("tune_prune")
-    # grid over 4 points; trial 0 is the default (no delay, no crash). A trial that sleeps 1.5 s per step is
-    # far slower than the default from its first measured steps: successive halving (reduction factor 3,
-    # min_steps 2) promotes only the best value at a rung of fewer than 3 trials, so it must be pruned.
-    # A rank that exits at step 2 (one measured step: too early for the pruner) fails its trial; the grid goes
-    # on to the remaining points.
+    # grid over 4 points, 3 trials; trial 0 is the default (no delay, no crash), then the grid sampler's fixed order
+    # (seed 0): a trial whose rank exits at step 2 (one measured step: too early for the pruner) fails; the search
+    # goes on, and a trial that sleeps 1.5 s per step is far slower than the default from its first measured steps:
+    # successive halving (reduction factor 3, min_steps 2) promotes only the best value at a rung of fewer than 3
+    # trials, so it must be pruned. The fourth point (crash, no delay) would be a second crashing launch (~22 s).
     cfg = write(
         tmp_path,
         "prune",
@@ -88,7 +88,7 @@ def pruned_search(tmp_path_factory):
             "strategy": "grid",
             "pruner": "successive_halving",
             "min_steps": 2,
-            "budget": {"trials": 4},
+            "budget": {"trials": 3},
             "profile_best": False,
             "confirm": {"top": 0},
         },
@@ -103,8 +103,10 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(prun
     assert set(ans) >= {"study", "objective", "best", "trials", "importance", "wall_s"}
     assert ans["objective"] == "throughput"
     trials = {(t["settings"]["delay_ms"], t["settings"]["crash_rank"]): t for t in ans["trials"]}
-    assert len(ans["trials"]) == 4 and len(trials) == 4  # every point once, none twice
+    assert len(ans["trials"]) == 3 and len(trials) == 3  # three points, none twice
     assert trials[(0, None)]["status"] == "ok" and trials[(0, None)]["number"] == 0
+    # the crashing trial came before the slow one: the search went on after it
+    assert trials[(1500, 0)]["number"] < trials[(1500, None)]["number"]
     assert ans["best"]["settings"]["delay_ms"] == 0 and ans["best"]["settings"]["crash_rank"] is None
     assert ans["best"]["run_id"] == trials[(0, None)]["run_id"]
     assert ans["gain"] == 0.0  # the default is the best
@@ -112,7 +114,7 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(prun
     slow = trials[(1500, None)]
     assert slow["status"] == "pruned" and slow["value"] is None
     assert 3 <= slow["steps"] < 9  # warm-up + the 2 measured steps the pruner needed, not the whole run
-    assert trials[(0, 0)]["status"] == "failed" and trials[(1500, 0)]["status"] == "failed"
+    assert trials[(1500, 0)]["status"] == "failed"
 
     store = Store(results)
     rec = store.read_run(slow["run_id"])
@@ -122,7 +124,7 @@ def test_slow_trial_is_pruned_and_a_crashing_trial_does_not_stop_the_search(prun
     steps = store.read_table(slow["run_id"], "workload_steps")
     assert steps is not None and steps["step"].max() + 1 == slow["steps"]  # its steps are kept
     assert our_processes(ans["study"]) == []  # no rank of any trial left behind
-    crashed = store.read_run(trials[(0, 0)]["run_id"])
+    crashed = store.read_run(trials[(1500, 0)]["run_id"])
     assert crashed["status"] == "failed" and "rank 0" in crashed["error"]
 
     ls = subprocess.run(
@@ -296,7 +298,7 @@ def test_tuning_page_shows_the_search(pruned_search):
             page.wait_for_timeout(500)
             assert p.errors == [], p.errors
             rows = page.locator("#tuning-trials tbody tr:has(td)").count()
-            assert rows == len(ans["trials"]) == 4
+            assert rows == len(ans["trials"]) == 3
             text = page.locator("#tuning-trials").inner_text()
             assert "pruned" in text and "failed" in text
             best = page.locator("#tuning-best").inner_text()
@@ -306,7 +308,7 @@ def test_tuning_page_shows_the_search(pruned_search):
                 const g = document.querySelector('#tuning-history .js-plotly-plot');
                 return g.data.filter(t => t.mode === 'markers').reduce((a, t) => a + t.x.length, 0);
             }""")
-            assert n == 4
+            assert n == 3
             browser.close()
     finally:
         proc.kill()  # the dashboard server this test started (read-only: nothing to flush)

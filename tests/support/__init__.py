@@ -77,8 +77,9 @@ def free_port(lo: int | None = None, hi: int | None = None) -> int:
     raise RuntimeError(f"no free port in {lo}-{hi - 1}")
 
 
-def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None):
-    """Run the real `perfbench` CLI in a subprocess (as a user would) and return the CompletedProcess."""
+def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None, env: dict | None = None):
+    """Run the real `perfbench` CLI in a subprocess (as a user would) and return the CompletedProcess. `env`: variables
+    added to this process's environment for it."""
     import subprocess
     import sys
 
@@ -88,6 +89,7 @@ def run_perfbench(*args: str, timeout: float = 900, check: bool = True, cwd=None
         text=True,
         timeout=timeout,
         cwd=cwd or ROOT,
+        env={**os.environ, **env} if env else None,
     )
     if check and r.returncode != 0:
         raise AssertionError(
@@ -166,6 +168,8 @@ os.environ.setdefault("MS_NODE_TIMEOUT", "10")
 
 
 _BACKGROUND: set[str] = set()  # run ids whose msrun launch may outlive the test that queued it
+#: set on every process of work prefetched for later tests (`prefetch`): it runs beside the tests before them
+BACKGROUND_VAR = "PERFBENCH_TEST_BACKGROUND"
 
 
 def background_launch(run_id: str) -> None:
@@ -228,8 +232,41 @@ def kill_processes(procs, grace_s: float = 3.0) -> None:
 
 
 def _background(p: psutil.Process) -> bool:
+    if _env(p, BACKGROUND_VAR):
+        return True
     tag = _env(p, TAG_VAR)
     return bool(tag) and any(tag.startswith(f"{rid}-") for rid in _BACKGROUND)
+
+
+_PREFETCHED: dict = {}  # name -> Future of work started by `prefetch`
+_PREFETCH_POOL: list = []  # the one thread that runs prefetched work, one piece after another
+
+
+def prefetch(name: str, fn, *args) -> None:
+    """Queue fn(*args) on the prefetch thread (one piece of work at a time, in the order queued), for a module fixture
+    that reads it later through `prefetched(name, ...)`. Only for runs whose tests check statuses, reasons, files or
+    counts, not times: they run beside the fast tests collected before them; tests/conftest.py queues them when the
+    session's tests are known and waits for them before the first msrun test. fn's processes must carry
+    BACKGROUND_VAR (they outlive the tests they run beside)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not _PREFETCH_POOL:
+        _PREFETCH_POOL.append(ThreadPoolExecutor(1, thread_name_prefix="prefetch"))
+    _PREFETCHED[name] = _PREFETCH_POOL[0].submit(fn, *args)
+
+
+def prefetched(name: str, fn, *args):
+    """The result of the work `prefetch(name, ...)` started (its exception raised here), else fn(*args) run now."""
+    fut = _PREFETCHED.get(name)
+    return fut.result() if fut is not None else fn(*args)
+
+
+def wait_for_prefetches(timeout: float | None = None) -> bool:
+    """Block until every prefetched piece of work has ended (its outcome stays with its Future), or for `timeout`
+    seconds: whether all have ended."""
+    from concurrent.futures import wait
+
+    return not wait(list(_PREFETCHED.values()), timeout=timeout).not_done
 
 
 class _MsrunWatcher(threading.Thread):
@@ -245,7 +282,7 @@ class _MsrunWatcher(threading.Thread):
 
     def scan(self):
         for p in session_processes(self.before):
-            if p.pid not in self.seen and _is_msrun(p):
+            if p.pid not in self.seen and _is_msrun(p) and not _background(p):
                 self.seen[p.pid] = _describe([p])
 
     def stop(self):

@@ -40,6 +40,19 @@ def test_a_flat_noisy_series_has_no_change_point():
     assert e_divisive([1.0, 2.0, 3.0]) == []  # too short to split
 
 
+def test_a_metric_and_its_reciprocal_have_the_same_change_points():
+    """4 clean runs whose throughput a loaded machine spread over 60-400 samples/s, then 3 runs slowed to ~10
+    samples/s (a sleep in every step): the slowdown began at point 4, in samples/s as in s per step (4 samples a
+    step). On raw values the spread of the clean throughputs hid it (no change point) while the step times
+    showed it."""
+    throughput = [400.0, 150.0, 60.0, 300.0, 9.6, 9.7, 9.8]
+    step_time = [4.0 / v for v in throughput]
+    (cp,) = e_divisive(throughput)
+    assert cp.index == 4 and cp.before == pytest.approx(225.0) and cp.after == pytest.approx(9.7)
+    (cs,) = e_divisive(step_time)
+    assert cs.index == 4 and cs.p_value == pytest.approx(cp.p_value) and cs.after == pytest.approx(4.0 / 9.7)
+
+
 def test_prediction_p_matches_the_student_t_formula():
     # log reference values 0, +0.1, -0.1: mean 0, sd 0.1 (n=3); one new value with log 0.3 (lower is better)
     ref = [1.0, math.exp(0.1), math.exp(-0.1)]
