@@ -95,7 +95,7 @@ def _run_id(path: Path) -> str:
 
 def run(args) -> int:
     import analyzers
-    from analyzers.report import build_document, dumps_bytes
+    from analyzers.report import build_document, dumps_bytes, write_document
     from perfbench.run.ingest import store_analysis
     from perfbench.store import Store, atomic_write_bytes
 
@@ -179,13 +179,12 @@ def run(args) -> int:
     for w in doc.get("warnings") or []:
         sys.stderr.write(f"perfbench: warning: {w}\n")
     if args.json:
-        data = dumps_bytes(doc, newline=True)
         binary = getattr(sys.stdout, "buffer", None)
         if binary is None:  # a text stream (captured output)
-            sys.stdout.write(data.decode())
+            sys.stdout.write(dumps_bytes(doc, newline=True).decode())
             return 0
-        sys.stdout.flush()  # the document's bytes straight to the binary stream: no str copy of ~130 MB
-        binary.write(data)
+        sys.stdout.flush()  # the document's bytes straight to the binary stream, a key at a time (no str copy)
+        write_document(doc, binary)
         binary.flush()
         return 0
     _print(doc, analysis, wall, None if args.no_store else (run_id, args.results))
