@@ -62,6 +62,15 @@ def short_id(rec: dict) -> str:
     return rid[len(sid) + 1 :] if sid and rid.startswith(sid + "-") else rid
 
 
+#: per-rank detail tables `perfbench.run.ingest.rank_detail` computes on demand and caches in the store
+RANK_DETAIL_TABLES = ("memory", "memory_timeline", "memory_live", "memory_attribution", "memory_modules")
+
+
+def rank_detail_name(rank: int, table: str) -> str:
+    """The store table holding rank `rank`'s cached detail `table` (`done`: the marker that it is cached)."""
+    return f"detail_rank{rank}_{table}"
+
+
 class Records:
     """The store's JSON side (see the module docstring); `perfbench.store.Store` adds the tables."""
 
@@ -82,6 +91,10 @@ class Records:
     # ---- runs ------------------------------------------------------------------------------
     def run_dir(self, run_id: str) -> Path:
         return self.runs_dir / run_id
+
+    def table_path(self, run_id: str, name: str) -> Path:
+        """Where the run's table `name` is (or would be) kept: `perfbench.store.Store` reads and writes it."""
+        return self.run_dir(run_id) / "tables" / f"{name}.parquet"
 
     def artifacts_dir(self, run_id: str) -> Path:
         d = self.run_dir(run_id) / "artifacts"

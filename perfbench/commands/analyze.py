@@ -95,7 +95,7 @@ def _run_id(path: Path) -> str:
 
 def run(args) -> int:
     import analyzers
-    from analyzers.report import build_document, dumps
+    from analyzers.report import build_document, dumps_bytes, write_document
     from perfbench.run.ingest import store_analysis
     from perfbench.store import Store, atomic_write_bytes
 
@@ -172,14 +172,20 @@ def run(args) -> int:
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(out / "analysis.json", (dumps(doc) + "\n").encode())
+        atomic_write_bytes(out / "analysis.json", dumps_bytes(doc, newline=True))
         for name, df in analysis.tables.items():
             if df is not None and len(df):
                 df.to_csv(out / f"{name}.csv", index=False)
     for w in doc.get("warnings") or []:
         sys.stderr.write(f"perfbench: warning: {w}\n")
     if args.json:
-        sys.stdout.write(dumps(doc) + "\n")
+        binary = getattr(sys.stdout, "buffer", None)
+        if binary is None:  # a text stream (captured output)
+            sys.stdout.write(dumps_bytes(doc, newline=True).decode())
+            return 0
+        sys.stdout.flush()  # the document's bytes straight to the binary stream, a key at a time (no str copy)
+        write_document(doc, binary)
+        binary.flush()
         return 0
     _print(doc, analysis, wall, None if args.no_store else (run_id, args.results))
     return 0

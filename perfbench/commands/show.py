@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from perfbench.cli import add_json_arg, add_results_arg
+from perfbench.records import RANK_DETAIL_TABLES, Records, rank_detail_name
 
 #: raw profiler tables: in --json as a row count only (use `perfbench trace` or the store for them)
 RAW_TABLES = ("profile_ops",)
@@ -45,6 +46,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if args.rank is not None:
+        return _rank(args)
     from perfbench.views.results import console, summarize
     from perfbench.views.run_report import render
     from perfbench.store import Store, short_id
@@ -52,8 +55,6 @@ def run(args) -> int:
     store = Store(args.results, create=False)
     rec = store.get_run(args.run)
     rid = rec["run_id"]
-    if args.rank is not None:
-        return _rank(store, rec, args)
     row = summarize([rec], context=store.list_runs())[0]
     names = [n for n in store.table_names(rid) if not n.startswith("detail_rank")]
     if args.json:
@@ -82,25 +83,48 @@ def run(args) -> int:
     return 0
 
 
-def _rank(store, rec: dict, args) -> int:
-    """`show RUN --rank R`: the rank's memory detail (perfbench.run.ingest.rank_detail)."""
-    from perfbench.run.ingest import rank_detail
+def _rank(args) -> int:
+    """`show RUN --rank R`: the rank's memory detail (perfbench.run.ingest.rank_detail). Once cached in the store,
+    the text view reads the cached tables with pyarrow alone (no pandas, no analyzers: the call costs the CLI's
+    start-up and the few small tables)."""
+    records = Records(args.results, create=False)
+    rec = records.get_run(args.run)
+    r, rid = args.rank, rec["run_id"]
+    if not args.json and records.table_path(rid, rank_detail_name(r, "done")).exists():
+        import pyarrow.parquet as pq
 
-    r = args.rank
-    tables = rank_detail(store, rec["run_id"], r, config=rec.get("config"))
+        paths = {t: records.table_path(rid, rank_detail_name(r, t)) for t in RANK_DETAIL_TABLES}
+        tables = {
+            t: tab.to_pydict() for t, p in paths.items() if p.exists() and (tab := pq.ParquetFile(p).read()).num_rows
+        }
+        return _print_rank(r, tables, args.top)
+    from perfbench.run.ingest import rank_detail
+    from perfbench.store import Store
+
+    frames = rank_detail(Store(args.results, create=False), rid, r, config=rec.get("config"))
     if args.json:
         doc = {
-            "run_id": rec["run_id"],
+            "run_id": rid,
             "rank": r,
-            "tables": {k: json.loads(v.to_json(orient="records")) for k, v in tables.items()},
+            "tables": {k: json.loads(v.to_json(orient="records")) for k, v in frames.items()},
         }
         print(json.dumps(doc, indent=2, default=str))
         return 0
+    return _print_rank(r, {k: v.to_dict("list") for k, v in frames.items()}, args.top)
+
+
+def _known(values) -> list:
+    """The values that are not None or NaN (what pandas' max, sum and nunique count)."""
+    return [v for v in values if v is not None and v == v]
+
+
+def _print_rank(r: int, tables: dict[str, dict[str, list]], top: int) -> int:
+    """The text view of a rank's memory detail from its tables as {table: {column: values}}."""
     mem = tables.get("memory")
-    if mem is None or not len(mem):
+    if not mem or not mem.get("rank"):
         print(f"rank {r}: no memory recorded")
         return 0
-    m = mem.iloc[0]
+    m = {k: v[0] for k, v in mem.items()}
 
     def gib(v) -> str:
         return "unknown" if v is None or v != v else f"{v / 2**30:.2f} GiB"
@@ -111,18 +135,21 @@ def _rank(store, rec: dict, args) -> int:
     )
     tl = tables.get("memory_timeline")
     if tl is not None:
+        ts = _known(tl["ts_us"])
+        span = (max(ts) - min(ts)) / 1e6 if ts else float("nan")
         print(
-            f"memory timeline: {len(tl)} points over {tl['component'].nunique()} components "
-            f"({(tl['ts_us'].max() - tl['ts_us'].min()) / 1e6:.3f} s)"
+            f"memory timeline: {len(tl['ts_us'])} points over {len(set(_known(tl['component'])))} components "
+            f"({span:.3f} s)"
         )
     live = tables.get("memory_live")
-    if live is not None and len(live):
-        print(f"allocations live at the peak: {len(live)}, {gib(float(live['size_bytes'].sum()))}; largest {args.top}:")
-        for x in live.head(args.top).itertuples():
-            print(f"  {x.size_bytes / 2**20:10.1f} MiB  {x.name}")
+    if live is not None and live.get("size_bytes"):
+        sizes = live["size_bytes"]
+        print(f"allocations live at the peak: {len(sizes)}, {gib(float(sum(_known(sizes))))}; largest {top}:")
+        for size, name in list(zip(sizes, live["name"]))[:top]:
+            print(f"  {size / 2**20:10.1f} MiB  {name}")
     att = tables.get("memory_attribution")
-    if att is not None and len(att):
+    if att is not None and att.get("part"):
         print("what holds the peak:")
-        for x in att.itertuples():
-            print(f"  {x.part:<24} {gib(x.bytes)}")
+        for part, b in zip(att["part"], att["bytes"]):
+            print(f"  {part:<24} {gib(b)}")
     return 0

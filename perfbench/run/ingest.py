@@ -17,6 +17,7 @@ import pandas as pd
 
 import analyzers
 from perfbench.errors import UserError
+from perfbench.records import RANK_DETAIL_TABLES, rank_detail_name
 from perfbench.store import Store
 
 #: parsed profile tables kept beside the analysis tables (for the merged trace and re-analysis)
@@ -128,14 +129,6 @@ def store_analysis(
         if ref is not None and len(ref):
             store.write_table(run_id, "reference_breakdown", ref)
     return analysis
-
-
-#: per-rank detail tables `rank_detail` computes (the memory analysis's, for one rank) and caches in the store
-RANK_DETAIL_TABLES = ("memory", "memory_timeline", "memory_live", "memory_attribution", "memory_modules")
-
-
-def rank_detail_name(rank: int, table: str) -> str:
-    return f"detail_rank{rank}_{table}"
 
 
 def rank_detail(store: Store, run_id: str, rank: int, config: dict | None = None) -> dict[str, pd.DataFrame]:
