@@ -73,6 +73,10 @@ class Recorder:
             "world_size": self.world_size,
             "pid": os.getpid(),
             "host": socket.gethostname(),
+            # the node of a multi-node Slurm job (run/slurm.py sets it), None elsewhere
+            "node_rank": int(os.environ["PERFBENCH_NODE_RANK"])
+            if os.environ.get("PERFBENCH_NODE_RANK", "").isdigit()
+            else None,
             "run_id": config.get("run_id"),
             "workload": config.get("workload"),
             "threads_per_rank": config.get("threads_per_rank"),

@@ -14,6 +14,8 @@ from pathlib import Path
 _WORKER_EXIT = re.compile(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
 #: torchrun's summary of a failed run: "Root Cause (first observed failure): ... rank : R (local_rank: L)
 #: exitcode : C (pid: P)"
+#: every failure torchrun's summary lists ("rank      : 1 (local_rank: 1)"): the ranks of this torchrun's node
+_TORCHRUN_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank", re.M)
 _TORCHRUN_ROOT = re.compile(
     r"Root Cause \(first observed failure\):.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+) \(pid: (\d+)\)", re.S
 )
@@ -42,7 +44,10 @@ def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_l
             return None
         code = int(t.group(2))
         root = {"pid": int(t.group(3)), "code": code, "how": describe_exit(code), "rank": int(t.group(1))}
-        return _first_raised(metrics_dir, root)
+        named = (
+            {int(r) for r in _TORCHRUN_RANK.findall(text[text.find("Failures:") :])} if "Failures:" in text else set()
+        )
+        return _first_raised(metrics_dir, root, named | {root["rank"]})
     pid, code = int(m.group(1)), int(m.group(2))
     rank = ranks.get(pid)
     if rank is None:
@@ -56,27 +61,48 @@ def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_l
     return {"pid": pid, "code": code, "how": describe_exit(code), "rank": rank}
 
 
-def _first_raised(metrics_dir: Path, root: dict) -> dict:
-    """torchrun's root cause is the failure with the smallest timestamp in whole seconds, the lowest rank on a tie:
-    when rank 1 raises and rank 0 fails in its collective a moment later, torchrun can name rank 0. A rank whose
-    script raised wrote its final meta (exit_status, pid) as it ended, so when torchrun's root is one of those ranks,
-    the one whose final meta was written first is the root."""
+def first_raised(metrics_dir: Path, ranks: set[int] | None = None) -> dict | None:
+    """The final meta of the rank whose script raised first, among `ranks` (every rank when None): a rank whose
+    script raised writes its final meta (exit_status, error, pid) as it ends, its last write, so the meta with a
+    nonzero exit status written earliest is the first failure. None when no rank recorded one."""
     ended = {}
     for meta in metrics_dir.glob("rank*.meta.json"):
         try:
             d, when = json.loads(meta.read_text()), meta.stat().st_mtime_ns
         except (OSError, ValueError):
             continue
-        if isinstance(d, dict) and d.get("exit_status") not in (0, None) and isinstance(d.get("rank"), int):
+        if (
+            isinstance(d, dict)
+            and d.get("exit_status") not in (0, None)
+            and isinstance(d.get("rank"), int)
+            and (ranks is None or d["rank"] in ranks)
+        ):
             ended[d["rank"]] = (when, d)
-    if root["rank"] not in ended:  # killed, not raised: no final meta to compare
+    return ended[min(ended, key=lambda r: ended[r][0])][1] if ended else None
+
+
+def _first_raised(metrics_dir: Path, root: dict, named: set[int]) -> dict:
+    """torchrun's root cause is the failure with the smallest timestamp in whole seconds, the lowest rank on a tie:
+    when rank 1 raises and rank 0 fails in its collective a moment later, torchrun can name rank 0. When torchrun's
+    root is a rank that raised, the rank that raised first (`first_raised`) is the root. Only the ranks this
+    torchrun's summary names (`named`) are candidates: on one node of several (Slurm) the metrics folder also holds
+    other nodes' ranks, which that node's own account must not blame (the job's account does: run/slurm.py)."""
+    raised = first_raised(metrics_dir, named)
+    mine = first_raised(metrics_dir, {root["rank"]})
+    if raised is None or mine is None or raised["rank"] == root["rank"]:
         return root
-    rank = min(ended, key=lambda r: ended[r][0])
-    if rank == root["rank"]:
-        return root
-    d = ended[rank][1]
-    code = int(d["exit_status"])
-    return {"pid": d.get("pid"), "code": code, "how": describe_exit(code), "rank": rank}
+    code = int(raised["exit_status"])
+    return {"pid": raised.get("pid"), "code": code, "how": describe_exit(code), "rank": raised["rank"]}
+
+
+def raised_account(log_dir: Path, metrics_dir: Path, meta: dict) -> tuple[str, str]:
+    """(one-line reason, log tail) of a rank whose script raised, from its final meta and its own log."""
+    rank = meta["rank"]
+    f = log_dir / f"worker_{rank}.log"
+    tail = _tail(f.read_text(errors="replace")) if f.exists() else ""
+    error = meta.get("error")
+    why = f": {error}" if error else _first_error(tail)
+    return f"rank {rank} {describe_exit(int(meta['exit_status']))} {_after_step(metrics_dir, rank)}{why}", tail
 
 
 def last_step(metrics_dir: Path, rank: int) -> int | None:

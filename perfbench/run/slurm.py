@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable
 
 from perfbench.errors import UserError
-from perfbench.run.failures import failing_rank
+from perfbench.run.failures import failing_rank, first_raised, raised_account
 from perfbench.run.launcher import LaunchResult, count_steps, launch
 from perfbench.run.processes import kill_stale
 
@@ -355,6 +355,13 @@ def _outcome(
     # the node that failed on its own account (not the ones Slurm ended because of it) says which rank and why
     own = [n for n in node_failed if n.get("reason") and not n.get("ended_by_slurm")]
     first = min(own, key=lambda n: n.get("finished", 0)) if own else None
+    # the rank whose script raised first, by the ranks' final metas, is the cause wherever it ran: its node may have
+    # been ended by Slurm (--kill-on-bad-exit) before it wrote its own account, after a peer failed in a collective
+    raised = first_raised(metrics_dir)
+    at = [n for n in nodes if raised is not None and n.get("node_rank") == raised.get("node_rank")]
+    if raised is not None and at and (first is None or first.get("failed_rank") != raised["rank"]):
+        why, tail = raised_account(Path(run_config["output_dir"]) / "logs", metrics_dir, raised)
+        first = {**at[0], "reason": why, "failed_rank": raised["rank"], "log_tail": tail}
     if first is not None:
         parts.append(f"node {first['node_rank']} ({first.get('host')}): {first['reason']}")
         result.failed_rank, result.log_tail = first.get("failed_rank"), first.get("log_tail", "")
@@ -441,7 +448,11 @@ def node_main(spec_path: str) -> int:
             rc_path,
             run_config,
             launch_cfg,
-            env_extra={"PERFBENCH_SYNC_TAG": f"{run_config['run_id']}-job{job_id}", **(spec.get("env_extra") or {})},
+            env_extra={
+                "PERFBENCH_SYNC_TAG": f"{run_config['run_id']}-job{job_id}",
+                "PERFBENCH_NODE_RANK": str(node_rank),  # each rank's meta says its node (the job's account)
+                **(spec.get("env_extra") or {}),
+            },
         )
         out.update({k: v for k, v in asdict(res).items() if k != "slurm"})
     except KeyboardInterrupt as exc:

@@ -64,3 +64,34 @@ def test_torchruns_root_stands_when_it_raised_first_or_wrote_no_final_meta(tmp_p
         "how": "exited with code 1",
         "rank": 0,
     }
+
+
+def test_one_node_of_several_blames_only_a_rank_its_own_torchrun_ran(tmp_path):
+    """Two nodes, one rank each (Slurm): the metrics folder holds both ranks' metas, node 0's torchrun names rank 0
+    alone. Rank 1 (node 1's) raised first, yet node 0's own account is its rank 0; node 1's account blames rank 1."""
+    logs, metrics = tmp_path / "logs", tmp_path / "metrics"
+    logs.mkdir()
+    metrics.mkdir()
+    node0 = (
+        SUMMARY.split("Root Cause")[0]
+        .replace("[1]:", "[0]:")
+        .replace("rank      : 1 (local_rank: 1)", "rank      : 0 (local_rank: 0)")
+    )
+    node0 = node0.replace("exitcode  : 1 (pid: 2002)", "exitcode  : 1 (pid: 2001)")
+    node0 += (
+        "Root Cause (first observed failure):\n[0]:\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 2001)\n"
+    )
+    (logs / "node0.out").write_text(node0)
+    t = 1_795_793_250_000_000_000
+    _meta(metrics, 1, 2002, 1, t)  # raised first, on node 1
+    _meta(metrics, 0, 2001, 1, t + 40_000_000)
+    assert dead_worker(logs, {}, metrics, "node0.out") == {
+        "pid": 2001,
+        "code": 1,
+        "how": "exited with code 1",
+        "rank": 0,
+    }
+    node1 = "Failures:\n  <NO_OTHER_FAILURES>\nRoot Cause (first observed failure):\n[0]:\n"
+    node1 += "  rank      : 1 (local_rank: 0)\n  exitcode  : 1 (pid: 2002)\n"
+    (logs / "node1.out").write_text(node1)
+    assert dead_worker(logs, {}, metrics, "node1.out")["rank"] == 1
