@@ -61,10 +61,9 @@ def dead_worker(log_dir: Path, ranks: dict[int, int], metrics_dir: Path, msrun_l
     return {"pid": pid, "code": code, "how": describe_exit(code), "rank": rank}
 
 
-def first_raised(metrics_dir: Path, ranks: set[int] | None = None) -> dict | None:
-    """The final meta of the rank whose script raised first, among `ranks` (every rank when None): a rank whose
-    script raised writes its final meta (exit_status, error, pid) as it ends, its last write, so the meta with a
-    nonzero exit status written earliest is the first failure. None when no rank recorded one."""
+def _raised(metrics_dir: Path, ranks: set[int] | None) -> dict[int, tuple[int, dict]]:
+    """{rank: (when its final meta was written, the meta)} of the ranks among `ranks` (every rank when None) whose
+    script raised: such a rank writes its final meta (exit_status, error, pid) as it ends, its last write."""
     ended = {}
     for meta in metrics_dir.glob("rank*.meta.json"):
         try:
@@ -78,21 +77,30 @@ def first_raised(metrics_dir: Path, ranks: set[int] | None = None) -> dict | Non
             and (ranks is None or d["rank"] in ranks)
         ):
             ended[d["rank"]] = (when, d)
+    return ended
+
+
+def first_raised(metrics_dir: Path, ranks: set[int] | None = None) -> dict | None:
+    """The final meta of the rank whose script raised first, among `ranks` (every rank when None): the meta with a
+    nonzero exit status written earliest. None when no rank recorded one."""
+    ended = _raised(metrics_dir, ranks)
     return ended[min(ended, key=lambda r: ended[r][0])][1] if ended else None
 
 
 def _first_raised(metrics_dir: Path, root: dict, named: set[int]) -> dict:
     """torchrun's root cause is the failure with the smallest timestamp in whole seconds, the lowest rank on a tie:
     when rank 1 raises and rank 0 fails in its collective a moment later, torchrun can name rank 0. When torchrun's
-    root is a rank that raised, the rank that raised first (`first_raised`) is the root. Only the ranks this
-    torchrun's summary names (`named`) are candidates: on one node of several (Slurm) the metrics folder also holds
-    other nodes' ranks, which that node's own account must not blame (the job's account does: run/slurm.py)."""
-    raised = first_raised(metrics_dir, named)
-    mine = first_raised(metrics_dir, {root["rank"]})
-    if raised is None or mine is None or raised["rank"] == root["rank"]:
+    root is a rank that raised, the rank that raised first is the root. Only the ranks this torchrun's summary names
+    (`named`) are candidates: on one node of several (Slurm) the metrics folder also holds other nodes' ranks, which
+    that node's own account must not blame (the job's account does: run/slurm.py)."""
+    ended = _raised(metrics_dir, named)
+    if root["rank"] not in ended:  # killed, not raised: no final meta to compare
         return root
-    code = int(raised["exit_status"])
-    return {"pid": raised.get("pid"), "code": code, "how": describe_exit(code), "rank": raised["rank"]}
+    d = ended[min(ended, key=lambda r: ended[r][0])][1]
+    if d["rank"] == root["rank"]:
+        return root
+    code = int(d["exit_status"])
+    return {"pid": d.get("pid"), "code": code, "how": describe_exit(code), "rank": d["rank"]}
 
 
 def raised_account(log_dir: Path, metrics_dir: Path, meta: dict) -> tuple[str, str]:
