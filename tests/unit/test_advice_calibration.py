@@ -375,7 +375,9 @@ def test_halving_tensor_parallel_keeps_the_global_batch():
     # Measured 2026-11-27 17:00 UTC (the MoE, 2 ranks, tensor_parallel 2, batch 4 per replica): the knob alone
     # (tensor_parallel 1) doubled the data-parallel replicas and so the samples per step (128 -> 256), and the
     # fix's step carried twice the work. Halving the per-replica batch with it keeps the global batch: T = 2, B = 4
-    # -> {T: 1, B: 2}; an odd batch cannot be halved: the knob alone, as before
+    # -> {T: 1, B: 2}; an odd batch cannot be halved: the knob alone, as before. 4 ranks (2 data-parallel replicas
+    # already): T = 1 adds no collective, so the gain stays the exposed 40 ms (tests/unit/test_advice_tensor_parallel.py
+    # prices what the knob adds where the data-parallel size was 1)
     ex = pd.DataFrame(
         {"rank": [0, 1], "step": [1, 1], "comm_class": ["tensor_parallel"] * 2, "time_us": [0.0] * 2,
          "exposed_us": [30_000.0, 50_000.0]}
@@ -383,7 +385,7 @@ def test_halving_tensor_parallel_keeps_the_global_batch():
     steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0] * 2})
 
     def tried(train):
-        cfg = {"parallel": {"tensor_parallel": 2}, "train": train}
+        cfg = {"world_size": 4, "parallel": {"tensor_parallel": 2}, "train": train}
         out = A.advise({"comm_exposure_classes": ex, "steps": steps, A.CONFIG_KEY: cfg}, {"step_time_s": 0.1})
         row = out.set_index("rule").loc["tensor_parallel_comm"]
         assert row["predicted_step_ms"] == pytest.approx(100.0 - 40.0)
