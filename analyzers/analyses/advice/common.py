@@ -165,17 +165,22 @@ def covered_excess_ms(start_us: np.ndarray, elapse_ms: np.ndarray, excess_ms: np
     return max(union_length(st, en) - union_length(st, np.maximum(short, st)), 0.0) / 1000.0
 
 
-def load_excess_ms(tables) -> float:
+def load_excess_ms(tables) -> float | None:
     """ms per step the collectives took beyond the fastest of their kind and group size at their size or larger
     (`fastest`; per rank and step the wall time they covered beyond those floors, `covered_excess_ms`, where every
     start and elapse is known, else the sum of transfer time - that floor; the median over ranks and steps): on a
     loaded host the time their ranks waited for a core, which neither hiding nor compressing them removes (fusing
     them does: small_packets). Only where the operators ran on the host CPU (`on_cpu`): on an accelerator the spread
     among same-size collectives has other causes (peers arriving late, link contention) that the communication
-    findings own. 0 when unknown."""
-    co = table(tables, "comm_ops", "rank", "step", "op_type", "size_bytes")
-    if not on_cpu(tables) or co is None:
+    findings own: 0 there). None when unknown: no operators to tell where they ran, no collectives table, or no
+    collective with its size, time and step."""
+    if table(tables, "ops_for_checks", "core_type") is None:
+        return None
+    if not on_cpu(tables):
         return 0.0
+    co = table(tables, "comm_ops", "rank", "step", "op_type", "size_bytes")
+    if co is None:
+        return None
     df = pd.DataFrame(
         {
             "rank": co["rank"],
@@ -188,9 +193,12 @@ def load_excess_ms(tables) -> float:
             "elapse": num(co, "elapse_ms"),
         }
     )
-    df = df[~df["op_type"].isin(["send", "recv"])].dropna(subset=["size", "t", "step"])
+    df = df[~df["op_type"].isin(["send", "recv"])]
     if df.empty:
-        return 0.0
+        return 0.0  # no collective but pipeline sends and receives: none waited
+    df = df.dropna(subset=["size", "t", "step"])
+    if df.empty:
+        return None
     df["n"] = df["n"].fillna(0)
     df = fastest(df)
     df["excess"] = (df["t"] - df["floor"]).clip(lower=0.0)
@@ -205,16 +213,19 @@ def load_excess_ms(tables) -> float:
 
 
 def with_load_excess(tables) -> dict:
-    """`tables` with the load excess (load_excess_ms) under LOAD_EXCESS_KEY, computed here once for the time budget
-    and every rule that reads it (`load_excess`)."""
+    """`tables` with the load excess (load_excess_ms; None when unknown) under LOAD_EXCESS_KEY, computed here once
+    for the time budget and every rule that reads it (`load_excess`)."""
     tables = dict(tables or {})
     if LOAD_EXCESS_KEY not in tables:
         tables[LOAD_EXCESS_KEY] = load_excess_ms(tables)
     return tables
 
 
-def load_excess(tables) -> float:
-    """The load excess `advise` computed (LOAD_EXCESS_KEY; with_load_excess), else computed here (a rule or the
-    budget called on its own)."""
-    v = (tables or {}).get(LOAD_EXCESS_KEY)
-    return float(v) if v is not None else load_excess_ms(tables)
+def load_excess(tables) -> float | None:
+    """The load excess `advise` computed (LOAD_EXCESS_KEY; with_load_excess; None there when unknown), else computed
+    here (a rule or the budget called on its own)."""
+    tables = tables or {}
+    if LOAD_EXCESS_KEY not in tables:
+        return load_excess_ms(tables)
+    v = tables[LOAD_EXCESS_KEY]
+    return None if v is None or not math.isfinite(float(v)) else float(v)

@@ -214,7 +214,9 @@ def find(tables, summary):
     gain = budget_part(trusted(table(tables, "step_breakdown")), "communication_not_overlapped_us")
     excess = load_excess(tables)
     note = ""
-    if gain is not None and excess > 0:
+    if gain is not None and excess is None:  # not known: nothing left out, so the exposed time is an upper bound
+        note = "; an upper bound: the time its collectives waited for a core (load) is unknown"
+    elif gain is not None and excess > 0:
         note = f"; less {min(excess, gain):.3g} ms its collectives took beyond the fastest of their kind (load)"
         gain = max(0.0, gain - excess)
     for row in rows:
