@@ -11,7 +11,11 @@ gain) and measures the fix:
   fix, interleaved, profiler off), again and again (`--max-sessions`) until the measured gain's 95% interval is
   narrower than half the gain;
 - an injected cause (a straggler, a slow input pipeline: no knob of the job, the fix is removing it): one sweep
-  whose axis is the injected key (injected value, 0) with `repeats` = R, which interleaves the two the same way.
+  whose axis is the injected key (injected value, 0) with `repeats` = R, which interleaves the two the same way;
+- a knob the rule predicts a loss for and so does not offer (the tensor-parallel case: halving T is predicted
+  slower): the original and the knobbed configuration as single-run sweeps, alternated R x sessions times,
+  profiler off; the prediction is the rule's unclipped net gain (`tensor_parallel_comm.halving_gain`) and the case
+  passes when the top root is not that rule and the measured change has the predicted sign.
 
 The measured gain is mean(original) - mean(fix) per step with its Welch 95% interval, on two bases: wall
 (`step_time_s`: median over measured steps of the slowest rank's step time) and CPU (per step the largest rank's
@@ -64,8 +68,9 @@ def _with(base: dict, **over) -> dict:
     return out
 
 
-#: name -> (sweep YAML, the rule the top root must have, how the fix is measured: "advise" or the injected key)
-CASES: dict[str, tuple[dict, str, str]] = {
+#: name -> (sweep YAML, the rule the top root must have, how the fix is measured: "advise", the injected key, or the
+#: knobs (dotted keys) of a fix the rule predicts a loss for and so does not offer: measured anyway)
+CASES: dict[str, tuple[dict, str, str | dict]] = {
     "straggler": (
         _with(TINY, inject={"straggler_rank": 1, "straggler_busy_ms": 150.0}),
         advice.slow_rank.ID,
@@ -108,10 +113,11 @@ CASES: dict[str, tuple[dict, str, str]] = {
         advice.expert_imbalance.ID,
         "advise",
     ),
+    # the rule declines this knob (predicted slower: the doubled replicas' collectives): measured anyway
     "tensor_parallel": (
         _with(TINY_MOE, model={"num_experts": 2, "hidden_size": 64}, parallel={"tensor_parallel": 2}),
         advice.tensor_parallel_comm.ID,
-        "advise",
+        {"parallel.tensor_parallel": 1, "train.batch_size": 2},
     ),
     "own_job_unfused": (
         _with(
@@ -200,6 +206,20 @@ def knob_gain(top, orig: dict) -> float | None:
     return step * 1000 - pred if step is not None and pred is not None else num(top.get("gain_ms"))
 
 
+def declined_gain(store, orig: dict) -> float | None:
+    """The net gain the tensor-parallel rule predicts for halving T on the stored run `orig` (negative: a loss;
+    tensor_parallel_comm.halving_gain over its stored tables and config)."""
+    rid = orig["run_id"]
+    names = {
+        "comm_exposure_classes": "comm_exposure_classes",
+        "steps": "profile_steps",
+        "ops_for_checks": "profile_ops",
+    }
+    tables: dict = {k: store.read_table(rid, v) for k, v in names.items()}
+    tables[advice.CONFIG_KEY] = orig["config"]
+    return advice.tensor_parallel_comm.halving_gain(tables, orig.get("metrics") or {})
+
+
 def gain(base: list[float], fix: list[float]) -> dict:
     from analyzers.stats import welch_ci
 
@@ -255,8 +275,8 @@ def run_case(name: str, out: Path, rounds: int, max_sessions: int) -> dict:
     row.update(
         top=top["id"],
         top_rule=top["rule"],
-        top_ok=top["rule"] == expect,
-        predicted_ms=knob_gain(top, orig),
+        top_ok=top["rule"] == expect if not isinstance(fix, dict) else top["rule"] != expect,
+        predicted_ms=knob_gain(top, orig) if not isinstance(fix, dict) else declined_gain(store, orig),
         step_ms=float(orig["metrics"]["step_time_s"]) * 1000,
         roots=[
             (r["id"], None if r["gain_ms"] != r["gain_ms"] else round(float(r["gain_ms"]), 1))
@@ -264,7 +284,27 @@ def run_case(name: str, out: Path, rounds: int, max_sessions: int) -> dict:
         ],
     )
     base_w, base_c, fix_w, fix_c = [], [], [], []
-    if fix == "advise":
+    if isinstance(fix, dict):  # a knob the rule declines: original and fix as single runs, interleaved, profiler off
+        pres = out / f"{name}-pair"
+        for i in range(rounds * max_sessions):
+            for tag, over in (("orig", {}), ("fix", fix)):
+                cfg = _with(spec, profile={"enabled": False})
+                for key, v in over.items():
+                    sec, k = key.split(".")
+                    cfg[sec] = dict(cfg.get(sec) or {}, **{k: v})
+                pp = out / f"{name}-{tag}.yaml"
+                pp.write_text(yaml.safe_dump(dict(cfg, name=f"{name}-{tag}{i}"), sort_keys=False))
+                r = perfbench("sweep", pp, "--results", pres)
+                if r.returncode:
+                    row["error"] = f"{tag} sweep failed: {r.stderr.strip().splitlines()[-1:]}"
+        ps = Store(pres)
+        for x in ps.list_runs():
+            w, c = step_ms(ps, x["run_id"])
+            is_fix = all(x["config"][key.split(".")[0]][key.split(".")[1]] == v for key, v in fix.items())
+            (fix_w if is_fix else base_w).append(w)
+            (fix_c if is_fix else base_c).append(c)
+        row["fix"] = json.dumps(fix)
+    elif fix == "advise":
         if not isinstance(top["try"], str) or not top["try"]:
             row["error"] = f"top root {top['id']} has no knob to try"
             return row

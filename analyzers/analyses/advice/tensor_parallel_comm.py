@@ -165,6 +165,20 @@ def net_gain(tp_ms: float, n_tp: int | None, added: tuple[int, dict] | None) -> 
     return tp_ms * (1.0 - added[0] / n_tp)
 
 
+def halving_gain(tables, summary) -> float | None:
+    """The net ms per step halving the tensor-parallel size (and the per-replica batch, where even) is predicted to
+    save, unclipped (negative: the fix is predicted slower), as `find` computes it; None when unknown or when the run
+    has no tensor-parallel finding's inputs. The calibration bench compares it with the measured change."""
+    got = _share(tables, summary)
+    cfg = (tables or {}).get(CONFIG_KEY) or {}
+    T = _int((cfg.get("parallel") or {}).get("tensor_parallel"))
+    B = _int((cfg.get("train") or {}).get("batch_size"))
+    if got is None or not T or T < 2 or T % 2 or B is None:
+        return None
+    added = added_collectives(tables, cfg, T, B // 2 if B >= 2 and B % 2 == 0 else B)
+    return net_gain(float(got[2].mean()), tp_collectives(cfg, T, B), added)
+
+
 def find(tables, summary):
     got = _share(tables, summary)
     if got is None:
@@ -181,7 +195,7 @@ def find(tables, summary):
         # half the tensor-parallel size doubles the data-parallel replicas; `batch_size` is per replica, so half of
         # it keeps the global batch (the step's work): otherwise the fix's step carries twice the samples
         lower["train.batch_size"] = B // 2
-    gain: float | None = tp_ms
+    gain = tp_ms
     basis = "upper bound: all exposed tensor-parallel all-reduce time per step goes with tensor_parallel=1"
     costs = ""
     if lower:
