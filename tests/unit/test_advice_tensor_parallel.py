@@ -114,3 +114,26 @@ def test_without_the_run_config_the_gain_is_the_exposed_time_and_no_knob():
     row = _tp_row({})
     assert row["gain_ms"] == pytest.approx(40.0) and row["try"] is None
     assert row["basis"].startswith("upper bound")
+
+
+def test_a_tensor_parallel_run_is_offered_no_gradient_knob_for_its_activation_collectives():
+    # _small(): 16 sub-MiB all-reduces per rank and step, which small_packets finds (fuse them: comm_fusion). Marked
+    # tensor_parallel (activations, Megatron's f / g) there is nothing comm_fusion can fuse: no finding.
+    # exposed_communication on a tensor_parallel=2 run keeps its finding but offers no fp16 compression (the
+    # workload refuses grad_compression with tensor parallel)
+    from tests.unit.test_advice_gains import _sb, _small
+
+    co = _small()
+    sb = _sb(1000.0, 0.0, ranks=(0, 1), step_us=4000.0)  # 1 ms exposed of a 4 ms step: 25% (> 20%, a finding)
+    base = A.advise({"comm_ops": co, "step_breakdown": sb}, {"step_time_s": 0.004})
+    assert "small_packets" in set(base["rule"])
+    tp_co = co.assign(comm_class="tensor_parallel")
+    out = A.advise({"comm_ops": tp_co, "step_breakdown": sb}, {"step_time_s": 0.004})
+    assert "small_packets" not in set(out["rule"])
+    cfg = {"parallel": {"tensor_parallel": 2}}
+    ec = A.advise({"comm_ops": co, "step_breakdown": sb, A.CONFIG_KEY: cfg}, {"step_time_s": 0.004})
+    row = ec.set_index("rule").loc["exposed_communication"]
+    assert pd.isna(row["try"])
+    assert json.loads(base.set_index("rule").loc["exposed_communication", "try"]) == {
+        "parallel.grad_compression": "fp16"
+    }

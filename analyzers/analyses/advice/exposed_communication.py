@@ -205,6 +205,13 @@ def _mindspore_script(tables) -> bool:
     return cfg.get("workload") == "script" and (cfg.get("script") or {}).get("framework") == "mindspore"
 
 
+def _tensor_parallel(tables) -> bool:
+    """The run is tensor parallel (parallel.tensor_parallel > 1): its gradients cannot be compressed
+    (workloads/parallel/rules.py refuses grad_compression there), so there is nothing to try."""
+    T = ((tables.get(CONFIG_KEY) or {}).get("parallel") or {}).get("tensor_parallel")
+    return isinstance(T, int) and T > 1
+
+
 def find(tables, summary):
     """Exposed communication; its gain is the exposed time itself (what hiding it would save), less the time its
     collectives waited for a core (load_excess), which neither hiding nor shrinking them removes."""
@@ -228,7 +235,7 @@ def find(tables, summary):
             basis="the exposed communication per step (step_breakdown communication_not_overlapped_us, "
             "median per rank, the most exposed rank)" + note,
         )
-        if row.get("kind") == "collective" and not _mindspore_script(tables):
+        if row.get("kind") == "collective" and not _mindspore_script(tables) and not _tensor_parallel(tables):
             row["try"], row["predicted_step_ms"] = compression_try(tables, summary)
     return rows
 

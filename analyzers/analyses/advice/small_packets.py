@@ -132,10 +132,18 @@ def unprofiled_scale(summary) -> float:
     return min(1.0, float(off) / float(on)) if ok else 1.0
 
 
+#: traffic classes whose collectives carry activations, not gradients: gradient fusion (comm_fusion) cannot fuse them
+NOT_GRADIENTS = ("tensor_parallel", "expert_dispatch")
+
+
 def find(tables, summary):
     co = table(tables, "comm_ops")
     if co is None:
         return []
+    if "comm_class" in co.columns:
+        co = co[~co["comm_class"].isin(NOT_GRADIENTS)]
+        if co.empty:
+            return []
     size = num(co, "size_bytes")
     el = num(co, "elapse_ms")
     ok = size.notna()
