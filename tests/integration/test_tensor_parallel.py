@@ -414,7 +414,9 @@ def test_tensor_parallel_advice_share_and_try():
         }
     )
     steps = pd.DataFrame({"rank": [0, 1], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [100_000.0, 100_000.0]})
-    config = {"parallel": {"tensor_parallel": 4}}
+    # 8 ranks: 2 data-parallel replicas already, so tensor_parallel 2 adds no collective and the gain stays the exposed
+    # time (without the world size what the knob adds is unknown: null; tests/unit/test_advice_tensor_parallel.py)
+    config = {"world_size": 8, "parallel": {"tensor_parallel": 4}}
     rows = find({"comm_exposure_classes": ex, "steps": steps, CONFIG_KEY: config}, {})
     assert len(rows) == 1
     r = rows[0]
