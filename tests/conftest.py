@@ -31,11 +31,11 @@ from tests.support import (
     _describe,
     kill_processes,
     _background,
-    _env,
     _MsrunWatcher,
     BACKGROUND_VAR,
     TINY_SWEEP,
     prefetch,
+    prefetched,
     wait_for_prefetches,
 )
 
@@ -86,14 +86,19 @@ def msprof_cluster(tmp_path_factory):
     return run
 
 
-@pytest.fixture(scope="session")
-def sweep_store(tmp_path_factory):
-    """Results dir of one real sweep: ResNet-50 (narrow) on world sizes 1 and 2, 2 repeats each, via msrun."""
+def _tiny_sweep(tmp_path_factory, env: dict | None = None):
     base = tmp_path_factory.mktemp("sweep_store")
     cfg = write_yaml(base / "tiny.yaml", TINY_SWEEP)
     results = base / "results"
-    run_perfbench("sweep", cfg, "--results", results, timeout=1500)
+    run_perfbench("sweep", cfg, "--results", results, timeout=1500, env=env)
     return results
+
+
+@pytest.fixture(scope="session")
+def sweep_store(tmp_path_factory):
+    """Results dir of one real sweep: ResNet-50 (narrow) on world sizes 1 and 2, 2 repeats each, via msrun; started
+    in the background at the session's start when a collected test uses it (pytest_collection_finish)."""
+    return prefetched("sweep_store", _tiny_sweep, tmp_path_factory)
 
 
 #: `make mutation` runs only fast in-process tests, once per mutant: the process checks would dominate its time
@@ -148,6 +153,10 @@ def pytest_collection_finish(session):
     collected before the first msrun test, which waits for it (pytest_runtest_setup)."""
     if session.config.option.collectonly:
         return
+    if any("sweep_store" in getattr(it, "fixturenames", ()) for it in session.items):
+        # its runs' times are read by test_check.py as a baseline, beside later runs: a baseline slowed by the fast
+        # tests beside it can only make those runs look faster (allowed there) and the injected slowdown larger
+        prefetch("sweep_store", _tiny_sweep, session.config._tmp_path_factory, {BACKGROUND_VAR: "1"})
     seen = set()
     for item in session.items:
         mod = getattr(item, "module", None)
@@ -168,7 +177,7 @@ def pytest_sessionfinish(session, exitstatus):
     """A full run leaves no process behind: anything of this session still alive now is killed and fails the run.
     Prefetched runs that no test waited for (a run stopped early) are ended first."""
     while not wait_for_prefetches(timeout=0.5):  # a killed sweep returns, and its thread may start the next one
-        kill_processes([p for p in session_processes() if _env(p, BACKGROUND_VAR)])
+        kill_processes([p for p in session_processes() if _background(p)])
     left = session_processes()
     if left:
         _, left = psutil.wait_procs(left, timeout=10)
@@ -181,8 +190,22 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+#: a file with a test of these markers runs after every file without one
+_SLOW_MARKERS = ("msrun", "browser", "slurm")
+
+
+def _fast_files_first(items) -> None:
+    """Files whose tests launch no msrun, drive no browser and need no Slurm run first (pytest's order kept otherwise,
+    a file's tests kept together): the runs prefetched at the session's start (pytest_collection_finish) overlap all
+    of them (tests/golden, tests/unit and the fast files of tests/ui), not only those that sort before
+    tests/integration."""
+    slow = {it.path for it in items if any(next(it.iter_markers(m), None) for m in _SLOW_MARKERS)}
+    items.sort(key=lambda it: it.path in slow)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so."""
+    """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so. Then the fast
+    files first (_fast_files_first)."""
     bad = [
         it.nodeid
         for it in items
@@ -193,6 +216,7 @@ def pytest_collection_modifyitems(config, items):
             "tests that use the `sweep_store` fixture (a real msrun sweep) must be marked "
             "@pytest.mark.msrun: " + ", ".join(bad)
         )
+    _fast_files_first(items)
 
 
 @pytest.fixture
