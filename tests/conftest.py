@@ -7,7 +7,8 @@ tree). So the suite can find exactly its own processes on a machine shared with 
 * a test that is not marked `msrun` fails if it starts msrun (a watcher polls the session's processes);
 * a process started by a test's body that is still alive after its teardown fails that test (and is killed);
   runs started in the background for later tests are declared with `background_launch(name)`, and the processes of
-  runs prefetched for a later module (`prefetch_runs`, below) carry PERFBENCH_TEST_BACKGROUND;
+  runs prefetched for a later module (`prefetch_runs`, below) carry PERFBENCH_TEST_BACKGROUND or run inside
+  `background_launches(names)`;
 * at the end of the session every process of the session is gone, or the run fails.
 """
 
