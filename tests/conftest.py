@@ -149,9 +149,10 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_collection_finish(session):
-    """Prefetched runs: a module of the session's tests that defines `prefetch_runs(tmp_path_factory)` has it started
-    now, in the background (tests.support.prefetch), for its fixture to read later; it runs beside the fast tests
-    collected before the first msrun test, which waits for it (pytest_runtest_setup)."""
+    """Prefetched runs: a module with an msrun test in the session that defines `prefetch_runs(tmp_path_factory)` has
+    it started now, in the background (tests.support.prefetch), for its fixture to read later; it runs beside the fast
+    tests collected before the first msrun test, which waits for it (pytest_runtest_setup). The fast lane
+    (`-m "not msrun"`) starts none, though it runs fast tests of such modules."""
     if session.config.option.collectonly:
         return
     if any("sweep_store" in getattr(it, "fixturenames", ()) for it in session.items):
@@ -161,6 +162,8 @@ def pytest_collection_finish(session):
     seen = set()
     for item in session.items:
         mod = getattr(item, "module", None)
+        if not any(item.iter_markers("msrun")):
+            continue
         if mod is not None and hasattr(mod, "prefetch_runs") and mod.__name__ not in seen:
             seen.add(mod.__name__)
             prefetch(mod.__name__, mod.prefetch_runs, session.config._tmp_path_factory)
