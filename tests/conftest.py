@@ -7,7 +7,8 @@ tree). So the suite can find exactly its own processes on a machine shared with 
 * a test that is not marked `msrun` fails if it starts msrun (a watcher polls the session's processes);
 * a process started by a test's body that is still alive after its teardown fails that test (and is killed);
   runs started in the background for later tests are declared with `background_launch(name)`, and the processes of
-  runs prefetched for a later module (`prefetch_runs`, below) carry PERFBENCH_TEST_BACKGROUND;
+  runs prefetched for a later module (`prefetch_runs`, below) carry PERFBENCH_TEST_BACKGROUND or run inside
+  `background_launches(names)`;
 * at the end of the session every process of the session is gone, or the run fails.
 """
 
@@ -31,11 +32,11 @@ from tests.support import (
     _describe,
     kill_processes,
     _background,
-    _env,
     _MsrunWatcher,
     BACKGROUND_VAR,
     TINY_SWEEP,
     prefetch,
+    prefetched,
     wait_for_prefetches,
 )
 
@@ -86,14 +87,19 @@ def msprof_cluster(tmp_path_factory):
     return run
 
 
-@pytest.fixture(scope="session")
-def sweep_store(tmp_path_factory):
-    """Results dir of one real sweep: ResNet-50 (narrow) on world sizes 1 and 2, 2 repeats each, via msrun."""
+def _tiny_sweep(tmp_path_factory, env: dict | None = None):
     base = tmp_path_factory.mktemp("sweep_store")
     cfg = write_yaml(base / "tiny.yaml", TINY_SWEEP)
     results = base / "results"
-    run_perfbench("sweep", cfg, "--results", results, timeout=1500)
+    run_perfbench("sweep", cfg, "--results", results, timeout=1500, env=env)
     return results
+
+
+@pytest.fixture(scope="session")
+def sweep_store(tmp_path_factory):
+    """Results dir of one real sweep: ResNet-50 (narrow) on world sizes 1 and 2, 2 repeats each, via msrun; started
+    in the background at the session's start when a collected test uses it (pytest_collection_finish)."""
+    return prefetched("sweep_store", _tiny_sweep, tmp_path_factory)
 
 
 #: `make mutation` runs only fast in-process tests, once per mutant: the process checks would dominate its time
@@ -143,14 +149,21 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 def pytest_collection_finish(session):
-    """Prefetched runs: a module of the session's tests that defines `prefetch_runs(tmp_path_factory)` has it started
-    now, in the background (tests.support.prefetch), for its fixture to read later; it runs beside the fast tests
-    collected before the first msrun test, which waits for it (pytest_runtest_setup)."""
+    """Prefetched runs: a module with an msrun test in the session that defines `prefetch_runs(tmp_path_factory)` has
+    it started now, in the background (tests.support.prefetch), for its fixture to read later; it runs beside the fast
+    tests collected before the first msrun test, which waits for it (pytest_runtest_setup). The fast lane
+    (`-m "not msrun"`) starts none, though it runs fast tests of such modules."""
     if session.config.option.collectonly:
         return
+    if any("sweep_store" in getattr(it, "fixturenames", ()) for it in session.items):
+        # its runs' times are read by test_check.py as a baseline, beside later runs: a baseline slowed by the fast
+        # tests beside it can only make those runs look faster (allowed there) and the injected slowdown larger
+        prefetch("sweep_store", _tiny_sweep, session.config._tmp_path_factory, {BACKGROUND_VAR: "1"})
     seen = set()
     for item in session.items:
         mod = getattr(item, "module", None)
+        if not any(item.iter_markers("msrun")):
+            continue
         if mod is not None and hasattr(mod, "prefetch_runs") and mod.__name__ not in seen:
             seen.add(mod.__name__)
             prefetch(mod.__name__, mod.prefetch_runs, session.config._tmp_path_factory)
@@ -168,7 +181,7 @@ def pytest_sessionfinish(session, exitstatus):
     """A full run leaves no process behind: anything of this session still alive now is killed and fails the run.
     Prefetched runs that no test waited for (a run stopped early) are ended first."""
     while not wait_for_prefetches(timeout=0.5):  # a killed sweep returns, and its thread may start the next one
-        kill_processes([p for p in session_processes() if _env(p, BACKGROUND_VAR)])
+        kill_processes([p for p in session_processes() if _background(p)])
     left = session_processes()
     if left:
         _, left = psutil.wait_procs(left, timeout=10)
@@ -181,8 +194,22 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+#: a file with a test of these markers runs after every file without one
+_SLOW_MARKERS = ("msrun", "browser", "slurm")
+
+
+def _fast_files_first(items) -> None:
+    """Files whose tests launch no msrun, drive no browser and need no Slurm run first (pytest's order kept otherwise,
+    a file's tests kept together): the runs prefetched at the session's start (pytest_collection_finish) overlap all
+    of them (tests/golden, tests/unit and the fast files of tests/ui), not only those that sort before
+    tests/integration."""
+    slow = {it.path for it in items if any(next(it.iter_markers(m), None) for m in _SLOW_MARKERS)}
+    items.sort(key=lambda it: it.path in slow)
+
+
 def pytest_collection_modifyitems(config, items):
-    """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so."""
+    """Honest markers: a test that uses the session's real sweep launches msrun, so it must say so. Then the fast
+    files first (_fast_files_first)."""
     bad = [
         it.nodeid
         for it in items
@@ -193,6 +220,7 @@ def pytest_collection_modifyitems(config, items):
             "tests that use the `sweep_store` fixture (a real msrun sweep) must be marked "
             "@pytest.mark.msrun: " + ", ".join(bad)
         )
+    _fast_files_first(items)
 
 
 @pytest.fixture

@@ -94,14 +94,20 @@ def _failure_sweeps(tmp_path_factory, env: dict | None = None) -> dict:
 
 
 def prefetch_runs(tmp_path_factory) -> dict:
-    """The crash and hang sweeps, started in the background when the session collected this module (tests/conftest.py):
-    past their start-ups they mostly wait (the crashed rank's heartbeat timeout, the 15 s stall)."""
-    return _failure_sweeps(tmp_path_factory, {BACKGROUND_VAR: "1"})
+    """The crash and hang sweeps, then the killed-sweep and killed-rank scenarios, started in the background when the
+    session collected this module (tests/conftest.py): past their start-ups they mostly wait (the crashed rank's
+    heartbeat timeout, the 15 s stall), and their tests check statuses, records, steps and processes, not times."""
+    env = {BACKGROUND_VAR: "1"}
+    return {**_failure_sweeps(tmp_path_factory, env), "killed": _killed_runs(tmp_path_factory, env)}
+
+
+def _all_runs(tmp_path_factory) -> dict:
+    return {**_failure_sweeps(tmp_path_factory), "killed": _killed_runs(tmp_path_factory)}
 
 
 @pytest.fixture(scope="module")
 def failure_sweeps(tmp_path_factory):
-    return prefetched(__name__, _failure_sweeps, tmp_path_factory)
+    return prefetched(__name__, _all_runs, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +150,7 @@ def test_hanging_rank_is_killed_after_the_stall_timeout(failure_sweeps):
     assert Store(results).get_run(bad["run_id"])["launch"]["wall_s"] < 400
 
 
-def _killed_sweep(tmp_path) -> dict:
+def _killed_sweep(tmp_path, env: dict | None = None) -> dict:
     """A 2-run sweep SIGKILLed once its first run is committed and its second has finished a step, then resumed."""
     import signal
     import subprocess
@@ -157,6 +163,7 @@ def _killed_sweep(tmp_path) -> dict:
     proc = subprocess.Popen(
         [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -184,7 +191,7 @@ def _killed_sweep(tmp_path) -> dict:
         if proc.poll() is None:
             proc.kill()
     first = {r["settings"]["world_size"]: r for r in store.list_runs()}
-    r = run_perfbench("sweep", cfg, "--results", results, "--resume", timeout=600)
+    r = run_perfbench("sweep", cfg, "--results", results, "--resume", timeout=600, env=env)
     after = {r["settings"]["world_size"]: r for r in store.list_runs()}
     return {
         "left_after_kill": left_after_kill,
@@ -196,7 +203,7 @@ def _killed_sweep(tmp_path) -> dict:
     }
 
 
-def _killed_rank(tmp_path) -> dict:
+def _killed_rank(tmp_path, env: dict | None = None) -> dict:
     """A 1-run 2-rank sweep whose rank 1 is SIGKILLed (by its pid in its meta) once it has finished 3 steps."""
     import signal
     import subprocess
@@ -212,6 +219,7 @@ def _killed_rank(tmp_path) -> dict:
     proc = subprocess.Popen(
         [sys.executable, "-m", "perfbench", "sweep", str(cfg), "--results", str(results)],
         cwd=ROOT,
+        env={**os.environ, **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -245,17 +253,21 @@ def _killed_rank(tmp_path) -> dict:
     }
 
 
-@pytest.fixture(scope="module")
-def killed_runs(tmp_path_factory):
+def _killed_runs(tmp_path_factory, env: dict | None = None) -> dict:
     """The killed-sweep and killed-rank scenarios, two at a time: they check statuses, records, steps and processes,
     not times. Each test takes its scenario's outcome (`.result()` raises what went wrong in it there)."""
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(2) as pool:
         return {
-            "sweep": pool.submit(_killed_sweep, tmp_path_factory.mktemp("killed_sweep")),
-            "rank": pool.submit(_killed_rank, tmp_path_factory.mktemp("killed_rank")),
+            "sweep": pool.submit(_killed_sweep, tmp_path_factory.mktemp("killed_sweep"), env),
+            "rank": pool.submit(_killed_rank, tmp_path_factory.mktemp("killed_rank"), env),
         }
+
+
+@pytest.fixture(scope="module")
+def killed_runs(failure_sweeps):
+    return failure_sweeps["killed"]
 
 
 def test_killed_sweep_keeps_finished_runs_and_resume_reruns_only_the_rest(killed_runs):

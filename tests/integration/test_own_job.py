@@ -11,17 +11,17 @@ from pathlib import Path
 import pytest
 
 from perfbench.store import Store
-from tests.support import ROOT, run_perfbench, two_at_a_time, write_yaml
+from tests.support import BACKGROUND_VAR, ROOT, prefetched, run_perfbench, two_at_a_time, write_yaml
 
 pytestmark = pytest.mark.msrun
 
 HERE = Path(__file__).resolve().parent / "own_job"
 
 
-def sweep(tmp_path: Path, name: str, cfg: dict) -> tuple[Store, list[dict]]:
+def sweep(tmp_path: Path, name: str, cfg: dict, env: dict | None = None) -> tuple[Store, list[dict]]:
     path = write_yaml(tmp_path / f"{name}.yaml", dict(cfg, name=name))
     results = tmp_path / f"results-{name}"
-    r = run_perfbench("sweep", path, "--results", results, check=False, timeout=600)
+    r = run_perfbench("sweep", path, "--results", results, check=False, timeout=600, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
     store = Store(results)
     (sw,) = [s for s in store.list_sweeps() if s.get("name") == name]
@@ -38,11 +38,21 @@ def steps_of(store: Store, run: dict) -> dict[int, list[dict]]:
     return out
 
 
+def prefetch_runs(tmp_path_factory) -> dict:
+    """The sweeps and the search, started in the background when the session collected this module
+    (tests/conftest.py)."""
+    return _own_sweeps(tmp_path_factory, {BACKGROUND_VAR: "1"})
+
+
 @pytest.fixture(scope="module")
-def own_sweeps(tmp_path_factory) -> dict[str, tuple[Store, list[dict]]]:
+def own_sweeps(tmp_path_factory) -> dict:
+    return prefetched(__name__, _own_sweeps, tmp_path_factory)
+
+
+def _own_sweeps(tmp_path_factory, env: dict | None = None) -> dict:
     """The three sweeps of the two tests below and the search of the tune test, two at a time, each in its own
-    results folder: they check steps, samples, collective counts, failure reasons and the search's trials, not
-    times."""
+    results folder: they check steps, samples, collective counts, failure reasons and the search's trials (the pick
+    against the trials' own values), not times."""
     base = tmp_path_factory.mktemp("own_job")
     report = base / "report"  # where train_torch_capture.py writes what each rank did
     report.mkdir()
@@ -80,11 +90,13 @@ def own_sweeps(tmp_path_factory) -> dict[str, tuple[Store, list[dict]]]:
         },
     }
     jobs = [*configs, "tune"]
-    got = dict(zip(jobs, two_at_a_time(lambda n: _tune(base) if n == "tune" else sweep(base, n, configs[n]), jobs)))
+    got = dict(
+        zip(jobs, two_at_a_time(lambda n: _tune(base, env) if n == "tune" else sweep(base, n, configs[n], env), jobs))
+    )
     return {**got, "report": report}
 
 
-def _tune(tmp_path: Path):
+def _tune(tmp_path: Path, env: dict | None = None):
     """examples/own-job/tune-pytorch.yaml, 3 trials of 6 steps: (results folder, the finished `perfbench tune`)."""
     import yaml
 
@@ -94,7 +106,7 @@ def _tune(tmp_path: Path):
     cfg["search"]["budget"] = {"trials": 3}
     path = write_yaml(tmp_path / "tune.yaml", cfg)
     results = tmp_path / "results-tune"
-    return results, run_perfbench("tune", path, "--results", results, "--json", check=False, timeout=900)
+    return results, run_perfbench("tune", path, "--results", results, "--json", check=False, timeout=900, env=env)
 
 
 def test_plain_mindspore_script_under_msrun(own_sweeps):

@@ -13,7 +13,7 @@ import math
 import pytest
 
 from tests.integration.test_workload_resnet50 import launch
-from tests.support import two_at_a_time
+from tests.support import background_launches, prefetched, two_at_a_time
 
 STEPS = 12
 OVERFLOW_AT = 6
@@ -30,17 +30,30 @@ PYN = {
 }
 
 
+#: the runs, by name
+SPECS = {
+    "fp16": FP16,
+    "overlap": {**PYN, "parallel": {**PYN["parallel"], "overlap_grad_comm": True}},
+    "after": PYN,
+}
+
+
+def prefetch_runs(tmp_path_factory) -> dict:
+    """The three runs, started in the background when the session collected this module (tests/conftest.py)."""
+    with background_launches(*SPECS):  # their msrun processes run beside the tests before this module's
+        return _runs(tmp_path_factory)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+    return prefetched(__name__, _runs, tmp_path_factory)
+
+
+def _runs(tmp_path_factory) -> dict:
     """The three runs, two at a time: these tests compare scales, losses, bytes and the order of spans within a
     step, not times."""
     out = tmp_path_factory.mktemp("precov")
-    specs = {
-        "fp16": FP16,
-        "overlap": {**PYN, "parallel": {**PYN["parallel"], "overlap_grad_comm": True}},
-        "after": PYN,
-    }
-    got = dict(zip(specs, two_at_a_time(lambda name: launch(out, name, specs[name], timeout_s=480), specs)))
+    got = dict(zip(SPECS, two_at_a_time(lambda name: launch(out, name, SPECS[name], timeout_s=480), SPECS)))
     for name, run in got.items():
         assert run.res.status == "ok", f"{name}: {run.res.reason}\n{run.res.log_tail}"
     return got

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from tests.integration.test_pipeline import MOE, _par
+from tests.support import background_launches, prefetched
 from workloads.parallel.rules import layout_groups, stage_layout, validate_parallel
 from workloads.parallel.tensor import column_slice, qkv_rows
 
@@ -131,8 +132,22 @@ TP_SPECS = {
 }
 
 
+def prefetch_runs(tmp_path_factory):
+    """These runs and the session's MoE runs (test_pipeline.moe_runs, which test_moe.py and test_pipeline.py read
+    then), started in the background when the session collected this module (tests/conftest.py): the tests compare
+    losses, counts and profiles, not times."""
+    from tests.integration.test_pipeline import PP_SPECS
+
+    with background_launches(*PP_SPECS, *TP_SPECS):
+        return _tp_runs(tmp_path_factory)
+
+
 @pytest.fixture(scope="module")
 def tp_runs(tmp_path_factory):
+    return prefetched(__name__, _tp_runs, tmp_path_factory)
+
+
+def _tp_runs(tmp_path_factory):
     import copy
     import threading
 

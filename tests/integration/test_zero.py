@@ -9,6 +9,7 @@ from perfbench.run.config_models import RunConfig
 from perfbench.errors import ConfigError
 from workloads.parallel.rules import validate_parallel
 from workloads.parallel.zero import shard_bytes, shard_owners
+from tests.support import background_launches, prefetched
 
 
 def test_shard_owners_largest_first_onto_the_least_loaded():
@@ -93,8 +94,19 @@ RECOMPUTE = {
 }
 
 
+def prefetch_runs(tmp_path_factory) -> dict:
+    """The seven launches, started in the background when the session collected this module (tests/conftest.py): its
+    tests compare losses, step counts and statuses, not times."""
+    with background_launches(*SPECS, *RECOMPUTE):  # their msrun processes run beside the tests before this module's
+        return _zero_runs(tmp_path_factory)
+
+
 @pytest.fixture(scope="module")
 def zero_runs(tmp_path_factory):
+    return prefetched(__name__, _zero_runs, tmp_path_factory)
+
+
+def _zero_runs(tmp_path_factory) -> dict:
     """The ZeRO runs (SPECS) and the recompute runs (RECOMPUTE) of this file, seven launches in one pool of two."""
     from tests.integration.test_workload_resnet50 import launch
 

@@ -8,6 +8,7 @@ import os
 import subprocess
 import threading
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -175,6 +176,17 @@ BACKGROUND_VAR = "PERFBENCH_TEST_BACKGROUND"
 def background_launch(run_id: str) -> None:
     """Declare that the msrun launch of `run_id` runs in the background for later tests (prefetch)."""
     _BACKGROUND.add(run_id)
+
+
+@contextmanager
+def background_launches(*run_ids: str):
+    """`background_launch` for each of run_ids while the block runs (prefetched direct launches); they count as the
+    tests' own again after it, so a later test's run of the same name is checked as any other."""
+    _BACKGROUND.update(run_ids)
+    try:
+        yield
+    finally:
+        _BACKGROUND.difference_update(run_ids)
 
 
 def session_processes(exclude: set | frozenset = frozenset()) -> list[psutil.Process]:
