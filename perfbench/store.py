@@ -36,7 +36,7 @@ from perfbench.records import (  # noqa: F401  (re-exported: the store's JSON si
     atomic_write_json,
     short_id,
 )
-from perfbench.run.record import RunRecord
+from perfbench.run.record import check as check_record
 
 
 class Store(Records):
@@ -44,9 +44,9 @@ class Store(Records):
 
     def write_run(self, record: dict) -> None:
         """Write (or replace) a run record atomically, after checking it against the typed record
-        (perfbench.run.record.RunRecord: known status and source, catalogued metrics only)."""
+        (perfbench.run.record.check: known status and source, catalogued metrics only)."""
 
-        RunRecord.model_validate(record)
+        check_record(record)
         atomic_write_json(self.run_dir(record["run_id"]) / "run.json", record)
 
     def write_table(self, run_id: str, name: str, df: pd.DataFrame) -> None:
