@@ -236,3 +236,270 @@ def test_slow_link_without_steps_has_no_gain():
     a, _ = slow_link.find(_slow_links(comm_steps=()), {})
     assert a["gain_ms"] is None
     assert a["basis"] == "not estimated: steps or the group mean bandwidth unknown"
+
+
+def _comm(rows):
+    return pd.DataFrame(rows, columns=["rank", "op_type", "step", "wait_ms", "transit_ms"])
+
+
+def test_wait_ratio_fires_above_20_percent_and_1_ms_per_step_high_above_half_and_5_percent_of_the_step():
+    from analyzers.analyses.advice import wait_ratio
+
+    co = _comm(
+        [
+            # rank 0: wait 6, transit 4 over 2 steps: ratio 0.6, 3 ms per step (the send's wait is the bubble's)
+            (0, "allreduce", 1, 3.0, 2.0),
+            (0, "allreduce", 2, 3.0, 2.0),
+            (0, "send", 1, 100.0, 0.0),
+            # rank 1: ratio 2 / 10 = 0.2, not above 0.2
+            (1, "allreduce", 1, 1.0, 4.0),
+            (1, "allreduce", 2, 1.0, 4.0),
+            # rank 2: ratio 0.5 (not above 0.5: medium), 1 ms per step (at the minimum: fires)
+            (2, "allreduce", 1, 1.0, 1.0),
+            (2, "allreduce", 2, 1.0, 1.0),
+            # rank 3: ratio 0.9 but 0.9 ms per step
+            (3, "allreduce", 1, 0.9, 0.1),
+            (3, "allreduce", 2, 0.9, 0.1),
+            # rank 4: ratio 4 / 5 = 0.8, 2 ms per step: under 5% of a 60 ms step, medium
+            (4, "allreduce", 1, 2.0, 0.5),
+            (4, "allreduce", 2, 2.0, 0.5),
+        ]
+    )
+    rows = wait_ratio.find({"comm_ops": co}, {"step_time_s": 0.06})
+    assert [r["key"] for r in rows] == ["4", "0", "2"]  # by ratio, largest first
+    assert [r["severity"] for r in rows] == ["medium", "high", "medium"]  # rank 0: 3 ms = 5% of 60 ms
+    assert [r["gain_ms"] for r in rows] == [pytest.approx(2.0), pytest.approx(3.0), pytest.approx(1.0)]
+    assert rows[1] == {
+        "key": "0",
+        "ranks": [0],
+        "gain_ms": pytest.approx(3.0),
+        "explains": "exposed",
+        "generic": True,
+        "basis": "rank 0's collective wait per step: comm_ops wait_ms 6.00 ms / steps",
+        "severity": "high",
+        "message": (
+            "Rank 0 spends 60% of its collective time waiting for peers (> 20%): look for a slow rank, load "
+            "imbalance or unsynchronized start."
+        ),
+        "evidence": (
+            "comm_ops[rank=0, op_type not send/recv]: wait 6.00 ms / (wait+transit) 10.00 ms = 0.60; 3.00 ms wait "
+            "per step"
+        ),
+    }
+    # the step time unknown: a ratio above 0.5 alone is high
+    assert [r["severity"] for r in wait_ratio.find({"comm_ops": co}, {})] == ["high", "high", "medium"]
+
+
+def test_wait_ratio_without_steps_counts_the_whole_wait_as_one_step():
+    from analyzers.analyses.advice import wait_ratio
+
+    # two ops, wait 3 + 3 = 6 ms, transit 2 + 2: ratio 0.6, 6 ms per (one) step
+    co = _comm([(0, "allreduce", 1, 3.0, 2.0), (0, "allreduce", 2, 3.0, 2.0)]).drop(columns=["step", "op_type"])
+    (row,) = wait_ratio.find({"comm_ops": co}, {})
+    assert row["gain_ms"] == pytest.approx(6.0)
+    only_p2p = _comm([(0, "recv", 1, 3.0, 2.0)])
+    assert wait_ratio.find({"comm_ops": only_p2p}, {}) == []
+
+
+def _bandwidth(rows):
+    return pd.DataFrame(rows, columns=["rank", "transport", "size_mb", "time_ms"])
+
+
+def test_bandwidth_reference_judges_transfers_of_1_mb_and_more_against_half_the_reference():
+    from analyzers.analyses.advice import bandwidth_reference as br
+
+    # reference_bandwidth_gbps in ascend910.yaml: HCCS 18, RDMA 12.5; half of them: 9 and 6.25 GB/s
+    cb = _bandwidth(
+        [
+            (0, "hccs", 4.0, 1.0),  # rank 0 HCCS: 8 MB in 2 ms = 4 GB/s (the 0.5 MB transfer is left out)
+            (0, "hccs", 4.0, 1.0),
+            (0, "hccs", 0.5, 10.0),
+            (1, "HCCS", 9.0, 1.0),  # 9 GB/s: not under 9
+            (2, "MCCL", 9.0, 100.0),  # no reference
+            (3, "RDMA", 1.0, 1.0),  # 1 MB (at the minimum) in 1 ms: 1 GB/s
+            (4, "HCCS", 2.0, 0.0),  # no time: no bandwidth
+        ]
+    )
+    t = {"comm_bandwidth": cb, "comm_ops": pd.DataFrame({"step": [1, 2, 2]})}  # 2 steps
+    a, b = br.find(t, {})
+    # rank 0: (2 - 8 / 18) / 2 = 0.77778 ms; rank 3: (1 - 1 / 12.5) / 2 = 0.46 ms
+    assert a == {
+        "key": "HCCS:0",
+        "gain_ms": pytest.approx((2 - 8 / 18) / 2),
+        "explains": "exposed",
+        "basis": "time minus the same bytes at the HCCS reference: (2.00 - 8.00 MB / 18.0 GB/s) ms / 2 steps",
+        "ranks": [0],
+        "severity": "medium",
+        "message": (
+            "Rank 0 HCCS bandwidth 4.00 GB/s is under 50% of the HCCS reference 18.0 GB/s for transfers >= 1.0 MB: "
+            "check link health, contention with compute (SDMA), or packet sizes."
+        ),
+        "evidence": "comm_bandwidth[rank=0, transport=HCCS, size_mb>=1.0]: 8.00 MB in 2.00 ms",
+    }
+    assert b["key"] == "RDMA:3" and b["gain_ms"] == pytest.approx(0.46) and b["ranks"] == [3]
+    (a,) = br.find({"comm_bandwidth": cb.iloc[:3]}, {})  # no comm_ops: steps unknown
+    assert a["gain_ms"] is None and a["basis"] == "not estimated: the number of profiled steps is unknown"
+    assert br.find({"comm_bandwidth": cb.iloc[[2, 4]]}, {}) == []  # nothing of 1 MB with a time
+
+
+def _imbalance(rows):
+    cols = ["group", "kind", "dimension", "max_rank", "min_rank", "max_ms", "min_ms", "spread_ms", "mean_total_ms"]
+    return pd.DataFrame(rows, columns=[*cols, "ratio", "flagged"])
+
+
+def test_rank_imbalance_rows_of_the_flagged_groups():
+    from analyzers.analyses.advice import rank_imbalance
+
+    ri = _imbalance(
+        [
+            # spread 2 ms of a 10 ms mean total: ratio 0.2, not above 0.2: medium
+            ("all", "all", "computing", 1, 0, 12.0, 10.0, 2.0, 10.0, 0.2, True),
+            ("stage 1", "stage", "free", 3, 2, 5.0, 1.0, 4.0, 16.0, 0.25, True),  # stage 1's group, high
+            ("dp 0", "dp", "communication", 0, 1, 3.0, 2.0, 1.0, 10.0, 0.1, False),  # not flagged
+        ]
+    )
+    a, b = rank_imbalance.find({"rank_imbalance": ri}, {})
+    assert a == {
+        "key": "all:computing",
+        "gain_ms": 2.0,
+        "explains": "imbalance",
+        "generic": False,
+        "basis": (
+            "the spread between the slowest and the fastest rank of the group, which the others wait for each step: "
+            "12.000 - 10.000 ms"
+        ),
+        "severity": "medium",
+        "ranks": [1, 0],
+        "stage": None,
+        "message": (
+            "Rank 1 computes 2.000 ms more per step than rank 0 in all ranks (12.000 vs 10.000 ms): the other ranks "
+            "of the group wait for it. Check its data shard / sequence lengths, device frequency and host "
+            "interference."
+        ),
+        "evidence": (
+            "rank_imbalance[group=all, dimension=computing]: rank 1 12.000 ms - rank 0 10.000 ms = 2.000 ms / mean "
+            "step total 10.000 ms = 0.200 > 0.05 (msprof-analyze slow-rank rule)"
+        ),
+        "cross_stage": False,
+    }
+    assert (b["key"], b["explains"], b["generic"], b["severity"], b["stage"]) == (
+        "stage 1:free",
+        "idle",
+        True,
+        "high",
+        1,
+    )
+    assert b["message"] == (
+        "In group stage 1, rank 3 idles 5.000 ms per step and rank 2 1.000 ms (spread 4.000 ms): host-side delay on "
+        "rank 3 (data loading, op dispatch, Python, other processes)."
+    )
+
+
+def test_rank_imbalance_between_ranks_of_two_stages_is_the_pipeline_split():
+    from analyzers.analyses.advice import rank_imbalance
+
+    ri = _imbalance([("all", "all", "communication", 1, 0, 3.0, 1.0, 2.0, 10.0, 0.2, True)])
+    stages = pd.DataFrame({"rank": [0, 1], "stage": [0, 1]})
+    (row,) = rank_imbalance.find({"rank_imbalance": ri, "rank_stages": stages}, {})
+    assert row["cross_stage"] is True and row["explains"] == "exposed" and row["generic"] is True
+    assert row["message"] == (
+        "In all ranks, rank 1 (stage 1) and rank 0 (stage 0) differ by 2.000 ms per step in communication time: "
+        "they sit on different pipeline stages, so this is the pipeline split, not a slow rank. Rebalance the "
+        "layers across stages (see stage_imbalance)."
+    )
+    (row,) = rank_imbalance.find({"rank_imbalance": ri}, {})  # stages unknown
+    assert row["cross_stage"] is False
+    assert row["message"].startswith("In all ranks, rank 1 spends 3.000 ms per step in exposed communication and")
+
+
+def _slow_ranks(rows):
+    cols = ["group", "rank", "slow", "scope", "group_kind", "mean_lateness_ms", "n_ops", "total_lateness_ms"]
+    return pd.DataFrame(rows, columns=[*cols, "test", "statistic", "critical", "last_arrivals"])
+
+
+def _two_step_comm(group="dp0", ranks=(0, 1, 2, 3)):
+    return pd.DataFrame({"group": group, "rank": list(ranks) * 2, "step": [1] * len(ranks) + [2] * len(ranks)})
+
+
+def test_slow_rank_gain_is_its_lateness_over_all_collectives_per_step():
+    from analyzers.analyses.advice import slow_rank
+
+    sr = _slow_ranks(
+        [
+            # rank 2: 0.5 ms late on average over 10 collectives, no total: 5 ms in all, over 2 steps: 2.5 ms
+            ("dp0", 2, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+            ("dp0", 1, True, "group", "dp", 0.5, 10, 3.0, "dixon", 0.8, 0.6, 9),  # its total: 3 / 2 = 1.5 ms
+            ("dp0", 3, True, "rank", "dp", 0.5, 10, 3.0, "dixon", 0.8, 0.6, 9),  # not a group-scope row
+            ("dp0", 0, False, "group", "dp", 0.5, 10, 3.0, "dixon", 0.8, 0.6, 9),  # not slow
+        ]
+    )
+    a, b = slow_rank.find({"slow_ranks": sr, "comm_ops": _two_step_comm()}, {})
+    assert a == {
+        "key": "dp0:2",
+        "ranks": [2],
+        "gain_ms": pytest.approx(2.5),
+        "explains": "exposed",
+        "cross_stage": False,
+        "basis": "straggler lateness x collectives it delays: 5.00 ms late in all (mean 0.50 ms over 10 collectives) "
+        "/ 2 steps",
+        "severity": "high",
+        "message": "Rank 2 is the rank the others wait for in dp group 'dp0' (mean 0.50 ms late per collective). "
+        "Check its input pipeline, host load, and compute imbalance.",
+        "evidence": "slow_ranks[group=dp0, rank=2]: dixon statistic 0.800 > 0.600, last in 9/10 ops",
+    }
+    assert b["gain_ms"] == pytest.approx(1.5)
+    (a, _) = slow_rank.find({"slow_ranks": sr}, {})  # steps unknown
+    assert a["gain_ms"] is None and a["basis"] == "not estimated: the number of profiled steps is unknown"
+    assert slow_rank.stragglers({"slow_ranks": sr, "comm_ops": _two_step_comm()}) == {1, 2}
+    assert slow_rank.group_members({"comm_ops": _two_step_comm()}) == {"dp0": {0, 1, 2, 3}}
+
+
+def _cpu_steps(rank2_unprofiled_s, warm=()):
+    # ranks 0, 1, 3 burn 1.0, 1.0 and 2.0 s of CPU per step (median 1.0 s); rank 2 1 + 2^-6 s in the profiled
+    # steps 2 and 3 (15.625 ms more) and `rank2_unprofiled_s` in the unprofiled steps 0 and 1
+    rows = []
+    for step in (0, 1, 2, 3):
+        prof = step >= 2
+        for rank, cpu in ((0, 1.0), (1, 1.0), (3, 2.0), (2, 1.015625 if prof else rank2_unprofiled_s)):
+            rows.append((rank, step, cpu, prof))
+    rows += list(warm)
+    return pd.DataFrame(rows, columns=["rank", "step", "cpu_s", "profiled"])
+
+
+def test_cpu_excess_is_the_median_excess_over_the_others_in_profiled_and_unprofiled_steps():
+    from analyzers.analyses.advice.slow_rank import cpu_excess_ms
+
+    ws = _cpu_steps(1.0078125)  # 7.8125 ms more when not profiled
+    assert cpu_excess_ms({"workload_steps": ws}, 2, [0, 1, 2, 3]) == (15.625, 7.8125)
+    # a warm-up step (below train.warmup_steps = 1) with a huge excess is left out of the medians
+    warm = [(2, -1, 9.0, False), (0, -1, 1.0, False), (2, 0, 9.0, False)]
+    t = {"workload_steps": _cpu_steps(1.0078125, warm), "_config": {"train": {"warmup_steps": 1}}}
+    assert cpu_excess_ms(t, 2, [0, 1, 3]) == (15.625, 7.8125)
+    assert cpu_excess_ms({"workload_steps": ws}, 2, [2]) is None  # no other rank
+    assert cpu_excess_ms({"workload_steps": ws}, 7, [0, 1]) is None  # rank 7 is not in the table
+    assert cpu_excess_ms({"workload_steps": ws[ws["profiled"]]}, 2, [0, 1, 3]) is None  # no unprofiled step
+
+
+def test_a_rank_late_only_in_the_profiled_steps_is_the_profilers_work():
+    from analyzers.analyses.advice import slow_rank
+
+    sr = _slow_ranks([("dp0", 2, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    t = {"slow_ranks": sr, "comm_ops": _two_step_comm()}
+    # unprofiled excess 7.8125 ms is exactly half the profiled 15.625 ms: not below half, a straggler
+    (row,) = slow_rank.find({**t, "workload_steps": _cpu_steps(1.0078125)}, {})
+    assert "profiler_only" not in row and row["gain_ms"] == pytest.approx(2.5)
+    # 3.90625 ms when not profiled: under half, the profiler's work; gain 0
+    (row,) = slow_rank.find({**t, "workload_steps": _cpu_steps(1.00390625)}, {})
+    assert row["profiler_only"] is True and row["gain_ms"] == 0.0 and row["severity"] == "low"
+    assert row["basis"].startswith("0: rank 2 burned 15.62 ms more CPU per step than the group's other ranks in the ")
+    assert row["basis"].endswith(
+        "(was straggler lateness x collectives it delays: 5.00 ms late in all (mean 0.50 "
+        "ms over 10 collectives) / 2 steps)"
+    )
+    assert row["message"].startswith("Rank 2 arrives last in the profiled steps only: it burned 15.62 ms more CPU")
+    assert slow_rank.stragglers({**t, "workload_steps": _cpu_steps(1.00390625)}) == set()
+    # no excess at all when profiled (rank 2 burns what the others do): not the profiler's
+    ws = _cpu_steps(0.5)
+    ws.loc[ws["rank"] == 2, "cpu_s"] = 1.0
+    (row,) = slow_rank.find({**t, "workload_steps": ws}, {})
+    assert "profiler_only" not in row
