@@ -503,3 +503,92 @@ def test_a_rank_late_only_in_the_profiled_steps_is_the_profilers_work():
     ws.loc[ws["rank"] == 2, "cpu_s"] = 1.0
     (row,) = slow_rank.find({**t, "workload_steps": ws}, {})
     assert "profiler_only" not in row
+
+
+def _pipeline(rows):
+    cols = ["stage", "bubble_fraction", "ideal_fraction", "window_us", "stages", "micro_batches"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+STAGES = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]})
+
+
+def test_pipeline_bubble_gain_is_the_excess_over_the_ideal_times_the_window():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    # stage 0, S = 2, M = 4: ideal 1/5 = 0.2; bubble medians: 0.4 (the first step's 0.9 is warm-up), window 20 ms;
+    # excess 0.2 > 0.1: gain 0.2 x 20 = 4 ms. Twice the micro-batches: (1/5 - 1/9) x 20 ms = 16/9 ms saved
+    # stage 1: 0.3 - 0.2 = 0.1, not above 0.1, and the ideal 0.2 is under 0.25: nothing
+    pl = _pipeline(
+        [
+            (0, 0.9, 0.2, 10_000.0, 2, 4),
+            (0, 0.4, 0.2, 20_000.0, 2, 4),
+            (0, 0.35, 0.2, 20_000.0, 2, 4),
+            (1, 0.3, 0.2, 20_000.0, 2, 4),
+        ]
+    )
+    (row,) = pipeline_bubble.find({"pipeline": pl, "rank_stages": STAGES}, {"step_time_s": 0.1})
+    assert row == {
+        "key": "0",
+        "gain_ms": pytest.approx(4.0),
+        "explains": "exposed",
+        "try": {"parallel.micro_batches": 8},
+        "predicted_step_ms": pytest.approx(100.0 - 16 / 9),
+        "basis": "the bubble above the ideal (S-1)/(M+S-1) times the stage's window: 0.200 x 20 ms (medians over steps)",
+        "stage": 0,
+        "ranks": [0, 1],
+        "severity": "medium",
+        "message": (
+            "Pipeline stage 0 is idle 40% of the pipeline window (ideal 20%): more micro-batches, balance layers "
+            "across stages, or an interleaved/1F1B schedule."
+        ),
+        "evidence": "pipeline[stage=0]: median bubble_fraction 0.400 over 3 steps",
+    }
+    (row,) = pipeline_bubble.find({"pipeline": pl}, {})  # step time unknown: no prediction; no stages: no ranks
+    assert row["predicted_step_ms"] is None and row["try"] == {"parallel.micro_batches": 8} and row["ranks"] == []
+
+
+def test_pipeline_bubble_of_too_few_micro_batches_gains_what_twice_as_many_save():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    # S = 4, M = 4: ideal 3/7 >= 0.25; bubble 0.45, 0.02 above it (not above 0.1); window 77 ms;
+    # twice the micro-batches: (3/7 - 3/11) x 77 ms = 12/77 x 77 = 12 ms
+    pl = _pipeline([(1, 0.45, 3 / 7, 77_000.0, 4, 4)])
+    sb = pd.DataFrame(
+        {
+            "rank": [0, 2, 3],
+            "free_us": [9000.0, 3000.0, 2000.0],  # stage 1 (ranks 2, 3): idle 3 ms > exposed 2 ms
+            "communication_not_overlapped_us": [0.0, 1000.0, 2000.0],
+        }
+    )
+    t = {"pipeline": pl, "rank_stages": STAGES, "step_breakdown": sb}
+    (row,) = pipeline_bubble.find(t, {"step_time_s": 0.1})
+    assert row["gain_ms"] == pytest.approx(12.0) and row["predicted_step_ms"] == pytest.approx(88.0)
+    assert row["explains"] == "idle" and row["ranks"] == [2, 3] and row["try"] == {"parallel.micro_batches": 8}
+    assert row["basis"] == (
+        "the ideal bubble 0.429 at or above 0.25: what twice the micro-batches saves, (ideal(S, M) - ideal(S, 2M)) "
+        "x the stage's window 77 ms (median over steps)"
+    )
+    # exposed communication as large as the idle time: the bubble shows as exposed communication
+    sb2 = sb.assign(communication_not_overlapped_us=[0.0, 3000.0, 3000.0])
+    (row,) = pipeline_bubble.find({**t, "step_breakdown": sb2}, {})
+    assert row["explains"] == "exposed"
+    (row,) = pipeline_bubble.find({"pipeline": pl}, {})  # no breakdown: exposed
+    assert row["explains"] == "exposed"
+    # S = 2, M = 3: the ideal is exactly 0.25: too few; one stage (S = 1): nothing to interleave, no finding
+    (row,) = pipeline_bubble.find({"pipeline": _pipeline([(0, 0.3, 0.25, 8_000.0, 2, 3)])}, {})
+    # (1/4 - 1/7) x 8 ms = 3/28 x 8 = 6/7 ms
+    assert row["gain_ms"] == pytest.approx(6 / 7) and row["try"] == {"parallel.micro_batches": 6}
+    assert pipeline_bubble.find({"pipeline": _pipeline([(0, 0.3, 0.25, 8_000.0, 1, 3)])}, {}) == []
+
+
+def test_pipeline_bubble_with_the_ideal_unknown_fires_above_30_percent():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    pl = pd.DataFrame({"stage": [0, 1], "bubble_fraction": [0.3, 0.31], "ideal_fraction": [None, None]})
+    (row,) = pipeline_bubble.find({"pipeline": pl}, {"step_time_s": 0.1})
+    assert row["key"] == "1" and row["gain_ms"] is None and row["try"] is None
+    assert row["predicted_step_ms"] is None
+    assert row["basis"] == "not estimated: the ideal bubble (S, M) or the window is unknown"
+    assert row["message"].startswith("Pipeline stage 1 is idle 31% of the pipeline window (ideal unknown): ")
+    assert row["evidence"] == "pipeline[stage=1]: median bubble_fraction 0.310 over 1 steps"
