@@ -592,3 +592,113 @@ def test_pipeline_bubble_with_the_ideal_unknown_fires_above_30_percent():
     assert row["basis"] == "not estimated: the ideal bubble (S, M) or the window is unknown"
     assert row["message"].startswith("Pipeline stage 1 is idle 31% of the pipeline window (ideal unknown): ")
     assert row["evidence"] == "pipeline[stage=1]: median bubble_fraction 0.310 over 1 steps"
+
+
+def _stages(rows):
+    return pd.DataFrame(rows, columns=["stage", "computing_ms", "ranks"])
+
+
+def test_stage_imbalance_above_1_2_times_the_least_stage():
+    from analyzers.analyses.advice import stage_imbalance
+
+    # 13 / 10 = 1.3 > 1.2: medium; the stages' mean 11.5 ms; gain 13 - 11.5 = 1.5 ms. A stage with no compute
+    # (0 ms) or an unknown one is left out
+    st = _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3"), (2, 0.0, "4"), (3, None, "5")])
+    (row,) = stage_imbalance.find({"stages": st}, {"step_time_s": 0.1})
+    assert row == {
+        "try": None,
+        "predicted_step_ms": None,
+        "key": "1",
+        "gain_ms": pytest.approx(1.5),
+        "explains": "imbalance",
+        "basis": (
+            "the slowest stage's compute above the stages' mean, off the critical path when the layers are "
+            "rebalanced: 13 - 11.5 ms per step"
+        ),
+        "severity": "medium",
+        "ranks": [2, 3],
+        "stage": 1,
+        "message": (
+            "Pipeline stage 1 is the bottleneck: stage 1 computes 1.3x more than stage 0 (13 vs 10 ms per step). "
+            "Move layers off stage 1 (rebalance the layer split) or use more micro-batches."
+        ),
+        "evidence": (
+            "stages[stage=1, ranks 2,3]: computing_ms 13.000; stages[stage=0, ranks 0,1]: computing_ms 10.000; "
+            "ratio 1.300 > 1.2"
+        ),
+    }
+    assert stage_imbalance.bottleneck_stage({"stages": st}) == (1, pytest.approx(1.3))
+    # a split given by hand: try the balanced one; no breakdown, so the whole 100 ms step scales by 11.5 / 13
+    cfg = {"parallel": {"pipeline_split": [2, 16]}}
+    (row,) = stage_imbalance.find({"stages": st, "_config": cfg}, {"step_time_s": 0.1})
+    assert row["try"] == {"parallel.pipeline_split": None}
+    assert row["predicted_step_ms"] == pytest.approx(100.0 * 11.5 / 13.0)
+    assert "(rebalance the layer split, now [2, 16] by parallel.pipeline_split)" in row["message"]
+    (row,) = stage_imbalance.find({"stages": st, "_config": cfg}, {})
+    assert row["try"] == {"parallel.pipeline_split": None} and row["predicted_step_ms"] is None
+
+
+def test_stage_imbalance_limits():
+    from analyzers.analyses.advice import stage_imbalance
+
+    def find(a, b):
+        return stage_imbalance.find({"stages": _stages([(0, a, "0"), (1, b, "1")])}, {})
+
+    assert find(10.0, 12.0) == []  # 1.2 is not above 1.2
+    assert stage_imbalance.bottleneck_stage({"stages": _stages([(0, 10.0, "0"), (1, 12.0, "1")])}) is None
+    assert find(10.0, 15.0)[0]["severity"] == "medium"  # 1.5 is not above 1.5
+    assert find(16.0, 10.0)[0]["severity"] == "high" and find(16.0, 10.0)[0]["stage"] == 0
+    assert stage_imbalance.find({"stages": _stages([(0, 10.0, "0"), (1, 0.0, "1")])}, {}) == []  # one stage left
+
+
+def test_time_budget_pools():
+    from analyzers.analyses.advice.budget import time_budget
+
+    sb = pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 1, 1, 2],
+            # medians over steps: rank 0 2 ms exposed, 4 ms free, 0.2 ms overlapped; rank 1 is inconsistent (left
+            # out); rank 2 1.5 ms exposed, 6 ms free, overlap unknown: the largest rank's: 2, 6 and 0.2 ms
+            "communication_not_overlapped_us": [1000.0, 3000.0, 2000.0, 5000.0, 5000.0, 1500.0],
+            "free_us": [4000.0, 4000.0, 4000.0, 9000.0, 9000.0, 6000.0],
+            "overlapped_us": [100.0, 200.0, 300.0, 900.0, 900.0, None],
+            "consistent": [True, True, True, False, False, True],
+        }
+    )
+    # stages: 14 - 10 = 4 ms (0 and unknown left out)
+    st = pd.DataFrame({"stage": [0, 1, 2, 3], "computing_ms": [10.0, 14.0, 0.0, None]})
+    rs = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 0, 1]})
+    ri = pd.DataFrame(
+        {
+            "dimension": ["computing", "computing", "free", "computing", "computing"],
+            "max_rank": [0, 0, 0, 5, 0],
+            "min_rank": [2, 3, 2, 6, 1],
+            # 3 ms within stage 0; 9 ms across stages 0 and 1 (left out); a free spread (left out); 2.5 ms between
+            # ranks of unknown stage; an unknown spread
+            "spread_ms": [3.0, 9.0, 20.0, 2.5, None],
+        }
+    )
+    # per-rank median step times 1.0, 1.0, 1.0 + 2^-8 s: the slowest 2^-8 s = 3.90625 ms above the median rank
+    ws = pd.DataFrame({"rank": [0, 1, 2, 2], "step_time_s": [1.0, 1.0, 1.00390625, 1.00390625]})
+    t = {"step_breakdown": sb, "stages": st, "rank_stages": rs, "rank_imbalance": ri, "workload_steps": ws}
+    b = time_budget(t, {"step_time_s": 0.1})
+    # imbalance: the stages' 4 ms + the larger of 3, 2.5 and 3.90625 ms
+    assert b == {
+        "exposed": pytest.approx(2.0),
+        "idle": pytest.approx(6.0),
+        "overlapped": pytest.approx(0.2),
+        "imbalance": pytest.approx(4.0 + 3.90625),
+        "step": pytest.approx(100.0),
+    }
+    one_rank = ws[ws["rank"] == 0]  # one rank: no step-time spread; 4 + 3 ms
+    assert time_budget({**t, "workload_steps": one_rank}, {})["imbalance"] == pytest.approx(7.0)
+    assert time_budget({"stages": st}, {})["imbalance"] == pytest.approx(4.0)
+    # no stages known: every computing spread is within a stage: the largest of 3, 9 and 2.5 ms
+    assert time_budget({"rank_imbalance": ri}, {})["imbalance"] == pytest.approx(9.0)
+    assert time_budget({"stages": st.iloc[[0, 2]]}, {}) == {
+        "exposed": None,
+        "idle": None,
+        "overlapped": None,
+        "imbalance": None,
+        "step": None,
+    }
