@@ -534,7 +534,9 @@ def test_pipeline_bubble_gain_is_the_excess_over_the_ideal_times_the_window():
         "explains": "exposed",
         "try": {"parallel.micro_batches": 8},
         "predicted_step_ms": pytest.approx(100.0 - 16 / 9),
-        "basis": "the bubble above the ideal (S-1)/(M+S-1) times the stage's window: 0.200 x 20 ms (medians over steps)",
+        "basis": (
+            "the bubble above the ideal (S-1)/(M+S-1) times the stage's window: 0.200 x 20 ms (medians over steps)"
+        ),
         "stage": 0,
         "ranks": [0, 1],
         "severity": "medium",
