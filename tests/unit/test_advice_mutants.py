@@ -704,3 +704,132 @@ def test_time_budget_pools():
         "imbalance": None,
         "step": None,
     }
+
+
+def _exposure_tables(exposed, p2p, comm=(5000.0, 3000.0, 1000.0, 1000.0), source=None):
+    # four ranks, one step each of 10 ms with 5 ms compute; `comm` exposed communication per rank (step_breakdown),
+    # `exposed` and `p2p` per rank (comm_exposure)
+    sb = pd.DataFrame(
+        {
+            "rank": [0, 1, 2, 3],
+            "step": 1,
+            "step_us": 10_000.0,
+            "computing_us": 5_000.0,
+            "communication_not_overlapped_us": list(comm),
+        }
+    )
+    ex = pd.DataFrame(
+        {"rank": [0, 1, 2, 3], "step": 1, "exposed_us": exposed, "exposed_p2p_us": p2p, "source": source or "kernels"}
+    )
+    return {"step_breakdown": sb, "comm_exposure": ex}
+
+
+BASIS = (
+    "the exposed communication per step (step_breakdown communication_not_overlapped_us, median per rank, the most "
+    "exposed rank)"
+)
+
+
+def test_exposed_communication_mostly_pipeline_send_receive():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    # 10 of 40 ms exposed: 25% > 20%; p2p 3 + 2 of 10 ms = 50%, a majority; ranks with at least half the largest
+    # rank's p2p (3 ms): 0 and 1; the gain: the most exposed rank's 5 ms
+    t = _exposure_tables([5000.0, 3000.0, 1000.0, 1000.0], [3000.0, 2000.0, 0.0, 0.0])
+    (row,) = ec.find(t, {"step_time_s": 0.01})
+    assert row == {
+        "severity": "medium",
+        "kind": "pipeline",
+        "ranks": [0, 1],
+        "stage": None,
+        "message": (
+            "25% of step time is exposed communication and 50% of it is pipeline send/receive waiting, mostly on "
+            "ranks 0, 1: the stages wait for each other, not for gradients. Balance the work across stages (see "
+            "stage_imbalance) or use more micro-batches; overlapping gradient all-reduce would not help."
+        ),
+        "evidence": (
+            "step_breakdown: sum communication_not_overlapped_us 10000 / sum step_us 40000; comm_exposure (median "
+            "per rank over steps, summed over ranks): pipeline p2p 5.00 ms, collectives 5.00 ms (50% p2p)"
+        ),
+        "key": "all",
+        "gain_ms": pytest.approx(5.0),
+        "explains": "exposed",
+        "generic": True,
+        "basis": BASIS,
+    }
+    stages = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]})
+    (row,) = ec.find({**t, "rank_stages": stages}, {})  # both on stage 0
+    assert row["stage"] == 0 and "mostly on stage 0 (ranks 0, 1): the stages" in row["message"]
+
+
+def test_exposed_communication_mostly_collectives_and_its_limits():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    # p2p 2 + 2 of 10 ms = 40%: collectives; collective time per rank 3, 1, 1, 1 ms: rank 0 alone >= 1.5 ms
+    t = _exposure_tables([5000.0, 3000.0, 1000.0, 1000.0], [2000.0, 2000.0, 0.0, 0.0])
+    (row,) = ec.find(t, {})
+    assert (row["kind"], row["ranks"], row["severity"]) == ("collective", [0], "medium")
+    assert row["message"] == (
+        "25% of step time is communication not hidden behind compute (> 20%), 60% of it in collectives (most on "
+        "ranks 0): overlap gradient all-reduce with backward, fuse/bucket gradients, compress gradients, or use "
+        "fewer, larger collectives."
+    )
+    assert row["try"] == {"parallel.grad_compression": "fp16"} and row["predicted_step_ms"] is None  # no comm_ops
+    # the profiler counts rank 2's send with its collectives
+    rough = ["kernels", "kernels", "profiler (receive only)", "kernels"]
+    (row,) = ec.find(_exposure_tables([5000.0, 3000.0, 1000.0, 1000.0], [2000.0, 2000.0, 0.0, 0.0], source=rough), {})
+    assert row["message"] == (
+        "25% of step time is communication not hidden behind compute (> 20%), at least 40% of it pipeline "
+        "receives; on ranks 2 the profiler counts send / batchSendRecv with the collectives, so how much is "
+        "gradient all-reduce is not known without the kernels: check comm_types before overlapping or bucketing "
+        "gradients."
+    )
+    # 16 of 40 ms = 40%: not above twice 20%, medium; 20 of 40 ms: high
+    t40 = _exposure_tables([4000.0] * 4, [0.0] * 4, comm=[4000.0] * 4)
+    assert ec.find(t40, {})[0]["severity"] == "medium"
+    t50 = _exposure_tables([5000.0] * 4, [0.0] * 4, comm=[5000.0] * 4)
+    assert ec.find(t50, {})[0]["severity"] == "high"
+    # 8 of 40 ms = 20%: not above it
+    assert ec.find(_exposure_tables([2000.0] * 4, [0.0] * 4, comm=[2000.0] * 4), {}) == []
+    # a MindSpore script has no compression to try
+    script = {"_config": {"workload": "script", "script": {"framework": "mindspore"}}}
+    (row,) = ec.find({**t, **script}, {})
+    assert "try" not in row
+    (row,) = ec.find({**t, "_config": {"workload": "script", "script": {"framework": "pytorch"}}}, {})
+    assert row["try"] == {"parallel.grad_compression": "fp16"}
+
+
+def test_exposed_communication_with_the_split_unknown():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    t = _exposure_tables([0.0] * 4, [0.0] * 4)  # nothing exposed in comm_exposure: the split is unknown
+    (row,) = ec.find(t, {})
+    assert row["kind"] == "collective" and row["ranks"] == [] and row["stage"] is None
+    assert row["message"] == (
+        "25% of step time is communication not hidden behind compute (> 20%); which ops it is (pipeline "
+        "send/receive or gradient collectives) is unknown: see comm_types."
+    )
+    assert row["evidence"] == "step_breakdown: sum communication_not_overlapped_us 10000 / sum step_us 40000"
+    assert row["gain_ms"] == pytest.approx(5.0) and row["basis"] == BASIS
+
+
+def test_exposed_communication_of_the_faster_stages_waiting_for_the_bottleneck():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    # stage 1 computes 15 / 10 = 1.5x stage 0; stage 0's ranks 0, 1 carry 5 + 3 of the 10 ms exposed: 80% > 2 of 4
+    # ranks; their p2p (3 + 2.5) / 8 = 69%; mean 4 ms per step
+    t = _exposure_tables([5000.0, 3000.0, 1000.0, 1000.0], [3000.0, 2500.0, 0.0, 0.0])
+    t["rank_stages"] = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]})
+    t["stages"] = pd.DataFrame({"stage": [0, 1], "computing_ms": [10.0, 15.0], "ranks": ["0,1", "2,3"]})
+    (row,) = ec.find(t, {})
+    assert (row["kind"], row["ranks"], row["stage"]) == ("pipeline", [0, 1], None)
+    assert row["message"] == (
+        "25% of step time is exposed communication, most of it on the ranks of the faster stages (ranks 0, 1: 4 ms "
+        "per step, 69% pipeline send/receive) while stage 1 computes 1.5x more: they wait for stage 1. Fix the "
+        "stage imbalance first (see stage_imbalance); overlapping gradient all-reduce would not remove this wait."
+    )
+    # the faster stage carrying exactly its share (half of the ranks, half of the time): not waiting; the split
+    # (p2p 5.5 of 10 ms) names pipeline send/receive
+    even = _exposure_tables([2500.0] * 4, [1500.0, 1500.0, 1250.0, 1250.0])
+    (row,) = ec.find({**even, "rank_stages": t["rank_stages"], "stages": t["stages"]}, {})
+    assert row["message"].startswith("25% of step time is exposed communication and 55% of it is pipeline")
