@@ -4,6 +4,7 @@ decision there)."""
 
 from __future__ import annotations
 
+import math
 
 import pandas as pd
 import pytest
@@ -833,3 +834,56 @@ def test_exposed_communication_of_the_faster_stages_waiting_for_the_bottleneck()
     even = _exposure_tables([2500.0] * 4, [1500.0, 1500.0, 1250.0, 1250.0])
     (row,) = ec.find({**even, "rank_stages": t["rank_stages"], "stages": t["stages"]}, {})
     assert row["message"].startswith("25% of step time is exposed communication and 55% of it is pipeline")
+
+
+def test_step_ms_n_steps_and_stage_ranks():
+    from analyzers.analyses.advice.common import n_steps, stage_ranks, step_ms
+
+    assert step_ms({"step_time_s": 0.25}) == 250.0 and step_ms({"step_time_s": 2}) == 2000.0
+    for bad in (0, -1.0, math.inf, math.nan, "0.1", None):
+        assert step_ms({"step_time_s": bad}) is None
+    assert step_ms(None) is None
+    # steps 1, 2 and one that is not a number: 2 steps
+    assert n_steps({"comm_ops": pd.DataFrame({"step": [1, 1, 2, "x"]})}) == 2
+    assert n_steps({"comm_ops": pd.DataFrame({"step": ["x"]})}) is None
+    assert n_steps({"comm_ops": pd.DataFrame({"rank": [0]})}) is None
+    rs = pd.DataFrame({"rank": [3, 1, 2, 0], "stage": [1, 1, None, 0]})
+    assert stage_ranks({"rank_stages": rs}, 1) == [1, 3] and stage_ranks({"rank_stages": rs}, "0") == [0]
+    assert stage_ranks({}, 0) == []
+
+
+def test_finish_sets_share_severity_basis_and_the_roots_prediction():
+    from analyzers.analyses.advice.engine import _finish, severity
+
+    def row(**kw):
+        base = {"gain_ms": 5.0, "basis": None, "try": {"b": 1, "a": 2}, "predicted_step_ms": None}
+        return {**base, "symptom_of": None, **kw}
+
+    r = row()
+    _finish(r, 100.0)  # 5 of 100 ms: 5%, medium; the root's step 100 - 5 ms
+    assert r == {
+        "gain_ms": 5.0,
+        "basis": "not estimated",
+        "try": '{"a": 2, "b": 1}',
+        "predicted_step_ms": 95.0,
+        "symptom_of": None,
+        "gain_share": 0.05,
+        "severity": "medium",
+    }
+    r = row(symptom_of="x:all", basis="b")
+    _finish(r, 100.0)  # a symptom predicts nothing
+    assert r["predicted_step_ms"] is None and r["basis"] == "b"
+    r = row(predicted_step_ms=90.0)
+    _finish(r, 100.0)  # the rule's own prediction stands
+    assert r["predicted_step_ms"] == 90.0
+    r = row(severity="high")
+    _finish(r, None)  # no step: no share, the rule's label stays
+    assert r["gain_share"] is None and r["severity"] == "high" and r["predicted_step_ms"] is None
+    r = row(gain_ms=None)
+    _finish(r, 100.0)
+    assert r["gain_share"] is None and r["predicted_step_ms"] is None and r["severity"] == "medium"
+    r = row(**{"try": None})
+    _finish(r, 100.0)
+    assert r["try"] is None and r["predicted_step_ms"] is None
+    assert [severity({"gain_share": s}) for s in (0.1, 0.0999, 0.03, 0.0299)] == ["high", "medium", "medium", "low"]
+    assert severity({"gain_share": None, "severity": "low"}) == "low" and severity({}) == "medium"
