@@ -887,3 +887,87 @@ def test_finish_sets_share_severity_basis_and_the_roots_prediction():
     assert r["try"] is None and r["predicted_step_ms"] is None
     assert [severity({"gain_share": s}) for s in (0.1, 0.0999, 0.03, 0.0299)] == ["high", "medium", "medium", "low"]
     assert severity({"gain_share": None, "severity": "low"}) == "low" and severity({}) == "medium"
+
+
+def test_unprofiled_scale_and_serial_share():
+    from analyzers.analyses.advice.small_packets import serial_share, unprofiled_scale
+
+    assert unprofiled_scale({"profiled_step_time_s": 2.0, "step_time_s": 1.0}) == 0.5
+    assert unprofiled_scale({"profiled_step_time_s": 1.0, "step_time_s": 2.0}) == 1.0  # at most 1
+    for bad in (0, None, math.inf, -1.0, "1"):
+        assert unprofiled_scale({"profiled_step_time_s": bad, "step_time_s": 1.0}) == 1.0
+        assert unprofiled_scale({"profiled_step_time_s": 2.0, "step_time_s": bad}) == 1.0
+    assert unprofiled_scale(None) == 1.0
+    df = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": 1,
+            "group": ["a", "a", "b", "b", "c", "c", "a"],
+            # a: [0, 10] and [5, 15] cover 15 of 20 us summed; b: [0, 10] and [20, 30], 20 of 20; c: no elapse; the
+            # last (start unknown) is left out
+            "start": [0.0, 5.0, 0.0, 20.0, 0.0, 1.0, None],
+            "elapse": [10.0, 10.0, 10.0, 10.0, 0.0, 0.0, 10.0],
+        }
+    )
+    s = serial_share(df)
+    assert s[(0, 1, "a")] == pytest.approx(0.75) and s[(0, 1, "b")] == pytest.approx(1.0)
+    assert math.isnan(s[(0, 1, "c")])
+    assert serial_share(df.iloc[[6]]).empty
+
+
+def _packets(n_small, n_large, ranks=2, steps=2, small_ms=1.0):
+    # per rank and step: n_small collectives of 1 KiB (small_ms each) and n_large of 2 MiB (1 ms each)
+    rows = [
+        (r, s, size, ms)
+        for r in range(ranks)
+        for s in range(steps)
+        for size, ms, n in ((1024, small_ms, n_small), (2 << 20, 1.0, n_large))
+        for _ in range(n)
+    ]
+    return pd.DataFrame(rows, columns=["rank", "step", "size_bytes", "elapse_ms"])
+
+
+def test_small_packets_fires_at_20_percent_of_collectives_and_their_time_and_8_per_step(monkeypatch):
+    from analyzers.analyses.advice import small_packets
+
+    seen = []
+    monkeypatch.setattr(
+        small_packets, "fusion_gain", lambda co, observed=False: (seen.append(observed), (10.0, "b"))[1]
+    )
+    # 2 small + 8 large per rank and step: 8 of 40 small (20%, at the limit), 8 of their 40 ms; 10 per step per rank
+    co = _packets(2, 8)
+    (row,) = small_packets.find({"comm_ops": co}, {"profiled_step_time_s": 2.0, "step_time_s": 1.0})
+    assert row == {
+        "key": "all",
+        "gain_ms": 5.0,  # 10 ms x the unprofiled 1 s over the profiled 2 s
+        "basis": "b, x 0.5 (unprofiled / profiled step)",
+        "explains": "exposed",
+        "also_explains": (),
+        "try": {"parallel.comm_fusion": "all"},
+        "severity": "medium",
+        "message": (
+            "20% of collectives (20% of their time) move less than 1 MiB, 10 collectives per step per rank: fuse "
+            "gradients into larger buckets (comm_fusion) or raise the batch size."
+        ),
+        "evidence": "comm_ops: 8/40 ops with size_bytes < 1048576, median size 2097152 B",
+    }
+    assert seen == [False]
+    (row,) = small_packets.find({"comm_ops": co}, {})  # no step records: the fitted gain stands
+    assert row["gain_ms"] == 10.0 and row["basis"] == "b"
+    cpu = {"ops_for_checks": pd.DataFrame({"core_type": ["CPU"]})}
+    (row,) = small_packets.find({"comm_ops": co, **cpu}, {})
+    assert row["also_explains"] == ("overlapped",) and seen[-1] is True
+    assert small_packets.find({"comm_ops": _packets(2, 9)}, {}) == []  # 8 of 44: under 20%
+    assert small_packets.find({"comm_ops": _packets(2, 8, small_ms=0.1)}, {}) == []  # 0.8 of 32.8 ms
+    # 5 of 10 small: high; one rank, one step, 8 collectives: at the minimum per step; 7: too few
+    assert small_packets.find({"comm_ops": _packets(5, 5)}, {})[0]["severity"] == "high"
+    assert small_packets.find({"comm_ops": _packets(4, 6)}, {})[0]["severity"] == "medium"
+    assert len(small_packets.find({"comm_ops": _packets(8, 0, ranks=1, steps=1)}, {})) == 1
+    assert small_packets.find({"comm_ops": _packets(7, 0, ranks=1, steps=1)}, {}) == []
+    # without step and rank columns: one step, one rank; no elapse: the time share is the count share
+    bare = _packets(8, 0, ranks=1, steps=1).drop(columns=["rank", "step", "elapse_ms"])
+    (row,) = small_packets.find({"comm_ops": bare}, {})
+    assert row["message"].startswith("100% of collectives (100% of their time) move less than 1 MiB, 8 collectives")
+    monkeypatch.setattr(small_packets, "fusion_gain", lambda co, observed=False: (None, "no latency"))
+    (row,) = small_packets.find({"comm_ops": co}, {"profiled_step_time_s": 2.0, "step_time_s": 1.0})
+    assert row["gain_ms"] is None and row["basis"] == "no latency"
