@@ -971,3 +971,63 @@ def test_small_packets_fires_at_20_percent_of_collectives_and_their_time_and_8_p
     monkeypatch.setattr(small_packets, "fusion_gain", lambda co, observed=False: (None, "no latency"))
     (row,) = small_packets.find({"comm_ops": co}, {"profiled_step_time_s": 2.0, "step_time_s": 1.0})
     assert row["gain_ms"] is None and row["basis"] == "no latency"
+
+
+def _tp_tables(cfg=None):
+    ex = pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 1, 1],
+            "step": [1, 1, 2, 1, 2],
+            "comm_class": ["tensor_parallel", "data_parallel", "tensor_parallel", "tensor_parallel", "tensor_parallel"],
+            "exposed_us": [30_000.0, 5_000.0, 20_000.0, 10_000.0, 5_000.0],
+        }
+    )
+    # rank 0's steps take 100 ms, rank 1's first 50 ms and its second none (left out)
+    steps = pd.DataFrame(
+        {"rank": [0, 0, 1, 1], "step": [1, 2, 1, 2], "start_us": [0.0, 1e5, 0.0, 5e4], "end_us": [1e5, 2e5, 5e4, 5e4]}
+    )
+    return {"comm_exposure_classes": ex, "steps": steps, "_config": cfg or {}}
+
+
+def test_tensor_parallel_share_is_the_mean_over_rank_steps_of_each_steps_own_time():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+
+    # exposed tp per rank-step: 30 / 100, 20 / 100, 10 / 50: mean share (0.3 + 0.2 + 0.2) / 3 = 0.2333 > 0.2;
+    # mean 20 ms exposed; mean step (100 + 100 + 50) / 3 = 83.33 ms
+    cfg = {"parallel": {"tensor_parallel": 4}, "train": {"batch_size": 8}}
+    (row,) = tpc.find(_tp_tables(cfg), {"step_time_s": 0.1})
+    assert row == {
+        "key": "run",
+        "severity": "medium",
+        "message": (
+            "Tensor-parallel all-reduce is 23% of the step (20.0 ms exposed per step, tensor_parallel=4): lower "
+            "parallel.tensor_parallel (more data parallel instead) or keep each tensor-parallel group within a node "
+            "(its all-reduces run twice per transformer block in forward and in backward)."
+        ),
+        "evidence": (
+            "comm_exposure_classes[comm_class=tensor_parallel]: 20.00 ms exposed per rank and step (mean over 3 "
+            "rank-steps) / step 83.33 ms = 0.23 (> 0.2)"
+        ),
+        "ranks": [0, 1],
+        "stage": None,
+        "gain_ms": pytest.approx(20.0),
+        "explains": "exposed",
+        "basis": "upper bound: all exposed tensor-parallel all-reduce time per step goes with tensor_parallel=1",
+        "try": {"parallel.tensor_parallel": 2, "train.batch_size": 4},
+    }
+    # without the steps table: the run's 100 ms step; (30 + 20 + 10 + 5) / 4 = 16.25 ms is 16% of it: nothing
+    t = _tp_tables(cfg)
+    del t["steps"]
+    assert tpc.find(t, {"step_time_s": 0.1}) == []
+    # with 60 ms: 16.25 / 60 = 27%
+    (row,) = tpc.find(t, {"step_time_s": 0.06})
+    assert row["gain_ms"] == pytest.approx(16.25) and row["severity"] == "medium"
+    (row,) = tpc.find(t, {"step_time_s": 0.04})  # 16.25 / 40 = 41%: high
+    assert row["severity"] == "high"
+    assert tpc.find(t, {}) == []  # no step time at all
+    odd = {"parallel": {"tensor_parallel": 3}, "train": {"batch_size": 8}}
+    assert tpc.find(_tp_tables(odd), {})[0]["try"] is None
+    (row,) = tpc.find(_tp_tables({"parallel": {"tensor_parallel": 2}, "train": {"batch_size": 3}}), {})
+    assert row["try"] == {"parallel.tensor_parallel": 1}
+    (row,) = tpc.find(_tp_tables(), {})
+    assert row["try"] is None and "tensor_parallel=" not in row["message"]
