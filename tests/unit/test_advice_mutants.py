@@ -1031,3 +1031,117 @@ def test_tensor_parallel_share_is_the_mean_over_rank_steps_of_each_steps_own_tim
     assert row["try"] == {"parallel.tensor_parallel": 1}
     (row,) = tpc.find(_tp_tables(), {})
     assert row["try"] is None and "tensor_parallel=" not in row["message"]
+
+
+# 2^28 parameters: 1 GiB of fp32; Adam (2 states): 1 + 1 + 2 = 4 GiB of model states unsharded; 8 ranks in 2
+# pipeline stages: 4 data-parallel ranks; ZeRO 1 shards the optimizer state: 1 + 1 + 0.5 = 2.5 GiB (1.5 GiB saved);
+# ZeRO 2 the gradients too: 1 + 0.25 + 0.5 = 1.75 GiB (0.75 GiB saved)
+P = 2**28
+MEM_CFG = {"parallel": {"pipeline_stages": 2}, "world_size": 8, "train": {"optimizer": "adam"}}
+# 30 ms exposed communication: a parameter broadcast costs 30 x 4 / (2 x 3) = 20 ms; recompute 90 / 3 = 30 ms
+MEM_SUMMARY = {"communication_not_overlapped_s": 0.03, "computing_s": 0.09, "step_time_s": 0.5}
+ZERO1_HOW = (
+    "ZeRO stage 1: shards optimizer state over 4 data-parallel ranks, adds a broadcast of the parameters each step"
+)
+RECOMPUTE_HOW = "recompute the blocks' activations in backward (one more forward)"
+
+
+def test_knob_options_savings_and_costs_by_hand():
+    from analyzers.analyses.advice.memory_near_capacity import knob_options
+
+    # activations: 29 GiB peak - 5 GiB baseline - 4 GiB model states = 20 GiB; recompute keeps 30%: 14 GiB saved
+    opts = knob_options(29.0 * GiB, P, MEM_CFG, MEM_SUMMARY, 5.0 * GiB)
+    assert opts == [
+        {"try": {"parallel.zero_stage": 1}, "saving_bytes": 1.5 * GiB, "time_cost_ms": pytest.approx(20.0),
+         "how": ZERO1_HOW},
+        {"try": {"train.recompute": True}, "saving_bytes": pytest.approx(14.0 * GiB), "time_cost_ms":
+         pytest.approx(30.0), "how": RECOMPUTE_HOW},
+    ]  # fmt: skip
+    z1 = knob_options(29.0 * GiB, P, {**MEM_CFG, "parallel": {"pipeline_stages": 2, "zero_stage": 1}}, MEM_SUMMARY)
+    assert z1[0]["saving_bytes"] == 0.75 * GiB and z1[0]["try"] == {"parallel.zero_stage": 2}
+    assert z1[0]["how"].startswith("ZeRO stage 2: shards gradients over 4 data-parallel ranks")
+    # ZeRO 1 leaves 2.5 GiB of states: 29 - 2.5 = 26.5 GiB of activations, 70% of it
+    assert z1[1]["saving_bytes"] == pytest.approx(0.7 * 26.5 * GiB)
+    z2 = {**MEM_CFG, "parallel": {"pipeline_stages": 2, "zero_stage": 2}, "train": {"recompute": True}}
+    assert knob_options(29.0 * GiB, P, z2, MEM_SUMMARY) == []  # nothing left
+    # no exposed communication: the broadcast's cost is unknown and it sorts last
+    opts = knob_options(29.0 * GiB, P, MEM_CFG, {"computing_s": 0.09}, 5.0 * GiB)
+    assert [o["time_cost_ms"] for o in opts] == [pytest.approx(30.0), None]
+    # one data-parallel rank: no ZeRO; SGD (no state) with momentum's default unknown: 1 + 1 GiB of states; the
+    # compute time falls back to the step: 0.3 s / 3 = 100 ms
+    one = {"parallel": {"pipeline_stages": 2}, "world_size": 2, "train": {"optimizer": "sgd"}}
+    (o,) = knob_options(10.0 * GiB, P, one, {"step_time_s": 0.3})
+    assert o["saving_bytes"] == pytest.approx(0.7 * 8.0 * GiB) and o["time_cost_ms"] == pytest.approx(100.0)
+    # the measured ResNet-50 share: it keeps 12.7 of 16.6
+    (o,) = knob_options(10.0 * GiB, P, {**one, "workload": "resnet50"}, {})
+    assert o["saving_bytes"] == pytest.approx((1 - 12.7 / 16.6) * 8.0 * GiB) and o["time_cost_ms"] == 0.0
+    # the default optimizer (momentum, 1 state): 3 GiB of states
+    (o,) = knob_options(10.0 * GiB, P, {"world_size": 1}, {})
+    assert o["saving_bytes"] == pytest.approx(0.7 * 7.0 * GiB)
+
+
+def _capacity(peak_gib, baseline_gib=None, params=P, rank=0):
+    return {
+        "memory": pd.DataFrame(
+            {
+                "rank": [rank],
+                "peak_bytes": [peak_gib * GiB],
+                "capacity_bytes": [32.0 * GiB],
+                "params": [params],
+                "baseline_bytes": [None if baseline_gib is None else baseline_gib * GiB],
+            }
+        ),
+        "_config": MEM_CFG,
+    }
+
+
+def test_near_capacity_picks_the_cheapest_knob_under_85_percent():
+    from analyzers.analyses.advice import memory_near_capacity as mnc
+
+    basis = (
+        "memory model (perfbench/predict/memory.py): ZeRO-paper model states from the parameter count; cheapest knob "
+        "by predicted time cost that brings the peak under 85% of capacity"
+    )
+    # 29 of 32 GiB (90.6% > 90%); 85% is 27.2 GiB: ZeRO 1 leaves 27.5 GiB (no fit), recompute 15 GiB (fits)
+    (row,) = mnc.find(_capacity(29.0, 5.0), MEM_SUMMARY)
+    assert row == {
+        "key": "0",
+        "severity": "high",
+        "message": (
+            "rank 0: peak memory 29.00 GiB is 91% of its 32.0 GiB: try train.recompute=True (" + RECOMPUTE_HOW + "): "
+            "predicted saving 14.00 GiB -> 15.00 GiB (fits), ~30 ms more per step"
+        ),
+        "evidence": "memory[rank=0]: peak_bytes 31138512896 / capacity_bytes 34359738368 = 90.6%",
+        "ranks": [0],
+        "stage": None,
+        "basis": basis,
+        "try": {"train.recompute": True},
+    }
+    # 16 ranks, 8 data-parallel: ZeRO 1 leaves 1 + 1 + 2 / 8 = 2.25 GiB of states (1.75 GiB saved): 28.9 GiB ->
+    # 27.15 GiB fits, at 30 x 8 / (2 x 7) = 17.1 ms, less than recompute's 30
+    t = _capacity(28.9, 5.0)
+    t["_config"] = {**MEM_CFG, "world_size": 16}
+    (row,) = mnc.find(t, MEM_SUMMARY)
+    assert row["try"] == {"parallel.zero_stage": 1}
+    assert row["message"] == (
+        "rank 0: peak memory 28.90 GiB is 90% of its 32.0 GiB: try parallel.zero_stage=1 (ZeRO stage 1: shards "
+        "optimizer state over 8 data-parallel ranks, adds a broadcast of the parameters each step): predicted saving "
+        "1.75 GiB -> 27.15 GiB (fits), ~17 ms more per step"
+    )
+    # 31.5 GiB with a 30 GiB baseline: no activations to recompute; ZeRO 1 (30 GiB) does not fit but saves most
+    (row,) = mnc.find(_capacity(31.5, 30.0), {"communication_not_overlapped_s": 0.0})
+    assert row["try"] == {"parallel.zero_stage": 1}
+    assert row["message"].endswith(
+        "predicted saving 1.50 GiB -> 30.00 GiB (still does not fit; the largest saving), unknown time cost"
+    )
+    assert mnc.find(_capacity(28.8), MEM_SUMMARY) == []  # exactly 90%: not above
+    (row,) = mnc.find(_capacity(29.0, params=None), MEM_SUMMARY)
+    assert row["try"] is None and row["basis"] == "no parameter count in the memory table"
+    assert row["message"] == (
+        "rank 0: peak memory 29.00 GiB is 91% of its 32.0 GiB; the parameter count is unknown, so no knob's saving "
+        "can be predicted"
+    )
+    t = _capacity(29.0)
+    t["_config"] = {**MEM_CFG, "parallel": {"pipeline_stages": 2, "zero_stage": 2}, "train": {"recompute": True}}
+    (row,) = mnc.find(t, MEM_SUMMARY)
+    assert row["try"] is None and row["basis"] == "memory model: no knob left"
