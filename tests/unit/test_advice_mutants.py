@@ -1145,3 +1145,16 @@ def test_near_capacity_picks_the_cheapest_knob_under_85_percent():
     t["_config"] = {**MEM_CFG, "parallel": {"pipeline_stages": 2, "zero_stage": 2}, "train": {"recompute": True}}
     (row,) = mnc.find(t, MEM_SUMMARY)
     assert row["try"] is None and row["basis"] == "memory model: no knob left"
+
+
+def test_covered_excess_counts_the_wall_time_beyond_the_floors_once():
+    from analyzers.analyses.advice.common import covered_excess_ms
+
+    # one after another: [0, 2] and [3, 4] ms, 0.5 and 0.25 ms over their floors: 3 ms covered, 2.25 ms when each is
+    # cut short by its excess: 0.75 ms, the summed excess
+    assert covered_excess_ms([0.0, 3000.0], [2.0, 1.0], [0.5, 0.25]) == pytest.approx(0.75)
+    # at once, both [0, 2] ms with 0.5 ms each: the step lost 0.5 ms, once
+    assert covered_excess_ms([0.0, 0.0], [2.0, 2.0], [0.5, 0.5]) == pytest.approx(0.5)
+    assert covered_excess_ms([0.0], [2.0], [0.0]) == 0.0  # at its floor: nothing
+    assert covered_excess_ms([0.0], [2.0], [-1.0]) == 0.0  # below the floor counts as 0
+    assert covered_excess_ms([0.0], [2.0], [5.0]) == pytest.approx(2.0)  # at most its own time
