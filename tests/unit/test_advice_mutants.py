@@ -1158,3 +1158,130 @@ def test_covered_excess_counts_the_wall_time_beyond_the_floors_once():
     assert covered_excess_ms([0.0], [2.0], [0.0]) == 0.0  # at its floor: nothing
     assert covered_excess_ms([0.0], [2.0], [-1.0]) == 0.0  # below the floor counts as 0
     assert covered_excess_ms([0.0], [2.0], [5.0]) == pytest.approx(2.0)  # at most its own time
+
+
+def _idle(free, ranks=(0, 1, 2)):
+    # two 10 ms steps per rank, 5 ms of compute; `free`: the free_us of each rank's two steps
+    rows = [(r, s + 1, 10_000.0, 5_000.0, free[i][s]) for i, r in enumerate(ranks) for s in range(2)]
+    return pd.DataFrame(rows, columns=["rank", "step", "step_us", "computing_us", "free_us"])
+
+
+# rank 0: 3 + 1 ms free (median 2), rank 1: 4 + 4 ms, rank 2: 1 + 1 ms (10% of its steps: not above)
+FREE = [(3000.0, 1000.0), (4000.0, 4000.0), (1000.0, 1000.0)]
+IDLE_MSG = (
+    "{}% of step time nothing runs on the device (> 10%): the host is the bottleneck (data loading, Python overhead, "
+    "op dispatch); try graph mode, data prefetch, more workers."
+)
+IDLE_BASIS = "the idle time per step no op runs in (step_breakdown free_us, median per rank, the most idle rank"
+
+
+def _window(stage_windows):
+    return pd.DataFrame(
+        [(st, step, w) for st, w in stage_windows for step in (1, 2)], columns=["stage", "step", "window_us"]
+    )
+
+
+def test_free_time_share_gain_and_idle_ranks():
+    from analyzers.analyses.advice import free_time
+
+    # 14 of 60 ms free: 23%; the most idle rank's median 4 ms; ranks above 10% of their steps: 0 (20%) and 1 (40%)
+    (row,) = free_time.find({"step_breakdown": _idle(FREE)}, {})
+    assert row == {
+        "key": "all",
+        "severity": "medium",
+        "gain_ms": pytest.approx(4.0),
+        "explains": "idle",
+        "basis": IDLE_BASIS + ")",
+        "ranks": [0, 1],
+        "message": IDLE_MSG.format(23),
+        "evidence": "step_breakdown: sum free_us 14000 / sum step_us 60000",
+    }
+    even = [(1000.0, 1000.0)] * 3  # 6 of 60 ms: 10%, not above
+    assert free_time.find({"step_breakdown": _idle(even)}, {}) == []
+
+
+def test_free_time_outside_and_inside_the_pipeline_window_of_balanced_stages():
+    from analyzers.analyses.advice import free_time
+
+    # a 7 ms window in 10 ms steps: outside it at most 3 ms, at most the free time: rank 0 3 and 1 ms (median 2),
+    # rank 1 3 ms, rank 2 1 ms: 6 of 30 ms = 20% > 10%; the gain the most idle rank's 3 ms; ranks above 10%: 0, 1
+    t = {"step_breakdown": _idle(FREE), "pipeline": _window([(0, 7000.0), (1, 7000.0)])}
+    (row,) = free_time.find(t, {})
+    assert row["gain_ms"] == pytest.approx(3.0) and row["ranks"] == [0, 1] and "in_pipeline" not in row
+    assert row["basis"] == (
+        "the idle time per step outside the pipeline window (median over steps of step_us - window_us, the most "
+        "idle rank): the idle time inside the window is the pipeline's bubble (pipeline_bubble)"
+    )
+    assert row["message"] == IDLE_MSG.format(23)
+    assert row["evidence"] == (
+        "step_breakdown: sum free_us 14000 / sum step_us 60000; pipeline: median window_us 7000, idle outside it per "
+        "rank (median over steps of step_us - window_us, at most free_us): rank 0 2000 us, rank 1 3000 us, rank 2 "
+        "1000 us"
+    )
+    # stage windows 9 and 10 ms: the median 9.5 ms; 0.5 ms outside per rank: 1.5 of 30 ms, inside the window
+    t["pipeline"] = _window([(0, 9000.0), (1, 10000.0)])
+    (row,) = free_time.find(t, {})
+    assert row["in_pipeline"] is True and row["gain_ms"] == pytest.approx(4.0)
+    assert row["message"] == (
+        "23% of step time nothing runs on the device, inside the pipeline window: the pipeline's fill and drain (its "
+        "bubble; see pipeline_bubble) and the host cost of the stages' own ops."
+    )
+    assert "pipeline: median window_us 9500," in row["evidence"]
+
+
+def test_free_time_of_the_slowest_stage():
+    from analyzers.analyses.advice import free_time
+
+    # stage 1 (ranks 1, 2) computes 1.5x stage 0: only its ranks count: 10 of 40 ms = 25%, the gain rank 1's 4 ms
+    t = {
+        "step_breakdown": _idle(FREE),
+        "stages": pd.DataFrame({"stage": [0, 1], "computing_ms": [10.0, 15.0]}),
+        "rank_stages": pd.DataFrame({"rank": [0, 1, 2], "stage": [0, 1, 1]}),
+    }
+    on = "; ranks of the slowest pipeline stage 1; the other stages' idle time waits for it)"
+    (row,) = free_time.find(t, {})
+    assert (row["gain_ms"], row["ranks"], row["basis"]) == (pytest.approx(4.0), [1], IDLE_BASIS + on)
+    assert row["message"] == IDLE_MSG.format(25)
+    # its 7 ms window: 3 + 1 ms outside of 20 ms = 20%: the host's time between steps, rank 1's 3 ms
+    (row,) = free_time.find({**t, "pipeline": _window([(0, 1000.0), (1, 7000.0)])}, {})
+    assert row["gain_ms"] == pytest.approx(3.0) and row["ranks"] == [1]
+    assert row["basis"] == (
+        "the idle time per step outside the pipeline window on the slowest stage 1's ranks (median over steps of "
+        "step_us - window_us, the most idle rank): the idle time inside the window is the stage's own host cost and "
+        "its fill/drain wait (stage_imbalance)"
+    )
+    assert row["message"] == (
+        "20% of step time nothing runs on the device outside the pipeline's forward/backward window (> 10%): the "
+        "host is the bottleneck between steps (data loading, Python overhead, optimizer dispatch); try data "
+        "prefetch, more workers, graph mode."
+    )
+    assert row["evidence"].endswith(
+        "; pipeline[stage=1]: median window_us 7000, idle outside it per rank (median over steps of step_us - "
+        "window_us, at most free_us): rank 1 3000 us, rank 2 1000 us"
+    )
+    # a 9.5 ms window: 0.5 ms outside per rank, 5%: inside, it moves with the layer split
+    (row,) = free_time.find({**t, "pipeline": _window([(1, 9500.0)])}, {})
+    assert row["in_pipeline"] is True
+    assert row["message"] == (
+        "25% of step time nothing runs on the device on the slowest pipeline stage 1, inside the pipeline window: "
+        "the host cost of its own layers (op dispatch) and its wait at the pipeline's fill and drain. Both move with "
+        "the layer split (see stage_imbalance)."
+    )
+
+
+def test_free_time_other_than_the_straggler():
+    from analyzers.analyses.advice import free_time
+
+    sr = _slow_ranks([("dp0", 1, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    # rank 1 is late; ranks 0 and 2: 6 of 40 ms = 15% > 10%: their idle time, rank 0's 2 ms; a window is not used
+    t = {"step_breakdown": _idle(FREE), "slow_ranks": sr, "pipeline": _window([(0, 7000.0)])}
+    (row,) = free_time.find(t, {})
+    assert (row["gain_ms"], row["ranks"]) == (pytest.approx(2.0), [0])
+    assert (
+        row["basis"] == IDLE_BASIS + "; ranks other than the straggler 1: its idle time is why it is late (slow_rank))"
+    )
+    assert row["message"] == IDLE_MSG.format(15)
+    # the others idle only 10%: the straggler's own idle time stays in (it folds under the straggler)
+    quiet = [(1000.0, 1000.0), (4000.0, 4000.0), (1000.0, 1000.0)]
+    (row,) = free_time.find({"step_breakdown": _idle(quiet), "slow_ranks": sr}, {})
+    assert row["ranks"] == [1] and row["gain_ms"] == pytest.approx(4.0) and row["basis"] == IDLE_BASIS + ")"
