@@ -1285,3 +1285,44 @@ def test_free_time_other_than_the_straggler():
     quiet = [(1000.0, 1000.0), (4000.0, 4000.0), (1000.0, 1000.0)]
     (row,) = free_time.find({"step_breakdown": _idle(quiet), "slow_ranks": sr}, {})
     assert row["ranks"] == [1] and row["gain_ms"] == pytest.approx(4.0) and row["basis"] == IDLE_BASIS + ")"
+
+
+def test_knob_options_defaults():
+    from analyzers.analyses.advice.memory_near_capacity import knob_options
+
+    # no exposed communication: ZeRO's cost is unknown, it sorts after recompute. No pipeline_stages: one stage,
+    # 4 data-parallel ranks; an optimizer the table does not know: 1 state, as momentum: 1 + 1 + 1 GiB of states,
+    # ZeRO 1 keeps 1 + 1 + 0.25 GiB: 0.75 GiB saved
+    (_, z) = knob_options(10.0 * GiB, P, {"world_size": 4, "train": {"optimizer": "lion"}}, {"computing_s": 0.0})
+    assert z["saving_bytes"] == 0.75 * GiB and "over 4 data-parallel ranks" in z["how"]
+    # two data-parallel ranks still shard: 1 + 1 + 0.5 GiB, 0.5 GiB saved
+    (_, z) = knob_options(10.0 * GiB, P, {"world_size": 2}, {"computing_s": 0.0})
+    assert z["saving_bytes"] == 0.5 * GiB
+    assert [o["try"] for o in knob_options(10.0 * GiB, P, {}, {})] == [{"train.recompute": True}]  # one rank
+
+
+def test_exposed_communication_pipeline_ranks_partly_of_unknown_stage():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    t = _exposure_tables([5000.0, 3000.0, 1000.0, 1000.0], [3000.0, 2000.0, 0.0, 0.0])
+    t["rank_stages"] = pd.DataFrame({"rank": [0], "stage": [0]})  # rank 1's stage unknown
+    (row,) = ec.find(t, {})
+    assert row["stage"] == 0 and "mostly on stage 0 (ranks 0, 1)" in row["message"]
+
+
+def test_tensor_parallel_step_time_of_a_bad_step_record_is_unknown():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+
+    t = _tp_tables()
+    # rank 1's first step has no readable end: left out; 30 / 100 and 20 / 100: 25% of 100 ms
+    t["steps"] = t["steps"].astype({"end_us": object})
+    t["steps"].loc[2, "end_us"] = "?"
+    t["steps"]["start_us"] = t["steps"]["start_us"].astype(object)
+    (row,) = tpc.find(t, {})
+    assert row["gain_ms"] == pytest.approx(25.0) and row["evidence"].endswith("/ step 100.00 ms = 0.25 (> 0.2)")
+    del t["steps"]  # the run's 60 ms step: (30 + 20 + 10 + 5) / 4 = 16.25 ms, 27%
+    (row,) = tpc.find(t, {"step_time_s": 0.06})
+    assert row["evidence"] == (
+        "comm_exposure_classes[comm_class=tensor_parallel]: 16.25 ms exposed per rank and step (mean over 4 "
+        "rank-steps) / step 60.00 ms = 0.27 (> 0.2)"
+    )
