@@ -1326,3 +1326,87 @@ def test_tensor_parallel_step_time_of_a_bad_step_record_is_unknown():
         "comm_exposure_classes[comm_class=tensor_parallel]: 16.25 ms exposed per rank and step (mean over 4 "
         "rank-steps) / step 60.00 ms = 0.27 (> 0.2)"
     )
+
+
+def test_near_capacity_fits_at_exactly_85_percent_and_names_the_rank():
+    from analyzers.analyses.advice import memory_near_capacity as mnc
+
+    # 20 GiB: 85% is 17 GiB; 18.5 GiB (92.5%) less ZeRO 1's 1.5 GiB is 17 GiB: fits (at most 85%); recompute frees
+    # 0.7 x (18.5 - 14 - 4) = 0.35 GiB only
+    t = _capacity(18.5, 14.0, rank=3)
+    t["memory"]["capacity_bytes"] = 20.0 * GiB
+    (row,) = mnc.find(t, MEM_SUMMARY)
+    assert row["try"] == {"parallel.zero_stage": 1} and "(fits)" in row["message"]
+    assert row["message"].startswith("rank 3: peak memory 18.50 GiB is 92% of its 20.0 GiB: try parallel.zero_stage=1")
+    for t, basis in (
+        (_capacity(29.0, params=None, rank=3), "no parameter count in the memory table"),
+        (_capacity(29.0, rank=3), "memory model: no knob left"),
+    ):
+        if basis.endswith("left"):
+            t["_config"] = {
+                **MEM_CFG,
+                "parallel": {"pipeline_stages": 2, "zero_stage": 2},
+                "train": {"recompute": True},
+            }
+        (row,) = mnc.find(t, MEM_SUMMARY)
+        assert (row["key"], row["ranks"], row["basis"]) == ("3", [3], basis)
+        assert row["evidence"] == "memory[rank=3]: peak_bytes 31138512896 / capacity_bytes 34359738368 = 90.6%"
+    assert row["message"] == (
+        "rank 3: peak memory 29.00 GiB is 91% of its 32.0 GiB; zero_stage is at 2 (or one data-parallel rank) and "
+        "recompute is on: fewer samples per micro-batch (parallel.micro_batches) or more ranks are left"
+    )
+
+
+def test_knob_options_order_and_empty_activations():
+    from analyzers.analyses.advice.memory_near_capacity import knob_options
+
+    # recompute at 30 / 3 = 10 ms is cheaper than ZeRO's 20 ms: first
+    opts = knob_options(29.0 * GiB, P, MEM_CFG, {**MEM_SUMMARY, "computing_s": 0.03})
+    assert [list(o["try"]) for o in opts] == [["train.recompute"], ["parallel.zero_stage"]]
+    # no compute time: recompute costs 0 ms, ZeRO 0.06 x 4 / 6 = 0.04 ms: recompute first
+    opts = knob_options(29.0 * GiB, P, MEM_CFG, {"communication_not_overlapped_s": 0.00006})
+    assert [o["time_cost_ms"] for o in opts] == [0.0, pytest.approx(0.04)]
+    # a peak under the model states and the baseline: nothing to recompute, exactly 0 bytes
+    opts = knob_options(5.0 * GiB, P, MEM_CFG, MEM_SUMMARY, 3.0 * GiB)
+    assert opts[1]["saving_bytes"] == 0.0
+    # no baseline: 10 - 4 GiB of activations, 70% of it, to the byte
+    (_, r) = knob_options(10.0 * GiB, P, MEM_CFG, MEM_SUMMARY)
+    assert r["saving_bytes"] == pytest.approx(0.7 * 6.0 * GiB, rel=1e-13)
+
+
+def test_pipeline_bubble_pool_with_parts_of_the_breakdown_unknown():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    pl = _pipeline([(1, 0.45, 3 / 7, 77_000.0, 4, 4)])  # too few micro-batches (see above)
+
+    def pool(sb):
+        t = {"pipeline": pl, "rank_stages": STAGES} | ({} if sb is None else {"step_breakdown": sb})
+        return pipeline_bubble.find(t, {})[0]["explains"]
+
+    assert pool(None) == "exposed"  # stages known, no breakdown
+    assert pool(pd.DataFrame({"free_us": [9000.0]})) == "exposed"  # no rank column
+    # idle unknown, 0.5 ms exposed: exposed; 0.5 ms idle, exposed unknown: idle
+    assert pool(pd.DataFrame({"rank": [2], "communication_not_overlapped_us": [500.0]})) == "exposed"
+    assert pool(pd.DataFrame({"rank": [2], "free_us": [500.0]})) == "idle"
+
+
+def test_free_time_window_of_steps_the_profile_says_took_no_time():
+    from analyzers.analyses.advice import free_time
+
+    # one rank, steps of 0, 0 and 10 ms (5 ms free): its median step is 0 ms, so is its idle time outside the window:
+    # nothing outside, the finding is inside the window
+    sb = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": [1, 2, 3],
+            "step_us": [0.0, 0.0, 10_000.0],
+            "computing_us": [0.0, 0.0, 5_000.0],
+            "free_us": [0.0, 0.0, 5_000.0],
+        }
+    )
+    (row,) = free_time.find({"step_breakdown": sb, "pipeline": _window([(0, 1000.0)])}, {})
+    assert row["in_pipeline"] is True
+    # steps of 0.4 us with 0.2 us free and a 0.1 us window: 0.2 of 0.4 us outside it, 50%
+    tiny = pd.DataFrame({"rank": 0, "step": [1], "step_us": [0.4], "computing_us": [0.2], "free_us": [0.2]})
+    (row,) = free_time.find({"step_breakdown": tiny, "pipeline": _window([(0, 0.1)])}, {})
+    assert "in_pipeline" not in row and row["gain_ms"] == pytest.approx(0.0002)
