@@ -1410,3 +1410,25 @@ def test_free_time_window_of_steps_the_profile_says_took_no_time():
     tiny = pd.DataFrame({"rank": 0, "step": [1], "step_us": [0.4], "computing_us": [0.2], "free_us": [0.2]})
     (row,) = free_time.find({"step_breakdown": tiny, "pipeline": _window([(0, 0.1)])}, {})
     assert "in_pipeline" not in row and row["gain_ms"] == pytest.approx(0.0002)
+
+
+def test_free_time_outside_the_window_names_only_the_ranks_idle_outside_it():
+    from analyzers.analyses.advice import free_time
+
+    # a 9 ms window; rank 0: 10 ms steps, 3 ms free, 1 ms outside (10%: not above); rank 1: 12 ms steps, 4 ms free,
+    # 3 ms outside (25%): 4 of 22 ms outside, 18%; both ranks idle above 10% of their steps, only rank 1 outside
+    sb = pd.DataFrame(
+        {
+            "rank": [0, 0, 1, 1],
+            "step": [1, 2, 1, 2],
+            "step_us": [10_000.0, 10_000.0, 12_000.0, 12_000.0],
+            "computing_us": 5_000.0,
+            "free_us": [3000.0, 3000.0, 4000.0, 4000.0],
+        }
+    )
+    (row,) = free_time.find({"step_breakdown": sb, "pipeline": _window([(0, 9000.0)])}, {})
+    assert row["ranks"] == [1] and row["gain_ms"] == pytest.approx(3.0)
+    # one rank, 10 ms steps, 2 ms free, a 9 ms window: 1 ms outside, exactly 10%: inside the window
+    one = sb[sb["rank"] == 0].assign(free_us=2000.0)
+    (row,) = free_time.find({"step_breakdown": one, "pipeline": _window([(0, 9000.0)])}, {})
+    assert row["in_pipeline"] is True
