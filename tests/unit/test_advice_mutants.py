@@ -1432,3 +1432,26 @@ def test_free_time_outside_the_window_names_only_the_ranks_idle_outside_it():
     one = sb[sb["rank"] == 0].assign(free_us=2000.0)
     (row,) = free_time.find({"step_breakdown": one, "pipeline": _window([(0, 9000.0)])}, {})
     assert row["in_pipeline"] is True
+
+
+def test_fusion_gain_on_the_host_counts_collectives_that_ran_at_once_together():
+    from analyzers.analyses.advice.small_packets import fusion_gain
+
+    # one rank, one step, one group: three barriers (1 ring hop each over 2 ranks, no bytes term) of 2 ms transit;
+    # the fit's latency: 2 ms per hop; one fused barrier: max(the longest 2 ms, 2 ms x 1 hop) = 2 ms. They ran at
+    # [0, 2], [1, 3] and [1, 3] ms: 3 of their 6 ms covered, serial share 0.5: 6 x 0.5 - 2 = 1 ms removed
+    co = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": 1,
+            "op_type": "barrier",
+            "group_size": 2,
+            "group": "g",
+            "size_bytes": 1024.0,
+            "transit_ms": 2.0,
+            "start_us": [0.0, 1000.0, 1000.0],
+            "elapse_ms": 2.0,
+        }
+    )
+    gain, _ = fusion_gain(co, observed=True)
+    assert gain == pytest.approx(1.0)
