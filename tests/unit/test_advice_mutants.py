@@ -1455,3 +1455,8 @@ def test_fusion_gain_on_the_host_counts_collectives_that_ran_at_once_together():
     )
     gain, _ = fusion_gain(co, observed=True)
     assert gain == pytest.approx(1.0)
+    # a group size that is not a number is unknown: the ranks that took part (one here): no ring hop to fit
+    assert fusion_gain(co.assign(group_size="?"), observed=True) == (
+        None,
+        "not estimated: no collective over more than one rank",
+    )
