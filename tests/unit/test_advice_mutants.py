@@ -912,7 +912,10 @@ def test_unprofiled_scale_and_serial_share():
     s = serial_share(df)
     assert s[(0, 1, "a")] == pytest.approx(0.75) and s[(0, 1, "b")] == pytest.approx(1.0)
     assert math.isnan(s[(0, 1, "c")])
-    assert serial_share(df.iloc[[6]]).empty
+    assert serial_share(df.iloc[[6]]).empty and serial_share(df.iloc[[6]]).dtype == float
+    # two collectives of 0.25 us at once: 0.25 of 0.5 us covered, however short
+    tiny = pd.DataFrame({"rank": 0, "step": 1, "group": "d", "start": [0.0, 0.0], "elapse": [0.25, 0.25]})
+    assert serial_share(tiny)[(0, 1, "d")] == pytest.approx(0.5)
 
 
 def _packets(n_small, n_large, ranks=2, steps=2, small_ms=1.0):
@@ -1318,6 +1321,7 @@ def test_tensor_parallel_step_time_of_a_bad_step_record_is_unknown():
     t["steps"] = t["steps"].astype({"end_us": object})
     t["steps"].loc[2, "end_us"] = "?"
     t["steps"]["start_us"] = t["steps"]["start_us"].astype(object)
+    t["steps"].loc[3, "start_us"] = "?"  # rank 1's second step: no readable start either (it took no time anyway)
     (row,) = tpc.find(t, {})
     assert row["gain_ms"] == pytest.approx(25.0) and row["evidence"].endswith("/ step 100.00 ms = 0.25 (> 0.2)")
     del t["steps"]  # the run's 60 ms step: (30 + 20 + 10 + 5) / 4 = 16.25 ms, 27%
@@ -1455,6 +1459,10 @@ def test_fusion_gain_on_the_host_counts_collectives_that_ran_at_once_together():
     )
     gain, _ = fusion_gain(co, observed=True)
     assert gain == pytest.approx(1.0)
+    assert fusion_gain(co.drop(columns=["rank"]), observed=True) == (
+        None,
+        "not estimated: no collective with a size, a time and a step",
+    )
     # a group size that is not a number is unknown: the ranks that took part (one here): no ring hop to fit
     assert fusion_gain(co.assign(group_size="?"), observed=True) == (
         None,
