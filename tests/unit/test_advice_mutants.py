@@ -408,6 +408,8 @@ def test_rank_imbalance_between_ranks_of_two_stages_is_the_pipeline_split():
         "they sit on different pipeline stages, so this is the pipeline split, not a slow rank. Rebalance the "
         "layers across stages (see stage_imbalance)."
     )
+    unknown = ri.assign(spread_ms=math.nan)
+    assert rank_imbalance.find({"rank_imbalance": unknown}, {})[0]["gain_ms"] is None  # spread unknown: no gain
     (row,) = rank_imbalance.find({"rank_imbalance": ri}, {})  # stages unknown
     assert row["cross_stage"] is False
     assert row["message"].startswith("In all ranks, rank 1 spends 3.000 ms per step in exposed communication and")
@@ -1457,8 +1459,14 @@ def test_fusion_gain_on_the_host_counts_collectives_that_ran_at_once_together():
             "elapse_ms": 2.0,
         }
     )
-    gain, _ = fusion_gain(co, observed=True)
+    gain, basis = fusion_gain(co, observed=True)
     assert gain == pytest.approx(1.0)
+    assert basis == (  # 2 ms = 2e+03 us per hop; 3 collectives, 1 fused: 2 fewer
+        "the collectives' own time fusion removes (operators on the host CPU: each collective also waits for its "
+        "ranks to be scheduled, one fused collective once): per rank and step their summed time less one fused "
+        "collective's (2e+03 us per ring hop and the bytes term fitted on this run's fastest collectives, at least "
+        "the longest of them), 2 collectives fewer per step"
+    )
     assert fusion_gain(co.drop(columns=["rank"]), observed=True) == (
         None,
         "not estimated: no collective with a size, a time and a step",
