@@ -108,6 +108,57 @@ FUNCTIONS = [
     "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_try__mutmut_*",
     "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_saving__mutmut_*",
     "analyzers.analyses.advice.free_time.x_idle_outside__mutmut_*",
+    # ... and every rule's finding: its thresholds, ranks, gain and basis
+    "analyzers.analyses.advice.engine.x__finish__mutmut_*",
+    "analyzers.analyses.advice.common.x_load_excess__mutmut_*",
+    "analyzers.analyses.advice.common.x_with_load_excess__mutmut_*",
+    "analyzers.analyses.advice.common.x_stage_ranks__mutmut_*",
+    "analyzers.analyses.advice.common.x_n_steps__mutmut_*",
+    "analyzers.analyses.advice.common.x_step_ms__mutmut_*",
+    "analyzers.analyses.advice.aicpu_ops.x_find__mutmut_*",
+    "analyzers.analyses.advice.bandwidth_reference.x__per_rank__mutmut_*",
+    "analyzers.analyses.advice.bandwidth_reference.x_find__mutmut_*",
+    "analyzers.analyses.advice.dropped_tokens.x_find__mutmut_*",
+    "analyzers.analyses.advice.dynamic_shape.x_find__mutmut_*",
+    "analyzers.analyses.advice.expert_imbalance.x_find__mutmut_*",
+    "analyzers.analyses.advice.exposed_communication.x__ranks__mutmut_*",
+    "analyzers.analyses.advice.exposed_communication.x__waiting_on_bottleneck__mutmut_*",
+    "analyzers.analyses.advice.exposed_communication.x__pipeline__mutmut_*",
+    "analyzers.analyses.advice.exposed_communication.x__collective__mutmut_*",
+    "analyzers.analyses.advice.exposed_communication.x__rows__mutmut_*",
+    "analyzers.analyses.advice.exposed_communication.x_find__mutmut_*",
+    "analyzers.analyses.advice.free_time.x_pipeline_window_us__mutmut_*",
+    "analyzers.analyses.advice.free_time.x__scope__mutmut_*",
+    "analyzers.analyses.advice.free_time.x__row__mutmut_*",
+    "analyzers.analyses.advice.free_time.x__outside__mutmut_*",
+    "analyzers.analyses.advice.free_time.x__windowed__mutmut_*",
+    "analyzers.analyses.advice.free_time.x_find__mutmut_*",
+    "analyzers.analyses.advice.memory_fragmentation.x_find__mutmut_*",
+    "analyzers.analyses.advice.memory_near_capacity.x_knob_options__mutmut_*",
+    "analyzers.analyses.advice.memory_near_capacity.x__near_capacity__mutmut_*",
+    "analyzers.analyses.advice.memory_near_capacity.x_find__mutmut_*",
+    "analyzers.analyses.advice.pipeline_bubble.x__per_stage__mutmut_*",
+    "analyzers.analyses.advice.pipeline_bubble.x__pool__mutmut_*",
+    "analyzers.analyses.advice.pipeline_bubble.x_find__mutmut_*",
+    "analyzers.analyses.advice.rank_imbalance.x__row__mutmut_*",
+    "analyzers.analyses.advice.rank_imbalance.x_find__mutmut_*",
+    "analyzers.analyses.advice.slow_link.x_find__mutmut_*",
+    "analyzers.analyses.advice.slow_rank.x_group_members__mutmut_*",
+    "analyzers.analyses.advice.slow_rank.x_stragglers__mutmut_*",
+    "analyzers.analyses.advice.slow_rank.x_cpu_excess_ms__mutmut_*",
+    "analyzers.analyses.advice.slow_rank.x__profiler_only__mutmut_*",
+    "analyzers.analyses.advice.slow_rank.x__row__mutmut_*",
+    "analyzers.analyses.advice.slow_rank.x_find__mutmut_*",
+    "analyzers.analyses.advice.small_packets.x_serial_share__mutmut_*",
+    "analyzers.analyses.advice.small_packets.x_unprofiled_scale__mutmut_*",
+    "analyzers.analyses.advice.small_packets.x_find__mutmut_*",
+    "analyzers.analyses.advice.stage_imbalance.x_find__mutmut_*",
+    "analyzers.analyses.advice.step_time_spread.x_find__mutmut_*",
+    "analyzers.analyses.advice.tensor_parallel_comm.x__step_ms__mutmut_*",
+    "analyzers.analyses.advice.tensor_parallel_comm.x__share__mutmut_*",
+    "analyzers.analyses.advice.tensor_parallel_comm.x_find__mutmut_*",
+    "analyzers.analyses.advice.wait_ratio.x__per_rank__mutmut_*",
+    "analyzers.analyses.advice.wait_ratio.x_find__mutmut_*",
 ]
 EQUIVALENT = ROOT / "tests" / "mutation_equivalent.txt"
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
@@ -266,8 +317,10 @@ def main() -> int:
             for n in [s["mutant"] for s in last["survivors"]] + last.get("not_checked_mutants", [])
             if not args.only or any(n.startswith(p) for p in args.only)
         ]
-        for f in (ROOT / "tests").glob("*.py"):  # mutmut copies the tree once; bring the new tests in
-            shutil.copy2(f, ROOT / "mutants" / "tests" / f.name)
+        for f in (ROOT / "tests").rglob("*.py"):  # mutmut copies the tree once; bring the new tests in
+            dest = ROOT / "mutants" / f.relative_to(ROOT)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, dest)
         args.resume = True
     if not args.report_only and names:
         if not args.resume and (ROOT / "mutants").exists():

@@ -19,10 +19,12 @@ from perfbench.regress.verdict import decide, exit_code, fold, reason
         ([], "undecided", "undecided"),  # nothing compared: the caller's word for it
         ([], "no-history", "no-history"),
         (["improvement"], "no-history", "improvement"),
-        (iter(["unchanged", "regression"]), "unchanged", "regression"),  # any iterable, read once
+        (("unchanged", "regression"), "unchanged", "regression"),  # any iterable, read once (made an iterator below)
     ],
 )
 def test_fold(verdicts, empty, expected):
+    if isinstance(verdicts, tuple):  # a fresh iterator per run: a parameter iterator is spent after one run (mutmut)
+        verdicts = iter(verdicts)
     assert fold(verdicts, empty=empty) == expected
 
 
