@@ -197,6 +197,18 @@ def step_ms(store, rid: str) -> tuple[float | None, float | None]:
     return wall, cpu
 
 
+def _pair_steps(store, is_fix) -> tuple[list, list, list, list]:
+    """(original wall, original CPU, fix wall, fix CPU) ms per step of a pair sweep's runs, each run on the side
+    `is_fix(its config)` says."""
+    base_w, base_c, fix_w, fix_c = [], [], [], []
+    for x in store.list_runs():
+        w, c = step_ms(store, x["run_id"])
+        fixed = is_fix(x["config"])
+        (fix_w if fixed else base_w).append(w)
+        (fix_c if fixed else base_c).append(c)
+    return base_w, base_c, fix_w, fix_c
+
+
 def knob_gain(top, orig: dict) -> float | None:
     """The predicted gain of the top root's fix: step - predicted_step_ms where it has one, else gain_ms (as
     perfbench/run/advise_try.py's trials table)."""
@@ -304,12 +316,10 @@ def run_case(name: str, out: Path, rounds: int, max_sessions: int) -> dict:
                 r = perfbench("sweep", pp, "--results", pres)
                 if r.returncode:
                     row["error"] = f"{tag} sweep failed: {r.stderr.strip().splitlines()[-1:]}"
-        ps = Store(pres)
-        for x in ps.list_runs():
-            w, c = step_ms(ps, x["run_id"])
-            is_fix = all(x["config"][key.split(".")[0]][key.split(".")[1]] == v for key, v in fix.items())
-            (fix_w if is_fix else base_w).append(w)
-            (fix_c if is_fix else base_c).append(c)
+        base_w, base_c, fix_w, fix_c = _pair_steps(
+            Store(pres),
+            lambda c: all(c[key.split(".")[0]][key.split(".")[1]] == v for key, v in fix.items()),
+        )
         row["fix"] = json.dumps(fix)
     elif fix == "advise":
         if not isinstance(top["try"], str) or not top["try"]:
@@ -345,12 +355,7 @@ def run_case(name: str, out: Path, rounds: int, max_sessions: int) -> dict:
         r = perfbench("sweep", pp, "--results", pres)
         if r.returncode:
             row["error"] = f"pair sweep failed: {r.stderr.strip().splitlines()[-1:]}"
-        ps = Store(pres)
-        for x in ps.list_runs():
-            w, c = step_ms(ps, x["run_id"])
-            inj = float(x["config"]["inject"][fix]) > 0
-            (base_w if inj else fix_w).append(w)
-            (base_c if inj else fix_c).append(c)
+        base_w, base_c, fix_w, fix_c = _pair_steps(Store(pres), lambda c: float(c["inject"][fix]) == 0)
         row["fix"] = json.dumps({f"inject.{fix}": 0})
     wall, cpu = gain(base_w, fix_w), gain(base_c, fix_c)
     basis, m = pick(wall, cpu)
