@@ -169,6 +169,7 @@ os.environ.setdefault("MS_NODE_TIMEOUT", "10")
 
 
 _BACKGROUND: set[str] = set()  # run ids whose msrun launch may outlive the test that queued it
+_BACKGROUND_PROCS: set[tuple[int, float]] = set()  # (pid, create time) of such launches' processes still ending
 #: set on every process of work prefetched for later tests (`prefetch`): it runs beside the tests before them
 BACKGROUND_VAR = "PERFBENCH_TEST_BACKGROUND"
 
@@ -186,6 +187,15 @@ def background_launches(*run_ids: str):
     try:
         yield
     finally:
+        # a launch's processes can still be ending when the block returns (MindSpore's teardown): those stay
+        # background by pid; a later run of the same name starts new processes, checked as any other
+        for p in session_processes():
+            tag = _env(p, TAG_VAR)
+            if tag and any(tag.startswith(f"{rid}-") for rid in run_ids):
+                try:
+                    _BACKGROUND_PROCS.add((p.pid, p.create_time()))
+                except psutil.Error:
+                    pass
         _BACKGROUND.difference_update(run_ids)
 
 
@@ -221,9 +231,10 @@ def _env(p: psutil.Process, var: str) -> str | None:
         return None
 
 
-def _is_msrun(p: psutil.Process) -> bool:
+def _is_msrun(p: psutil.Process, env: dict | None = None) -> bool:
     try:
-        return _env(p, TAG_VAR) is not None or any("msrun" in os.path.basename(a) for a in p.cmdline()[:2])
+        tag = (env or {}).get(TAG_VAR) if env is not None else _env(p, TAG_VAR)
+        return tag is not None or any("msrun" in os.path.basename(a) for a in p.cmdline()[:2])
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         return False
 
@@ -243,10 +254,26 @@ def kill_processes(procs, grace_s: float = 3.0) -> None:
     terminate(list(procs), grace_s)
 
 
-def _background(p: psutil.Process) -> bool:
-    if _env(p, BACKGROUND_VAR):
+def _environ(p: psutil.Process) -> dict | None:
+    """The process's environment; None when it is gone or ending (an ending process's environment reads empty)."""
+    try:
+        return p.environ() or None
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
+        return None
+
+
+def _background(p: psutil.Process, env: dict | None = None) -> bool:
+    """Work that may outlive the test it runs beside (prefetched, or a declared background launch); a process gone
+    or ending while it is looked at counts too: its environment, read once, cannot say whose it was."""
+    env = _environ(p) if env is None else env
+    if env is None or env.get(BACKGROUND_VAR):
         return True
-    tag = _env(p, TAG_VAR)
+    try:
+        if (p.pid, p.create_time()) in _BACKGROUND_PROCS:
+            return True
+    except psutil.Error:
+        return True
+    tag = env.get(TAG_VAR)
     return bool(tag) and any(tag.startswith(f"{rid}-") for rid in _BACKGROUND)
 
 
@@ -294,7 +321,10 @@ class _MsrunWatcher(threading.Thread):
 
     def scan(self):
         for p in session_processes(self.before):
-            if p.pid not in self.seen and _is_msrun(p) and not _background(p):
+            if p.pid in self.seen:
+                continue
+            env = _environ(p)  # read once: a process ending between two reads would lose its BACKGROUND_VAR
+            if env is not None and _is_msrun(p, env) and not _background(p, env):
                 self.seen[p.pid] = _describe([p])
 
     def stop(self):
