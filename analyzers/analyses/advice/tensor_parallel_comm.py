@@ -175,8 +175,16 @@ def halving_gain(tables, summary) -> float | None:
     B = _int((cfg.get("train") or {}).get("batch_size"))
     if got is None or not T or T < 2 or T % 2 or B is None:
         return None
-    added = added_collectives(tables, cfg, T, B // 2 if B >= 2 and B % 2 == 0 else B)
-    return net_gain(float(got[2].mean()), tp_collectives(cfg, T, B), added)
+    return _halving(tables, cfg, T, B, float(got[2].mean()))[2]
+
+
+def _halving(tables, cfg: dict, T: int, B: int | None, tp_ms: float) -> tuple[int | None, tuple | None, float | None]:
+    """(tensor-parallel collectives per step, what T/2 adds (`added_collectives`), the net gain (`net_gain`)) of
+    halving T, with half the per-replica batch where B is even (the global batch kept)."""
+    n_tp = tp_collectives(cfg, T, B) if B is not None else None
+    batch_fix = B // 2 if B is not None and B >= 2 and B % 2 == 0 else B
+    added = added_collectives(tables, cfg, T, batch_fix)
+    return n_tp, added, net_gain(tp_ms, n_tp, added)
 
 
 def find(tables, summary):
@@ -200,9 +208,7 @@ def find(tables, summary):
     costs = ""
     if lower:
         assert T is not None
-        n_tp = tp_collectives(cfg, T, B) if B is not None else None
-        added = added_collectives(tables, cfg, T, lower.get("train.batch_size", B))
-        gain = net_gain(tp_ms, n_tp, added)
+        n_tp, added, gain = _halving(tables, cfg, T, B, tp_ms)
         if added is None or (added[0] and not n_tp):
             basis = (
                 f"unknown: what tensor_parallel={T // 2} adds (the data-parallel collectives of the doubled replicas) "
