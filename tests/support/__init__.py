@@ -225,15 +225,12 @@ def _snapshot() -> set:
 
 
 def _env(p: psutil.Process, var: str) -> str | None:
-    try:
-        return p.environ().get(var)
-    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
-        return None
+    return (_environ(p) or {}).get(var)
 
 
 def _is_msrun(p: psutil.Process, env: dict | None = None) -> bool:
     try:
-        tag = (env or {}).get(TAG_VAR) if env is not None else _env(p, TAG_VAR)
+        tag = ((_environ(p) if env is None else env) or {}).get(TAG_VAR)
         return tag is not None or any("msrun" in os.path.basename(a) for a in p.cmdline()[:2])
     except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, OSError):
         return False
