@@ -283,9 +283,17 @@ def prefetch(name: str, fn, *args) -> None:
     that reads it later through `prefetched(name, ...)`. Only for runs whose tests check statuses, reasons, files or
     counts, not times: they run beside the fast tests collected before them; tests/conftest.py queues them when the
     session's tests are known and waits for them before the first msrun test. fn's processes must carry
-    BACKGROUND_VAR (they outlive the tests they run beside)."""
+    BACKGROUND_VAR (they outlive the tests they run beside).
+
+    A pytest TempPathFactory among args has its base directory made here, in the calling thread: pytest makes it on
+    first use and not thread-safely, so the prefetch thread's first `mktemp` and a test's first `tmp_path` at the same
+    moment would each make one (pytest-N and pytest-N+1), and the test's `mktemp` fails comparing them ("... is not a
+    normalized and relative path")."""
     from concurrent.futures import ThreadPoolExecutor
 
+    for a in args:
+        if hasattr(a, "getbasetemp"):
+            a.getbasetemp()
     if not _PREFETCH_POOL:
         _PREFETCH_POOL.append(ThreadPoolExecutor(1, thread_name_prefix="prefetch"))
     _PREFETCHED[name] = _PREFETCH_POOL[0].submit(fn, *args)
