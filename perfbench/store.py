@@ -26,6 +26,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from perfbench.errors import UserError
 from perfbench.records import (  # noqa: F401  (re-exported: the store's JSON side lives in perfbench/records.py)
     FINISHED,
     AmbiguousRun,
@@ -62,11 +63,18 @@ class Store(Records):
                 os.unlink(tmp)
             raise
 
+    def delete_table(self, run_id: str, name: str) -> None:
+        """Remove the run's table `name` if it is there (a damaged cache about to be computed again)."""
+        (self.run_dir(run_id) / "tables" / f"{name}.parquet").unlink(missing_ok=True)
+
     def read_table(self, run_id: str, name: str) -> pd.DataFrame | None:
         path = self.run_dir(run_id) / "tables" / f"{name}.parquet"
         if not path.exists():
             return None
-        return pd.read_parquet(path)
+        try:
+            return pd.read_parquet(path)
+        except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError; a truncated file an OSError
+            raise DamagedTableError(path, e) from None
 
     def read_advice_trials(self) -> pd.DataFrame:
         """Every `advise --try` result kept so far, oldest first (empty frame when none)."""
@@ -80,6 +88,17 @@ class Store(Records):
             except ValueError:
                 continue
         return pd.DataFrame(rows)
+
+
+class DamagedTableError(UserError):
+    """A stored table that cannot be read back (truncated, overwritten): the message names its file."""
+
+    def __init__(self, path, cause: Exception):
+        why = (str(cause).splitlines() or [type(cause).__name__])[0].split(". ")[0]
+        super().__init__(
+            f"{path}: damaged table ({why}); the run's other files are intact: import or run it again to rebuild it"
+        )
+        self.path = str(path)
 
 
 def _to_parquet(df: pd.DataFrame, path: str) -> None:

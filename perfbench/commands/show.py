@@ -94,10 +94,16 @@ def _rank(args) -> int:
         import pyarrow.parquet as pq
 
         paths = {t: records.table_path(rid, rank_detail_name(r, t)) for t in RANK_DETAIL_TABLES}
-        tables = {
-            t: tab.to_pydict() for t, p in paths.items() if p.exists() and (tab := pq.ParquetFile(p).read()).num_rows
-        }
-        return _print_rank(r, tables, args.top)
+        try:
+            tables = {
+                t: tab.to_pydict()
+                for t, p in paths.items()
+                if p.exists() and (tab := pq.ParquetFile(p).read()).num_rows
+            }
+        except (OSError, ValueError):  # a damaged cache: rank_detail below says which file and computes it again
+            pass
+        else:
+            return _print_rank(r, tables, args.top)
     from perfbench.run.ingest import rank_detail
     from perfbench.store import Store
 

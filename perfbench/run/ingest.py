@@ -11,6 +11,7 @@ sweep on Ascend therefore stores the Ascend analysis through the same code the f
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,7 +19,7 @@ import pandas as pd
 import analyzers
 from perfbench.errors import UserError
 from perfbench.records import RANK_DETAIL_TABLES, rank_detail_name
-from perfbench.store import Store
+from perfbench.store import DamagedTableError, Store
 
 #: parsed profile tables kept beside the analysis tables (for the merged trace and re-analysis)
 PROFILE_TABLES = ("ranks", "steps", "ops")
@@ -136,14 +137,20 @@ def rank_detail(store: Store, run_id: str, rank: int, config: dict | None = None
     demand for an import that kept only the ranks' summaries (`perfbench analyze --detail summary`, the default
     above 8 ranks) and cached in the store (tables `detail_rank<R>_<table>`): the first call reads that rank's
     memory files again (the rank's folder from the run's `profile_ranks`; kernels and trace not read), later calls
-    read the cache. {} when the rank recorded no memory."""
+    read the cache. {} when the rank recorded no memory. A damaged cached table is said on stderr (its file named)
+    and the detail computed again from the rank's files, which replaces the cache."""
     marker = rank_detail_name(rank, "done")
     if marker in store.table_names(run_id):
-        return {
-            t: df
-            for t in RANK_DETAIL_TABLES
-            if (df := store.read_table(run_id, rank_detail_name(rank, t))) is not None and len(df)
-        }
+        try:
+            return {
+                t: df
+                for t in RANK_DETAIL_TABLES
+                if (df := store.read_table(run_id, rank_detail_name(rank, t))) is not None and len(df)
+            }
+        except DamagedTableError as e:
+            print(f"warning: {e.path}: damaged cached detail, computed again from rank {rank}'s files", file=sys.stderr)
+            for t in ("done", *RANK_DETAIL_TABLES):  # the marker first: a cache is whole or absent
+                store.delete_table(run_id, rank_detail_name(rank, t))
 
     ranks = store.read_table(run_id, "profile_ranks")
     if ranks is None or not len(ranks):

@@ -70,6 +70,31 @@ def test_show_rank_computes_the_detail_once_and_caches_it(tmp_path):
     assert out.returncode != 0 and "no rank 5" in (out.stderr + out.stdout)
 
 
+def test_a_damaged_cached_detail_is_named_and_computed_again_and_a_damaged_table_is_an_error(tmp_path):
+    res = tmp_path / "results"
+    path = str(fixture_path(*PT, "text", "level1"))
+    perfbench_in_process("analyze", path, "--results", str(res), "--run-id", "sum2", "--detail", "summary")
+    first = perfbench_in_process("show", "sum2", "--results", str(res), "--rank", "0").stdout
+    live = res / "runs" / "sum2" / "tables" / "detail_rank0_memory_live.parquet"
+    good = live.read_bytes()
+    for args in ((), ("--json",)):
+        live.write_bytes(good[:300])  # truncated: no Parquet footer
+        out = perfbench_in_process("show", "sum2", "--results", str(res), "--rank", "0", *args)
+        assert "Traceback" not in out.stderr and str(live) in out.stderr and "computed again" in out.stderr
+        if not args:
+            assert out.stdout == first
+        assert live.read_bytes()[-4:] == b"PAR1"  # the cache rewritten whole
+    assert perfbench_in_process("show", "sum2", "--results", str(res), "--rank", "0").stdout == first
+    # a table the run view reads, damaged: one line naming the file, exit 2, nothing else touched
+    steps = res / "runs" / "sum2" / "tables" / "step_metrics.parquet"
+    steps.write_bytes(steps.read_bytes()[:100])
+    before = sorted((p.name, p.stat().st_size) for p in steps.parent.iterdir())
+    out = perfbench_in_process("show", "sum2", "--results", str(res), check=False)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert str(steps) in out.stderr and "damaged table" in out.stderr
+    assert sorted((p.name, p.stat().st_size) for p in steps.parent.iterdir()) == before
+
+
 @pytest.mark.parametrize(
     "damage",
     [
