@@ -110,7 +110,7 @@ def raised_account(log_dir: Path, metrics_dir: Path, meta: dict) -> tuple[str, s
     tail = _tail(f.read_text(errors="replace")) if f.exists() else ""
     error = meta.get("error")
     why = f": {error}" if error else _first_error(tail)
-    return f"rank {rank} {describe_exit(int(meta['exit_status']))} {_after_step(metrics_dir, rank)}{why}", tail
+    return _rank_ended(rank, describe_exit(int(meta["exit_status"])), metrics_dir) + why, tail
 
 
 def last_step(metrics_dir: Path, rank: int) -> int | None:
@@ -126,6 +126,11 @@ def last_step(metrics_dir: Path, rank: int) -> int | None:
         except (ValueError, KeyError, TypeError):
             continue
     return None
+
+
+def _rank_ended(rank: int, how: str, metrics_dir: Path) -> str:
+    """'rank R <how it ended> after step S' (or 'before finishing a step'): the start of every dead rank's reason."""
+    return f"rank {rank} {how} {_after_step(metrics_dir, rank)}"
 
 
 def _after_step(metrics_dir: Path, rank: int | None) -> str:
@@ -229,8 +234,7 @@ def explain_failure(
     if reason is None:
         if died is not None and died["rank"] is not None:
             reason = (
-                f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} "
-                f"({tool} exit code {returncode})" + _first_error(tail)
+                _rank_ended(rank, died["how"], metrics_dir) + f" ({tool} exit code {returncode})" + _first_error(tail)
             )
         else:
             who = f"rank {rank}" if rank is not None else "msrun"
@@ -240,10 +244,7 @@ def explain_failure(
                 else f"{tool} failed ({tool} exit code {returncode})"
             ) + _first_error(tail)
     elif died is not None and died["rank"] is not None:  # a rank had died, and its launcher had not ended the run
-        reason = (
-            f"rank {rank} {died['how']} {_after_step(metrics_dir, rank)} ({tool} log), then {reason}"
-            + _first_error(tail)
-        )
+        reason = _rank_ended(rank, died["how"], metrics_dir) + f" ({tool} log), then {reason}" + _first_error(tail)
     elif rank is not None:
         reason += f"; rank {rank} stopped first" + _first_error(tail)
     if script and not any(
