@@ -1483,3 +1483,74 @@ def test_fusion_gain_on_the_host_counts_collectives_that_ran_at_once_together():
         None,
         "not estimated: no collective over more than one rank",
     )
+
+
+def test_step_time_spread_of_two_ranks_whose_median_is_not_one_second():
+    # per-rank medians 0.5 and 0.7 s: the ranks' median (0.5 + 0.7) / 2 = 0.6 s; 1.1 x 0.6 = 0.66 < 0.7: rank 1
+    # fires, gain (0.7 - 0.6) s = 100 ms, 0.7 / 0.6 - 1 = 16.7% -> "17%"; rank 0 (0.5 s) does not
+    ws = pd.DataFrame({"rank": [0, 0, 1, 1], "step_time_s": [0.4, 0.6, 0.7, 0.7]})
+    (row,) = step_time_spread.find({"workload_steps": ws}, {})
+    assert row["key"] == "1" and row["ranks"] == [1]
+    assert row["gain_ms"] == pytest.approx(100.0)
+    assert row["message"] == "Rank 1's median step time 0.7000 s is 17% above the ranks' median 0.6000 s."
+    # without the rank or the step-time column there is nothing to compare
+    assert step_time_spread.find({"workload_steps": ws[["step_time_s"]]}, {}) == []
+    assert step_time_spread.find({"workload_steps": ws[["rank"]]}, {}) == []
+
+
+def test_wait_ratio_per_step_of_one_step_and_of_steps_unknown():
+    from analyzers.analyses.advice import wait_ratio
+
+    # one step: wait 3 ms, transit 1 ms: ratio 0.75, 3 ms in that one step
+    (row,) = wait_ratio.find({"comm_ops": _comm([(0, "allreduce", 7, 3.0, 1.0)])}, {})
+    assert row["gain_ms"] == pytest.approx(3.0)
+    # the step column is there but unknown (no step counted): the whole 3 ms is one step's, not 3 / 0
+    (row,) = wait_ratio.find({"comm_ops": _comm([(0, "allreduce", None, 3.0, 1.0)])}, {})
+    assert row["gain_ms"] == pytest.approx(3.0)
+
+
+def test_rank_imbalance_and_slow_link_without_the_flag_column_say_nothing():
+    from analyzers.analyses.advice import rank_imbalance
+
+    ri = _imbalance([("all", "all", "computing", 1, 0, 12.0, 10.0, 2.0, 10.0, 0.2, True)])
+    assert rank_imbalance.find({"rank_imbalance": ri.drop(columns=["flagged"])}, {}) == []
+    sl = _slow_links()
+    assert slow_link.find({**sl, "slow_links": sl["slow_links"].drop(columns=["slow"])}, {}) == []
+
+
+def test_rank_imbalance_of_an_unknown_spread_has_no_gain():
+    from analyzers.analyses.advice import rank_imbalance
+
+    ri = _imbalance([("all", "all", "computing", 1, 0, 12.0, 10.0, math.nan, 10.0, 0.2, True)])
+    (row,) = rank_imbalance.find({"rank_imbalance": ri}, {})
+    assert row["gain_ms"] is None
+
+
+def test_expert_imbalance_evidence_has_three_decimals():
+    # max/mean 1.23456 (not above 1.5), cv 0.31234 > 0.3: evidence 1.235 and 0.312, message 1.23 and 0.31
+    (row,) = expert_imbalance.find({"experts": pd.DataFrame({"max_mean_ratio": [1.23456], "cv": [0.31234]})}, {})
+    assert row["evidence"] == "experts: mean max_mean_ratio 1.235, mean cv 0.312 over 1 steps"
+    assert "(max/mean 1.23, CV 0.31)" in row["message"]
+
+
+def test_memory_fragmentation_looks_at_every_rank_after_one_that_does_not_fire():
+    # rank 0: nothing wasted (1 GiB of 1 GiB); rank 1: 1 GiB reserved, 0.5 GiB allocated: 512 MiB > max(0.3 GiB,
+    # 256 MiB)
+    mem = pd.DataFrame({"rank": [0, 1], "peak_allocated_bytes": [GiB, GiB // 2], "peak_reserved_bytes": [GiB, GiB]})
+    assert [r["key"] for r in memory_fragmentation.find({"memory": mem}, {})] == ["1"]
+
+
+def test_stage_imbalance_says_how_long_the_least_computing_stage_waits():
+    from analyzers.analyses.advice import stage_imbalance
+
+    # stage 0 (ranks 0, 1) computes 10 ms, stage 1 (ranks 2, 3) 13 ms: 1.3x. Stage 0's exposed communication:
+    # rank 0 4 ms (3 ms send/receive), rank 1 2 ms (1 ms): mean (4 + 2) / 2 = 3 ms, p2p (3 + 1) / (4 + 2) = 67%
+    t = _exposure_tables([4000.0, 2000.0, 500.0, 500.0], [3000.0, 1000.0, 0.0, 0.0])
+    t["stages"] = _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")])
+    t["rank_stages"] = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]})
+    (row,) = stage_imbalance.find(t, {})
+    assert row["message"] == (
+        "Pipeline stage 1 is the bottleneck: stage 1 computes 1.3x more than stage 0 (13 vs 10 ms per step). "
+        "Stage 0 spends 3 ms per step (median) in exposed communication (67% pipeline send/receive), waiting for "
+        "it. Move layers off stage 1 (rebalance the layer split) or use more micro-batches."
+    )
