@@ -1554,3 +1554,90 @@ def test_stage_imbalance_says_how_long_the_least_computing_stage_waits():
         "Stage 0 spends 3 ms per step (median) in exposed communication (67% pipeline send/receive), waiting for "
         "it. Move layers off stage 1 (rebalance the layer split) or use more micro-batches."
     )
+
+
+def test_profiler_only_needs_a_positive_profiled_excess_of_any_size():
+    from analyzers.analyses.advice import slow_rank
+
+    sr = _slow_ranks([("dp0", 2, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    t = {"slow_ranks": sr, "comm_ops": _two_step_comm()}
+    # rank 2 burns what the others' median does when profiled (excess 0 ms) and 2^-7 s = 7.8125 ms less when not:
+    # -7.8125 < 0.5 x 0, but nothing extra was burned while profiled: a straggler
+    ws = _cpu_steps(1.0 - 0.0078125)
+    ws.loc[(ws["rank"] == 2) & ws["profiled"], "cpu_s"] = 1.0
+    (row,) = slow_rank.find({**t, "workload_steps": ws}, {})
+    assert "profiler_only" not in row and row["gain_ms"] == pytest.approx(2.5)
+    # 2^-10 s = 0.9765625 ms more when profiled (under 1 ms is still more) and none otherwise: the profiler's
+    ws = _cpu_steps(1.0)
+    ws.loc[(ws["rank"] == 2) & ws["profiled"], "cpu_s"] = 1.0009765625
+    (row,) = slow_rank.find({**t, "workload_steps": ws}, {})
+    assert row["profiler_only"] is True and row["gain_ms"] == 0.0
+    said = (
+        "rank 2 burned 0.98 ms more CPU per step than the group's other ranks in the profiled steps and 0.00 ms in the "
+        "unprofiled ones (workload_steps cpu_s, median over the measured steps)"
+    )
+    was = "slow_ranks[group=dp0, rank=2]: dixon statistic 0.800 > 0.600, last in 9/10 ops"
+    assert row["evidence"] == f"{was}; workload_steps: {said}"
+    assert row["message"] == (
+        "Rank 2 arrives last in the profiled steps only: it burned 0.98 ms more CPU per step than the others while "
+        "profiled and 0.00 ms otherwise. That is the profiler's own work on this rank, not a straggler of the job."
+    )
+
+
+def test_slow_rank_of_a_group_of_unknown_kind():
+    from analyzers.analyses.advice import slow_rank
+
+    sr = _slow_ranks([("dp0", 2, True, "group", None, 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    (row,) = slow_rank.find({"slow_ranks": sr, "comm_ops": _two_step_comm()}, {})
+    assert row["message"].startswith("Rank 2 is the rank the others wait for in group 'dp0' (mean 0.50 ms late")
+
+
+def test_cpu_excess_needs_every_column_and_reads_numbers_from_text():
+    from analyzers.analyses.advice.slow_rank import cpu_excess_ms
+
+    ws = _cpu_steps(1.0078125)  # 15.625 ms more when profiled, 7.8125 ms when not (as above)
+    for col in ("rank", "step", "cpu_s", "profiled"):
+        assert cpu_excess_ms({"workload_steps": ws.drop(columns=[col])}, 2, [0, 1, 3]) is None
+    # steps and CPU times written as text are read as numbers; an unreadable one is left out
+    text = ws.astype({"step": str, "cpu_s": str})
+    assert cpu_excess_ms({"workload_steps": text}, 2, [0, 1, 3]) == (15.625, 7.8125)
+    bad = pd.DataFrame([(0, "?", 5.0, False), (2, 1, "?", False)], columns=ws.columns)
+    assert cpu_excess_ms({"workload_steps": pd.concat([text, bad])}, 2, [0, 1, 3]) == (15.625, 7.8125)
+    # a column the excess does not read, unknown on rank 2's unprofiled steps, leaves them in
+    other = ws.assign(wall_s=[None if (r == 2 and not p) else 1.0 for r, p in zip(ws["rank"], ws["profiled"])])
+    assert cpu_excess_ms({"workload_steps": other}, 2, [0, 1, 3]) == (15.625, 7.8125)
+
+
+def test_cpu_excess_takes_the_median_of_a_ranks_records_of_one_step():
+    from analyzers.analyses.advice.slow_rank import cpu_excess_ms
+
+    # rank 2 has three records of unprofiled step 0: 1.0078125, 1.0078125 and 1.5 s: median 1.0078125 s (the mean
+    # would be 1.171875 s); step 1's 1.0078125 s: unprofiled excess 7.8125 ms either step
+    ws = _cpu_steps(1.0078125)
+    extra = pd.DataFrame([(2, 0, 1.0078125, False), (2, 0, 1.5, False)], columns=ws.columns)
+    assert cpu_excess_ms({"workload_steps": pd.concat([ws, extra])}, 2, [0, 1, 3]) == (15.625, 7.8125)
+
+
+def test_group_members_needs_group_and_rank_and_leaves_unreadable_ranks_out():
+    from analyzers.analyses.advice import slow_rank
+
+    co = _two_step_comm(ranks=(0, 1))
+    assert slow_rank.group_members({"comm_ops": co.drop(columns=["group"])}) == {}
+    assert slow_rank.group_members({"comm_ops": co.drop(columns=["rank"])}) == {}
+    co = pd.concat([co, pd.DataFrame({"group": ["dp0"], "rank": ["?"], "step": [1]})])
+    assert slow_rank.group_members({"comm_ops": co}) == {"dp0": {0, 1}}
+
+
+def test_stragglers_keep_a_rank_late_within_one_stage_while_the_stages_are_unbalanced():
+    from analyzers.analyses.advice import slow_rank
+
+    # stage 1 computes 13 / 10 = 1.3x stage 0 (a bottleneck); rank 2 is late in dp0, whose ranks 0, 1 all sit on
+    # stage 0 and which is no pp group: its lateness is its own, not the split's
+    sr = _slow_ranks([("dp0", 1, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    t = {
+        "slow_ranks": sr,
+        "comm_ops": _two_step_comm(ranks=(0, 1)),
+        "stages": _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")]),
+        "rank_stages": pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]}),
+    }
+    assert slow_rank.stragglers(t) == {1}
