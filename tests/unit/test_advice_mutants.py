@@ -1641,3 +1641,33 @@ def test_stragglers_keep_a_rank_late_within_one_stage_while_the_stages_are_unbal
         "rank_stages": pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]}),
     }
     assert slow_rank.stragglers(t) == {1}
+
+
+def test_transfer_ms_is_the_transit_else_the_elapse_less_the_wait():
+    from analyzers.analyses.advice.common import transfer_ms
+
+    # transit known: it is the transfer time, whatever elapse and wait say
+    co = pd.DataFrame({"transit_ms": [2.0, 3.0], "elapse_ms": [10.0, 10.0], "wait_ms": [1.0, 1.0]})
+    assert transfer_ms(co).tolist() == [2.0, 3.0]
+    # transit unknown everywhere: elapse - wait, an unknown wait counted as 0: 5 - 1.5 = 3.5, 6 - 0 = 6
+    co = pd.DataFrame({"transit_ms": [None, None], "elapse_ms": [5.0, 6.0], "wait_ms": [1.5, None]})
+    assert transfer_ms(co).tolist() == [3.5, 6.0]
+    assert transfer_ms(co.drop(columns=["transit_ms"])).tolist() == [3.5, 6.0]
+
+
+def test_exposure_split_of_ranks_whose_median_exposure_is_zero():
+    from analyzers.analyses.advice.common import exposure_split
+
+    # rank 0 exposes 5 ms in one of three steps: 15 ms in all (> 0), but its median over steps is 0: no share
+    ex = pd.DataFrame({"rank": 0, "step": [1, 2, 3], "exposed_us": [0.0, 0.0, 15000.0], "exposed_p2p_us": 0.0})
+    share, per = exposure_split({"comm_exposure": ex}, pd.DataFrame({"rank": [0]}))
+    assert share is None and per["exposed_us"].tolist() == [0.0]
+
+
+def test_the_load_excess_on_an_accelerator_is_zero_computed_once_or_on_its_own():
+    from analyzers.analyses.advice.common import LOAD_EXCESS_KEY, load_excess, with_load_excess
+
+    # operators ran on the AI Core, not the host CPU: no time waiting for a host core (0 ms), not unknown
+    t = {"ops_for_checks": pd.DataFrame({"core_type": ["AI_CORE"]})}
+    assert with_load_excess(t)[LOAD_EXCESS_KEY] == 0.0
+    assert load_excess(t) == 0.0
