@@ -1671,3 +1671,14 @@ def test_the_load_excess_on_an_accelerator_is_zero_computed_once_or_on_its_own()
     t = {"ops_for_checks": pd.DataFrame({"core_type": ["AI_CORE"]})}
     assert with_load_excess(t)[LOAD_EXCESS_KEY] == 0.0
     assert load_excess(t) == 0.0
+
+
+def test_free_time_names_the_ranks_idle_over_10_percent_of_their_own_steps():
+    from analyzers.analyses.advice import free_time
+
+    # rank 0: 5000 of 10000 us idle (50%); rank 1: steps of 0 us (left out, whatever its idle time); rank 2: 0.5 of
+    # 1 us (50%: steps under a microsecond still count); rank 3: 500 of 10000 (5%)
+    sb = pd.DataFrame({"rank": [0, 1, 2, 3], "free_us": [5000.0, 5.0, 0.5, 500.0], "step_us": [1e4, 0.0, 1.0, 1e4]})
+    row = free_time._row(sb, 0.2, "")
+    assert row["ranks"] == [0, 2]
+    assert row["gain_ms"] == pytest.approx(5.0)  # the most idle rank's 5000 us
