@@ -1682,3 +1682,54 @@ def test_free_time_names_the_ranks_idle_over_10_percent_of_their_own_steps():
     row = free_time._row(sb, 0.2, "")
     assert row["ranks"] == [0, 2]
     assert row["gain_ms"] == pytest.approx(5.0)  # the most idle rank's 5000 us
+
+
+def test_pipeline_window_reads_text_leaves_out_empty_windows_and_needs_its_columns():
+    from analyzers.analyses.advice.free_time import pipeline_window_us
+
+    # stage 1: step 1 a 0.5 us window (under 1 us still counts), step 2 windows 0 (left out) and 4 us: median 4 us;
+    # a row of an unreadable stage and one of an unreadable step are left out
+    pl = pd.DataFrame(
+        [("1", 1, 0.5), ("1", 2, 0.0), ("1", 2, 4.0), ("x", 1, 9.0), ("1", "?", 7.0)],
+        columns=["stage", "step", "window_us"],
+    )
+    w = pipeline_window_us({"pipeline": pl}, 1)
+    assert w.to_dict() == {1.0: 0.5, 2.0: 4.0}
+    assert pipeline_window_us({"pipeline": pl[pl["window_us"] == 0.0]}, 1) is None  # no window known
+    for col in ("stage", "step", "window_us"):
+        assert pipeline_window_us({"pipeline": pl.drop(columns=[col])}, None) is None
+
+
+def test_free_time_other_than_two_stragglers():
+    from analyzers.analyses.advice import free_time
+
+    # ranks 1 and 2 are late; ranks 0 and 3 idle 3 + 1 + 1 + 1 = 6 of 40 ms = 15% > 10%: their idle time, rank 0's
+    # median 2 ms; of them only rank 0 idles above 10% of its steps (20%; rank 3 10%)
+    sr = _slow_ranks(
+        [
+            ("dp0", 1, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+            ("dp0", 2, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+        ]
+    )
+    sb = _idle([(3000.0, 1000.0), (4000.0, 4000.0), (4000.0, 4000.0), (1000.0, 1000.0)], ranks=(0, 1, 2, 3))
+    (row,) = free_time.find({"step_breakdown": sb, "slow_ranks": sr}, {})
+    assert (row["gain_ms"], row["ranks"]) == (pytest.approx(2.0), [0])
+    assert row["basis"] == (
+        IDLE_BASIS + "; ranks other than the stragglers 1, 2: its idle time is why it is late (slow_rank))"
+    )
+    assert row["message"] == IDLE_MSG.format(15)
+
+
+def test_free_time_of_a_slowest_stage_none_of_whose_ranks_was_profiled():
+    from analyzers.analyses.advice import free_time
+
+    # stage 1 computes 1.5x stage 0, but its ranks 5 and 6 are not in the breakdown: every profiled rank counts,
+    # as with no stages (14 of 60 ms, rank 1's 4 ms; ranks 0 and 1 above 10%)
+    t = {
+        "step_breakdown": _idle(FREE),
+        "stages": pd.DataFrame({"stage": [0, 1], "computing_ms": [10.0, 15.0]}),
+        "rank_stages": pd.DataFrame({"rank": [0, 5, 6], "stage": [0, 1, 1]}),
+    }
+    (row,) = free_time.find(t, {})
+    assert (row["gain_ms"], row["ranks"], row["basis"]) == (pytest.approx(4.0), [0, 1], IDLE_BASIS + ")")
+    assert row["message"] == IDLE_MSG.format(23)
