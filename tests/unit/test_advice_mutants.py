@@ -1733,3 +1733,44 @@ def test_free_time_of_a_slowest_stage_none_of_whose_ranks_was_profiled():
     (row,) = free_time.find(t, {})
     assert (row["gain_ms"], row["ranks"], row["basis"]) == (pytest.approx(4.0), [0, 1], IDLE_BASIS + ")")
     assert row["message"] == IDLE_MSG.format(23)
+
+
+def test_aicpu_ops_names_the_five_longest_types_and_their_ms():
+    # six AI_CPU op types, 2000 + 1900 + ... + 1500 us: the five longest lead; 2000 us = 2.000 ms
+    rows = [(0, "AI_CPU", 2000.0 - 100.0 * i, "compute", f"T{i}") for i in range(6)]
+    (row,) = aicpu_ops.find(_ops(rows + [(0, "AI_CORE", 1e6, "compute", "MatMul")]), {})
+    assert "led by T0, T1, T2, T3, T4: AI_CPU ops" in row["message"]
+    assert row["evidence"] == (
+        "ops[core_type=AI_CPU, dur_us > 20.0]: 6 of 6 AI_CPU ops; T0 2.000 ms; T1 1.900 ms; T2 1.800 ms; T3 1.700 ms; "
+        "T4 1.600 ms"
+    )
+    no_core = _ops(rows)["ops_for_checks"].drop(columns=["core_type"])  # where an op ran is unknown
+    assert aicpu_ops.find({"ops_for_checks": no_core}, {}) == []
+
+
+def test_aicpu_ops_share_of_compute_time_unknown_or_under_one_microsecond():
+    # the long AI_CPU op is not a compute op and nothing else is: the compute time is 0, the share unknown (medium)
+    (row,) = aicpu_ops.find(_ops([(0, "AI_CPU", 30.0, "other", "Cast")]), {})
+    assert row["severity"] == "medium" and "(0.03 ms, nan% of compute time)" in row["message"]
+    # 0.5 us of compute time: 30 / 0.5 = 6000% of it, high
+    (row,) = aicpu_ops.find(_ops([(0, "AI_CPU", 30.0, "other", "Cast"), (0, "AI_CORE", 0.5, "compute", "M")]), {})
+    assert row["severity"] == "high" and "6000.0% of compute time" in row["message"]
+
+
+def test_time_budget_imbalance_edges():
+    from analyzers.analyses.advice.budget import time_budget
+
+    ri = pd.DataFrame({"dimension": ["computing"], "max_rank": [0], "min_rank": [9], "spread_ms": [3.0]})
+    # rank 0 on stage 0, rank 9's stage unknown: the 3 ms spread counts as within a stage
+    rs = pd.DataFrame({"rank": [0, 1], "stage": [0, 1]})
+    assert time_budget({"rank_imbalance": ri, "rank_stages": rs}, {})["imbalance"] == pytest.approx(3.0)
+    for col in ri.columns:  # a rank_imbalance table without one of its columns says nothing
+        assert time_budget({"rank_imbalance": ri.drop(columns=[col])}, {})["imbalance"] is None
+    # two ranks of median step 1.0 and 1.5 s: the slowest 1.5 - 1.25 s (their median) = 250 ms above
+    ws = pd.DataFrame({"rank": [0, 1], "step_time_s": [1.0, 1.5]})
+    assert time_budget({"workload_steps": ws}, {})["imbalance"] == pytest.approx(250.0)
+    for col in ws.columns:
+        assert time_budget({"workload_steps": ws.drop(columns=[col])}, {})["imbalance"] is None
+    # stages of 0.5 and 2 ms compute: 1.5 ms apart (under 1 ms is still compute)
+    st = pd.DataFrame({"stage": [0, 1], "computing_ms": [0.5, 2.0]})
+    assert time_budget({"stages": st}, {})["imbalance"] == pytest.approx(1.5)
