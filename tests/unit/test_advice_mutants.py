@@ -1774,3 +1774,68 @@ def test_time_budget_imbalance_edges():
     # stages of 0.5 and 2 ms compute: 1.5 ms apart (under 1 ms is still compute)
     st = pd.DataFrame({"stage": [0, 1], "computing_ms": [0.5, 2.0]})
     assert time_budget({"stages": st}, {})["imbalance"] == pytest.approx(1.5)
+
+
+def test_exposed_communication_ranks_of_at_least_half_the_largest():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    per = pd.DataFrame({"x": [1.0, 4.0, 2.0]}, index=[0, 1, 2])  # rank 2 carries exactly half of rank 1's: kept
+    assert ec._ranks(per, "x").index.tolist() == [1, 2]
+
+
+def test_exposed_collectives_without_the_profilers_source_and_with_a_rough_split():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    # collectives 4 and 3 ms on ranks 0 and 1 (3 >= half of 4): both named; comm_exposure says nothing of its source
+    per = pd.DataFrame({"exposed_collective_us": [4000.0, 3000.0]}, index=[0, 1])
+    t = {"comm_exposure": pd.DataFrame({"rank": [0, 1], "exposed_us": [4000.0, 3000.0]})}
+    row = ec._collective(t, per, 0.3, 0.1)
+    assert (row["kind"], row["ranks"], row["stage"]) == ("collective", [0, 1], None)
+    assert row["message"] == (
+        "30% of step time is communication not hidden behind compute (> 20%), 90% of it in collectives (most on "
+        "ranks 0, 1): overlap gradient all-reduce with backward, fuse/bucket gradients, compress gradients, or use "
+        "fewer, larger collectives."
+    )
+    t["comm_exposure"]["source"] = "profiler (receive only)"  # both ranks: the profiler counts sends with them
+    row = ec._collective(t, per, 0.3, 0.1)
+    assert row["message"] == (
+        "30% of step time is communication not hidden behind compute (> 20%), at least 10% of it pipeline receives; "
+        "on ranks 0, 1 the profiler counts send / batchSendRecv with the collectives, so how much is gradient "
+        "all-reduce is not known without the kernels: check comm_types before overlapping or bucketing gradients."
+    )
+
+
+def test_waiting_on_the_bottleneck_under_a_microsecond_and_its_ms_per_step():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    t = {"stages": pd.DataFrame({"stage": [0, 1], "computing_ms": [10.0, 15.0], "ranks": ["0", "1"]})}
+    # rank 0 (stage 0) carries 1 us of the 1.5 us exposed: 67% > 1 of 2 ranks; all of it send/receive: 100%
+    per = pd.DataFrame({"exposed_us": [1.0, 0.5], "exposed_p2p_us": [1.0, 0.0], "stage": [0, 1]}, index=[0, 1])
+    assert "0.001 ms per step, 100% pipeline send/receive" in ec._waiting_on_bottleneck(t, per, 0.3)["message"]
+    # 9990 us per step: 9.99 ms
+    per = pd.DataFrame({"exposed_us": [9990.0, 10.0], "exposed_p2p_us": [0.0, 0.0], "stage": [0, 1]}, index=[0, 1])
+    assert "(ranks 0: 9.99 ms per step, 0% pipeline" in ec._waiting_on_bottleneck(t, per, 0.3)["message"]
+
+
+def _grad_ops(rows):
+    # all-reduces over a group of 2 (factor 2 (2 - 1) / 2 = 1): (rank, step, size_bytes, transit_ms, group_size)
+    df = pd.DataFrame(rows, columns=["rank", "step", "size_bytes", "transit_ms", "group_size"])
+    return df.assign(op_type="allreduce", wait_ms=0.0, elapse_ms=df["transit_ms"])
+
+
+def test_compression_try_with_the_exposed_time_unknown_and_the_casts_on_the_cpu():
+    from analyzers.analyses.advice.exposed_communication import compression_try
+
+    # 2 ranks x 4 steps, one 64e6 B all-reduce of 10 ms each: 10 ms of bytes per rank and step; the exposed time
+    # unknown (no step_breakdown): half of it saved, 200 - 5 = 195 ms. One op's group size is unreadable: the 2 ranks
+    rows = [(r, s, 64e6, 10.0, 2) for r in range(2) for s in range(4)]
+    co = _grad_ops(rows).astype({"group_size": object})
+    co.loc[0, "group_size"] = "?"
+    knob, step = compression_try({"comm_ops": co}, {"step_time_s": 0.2})
+    assert knob == {"parallel.grad_compression": "fp16"} and step == pytest.approx(195.0)
+    # the casts on the host CPU: 1.6 ns x 8 x 64e6 B / 4 steps / 2 ranks = 102.4 ms per step added: 200 - (5 - 102.4)
+    # = 297.4 ms. An all-reduce over a group of 1 (factor 0, nothing moved) is left out, its bytes too
+    co = _grad_ops(rows + [(0, 0, 64e6, 10.0, 1)])
+    cpu = pd.DataFrame({"core_type": ["CPU"]})
+    _, step = compression_try({"comm_ops": co, "ops_for_checks": cpu}, {"step_time_s": 0.2})
+    assert step == pytest.approx(297.4, abs=1e-6)
