@@ -1839,3 +1839,44 @@ def test_compression_try_with_the_exposed_time_unknown_and_the_casts_on_the_cpu(
     cpu = pd.DataFrame({"core_type": ["CPU"]})
     _, step = compression_try({"comm_ops": co, "ops_for_checks": cpu}, {"step_time_s": 0.2})
     assert step == pytest.approx(297.4, abs=1e-6)
+
+
+def test_small_packets_leave_out_activation_collectives_and_count_only_under_1_mib():
+    from analyzers.analyses.advice import small_packets
+
+    # one rank, one step: 8 small gradient collectives (data_parallel) and 100 large tensor-parallel ones: the
+    # tensor-parallel ones are activations (comm_fusion cannot fuse them): 8 of 8 small
+    grads = _packets(8, 0, ranks=1, steps=1).assign(comm_class="data_parallel")
+    tp = _packets(0, 100, ranks=1, steps=1).assign(comm_class="tensor_parallel")
+    (row,) = small_packets.find({"comm_ops": pd.concat([grads, tp], ignore_index=True)}, {})
+    assert row["evidence"] == "comm_ops: 8/8 ops with size_bytes < 1048576, median size 1024 B"
+    assert small_packets.find({"comm_ops": tp}, {}) == []  # nothing but activations
+    # 8 collectives of exactly 1 MiB: not under it
+    assert small_packets.find({"comm_ops": grads.assign(size_bytes=1 << 20)}, {}) == []
+
+
+def test_small_packets_time_share_under_a_millisecond_and_steps_written_as_text():
+    from analyzers.analyses.advice import small_packets
+
+    # 8 small collectives of 0.001 ms and 2 large of 0.1 ms: 80% of them small but 0.008 of 0.208 ms (3.8%) of
+    # their time: no finding
+    co = pd.concat([_packets(8, 0, ranks=1, steps=1, small_ms=0.001), _packets(0, 2, ranks=1, steps=1)])
+    co.loc[co["size_bytes"] > 1024, "elapse_ms"] = 0.1
+    assert small_packets.find({"comm_ops": co}, {}) == []
+    # an unreadable step counts no step: at least one, 8 collectives per step
+    text = _packets(8, 0, ranks=1, steps=1).astype({"step": object}).assign(step="?")
+    assert small_packets.find({"comm_ops": text}, {})[0]["message"].startswith("100% of collectives (100% of their")
+
+
+def test_free_time_scope_of_the_ranks_other_than_the_straggler_whose_steps_are_short():
+    from analyzers.analyses.advice import free_time
+
+    sr = _slow_ranks([("dp0", 1, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    # rank 1 is late; rank 0's steps took 0 us in all (its idle time is no share of anything): all ranks stay
+    sb = pd.DataFrame({"rank": [0, 1], "step_us": [0.0, 1e4], "free_us": [5.0, 4000.0]})
+    out, share, on, _, _ = free_time._scope({"slow_ranks": sr}, sb, 0.4)
+    assert out["rank"].tolist() == [0, 1] and share == 0.4 and on == ""
+    # rank 0's step of 1 us, 0.5 us idle: 50% > 10%: only rank 0 counts
+    sb = pd.DataFrame({"rank": [0, 1], "step_us": [1.0, 1e4], "free_us": [0.5, 4000.0]})
+    out, share, on, _, _ = free_time._scope({"slow_ranks": sr}, sb, 0.4)
+    assert out["rank"].tolist() == [0] and share == 0.5
