@@ -1880,3 +1880,13 @@ def test_free_time_scope_of_the_ranks_other_than_the_straggler_whose_steps_are_s
     sb = pd.DataFrame({"rank": [0, 1], "step_us": [1.0, 1e4], "free_us": [0.5, 4000.0]})
     out, share, on, _, _ = free_time._scope({"slow_ranks": sr}, sb, 0.4)
     assert out["rank"].tolist() == [0] and share == 0.5
+
+
+def test_compression_try_fits_bytes_terms_under_one():
+    from analyzers.analyses.advice.exposed_communication import compression_try
+
+    # two 1-byte all-gathers over 2 ranks (factor (2 - 1) / 2 = 0.5: bytes terms 0.5 each, their squares 0.5 in all)
+    # of 1 ms in one step: 1 / 0.5 = 2 ms per unit, bytes 2 x (0.5 + 0.5) / 1 step / 2 ranks = 1 ms, half saved
+    co = _grad_ops([(0, 0, 1.0, 1.0, 2), (1, 0, 1.0, 1.0, 2)]).assign(op_type="allgather")
+    _, step = compression_try({"comm_ops": co}, {"step_time_s": 0.2})
+    assert step == pytest.approx(199.5)
