@@ -1890,3 +1890,37 @@ def test_compression_try_fits_bytes_terms_under_one():
     co = _grad_ops([(0, 0, 1.0, 1.0, 2), (1, 0, 1.0, 1.0, 2)]).assign(op_type="allgather")
     _, step = compression_try({"comm_ops": co}, {"step_time_s": 0.2})
     assert step == pytest.approx(199.5)
+
+
+def test_tensor_parallel_limits_and_knob_types():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+
+    ex = pd.DataFrame({"rank": [0], "step": [1], "comm_class": ["tensor_parallel"], "exposed_us": [20_000.0]})
+    # 20 ms of a 100 ms step: exactly 20%, not above
+    assert tpc.find({"comm_exposure_classes": ex}, {"step_time_s": 0.1}) == []
+    # without comm_class nothing says which collectives are tensor-parallel
+    assert tpc.find({"comm_exposure_classes": ex.drop(columns=["comm_class"])}, {"step_time_s": 0.05}) == []
+    # 20 of 50 ms; no run config: the whole exposed time, an upper bound, and no knob
+    (row,) = tpc.find({"comm_exposure_classes": ex}, {"step_time_s": 0.05})
+    assert row["basis"] == (
+        "upper bound: all exposed tensor-parallel all-reduce time per step goes with tensor_parallel=1"
+    )
+    # T = 4, B = 2 over 8 ranks (already data parallel): halve both, as integers (T 2, B 1)
+    cfg = {"parallel": {"tensor_parallel": 4}, "train": {"batch_size": 2}, "world_size": 8}
+    (row,) = tpc.find({"comm_exposure_classes": ex, "_config": cfg}, {"step_time_s": 0.05})
+    assert row["try"] == {"parallel.tensor_parallel": 2, "train.batch_size": 1}
+    assert [type(v) for v in row["try"].values()] == [int, int]
+
+
+def test_tensor_parallel_step_times_of_other_ranks_and_under_a_millisecond():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+
+    # rank 0's step 1 took 0.5 ms, 0.2 ms of it exposed tensor-parallel: 40%; rank 5's 300 ms step has no
+    # tensor-parallel time and is not part of the mean step
+    ex = pd.DataFrame({"rank": [0], "step": [1], "comm_class": ["tensor_parallel"], "exposed_us": [200.0]})
+    steps = pd.DataFrame({"rank": [0, 5], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [500.0, 300_000.0]})
+    (row,) = tpc.find({"comm_exposure_classes": ex, "steps": steps}, {})
+    assert row["evidence"] == (
+        "comm_exposure_classes[comm_class=tensor_parallel]: 0.20 ms exposed per rank and step (mean over 1 "
+        "rank-steps) / step 0.50 ms = 0.40 (> 0.2)"
+    )
