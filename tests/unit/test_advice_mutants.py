@@ -1924,3 +1924,24 @@ def test_tensor_parallel_step_times_of_other_ranks_and_under_a_millisecond():
         "comm_exposure_classes[comm_class=tensor_parallel]: 0.20 ms exposed per rank and step (mean over 1 "
         "rank-steps) / step 0.50 ms = 0.40 (> 0.2)"
     )
+
+
+def test_tensor_parallel_halving_that_adds_more_collectives_than_it_removes():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+    from tests.unit.test_advice_tensor_parallel import EX, STEPS, _cfg
+    from tests.unit.test_advice_tensor_parallel import _ops as _update_ops
+
+    # tests/unit/test_advice_tensor_parallel.py's case by hand: 2 ranks at T = 2 (one replica), 40 ms exposed per
+    # rank and step in 12 tensor-parallel all-reduces (3.33 ms each); T = 1 with batch 2 adds 12 expert dispatch /
+    # combine and 32 - 8 = 24 unfused gradient all-reduces (32 update ops per rank and step, the experts' 8 left out):
+    # 40 x (1 - 36 / 12) = -80 ms, not positive: no knob, gain 0
+    t = {"comm_exposure_classes": EX, "steps": STEPS, "_config": _cfg(), "ops_for_checks": _update_ops(32)}
+    (row,) = tpc.find(t, {})
+    assert row["gain_ms"] == 0.0 and row["try"] is None
+    assert row["basis"] == (
+        "exposed tensor-parallel time 40.0 ms x (1 - 36 added / 12 tensor-parallel collectives per step) = -80.0 ms"
+    )
+    assert row["evidence"].endswith(
+        "; tensor_parallel=1 adds 36 collectives per step (12 expert_dispatch, 24 dp_grad) at 3.33 ms each (this "
+        "run's 12 tensor-parallel all-reduces: 40.00 ms) -> net -80.00 ms"
+    )
