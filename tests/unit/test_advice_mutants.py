@@ -1945,3 +1945,11 @@ def test_tensor_parallel_halving_that_adds_more_collectives_than_it_removes():
         "; tensor_parallel=1 adds 36 collectives per step (12 expert_dispatch, 24 dp_grad) at 3.33 ms each (this "
         "run's 12 tensor-parallel all-reduces: 40.00 ms) -> net -80.00 ms"
     )
+
+
+def test_bandwidth_reference_needs_the_transport():
+    from analyzers.analyses.advice import bandwidth_reference as br
+
+    cb = _bandwidth([(0, "hccs", 8.0, 2.0)])  # 4 GB/s on HCCS would be under half its 18 GB/s
+    assert len(br.find({"comm_bandwidth": cb}, {})) == 1
+    assert br.find({"comm_bandwidth": cb.drop(columns=["transport"])}, {}) == []
