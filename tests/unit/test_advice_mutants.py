@@ -1924,6 +1924,8 @@ def test_tensor_parallel_step_times_of_other_ranks_and_under_a_millisecond():
         "comm_exposure_classes[comm_class=tensor_parallel]: 0.20 ms exposed per rank and step (mean over 1 "
         "rank-steps) / step 0.50 ms = 0.40 (> 0.2)"
     )
+    assert row["severity"] == "medium"  # 40% is not above 40%
+    assert row["message"].startswith("Tensor-parallel all-reduce is 40% of the step (0.2 ms exposed per step): lower")
 
 
 def test_tensor_parallel_halving_that_adds_more_collectives_than_it_removes():
@@ -1945,6 +1947,22 @@ def test_tensor_parallel_halving_that_adds_more_collectives_than_it_removes():
         "; tensor_parallel=1 adds 36 collectives per step (12 expert_dispatch, 24 dp_grad) at 3.33 ms each (this "
         "run's 12 tensor-parallel all-reduces: 40.00 ms) -> net -80.00 ms"
     )
+    assert row["message"] == (
+        "Tensor-parallel all-reduce is 40% of the step (40.0 ms exposed per step, tensor_parallel=2): lowering "
+        "parallel.tensor_parallel would not pay (its data-parallel collectives cost more than the 40.0 ms it "
+        "removes): keep each tensor-parallel group within a node (its all-reduces run twice per transformer block "
+        "in forward and in backward)."
+    )
+    # 8 update ops, all the experts': 12 added for 12 removed, a gain of exactly 0: still no knob
+    (row,) = tpc.find({**t, "ops_for_checks": _update_ops(8)}, {})
+    assert row["gain_ms"] == 0.0 and row["try"] is None
+    # no update ops: the unfused gradient all-reduces cannot be counted: unknown, with the knob kept
+    (row,) = tpc.find({k: v for k, v in t.items() if k != "ops_for_checks"}, {})
+    assert row["gain_ms"] is None and row["try"] == {"parallel.tensor_parallel": 1, "train.batch_size": 2}
+    assert row["basis"] == (
+        "unknown: what tensor_parallel=1 adds (the data-parallel collectives of the doubled replicas) needs the "
+        "world size, the MoE layout and the optimizer's update ops"
+    )
 
 
 def test_bandwidth_reference_needs_the_transport():
@@ -1953,3 +1971,40 @@ def test_bandwidth_reference_needs_the_transport():
     cb = _bandwidth([(0, "hccs", 8.0, 2.0)])  # 4 GB/s on HCCS would be under half its 18 GB/s
     assert len(br.find({"comm_bandwidth": cb}, {})) == 1
     assert br.find({"comm_bandwidth": cb.drop(columns=["transport"])}, {}) == []
+
+
+def test_exposed_communication_less_the_load_excess_and_its_evidence():
+    from analyzers.analyses.advice import exposed_communication as ec
+    from analyzers.analyses.advice.common import LOAD_EXCESS_KEY
+
+    # collectives (no p2p); the most exposed rank's 5 ms. No load excess: the whole 5 ms, nothing said
+    t = _exposure_tables([5000.0, 3000.0, 1000.0, 1000.0], [0.0] * 4)
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.0}, {})
+    assert row["gain_ms"] == pytest.approx(5.0) and row["basis"] == BASIS
+    load = "its collectives took beyond the fastest of their kind (load)"
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.5}, {})  # 0.5 ms of it the collectives' wait for a core
+    assert row["gain_ms"] == pytest.approx(4.5) and row["basis"] == f"{BASIS}; less 0.5 ms {load}"
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 10.0}, {})  # more than all of it: nothing left
+    assert row["gain_ms"] == 0.0 and row["basis"] == f"{BASIS}; less 5 ms {load}"
+    # fp16 on 2 ranks x 4 steps of one 64e6 B all-reduce of 10 ms: 10 ms of bytes, half of it (5 ms, all the exposed
+    # time) saved of a 200 ms step
+    co = _grad_ops([(r, s, 64e6, 10.0, 2) for r in range(2) for s in range(4)])
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.0, "comm_ops": co}, {"step_time_s": 0.2})
+    assert row["try"] == {"parallel.grad_compression": "fp16"} and row["predicted_step_ms"] == pytest.approx(195.0)
+    # the split unknown (no comm_exposure): 25% exposed, medium
+    (row,) = ec.find({"step_breakdown": t["step_breakdown"], LOAD_EXCESS_KEY: 0.0}, {})
+    assert row["severity"] == "medium"
+    # 9.99 ms of p2p and 9.99 ms of collectives (medians per rank, summed)
+    t = _exposure_tables([9990.0, 9990.0, 0.0, 0.0], [9990.0, 0.0, 0.0, 0.0])
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.0}, {})
+    assert row["evidence"].endswith("pipeline p2p 9.99 ms, collectives 9.99 ms (50% p2p)")
+
+
+def test_wait_ratio_needs_ranks_and_the_slowest_stage_may_list_none():
+    from analyzers.analyses.advice import stage_imbalance, wait_ratio
+
+    co = _comm([(0, "allreduce", 1, 3.0, 1.0)])
+    assert wait_ratio.find({"comm_ops": co.drop(columns=["rank"])}, {}) == []
+    # stage 1 (13 ms) is the bottleneck but its ranks are not listed: it names no rank
+    (row,) = stage_imbalance.find({"stages": _stages([(0, 10.0, "0"), (1, 13.0, "")])}, {})
+    assert row["ranks"] == [] and row["stage"] == 1
