@@ -1925,7 +1925,13 @@ def test_tensor_parallel_step_times_of_other_ranks_and_under_a_millisecond():
         "rank-steps) / step 0.50 ms = 0.40 (> 0.2)"
     )
     assert row["severity"] == "medium"  # 40% is not above 40%
-    assert row["message"].startswith("Tensor-parallel all-reduce is 40% of the step (0.2 ms exposed per step): lower")
+    assert row["message"].startswith(
+        "Tensor-parallel all-reduce is 40% of the step (0.2 ms exposed per step): lower parallel.tensor_parallel (more"
+    )
+    # at T = 4 over 8 ranks (already data parallel) halving adds nothing: the gain is all 0.2 ms, the knob kept
+    cfg = {"parallel": {"tensor_parallel": 4}, "train": {"batch_size": 8}, "world_size": 8}
+    (row,) = tpc.find({"comm_exposure_classes": ex, "steps": steps, "_config": cfg}, {})
+    assert row["gain_ms"] == pytest.approx(0.2) and row["try"] == {"parallel.tensor_parallel": 2, "train.batch_size": 4}
 
 
 def test_tensor_parallel_halving_that_adds_more_collectives_than_it_removes():
