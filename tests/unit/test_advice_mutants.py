@@ -2014,3 +2014,33 @@ def test_wait_ratio_needs_ranks_and_the_slowest_stage_may_list_none():
     # stage 1 (13 ms) is the bottleneck but its ranks are not listed: it names no rank
     (row,) = stage_imbalance.find({"stages": _stages([(0, 10.0, "0"), (1, 13.0, "")])}, {})
     assert row["ranks"] == [] and row["stage"] == 1
+
+
+def test_fusion_gain_on_the_host_with_the_latency_alone_and_nothing_to_remove():
+    from analyzers.analyses.advice.small_packets import fusion_gain
+
+    # one rank, one step, one group: all-reduces over 2 ranks (2 ring hops each), 1000 B in 2 ms and 2000 B in 1 ms:
+    # the larger is faster (a negative bytes term): latency alone, (2 x 2 + 2 x 1) / (2^2 + 2^2) = 0.75 ms per hop.
+    # One fused all-reduce: max(the longest 2 ms, 0.75 x 2 hops) = 2 ms; they ran one after another (no starts):
+    # 3 - 2 = 1 ms removed
+    co = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": 1,
+            "op_type": "allreduce",
+            "group_size": 2,
+            "group": "g",
+            "size_bytes": [1000.0, 2000.0],
+            "transit_ms": [2.0, 1.0],
+            "elapse_ms": [2.0, 1.0],
+        }
+    )
+    gain, basis = fusion_gain(co, observed=True)
+    assert gain == pytest.approx(1.0) and "(750 us per ring hop" in basis
+    # both started at 0 and took 2 ms: 2 of their 4 ms covered, serial share 0.5: 3 x 0.5 = 1.5 ms, less than the
+    # fused 2 ms: nothing removed
+    gain, _ = fusion_gain(co.assign(start_us=0.0, elapse_ms=2.0), observed=True)
+    assert gain == 0.0
+    # barriers of 0.1234 ms (no bytes term): 123.4 us per hop
+    barriers = co.assign(op_type="barrier", transit_ms=0.1234, size_bytes=1024.0)
+    assert "(123 us per ring hop" in fusion_gain(barriers, observed=True)[1]
