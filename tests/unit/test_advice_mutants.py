@@ -2044,3 +2044,35 @@ def test_fusion_gain_on_the_host_with_the_latency_alone_and_nothing_to_remove():
     # barriers of 0.1234 ms (no bytes term): 123.4 us per hop
     barriers = co.assign(op_type="barrier", transit_ms=0.1234, size_bytes=1024.0)
     assert "(123 us per ring hop" in fusion_gain(barriers, observed=True)[1]
+
+
+def test_load_excess_kinds_group_sizes_and_columns():
+    from analyzers.analyses.advice.common import load_excess_ms
+
+    cpu = {"ops_for_checks": pd.DataFrame({"core_type": ["CPU"]})}
+
+    def co(rows, cols=("rank", "step", "op_type", "group_size", "size_bytes", "transit_ms")):
+        return pd.DataFrame(rows, columns=list(cols))
+
+    # two steps, one 1 KiB all-reduce each, 2 and 5 ms: floor 2 ms, excess 0 and 3 ms, the median 1.5 ms
+    base = [(0, 0, "AllReduce", 2, 1024.0, 2.0), (0, 1, "AllReduce", 2, 1024.0, 5.0)]
+    assert load_excess_ms({"comm_ops": co(base), **cpu}) == pytest.approx(1.5)
+    # pipeline sends and receives (2 and 11 ms in the two steps) are not collectives: left out
+    p2p = [(0, s, k, 2, 1024.0, t) for k in ("Send", "Recv") for s, t in ((0, 2.0), (1, 11.0))]
+    assert load_excess_ms({"comm_ops": co(base + p2p), **cpu}) == pytest.approx(1.5)
+    assert load_excess_ms({"comm_ops": co(p2p), **cpu}) == 0.0  # nothing but them: none waited
+    # the same size over groups of 2 and 4 ranks are two kinds: each at its own floor, no excess
+    mixed = [(0, 0, "AllReduce", 2, 1024.0, 2.0), (0, 1, "AllReduce", 4, 1024.0, 5.0)]
+    assert load_excess_ms({"comm_ops": co(mixed), **cpu}) == 0.0
+    # group sizes unknown (NaN or unreadable) are one kind of their own (0): 2 and 5 ms -> 1.5 ms; a 1 ms all-reduce
+    # over a group of 1 in step 0 is another kind (excess 0): step 0 0 ms, step 1 3 ms
+    unknown = [(0, 0, "AllReduce", None, 1024.0, 2.0), (0, 1, "AllReduce", "?", 1024.0, 5.0)]
+    assert load_excess_ms({"comm_ops": co(unknown), **cpu}) == pytest.approx(1.5)
+    one = [(0, 0, "AllReduce", 1, 1024.0, 1.0)]
+    assert load_excess_ms({"comm_ops": co(unknown + one), **cpu}) == pytest.approx(1.5)
+    # without a group_size column every all-reduce is one kind
+    assert load_excess_ms({"comm_ops": co(base).drop(columns=["group_size"]), **cpu}) == pytest.approx(1.5)
+    for col in ("rank", "step", "op_type", "size_bytes"):  # a column it needs missing: unknown
+        assert load_excess_ms({"comm_ops": co(base).drop(columns=[col]), **cpu}) is None
+    # operators whose core is not said: where they ran is unknown
+    assert load_excess_ms({"comm_ops": co(base), "ops_for_checks": pd.DataFrame({"op_name": ["MatMul"]})}) is None
