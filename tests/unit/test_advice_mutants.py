@@ -2076,3 +2076,13 @@ def test_load_excess_kinds_group_sizes_and_columns():
         assert load_excess_ms({"comm_ops": co(base).drop(columns=[col]), **cpu}) is None
     # operators whose core is not said: where they ran is unknown
     assert load_excess_ms({"comm_ops": co(base), "ops_for_checks": pd.DataFrame({"op_name": ["MatMul"]})}) is None
+
+
+def test_pipeline_bubble_exactly_10_points_over_the_ideal_and_without_bubble_fractions():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    # one stage, ideal 0 (its schedule never idles it), bubble 10%: 0.1 over the ideal is not above 0.1
+    pl = _pipeline([(0, 0.1, 0.0, 90_000.0, 1, 4)])
+    assert pipeline_bubble.find({"pipeline": pl}, {"step_time_s": 0.1}) == []
+    assert len(pipeline_bubble.find({"pipeline": pl.assign(bubble_fraction=0.2)}, {"step_time_s": 0.1})) == 1
+    assert pipeline_bubble.find({"pipeline": pl.drop(columns=["bubble_fraction"])}, {}) == []
