@@ -2086,3 +2086,43 @@ def test_pipeline_bubble_exactly_10_points_over_the_ideal_and_without_bubble_fra
     assert pipeline_bubble.find({"pipeline": pl}, {"step_time_s": 0.1}) == []
     assert len(pipeline_bubble.find({"pipeline": pl.assign(bubble_fraction=0.2)}, {"step_time_s": 0.1})) == 1
     assert pipeline_bubble.find({"pipeline": pl.drop(columns=["bubble_fraction"])}, {}) == []
+
+
+def test_slow_rank_in_a_pp_group_of_unbalanced_stages_and_rows_without_a_scope():
+    from analyzers.analyses.advice import slow_rank
+
+    # stage 1 computes 13 / 10 = 1.3x stage 0; rank 2 (stage 1) and rank 7 (stage unknown) are late in the pp group
+    # 'pp0': the pipeline split's lateness, not a slow rank
+    sr = _slow_ranks(
+        [
+            ("pp0", 2, True, "group", "pp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+            ("pp0", 7, True, "group", "pp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+        ]
+    )
+    t = {
+        "slow_ranks": sr,
+        "stages": _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")]),
+        "rank_stages": pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]}),
+    }
+    a, b = slow_rank.find(t, {})
+    tail = (
+        "arrives last in group 'pp0' between pipeline stages (mean 0.50 ms late per transfer) while stage 1 computes "
+        "1.3x the least stage: the other stage waits for the slower one. This is the pipeline split, not a slow "
+        "rank: rebalance the layers across stages (see stage_imbalance)."
+    )
+    assert a["cross_stage"] is True and a["message"] == f"Rank 2 (stage 1) {tail}"
+    assert b["message"] == f"Rank 7 {tail}"
+    # a slow_ranks table without a scope column: every row is a group's
+    (row,) = slow_rank.find({"slow_ranks": sr.iloc[:1].drop(columns=["scope"])}, {})
+    assert row["ranks"] == [2]
+    assert slow_rank.find({"slow_ranks": sr.drop(columns=["slow"])}, {}) == []  # which rank is slow: unknown
+
+
+def test_breakdown_share_needs_compute_and_step_time():
+    from analyzers.analyses.advice.common import breakdown_share
+
+    sb = pd.DataFrame({"rank": [0], "step_us": [10_000.0], "computing_us": [5_000.0], "free_us": [2_000.0]})
+    share, _ = breakdown_share({"step_breakdown": sb}, "free_us")
+    assert share == pytest.approx(0.2)
+    assert breakdown_share({"step_breakdown": sb.assign(computing_us=0.0)}, "free_us") is None  # no op profiled
+    assert breakdown_share({"step_breakdown": sb.assign(step_us=0.0)}, "free_us") is None  # steps of no time
