@@ -2126,3 +2126,39 @@ def test_breakdown_share_needs_compute_and_step_time():
     assert share == pytest.approx(0.2)
     assert breakdown_share({"step_breakdown": sb.assign(computing_us=0.0)}, "free_us") is None  # no op profiled
     assert breakdown_share({"step_breakdown": sb.assign(step_us=0.0)}, "free_us") is None  # steps of no time
+
+
+def test_edges_of_the_shared_helpers_stages_and_the_bubble():
+    from analyzers.analyses.advice import pipeline_bubble, slow_rank, stage_imbalance
+    from analyzers.analyses.advice.common import budget_part, load_excess_ms, trusted
+
+    # gloo's pipeline send/receive names no group: the message names none
+    sr = _slow_ranks([("", 2, True, "group", "pp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    t = {
+        "slow_ranks": sr,
+        "stages": _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")]),
+        "rank_stages": pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]}),
+    }
+    (row,) = slow_rank.find(t, {})
+    assert row["message"].startswith("Rank 2 (stage 1) arrives last between pipeline stages (mean 0.50 ms late")
+    # stages: computing under 1 ms still counts (0.5 vs 2 ms: 4x); unknown ranks keep a stage; no computing column
+    # or no stage with compute: nothing
+    (row,) = stage_imbalance.find({"stages": _stages([(0, 0.5, None), (1, 2.0, "1")])}, {})
+    assert row["stage"] == 1 and "computes 4.0x more than stage 0" in row["message"]
+    assert stage_imbalance.find({"stages": _stages([(0, 0.5, "0")]).drop(columns=["computing_ms"])}, {}) == []
+    assert stage_imbalance.find({"stages": _stages([(0, 0.0, "0"), (1, 0.0, "1")])}, {}) == []
+    # a rank of unknown consistency is kept; nothing consistent: no breakdown
+    sb = pd.DataFrame({"rank": [0, 1], "free_us": [1000.0, 3000.0], "consistent": [True, None]})
+    assert trusted(sb)["rank"].tolist() == [0, 1]
+    assert trusted(sb.assign(consistent=False)) is None
+    assert budget_part(sb.drop(columns=["rank"]), "free_us") is None  # per rank: which rank unknown
+    # load excess under 1 ms: 2 and 3 ms all-reduces of one size: 0 and 1 ms over the floor, median 0.5 ms
+    co = pd.DataFrame(
+        {"rank": 0, "step": [0, 1], "op_type": "AllReduce", "group_size": 2, "size_bytes": 1024.0, "transit_ms": [2, 3]}
+    )
+    assert load_excess_ms({"comm_ops": co, "ops_for_checks": pd.DataFrame({"core_type": ["CPU"]})}) == 0.5
+    # the bubble: 0.4 over an ideal 0.2 with no window: no gain (not NaN); a 99.9 ms window in the basis
+    pl = pd.DataFrame({"stage": [0], "bubble_fraction": [0.4], "ideal_fraction": [0.2]})
+    assert pipeline_bubble.find({"pipeline": pl}, {})[0]["gain_ms"] is None
+    (row,) = pipeline_bubble.find({"pipeline": _pipeline([(0, 0.4, 0.2, 99_900.0, 2, 4)])}, {})
+    assert row["basis"].endswith("0.200 x 99.9 ms (medians over steps)")
