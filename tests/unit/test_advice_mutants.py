@@ -2162,3 +2162,13 @@ def test_edges_of_the_shared_helpers_stages_and_the_bubble():
     assert pipeline_bubble.find({"pipeline": pl}, {})[0]["gain_ms"] is None
     (row,) = pipeline_bubble.find({"pipeline": _pipeline([(0, 0.4, 0.2, 99_900.0, 2, 4)])}, {})
     assert row["basis"].endswith("0.200 x 99.9 ms (medians over steps)")
+
+
+def test_a_bubble_above_its_ideal_explains_exposed_time_even_where_its_ranks_idle_more():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    # stage 0 (ranks 0, 1): 0.4 over an ideal 0.2; its ranks idle 5 ms and expose 1 ms per step. Only a bubble at its
+    # ideal (too few micro-batches) is drawn from where it shows; one above it is exposed time
+    sb = pd.DataFrame({"rank": [0, 1], "free_us": [5000.0] * 2, "communication_not_overlapped_us": [1000.0] * 2})
+    t = {"pipeline": _pipeline([(0, 0.4, 0.2, 20_000.0, 2, 4)]), "rank_stages": STAGES, "step_breakdown": sb}
+    assert pipeline_bubble.find(t, {})[0]["explains"] == "exposed"
