@@ -174,3 +174,35 @@ def test_a_fold_cycle_is_refused():
     folds = dict(FOLDS, stage_imbalance=(Fold("slow_rank", "test"),))
     with pytest.raises(ValueError, match="cycle"):
         fold_order({"stage_imbalance", "slow_rank"}, folds)
+
+
+def test_a_gain_exactly_the_step_is_not_cut_and_the_step_pool_is_drawn_once():
+    from analyzers.analyses.advice.engine import account as _account
+
+    # a root whose pool is not in the budget, gain exactly the 100 ms step: nothing cut
+    rows = [{"id": "a", "rule": "r", "gain_ms": 100.0, "symptom_of": None, "explains": "other", "basis": "b"}]
+    _account(rows, {"step": 100.0})
+    assert rows[0]["gain_ms"] == 100.0 and rows[0]["basis"] == "b"
+    # two roots drawing on the step itself: 60 ms of 100, then the 40 ms left (the first is not taken twice)
+    rows = [
+        {"id": "a", "rule": "r", "gain_ms": 60.0, "symptom_of": None, "explains": "step", "basis": "a"},
+        {"id": "b", "rule": "r", "gain_ms": 50.0, "symptom_of": None, "explains": "step", "basis": "b"},
+    ]
+    _account(rows, {"step": 100.0})
+    assert [r["gain_ms"] for r in rows] == [60.0, 40.0]
+    assert rows[1]["basis"] == "b; cut to the step time no larger finding explains (40 ms of 50)"
+
+
+def test_fold_order_names_the_cycle_and_takes_rules_without_folds():
+    from analyzers.analyses.advice import Fold
+    from analyzers.analyses.advice.engine import fold_order, link
+
+    folds = {"a": (Fold("b", "x"),), "b": (Fold("a", "y"),)}
+    with pytest.raises(ValueError) as e:
+        fold_order({"a", "b"}, folds)
+    assert str(e.value) == "advice rules fold under each other in a cycle: a -> b -> a"
+    # rule "a" declares no folds at all: it comes first, "b" folds under it
+    assert fold_order({"a", "b"}, {"b": (Fold("a", "always"),)}) == ["a", "b"]
+    rows = [{"id": "a:all", "rule": "a", "gain_ms": 2.0}, {"id": "b:all", "rule": "b", "gain_ms": 1.0}]
+    link(rows, {"b": (Fold("a", "always"),)})
+    assert [r["symptom_of"] for r in rows] == [None, "a:all"]

@@ -1483,3 +1483,692 @@ def test_fusion_gain_on_the_host_counts_collectives_that_ran_at_once_together():
         None,
         "not estimated: no collective over more than one rank",
     )
+
+
+def test_step_time_spread_of_two_ranks_whose_median_is_not_one_second():
+    # per-rank medians 0.5 and 0.7 s: the ranks' median (0.5 + 0.7) / 2 = 0.6 s; 1.1 x 0.6 = 0.66 < 0.7: rank 1
+    # fires, gain (0.7 - 0.6) s = 100 ms, 0.7 / 0.6 - 1 = 16.7% -> "17%"; rank 0 (0.5 s) does not
+    ws = pd.DataFrame({"rank": [0, 0, 1, 1], "step_time_s": [0.4, 0.6, 0.7, 0.7]})
+    (row,) = step_time_spread.find({"workload_steps": ws}, {})
+    assert row["key"] == "1" and row["ranks"] == [1]
+    assert row["gain_ms"] == pytest.approx(100.0)
+    assert row["message"] == "Rank 1's median step time 0.7000 s is 17% above the ranks' median 0.6000 s."
+    # without the rank or the step-time column there is nothing to compare
+    assert step_time_spread.find({"workload_steps": ws[["step_time_s"]]}, {}) == []
+    assert step_time_spread.find({"workload_steps": ws[["rank"]]}, {}) == []
+
+
+def test_wait_ratio_per_step_of_one_step_and_of_steps_unknown():
+    from analyzers.analyses.advice import wait_ratio
+
+    # one step: wait 3 ms, transit 1 ms: ratio 0.75, 3 ms in that one step
+    (row,) = wait_ratio.find({"comm_ops": _comm([(0, "allreduce", 7, 3.0, 1.0)])}, {})
+    assert row["gain_ms"] == pytest.approx(3.0)
+    # the step column is there but unknown (no step counted): the whole 3 ms is one step's, not 3 / 0
+    (row,) = wait_ratio.find({"comm_ops": _comm([(0, "allreduce", None, 3.0, 1.0)])}, {})
+    assert row["gain_ms"] == pytest.approx(3.0)
+
+
+def test_rank_imbalance_and_slow_link_without_the_flag_column_say_nothing():
+    from analyzers.analyses.advice import rank_imbalance
+
+    ri = _imbalance([("all", "all", "computing", 1, 0, 12.0, 10.0, 2.0, 10.0, 0.2, True)])
+    assert rank_imbalance.find({"rank_imbalance": ri.drop(columns=["flagged"])}, {}) == []
+    sl = _slow_links()
+    assert slow_link.find({**sl, "slow_links": sl["slow_links"].drop(columns=["slow"])}, {}) == []
+
+
+def test_rank_imbalance_of_an_unknown_spread_has_no_gain():
+    from analyzers.analyses.advice import rank_imbalance
+
+    ri = _imbalance([("all", "all", "computing", 1, 0, 12.0, 10.0, math.nan, 10.0, 0.2, True)])
+    (row,) = rank_imbalance.find({"rank_imbalance": ri}, {})
+    assert row["gain_ms"] is None
+
+
+def test_expert_imbalance_evidence_has_three_decimals():
+    # max/mean 1.23456 (not above 1.5), cv 0.31234 > 0.3: evidence 1.235 and 0.312, message 1.23 and 0.31
+    (row,) = expert_imbalance.find({"experts": pd.DataFrame({"max_mean_ratio": [1.23456], "cv": [0.31234]})}, {})
+    assert row["evidence"] == "experts: mean max_mean_ratio 1.235, mean cv 0.312 over 1 steps"
+    assert "(max/mean 1.23, CV 0.31)" in row["message"]
+
+
+def test_memory_fragmentation_looks_at_every_rank_after_one_that_does_not_fire():
+    # rank 0: nothing wasted (1 GiB of 1 GiB); rank 1: 1 GiB reserved, 0.5 GiB allocated: 512 MiB > max(0.3 GiB,
+    # 256 MiB)
+    mem = pd.DataFrame({"rank": [0, 1], "peak_allocated_bytes": [GiB, GiB // 2], "peak_reserved_bytes": [GiB, GiB]})
+    assert [r["key"] for r in memory_fragmentation.find({"memory": mem}, {})] == ["1"]
+
+
+def test_stage_imbalance_says_how_long_the_least_computing_stage_waits():
+    from analyzers.analyses.advice import stage_imbalance
+
+    # stage 0 (ranks 0, 1) computes 10 ms, stage 1 (ranks 2, 3) 13 ms: 1.3x. Stage 0's exposed communication:
+    # rank 0 4 ms (3 ms send/receive), rank 1 2 ms (1 ms): mean (4 + 2) / 2 = 3 ms, p2p (3 + 1) / (4 + 2) = 67%
+    t = _exposure_tables([4000.0, 2000.0, 500.0, 500.0], [3000.0, 1000.0, 0.0, 0.0])
+    t["stages"] = _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")])
+    t["rank_stages"] = pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]})
+    (row,) = stage_imbalance.find(t, {})
+    assert row["message"] == (
+        "Pipeline stage 1 is the bottleneck: stage 1 computes 1.3x more than stage 0 (13 vs 10 ms per step). "
+        "Stage 0 spends 3 ms per step (median) in exposed communication (67% pipeline send/receive), waiting for "
+        "it. Move layers off stage 1 (rebalance the layer split) or use more micro-batches."
+    )
+
+
+def test_profiler_only_needs_a_positive_profiled_excess_of_any_size():
+    from analyzers.analyses.advice import slow_rank
+
+    sr = _slow_ranks([("dp0", 2, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    t = {"slow_ranks": sr, "comm_ops": _two_step_comm()}
+    # rank 2 burns what the others' median does when profiled (excess 0 ms) and 2^-7 s = 7.8125 ms less when not:
+    # -7.8125 < 0.5 x 0, but nothing extra was burned while profiled: a straggler
+    ws = _cpu_steps(1.0 - 0.0078125)
+    ws.loc[(ws["rank"] == 2) & ws["profiled"], "cpu_s"] = 1.0
+    (row,) = slow_rank.find({**t, "workload_steps": ws}, {})
+    assert "profiler_only" not in row and row["gain_ms"] == pytest.approx(2.5)
+    # 2^-10 s = 0.9765625 ms more when profiled (under 1 ms is still more) and none otherwise: the profiler's
+    ws = _cpu_steps(1.0)
+    ws.loc[(ws["rank"] == 2) & ws["profiled"], "cpu_s"] = 1.0009765625
+    (row,) = slow_rank.find({**t, "workload_steps": ws}, {})
+    assert row["profiler_only"] is True and row["gain_ms"] == 0.0
+    said = (
+        "rank 2 burned 0.98 ms more CPU per step than the group's other ranks in the profiled steps and 0.00 ms in the "
+        "unprofiled ones (workload_steps cpu_s, median over the measured steps)"
+    )
+    was = "slow_ranks[group=dp0, rank=2]: dixon statistic 0.800 > 0.600, last in 9/10 ops"
+    assert row["evidence"] == f"{was}; workload_steps: {said}"
+    assert row["message"] == (
+        "Rank 2 arrives last in the profiled steps only: it burned 0.98 ms more CPU per step than the others while "
+        "profiled and 0.00 ms otherwise. That is the profiler's own work on this rank, not a straggler of the job."
+    )
+
+
+def test_slow_rank_of_a_group_of_unknown_kind():
+    from analyzers.analyses.advice import slow_rank
+
+    sr = _slow_ranks([("dp0", 2, True, "group", None, 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    (row,) = slow_rank.find({"slow_ranks": sr, "comm_ops": _two_step_comm()}, {})
+    assert row["message"].startswith("Rank 2 is the rank the others wait for in group 'dp0' (mean 0.50 ms late")
+
+
+def test_cpu_excess_needs_every_column_and_reads_numbers_from_text():
+    from analyzers.analyses.advice.slow_rank import cpu_excess_ms
+
+    ws = _cpu_steps(1.0078125)  # 15.625 ms more when profiled, 7.8125 ms when not (as above)
+    for col in ("rank", "step", "cpu_s", "profiled"):
+        assert cpu_excess_ms({"workload_steps": ws.drop(columns=[col])}, 2, [0, 1, 3]) is None
+    # steps and CPU times written as text are read as numbers; an unreadable one is left out
+    text = ws.astype({"step": str, "cpu_s": str})
+    assert cpu_excess_ms({"workload_steps": text}, 2, [0, 1, 3]) == (15.625, 7.8125)
+    bad = pd.DataFrame([(0, "?", 5.0, False), (2, 1, "?", False)], columns=ws.columns)
+    assert cpu_excess_ms({"workload_steps": pd.concat([text, bad])}, 2, [0, 1, 3]) == (15.625, 7.8125)
+    # a column the excess does not read, unknown on rank 2's unprofiled steps, leaves them in
+    other = ws.assign(wall_s=[None if (r == 2 and not p) else 1.0 for r, p in zip(ws["rank"], ws["profiled"])])
+    assert cpu_excess_ms({"workload_steps": other}, 2, [0, 1, 3]) == (15.625, 7.8125)
+
+
+def test_cpu_excess_takes_the_median_of_a_ranks_records_of_one_step():
+    from analyzers.analyses.advice.slow_rank import cpu_excess_ms
+
+    # rank 2 has three records of unprofiled step 0: 1.0078125, 1.0078125 and 1.5 s: median 1.0078125 s (the mean
+    # would be 1.171875 s); step 1's 1.0078125 s: unprofiled excess 7.8125 ms either step
+    ws = _cpu_steps(1.0078125)
+    extra = pd.DataFrame([(2, 0, 1.0078125, False), (2, 0, 1.5, False)], columns=ws.columns)
+    assert cpu_excess_ms({"workload_steps": pd.concat([ws, extra])}, 2, [0, 1, 3]) == (15.625, 7.8125)
+
+
+def test_group_members_needs_group_and_rank_and_leaves_unreadable_ranks_out():
+    from analyzers.analyses.advice import slow_rank
+
+    co = _two_step_comm(ranks=(0, 1))
+    assert slow_rank.group_members({"comm_ops": co.drop(columns=["group"])}) == {}
+    assert slow_rank.group_members({"comm_ops": co.drop(columns=["rank"])}) == {}
+    co = pd.concat([co, pd.DataFrame({"group": ["dp0"], "rank": ["?"], "step": [1]})])
+    assert slow_rank.group_members({"comm_ops": co}) == {"dp0": {0, 1}}
+
+
+def test_stragglers_keep_a_rank_late_within_one_stage_while_the_stages_are_unbalanced():
+    from analyzers.analyses.advice import slow_rank
+
+    # stage 1 computes 13 / 10 = 1.3x stage 0 (a bottleneck); rank 2 is late in dp0, whose ranks 0, 1 all sit on
+    # stage 0 and which is no pp group: its lateness is its own, not the split's
+    sr = _slow_ranks([("dp0", 1, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    t = {
+        "slow_ranks": sr,
+        "comm_ops": _two_step_comm(ranks=(0, 1)),
+        "stages": _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")]),
+        "rank_stages": pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]}),
+    }
+    assert slow_rank.stragglers(t) == {1}
+
+
+def test_transfer_ms_is_the_transit_else_the_elapse_less_the_wait():
+    from analyzers.analyses.advice.common import transfer_ms
+
+    # transit known: it is the transfer time, whatever elapse and wait say
+    co = pd.DataFrame({"transit_ms": [2.0, 3.0], "elapse_ms": [10.0, 10.0], "wait_ms": [1.0, 1.0]})
+    assert transfer_ms(co).tolist() == [2.0, 3.0]
+    # transit unknown everywhere: elapse - wait, an unknown wait counted as 0: 5 - 1.5 = 3.5, 6 - 0 = 6
+    co = pd.DataFrame({"transit_ms": [None, None], "elapse_ms": [5.0, 6.0], "wait_ms": [1.5, None]})
+    assert transfer_ms(co).tolist() == [3.5, 6.0]
+    assert transfer_ms(co.drop(columns=["transit_ms"])).tolist() == [3.5, 6.0]
+
+
+def test_exposure_split_of_ranks_whose_median_exposure_is_zero():
+    from analyzers.analyses.advice.common import exposure_split
+
+    # rank 0 exposes 5 ms in one of three steps: 15 ms in all (> 0), but its median over steps is 0: no share
+    ex = pd.DataFrame({"rank": 0, "step": [1, 2, 3], "exposed_us": [0.0, 0.0, 15000.0], "exposed_p2p_us": 0.0})
+    share, per = exposure_split({"comm_exposure": ex}, pd.DataFrame({"rank": [0]}))
+    assert share is None and per["exposed_us"].tolist() == [0.0]
+
+
+def test_the_load_excess_on_an_accelerator_is_zero_computed_once_or_on_its_own():
+    from analyzers.analyses.advice.common import LOAD_EXCESS_KEY, load_excess, with_load_excess
+
+    # operators ran on the AI Core, not the host CPU: no time waiting for a host core (0 ms), not unknown
+    t = {"ops_for_checks": pd.DataFrame({"core_type": ["AI_CORE"]})}
+    assert with_load_excess(t)[LOAD_EXCESS_KEY] == 0.0
+    assert load_excess(t) == 0.0
+
+
+def test_free_time_names_the_ranks_idle_over_10_percent_of_their_own_steps():
+    from analyzers.analyses.advice import free_time
+
+    # rank 0: 5000 of 10000 us idle (50%); rank 1: steps of 0 us (left out, whatever its idle time); rank 2: 0.5 of
+    # 1 us (50%: steps under a microsecond still count); rank 3: 500 of 10000 (5%)
+    sb = pd.DataFrame({"rank": [0, 1, 2, 3], "free_us": [5000.0, 5.0, 0.5, 500.0], "step_us": [1e4, 0.0, 1.0, 1e4]})
+    row = free_time._row(sb, 0.2, "")
+    assert row["ranks"] == [0, 2]
+    assert row["gain_ms"] == pytest.approx(5.0)  # the most idle rank's 5000 us
+
+
+def test_pipeline_window_reads_text_leaves_out_empty_windows_and_needs_its_columns():
+    from analyzers.analyses.advice.free_time import pipeline_window_us
+
+    # stage 1: step 1 a 0.5 us window (under 1 us still counts), step 2 windows 0 (left out) and 4 us: median 4 us;
+    # a row of an unreadable stage and one of an unreadable step are left out
+    pl = pd.DataFrame(
+        [("1", 1, 0.5), ("1", 2, 0.0), ("1", 2, 4.0), ("x", 1, 9.0), ("1", "?", 7.0)],
+        columns=["stage", "step", "window_us"],
+    )
+    w = pipeline_window_us({"pipeline": pl}, 1)
+    assert w.to_dict() == {1.0: 0.5, 2.0: 4.0}
+    assert pipeline_window_us({"pipeline": pl[pl["window_us"] == 0.0]}, 1) is None  # no window known
+    for col in ("stage", "step", "window_us"):
+        assert pipeline_window_us({"pipeline": pl.drop(columns=[col])}, None) is None
+
+
+def test_free_time_other_than_two_stragglers():
+    from analyzers.analyses.advice import free_time
+
+    # ranks 1 and 2 are late; ranks 0 and 3 idle 3 + 1 + 1 + 1 = 6 of 40 ms = 15% > 10%: their idle time, rank 0's
+    # median 2 ms; of them only rank 0 idles above 10% of its steps (20%; rank 3 10%)
+    sr = _slow_ranks(
+        [
+            ("dp0", 1, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+            ("dp0", 2, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+        ]
+    )
+    sb = _idle([(3000.0, 1000.0), (4000.0, 4000.0), (4000.0, 4000.0), (1000.0, 1000.0)], ranks=(0, 1, 2, 3))
+    (row,) = free_time.find({"step_breakdown": sb, "slow_ranks": sr}, {})
+    assert (row["gain_ms"], row["ranks"]) == (pytest.approx(2.0), [0])
+    assert row["basis"] == (
+        IDLE_BASIS + "; ranks other than the stragglers 1, 2: its idle time is why it is late (slow_rank))"
+    )
+    assert row["message"] == IDLE_MSG.format(15)
+
+
+def test_free_time_of_a_slowest_stage_none_of_whose_ranks_was_profiled():
+    from analyzers.analyses.advice import free_time
+
+    # stage 1 computes 1.5x stage 0, but its ranks 5 and 6 are not in the breakdown: every profiled rank counts,
+    # as with no stages (14 of 60 ms, rank 1's 4 ms; ranks 0 and 1 above 10%)
+    t = {
+        "step_breakdown": _idle(FREE),
+        "stages": pd.DataFrame({"stage": [0, 1], "computing_ms": [10.0, 15.0]}),
+        "rank_stages": pd.DataFrame({"rank": [0, 5, 6], "stage": [0, 1, 1]}),
+    }
+    (row,) = free_time.find(t, {})
+    assert (row["gain_ms"], row["ranks"], row["basis"]) == (pytest.approx(4.0), [0, 1], IDLE_BASIS + ")")
+    assert row["message"] == IDLE_MSG.format(23)
+
+
+def test_aicpu_ops_names_the_five_longest_types_and_their_ms():
+    # six AI_CPU op types, 2000 + 1900 + ... + 1500 us: the five longest lead; 2000 us = 2.000 ms
+    rows = [(0, "AI_CPU", 2000.0 - 100.0 * i, "compute", f"T{i}") for i in range(6)]
+    (row,) = aicpu_ops.find(_ops(rows + [(0, "AI_CORE", 1e6, "compute", "MatMul")]), {})
+    assert "led by T0, T1, T2, T3, T4: AI_CPU ops" in row["message"]
+    assert row["evidence"] == (
+        "ops[core_type=AI_CPU, dur_us > 20.0]: 6 of 6 AI_CPU ops; T0 2.000 ms; T1 1.900 ms; T2 1.800 ms; T3 1.700 ms; "
+        "T4 1.600 ms"
+    )
+    no_core = _ops(rows)["ops_for_checks"].drop(columns=["core_type"])  # where an op ran is unknown
+    assert aicpu_ops.find({"ops_for_checks": no_core}, {}) == []
+
+
+def test_aicpu_ops_share_of_compute_time_unknown_or_under_one_microsecond():
+    # the long AI_CPU op is not a compute op and nothing else is: the compute time is 0, the share unknown (medium)
+    (row,) = aicpu_ops.find(_ops([(0, "AI_CPU", 30.0, "other", "Cast")]), {})
+    assert row["severity"] == "medium" and "(0.03 ms, nan% of compute time)" in row["message"]
+    # 0.5 us of compute time: 30 / 0.5 = 6000% of it, high
+    (row,) = aicpu_ops.find(_ops([(0, "AI_CPU", 30.0, "other", "Cast"), (0, "AI_CORE", 0.5, "compute", "M")]), {})
+    assert row["severity"] == "high" and "6000.0% of compute time" in row["message"]
+
+
+def test_time_budget_imbalance_edges():
+    from analyzers.analyses.advice.budget import time_budget
+
+    ri = pd.DataFrame({"dimension": ["computing"], "max_rank": [0], "min_rank": [9], "spread_ms": [3.0]})
+    # rank 0 on stage 0, rank 9's stage unknown: the 3 ms spread counts as within a stage
+    rs = pd.DataFrame({"rank": [0, 1], "stage": [0, 1]})
+    assert time_budget({"rank_imbalance": ri, "rank_stages": rs}, {})["imbalance"] == pytest.approx(3.0)
+    for col in ri.columns:  # a rank_imbalance table without one of its columns says nothing
+        assert time_budget({"rank_imbalance": ri.drop(columns=[col])}, {})["imbalance"] is None
+    # two ranks of median step 1.0 and 1.5 s: the slowest 1.5 - 1.25 s (their median) = 250 ms above
+    ws = pd.DataFrame({"rank": [0, 1], "step_time_s": [1.0, 1.5]})
+    assert time_budget({"workload_steps": ws}, {})["imbalance"] == pytest.approx(250.0)
+    for col in ws.columns:
+        assert time_budget({"workload_steps": ws.drop(columns=[col])}, {})["imbalance"] is None
+    # stages of 0.5 and 2 ms compute: 1.5 ms apart (under 1 ms is still compute)
+    st = pd.DataFrame({"stage": [0, 1], "computing_ms": [0.5, 2.0]})
+    assert time_budget({"stages": st}, {})["imbalance"] == pytest.approx(1.5)
+
+
+def test_exposed_communication_ranks_of_at_least_half_the_largest():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    per = pd.DataFrame({"x": [1.0, 4.0, 2.0]}, index=[0, 1, 2])  # rank 2 carries exactly half of rank 1's: kept
+    assert ec._ranks(per, "x").index.tolist() == [1, 2]
+
+
+def test_exposed_collectives_without_the_profilers_source_and_with_a_rough_split():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    # collectives 4 and 3 ms on ranks 0 and 1 (3 >= half of 4): both named; comm_exposure says nothing of its source
+    per = pd.DataFrame({"exposed_collective_us": [4000.0, 3000.0]}, index=[0, 1])
+    t = {"comm_exposure": pd.DataFrame({"rank": [0, 1], "exposed_us": [4000.0, 3000.0]})}
+    row = ec._collective(t, per, 0.3, 0.1)
+    assert (row["kind"], row["ranks"], row["stage"]) == ("collective", [0, 1], None)
+    assert row["message"] == (
+        "30% of step time is communication not hidden behind compute (> 20%), 90% of it in collectives (most on "
+        "ranks 0, 1): overlap gradient all-reduce with backward, fuse/bucket gradients, compress gradients, or use "
+        "fewer, larger collectives."
+    )
+    t["comm_exposure"]["source"] = "profiler (receive only)"  # both ranks: the profiler counts sends with them
+    row = ec._collective(t, per, 0.3, 0.1)
+    assert row["message"] == (
+        "30% of step time is communication not hidden behind compute (> 20%), at least 10% of it pipeline receives; "
+        "on ranks 0, 1 the profiler counts send / batchSendRecv with the collectives, so how much is gradient "
+        "all-reduce is not known without the kernels: check comm_types before overlapping or bucketing gradients."
+    )
+
+
+def test_waiting_on_the_bottleneck_under_a_microsecond_and_its_ms_per_step():
+    from analyzers.analyses.advice import exposed_communication as ec
+
+    t = {"stages": pd.DataFrame({"stage": [0, 1], "computing_ms": [10.0, 15.0], "ranks": ["0", "1"]})}
+    # rank 0 (stage 0) carries 1 us of the 1.5 us exposed: 67% > 1 of 2 ranks; all of it send/receive: 100%
+    per = pd.DataFrame({"exposed_us": [1.0, 0.5], "exposed_p2p_us": [1.0, 0.0], "stage": [0, 1]}, index=[0, 1])
+    assert "0.001 ms per step, 100% pipeline send/receive" in ec._waiting_on_bottleneck(t, per, 0.3)["message"]
+    # 9990 us per step: 9.99 ms
+    per = pd.DataFrame({"exposed_us": [9990.0, 10.0], "exposed_p2p_us": [0.0, 0.0], "stage": [0, 1]}, index=[0, 1])
+    assert "(ranks 0: 9.99 ms per step, 0% pipeline" in ec._waiting_on_bottleneck(t, per, 0.3)["message"]
+
+
+def _grad_ops(rows):
+    # all-reduces over a group of 2 (factor 2 (2 - 1) / 2 = 1): (rank, step, size_bytes, transit_ms, group_size)
+    df = pd.DataFrame(rows, columns=["rank", "step", "size_bytes", "transit_ms", "group_size"])
+    return df.assign(op_type="allreduce", wait_ms=0.0, elapse_ms=df["transit_ms"])
+
+
+def test_compression_try_with_the_exposed_time_unknown_and_the_casts_on_the_cpu():
+    from analyzers.analyses.advice.exposed_communication import compression_try
+
+    # 2 ranks x 4 steps, one 64e6 B all-reduce of 10 ms each: 10 ms of bytes per rank and step; the exposed time
+    # unknown (no step_breakdown): half of it saved, 200 - 5 = 195 ms. One op's group size is unreadable: the 2 ranks
+    rows = [(r, s, 64e6, 10.0, 2) for r in range(2) for s in range(4)]
+    co = _grad_ops(rows).astype({"group_size": object})
+    co.loc[0, "group_size"] = "?"
+    knob, step = compression_try({"comm_ops": co}, {"step_time_s": 0.2})
+    assert knob == {"parallel.grad_compression": "fp16"} and step == pytest.approx(195.0)
+    # the casts on the host CPU: 1.6 ns x 8 x 64e6 B / 4 steps / 2 ranks = 102.4 ms per step added: 200 - (5 - 102.4)
+    # = 297.4 ms. An all-reduce over a group of 1 (factor 0, nothing moved) is left out, its bytes too
+    co = _grad_ops(rows + [(0, 0, 64e6, 10.0, 1)])
+    cpu = pd.DataFrame({"core_type": ["CPU"]})
+    _, step = compression_try({"comm_ops": co, "ops_for_checks": cpu}, {"step_time_s": 0.2})
+    assert step == pytest.approx(297.4, abs=1e-6)
+
+
+def test_small_packets_leave_out_activation_collectives_and_count_only_under_1_mib():
+    from analyzers.analyses.advice import small_packets
+
+    # one rank, one step: 8 small gradient collectives (data_parallel) and 100 large tensor-parallel ones: the
+    # tensor-parallel ones are activations (comm_fusion cannot fuse them): 8 of 8 small
+    grads = _packets(8, 0, ranks=1, steps=1).assign(comm_class="data_parallel")
+    tp = _packets(0, 100, ranks=1, steps=1).assign(comm_class="tensor_parallel")
+    (row,) = small_packets.find({"comm_ops": pd.concat([grads, tp], ignore_index=True)}, {})
+    assert row["evidence"] == "comm_ops: 8/8 ops with size_bytes < 1048576, median size 1024 B"
+    assert small_packets.find({"comm_ops": tp}, {}) == []  # nothing but activations
+    # 8 collectives of exactly 1 MiB: not under it
+    assert small_packets.find({"comm_ops": grads.assign(size_bytes=1 << 20)}, {}) == []
+
+
+def test_small_packets_time_share_under_a_millisecond_and_steps_written_as_text():
+    from analyzers.analyses.advice import small_packets
+
+    # 8 small collectives of 0.001 ms and 2 large of 0.1 ms: 80% of them small but 0.008 of 0.208 ms (3.8%) of
+    # their time: no finding
+    co = pd.concat([_packets(8, 0, ranks=1, steps=1, small_ms=0.001), _packets(0, 2, ranks=1, steps=1)])
+    co.loc[co["size_bytes"] > 1024, "elapse_ms"] = 0.1
+    assert small_packets.find({"comm_ops": co}, {}) == []
+    # an unreadable step counts no step: at least one, 8 collectives per step
+    text = _packets(8, 0, ranks=1, steps=1).astype({"step": object}).assign(step="?")
+    assert small_packets.find({"comm_ops": text}, {})[0]["message"].startswith("100% of collectives (100% of their")
+
+
+def test_free_time_scope_of_the_ranks_other_than_the_straggler_whose_steps_are_short():
+    from analyzers.analyses.advice import free_time
+
+    sr = _slow_ranks([("dp0", 1, True, "group", "dp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    # rank 1 is late; rank 0's steps took 0 us in all (its idle time is no share of anything): all ranks stay
+    sb = pd.DataFrame({"rank": [0, 1], "step_us": [0.0, 1e4], "free_us": [5.0, 4000.0]})
+    out, share, on, _, _ = free_time._scope({"slow_ranks": sr}, sb, 0.4)
+    assert out["rank"].tolist() == [0, 1] and share == 0.4 and on == ""
+    # rank 0's step of 1 us, 0.5 us idle: 50% > 10%: only rank 0 counts
+    sb = pd.DataFrame({"rank": [0, 1], "step_us": [1.0, 1e4], "free_us": [0.5, 4000.0]})
+    out, share, on, _, _ = free_time._scope({"slow_ranks": sr}, sb, 0.4)
+    assert out["rank"].tolist() == [0] and share == 0.5
+
+
+def test_compression_try_fits_bytes_terms_under_one():
+    from analyzers.analyses.advice.exposed_communication import compression_try
+
+    # two 1-byte all-gathers over 2 ranks (factor (2 - 1) / 2 = 0.5: bytes terms 0.5 each, their squares 0.5 in all)
+    # of 1 ms in one step: 1 / 0.5 = 2 ms per unit, bytes 2 x (0.5 + 0.5) / 1 step / 2 ranks = 1 ms, half saved
+    co = _grad_ops([(0, 0, 1.0, 1.0, 2), (1, 0, 1.0, 1.0, 2)]).assign(op_type="allgather")
+    _, step = compression_try({"comm_ops": co}, {"step_time_s": 0.2})
+    assert step == pytest.approx(199.5)
+
+
+def test_tensor_parallel_limits_and_knob_types():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+
+    ex = pd.DataFrame({"rank": [0], "step": [1], "comm_class": ["tensor_parallel"], "exposed_us": [20_000.0]})
+    # 20 ms of a 100 ms step: exactly 20%, not above
+    assert tpc.find({"comm_exposure_classes": ex}, {"step_time_s": 0.1}) == []
+    # without comm_class nothing says which collectives are tensor-parallel
+    assert tpc.find({"comm_exposure_classes": ex.drop(columns=["comm_class"])}, {"step_time_s": 0.05}) == []
+    # 20 of 50 ms; no run config: the whole exposed time, an upper bound, and no knob
+    (row,) = tpc.find({"comm_exposure_classes": ex}, {"step_time_s": 0.05})
+    assert row["basis"] == (
+        "upper bound: all exposed tensor-parallel all-reduce time per step goes with tensor_parallel=1"
+    )
+    # T = 4, B = 2 over 8 ranks (already data parallel): halve both, as integers (T 2, B 1)
+    cfg = {"parallel": {"tensor_parallel": 4}, "train": {"batch_size": 2}, "world_size": 8}
+    (row,) = tpc.find({"comm_exposure_classes": ex, "_config": cfg}, {"step_time_s": 0.05})
+    assert row["try"] == {"parallel.tensor_parallel": 2, "train.batch_size": 1}
+    assert [type(v) for v in row["try"].values()] == [int, int]
+
+
+def test_tensor_parallel_step_times_of_other_ranks_and_under_a_millisecond():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+
+    # rank 0's step 1 took 0.5 ms, 0.2 ms of it exposed tensor-parallel: 40%; rank 5's 300 ms step has no
+    # tensor-parallel time and is not part of the mean step
+    ex = pd.DataFrame({"rank": [0], "step": [1], "comm_class": ["tensor_parallel"], "exposed_us": [200.0]})
+    steps = pd.DataFrame({"rank": [0, 5], "step": [1, 1], "start_us": [0.0, 0.0], "end_us": [500.0, 300_000.0]})
+    (row,) = tpc.find({"comm_exposure_classes": ex, "steps": steps}, {})
+    assert row["evidence"] == (
+        "comm_exposure_classes[comm_class=tensor_parallel]: 0.20 ms exposed per rank and step (mean over 1 "
+        "rank-steps) / step 0.50 ms = 0.40 (> 0.2)"
+    )
+    assert row["severity"] == "medium"  # 40% is not above 40%
+    assert row["message"].startswith(
+        "Tensor-parallel all-reduce is 40% of the step (0.2 ms exposed per step): lower parallel.tensor_parallel (more"
+    )
+    # at T = 4 over 8 ranks (already data parallel) halving adds nothing: the gain is all 0.2 ms, the knob kept
+    cfg = {"parallel": {"tensor_parallel": 4}, "train": {"batch_size": 8}, "world_size": 8}
+    (row,) = tpc.find({"comm_exposure_classes": ex, "steps": steps, "_config": cfg}, {})
+    assert row["gain_ms"] == pytest.approx(0.2) and row["try"] == {"parallel.tensor_parallel": 2, "train.batch_size": 4}
+
+
+def test_tensor_parallel_halving_that_adds_more_collectives_than_it_removes():
+    from analyzers.analyses.advice import tensor_parallel_comm as tpc
+    from tests.unit.test_advice_tensor_parallel import EX, STEPS, _cfg
+    from tests.unit.test_advice_tensor_parallel import _ops as _update_ops
+
+    # tests/unit/test_advice_tensor_parallel.py's case by hand: 2 ranks at T = 2 (one replica), 40 ms exposed per
+    # rank and step in 12 tensor-parallel all-reduces (3.33 ms each); T = 1 with batch 2 adds 12 expert dispatch /
+    # combine and 32 - 8 = 24 unfused gradient all-reduces (32 update ops per rank and step, the experts' 8 left out):
+    # 40 x (1 - 36 / 12) = -80 ms, not positive: no knob, gain 0
+    t = {"comm_exposure_classes": EX, "steps": STEPS, "_config": _cfg(), "ops_for_checks": _update_ops(32)}
+    (row,) = tpc.find(t, {})
+    assert row["gain_ms"] == 0.0 and row["try"] is None
+    assert row["basis"] == (
+        "exposed tensor-parallel time 40.0 ms x (1 - 36 added / 12 tensor-parallel collectives per step) = -80.0 ms"
+    )
+    assert row["evidence"].endswith(
+        "; tensor_parallel=1 adds 36 collectives per step (12 expert_dispatch, 24 dp_grad) at 3.33 ms each (this "
+        "run's 12 tensor-parallel all-reduces: 40.00 ms) -> net -80.00 ms"
+    )
+    assert row["message"] == (
+        "Tensor-parallel all-reduce is 40% of the step (40.0 ms exposed per step, tensor_parallel=2): lowering "
+        "parallel.tensor_parallel would not pay (its data-parallel collectives cost more than the 40.0 ms it "
+        "removes): keep each tensor-parallel group within a node (its all-reduces run twice per transformer block "
+        "in forward and in backward)."
+    )
+    # 8 update ops, all the experts': 12 added for 12 removed, a gain of exactly 0: still no knob
+    (row,) = tpc.find({**t, "ops_for_checks": _update_ops(8)}, {})
+    assert row["gain_ms"] == 0.0 and row["try"] is None
+    # no update ops: the unfused gradient all-reduces cannot be counted: unknown, with the knob kept
+    (row,) = tpc.find({k: v for k, v in t.items() if k != "ops_for_checks"}, {})
+    assert row["gain_ms"] is None and row["try"] == {"parallel.tensor_parallel": 1, "train.batch_size": 2}
+    assert row["basis"] == (
+        "unknown: what tensor_parallel=1 adds (the data-parallel collectives of the doubled replicas) needs the "
+        "world size, the MoE layout and the optimizer's update ops"
+    )
+
+
+def test_bandwidth_reference_needs_the_transport():
+    from analyzers.analyses.advice import bandwidth_reference as br
+
+    cb = _bandwidth([(0, "hccs", 8.0, 2.0)])  # 4 GB/s on HCCS would be under half its 18 GB/s
+    assert len(br.find({"comm_bandwidth": cb}, {})) == 1
+    assert br.find({"comm_bandwidth": cb.drop(columns=["transport"])}, {}) == []
+
+
+def test_exposed_communication_less_the_load_excess_and_its_evidence():
+    from analyzers.analyses.advice import exposed_communication as ec
+    from analyzers.analyses.advice.common import LOAD_EXCESS_KEY
+
+    # collectives (no p2p); the most exposed rank's 5 ms. No load excess: the whole 5 ms, nothing said
+    t = _exposure_tables([5000.0, 3000.0, 1000.0, 1000.0], [0.0] * 4)
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.0}, {})
+    assert row["gain_ms"] == pytest.approx(5.0) and row["basis"] == BASIS
+    load = "its collectives took beyond the fastest of their kind (load)"
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.5}, {})  # 0.5 ms of it the collectives' wait for a core
+    assert row["gain_ms"] == pytest.approx(4.5) and row["basis"] == f"{BASIS}; less 0.5 ms {load}"
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 10.0}, {})  # more than all of it: nothing left
+    assert row["gain_ms"] == 0.0 and row["basis"] == f"{BASIS}; less 5 ms {load}"
+    # fp16 on 2 ranks x 4 steps of one 64e6 B all-reduce of 10 ms: 10 ms of bytes, half of it (5 ms, all the exposed
+    # time) saved of a 200 ms step
+    co = _grad_ops([(r, s, 64e6, 10.0, 2) for r in range(2) for s in range(4)])
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.0, "comm_ops": co}, {"step_time_s": 0.2})
+    assert row["try"] == {"parallel.grad_compression": "fp16"} and row["predicted_step_ms"] == pytest.approx(195.0)
+    # the split unknown (no comm_exposure): 25% exposed, medium
+    (row,) = ec.find({"step_breakdown": t["step_breakdown"], LOAD_EXCESS_KEY: 0.0}, {})
+    assert row["severity"] == "medium"
+    # 9.99 ms of p2p and 9.99 ms of collectives (medians per rank, summed)
+    t = _exposure_tables([9990.0, 9990.0, 0.0, 0.0], [9990.0, 0.0, 0.0, 0.0])
+    (row,) = ec.find({**t, LOAD_EXCESS_KEY: 0.0}, {})
+    assert row["evidence"].endswith("pipeline p2p 9.99 ms, collectives 9.99 ms (50% p2p)")
+
+
+def test_wait_ratio_needs_ranks_and_the_slowest_stage_may_list_none():
+    from analyzers.analyses.advice import stage_imbalance, wait_ratio
+
+    co = _comm([(0, "allreduce", 1, 3.0, 1.0)])
+    assert wait_ratio.find({"comm_ops": co.drop(columns=["rank"])}, {}) == []
+    # stage 1 (13 ms) is the bottleneck but its ranks are not listed: it names no rank
+    (row,) = stage_imbalance.find({"stages": _stages([(0, 10.0, "0"), (1, 13.0, "")])}, {})
+    assert row["ranks"] == [] and row["stage"] == 1
+
+
+def test_fusion_gain_on_the_host_with_the_latency_alone_and_nothing_to_remove():
+    from analyzers.analyses.advice.small_packets import fusion_gain
+
+    # one rank, one step, one group: all-reduces over 2 ranks (2 ring hops each), 1000 B in 2 ms and 2000 B in 1 ms:
+    # the larger is faster (a negative bytes term): latency alone, (2 x 2 + 2 x 1) / (2^2 + 2^2) = 0.75 ms per hop.
+    # One fused all-reduce: max(the longest 2 ms, 0.75 x 2 hops) = 2 ms; they ran one after another (no starts):
+    # 3 - 2 = 1 ms removed
+    co = pd.DataFrame(
+        {
+            "rank": 0,
+            "step": 1,
+            "op_type": "allreduce",
+            "group_size": 2,
+            "group": "g",
+            "size_bytes": [1000.0, 2000.0],
+            "transit_ms": [2.0, 1.0],
+            "elapse_ms": [2.0, 1.0],
+        }
+    )
+    gain, basis = fusion_gain(co, observed=True)
+    assert gain == pytest.approx(1.0) and "(750 us per ring hop" in basis
+    # both started at 0 and took 2 ms: 2 of their 4 ms covered, serial share 0.5: 3 x 0.5 = 1.5 ms, less than the
+    # fused 2 ms: nothing removed
+    gain, _ = fusion_gain(co.assign(start_us=0.0, elapse_ms=2.0), observed=True)
+    assert gain == 0.0
+    # barriers of 0.1234 ms (no bytes term): 123.4 us per hop
+    barriers = co.assign(op_type="barrier", transit_ms=0.1234, size_bytes=1024.0)
+    assert "(123 us per ring hop" in fusion_gain(barriers, observed=True)[1]
+
+
+def test_load_excess_kinds_group_sizes_and_columns():
+    from analyzers.analyses.advice.common import load_excess_ms
+
+    cpu = {"ops_for_checks": pd.DataFrame({"core_type": ["CPU"]})}
+
+    def co(rows, cols=("rank", "step", "op_type", "group_size", "size_bytes", "transit_ms")):
+        return pd.DataFrame(rows, columns=list(cols))
+
+    # two steps, one 1 KiB all-reduce each, 2 and 5 ms: floor 2 ms, excess 0 and 3 ms, the median 1.5 ms
+    base = [(0, 0, "AllReduce", 2, 1024.0, 2.0), (0, 1, "AllReduce", 2, 1024.0, 5.0)]
+    assert load_excess_ms({"comm_ops": co(base), **cpu}) == pytest.approx(1.5)
+    # pipeline sends and receives (2 and 11 ms in the two steps) are not collectives: left out
+    p2p = [(0, s, k, 2, 1024.0, t) for k in ("Send", "Recv") for s, t in ((0, 2.0), (1, 11.0))]
+    assert load_excess_ms({"comm_ops": co(base + p2p), **cpu}) == pytest.approx(1.5)
+    assert load_excess_ms({"comm_ops": co(p2p), **cpu}) == 0.0  # nothing but them: none waited
+    # the same size over groups of 2 and 4 ranks are two kinds: each at its own floor, no excess
+    mixed = [(0, 0, "AllReduce", 2, 1024.0, 2.0), (0, 1, "AllReduce", 4, 1024.0, 5.0)]
+    assert load_excess_ms({"comm_ops": co(mixed), **cpu}) == 0.0
+    # group sizes unknown (NaN or unreadable) are one kind of their own (0): 2 and 5 ms -> 1.5 ms; a 1 ms all-reduce
+    # over a group of 1 in step 0 is another kind (excess 0): step 0 0 ms, step 1 3 ms
+    unknown = [(0, 0, "AllReduce", None, 1024.0, 2.0), (0, 1, "AllReduce", "?", 1024.0, 5.0)]
+    assert load_excess_ms({"comm_ops": co(unknown), **cpu}) == pytest.approx(1.5)
+    one = [(0, 0, "AllReduce", 1, 1024.0, 1.0)]
+    assert load_excess_ms({"comm_ops": co(unknown + one), **cpu}) == pytest.approx(1.5)
+    # without a group_size column every all-reduce is one kind
+    assert load_excess_ms({"comm_ops": co(base).drop(columns=["group_size"]), **cpu}) == pytest.approx(1.5)
+    for col in ("rank", "step", "op_type", "size_bytes"):  # a column it needs missing: unknown
+        assert load_excess_ms({"comm_ops": co(base).drop(columns=[col]), **cpu}) is None
+    # operators whose core is not said: where they ran is unknown
+    assert load_excess_ms({"comm_ops": co(base), "ops_for_checks": pd.DataFrame({"op_name": ["MatMul"]})}) is None
+
+
+def test_pipeline_bubble_exactly_10_points_over_the_ideal_and_without_bubble_fractions():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    # one stage, ideal 0 (its schedule never idles it), bubble 10%: 0.1 over the ideal is not above 0.1
+    pl = _pipeline([(0, 0.1, 0.0, 90_000.0, 1, 4)])
+    assert pipeline_bubble.find({"pipeline": pl}, {"step_time_s": 0.1}) == []
+    assert len(pipeline_bubble.find({"pipeline": pl.assign(bubble_fraction=0.2)}, {"step_time_s": 0.1})) == 1
+    assert pipeline_bubble.find({"pipeline": pl.drop(columns=["bubble_fraction"])}, {}) == []
+
+
+def test_slow_rank_in_a_pp_group_of_unbalanced_stages_and_rows_without_a_scope():
+    from analyzers.analyses.advice import slow_rank
+
+    # stage 1 computes 13 / 10 = 1.3x stage 0; rank 2 (stage 1) and rank 7 (stage unknown) are late in the pp group
+    # 'pp0': the pipeline split's lateness, not a slow rank
+    sr = _slow_ranks(
+        [
+            ("pp0", 2, True, "group", "pp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+            ("pp0", 7, True, "group", "pp", 0.5, 10, None, "dixon", 0.8, 0.6, 9),
+        ]
+    )
+    t = {
+        "slow_ranks": sr,
+        "stages": _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")]),
+        "rank_stages": pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]}),
+    }
+    a, b = slow_rank.find(t, {})
+    tail = (
+        "arrives last in group 'pp0' between pipeline stages (mean 0.50 ms late per transfer) while stage 1 computes "
+        "1.3x the least stage: the other stage waits for the slower one. This is the pipeline split, not a slow "
+        "rank: rebalance the layers across stages (see stage_imbalance)."
+    )
+    assert a["cross_stage"] is True and a["message"] == f"Rank 2 (stage 1) {tail}"
+    assert b["message"] == f"Rank 7 {tail}"
+    # a slow_ranks table without a scope column: every row is a group's
+    (row,) = slow_rank.find({"slow_ranks": sr.iloc[:1].drop(columns=["scope"])}, {})
+    assert row["ranks"] == [2]
+    assert slow_rank.find({"slow_ranks": sr.drop(columns=["slow"])}, {}) == []  # which rank is slow: unknown
+
+
+def test_breakdown_share_needs_compute_and_step_time():
+    from analyzers.analyses.advice.common import breakdown_share
+
+    sb = pd.DataFrame({"rank": [0], "step_us": [10_000.0], "computing_us": [5_000.0], "free_us": [2_000.0]})
+    share, _ = breakdown_share({"step_breakdown": sb}, "free_us")
+    assert share == pytest.approx(0.2)
+    assert breakdown_share({"step_breakdown": sb.assign(computing_us=0.0)}, "free_us") is None  # no op profiled
+    assert breakdown_share({"step_breakdown": sb.assign(step_us=0.0)}, "free_us") is None  # steps of no time
+
+
+def test_edges_of_the_shared_helpers_stages_and_the_bubble():
+    from analyzers.analyses.advice import pipeline_bubble, slow_rank, stage_imbalance
+    from analyzers.analyses.advice.common import budget_part, load_excess_ms, trusted
+
+    # gloo's pipeline send/receive names no group: the message names none
+    sr = _slow_ranks([("", 2, True, "group", "pp", 0.5, 10, None, "dixon", 0.8, 0.6, 9)])
+    t = {
+        "slow_ranks": sr,
+        "stages": _stages([(0, 10.0, "0,1"), (1, 13.0, "2,3")]),
+        "rank_stages": pd.DataFrame({"rank": [0, 1, 2, 3], "stage": [0, 0, 1, 1]}),
+    }
+    (row,) = slow_rank.find(t, {})
+    assert row["message"].startswith("Rank 2 (stage 1) arrives last between pipeline stages (mean 0.50 ms late")
+    # stages: computing under 1 ms still counts (0.5 vs 2 ms: 4x); unknown ranks keep a stage; no computing column
+    # or no stage with compute: nothing
+    (row,) = stage_imbalance.find({"stages": _stages([(0, 0.5, None), (1, 2.0, "1")])}, {})
+    assert row["stage"] == 1 and "computes 4.0x more than stage 0" in row["message"]
+    assert stage_imbalance.find({"stages": _stages([(0, 0.5, "0")]).drop(columns=["computing_ms"])}, {}) == []
+    assert stage_imbalance.find({"stages": _stages([(0, 0.0, "0"), (1, 0.0, "1")])}, {}) == []
+    # a rank of unknown consistency is kept; nothing consistent: no breakdown
+    sb = pd.DataFrame({"rank": [0, 1], "free_us": [1000.0, 3000.0], "consistent": [True, None]})
+    assert trusted(sb)["rank"].tolist() == [0, 1]
+    assert trusted(sb.assign(consistent=False)) is None
+    assert budget_part(sb.drop(columns=["rank"]), "free_us") is None  # per rank: which rank unknown
+    # load excess under 1 ms: 2 and 3 ms all-reduces of one size: 0 and 1 ms over the floor, median 0.5 ms
+    co = pd.DataFrame(
+        {"rank": 0, "step": [0, 1], "op_type": "AllReduce", "group_size": 2, "size_bytes": 1024.0, "transit_ms": [2, 3]}
+    )
+    assert load_excess_ms({"comm_ops": co, "ops_for_checks": pd.DataFrame({"core_type": ["CPU"]})}) == 0.5
+    # the bubble: 0.4 over an ideal 0.2 with no window: no gain (not NaN); a 99.9 ms window in the basis
+    pl = pd.DataFrame({"stage": [0], "bubble_fraction": [0.4], "ideal_fraction": [0.2]})
+    assert pipeline_bubble.find({"pipeline": pl}, {})[0]["gain_ms"] is None
+    (row,) = pipeline_bubble.find({"pipeline": _pipeline([(0, 0.4, 0.2, 99_900.0, 2, 4)])}, {})
+    assert row["basis"].endswith("0.200 x 99.9 ms (medians over steps)")
+
+
+def test_a_bubble_above_its_ideal_explains_exposed_time_even_where_its_ranks_idle_more():
+    from analyzers.analyses.advice import pipeline_bubble
+
+    # stage 0 (ranks 0, 1): 0.4 over an ideal 0.2; its ranks idle 5 ms and expose 1 ms per step. Only a bubble at its
+    # ideal (too few micro-batches) is drawn from where it shows; one above it is exposed time
+    sb = pd.DataFrame({"rank": [0, 1], "free_us": [5000.0] * 2, "communication_not_overlapped_us": [1000.0] * 2})
+    t = {"pipeline": _pipeline([(0, 0.4, 0.2, 20_000.0, 2, 4)]), "rank_stages": STAGES, "step_breakdown": sb}
+    assert pipeline_bubble.find(t, {})[0]["explains"] == "exposed"
