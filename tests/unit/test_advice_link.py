@@ -193,6 +193,40 @@ def test_a_gain_exactly_the_step_is_not_cut_and_the_step_pool_is_drawn_once():
     assert rows[1]["basis"] == "b; cut to the step time no larger finding explains (40 ms of 50)"
 
 
+def test_the_roots_take_no_more_than_one_rank_spends_not_computing():
+    from analyzers.analyses.advice.engine import account as _account
+
+    # rank 0: 60 ms exposed + 10 ms free = 70 ms not computing; rank 1: 40 + 25 = 65. The most exposed (60) and the
+    # most idle (25) are two ranks: the pools alone would let the roots claim 85 ms of a step whose ranks each spend
+    # at most 70 ms not computing.
+    rows = [
+        {"id": "a", "rule": "r", "gain_ms": 50.0, "symptom_of": None, "explains": "exposed", "basis": "a"},
+        {
+            "id": "b",
+            "rule": "r",
+            "gain_ms": 25.0,
+            "symptom_of": None,
+            "explains": "idle",
+            "basis": "b",
+            "generic": True,
+        },
+        {
+            "id": "c",
+            "rule": "r",
+            "gain_ms": 20.0,
+            "symptom_of": None,
+            "explains": "exposed",
+            "basis": "c",
+            "generic": True,
+        },
+    ]
+    _account(rows, {"exposed": 60.0, "idle": 25.0, "rank_step": 70.0, "step": 100.0})
+    # a (specific) 50 ms: 20 left of the 70; b (generic, larger) 25 -> 20; c: 10 left of exposed, then 0 of the 70
+    assert [r["gain_ms"] for r in rows] == [50.0, 20.0, 0.0]
+    assert rows[1]["basis"] == "b; cut to the non-compute time no larger finding explains (20 ms of 25)"
+    assert rows[2]["basis"] == "c; cut to the non-compute time no larger finding explains (0 ms of 20)"
+
+
 def test_fold_order_names_the_cycle_and_takes_rules_without_folds():
     from analyzers.analyses.advice import Fold
     from analyzers.analyses.advice.engine import fold_order, link

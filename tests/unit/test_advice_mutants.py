@@ -694,6 +694,7 @@ def test_time_budget_pools():
         "overlapped": pytest.approx(0.2),
         "imbalance": pytest.approx(4.0 + 3.90625),
         "step": pytest.approx(100.0),
+        "rank_step": pytest.approx(2.0 + 4.0 + 0.2),  # rank 0's parts; rank 2's overlap unknown: left out
     }
     one_rank = ws[ws["rank"] == 0]  # one rank: no step-time spread; 4 + 3 ms
     assert time_budget({**t, "workload_steps": one_rank}, {})["imbalance"] == pytest.approx(7.0)
@@ -706,6 +707,7 @@ def test_time_budget_pools():
         "overlapped": None,
         "imbalance": None,
         "step": None,
+        "rank_step": None,
     }
 
 

@@ -11,7 +11,12 @@ from _pytest.tmpdir import TempPathFactory
 from tests.support import prefetch, prefetched
 
 
-def test_prefetched_work_and_the_tests_share_one_base_directory(tmp_path):
+def test_prefetched_work_and_the_tests_share_one_base_directory(tmp_path, monkeypatch):
+    import tests.support as support
+
+    # a prefetch thread of the test's own: the session's is busy with the real prefetched runs, queued first
+    monkeypatch.setattr(support, "_PREFETCH_POOL", [])
+    monkeypatch.setattr(support, "_PREFETCHED", {})
     for trial in range(20):  # without the fix, most trials made two base directories
         factory = TempPathFactory(tmp_path / f"base{trial}", 0, "all", lambda *a: None, _ispytest=True)
         go = threading.Event()
@@ -26,3 +31,4 @@ def test_prefetched_work_and_the_tests_share_one_base_directory(tmp_path):
         mine = factory.mktemp("test_dir")  # a test's tmp_path, at the same moment as the prefetch thread's
         theirs = prefetched(name, None)
         assert theirs.parent == mine.parent == factory.getbasetemp()
+    support._PREFETCH_POOL[0].shutdown()

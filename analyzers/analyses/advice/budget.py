@@ -26,6 +26,17 @@ def _within_stage_spread(tables) -> float | None:
     return max(within) if within else None
 
 
+def _rank_step(sb: pd.DataFrame | None) -> float | None:
+    """ms per step: the largest rank's communication not overlapped + free + overlapped time, each its median over
+    steps (null when a part is unknown)."""
+    parts = ("communication_not_overlapped_us", "free_us", "overlapped_us")
+    if sb is None or "rank" not in sb.columns or any(c not in sb.columns for c in parts):
+        return None
+    med = pd.DataFrame({"rank": sb["rank"], **{c: num(sb, c) for c in parts}}).groupby("rank").median()
+    per = med.sum(axis=1, min_count=len(parts)).dropna()
+    return float(per.max()) / 1000.0 if len(per) else None
+
+
 def time_budget(tables, summary) -> dict:
     """The time a step has to give, per kind, in ms per step (null = unknown): `exposed` communication (the
     collectives' wait for a core included: fusion removes it with the collectives, small_packets) and `idle` (free)
@@ -34,7 +45,9 @@ def time_budget(tables, summary) -> dict:
     whose threads take the host cores the compute needs, small_packets on the CPU), `imbalance` = the stages'
     computing spread (max - min, stages table) + the largest within-group computing spread (rank_imbalance, groups
     whose ranks share a stage) or the ranks' median step-time spread (workload steps), whichever is larger; and
-    `step` (summary step_time_s). Root gains are drawn from these pools."""
+    `step` (summary step_time_s); `rank_step`: the largest, over ranks, of one rank's exposed + idle + overlapped
+    time (medians over steps): a fix can take no more off a step than one rank spends not computing (the most
+    exposed and the most idle rank may be two ranks). Root gains are drawn from these pools."""
     sb = trusted(table(tables, "step_breakdown"))
     out = {
         "exposed": budget_part(sb, "communication_not_overlapped_us"),
@@ -42,6 +55,7 @@ def time_budget(tables, summary) -> dict:
         "overlapped": budget_part(sb, "overlapped_us"),
         "imbalance": None,
         "step": step_ms(summary),
+        "rank_step": _rank_step(sb),
     }
     imb = []
     st = table(tables, "stages", "computing_ms")

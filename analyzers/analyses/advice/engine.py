@@ -121,6 +121,10 @@ def link(rows: list[dict], folds: Mapping[str, tuple[Fold, ...]]) -> None:
             _under_largest([r for r in mine if r["symptom_of"] is None])
 
 
+#: the pools every root draws on (budget.time_budget), with the words a gain cut to them says
+_WHOLES = {"step": "step", "rank_step": "non-compute"}
+
+
 def account(rows: list[dict], budget: dict) -> None:
     """Each stretch of time explained once: root gains are drawn from their pool (`explains`: exposed,
     idle, imbalance; budget.time_budget), then from the further pools a row names (`also_explains`, e.g. the
@@ -136,16 +140,18 @@ def account(rows: list[dict], budget: dict) -> None:
         if pools and raw > sum(left[p] for p in pools):
             raw = sum(left[p] for p in pools)
             caps.append(" + ".join(pools))
-        if "step" in left and raw > left["step"]:
-            raw = left["step"]
-            caps.append("step")
+        for whole in _WHOLES:  # every root draws on the step and on one rank's step less its computing
+            if whole in left and raw > left[whole]:
+                raw = left[whole]
+                caps.append(_WHOLES[whole])
         rest = raw
         for pool in pools:  # drawn from its own pool first, then from the others it names
             take = min(rest, left[pool])
             left[pool] -= take
             rest -= take
-        if "step" in left and "step" not in pools:
-            left["step"] -= raw
+        for whole in _WHOLES:
+            if whole in left and whole not in pools:
+                left[whole] -= raw
         if caps:
             r["basis"] = (
                 f"{r['basis']}; cut to the {caps[-1]} time no larger finding explains "
