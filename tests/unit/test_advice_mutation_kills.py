@@ -139,6 +139,8 @@ def test_time_budget_by_hand():
         "overlapped": pytest.approx(2.0),
         "imbalance": pytest.approx(26.0),
         "step": pytest.approx(50.0),
+        # one rank's exposed + free + overlapped medians: rank 0 2 + 5 + 0.5 = 7.5, rank 1 3 + 1 + 2 = 6
+        "rank_step": pytest.approx(7.5),
     }
     assert time_budget(dict(t, **{LOAD_EXCESS_KEY: 10.0}), {})["exposed"] == pytest.approx(3.0)
     no_ri = {k: v for k, v in t.items() if k != "rank_imbalance"}
@@ -147,7 +149,14 @@ def test_time_budget_by_hand():
         "stages": t["stages"].iloc[:1],
         "workload_steps": t["workload_steps"][t["workload_steps"]["rank"] == 0],
     }
-    assert time_budget(one, {}) == {"exposed": None, "idle": None, "overlapped": None, "imbalance": None, "step": None}
+    assert time_budget(one, {}) == {
+        "exposed": None,
+        "idle": None,
+        "overlapped": None,
+        "imbalance": None,
+        "step": None,
+        "rank_step": None,
+    }
 
 
 def test_idle_outside_the_window_with_steps_unknown():
