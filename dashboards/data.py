@@ -12,7 +12,6 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -113,7 +112,7 @@ class DashData:
 
     # ---- tables ------------------------------------------------------------------------------
     def table(self, run_id: str, name: str) -> pd.DataFrame | None:
-        path = Path(self.store.run_dir(run_id)) / "tables" / f"{name}.parquet"
+        path = self.store.table_path(run_id, name)
         try:
             mtime = path.stat().st_mtime_ns
         except (FileNotFoundError, OSError):

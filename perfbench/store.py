@@ -51,7 +51,7 @@ class Store(Records):
         atomic_write_json(self.run_dir(record["run_id"]) / "run.json", record)
 
     def write_table(self, run_id: str, name: str, df: pd.DataFrame) -> None:
-        path = self.run_dir(run_id) / "tables" / f"{name}.parquet"
+        path = self.table_path(run_id, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{name}.", suffix=".tmp")
         os.close(fd)
@@ -65,10 +65,10 @@ class Store(Records):
 
     def delete_table(self, run_id: str, name: str) -> None:
         """Remove the run's table `name` if it is there (a damaged cache about to be computed again)."""
-        (self.run_dir(run_id) / "tables" / f"{name}.parquet").unlink(missing_ok=True)
+        self.table_path(run_id, name).unlink(missing_ok=True)
 
     def read_table(self, run_id: str, name: str) -> pd.DataFrame | None:
-        path = self.run_dir(run_id) / "tables" / f"{name}.parquet"
+        path = self.table_path(run_id, name)
         if not path.exists():
             return None
         try:
