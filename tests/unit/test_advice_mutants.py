@@ -1753,7 +1753,9 @@ def test_aicpu_ops_names_the_five_longest_types_and_their_ms():
 def test_aicpu_ops_share_of_compute_time_unknown_or_under_one_microsecond():
     # the long AI_CPU op is not a compute op and nothing else is: the compute time is 0, the share unknown (medium)
     (row,) = aicpu_ops.find(_ops([(0, "AI_CPU", 30.0, "other", "Cast")]), {})
-    assert row["severity"] == "medium" and "(0.03 ms, nan% of compute time)" in row["message"]
+    assert (
+        row["severity"] == "medium" and "(0.03 ms, share of compute time unknown: no compute kernels)" in row["message"]
+    )
     # 0.5 us of compute time: 30 / 0.5 = 6000% of it, high
     (row,) = aicpu_ops.find(_ops([(0, "AI_CPU", 30.0, "other", "Cast"), (0, "AI_CORE", 0.5, "compute", "M")]), {})
     assert row["severity"] == "high" and "6000.0% of compute time" in row["message"]

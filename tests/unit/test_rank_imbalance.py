@@ -146,3 +146,30 @@ def test_free_time_advice_names_the_idle_ranks():
     (straggler,) = adv[adv["rule"] == "slow_rank"].iloc[0]["ranks"]
     assert straggler == 1
     assert adv[adv["rule"] == "free_time"].iloc[0]["ranks"] == [r for r in want if r != straggler] == [0]
+
+
+def test_a_null_time_in_a_flagged_row_is_said_unknown_not_nan():
+    # a flagged communication row whose fastest rank's time is null (a rank with no exposed-communication value):
+    # the advice prints the known numbers and says "unknown" for the null ones, and its gain stays the spread
+    from analyzers.analyses.advice import rank_imbalance as rule
+
+    ri = pd.DataFrame(
+        {
+            "group": ["all"],
+            "kind": ["all"],
+            "dimension": ["communication"],
+            "max_rank": [1],
+            "min_rank": [0],
+            "max_ms": [30.0],
+            "min_ms": [float("nan")],
+            "spread_ms": [12.5],
+            "mean_total_ms": [50.0],
+            "ratio": [0.25],
+            "flagged": [True],
+        }
+    )
+    (row,) = rule.find({"rank_imbalance": ri}, {})
+    assert row["gain_ms"] == 12.5
+    assert "rank 1 spends 30.000 ms per step in exposed communication and rank 0 only unknown ms" in row["message"]
+    assert "rank 1 30.000 ms - rank 0 unknown ms = 12.500 ms / mean step total 50.000 ms = 0.250" in row["evidence"]
+    assert "nan" not in row["message"] + row["evidence"] + row["basis"]

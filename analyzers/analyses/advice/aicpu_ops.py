@@ -16,6 +16,11 @@ AICPU_MIN_TASK_US = 20.0
 AICPU_SHARE_HIGH = 0.05
 
 
+def _share_text(share: float) -> str:
+    """The long kernels' share of compute time, said unknown when the run has no compute time to divide by."""
+    return "share of compute time unknown: no compute kernels" if math.isnan(share) else f"{share:.1%} of compute time"
+
+
 def find(tables, summary):
     k = table(tables, "ops_for_checks", "core_type")
     if k is None:
@@ -36,7 +41,7 @@ def find(tables, summary):
             "message": (
                 f"{len(long)} AI_CPU kernels run longer than {AICPU_MIN_TASK_US:.0f} us "
                 f"({long['dur_us'].sum() / 1000:.2f} ms, "
-                f"{share:.1%} of compute time), led by {', '.join(types.index)}: AI_CPU ops are slow and "
+                f"{_share_text(share)}), led by {', '.join(types.index)}: AI_CPU ops are slow and "
                 f"serialize with the AI Core; change the data type (e.g. int64/double -> int32/float) or the "
                 f"code so an AI Core kernel is used."
             ),

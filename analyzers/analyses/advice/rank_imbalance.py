@@ -38,6 +38,11 @@ _TEXT = {
 _EXPLAINS = {"computing": "imbalance", "communication": "exposed", "free": "idle"}
 
 
+def _ms(x) -> str:
+    """A time in ms with 3 decimals, or "unknown" (a null in the table is not a number to print)."""
+    return f"{float(x):.3f}" if pd.notna(x) else "unknown"
+
+
 def _row(r, group: str, stage) -> dict:
     return {
         "key": f"{r['group']}:{r['dimension']}",
@@ -46,7 +51,7 @@ def _row(r, group: str, stage) -> dict:
         "generic": r["dimension"] != "computing",
         "basis": (
             f"the spread between the slowest and the fastest rank of the group, which the others wait "
-            f"for each step: {r['max_ms']:.3f} - {r['min_ms']:.3f} ms"
+            f"for each step: {_ms(r['max_ms'])} - {_ms(r['min_ms'])} ms"
         ),
         "severity": "high" if r["ratio"] > IMBALANCE_HIGH else "medium",
         "ranks": [int(r["max_rank"]), int(r["min_rank"])],
@@ -55,14 +60,14 @@ def _row(r, group: str, stage) -> dict:
             group=group,
             max_rank=int(r["max_rank"]),
             min_rank=int(r["min_rank"]),
-            spread=f"{r['spread_ms']:.3f}",
-            max=f"{r['max_ms']:.3f}",
-            min=f"{r['min_ms']:.3f}",
+            spread=_ms(r["spread_ms"]),
+            max=_ms(r["max_ms"]),
+            min=_ms(r["min_ms"]),
         ),
         "evidence": (
             f"rank_imbalance[group={r['group']}, dimension={r['dimension']}]: rank {int(r['max_rank'])} "
-            f"{r['max_ms']:.3f} ms - rank {int(r['min_rank'])} {r['min_ms']:.3f} ms = {r['spread_ms']:.3f} ms "
-            f"/ mean step total {r['mean_total_ms']:.3f} ms = {r['ratio']:.3f} > {IMBALANCE_FLAGGED} "
+            f"{_ms(r['max_ms'])} ms - rank {int(r['min_rank'])} {_ms(r['min_ms'])} ms = {_ms(r['spread_ms'])} ms "
+            f"/ mean step total {_ms(r['mean_total_ms'])} ms = {_ms(r['ratio'])} > {IMBALANCE_FLAGGED} "
             f"(msprof-analyze slow-rank rule)"
         ),
     }
@@ -84,7 +89,7 @@ def find(tables, summary):
         if cross:  # ranks of different pipeline stages do different work by design: not a data-shard problem
             row["message"] = (
                 f"In {group}, rank {int(r['max_rank'])} (stage {hi_s}) and rank {int(r['min_rank'])} "
-                f"(stage {lo_s}) differ by {r['spread_ms']:.3f} ms per step in {r['dimension']} time: "
+                f"(stage {lo_s}) differ by {_ms(r['spread_ms'])} ms per step in {r['dimension']} time: "
                 f"they sit on different pipeline stages, so this is the pipeline split, not a slow "
                 f"rank. Rebalance the layers across stages (see {stage_imbalance.ID})."
             )
