@@ -124,7 +124,7 @@ class DashData:
                 return self._tables[key]
         try:
             df = pd.read_parquet(path)
-        except Exception:  # a broken table must not take the page down; the page says it is missing
+        except Exception:  # a broken table must not take the page down; the run page names it (damaged_tables)
             return None
         with self._lock:
             self._tables[key] = df

@@ -76,6 +76,20 @@ class Store(Records):
         except (OSError, ValueError) as e:  # pyarrow's ArrowInvalid is a ValueError; a truncated file an OSError
             raise DamagedTableError(path, e) from None
 
+    def damaged_tables(self, run_id: str) -> list[str]:
+        """One line per stored table of the run that cannot be read back (its Parquet footer unreadable: truncated,
+        overwritten), naming its file as DamagedTableError does; [] when every table reads."""
+        import pyarrow.parquet as pq
+
+        out = []
+        for name in self.table_names(run_id):
+            path = self.table_path(run_id, name)
+            try:
+                pq.read_metadata(path)
+            except (OSError, ValueError) as e:
+                out.append(str(DamagedTableError(path, e)))
+        return out
+
     def read_advice_trials(self) -> pd.DataFrame:
         """Every `advise --try` result kept so far, oldest first (empty frame when none)."""
         path = self.advice_trials_path

@@ -61,7 +61,7 @@ def layout(run_id: str | None = None, **_):
             if rec.get("error")
             else None,
             settings_line(rec.get("settings") or {}),
-            input_problems(rec),
+            input_problems(rec, d.store.damaged_tables(rid)),
             verdict(rid, rec),
             unsteady(rec),
             key_numbers(rec.get("metrics") or {}),
@@ -138,10 +138,12 @@ def unsteady(rec: dict):
     )
 
 
-def input_problems(rec: dict):
-    """Per rank, the inputs it had but could not use and what was recomputed (perfbench.views.run_numbers)."""
+def input_problems(rec: dict, damaged: list[str] | None = None):
+    """Per rank, the inputs it had but could not use and what was recomputed (perfbench.views.run_numbers), then
+    the run's stored tables that cannot be read back (Store.damaged_tables: the sections drawn from them are
+    empty)."""
 
-    lines = input_problem_lines(rec)
+    lines = input_problem_lines(rec) + list(damaged or [])
     if not lines:
         return None
     return html.Div(
