@@ -394,3 +394,27 @@ def test_halving_tensor_parallel_keeps_the_global_batch():
     assert tried({"batch_size": 4}) == {"parallel.tensor_parallel": 1, "train.batch_size": 2}
     assert tried({"batch_size": 3}) == {"parallel.tensor_parallel": 1}
     assert tried({}) == {"parallel.tensor_parallel": 1}
+
+
+#: stage 0 on rank 0 computing 105 ms per step, stage 1 on rank 1 143 ms (the `stages` table's columns)
+_STAGES = pd.DataFrame({"stage": [0, 1], "ranks": ["0", "1"], "computing_ms": [105.0, 143.0]})
+
+
+def test_too_few_micro_batches_stays_a_root_beside_an_unbalanced_split():
+    # the calibration's bubble case (2 stages, gpipe, 1 micro-batch) on its default split: stage 1 computes 143 ms
+    # and stage 0 105 ms (ratio 1.36 > 1.2: stage_imbalance, gain 143 - 124 = 19 ms). The ideal bubble 1/2 of 1
+    # micro-batch is there with balanced stages too, so the too-few-micro-batches finding is a root of its own:
+    # (1/2 - 1/3) x the 1850 ms window = 308.3 ms, first; the other stage's bubble folds under it
+    run = dict(_pipeline_run(1850000.0), stages=_STAGES)
+    out = A.advise(run, {"step_time_s": 2.0})
+    roots = out[out["symptom_of"].isna()]
+    assert list(roots["id"]) == ["pipeline_bubble:0", "stage_imbalance:1"]
+    assert list(roots["gain_ms"]) == [pytest.approx(1850.0 / 6), pytest.approx(19.0)]
+    assert out.set_index("id").loc["pipeline_bubble:1", "symptom_of"] == "pipeline_bubble:0"
+    # a bubble above the schedule's ideal (0.75 for an ideal of 1/5 with 4 micro-batches) is what the slowest stage
+    # makes the others wait: it folds under the stage imbalance
+    run = dict(
+        _pipeline_run(1850000.0, 4, 0.75), stages=_STAGES
+    )
+    sym = A.advise(run, {"step_time_s": 2.0}).set_index("id")["symptom_of"]
+    assert sym["pipeline_bubble:0"] == "stage_imbalance:1" and sym["pipeline_bubble:1"] == "stage_imbalance:1"

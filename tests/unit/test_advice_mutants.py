@@ -535,6 +535,7 @@ def test_pipeline_bubble_gain_is_the_excess_over_the_ideal_times_the_window():
         "key": "0",
         "gain_ms": pytest.approx(4.0),
         "explains": "exposed",
+        "too_few": False,
         "try": {"parallel.micro_batches": 8},
         "predicted_step_ms": pytest.approx(100.0 - 16 / 9),
         "basis": (

@@ -102,6 +102,7 @@ def find(tables, summary):
                 "key": str(int(stage)),
                 "gain_ms": gain,
                 "explains": _pool(tables, stage) if too_few else "exposed",
+                "too_few": too_few,
                 "try": knob,
                 "predicted_step_ms": pred,
                 "basis": basis,
@@ -124,7 +125,12 @@ RULE = Rule(
     find=find,
     needs=("pipeline", "rank_stages", "step_breakdown"),
     thresholds={"BUBBLE_EXCESS": BUBBLE_EXCESS, "BUBBLE_FRACTION": BUBBLE_FRACTION, "BUBBLE_IDEAL": BUBBLE_IDEAL},
-    folds=(Fold(stage_imbalance.ID, "always"), Fold(ID, "else under the stage with the largest (one pipeline)")),
+    folds=(
+        # a bubble above the schedule's ideal is what the slowest stage makes the others wait; the ideal bubble of
+        # too few micro-batches is there with balanced stages too: a cause of its own
+        Fold(stage_imbalance.ID, "a bubble above the ideal", lambda r, c: not r.get("too_few")),
+        Fold(ID, "else under the stage with the largest (one pipeline)"),
+    ),
     fires=(
         "a stage's median bubble fraction over steps exceeds the ideal by > `BUBBLE_EXCESS`, or > `BUBBLE_FRACTION` "
         "when the ideal is unknown; or the ideal (S−1)/(M+S−1) itself is ≥ `BUBBLE_IDEAL` (too few micro-batches: "
