@@ -413,8 +413,32 @@ def test_too_few_micro_batches_stays_a_root_beside_an_unbalanced_split():
     assert out.set_index("id").loc["pipeline_bubble:1", "symptom_of"] == "pipeline_bubble:0"
     # a bubble above the schedule's ideal (0.75 for an ideal of 1/5 with 4 micro-batches) is what the slowest stage
     # makes the others wait: it folds under the stage imbalance
-    run = dict(
-        _pipeline_run(1850000.0, 4, 0.75), stages=_STAGES
-    )
+    run = dict(_pipeline_run(1850000.0, 4, 0.75), stages=_STAGES)
     sym = A.advise(run, {"step_time_s": 2.0}).set_index("id")["symptom_of"]
     assert sym["pipeline_bubble:0"] == "stage_imbalance:1" and sym["pipeline_bubble:1"] == "stage_imbalance:1"
+
+
+def test_the_balanced_split_is_priced_by_each_layers_measured_speed():
+    # Measured 2026-11-28 (the calibration's unbalanced split, 2 quiet runs a side x 3): the cost-balanced split
+    # saved 116 ms of a 436 ms step where the stages' mean predicted 189: the workload balances the layers' estimated
+    # costs, and layers of one cost do not run at one speed. By hand, the MoE (4 blocks: layer costs 0.25 (the
+    # embedding), 1, 1, 1, 1, 0.5 (the head)), split [1, 5] by hand: stage 0 = the embedding, 20 ms (80 ms per unit of
+    # cost), stage 1 = the blocks and the head, 4.5 units, 90 ms (20 ms per unit). The balanced split cuts after the
+    # second block ((0.25 + 1 + 1) | (1 + 1 + 0.5): 2.25 | 2.5, against 3.25 | 1.5 one block later): stage 0 =
+    # 20 + 2 x 20 = 60 ms, stage 1 = 2.5 x 20 = 50 ms. The slowest, 60 ms, is 2/3 of 90: a 200 ms step (no collective
+    # communication) is predicted at 200 x 2/3 = 133.3 ms (the stages' mean, 55 / 90, would say 122.2)
+    st = pd.DataFrame({"stage": [0, 1], "ranks": ["0", "1"], "computing_ms": [20.0, 90.0]})
+    cfg = {"workload": "moe", "model": {"num_layers": 4}, "parallel": {"pipeline_stages": 2, "pipeline_split": [1, 5]}}
+    out = A.advise({"stages": st, A.CONFIG_KEY: cfg}, {"step_time_s": 0.2}).set_index("rule").loc["stage_imbalance"]
+    assert out["try"] == '{"parallel.pipeline_split": null}'
+    assert out["predicted_step_ms"] == pytest.approx(200.0 * 60 / 90)
+    assert out["gain_ms"] == pytest.approx(90.0 - 55.0)  # the finding's gain: the compute above the mean
+    # a workload whose layer costs are unknown (a script, a model without its numbers): the stages' mean
+    for other in ({**cfg, "workload": "script"}, {**cfg, "model": {}}):
+        got = A.advise({"stages": st, A.CONFIG_KEY: other}, {"step_time_s": 0.2}).set_index("rule")
+        assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0 * 55 / 90)
+    # the balanced split's slower stage is the one priced: the same split with stage 0 at 8 ms (32 ms per unit):
+    # stage 0 = 8 + 40 = 48, stage 1 = 50 ms: 50 / 90
+    st0 = st.assign(computing_ms=[8.0, 90.0])
+    got = A.advise({"stages": st0, A.CONFIG_KEY: cfg}, {"step_time_s": 0.2}).set_index("rule")
+    assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0 * 50 / 90)

@@ -23,7 +23,12 @@ import numpy as np
 from workloads.moe.model import SyntheticTokens, build_layers, build_loss
 from workloads.parallel.compression import make_reducer
 from workloads.parallel.experts import build_expert_comm, default_impl
-from workloads.parallel.layout_math import comm_bytes_per_call, moe_tp_comm_per_microbatch, stage_bounds
+from workloads.parallel.layout_math import (
+    comm_bytes_per_call,
+    moe_layer_costs,
+    moe_tp_comm_per_microbatch,
+    stage_bounds,
+)
 from workloads.parallel.pipeline import PipelineTrainer, create_groups
 from workloads.parallel.rules import parallel_layout
 from workloads.parallel.tensor import build_f_g
@@ -54,7 +59,7 @@ class MoEWorkload:
         tp = None
         if TP > 1:
             tp = (lambda: build_f_g(groups[3]), TP, tpr)
-        costs = [0.25] + [1.0] * L + [0.5]
+        costs = moe_layer_costs(L)
         lo, hi = stage_bounds(costs, S, par.get("pipeline_split"))[stage]
         impl = default_impl(D, world_group=(S == 1 and TP == 1))
         self.expert_impl = impl

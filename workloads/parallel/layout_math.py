@@ -56,6 +56,26 @@ def stage_bounds(costs: list[float], stages: int, split: list[int] | None = None
     return bounds
 
 
+def moe_layer_costs(num_layers: int) -> list[float]:
+    """Relative cost of each of the MoE transformer's pipeline layers (workloads.moe): the embedding, every block,
+    the head."""
+    return [0.25] + [1.0] * int(num_layers) + [0.5]
+
+
+def layer_costs(cfg: dict) -> list[float] | None:
+    """The pipeline layers' estimated costs of a reference workload's config (the ones its stages are cut by),
+    None for another workload or a missing model number."""
+    m = cfg.get("model") or {}
+    try:
+        if cfg.get("workload") == "resnet50":
+            return resnet_layer_costs(m["layers"], int(m["width"]), int(m["image_size"]), int(m["num_classes"]))
+        if cfg.get("workload") == "moe":
+            return moe_layer_costs(int(m["num_layers"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return None
+
+
 def resnet_layer_costs(layers, width: int, image_size: int, num_classes: int) -> list[float]:
     """Estimated cost (multiply-accumulates per image, in millions) of each of a ResNet's pipeline layers (stem,
     every bottleneck block, head: ``workloads.resnet50.model.pipeline_layers``, ``workloads.torch_ddp.pipeline``).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from analyzers.analyses.advice.common import exposure_split, step_ms, table, trusted
 from analyzers.analyses.advice.rule import CONFIG_KEY, Rule
+from workloads.parallel.layout_math import layer_costs, stage_bounds
 
 ID = "stage_imbalance"
 
@@ -56,8 +57,8 @@ def _balanced_split_step(tables, summary, ranks: list[int], scale: float) -> flo
     """The step with the layers rebalanced: everything on the slowest stage's critical path moves with its
     layers (its compute, the host work of its layers, its idle time, its waits at the other stages' transfers,
     which the faster stages stop causing once they carry their share), except its exposed collective
-    (data-parallel) communication; that part shrinks by `scale` = the stages' mean compute / the slowest
-    stage's. Null without a step."""
+    (data-parallel) communication; that part shrinks by `scale` (_split_scale: the balanced split's slowest stage
+    compute / the slowest stage's now). Null without a step."""
     step = step_ms(summary)
     if step is None:
         return None
@@ -69,6 +70,34 @@ def _balanced_split_step(tables, summary, ranks: list[int], scale: float) -> flo
             mine = per[per.index.isin(ranks)]["exposed_collective_us"]
             fixed = min(step, max(0.0, float(mine.median()) / 1000.0)) if len(mine) else 0.0
     return fixed + (step - fixed) * scale
+
+
+def _split_scale(st, cfg: dict) -> float:
+    """The balanced split's slowest stage compute / the slowest stage's now. The workload cuts its stages by the
+    layers' estimated costs (workloads.parallel.layout_math: MACs for ResNet), and layers of one cost do not take one
+    time (a CPU runs early high-resolution convolutions slower per MAC): each layer's time is its cost x its present
+    stage's measured compute per unit of cost, summed over the stages of the split the workload takes without
+    `pipeline_split`. The stages' mean / the slowest when the workload's layer costs or a stage's compute are
+    unknown."""
+    hi = float(st["computing_ms"].max())
+    mean = float(st["computing_ms"].mean()) / hi
+    split, costs = (cfg.get("parallel") or {}).get("pipeline_split"), layer_costs(cfg)
+    if not split or costs is None:
+        return mean
+    try:
+        now, balanced = stage_bounds(costs, len(split), split), stage_bounds(costs, len(split), None)
+    except ValueError:
+        return mean
+    comp = {int(s): float(c) for s, c in zip(st["stage"], st["computing_ms"])}
+    if set(comp) != set(range(len(split))):
+        return mean
+    rate = [0.0] * len(costs)  # each layer's time per unit of cost: its present stage's
+    for s, (lo, hi_) in enumerate(now):
+        units = sum(costs[lo:hi_])
+        if units <= 0:
+            return mean
+        rate[lo:hi_] = [comp[s] / units] * (hi_ - lo)
+    return max(sum(c * r for c, r in zip(costs[lo:hi_], rate[lo:hi_])) for lo, hi_ in balanced) / hi
 
 
 def find(tables, summary):
@@ -83,14 +112,13 @@ def find(tables, summary):
     ranks = [int(x) for x in str(hi["ranks"]).split(",") if x != ""]
     mean = float(st["computing_ms"].mean())
     # a split the user fixed by hand (parallel.pipeline_split) has a knob to try: the cost-balanced split
-    split = ((tables.get(CONFIG_KEY) or {}).get("parallel") or {}).get("pipeline_split")
+    cfg = tables.get(CONFIG_KEY) or {}
+    split = (cfg.get("parallel") or {}).get("pipeline_split")
     s, s_lo = int(hi["stage"]), int(lo["stage"])
     return [
         {
             "try": {"parallel.pipeline_split": None} if split else None,
-            "predicted_step_ms": _balanced_split_step(tables, summary, ranks, mean / float(hi["computing_ms"]))
-            if split
-            else None,
+            "predicted_step_ms": _balanced_split_step(tables, summary, ranks, _split_scale(st, cfg)) if split else None,
             "key": str(s),
             "gain_ms": float(hi["computing_ms"]) - mean,
             "explains": "imbalance",
@@ -135,8 +163,10 @@ RULE = Rule(
     tries=(
         'with a split given by hand (`parallel.pipeline_split`): `{"parallel.pipeline_split": null}`, the '
         "cost-balanced split; predicted step = the slowest stage's exposed collective communication (median per "
-        "step) + the rest of the step × the stages' mean `computing_ms` / the slowest stage's (its compute, the host "
-        "work of its layers and its waits at the other stages' transfers all move with the split; the gain, what the "
-        "finding explains of the imbalance, stays the compute above the mean)"
+        "step) + the rest of the step × the balanced split's slowest stage compute / the slowest stage's now (its "
+        "compute, the host work of its layers and its waits at the other stages' transfers all move with the split), "
+        "each layer's time its estimated cost (the workload's layer costs, by which it cuts the stages) × its present "
+        "stage's `computing_ms` per unit of cost; the stages' mean `computing_ms` / the slowest's when the costs are "
+        "unknown (the gain, what the finding explains of the imbalance, stays the compute above the mean)"
     ),
 )

@@ -26,7 +26,13 @@ import pandas as pd
 
 from analyzers.analyses.advice.common import table
 from analyzers.analyses.advice.rule import CONFIG_KEY, Rule
-from workloads.parallel.layout_math import capacity, comm_bytes_per_call, moe_tp_comm_per_microbatch, stage_bounds
+from workloads.parallel.layout_math import (
+    capacity,
+    comm_bytes_per_call,
+    moe_layer_costs,
+    moe_tp_comm_per_microbatch,
+    stage_bounds,
+)
 
 ID = "tensor_parallel_comm"
 
@@ -102,7 +108,7 @@ def _moe(cfg: dict) -> dict | None:
     if any(v is None or v < 1 for v in vals.values()) or not isinstance(cf, (int, float)) or cf <= 0:
         return None
     L = vals["num_layers"]
-    costs = [0.25] + [1.0] * L + [0.5]  # workloads/moe: embedding, the blocks, the head
+    costs = moe_layer_costs(L)
     bounds = stage_bounds(costs, S, par.get("pipeline_split"))
     blocks = max(sum(1 for i in range(L) if lo <= i + 1 < hi) for lo, hi in bounds)
     return dict(vals, S=S, M=M, capacity_factor=float(cf), blocks=blocks)
