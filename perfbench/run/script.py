@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfbench.capture.parallel import pytorch_refusals
+from perfbench.capture.parallel import ALL_MB, pytorch_refusals
 from perfbench.errors import ConfigError, UserError
 
 BOOTSTRAP = Path(__file__).resolve().parents[1] / "capture" / "run.py"
@@ -25,11 +25,15 @@ _FIELD = re.compile(r"\{\{|\}\}|\{([^{}]*)\}")
 
 
 def placeholder_values(run_config: dict) -> dict[str, Any]:
-    """Every name a template may use, with this run's value."""
+    """Every name a template may use, with this run's value. `{parallel.comm_fusion}` is a bucket size in MB (0: one
+    collective per parameter); `all` (one bucket, what `advise` tries for many small all-reduces) is handed to the
+    script as the number of MB that holds any model (capture.parallel.ALL_MB), which an `--bucket-mb` argument takes."""
     out: dict[str, Any] = {k: run_config.get(k) for k in ("world_size", "repeat", "run_id")}
     for section in ("train", "parallel", "profile", "knobs"):
         for k, v in (run_config.get(section) or {}).items():
             out[f"{section}.{k}"] = v
+    if out.get("parallel.comm_fusion") == "all":
+        out["parallel.comm_fusion"] = ALL_MB
     return out
 
 

@@ -58,6 +58,17 @@ def test_templates_resolve_per_run_and_knobs_are_axes():
     assert p.run_id == "s-ws2-lr0.01-r0"
 
 
+def test_comm_fusion_all_reaches_the_script_as_a_number_of_mb():
+    # `advise` tries `parallel.comm_fusion: all` on many small all-reduces; the example scripts take MB
+    # (`--fusion-mb`, `--bucket-cap-mb`, a float): "all" would stop them at argument parsing. It is handed over as
+    # 1 TiB in MB (1024 x 1024 = 1,048,576: one bucket for any model); numbers pass as they are
+    for fusion, shown in (("all", "1048576"), (32, "32"), (0, "0")):
+        cfg = parse_config(raw(parallel={"comm_fusion": fusion}, sweep={"world_size": [2]}), base_dir=EXAMPLES)
+        (p,) = cfg.plan("s")
+        assert p.run_config["script"]["env"] == {"MY_FUSION": shown}
+        assert p.run_config["parallel"]["comm_fusion"] == fusion  # the run's own setting is kept as given
+
+
 def test_the_examples_plan_eight_runs():
     for name in ("mindspore.yaml", "pytorch.yaml"):
         cfg = load_config(EXAMPLES / name)
