@@ -442,3 +442,13 @@ def test_the_balanced_split_is_priced_by_each_layers_measured_speed():
     st0 = st.assign(computing_ms=[8.0, 90.0])
     got = A.advise({"stages": st0, A.CONFIG_KEY: cfg}, {"step_time_s": 0.2}).set_index("rule")
     assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0 * 50 / 90)
+    # balanced, the slowest stage idles its schedule's ideal share of the window at least: with 4 micro-batches on 2
+    # stages (ideal 1/5) and the slowest stage idle 0.1 of its window now (median of 0.05, 0.1, 0.3), its window per
+    # unit of busy time grows by (1 - 0.1) / (1 - 0.2) = 1.125: 200 x 60 / 90 x 1.125 = 150 ms
+    pl = pd.DataFrame({"stage": [1, 1, 1, 0], "bubble_fraction": [0.05, 0.1, 0.3, 0.7], "ideal_fraction": [0.2] * 4})
+    got = A.advise({"stages": st, "pipeline": pl, A.CONFIG_KEY: cfg}, {"step_time_s": 0.2}).set_index("rule")
+    assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0 * 60 / 90 * 1.125)
+    # never above the step: idle 0 now against an ideal of 1/2 (1 micro-batch) would say 2/3 x 2 = 4/3 of it
+    pl1 = pl.assign(bubble_fraction=0.0, ideal_fraction=0.5)
+    got = A.advise({"stages": st, "pipeline": pl1, A.CONFIG_KEY: cfg}, {"step_time_s": 0.2}).set_index("rule")
+    assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0)
