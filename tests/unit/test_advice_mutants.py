@@ -938,7 +938,7 @@ def _packets(n_small, n_large, ranks=2, steps=2, small_ms=1.0):
     return pd.DataFrame(rows, columns=["rank", "step", "size_bytes", "elapse_ms"])
 
 
-def test_small_packets_fires_at_20_percent_of_collectives_and_their_time_and_8_per_step(monkeypatch):
+def test_small_packets_fires_at_20_percent_of_collectives_and_their_time_and_2_per_step(monkeypatch):
     from analyzers.analyses.advice import small_packets
 
     seen = []
@@ -970,11 +970,20 @@ def test_small_packets_fires_at_20_percent_of_collectives_and_their_time_and_8_p
     assert row["also_explains"] == ("overlapped",) and seen[-1] is True
     assert small_packets.find({"comm_ops": _packets(2, 9)}, {}) == []  # 8 of 44: under 20%
     assert small_packets.find({"comm_ops": _packets(2, 8, small_ms=0.1)}, {}) == []  # 0.8 of 32.8 ms
-    # 5 of 10 small: high; one rank, one step, 8 collectives: at the minimum per step; 7: too few
+    # 5 of 10 small: high; one rank, one step, 2 collectives: at the minimum per step (two to fuse); 1: too few
     assert small_packets.find({"comm_ops": _packets(5, 5)}, {})[0]["severity"] == "high"
     assert small_packets.find({"comm_ops": _packets(4, 6)}, {})[0]["severity"] == "medium"
-    assert len(small_packets.find({"comm_ops": _packets(8, 0, ranks=1, steps=1)}, {})) == 1
-    assert small_packets.find({"comm_ops": _packets(7, 0, ranks=1, steps=1)}, {}) == []
+    assert len(small_packets.find({"comm_ops": _packets(2, 0, ranks=1, steps=1)}, {})) == 1
+    assert small_packets.find({"comm_ops": _packets(1, 0, ranks=1, steps=1)}, {}) == []
+    # only the kinds bucketing merges count: 2 small all-reduces, or a reduce-scatter and an all-gather (ZeRO), fire;
+    # small broadcasts (DDP's buffers), sends and all-to-alls beside 5 large all-reduces do not
+    kinds = _packets(2, 0, ranks=1, steps=1)
+    for ops in (["allreduce", "AllReduce"], ["reducescatter", "allgather"]):
+        assert len(small_packets.find({"comm_ops": kinds.assign(op_type=ops)}, {})) == 1
+    for other in ("broadcast", "send", "alltoall"):
+        mixed = pd.concat([_packets(2, 0, ranks=1, steps=1).assign(op_type=other),
+                           _packets(0, 5, ranks=1, steps=1).assign(op_type="allreduce")])  # fmt: skip
+        assert small_packets.find({"comm_ops": mixed}, {}) == [], other
     # without step and rank columns: one step, one rank; no elapse: the time share is the count share
     bare = _packets(8, 0, ranks=1, steps=1).drop(columns=["rank", "step", "elapse_ms"])
     (row,) = small_packets.find({"comm_ops": bare}, {})

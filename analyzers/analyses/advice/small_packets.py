@@ -21,7 +21,7 @@ SMALL_PACKET_BYTES = 1 << 20
 #: advise fusion when at least this share of collectives (and of their time) is small packets ...
 SMALL_PACKET_SHARE = 0.2
 #: ... and there are at least this many collectives per step
-SMALL_PACKET_MIN_PER_STEP = 8
+SMALL_PACKET_MIN_PER_STEP = 2
 #: at least this share of collectives small: high severity (when the gain is unknown)
 SMALL_PACKET_SHARE_HIGH = 0.5
 
@@ -134,6 +134,9 @@ def unprofiled_scale(summary) -> float:
 
 #: traffic classes whose collectives carry activations, not gradients: gradient fusion (comm_fusion) cannot fuse them
 NOT_GRADIENTS = ("tensor_parallel", "expert_dispatch")
+#: the collective kinds gradient fusion (bucketing) merges: data-parallel all-reduces, ZeRO's reduce-scatters and
+#: all-gathers (schema.COMM_OP_TYPES); a broadcast of buffers or a pipeline send is not bucketed
+FUSABLE = ("allreduce", "reducescatter", "allgather")
 
 
 def find(tables, summary):
@@ -142,8 +145,10 @@ def find(tables, summary):
         return []
     if "comm_class" in co.columns:
         co = co[~co["comm_class"].isin(NOT_GRADIENTS)]
-        if co.empty:
-            return []
+    if "op_type" in co.columns:
+        co = co[co["op_type"].astype(str).str.lower().isin(FUSABLE)]
+    if co.empty:
+        return []
     size = num(co, "size_bytes")
     el = num(co, "elapse_ms")
     ok = size.notna()
