@@ -110,6 +110,7 @@ FUNCTIONS = [
     "analyzers.analyses.advice.budget.x__rank_step__mutmut_*",
     "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_try__mutmut_*",
     "analyzers.analyses.advice.pipeline_bubble.x__micro_batch_saving__mutmut_*",
+    "analyzers.analyses.advice.pipeline_bubble.x_host_ms__mutmut_*",
     "analyzers.analyses.advice.free_time.x_idle_outside__mutmut_*",
     # ... and every rule's finding: its thresholds, ranks, gain and basis
     "analyzers.analyses.advice.engine.x__finish__mutmut_*",

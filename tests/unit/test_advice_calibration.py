@@ -452,3 +452,28 @@ def test_the_balanced_split_is_priced_by_each_layers_measured_speed():
     pl1 = pl.assign(bubble_fraction=0.0, ideal_fraction=0.5)
     got = A.advise({"stages": st, "pipeline": pl1, A.CONFIG_KEY: cfg}, {"step_time_s": 0.2}).set_index("rule")
     assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0)
+
+
+def test_twice_the_micro_batches_pays_the_bubble_less_the_dispatch_they_repeat():
+    # Measured 2026-11-28 (the calibration's bubble case, quiet): 2 micro-batches instead of 1 saved 2 ms (-41 ... 45)
+    # where (1/2 - 1/3) x the window predicted 63.6: each micro-batch dispatches the stage's ops again, and on the
+    # CPU half a batch costs nearly what a whole one did. By hand, _pipeline_run (2 balanced stages, 1 micro-batch,
+    # window 1850 ms): each stage busy 1000 ms per step of which 900 ms computing: 100 ms of host time inside its
+    # spans, paid again by the second micro-batch. Saved: 1850 / 6 - 100 = 208.3 ms, predicted step 2000 - 208.3
+    run = _pipeline_run(1850000.0)
+    run["pipeline"]["busy_us"] = 1000000.0
+    run["stages"] = pd.DataFrame({"stage": [0, 1], "ranks": ["0", "1"], "computing_ms": [900.0, 900.0]})
+    out = A.advise(run, {"step_time_s": 2.0}).set_index("id")
+    top = out.loc["pipeline_bubble:0"]
+    assert top["gain_ms"] == pytest.approx(1850.0 / 6 - 100.0)
+    assert top["predicted_step_ms"] == pytest.approx(2000.0 - (1850.0 / 6 - 100.0))
+    assert "less the 100 ms of host time per step they dispatch again" in top["basis"]
+    # 400 ms of host time per step: twice the micro-batches would cost more than the 308.3 ms they save: no finding
+    run["stages"]["computing_ms"] = 600.0
+    assert "pipeline_bubble" not in set(A.advise(run, {"step_time_s": 2.0})["rule"])
+    # a bubble above the ideal keeps its finding and raw gain (the excess 0.25 x the window) but loses the knob
+    from analyzers.analyses.advice import pipeline_bubble
+
+    run["pipeline"]["bubble_fraction"] = 0.75
+    row = pipeline_bubble.find(run, {"step_time_s": 2.0})[0]
+    assert row["gain_ms"] == pytest.approx(0.25 * 1850.0) and row["try"] is None and row["predicted_step_ms"] is None

@@ -27,6 +27,7 @@ def _per_stage(pl: pd.DataFrame) -> pd.DataFrame:
     """Per stage: median bubble fraction over steps (the first profiled step often carries compile/warm-up waits),
     the ideal, the number of steps and, where the table has them, the median window, S and M."""
     if {"window_us", "stages", "micro_batches"} <= set(pl.columns):
+        busy = {"busy": ("busy_us", "median")} if "busy_us" in pl.columns else {}
         return pl.groupby("stage").agg(
             frac=("bubble_fraction", "median"),
             ideal=("ideal_fraction", "mean"),
@@ -34,24 +35,37 @@ def _per_stage(pl: pd.DataFrame) -> pd.DataFrame:
             window=("window_us", "median"),
             S=("stages", "max"),
             M=("micro_batches", "max"),
+            **busy,
         )
     return pl.groupby("stage").agg(
         frac=("bubble_fraction", "median"), ideal=("ideal_fraction", "mean"), n=("bubble_fraction", "size")
     )
 
 
-def _micro_batch_saving(r) -> float | None:
-    """ms per step twice the micro-batches saves: (ideal(S, M) - ideal(S, 2M)) x the window; None when unknown."""
+def host_ms(r, computing: dict) -> float:
+    """ms per step the stage spends inside its forward/backward spans not computing (median busy time - its
+    `computing_ms`, stages table): the host's op dispatch, which every micro-batch repeats whatever its size; 0
+    when unknown."""
+    busy, comp = r.get("busy", math.nan), computing.get(r.name)
+    if pd.isna(busy) or comp is None or pd.isna(comp):
+        return 0.0
+    return max(0.0, float(busy) / 1000.0 - float(comp))
+
+
+def _micro_batch_saving(r, host: float = 0.0) -> float | None:
+    """ms per step twice the micro-batches saves: (ideal(S, M) - ideal(S, 2M)) x the window, less the host time
+    per step the doubled micro-batches dispatch again (`host`, host_ms); None when unknown."""
     S, M, window = r.get("S", math.nan), r.get("M", math.nan), r.get("window", math.nan)
     if not (pd.notna(S) and pd.notna(M) and S > 1 and pd.notna(window)):
         return None
-    return (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0
+    return (ideal_bubble_fraction(int(S), int(M)) - ideal_bubble_fraction(int(S), int(2 * M))) * window / 1000.0 - host
 
 
-def _micro_batch_try(r, step: float | None):
-    """Twice the micro-batches and the step it predicts (the ideal bubble's drop times the window)."""
-    saved = _micro_batch_saving(r)
-    if saved is None:
+def _micro_batch_try(r, step: float | None, host: float = 0.0):
+    """Twice the micro-batches and the step it predicts (the ideal bubble's drop times the window, less the host time
+    they repeat); no knob when that does not pay."""
+    saved = _micro_batch_saving(r, host)
+    if saved is None or saved <= 0:
         return None, None
     return {"parallel.micro_batches": int(2 * r["M"])}, (step - saved if step is not None else None)
 
@@ -74,10 +88,13 @@ def find(tables, summary):
         return []
     out = []
     step = step_ms(summary)
+    st = table(tables, "stages", "stage", "computing_ms")
+    computing = {} if st is None else dict(zip(st["stage"], pd.to_numeric(st["computing_ms"], errors="coerce")))
     for stage, r in _per_stage(pl).iterrows():
         excess = r["frac"] - r["ideal"] if pd.notna(r["ideal"]) else math.nan
         bad = excess > BUBBLE_EXCESS if pd.notna(excess) else r["frac"] > BUBBLE_FRACTION
-        knob, pred = _micro_batch_try(r, step)
+        host = host_ms(r, computing)
+        knob, pred = _micro_batch_try(r, step, host)
         # the schedule itself idles the stage: too few micro-batches (a bubble at its ideal is still a bubble)
         too_few = not bad and pd.notna(r["ideal"]) and r["ideal"] >= BUBBLE_IDEAL and knob is not None
         if not (bad or too_few):
@@ -92,10 +109,11 @@ def find(tables, summary):
             else "not estimated: the ideal bubble (S, M) or the window is unknown"
         )
         if too_few:
-            gain = _micro_batch_saving(r)
+            gain = _micro_batch_saving(r, host)
             basis = (
                 f"the ideal bubble {r['ideal']:.3f} at or above {BUBBLE_IDEAL}: what twice the micro-batches "
                 f"saves, (ideal(S, M) - ideal(S, 2M)) x the stage's window {window / 1000:.3g} ms (median over steps)"
+                + (f", less the {host:.3g} ms of host time per step they dispatch again" if host else "")
             )
         out.append(
             {
@@ -123,7 +141,7 @@ def find(tables, summary):
 RULE = Rule(
     id=ID,
     find=find,
-    needs=("pipeline", "rank_stages", "step_breakdown"),
+    needs=("pipeline", "rank_stages", "step_breakdown", "stages"),
     thresholds={"BUBBLE_EXCESS": BUBBLE_EXCESS, "BUBBLE_FRACTION": BUBBLE_FRACTION, "BUBBLE_IDEAL": BUBBLE_IDEAL},
     folds=(
         # a bubble above the schedule's ideal is what the slowest stage makes the others wait; the ideal bubble of
@@ -138,7 +156,10 @@ RULE = Rule(
     ),
     gain="(median bubble fraction − ideal (S−1)/(M+S−1)) × median window (ms); with too few micro-batches (the ideal "
     "≥ `BUBBLE_IDEAL`, the excess under `BUBBLE_EXCESS`) what twice the micro-batches saves, (ideal(S, M) − "
-    "ideal(S, 2M)) × window; null when the ideal or the window is unknown",
+    "ideal(S, 2M)) × window − the stage's host time per step inside its spans (median busy − `computing_ms`: the op "
+    "dispatch each micro-batch repeats; no finding when that leaves nothing); null when the ideal or the window is "
+    "unknown",
     knobs=("parallel.micro_batches",),
-    tries='`{"parallel.micro_batches": 2M}`, predicted step = step − (ideal(S, M) − ideal(S, 2M)) × window',
+    tries='`{"parallel.micro_batches": 2M}`, predicted step = step − ((ideal(S, M) − ideal(S, 2M)) × window − the '
+    "stage's host time per step); no knob when that is not positive",
 )
