@@ -477,3 +477,64 @@ def test_twice_the_micro_batches_pays_the_bubble_less_the_dispatch_they_repeat()
     run["pipeline"]["bubble_fraction"] = 0.75
     row = pipeline_bubble.find(run, {"step_time_s": 2.0})[0]
     assert row["gain_ms"] == pytest.approx(0.25 * 1850.0) and row["try"] is None and row["predicted_step_ms"] is None
+
+
+def test_the_host_time_and_the_bubble_factor_at_their_edges():
+    from analyzers.analyses.advice import pipeline_bubble, stage_imbalance
+
+    # host time 0 (busy = computing, or busy under computing): the saving is the bubble's alone, 1850 / 6
+    run = _pipeline_run(1850000.0)
+    run["pipeline"]["busy_us"] = 1000000.0
+    for comp in (1000.0, 1200.0):
+        run["stages"] = pd.DataFrame({"stage": [0, 1], "computing_ms": [comp, comp]})
+        assert pipeline_bubble.find(run, {"step_time_s": 2.0})[0]["gain_ms"] == pytest.approx(1850.0 / 6)
+    # a stages table without its stage or computing column, or with a computing cell that is not a number: no host
+    # time known, the bubble's saving as without it
+    for st in (
+        pd.DataFrame({"computing_ms": [900.0, 900.0]}),
+        pd.DataFrame({"stage": [0, 1]}),
+        pd.DataFrame({"stage": [0, 1], "computing_ms": ["n/a", "n/a"]}),
+    ):
+        assert pipeline_bubble.find(dict(run, stages=st), {"step_time_s": 2.0})[0]["gain_ms"] == pytest.approx(
+            1850.0 / 6
+        )
+    # a saving of exactly 0 (the host time equal to the bubble's drop) offers no knob
+    r = pipeline_bubble._per_stage(run["pipeline"]).iloc[0]
+    assert pipeline_bubble._micro_batch_try(r, 100.0, pipeline_bubble._micro_batch_saving(r, 0.0)) == (None, None)
+    assert pipeline_bubble._micro_batch_try(r, 100.0, 0.0)[0] == {"parallel.micro_batches": 2}
+
+    # the bubble factor (1 - b) / (1 - ideal): 1 when the pipeline table has no stage column, the stage's bubble is
+    # unknown, or the ideal is not a fraction below 1 (1.0, 1.5, -0.1); an ideal of 0 (one stage) is (1 - b) / 1
+    def pl(**cols):
+        return pd.DataFrame({"stage": [1, 1], "bubble_fraction": [0.1, 0.1], "ideal_fraction": [0.2, 0.2], **cols})
+
+    assert stage_imbalance._bubble_factor({"pipeline": pl()}, 1) == pytest.approx(0.9 / 0.8)
+    assert stage_imbalance._bubble_factor({}, 1) == 1.0
+    assert stage_imbalance._bubble_factor({"pipeline": pl().drop(columns=["stage"])}, 1) == 1.0
+    assert stage_imbalance._bubble_factor({"pipeline": pl(bubble_fraction=[None, None])}, 1) == 1.0
+    for ideal in (1.0, 1.5, -0.1):
+        assert stage_imbalance._bubble_factor({"pipeline": pl(ideal_fraction=[ideal, ideal])}, 1) == 1.0
+    assert stage_imbalance._bubble_factor({"pipeline": pl(ideal_fraction=[0.0, 0.0])}, 1) == pytest.approx(0.9)
+    # a row whose stage is not a number is not this stage's (the others still count)
+    odd = pd.concat([pl(), pd.DataFrame({"stage": ["?"], "bubble_fraction": [0.9], "ideal_fraction": [0.2]})])
+    assert stage_imbalance._bubble_factor({"pipeline": odd}, 1) == pytest.approx(0.9 / 0.8)
+
+
+def test_one_ranks_non_compute_pool_is_unknown_when_every_rank_misses_a_part():
+    from analyzers.analyses.advice.budget import time_budget
+
+    # rank 0 with no overlap value, rank 1 with no free time: neither rank's non-compute time is known
+    sb = pd.DataFrame(
+        {
+            "rank": [0, 1],
+            "step": [1, 1],
+            "step_us": [10000.0, 10000.0],
+            "computing_us": [5000.0, 5000.0],
+            "communication_not_overlapped_us": [2000.0, 3000.0],
+            "free_us": [1000.0, None],
+            "overlapped_us": [None, 500.0],
+        }
+    )
+    assert time_budget({"step_breakdown": sb}, {})["rank_step"] is None
+    sb.loc[0, "overlapped_us"] = 500.0  # rank 0 now known: 2 + 1 + 0.5 ms
+    assert time_budget({"step_breakdown": sb}, {})["rank_step"] == pytest.approx(3.5)

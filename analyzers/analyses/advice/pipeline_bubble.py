@@ -52,7 +52,7 @@ def host_ms(r, computing: dict) -> float:
     return max(0.0, float(busy) / 1000.0 - float(comp))
 
 
-def _micro_batch_saving(r, host: float = 0.0) -> float | None:
+def _micro_batch_saving(r, host: float) -> float | None:
     """ms per step twice the micro-batches saves: (ideal(S, M) - ideal(S, 2M)) x the window, less the host time
     per step the doubled micro-batches dispatch again (`host`, host_ms); None when unknown."""
     S, M, window = r.get("S", math.nan), r.get("M", math.nan), r.get("window", math.nan)
