@@ -93,12 +93,11 @@ def _split_scale(st, cfg: dict) -> float:
     comp = {int(s): float(c) for s, c in zip(st["stage"], st["computing_ms"])}
     if set(comp) != set(range(len(split))):
         return mean
-    rate = [0.0] * len(costs)  # each layer's time per unit of cost: its present stage's
-    for s, (lo, hi_) in enumerate(now):
-        units = sum(costs[lo:hi_])
-        if units <= 0:
-            return mean
-        rate[lo:hi_] = [comp[s] / units] * (hi_ - lo)
+    units = [sum(costs[lo:hi_]) for lo, hi_ in now]
+    if min(units) <= 0:
+        return mean
+    # each layer's time per unit of cost: its present stage's
+    rate = [comp[s] / units[s] for s, (lo, hi_) in enumerate(now) for _ in range(lo, hi_)]
     return max(sum(c * r for c, r in zip(costs[lo:hi_], rate[lo:hi_])) for lo, hi_ in balanced) / hi
 
 
