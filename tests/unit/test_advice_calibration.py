@@ -442,6 +442,14 @@ def test_the_balanced_split_is_priced_by_each_layers_measured_speed():
     st0 = st.assign(computing_ms=[8.0, 90.0])
     got = A.advise({"stages": st0, A.CONFIG_KEY: cfg}, {"step_time_s": 0.2}).set_index("rule")
     assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0 * 50 / 90)
+    # three stages, split [1, 2, 3] by hand: the embedding (0.25 units, 10 ms: 40 per unit), two blocks (2 units,
+    # 80 ms: 40 per unit), two blocks and the head (2.5 units, 150 ms: 60 per unit). The balanced split cuts 0.25 + 1 |
+    # 1 + 1 | 1 + 0.5 (largest 2 units; any other cut has a stage of 2.25 or more): stage 0 = 10 + 40 = 50 ms, stage 1
+    # = 40 (a block of the old stage 1) + 60 (one of the old stage 2) = 100 ms, stage 2 = 1.5 x 60 = 90 ms: 100 / 150
+    st3 = pd.DataFrame({"stage": [0, 1, 2], "ranks": ["0", "1", "2"], "computing_ms": [10.0, 80.0, 150.0]})
+    cfg3 = {**cfg, "parallel": {"pipeline_stages": 3, "pipeline_split": [1, 2, 3]}}
+    got = A.advise({"stages": st3, A.CONFIG_KEY: cfg3}, {"step_time_s": 0.2}).set_index("rule")
+    assert got.loc["stage_imbalance", "predicted_step_ms"] == pytest.approx(200.0 * 100 / 150)
     # balanced, the slowest stage idles its schedule's ideal share of the window at least: with 4 micro-batches on 2
     # stages (ideal 1/5) and the slowest stage idle 0.1 of its window now (median of 0.05, 0.1, 0.3), its window per
     # unit of busy time grows by (1 - 0.1) / (1 - 0.2) = 1.125: 200 x 60 / 90 x 1.125 = 150 ms
